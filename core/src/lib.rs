@@ -1,0 +1,36 @@
+//! Pure logic of taskfold: everything that can be decided without I/O.
+//!
+//! taskfold splits every reduction into pairwise tasks that a master hands out
+//! as contributions become ready (see `DESIGN.md` §1). This crate holds the
+//! pieces of that algorithm that are plain data and plain functions, so that
+//! they can be unit- and property-tested without sockets, threads or actors.
+//!
+//! # Layout
+//!
+//! - [`rank`]: rank ids and groups (any subset of the job's ranks).
+//! - [`rankset`]: paths as bitsets over a group, scaling to 65,536+ ranks.
+//! - [`id`]: reduction ids and the 64-bit key that names a reduction on the wire.
+//! - [`reducer`]: the [`ReducerBody`] trait users implement, and its
+//!   type-erased codec used by the runtime.
+//! - [`builtin`]: sum / min / max / product over numeric arrays.
+//! - [`wire`]: versioned rkyv control messages, validated on receipt.
+//! - [`schedule`]: the master's per-reduction queue and the pairing rules.
+//! - [`perf`]: per-rank task timings behind the "faster rank" rule.
+//! - [`error`]: typed errors shared by every layer.
+
+pub mod builtin;
+pub mod error;
+pub mod id;
+pub mod perf;
+pub mod rank;
+pub mod rankset;
+pub mod reducer;
+pub mod schedule;
+pub mod wire;
+
+pub use builtin::{Max, Min, Prod, Sum};
+pub use error::{FoldError, ReduceError};
+pub use id::{ReductionId, ReductionKey};
+pub use rank::{Group, Rank};
+pub use rankset::RankSet;
+pub use reducer::{ReduceValue, ReducerBody};

@@ -1,0 +1,134 @@
+//! The [`ReducerBody`] trait and its type-erased codec.
+//!
+//! A user's data type implements [`ReducerBody`]: "fold the other side's
+//! archived value into mine". The other side is read **in place** from the
+//! receive buffer as an rkyv archive: no deserialisation, no extra copy.
+//! Every type that implements `ReducerBody` and derives rkyv's `Archive`,
+//! `Serialize` and `Deserialize` is a [`ReduceValue`] the runtime can move.
+
+use crate::error::FoldError;
+use crate::id::stable_hash;
+use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
+use rkyv::bytecheck::CheckBytes;
+use rkyv::rancor;
+use rkyv::ser::allocator::ArenaHandle;
+use rkyv::util::AlignedVec;
+use rkyv::{Archive, Deserialize, Serialize};
+use std::any::Any;
+
+/// User data that can be reduced.
+///
+/// ```
+/// use rkyv::{Archive, Deserialize, Serialize};
+/// use taskfold_core::{FoldError, ReducerBody};
+///
+/// /// Counts events and keeps the largest value seen.
+/// #[derive(Archive, Serialize, Deserialize, Debug, PartialEq)]
+/// struct Stats { count: u64, max: f64 }
+///
+/// impl ReducerBody for Stats {
+///     fn fold(&mut self, other: &ArchivedStats) -> Result<(), FoldError> {
+///         self.count += other.count.to_native();
+///         self.max = self.max.max(other.max.to_native());
+///         Ok(())
+///     }
+/// }
+/// ```
+///
+/// `fold` must be associative and commutative: the runtime folds
+/// contributions in arrival order, along a tree it builds at run time.
+pub trait ReducerBody: Archive + Send + Sized + 'static {
+    /// Folds the peer's archived value into `self`. Return an error (never
+    /// panic) when the two sides cannot be combined, e.g. different lengths.
+    fn fold(&mut self, other: &Self::Archived) -> Result<(), FoldError>;
+
+    /// A size every rank's contribution must share (e.g. an array length),
+    /// checked by the master before any data moves. `None` skips the check.
+    fn shape(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// A value the runtime can serialise, fold from raw bytes and hand back.
+///
+/// Implemented for every [`ReducerBody`] with rkyv's derives; object-safe so
+/// that one worker can hold reductions of many types at once.
+pub trait ReduceValue: Send + 'static {
+    /// Serialises the value into an aligned rkyv archive.
+    fn encode(&self) -> Result<AlignedVec, FoldError>;
+    /// Validates `bytes` as an archive of this type and folds it into `self`
+    /// in place (the bytes are not deserialised).
+    fn fold_bytes(&mut self, bytes: &[u8]) -> Result<(), FoldError>;
+    /// See [`ReducerBody::shape`].
+    fn shape_hint(&self) -> Option<u64>;
+    /// Converts to `Any` so the typed future can recover the value.
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+}
+
+/// A stable tag of a value's type, used to detect ranks that reduce
+/// different types under one id.
+pub fn type_tag<T: 'static>() -> u64 {
+    stable_hash(std::any::type_name::<T>())
+}
+
+impl<T> ReduceValue for T
+where
+    T: ReducerBody + for<'a> Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+    T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>,
+{
+    fn encode(&self) -> Result<AlignedVec, FoldError> {
+        rkyv::to_bytes::<rancor::Error>(self).map_err(|e| FoldError::Custom(e.to_string()))
+    }
+
+    fn fold_bytes(&mut self, bytes: &[u8]) -> Result<(), FoldError> {
+        let other = rkyv::access::<T::Archived, rancor::Error>(bytes)
+            .map_err(|e| FoldError::Corrupt(e.to_string()))?;
+        self.fold(other)
+    }
+
+    fn shape_hint(&self) -> Option<u64> {
+        self.shape()
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+/// Decodes a whole value from an archive (used only where a value must be
+/// owned, e.g. a recovered original; folds never deserialise).
+pub fn decode<T>(bytes: &[u8]) -> Result<T, FoldError>
+where
+    T: Archive,
+    T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+        + Deserialize<T, HighDeserializer<rancor::Error>>,
+{
+    rkyv::from_bytes::<T, rancor::Error>(bytes).map_err(|e| FoldError::Corrupt(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Sum;
+
+    #[test]
+    fn fold_from_bytes_in_place() {
+        let mut a = Sum(vec![1.0f32, 2.0]);
+        let b = Sum(vec![10.0f32, 20.0]).encode().unwrap();
+        a.fold_bytes(&b).unwrap();
+        assert_eq!(a.0, vec![11.0, 22.0]);
+        let back: Sum<f32> = decode(&b).unwrap();
+        assert_eq!(back.0, vec![10.0, 20.0]);
+    }
+
+    #[test]
+    fn corrupt_bytes_are_an_error() {
+        let mut a = Sum(vec![1.0f32, 2.0]);
+        let mut b = Sum(vec![10.0f32, 20.0]).encode().unwrap();
+        let n = b.len();
+        // Point the vector's relative offset far outside the buffer.
+        b[n - 8..n - 4].copy_from_slice(&0x7fff_0000u32.to_le_bytes());
+        assert!(matches!(a.fold_bytes(&b), Err(FoldError::Corrupt(_))));
+        assert!(matches!(a.fold_bytes(&[1, 2, 3]), Err(FoldError::Corrupt(_))));
+    }
+}

@@ -1,0 +1,157 @@
+use super::*;
+use proptest::prelude::*;
+
+fn never(_: usize, _: usize) -> bool {
+    false
+}
+
+#[test]
+fn single_rank_completes_at_once() {
+    let mut s = Schedule::new(1, 0);
+    assert_eq!(s.next(never), None);
+    s.join(0).unwrap();
+    assert_eq!(s.next(never), Some(Step::Complete));
+    assert!(s.is_complete());
+    assert_eq!(s.next(never), None);
+}
+
+#[test]
+fn root_always_receives() {
+    let mut s = Schedule::new(3, 2);
+    s.join(2).unwrap();
+    s.join(0).unwrap();
+    let Some(Step::Task(t)) = s.next(|_, _| true) else { panic!() };
+    assert_eq!((t.receiver.index, t.provider.index), (2, 0));
+    let mut s = Schedule::new(3, 2);
+    s.join(0).unwrap();
+    s.join(2).unwrap();
+    let Some(Step::Task(t)) = s.next(never) else { panic!() };
+    assert_eq!((t.receiver.index, t.provider.index), (2, 0));
+}
+
+#[test]
+fn faster_rank_receives() {
+    let mut s = Schedule::new(3, 0);
+    s.join(1).unwrap();
+    s.join(2).unwrap();
+    let Some(Step::Task(t)) = s.next(|a, b| a == 1 && b == 2) else { panic!() };
+    assert_eq!(t.receiver.index, 2);
+    let mut s = Schedule::new(3, 0);
+    s.join(1).unwrap();
+    s.join(2).unwrap();
+    let Some(Step::Task(t)) = s.next(never) else { panic!() };
+    assert_eq!(t.receiver.index, 1);
+}
+
+#[test]
+fn completion_needs_the_full_path() {
+    let mut s = Schedule::new(2, 1);
+    s.join(0).unwrap();
+    assert_eq!(s.next(never), None);
+    assert!(s.needs(1));
+    s.join(1).unwrap();
+    let Some(Step::Task(t)) = s.next(never) else { panic!() };
+    assert_eq!(s.next(never), None, "nothing to do while the task runs");
+    let provider = s.task_done(t.task_id, 1, &RankSet::full(2)).unwrap();
+    assert_eq!(provider, 0);
+    assert!(!s.needs(0), "the provider's data was consumed");
+    assert_eq!(s.next(never), Some(Step::Complete));
+}
+
+#[test]
+fn protocol_violations_are_errors() {
+    let mut s = Schedule::new(2, 0);
+    assert_eq!(s.join(2), Err(ScheduleError::OutOfGroup(2)));
+    s.join(0).unwrap();
+    assert_eq!(s.join(0), Err(ScheduleError::DuplicateJoin(0)));
+    s.join(1).unwrap();
+    let Some(Step::Task(t)) = s.next(never) else { panic!() };
+    assert!(matches!(s.task_done(t.task_id, 1, &RankSet::full(2)), Err(ScheduleError::UnknownTask(..))));
+    assert!(matches!(s.task_done(t.task_id, 0, &RankSet::single(0)), Err(ScheduleError::BadPath { .. })));
+    assert!(matches!(s.task_done(99, 0, &RankSet::full(2)), Err(ScheduleError::UnknownTask(..))));
+}
+
+/// Runs a whole reduction as a discrete-event simulation: ranks join at
+/// `arrivals[i]`, a task takes `1 / speed[receiver]`. Folds real values
+/// (`u64` exactly, `f64` approximately) and counts every original.
+fn simulate(n: usize, root: usize, arrivals: &[f64], speeds: &[f64]) -> (Vec<u32>, u64, f64, Vec<usize>) {
+    let mut s = Schedule::new(n, root);
+    // Per position: multiplicity of each original folded in, and the values.
+    let mut counts: Vec<Vec<u32>> = (0..n).map(|i| { let mut v = vec![0; n]; v[i] = 1; v }).collect();
+    let mut ints: Vec<u64> = (0..n as u64).map(|i| i * 1_000_003 + 7).collect();
+    let mut floats: Vec<f64> = (0..n).map(|i| 1.0 / (i as f64 + 1.0)).collect();
+    let mut last_speed: Vec<Option<f64>> = vec![None; n];
+    // Events: (time, kind) where kind = join(i) or done(task).
+    let mut events: Vec<(f64, Option<usize>, Option<Assignment>)> =
+        (0..n).map(|i| (arrivals[i], Some(i), None)).collect();
+    let mut order = Vec::new();
+    let mut done = false;
+    let mut now;
+    for _ in 0..(10 * n + 10) {
+        if events.is_empty() { break; }
+        let k = (0..events.len()).min_by(|&a, &b| events[a].0.total_cmp(&events[b].0)).unwrap();
+        let (t, join, task) = events.swap_remove(k);
+        now = t;
+        if let Some(i) = join {
+            s.join(i).unwrap();
+        }
+        if let Some(task) = task {
+            let (r, p) = (task.receiver.index, task.provider.index);
+            for k in 0..n { counts[r][k] += counts[p][k]; counts[p][k] = 0; }
+            ints[r] = ints[r].wrapping_add(ints[p]);
+            floats[r] += floats[p];
+            last_speed[r] = Some(speeds[r]);
+            let path = task.receiver.path.union(&task.provider.path);
+            s.task_done(task.task_id, r, &path).unwrap();
+            order.push(p);
+        }
+        let prefers = |a: usize, b: usize| match (last_speed[a], last_speed[b]) {
+            (Some(x), Some(y)) => y > x,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        while let Some(step) = s.next(prefers) {
+            match step {
+                Step::Complete => done = true,
+                Step::Task(a) => {
+                    let r = a.receiver.index;
+                    events.push((now + 1.0 / speeds[r], None, Some(a)));
+                }
+            }
+        }
+    }
+    assert!(done, "reduction did not complete");
+    (counts[root].clone(), ints[root], floats[root], order)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    #[test]
+    fn every_original_folded_exactly_once(
+        n in 1usize..=64,
+        root_seed in any::<usize>(),
+        arrivals in proptest::collection::vec(0.0f64..10.0, 64),
+        speeds in proptest::collection::vec(0.1f64..10.0, 64),
+    ) {
+        let root = root_seed % n;
+        let (counts, ints, floats, _) = simulate(n, root, &arrivals[..n], &speeds[..n]);
+        prop_assert!(counts.iter().all(|&c| c == 1), "counts {:?}", counts);
+        let want_int = (0..n as u64).fold(0u64, |a, i| a.wrapping_add(i * 1_000_003 + 7));
+        prop_assert_eq!(ints, want_int);
+        let want_float: f64 = (0..n).map(|i| 1.0 / (i as f64 + 1.0)).sum();
+        // Reassociating n terms of magnitude <= 1 moves the sum by at most
+        // n * eps * sum; 1e-12 relative is far above that and far below any
+        // lost or doubled term (>= 1/64).
+        prop_assert!((floats - want_float).abs() <= 1e-12 * want_float);
+    }
+
+    #[test]
+    fn a_late_rank_is_folded_last(n in 3usize..=32, root_seed in any::<usize>(), late_seed in any::<usize>()) {
+        let root = root_seed % n;
+        let late = (root + 1 + late_seed % (n - 1)) % n;
+        let mut arrivals = vec![0.0; n];
+        arrivals[late] = 1e6;
+        let (_, _, _, order) = simulate(n, root, &arrivals, &vec![1.0; n]);
+        prop_assert_eq!(*order.last().unwrap(), late);
+    }
+}

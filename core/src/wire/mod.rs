@@ -1,0 +1,115 @@
+//! Control messages on the wire: a versioned envelope around an rkyv archive.
+//!
+//! A frame is `MAGIC (2 bytes) | VERSION (u16 LE) | reserved (u32)` followed
+//! by the archive of one [`Msg`]. A peer's bytes are untrusted: [`decode`]
+//! checks the envelope, copies the body into an aligned buffer (control
+//! messages are small) and validates it with bytecheck before anything reads
+//! it. Data never travels in these messages: contributions move by one-sided
+//! `get` between workers.
+
+mod msg;
+
+pub use msg::*;
+
+use rkyv::rancor;
+use rkyv::util::AlignedVec;
+
+/// First two bytes of every control frame.
+pub const MAGIC: [u8; 2] = *b"TF";
+/// Version of the control protocol; a peer speaking another is refused.
+pub const VERSION: u16 = 1;
+/// Length of the envelope header.
+pub const HEADER_LEN: usize = 8;
+
+/// Why a frame was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Shorter than the header.
+    #[error("frame of {0} bytes is shorter than the header")]
+    Short(usize),
+    /// Not a taskfold frame.
+    #[error("bad magic {0:02x?}")]
+    BadMagic([u8; 2]),
+    /// Another protocol version.
+    #[error("protocol version {0} is not supported (this build speaks {VERSION})")]
+    Version(u16),
+    /// The body is not a valid archive of a message.
+    #[error("invalid message body: {0}")]
+    Invalid(String),
+}
+
+/// Encodes a message into a frame.
+pub fn encode(msg: &Msg) -> Vec<u8> {
+    let body = rkyv::to_bytes::<rancor::Error>(msg)
+        .expect("serialising a control message into memory cannot fail");
+    let mut out = Vec::with_capacity(HEADER_LEN + body.len());
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Validates and decodes a frame.
+pub fn decode(frame: &[u8]) -> Result<Msg, WireError> {
+    if frame.len() < HEADER_LEN {
+        return Err(WireError::Short(frame.len()));
+    }
+    if frame[..2] != MAGIC {
+        return Err(WireError::BadMagic([frame[0], frame[1]]));
+    }
+    let version = u16::from_le_bytes([frame[2], frame[3]]);
+    if version != VERSION {
+        return Err(WireError::Version(version));
+    }
+    let mut body = AlignedVec::<16>::with_capacity(frame.len() - HEADER_LEN);
+    body.extend_from_slice(&frame[HEADER_LEN..]);
+    rkyv::from_bytes::<Msg, rancor::Error>(&body).map_err(|e| WireError::Invalid(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RankSet;
+
+    #[test]
+    fn round_trip() {
+        let m = Msg::Ready(Ready {
+            key: 7,
+            rank: 3,
+            path: RankSet::single(3),
+            join: Some(Join {
+                id: "image-7".into(),
+                group: vec![0, 1, 2, 3],
+                root: 1,
+                type_tag: 9,
+                shape: Some(100),
+            }),
+            done: None,
+        });
+        assert_eq!(decode(&encode(&m)).unwrap(), m);
+    }
+
+    #[test]
+    fn garbage_is_refused() {
+        assert_eq!(decode(b"TF"), Err(WireError::Short(2)));
+        assert!(matches!(decode(b"XX\x01\0\0\0\0\0"), Err(WireError::BadMagic(_))));
+        assert_eq!(decode(b"TF\x09\0\0\0\0\0"), Err(WireError::Version(9)));
+        let mut f = encode(&Msg::Ping { seq: 1 });
+        let n = f.len();
+        f[n - 1] ^= 0xff;
+        f[HEADER_LEN] ^= 0xff;
+        // Either refused or decoded to something else, never a panic.
+        let _ = decode(&f);
+        assert!(matches!(decode(b"TF\x01\0\0\0\0\0\x01"), Err(WireError::Invalid(_))));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(0u8..=255, 0..256)) {
+            let mut f = b"TF\x01\0\0\0\0\0".to_vec();
+            f.extend_from_slice(&bytes);
+            let _ = decode(&f);
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! The control messages.
+
+use crate::error::{FoldError, ReduceError};
+use crate::rankset::RankSet;
+use rkyv::{Archive, Deserialize, Serialize};
+
+/// Every control message of the protocol.
+#[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
+#[rkyv(attr(allow(missing_docs)))]
+pub enum Msg {
+    /// Worker → master: `D_rank` with path `path` is ready (DESIGN.md §1).
+    Ready(Ready),
+    /// Master → worker: fetch the provider's data and fold it into yours.
+    Task(Task),
+    /// Worker → master: a task could not be carried out.
+    TaskFailed(TaskFailed),
+    /// Master → provider: your data for `key` was consumed; drop it.
+    Release {
+        /// The reduction.
+        key: u64,
+    },
+    /// Master → every participant: the reduction ended.
+    Complete {
+        /// The reduction.
+        key: u64,
+        /// `None` on success (the root holds the result), else the error.
+        error: Option<ReduceError>,
+    },
+    /// Master → every rank: `rank` was declared failed and is fenced.
+    RankFailed {
+        /// The failed rank.
+        rank: u32,
+    },
+    /// Master → rank: liveness probe.
+    Ping {
+        /// Sequence number echoed by the pong.
+        seq: u64,
+    },
+    /// Rank → master: answer to a ping.
+    Pong {
+        /// The ping's sequence number.
+        seq: u64,
+    },
+    /// Rank → master: this rank is shutting down (a barrier, like
+    /// `MPI_Finalize`: ranks keep serving data until every rank got here).
+    Finalize,
+    /// Master → rank: every live rank reached finalize.
+    FinalizeAck,
+    /// Launcher → master: a rank's process exited.
+    RankExited {
+        /// The rank.
+        rank: u32,
+        /// Exit code, or -1 if killed by a signal.
+        code: i32,
+        /// The signal that killed it, or 0.
+        signal: i32,
+    },
+}
+
+/// A ready message `(rank, path)`.
+#[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
+pub struct Ready {
+    /// The reduction ([`crate::ReductionKey`]).
+    pub key: u64,
+    /// The sender (global rank).
+    pub rank: u32,
+    /// Group positions whose originals are folded into the sender's data.
+    pub path: RankSet,
+    /// Present on a rank's first ready message of a reduction.
+    pub join: Option<Join>,
+    /// Present when this message ends a task.
+    pub done: Option<TaskDone>,
+}
+
+/// What a rank says about a reduction when it joins it.
+#[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
+pub struct Join {
+    /// The user's id.
+    pub id: String,
+    /// Global ranks of the group, sorted.
+    pub group: Vec<u32>,
+    /// Global rank of the root.
+    pub root: u32,
+    /// Tag of the value's type.
+    pub type_tag: u64,
+    /// The value's shape, if it has one.
+    pub shape: Option<u64>,
+}
+
+/// Timing of a finished task (feeds the performance counter).
+#[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
+pub struct TaskDone {
+    /// The task's id.
+    pub task_id: u64,
+    /// Wall time of fetch + fold, in nanoseconds.
+    pub nanos: u64,
+    /// Bytes fetched.
+    pub bytes: u64,
+}
+
+/// A task `(receiver, P_r, provider, P_p)`, sent to the receiver.
+#[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
+pub struct Task {
+    /// The reduction.
+    pub key: u64,
+    /// Unique per reduction.
+    pub task_id: u64,
+    /// Global rank to fetch from.
+    pub provider: u32,
+    /// The provider's path.
+    pub provider_path: RankSet,
+    /// The receiver's path before the fold.
+    pub receiver_path: RankSet,
+}
+
+/// A task that failed.
+#[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
+pub struct TaskFailed {
+    /// The reduction.
+    pub key: u64,
+    /// The task.
+    pub task_id: u64,
+    /// What went wrong.
+    pub reason: TaskFailure,
+}
+
+/// Why a task failed.
+#[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
+#[rkyv(attr(allow(missing_docs)))]
+pub enum TaskFailure {
+    /// The fold refused the data: the reduction cannot succeed.
+    Fold(FoldError),
+    /// The provider could not be reached (it may be dead).
+    Fetch(String),
+    /// The receiver has no data for this reduction (a protocol error).
+    Unknown,
+}
