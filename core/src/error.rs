@@ -4,7 +4,6 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 /// Why a fold of two contributions failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Archive, Serialize, Deserialize)]
-#[rkyv(attr(allow(missing_docs)))]
 pub enum FoldError {
     /// The two sides have different shapes (e.g. array lengths).
     #[error("mismatched contributions: {mine} elements here, {theirs} from the peer")]
@@ -25,7 +24,6 @@ pub enum FoldError {
 /// How a reduction failed. Every participant of a failed reduction receives
 /// the same error.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Archive, Serialize, Deserialize)]
-#[rkyv(attr(allow(missing_docs)))]
 pub enum ReduceError {
     /// The options are invalid (bad id, root not in the group, …).
     #[error("invalid reduction options: {0}")]

@@ -19,6 +19,8 @@
 //! - [`error`]: typed errors shared by every layer.
 
 pub mod builtin;
+// rkyv's derive generates undocumented variant structs for enums.
+#[allow(missing_docs)]
 pub mod error;
 pub mod id;
 pub mod perf;

@@ -1,1 +1,172 @@
-// placeholder
+//! Transports of taskfold: how bytes move between ranks.
+//!
+//! Collective logic never touches sockets: the actors above speak only to
+//! the [`Transport`] trait, and each implementation lives in its own module.
+//!
+//! # Layout
+//!
+//! - [`Transport`] (this file): ordered control frames to a rank, one-sided
+//!   `get` of a buffer a rank has exposed, link-failure events.
+//! - [`loopback`]: every rank in one process; still copies every frame and
+//!   every fetched buffer, as a wire would, so tests exercise the wire format.
+//! - [`tcp`]: the default transport (socket2 + tokio), with the bootstrap that
+//!   finds the master and the other ranks.
+//! - [`conformance`]: the test suite every transport must pass.
+
+pub mod conformance;
+pub mod loopback;
+pub mod tcp;
+
+use bytes::Bytes;
+use std::future::Future;
+use std::pin::Pin;
+pub use taskfold_core::Rank;
+
+/// A receive buffer: aligned so that an rkyv archive can be read in place.
+pub type RecvBuf = rkyv::util::AlignedVec<16>;
+
+/// The result of a one-sided `get`.
+pub type GetFuture = Pin<Box<dyn Future<Output = Result<RecvBuf, TransportError>> + Send>>;
+
+/// Pseudo-rank of the launcher (`taskfold run`) when it reports to the master.
+pub const LAUNCHER: Rank = Rank(u32::MAX);
+
+/// Names an exposed buffer on its owner (the reduction key, in practice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BufferKey(pub u64);
+
+/// What a transport reports to the layer above.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A control frame from `from`, in the order `from` sent it.
+    Message {
+        /// The sender ([`LAUNCHER`] for the launcher).
+        from: Rank,
+        /// The frame, as sent.
+        frame: Bytes,
+    },
+    /// The link to `peer` broke (connection reset, peer process gone).
+    LinkDown {
+        /// The peer.
+        peer: Rank,
+        /// What the transport saw.
+        reason: String,
+    },
+}
+
+/// Transport failures. Never a panic: the layer above decides what a broken
+/// link means (with fault tolerance, usually a failed rank).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    /// The rank is not part of the job.
+    #[error("rank {0} is not part of the job")]
+    NoSuchRank(u32),
+    /// The link to the peer is down.
+    #[error("link to rank {peer} is down: {reason}")]
+    LinkDown {
+        /// The peer.
+        peer: u32,
+        /// Why.
+        reason: String,
+    },
+    /// The peer has no buffer exposed under that key.
+    #[error("rank {peer} exposes no buffer {key:#x}")]
+    NotExposed {
+        /// The peer.
+        peer: u32,
+        /// The key asked for.
+        key: u64,
+    },
+    /// A frame exceeds the configured maximum.
+    #[error("frame of {len} bytes exceeds the maximum of {max}")]
+    FrameTooLarge {
+        /// Its length.
+        len: u64,
+        /// The maximum.
+        max: u64,
+    },
+    /// The peer broke the protocol.
+    #[error("protocol error from {peer}: {detail}")]
+    Protocol {
+        /// The peer (u32::MAX if unknown).
+        peer: u32,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The bootstrap refused this process (wrong job, rank or size).
+    #[error("refused by the master: {0}")]
+    Refused(String),
+    /// The master could not be reached in time.
+    #[error("master unreachable: {0}")]
+    MasterUnreachable(String),
+    /// An I/O error.
+    #[error("I/O error: {0}")]
+    Io(String),
+    /// The transport was shut down.
+    #[error("transport shut down")]
+    Closed,
+}
+
+/// Moves control frames and data between the ranks of one job.
+///
+/// Contract (checked by [`conformance`]):
+/// - `send` never blocks; frames from one rank to another arrive in order,
+///   exactly once, unless the link goes down. Sending to oneself works and
+///   goes through [`Transport::events`] like any other frame.
+/// - `get` is one-sided: the owner's application and actors take no part;
+///   the transport serves the exposed bytes by itself.
+/// - a peer that disappears produces one [`Event::LinkDown`]; pending `get`s
+///   to it fail with [`TransportError::LinkDown`], they do not hang.
+pub trait Transport: Send + Sync + 'static {
+    /// This process's rank.
+    fn rank(&self) -> Rank;
+    /// Number of ranks in the job.
+    fn size(&self) -> u32;
+    /// Queues an ordered control frame to `to`.
+    fn send(&self, to: Rank, frame: Bytes) -> Result<(), TransportError>;
+    /// Exposes `data` under `key` for one-sided gets (replacing any older).
+    fn expose(&self, key: BufferKey, data: Bytes);
+    /// Stops exposing `key`; returns the bytes if they were exposed.
+    fn withdraw(&self, key: BufferKey) -> Option<Bytes>;
+    /// Fetches the buffer `from` exposes under `key`.
+    fn get(&self, from: Rank, key: BufferKey) -> GetFuture;
+    /// The stream of incoming frames and link events (one consumer).
+    fn events(&self) -> flume::Receiver<Event>;
+    /// Closes every link; later calls fail with [`TransportError::Closed`].
+    fn shutdown(&self);
+    /// Short name for logs and metrics (`"tcp"`, `"loopback"`).
+    fn name(&self) -> &'static str;
+}
+
+/// The exposed-buffer table shared by a transport's serving side.
+#[derive(Default, Debug)]
+pub struct Exposed {
+    map: std::sync::RwLock<std::collections::HashMap<BufferKey, Bytes>>,
+}
+
+impl Exposed {
+    /// Inserts or replaces.
+    pub fn insert(&self, key: BufferKey, data: Bytes) {
+        self.map.write().unwrap_or_else(|e| e.into_inner()).insert(key, data);
+    }
+    /// Removes.
+    pub fn remove(&self, key: BufferKey) -> Option<Bytes> {
+        self.map.write().unwrap_or_else(|e| e.into_inner()).remove(&key)
+    }
+    /// A cheap clone of the bytes under `key`.
+    pub fn lookup(&self, key: BufferKey) -> Option<Bytes> {
+        self.map.read().unwrap_or_else(|e| e.into_inner()).get(&key).cloned()
+    }
+    /// Number of exposed buffers and their total bytes.
+    pub fn usage(&self) -> (usize, usize) {
+        let m = self.map.read().unwrap_or_else(|e| e.into_inner());
+        (m.len(), m.values().map(Bytes::len).sum())
+    }
+}
+
+/// Copies bytes into a fresh aligned receive buffer.
+pub fn recv_buf_from(bytes: &[u8]) -> RecvBuf {
+    let mut b = RecvBuf::with_capacity(bytes.len());
+    b.extend_from_slice(bytes);
+    b
+}

@@ -7,6 +7,8 @@
 //! it. Data never travels in these messages: contributions move by one-sided
 //! `get` between workers.
 
+// rkyv's derive generates undocumented variant structs for enums.
+#[allow(missing_docs)]
 mod msg;
 
 pub use msg::*;

@@ -6,7 +6,6 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 /// Every control message of the protocol.
 #[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
-#[rkyv(attr(allow(missing_docs)))]
 pub enum Msg {
     /// Worker → master: `D_rank` with path `path` is ready (DESIGN.md §1).
     Ready(Ready),
@@ -126,7 +125,6 @@ pub struct TaskFailed {
 
 /// Why a task failed.
 #[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
-#[rkyv(attr(allow(missing_docs)))]
 pub enum TaskFailure {
     /// The fold refused the data: the reduction cannot succeed.
     Fold(FoldError),

@@ -1,0 +1,1 @@
+//! Placeholder: the conformance suite is being written.

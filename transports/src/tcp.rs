@@ -1,0 +1,1 @@
+//! Placeholder: the TCP transport is being written.
