@@ -1,1 +1,81 @@
-// placeholder
+//! taskfold: fault-tolerant, task-parallel distributed reductions that an
+//! HPC application embeds next to its own computation.
+//!
+//! Every reduction is split into pairwise tasks that a master hands out as
+//! contributions become ready, to the faster rank; data moves between
+//! workers by one-sided gets and is folded in place from the receive buffer.
+//!
+//! ```
+//! use taskfold::{LocalCluster, Reduce, Sum};
+//!
+//! // Four ranks in this process (tests, laptops); over TCP, each process
+//! // would call `Runtime::from_env()` instead.
+//! let cluster = LocalCluster::new(4).unwrap();
+//! let futures: Vec<_> = cluster
+//!     .ranks()
+//!     .iter()
+//!     .map(|rt| rt.reduce(Sum(vec![rt.rank() as f32; 3]), Reduce::root(1).id("demo")).unwrap())
+//!     .collect();
+//! let results: Vec<_> = futures.into_iter().map(|f| f.get().unwrap()).collect();
+//! assert_eq!(results[1].as_ref().unwrap().0, vec![6.0; 3]); // 0 + 1 + 2 + 3
+//! assert!(results[0].is_none()); // only the root holds the result
+//! ```
+//!
+//! # Layout
+//!
+//! - [`runtime`]: [`Runtime`] (`from_env`, the builder, `reduce`, shutdown).
+//! - [`future`]: [`ReduceFuture`] (`get`, `is_done`, `wait_timeout`, `.await`).
+//! - [`options`]: [`Reduce`] (root, id, group).
+//! - [`env`]: rank, size and master from `taskfold run`, `mpiexec`, `srun`.
+//! - [`local`]: [`LocalCluster`], many ranks in one process over the loopback.
+//! - actors, one module each with its messages and handlers: [`master`]
+//!   (queues and scheduling, rank 0), [`worker`] (tasks: get, fold, ready),
+//!   [`perf`] (performance counter), `router` (transport ↔ actors).
+//! - [`metrics`]: metric names. [`config`]: tunables.
+
+pub mod config;
+pub mod env;
+pub mod future;
+pub mod local;
+pub mod master;
+pub mod metrics;
+pub mod options;
+mod outbox;
+pub mod perf;
+mod pool;
+mod router;
+pub mod runtime;
+pub mod worker;
+
+pub use config::Config;
+pub use future::ReduceFuture;
+pub use local::LocalCluster;
+pub use master::{MasterStats, TaskRecord};
+pub use options::Reduce;
+pub use perf::LocalStats;
+pub use runtime::{Builder, Runtime};
+pub use taskfold_core::{
+    FoldError, Max, Min, Prod, ReduceError, ReduceValue, ReducerBody, Sum,
+};
+pub use tcp_shim::MasterAddr;
+mod tcp_shim;
+
+/// Re-export of rkyv, so that user reducers derive with the same version.
+pub use rkyv;
+
+/// Why a runtime could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// This process's rank or size is unknown or invalid.
+    #[error("cannot tell this process's rank: {0}")]
+    Identity(String),
+    /// The master's address is missing or invalid.
+    #[error("cannot find the master: {0}")]
+    Master(String),
+    /// The transport could not start (master unreachable, refused, …).
+    #[error(transparent)]
+    Transport(#[from] taskfold_transports::TransportError),
+    /// A runtime thread could not be started.
+    #[error("cannot start a runtime thread: {0}")]
+    Thread(std::io::Error),
+}

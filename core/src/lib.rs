@@ -33,6 +33,6 @@ pub mod wire;
 pub use builtin::{Max, Min, Prod, Sum};
 pub use error::{FoldError, ReduceError};
 pub use id::{ReductionId, ReductionKey};
-pub use rank::{Group, Rank};
+pub use rank::{Group, GroupError, Rank};
 pub use rankset::RankSet;
 pub use reducer::{ReduceValue, ReducerBody};

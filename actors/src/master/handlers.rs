@@ -1,0 +1,256 @@
+//! The master's messages, one type each, and their handlers.
+
+use super::{lost, Master, MasterStats};
+use crate::master::state::Reduction;
+use actix::prelude::*;
+use taskfold_core::wire::{Msg, Ready, TaskFailed, TaskFailure};
+use taskfold_core::{Rank, ReduceError};
+
+/// A ready message from a rank (`wire` bytes long).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ReadyIn {
+    pub(crate) from: Rank,
+    pub(crate) ready: Ready,
+    pub(crate) wire: usize,
+}
+
+impl Handler<ReadyIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: ReadyIn, _: &mut Context<Self>) {
+        self.count_in(m.wire);
+        let ReadyIn { from, ready, .. } = m;
+        if self.dead.contains(&from.0) {
+            tracing::debug!(%from, "ignoring a ready message from a fenced rank");
+            return;
+        }
+        if ready.rank != from.0 {
+            tracing::warn!(%from, claimed = ready.rank, "ready message names another rank; dropped");
+            return;
+        }
+        let key = ready.key;
+        if let Some(join) = &ready.join {
+            if let Some((error, pending)) = self.ended.get_mut(&key) {
+                // This reduction already failed; tell the late member.
+                let msg = Msg::Complete {
+                    key,
+                    error: Some(error.clone()),
+                };
+                pending.remove(&from.0);
+                if pending.is_empty() {
+                    self.ended.remove(&key);
+                }
+                self.send(from, &msg);
+                return;
+            }
+            if !self.reductions.contains_key(&key) {
+                match Reduction::new(join, self.size) {
+                    Ok(r) => {
+                        self.reductions.insert(key, r);
+                    }
+                    Err(detail) => {
+                        let error = ReduceError::InvalidOptions(detail);
+                        self.send(from, &Msg::Complete { key, error: Some(error) });
+                        return;
+                    }
+                }
+            }
+        }
+        let Some(r) = self.reductions.get_mut(&key) else {
+            tracing::warn!(%from, key, "ready message for an unknown reduction; dropped");
+            return;
+        };
+        let Some(index) = r.group.index_of(from) else {
+            let error = ReduceError::InvalidOptions(format!("{from} is not a member of the group"));
+            self.send(from, &Msg::Complete { key, error: Some(error) });
+            return;
+        };
+        let outcome = match (&ready.join, &ready.done) {
+            (Some(join), None) => match r.mismatch(join, from) {
+                Some(detail) => Err(ReduceError::Mismatched {
+                    id: r.id.clone(),
+                    detail,
+                }),
+                None => r.schedule.join(index).map(|_| None).map_err(|e| protocol(&r.id, from, e)),
+            },
+            (None, Some(done)) => {
+                match r.schedule.task_done(done.task_id, index, &ready.path) {
+                    Ok(provider) => {
+                        self.perf.record(from, done.nanos, done.bytes);
+                        Ok(Some(r.group.rank_at(provider)))
+                    }
+                    Err(e) => Err(protocol(&r.id, from, e)),
+                }
+            }
+            _ => Err(ReduceError::InvalidOptions(format!(
+                "{from} sent a ready message that is neither a join nor a finished task"
+            ))),
+        };
+        match outcome {
+            Ok(release) => {
+                if let Some(provider) = release {
+                    self.send(provider, &Msg::Release { key });
+                }
+                self.drive(key);
+            }
+            Err(error) => {
+                // A second join after the reduction failed: still answer it.
+                self.fail(key, error.clone());
+                self.send(
+                    from,
+                    &Msg::Complete {
+                        key,
+                        error: Some(error),
+                    },
+                );
+            }
+        }
+    }
+}
+
+fn protocol(id: &str, from: Rank, e: impl std::fmt::Display) -> ReduceError {
+    ReduceError::Mismatched {
+        id: id.to_string(),
+        detail: format!("protocol violation by {from}: {e}"),
+    }
+}
+
+/// A task that could not be carried out.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct TaskFailedIn {
+    pub(crate) from: Rank,
+    pub(crate) failed: TaskFailed,
+    pub(crate) wire: usize,
+}
+
+impl Handler<TaskFailedIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: TaskFailedIn, _: &mut Context<Self>) {
+        self.count_in(m.wire);
+        if self.dead.contains(&m.from.0) {
+            return;
+        }
+        let key = m.failed.key;
+        let Some(r) = self.reductions.get(&key) else {
+            return;
+        };
+        let id = r.id.clone();
+        let error = match m.failed.reason {
+            TaskFailure::Fold(error) => ReduceError::Fold { id, error },
+            TaskFailure::Fetch(e) => ReduceError::Transport(format!(
+                "{} could not fetch its task's data: {e}",
+                m.from
+            )),
+            TaskFailure::Unknown => ReduceError::Mismatched {
+                id,
+                detail: format!("{} holds no data for this reduction", m.from),
+            },
+        };
+        self.fail(key, error);
+    }
+}
+
+/// A rank was found dead: a broken link, or the launcher saw it exit.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct RankDown {
+    pub(crate) rank: Rank,
+    pub(crate) reason: String,
+}
+
+impl Handler<RankDown> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: RankDown, _: &mut Context<Self>) {
+        let rank = m.rank;
+        if rank.0 >= self.size || rank.0 == 0 || !self.dead.insert(rank.0) {
+            return;
+        }
+        tracing::error!(%rank, reason = %m.reason, "rank declared failed");
+        self.stats.dead.push(rank.0);
+        metrics::counter!(crate::metrics::FAILURES_DETECTED).increment(1);
+        for r in 0..self.size {
+            if r != rank.0 {
+                self.send(Rank(r), &Msg::RankFailed { rank: rank.0 });
+            }
+        }
+        // Without replicas, a reduction that still needs the dead rank's data
+        // cannot complete: end it now rather than hang.
+        let doomed: Vec<u64> = self
+            .reductions
+            .iter()
+            .filter(|(_, r)| r.group.index_of(rank).is_some_and(|i| r.schedule.needs(i)))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in doomed {
+            let error = lost(self.reductions.get(&key), &[rank.0]);
+            self.fail(key, error);
+        }
+        self.check_finalize();
+    }
+}
+
+/// The launcher's report that a rank's process exited.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ExitReport {
+    pub(crate) rank: u32,
+    pub(crate) code: i32,
+    pub(crate) signal: i32,
+}
+
+impl Handler<ExitReport> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: ExitReport, ctx: &mut Context<Self>) {
+        if self.finalized.contains(&m.rank) && m.code == 0 {
+            return; // a clean exit after finalize
+        }
+        let reason = if m.signal != 0 {
+            format!("process killed by signal {}", m.signal)
+        } else {
+            format!("process exited with code {} before finalizing", m.code)
+        };
+        self.handle(
+            RankDown {
+                rank: Rank(m.rank),
+                reason,
+            },
+            ctx,
+        );
+    }
+}
+
+/// A rank reached finalize.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct FinalizeIn {
+    pub(crate) from: Rank,
+}
+
+impl Handler<FinalizeIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: FinalizeIn, _: &mut Context<Self>) {
+        if m.from.0 < self.size && !self.dead.contains(&m.from.0) {
+            self.finalized.insert(m.from.0);
+            self.check_finalize();
+        }
+    }
+}
+
+/// Asks for a snapshot of the master's counters.
+#[derive(Message)]
+#[rtype(result = "MasterStats")]
+pub(crate) struct GetStats;
+
+impl Handler<GetStats> for Master {
+    type Result = MessageResult<GetStats>;
+
+    fn handle(&mut self, _: GetStats, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.stats.clone())
+    }
+}

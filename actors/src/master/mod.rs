@@ -1,0 +1,215 @@
+//! The master actor (rank 0): membership, one queue + scheduler per live
+//! reduction, completion notices (DESIGN.md §1, §3).
+//!
+//! Only control messages reach the master: ready messages in, tasks and
+//! completions out. Data moves between workers.
+//!
+//! What a crash of the master loses: everything here (queues, the task log,
+//! the performance table). Every rank then fails its live reductions with
+//! [`taskfold_core::ReduceError::MasterLost`]; the master is not replicated.
+
+mod handlers;
+mod state;
+mod stats;
+
+pub use stats::{MasterStats, TaskRecord};
+
+use crate::outbox::Outbox;
+use actix::prelude::*;
+use state::Reduction;
+use std::collections::{HashMap, HashSet};
+use taskfold_core::perf::PerfTable;
+use taskfold_core::{wire::Msg, Rank, ReduceError};
+
+pub(crate) use handlers::{ExitReport, FinalizeIn, GetStats, RankDown, ReadyIn, TaskFailedIn};
+
+/// Reductions that ended in an error while some members had not joined yet:
+/// they get the error when they join. Bounded so it cannot grow forever.
+const ENDED_LIMIT: usize = 16_384;
+
+/// The master of a job.
+pub struct Master {
+    size: u32,
+    out: Outbox,
+    reductions: HashMap<u64, Reduction>,
+    ended: HashMap<u64, (ReduceError, HashSet<u32>)>,
+    ended_order: std::collections::VecDeque<u64>,
+    dead: HashSet<u32>,
+    finalized: HashSet<u32>,
+    perf: PerfTable,
+    stats: MasterStats,
+    task_log_limit: usize,
+}
+
+impl Master {
+    pub(crate) fn new(size: u32, out: Outbox, task_log_limit: usize) -> Self {
+        Master {
+            size,
+            out,
+            reductions: HashMap::new(),
+            ended: HashMap::new(),
+            ended_order: Default::default(),
+            dead: HashSet::new(),
+            finalized: HashSet::new(),
+            perf: PerfTable::new(),
+            stats: MasterStats::new(size),
+            task_log_limit,
+        }
+    }
+
+    /// Sends to a rank, counting the master's outgoing load. A failed send is
+    /// logged: the link-down event that follows declares the rank failed.
+    fn send(&mut self, to: Rank, msg: &Msg) -> bool {
+        if self.dead.contains(&to.0) {
+            return false;
+        }
+        match self.out.send(to, msg) {
+            Ok(len) => {
+                self.stats.msgs_out += 1;
+                self.stats.bytes_out += len as u64;
+                metrics::counter!(crate::metrics::MASTER_MSGS_OUT).increment(1);
+                metrics::counter!(crate::metrics::MASTER_BYTES_OUT).increment(len as u64);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(%to, error = %e, "master could not send");
+                false
+            }
+        }
+    }
+
+    fn count_in(&mut self, bytes: usize) {
+        self.stats.msgs_in += 1;
+        self.stats.bytes_in += bytes as u64;
+        metrics::counter!(crate::metrics::MASTER_MSGS_IN).increment(1);
+        metrics::counter!(crate::metrics::MASTER_BYTES_IN).increment(bytes as u64);
+    }
+
+    /// Ends reduction `key` with `error` on every member that joined; members
+    /// that join later get the error then.
+    fn fail(&mut self, key: u64, error: ReduceError) {
+        let Some(r) = self.reductions.remove(&key) else {
+            return;
+        };
+        tracing::warn!(id = %r.id, %error, "reduction failed");
+        self.stats.reductions_failed += 1;
+        metrics::counter!(crate::metrics::REDUCTIONS_FAILED).increment(1);
+        let msg = Msg::Complete {
+            key,
+            error: Some(error.clone()),
+        };
+        let mut pending = HashSet::new();
+        for (i, &rank) in r.group.members().iter().enumerate() {
+            if r.schedule.missing().any(|m| m == i) {
+                if !self.dead.contains(&rank.0) {
+                    pending.insert(rank.0);
+                }
+            } else {
+                self.send(rank, &msg);
+            }
+        }
+        if !pending.is_empty() {
+            self.remember_ended(key, error, pending);
+        }
+        self.update_queue_gauge();
+    }
+
+    fn remember_ended(&mut self, key: u64, error: ReduceError, pending: HashSet<u32>) {
+        if self.ended.len() >= ENDED_LIMIT {
+            if let Some(old) = self.ended_order.pop_front() {
+                self.ended.remove(&old);
+            }
+        }
+        self.ended.insert(key, (error, pending));
+        self.ended_order.push_back(key);
+    }
+
+    /// Hands out every task the queue of `key` allows, and completes it when
+    /// the root holds every original.
+    fn drive(&mut self, key: u64) {
+        loop {
+            let Some(r) = self.reductions.get_mut(&key) else {
+                return;
+            };
+            let perf = &self.perf;
+            let group = &r.group;
+            let step = r
+                .schedule
+                .next(|a, b| perf.prefers(group.rank_at(a), group.rank_at(b)));
+            match step {
+                None => break,
+                Some(taskfold_core::schedule::Step::Complete) => {
+                    let r = self.reductions.remove(&key).expect("present above");
+                    self.stats.reductions_completed += 1;
+                    metrics::counter!(crate::metrics::REDUCTIONS_COMPLETED).increment(1);
+                    metrics::histogram!(crate::metrics::REDUCTION_SECONDS)
+                        .record(r.started.elapsed().as_secs_f64());
+                    let msg = Msg::Complete { key, error: None };
+                    for &rank in r.group.members() {
+                        self.send(rank, &msg);
+                    }
+                    break;
+                }
+                Some(taskfold_core::schedule::Step::Task(a)) => {
+                    let receiver = r.group.rank_at(a.receiver.index);
+                    let provider = r.group.rank_at(a.provider.index);
+                    let record = TaskRecord::new(&r.id, &a, &r.group);
+                    let msg = Msg::Task(taskfold_core::wire::Task {
+                        key,
+                        task_id: a.task_id,
+                        provider: provider.0,
+                        provider_path: a.provider.path,
+                        receiver_path: a.receiver.path,
+                    });
+                    self.stats.record_task(record, self.task_log_limit);
+                    if !self.send(receiver, &msg) {
+                        let error = lost(self.reductions.get(&key), &[receiver.0]);
+                        self.fail(key, error);
+                        break;
+                    }
+                }
+            }
+        }
+        self.update_queue_gauge();
+    }
+
+    fn update_queue_gauge(&mut self) {
+        let depth: usize = self.reductions.values().map(|r| r.schedule.queue_len()).sum();
+        self.stats.queue_depth = depth as u64;
+        metrics::gauge!(crate::metrics::MASTER_QUEUE_DEPTH).set(depth as f64);
+        metrics::gauge!(crate::metrics::LIVE_REDUCTIONS).set(self.reductions.len() as f64);
+    }
+
+    /// Sends the finalize acknowledgement once every live rank finalized.
+    fn check_finalize(&mut self) {
+        let all = (0..self.size).all(|r| self.finalized.contains(&r) || self.dead.contains(&r));
+        if all && !self.finalized.is_empty() {
+            let ranks: Vec<u32> = self.finalized.iter().copied().collect();
+            for r in ranks {
+                self.send(Rank(r), &Msg::FinalizeAck);
+            }
+        }
+    }
+}
+
+/// The error for a reduction that lost the data of `ranks`.
+fn lost(r: Option<&Reduction>, ranks: &[u32]) -> ReduceError {
+    match r {
+        Some(r) if ranks.contains(&r.root.0) => ReduceError::RootLost {
+            id: r.id.clone(),
+            root: r.root.0,
+        },
+        Some(r) => ReduceError::RanksLost {
+            id: r.id.clone(),
+            ranks: ranks.to_vec(),
+        },
+        None => ReduceError::RanksLost {
+            id: String::new(),
+            ranks: ranks.to_vec(),
+        },
+    }
+}
+
+impl Actor for Master {
+    type Context = Context<Self>;
+}

@@ -1,0 +1,58 @@
+//! The master's record of one live reduction.
+
+use std::time::Instant;
+use taskfold_core::schedule::Schedule;
+use taskfold_core::wire::Join;
+use taskfold_core::{Group, Rank};
+
+/// One live reduction at the master.
+pub(crate) struct Reduction {
+    pub(crate) id: String,
+    pub(crate) group: Group,
+    pub(crate) root: Rank,
+    pub(crate) join: Join,
+    pub(crate) schedule: Schedule,
+    pub(crate) started: Instant,
+}
+
+impl Reduction {
+    /// Validates the first join of a reduction (untrusted input).
+    pub(crate) fn new(join: &Join, size: u32) -> Result<Self, String> {
+        let group = Group::new(join.group.iter().copied(), size).map_err(|e| e.to_string())?;
+        if group.members().iter().map(|r| r.0).ne(join.group.iter().copied()) {
+            return Err("group must be sorted and free of duplicates".into());
+        }
+        let root = Rank(join.root);
+        let root_index = group
+            .index_of(root)
+            .ok_or_else(|| format!("root {} is not in the group", join.root))?;
+        Ok(Reduction {
+            id: join.id.clone(),
+            schedule: Schedule::new(group.len(), root_index),
+            group,
+            root,
+            join: join.clone(),
+            started: Instant::now(),
+        })
+    }
+
+    /// Why a later join disagrees with the first, if it does.
+    pub(crate) fn mismatch(&self, join: &Join, from: Rank) -> Option<String> {
+        if join.root != self.join.root {
+            return Some(format!(
+                "{from} names root {} but rank(s) before it named root {}",
+                join.root, self.join.root
+            ));
+        }
+        if join.type_tag != self.join.type_tag {
+            return Some(format!("{from} contributes a different type"));
+        }
+        if join.shape != self.join.shape {
+            return Some(format!(
+                "{from} contributes shape {:?} but others contribute shape {:?} (mismatched lengths)",
+                join.shape, self.join.shape
+            ));
+        }
+        None
+    }
+}

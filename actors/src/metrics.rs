@@ -1,0 +1,52 @@
+//! Metric names (the `metrics` crate; install any recorder, e.g. the
+//! Prometheus exporter started by `taskfold` with `TASKFOLD_METRICS_ADDR`).
+//!
+//! Rates ("master messages per second") are the rates of these counters.
+
+/// Tasks executed, per rank (label `rank`).
+pub const TASKS: &str = "taskfold_tasks_total";
+/// Bytes fetched by tasks, per rank.
+pub const BYTES_FETCHED: &str = "taskfold_bytes_fetched_total";
+/// Fetch + fold time of a task, seconds.
+pub const TASK_SECONDS: &str = "taskfold_task_seconds";
+/// Time from a reduction's first join to its completion at the master.
+pub const REDUCTION_SECONDS: &str = "taskfold_reduction_seconds";
+/// Reductions completed.
+pub const REDUCTIONS_COMPLETED: &str = "taskfold_reductions_completed_total";
+/// Reductions ended with an error.
+pub const REDUCTIONS_FAILED: &str = "taskfold_reductions_failed_total";
+/// Ready messages waiting in the master's queues.
+pub const MASTER_QUEUE_DEPTH: &str = "taskfold_master_queue_depth";
+/// Live reductions at the master.
+pub const LIVE_REDUCTIONS: &str = "taskfold_master_live_reductions";
+/// Control messages received by the master.
+pub const MASTER_MSGS_IN: &str = "taskfold_master_messages_in_total";
+/// Control messages sent by the master.
+pub const MASTER_MSGS_OUT: &str = "taskfold_master_messages_out_total";
+/// Control bytes received by the master.
+pub const MASTER_BYTES_IN: &str = "taskfold_master_bytes_in_total";
+/// Control bytes sent by the master.
+pub const MASTER_BYTES_OUT: &str = "taskfold_master_bytes_out_total";
+/// Ranks declared failed.
+pub const FAILURES_DETECTED: &str = "taskfold_failures_detected_total";
+/// Control frames refused as invalid.
+pub const BAD_FRAMES: &str = "taskfold_bad_frames_total";
+
+/// Registers descriptions of every metric with the installed recorder.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(TASKS, "Tasks executed by this rank");
+    describe_counter!(BYTES_FETCHED, Unit::Bytes, "Bytes fetched by tasks");
+    describe_histogram!(TASK_SECONDS, Unit::Seconds, "Fetch + fold time of a task");
+    describe_histogram!(REDUCTION_SECONDS, Unit::Seconds, "First join to completion");
+    describe_counter!(REDUCTIONS_COMPLETED, "Reductions completed");
+    describe_counter!(REDUCTIONS_FAILED, "Reductions ended with an error");
+    describe_gauge!(MASTER_QUEUE_DEPTH, "Ready messages queued at the master");
+    describe_gauge!(LIVE_REDUCTIONS, "Live reductions at the master");
+    describe_counter!(MASTER_MSGS_IN, "Control messages into the master");
+    describe_counter!(MASTER_MSGS_OUT, "Control messages out of the master");
+    describe_counter!(MASTER_BYTES_IN, Unit::Bytes, "Control bytes into the master");
+    describe_counter!(MASTER_BYTES_OUT, Unit::Bytes, "Control bytes out of the master");
+    describe_counter!(FAILURES_DETECTED, "Ranks declared failed");
+    describe_counter!(BAD_FRAMES, "Control frames refused as invalid");
+}

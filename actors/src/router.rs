@@ -1,0 +1,140 @@
+//! The router: decodes frames from the transport and hands each message to
+//! the actor that owns it; forwards application commands.
+//!
+//! Every frame is untrusted: it is validated by [`taskfold_core::wire::decode`]
+//! and checked against who may send it (tasks and completions only from the
+//! master, launcher reports only from the launcher). A bad frame is logged
+//! and dropped; the runtime keeps serving everyone else.
+
+use crate::master::{ExitReport, FinalizeIn, GetStats, Master, MasterStats, RankDown, ReadyIn, TaskFailedIn};
+use crate::perf::{GetLocalStats, LocalStats, PerformanceCounter};
+use crate::worker::{CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, ReleaseIn, StartReduce, TaskIn, Worker};
+use actix::prelude::*;
+use taskfold_core::wire::{self, Msg};
+use taskfold_core::Rank;
+use taskfold_transports::{Event, LAUNCHER};
+
+/// What application threads ask of the runtime (over a flume channel).
+pub(crate) enum Command {
+    Start(StartReduce),
+    Finalize(FinalizeReq),
+    MasterStats(flume::Sender<MasterStats>),
+    LocalStats(flume::Sender<LocalStats>),
+    Stop,
+}
+
+/// Routes transport events and commands to the actors.
+pub(crate) struct Router {
+    pub(crate) rank: Rank,
+    pub(crate) worker: Addr<Worker>,
+    pub(crate) master: Option<Addr<Master>>,
+    pub(crate) perf: Addr<PerformanceCounter>,
+    pub(crate) out: crate::outbox::Outbox,
+}
+
+impl Actor for Router {
+    type Context = Context<Self>;
+}
+
+impl StreamHandler<Event> for Router {
+    fn handle(&mut self, ev: Event, _: &mut Context<Self>) {
+        match ev {
+            Event::Message { from, frame } => match wire::decode(&frame) {
+                Ok(msg) => self.route(from, msg, frame.len()),
+                Err(e) => {
+                    metrics::counter!(crate::metrics::BAD_FRAMES).increment(1);
+                    tracing::error!(%from, error = %e, "dropping an invalid control frame");
+                }
+            },
+            Event::LinkDown { peer, reason } => {
+                tracing::warn!(rank = %self.rank, %peer, %reason, "link down");
+                if let Some(m) = &self.master {
+                    m.do_send(RankDown {
+                        rank: peer,
+                        reason: reason.clone(),
+                    });
+                }
+                self.worker.do_send(PeerDown { peer, reason });
+            }
+        }
+    }
+
+    fn finished(&mut self, _: &mut Context<Self>) {
+        // The transport closed its event stream (shutdown): nothing to do.
+    }
+}
+
+impl Router {
+    fn route(&mut self, from: Rank, msg: Msg, wire: usize) {
+        let from_master = from == Rank(0);
+        match msg {
+            Msg::Ready(ready) => self.master_or_drop(from, |m| m.do_send(ReadyIn { from, ready, wire })),
+            Msg::TaskFailed(failed) => {
+                self.master_or_drop(from, |m| m.do_send(TaskFailedIn { from, failed, wire }))
+            }
+            Msg::Finalize => self.master_or_drop(from, |m| m.do_send(FinalizeIn { from })),
+            Msg::RankExited { rank, code, signal } if from == LAUNCHER => {
+                self.master_or_drop(from, |m| m.do_send(ExitReport { rank, code, signal }))
+            }
+            Msg::Pong { .. } => {}
+            Msg::Task(t) if from_master => self.worker.do_send(TaskIn(t)),
+            Msg::Release { key } if from_master => self.worker.do_send(ReleaseIn { key }),
+            Msg::Complete { key, error } if from_master => self.worker.do_send(CompleteIn { key, error }),
+            Msg::FinalizeAck if from_master => self.worker.do_send(FinalizeAckIn),
+            Msg::RankFailed { rank } if from_master => {
+                tracing::warn!(rank = %self.rank, failed = rank, "the master declared a rank failed");
+            }
+            Msg::Ping { seq } if from_master => {
+                let _ = self.out.send(Rank(0), &Msg::Pong { seq });
+            }
+            other => {
+                metrics::counter!(crate::metrics::BAD_FRAMES).increment(1);
+                tracing::error!(%from, msg = ?other, "message not accepted from this sender; dropped");
+            }
+        }
+    }
+
+    fn master_or_drop(&self, from: Rank, f: impl FnOnce(&Addr<Master>)) {
+        match &self.master {
+            Some(m) => f(m),
+            None => {
+                metrics::counter!(crate::metrics::BAD_FRAMES).increment(1);
+                tracing::error!(%from, "master message sent to a rank that is not the master; dropped");
+            }
+        }
+    }
+}
+
+impl StreamHandler<Command> for Router {
+    fn handle(&mut self, cmd: Command, ctx: &mut Context<Self>) {
+        match cmd {
+            Command::Start(s) => self.worker.do_send(s),
+            Command::Finalize(f) => self.worker.do_send(f),
+            Command::MasterStats(reply) => match &self.master {
+                Some(m) => {
+                    let req = m.send(GetStats);
+                    ctx.spawn(actix::fut::wrap_future(async move {
+                        if let Ok(s) = req.await {
+                            let _ = reply.send(s);
+                        }
+                    }));
+                }
+                None => drop(reply),
+            },
+            Command::LocalStats(reply) => {
+                let req = self.perf.send(GetLocalStats);
+                ctx.spawn(actix::fut::wrap_future(async move {
+                    if let Ok(s) = req.await {
+                        let _ = reply.send(s);
+                    }
+                }));
+            }
+            Command::Stop => System::current().stop(),
+        }
+    }
+
+    fn finished(&mut self, _: &mut Context<Self>) {
+        // Every runtime handle is gone: stop the actor system.
+        System::current().stop();
+    }
+}

@@ -1,0 +1,315 @@
+//! [`Runtime`]: the handle an application holds; starts and stops the actors.
+
+use crate::config::Config;
+use crate::future::{ReduceFuture, Slot};
+use crate::master::{Master, MasterStats};
+use crate::options::Reduce;
+use crate::outbox::Outbox;
+use crate::perf::{LocalStats, PerformanceCounter};
+use crate::pool::FoldPool;
+use crate::router::{Command, Router};
+use crate::worker::{FinalizeReq, StartReduce, Worker};
+use crate::StartError;
+use actix::prelude::*;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use taskfold_core::id::stable_hash;
+use taskfold_core::reducer::type_tag;
+use taskfold_core::wire::Join;
+use taskfold_core::{Rank, ReduceError, ReduceValue, ReductionId, ReductionKey};
+use crate::tcp_shim::{MasterAddr, TcpConfig, TcpTransport};
+use taskfold_transports::Transport;
+
+/// One rank's taskfold runtime: its actors run on their own threads, and
+/// [`Runtime::reduce`] returns at once.
+///
+/// Dropping the runtime finalizes it (see [`Runtime::shutdown`]).
+pub struct Runtime {
+    rank: u32,
+    size: u32,
+    cmd: flume::Sender<Command>,
+    live: Arc<Mutex<HashSet<u64>>>,
+    auto_ids: Mutex<HashMap<u64, u64>>,
+    thread: Option<JoinHandle<()>>,
+    transport: Arc<dyn Transport>,
+    config: Config,
+}
+
+/// Builds a [`Runtime`] from explicit settings.
+#[derive(Default)]
+pub struct Builder {
+    config: Option<Config>,
+    transport: Option<Arc<dyn Transport>>,
+    rank: Option<u32>,
+    size: Option<u32>,
+    master: Option<MasterAddr>,
+    job: Option<u64>,
+}
+
+impl Builder {
+    /// Tunables (default: [`Config::from_env`]).
+    pub fn config(mut self, c: Config) -> Self {
+        self.config = Some(c);
+        self
+    }
+    /// Runs over an existing transport (rank and size come from it).
+    pub fn transport(mut self, t: Arc<dyn Transport>) -> Self {
+        self.transport = Some(t);
+        self
+    }
+    /// This process's rank (TCP).
+    pub fn rank(mut self, r: u32) -> Self {
+        self.rank = Some(r);
+        self
+    }
+    /// Ranks in the job (TCP).
+    pub fn size(mut self, n: u32) -> Self {
+        self.size = Some(n);
+        self
+    }
+    /// Where the master listens, or the rendezvous file (TCP).
+    pub fn master(mut self, m: MasterAddr) -> Self {
+        self.master = Some(m);
+        self
+    }
+    /// The job's id: ranks of other jobs are refused (TCP).
+    pub fn job(mut self, j: impl AsRef<str>) -> Self {
+        self.job = Some(stable_hash(j.as_ref()));
+        self
+    }
+
+    /// Starts the runtime. Over TCP this blocks until every rank registered
+    /// with the master (bounded by the transport's connect timeout).
+    pub fn build(self) -> Result<Runtime, StartError> {
+        let config = self.config.unwrap_or_else(Config::from_env);
+        let transport = match self.transport {
+            Some(t) => t,
+            None => {
+                let (Some(rank), Some(size), Some(master)) = (self.rank, self.size, self.master) else {
+                    return Err(StartError::Identity(
+                        "a TCP runtime needs rank, size and master (or use Runtime::from_env)".into(),
+                    ));
+                };
+                if rank >= size {
+                    return Err(StartError::Identity(format!("rank {rank} is not below size {size}")));
+                }
+                let job = self.job.unwrap_or(0);
+                let t: Arc<dyn Transport> = TcpTransport::start(TcpConfig::new(rank, size, job, master))?;
+                t
+            }
+        };
+        Runtime::start(transport, config)
+    }
+}
+
+impl Runtime {
+    /// A builder for explicit settings.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// Starts from the environment set by `taskfold run`, `mpiexec`,
+    /// `mpirun` or `srun` (see [`crate::env`]), over TCP.
+    pub fn from_env() -> Result<Runtime, StartError> {
+        let get = |k: &str| std::env::var(k).ok();
+        let id = crate::env::identity_with(get)?;
+        let (master, job) = crate::env::master_with(get)?;
+        let t: Arc<dyn Transport> = TcpTransport::start(TcpConfig::new(id.rank, id.size, job, master))?;
+        Runtime::start(t, Config::from_env())
+    }
+
+    /// Starts the actors of this rank over `transport`.
+    pub fn start(transport: Arc<dyn Transport>, config: Config) -> Result<Runtime, StartError> {
+        let rank = transport.rank().0;
+        let size = transport.size();
+        crate::metrics::describe();
+        let (cmd_tx, cmd_rx) = flume::unbounded::<Command>();
+        let (ready_tx, ready_rx) = flume::bounded::<Result<(), StartError>>(1);
+        let live = Arc::new(Mutex::new(HashSet::new()));
+        let (t2, live2, c2) = (transport.clone(), live.clone(), config.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("taskfold-rt-{rank}"))
+            .spawn(move || {
+                let sys = actix_rt::System::new();
+                let started = sys.block_on(async move {
+                    let pool = FoldPool::new(c2.fold_threads, rank).map_err(StartError::Thread)?;
+                    let out = Outbox::new(t2.clone());
+                    let perf = PerformanceCounter::new(rank).start();
+                    let master =
+                        (rank == 0).then(|| Master::new(size, out.clone(), c2.task_log_limit).start());
+                    let worker = Worker::new(Rank(rank), out.clone(), pool, perf.clone(), live2).start();
+                    let events = t2.events();
+                    Router::create(move |ctx| {
+                        ctx.add_stream(events.into_stream());
+                        ctx.add_stream(cmd_rx.into_stream());
+                        Router {
+                            rank: Rank(rank),
+                            worker,
+                            master,
+                            perf,
+                            out,
+                        }
+                    });
+                    Ok(())
+                });
+                let ok = started.is_ok();
+                let _ = ready_tx.send(started);
+                if ok {
+                    let _ = sys.run();
+                }
+            })
+            .map_err(StartError::Thread)?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(StartError::Identity("runtime thread died while starting".into())),
+        }
+        tracing::debug!(rank, size, transport = transport.name(), "runtime started");
+        Ok(Runtime {
+            rank,
+            size,
+            cmd: cmd_tx,
+            live,
+            auto_ids: Mutex::new(HashMap::new()),
+            thread: Some(thread),
+            transport,
+            config,
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Ranks in the job.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The transport's name (`"tcp"`, `"loopback"`).
+    pub fn transport_name(&self) -> &'static str {
+        self.transport.name()
+    }
+
+    /// Starts a reduction of `value` and returns at once.
+    ///
+    /// Errors right away for invalid options (root or this rank outside the
+    /// group, bad id) and for an id already live in this group on this rank;
+    /// every other failure arrives through the future.
+    pub fn reduce<T: ReduceValue>(&self, value: T, opts: Reduce) -> Result<ReduceFuture<T>, ReduceError> {
+        let group = opts
+            .resolve_group(self.size)
+            .map_err(|e| ReduceError::InvalidOptions(e.to_string()))?;
+        let root = Rank(opts.root);
+        if !group.contains(root) {
+            return Err(ReduceError::InvalidOptions(format!("root {} is not in the group", opts.root)));
+        }
+        let Some(index) = group.index_of(Rank(self.rank)) else {
+            return Err(ReduceError::InvalidOptions(format!(
+                "rank {} is not a member of the group it reduces over",
+                self.rank
+            )));
+        };
+        let id = match opts.id {
+            Some(id) => ReductionId::new(id)?,
+            None => {
+                let gkey = ReductionKey::of(&ReductionId::new("auto")?, &group).0;
+                let mut ids = self.auto_ids.lock().unwrap_or_else(|e| e.into_inner());
+                let n = ids.entry(gkey).or_insert(0);
+                *n += 1;
+                ReductionId::new(format!("auto-{}", *n - 1))?
+            }
+        };
+        let key = ReductionKey::of(&id, &group).0;
+        if !self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(key) {
+            return Err(ReduceError::DuplicateId(id.to_string()));
+        }
+        let join = Join {
+            id: id.to_string(),
+            group: group.members().iter().map(|r| r.0).collect(),
+            root: root.0,
+            type_tag: type_tag::<T>(),
+            shape: value.shape_hint(),
+        };
+        let slot = Arc::new(Slot::default());
+        let start = StartReduce {
+            key,
+            join,
+            index,
+            value: Box::new(value),
+            slot: slot.clone(),
+        };
+        if self.cmd.send(Command::Start(start)).is_err() {
+            self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+            return Err(ReduceError::Shutdown);
+        }
+        Ok(ReduceFuture::new(slot, id.to_string()))
+    }
+
+    /// A snapshot of the master's counters and task log (rank 0 only).
+    pub fn master_stats(&self) -> Option<MasterStats> {
+        let (tx, rx) = flume::bounded(1);
+        self.cmd.send(Command::MasterStats(tx)).ok()?;
+        rx.recv_timeout(std::time::Duration::from_secs(10)).ok()
+    }
+
+    /// This rank's task counters.
+    pub fn local_stats(&self) -> LocalStats {
+        let (tx, rx) = flume::bounded(1);
+        if self.cmd.send(Command::LocalStats(tx)).is_err() {
+            return LocalStats::default();
+        }
+        rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap_or_default()
+    }
+
+    /// Starts finalizing: tells the master this rank is done. Ranks keep
+    /// serving data until every rank finalized, like `MPI_Finalize`.
+    pub(crate) fn begin_shutdown(&self) -> Option<flume::Receiver<Result<(), ReduceError>>> {
+        self.thread.as_ref()?;
+        let (tx, rx) = flume::bounded(1);
+        self.cmd.send(Command::Finalize(FinalizeReq { reply: tx })).ok()?;
+        Some(rx)
+    }
+
+    pub(crate) fn finish_shutdown(
+        &mut self,
+        rx: Option<flume::Receiver<Result<(), ReduceError>>>,
+    ) -> Result<(), ReduceError> {
+        let result = match rx {
+            None => Ok(()),
+            Some(rx) => match rx.recv_timeout(self.config.finalize_timeout) {
+                Ok(r) => r,
+                Err(flume::RecvTimeoutError::Timeout) => Err(ReduceError::Timeout(self.config.finalize_timeout)),
+                Err(flume::RecvTimeoutError::Disconnected) => Err(ReduceError::Shutdown),
+            },
+        };
+        let _ = self.cmd.send(Command::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.transport.shutdown();
+        result
+    }
+
+    /// Waits until every rank finalized (bounded by
+    /// [`Config::finalize_timeout`]), then stops this rank's actors and
+    /// closes its links. Reductions still live on this rank end with
+    /// [`ReduceError::Shutdown`].
+    pub fn shutdown(mut self) -> Result<(), ReduceError> {
+        let rx = self.begin_shutdown();
+        self.finish_shutdown(rx)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let rx = self.begin_shutdown();
+            if let Err(e) = self.finish_shutdown(rx) {
+                tracing::warn!(rank = self.rank, error = %e, "shutdown did not finalize cleanly");
+            }
+        }
+    }
+}
