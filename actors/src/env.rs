@@ -16,7 +16,7 @@
 use crate::StartError;
 use std::net::ToSocketAddrs;
 use taskfold_core::id::stable_hash;
-use crate::tcp_shim::MasterAddr;
+use taskfold_transports::tcp::MasterAddr;
 
 /// Rank and size of this process, and which launcher told us.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -57,8 +57,7 @@ pub use runtime::{Builder, Runtime};
 pub use taskfold_core::{
     FoldError, Max, Min, Prod, ReduceError, ReduceValue, ReducerBody, Sum,
 };
-pub use tcp_shim::MasterAddr;
-mod tcp_shim;
+pub use taskfold_transports::tcp::MasterAddr;
 
 /// Re-export of rkyv, so that user reducers derive with the same version.
 pub use rkyv;

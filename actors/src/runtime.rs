@@ -18,7 +18,7 @@ use taskfold_core::id::stable_hash;
 use taskfold_core::reducer::type_tag;
 use taskfold_core::wire::Join;
 use taskfold_core::{Rank, ReduceError, ReduceValue, ReductionId, ReductionKey};
-use crate::tcp_shim::{MasterAddr, TcpConfig, TcpTransport};
+use taskfold_transports::tcp::{MasterAddr, TcpConfig, TcpTransport};
 use taskfold_transports::Transport;
 
 /// One rank's taskfold runtime: its actors run on their own threads, and
@@ -31,6 +31,7 @@ pub struct Runtime {
     cmd: flume::Sender<Command>,
     live: Arc<Mutex<HashSet<u64>>>,
     auto_ids: Mutex<HashMap<u64, u64>>,
+    barriers: std::sync::atomic::AtomicU64,
     thread: Option<JoinHandle<()>>,
     transport: Arc<dyn Transport>,
     config: Config,
@@ -172,6 +173,7 @@ impl Runtime {
             cmd: cmd_tx,
             live,
             auto_ids: Mutex::new(HashMap::new()),
+            barriers: Default::default(),
             thread: Some(thread),
             transport,
             config,
@@ -246,6 +248,15 @@ impl Runtime {
             return Err(ReduceError::Shutdown);
         }
         Ok(ReduceFuture::new(slot, id.to_string()))
+    }
+
+    /// Blocks until every rank of the job called `barrier` (a reduction of
+    /// an empty array; barriers are numbered in call order).
+    pub fn barrier(&self) -> Result<(), ReduceError> {
+        let seq = self.barriers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.reduce(taskfold_core::Sum(Vec::<u32>::new()), Reduce::root(0).id(format!("barrier-{seq}")))?
+            .get()
+            .map(|_| ())
     }
 
     /// A snapshot of the master's counters and task log (rank 0 only).

@@ -1,1 +1,83 @@
-fn main() {}
+//! `taskfold`: launch ranks, run the demo, run benchmarks.
+
+use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+mod bench;
+mod demo;
+mod launcher;
+mod observe;
+mod sizes;
+
+#[derive(Parser)]
+#[command(name = "taskfold", version, about = "Fault-tolerant, task-parallel distributed reductions")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start N ranks of PROGRAM on this machine and watch them.
+    Run {
+        /// Number of ranks.
+        #[arg(short = 'n', long = "np", value_parser = clap::value_parser!(u32).range(1..=4096))]
+        ranks: u32,
+        /// Kill every rank after this many seconds.
+        #[arg(long)]
+        timeout: Option<u64>,
+        /// The program and its arguments.
+        #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
+        program: Vec<OsString>,
+    },
+    /// Run the demo: ranks computing while reducing a stream of f32 arrays.
+    Demo(demo::DemoArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(bench::BenchCmd),
+    /// (internal) one rank of the demo.
+    #[command(hide = true)]
+    DemoRank(demo::DemoArgs),
+    /// (internal) one rank of a benchmark.
+    #[command(hide = true)]
+    BenchRank(bench::reduce::RankArgs),
+}
+
+fn main() -> ExitCode {
+    observe::init_logging();
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Run {
+            ranks,
+            timeout,
+            program,
+        } => {
+            let launch = launcher::Launch {
+                ranks,
+                program: program[0].clone(),
+                args: program[1..].to_vec(),
+                timeout: timeout.map(Duration::from_secs),
+                env: Vec::new(),
+            };
+            match launcher::run(&launch) {
+                Ok(exits) if exits.iter().all(|e| e.success()) => ExitCode::SUCCESS,
+                Ok(exits) => {
+                    for e in exits.iter().filter(|e| !e.success()) {
+                        eprintln!("taskfold run: rank {} {}", e.rank, e.describe());
+                    }
+                    ExitCode::from(1)
+                }
+                Err(e) => {
+                    eprintln!("taskfold run: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Demo(args) => demo::launch(args),
+        Cmd::DemoRank(args) => demo::rank_main(args),
+        Cmd::Bench(cmd) => bench::main(cmd),
+        Cmd::BenchRank(args) => bench::reduce::rank_main(args),
+    }
+}

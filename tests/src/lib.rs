@@ -1,1 +1,98 @@
-// placeholder
+//! Support for taskfold's multi-process tests: locating the binaries,
+//! running jobs with bounded time, sending signals.
+//!
+//! The tests themselves live in `tests/`; the rank program they launch is
+//! `src/bin/tf_check.rs`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The `taskfold` binary of this workspace, built on first use if missing
+/// (a test run builds this crate's binaries, not other crates').
+pub fn taskfold_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let path = target_dir().join(format!("taskfold{}", std::env::consts::EXE_SUFFIX));
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "taskfold-cli", "--bin", "taskfold"])
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building the taskfold binary failed");
+        assert!(path.exists(), "{} missing after build", path.display());
+        path
+    })
+    .clone()
+}
+
+/// The directory holding this test's binaries (`target/<profile>`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test>-<hash>
+    exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
+}
+
+/// Runs `cmd` to completion, killing it after `limit`. Returns its output,
+/// or panics with what it printed if it did not finish in time.
+pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().expect("spawn");
+    wait_bounded(child, limit)
+}
+
+/// Waits for `child` at most `limit`, then kills it and panics.
+pub fn wait_bounded(mut child: Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait().expect("try_wait") {
+            Some(_) => return child.wait_with_output().expect("output"),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("output");
+                panic!(
+                    "command did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Sends `signal` to `pid`.
+pub fn signal(pid: i32, signal: i32) -> std::io::Result<()> {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    let rc = unsafe { libc::kill(pid, signal) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Polls for a file holding a pid (written by `tf_check --pid-dir`).
+pub fn wait_for_pid(path: &Path, limit: Duration) -> i32 {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if let Ok(pid) = s.trim().parse() {
+                return pid;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no pid file at {} within {limit:?}", path.display());
+}
+
+/// Text of an output, both streams.
+pub fn text(out: &Output) -> String {
+    format!(
+        "status: {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

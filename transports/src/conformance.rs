@@ -1,1 +1,432 @@
-//! Placeholder: the conformance suite is being written.
+//! The conformance suite: the contract of [`Transport`], checked the same
+//! way against every implementation.
+//!
+//! Each case takes a factory that starts a job of `n` ranks and returns a
+//! [`Cluster`]; the integration tests of this crate run every case against
+//! [`loopback_cluster`] and [`tcp_cluster`], and other crates may run them
+//! against theirs. Every wait is bounded ([`WAIT`]): a broken transport
+//! fails a case, it does not hang it. Cases panic on failure.
+
+use crate::tcp::{MasterAddr, TcpConfig, TcpTransport};
+use crate::{BufferKey, Event, Rank, RecvBuf, Transport, TransportError};
+use bytes::Bytes;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The longest any single step of a case may take.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A running job: one transport per rank, and a way to kill a rank.
+pub struct Cluster {
+    /// The transports, indexed by rank.
+    pub transports: Vec<Arc<dyn Transport>>,
+    /// Simulates the death of a rank (no goodbye; its peers must notice).
+    pub crash: Box<dyn Fn(Rank) + Send + Sync>,
+}
+
+/// Starts a job of `n` ranks.
+pub type Factory<'a> = &'a dyn Fn(u32) -> Cluster;
+
+/// `n` loopback ranks; a crash is [`crate::loopback::LoopbackHub::kill`].
+pub fn loopback_cluster(n: u32) -> Cluster {
+    let (hub, ts) = crate::loopback::LoopbackHub::new(n);
+    Cluster {
+        transports: ts.into_iter().map(|t| t as Arc<dyn Transport>).collect(),
+        crash: Box::new(move |r| hub.kill(r)),
+    }
+}
+
+/// `n` TCP ranks in this process on 127.0.0.1; a crash is
+/// [`TcpTransport::abort`].
+pub fn tcp_cluster(n: u32) -> Cluster {
+    let ts = tcp_ranks(n, &|_| {});
+    let killers = ts.clone();
+    Cluster {
+        transports: ts.into_iter().map(|t| t as Arc<dyn Transport>).collect(),
+        crash: Box::new(move |r| {
+            if let Some(t) = killers.get(r.0 as usize) {
+                t.abort();
+            }
+        }),
+    }
+}
+
+/// A job id no other job of this process uses.
+pub fn fresh_job() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    (u64::from(std::process::id()) << 32) ^ nanos ^ NEXT.fetch_add(1, Ordering::Relaxed) << 48
+}
+
+/// A fresh empty directory under the system temporary directory.
+pub fn fresh_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("taskfold-{:x}", fresh_job()));
+    std::fs::create_dir_all(&dir).expect("creating a temporary directory");
+    dir
+}
+
+/// Starts `n` TCP ranks, one thread each, meeting through a rendezvous file
+/// in a fresh temporary directory; `tweak` adjusts each rank's config.
+pub fn tcp_ranks(n: u32, tweak: &(dyn Fn(&mut TcpConfig) + Sync)) -> Vec<Arc<TcpTransport>> {
+    let dir = fresh_dir();
+    let master = MasterAddr::Rendezvous(dir.join("master"));
+    let job = fresh_job();
+    let ts = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|r| {
+                let mut cfg = TcpConfig::new(r, n, job, master.clone());
+                cfg.connect_timeout = WAIT;
+                tweak(&mut cfg);
+                s.spawn(move || TcpTransport::start(cfg))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(r, h)| match h.join() {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) => panic!("rank {r} failed to start: {e}"),
+                Err(_) => panic!("rank {r} panicked while starting"),
+            })
+            .collect()
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    ts
+}
+
+/// Runs a future to completion on a thread of its own (with the `futures`
+/// executor: not tokio), failing if it takes longer than [`WAIT`].
+pub fn wait<T: Send + 'static>(what: &str, fut: impl Future<Output = T> + Send + 'static) -> T {
+    let (tx, rx) = flume::bounded(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(futures::executor::block_on(fut));
+    });
+    match rx.recv_timeout(WAIT) {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: no result within {WAIT:?}"),
+    }
+}
+
+/// The next event of `t`, failing after [`WAIT`].
+pub fn next_event(t: &dyn Transport, what: &str) -> Event {
+    match t.events().recv_timeout(WAIT) {
+        Ok(e) => e,
+        Err(_) => panic!("rank {}: no event within {WAIT:?} while waiting for {what}", t.rank().0),
+    }
+}
+
+/// Every event `t` receives during `d`.
+pub fn events_during(t: &dyn Transport, d: Duration) -> Vec<Event> {
+    let end = Instant::now() + d;
+    let rx = t.events();
+    let mut out = Vec::new();
+    while let Ok(e) = rx.recv_deadline(end) {
+        out.push(e);
+    }
+    out
+}
+
+/// Waits for one message on `t` and returns it; any other event fails.
+pub fn expect_message(t: &dyn Transport, what: &str) -> (Rank, Bytes) {
+    match next_event(t, what) {
+        Event::Message { from, frame } => (from, frame),
+        e => panic!("rank {}: expected {what}, got {e:?}", t.rank().0),
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Bytes {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+fn fetch(t: &Arc<dyn Transport>, from: u32, key: u64) -> Result<RecvBuf, TransportError> {
+    wait(
+        &format!("rank {} getting {key} from rank {from}", t.rank().0),
+        t.get(Rank(from), BufferKey(key)),
+    )
+}
+
+fn assert_aligned(b: &RecvBuf) {
+    assert_eq!(b.as_ptr() as usize % 16, 0, "receive buffer is not 16-byte aligned");
+}
+
+/// Every rank sends every rank (itself included) 1,000 frames of varying
+/// sizes, from one thread per rank; each receiver gets each sender's frames
+/// exactly once, in order.
+pub fn ordered_delivery(f: Factory<'_>) {
+    const N: u32 = 1000;
+    let c = f(3);
+    let ts = &c.transports;
+    let n = ts.len() as u32;
+    std::thread::scope(|s| {
+        for t in ts {
+            s.spawn(move || {
+                for seq in 0..N {
+                    for to in 0..n {
+                        let mut frame = Vec::with_capacity(8 + 300);
+                        frame.extend_from_slice(&t.rank().0.to_le_bytes());
+                        frame.extend_from_slice(&seq.to_le_bytes());
+                        frame.extend_from_slice(&vec![seq as u8; (seq as usize * 7) % 300]);
+                        t.send(Rank(to), frame.into()).expect("send");
+                    }
+                }
+            });
+        }
+        for t in ts {
+            s.spawn(move || {
+                let mut next = vec![0u32; n as usize];
+                for _ in 0..N * n {
+                    let (from, frame) = expect_message(&**t, "an ordered frame");
+                    assert!(frame.len() >= 8, "short frame");
+                    let sender = u32::from_le_bytes(frame[0..4].try_into().unwrap_or_default());
+                    let seq = u32::from_le_bytes(frame[4..8].try_into().unwrap_or_default());
+                    assert_eq!(sender, from.0, "frame attributed to the wrong sender");
+                    assert_eq!(
+                        seq, next[from.0 as usize],
+                        "rank {}: frame from rank {} out of order",
+                        t.rank().0, from.0
+                    );
+                    assert_eq!(frame.len(), 8 + (seq as usize * 7) % 300, "frame length");
+                    assert!(frame[8..].iter().all(|&b| b == seq as u8), "frame bytes");
+                    next[from.0 as usize] += 1;
+                }
+                let extra = events_during(&**t, Duration::from_millis(200));
+                assert!(extra.is_empty(), "rank {}: unexpected events {extra:?}", t.rank().0);
+            });
+        }
+    });
+}
+
+/// A frame to oneself arrives through the events like any other.
+pub fn send_to_self(f: Factory<'_>) {
+    let c = f(2);
+    for t in &c.transports {
+        let frame = Bytes::from_static(b"note to self");
+        t.send(t.rank(), frame.clone()).expect("send to self");
+        let (from, got) = expect_message(&**t, "a frame from itself");
+        assert_eq!(from, t.rank());
+        assert_eq!(got, frame);
+    }
+}
+
+/// Sends to and gets from a rank outside the job fail with `NoSuchRank`.
+pub fn send_to_unknown_rank(f: Factory<'_>) {
+    let c = f(2);
+    let t = &c.transports[0];
+    for r in [2, 7, u32::MAX] {
+        assert_eq!(
+            t.send(Rank(r), Bytes::from_static(b"x")),
+            Err(TransportError::NoSuchRank(r))
+        );
+        assert_eq!(fetch(t, r, 1).err(), Some(TransportError::NoSuchRank(r)));
+    }
+}
+
+/// Gets of buffers of 0, 1, 4 KiB + 3 and 9 MiB bytes return exactly the
+/// exposed bytes, 16-byte aligned; from a peer and from oneself.
+pub fn get_sizes(f: Factory<'_>) {
+    let c = f(2);
+    let (t0, t1) = (&c.transports[0], &c.transports[1]);
+    let sizes = [0usize, 1, 4096 + 3, 9 << 20];
+    for (i, &len) in sizes.iter().enumerate() {
+        t1.expose(BufferKey(100 + i as u64), pattern(len, i as u8));
+    }
+    for (i, &len) in sizes.iter().enumerate() {
+        let want = pattern(len, i as u8);
+        for t in [t0, t1] {
+            let got = fetch(t, 1, 100 + i as u64).expect("get of an exposed buffer");
+            assert_eq!(got.len(), len, "length of buffer {i}");
+            assert!(got.as_slice() == &want[..], "bytes of buffer {i} differ");
+            if len > 0 {
+                assert_aligned(&got);
+            }
+        }
+    }
+}
+
+/// A get of a key that is not exposed fails with `NotExposed`.
+pub fn get_not_exposed(f: Factory<'_>) {
+    let c = f(2);
+    let t0 = &c.transports[0];
+    c.transports[1].expose(BufferKey(1), pattern(10, 1));
+    assert_eq!(
+        fetch(t0, 1, 2).err(),
+        Some(TransportError::NotExposed { peer: 1, key: 2 })
+    );
+    // The link still works afterwards.
+    assert_eq!(fetch(t0, 1, 1).map(|b| b.len()), Ok(10));
+}
+
+/// After `withdraw`, gets fail with `NotExposed`.
+pub fn withdraw_then_get(f: Factory<'_>) {
+    let c = f(2);
+    let (t0, t1) = (&c.transports[0], &c.transports[1]);
+    t1.expose(BufferKey(5), pattern(100, 5));
+    assert_eq!(fetch(t0, 1, 5).map(|b| b.len()), Ok(100));
+    assert_eq!(t1.withdraw(BufferKey(5)), Some(pattern(100, 5)));
+    assert_eq!(t1.withdraw(BufferKey(5)), None);
+    assert_eq!(
+        fetch(t0, 1, 5).err(),
+        Some(TransportError::NotExposed { peer: 1, key: 5 })
+    );
+}
+
+/// Exposing a key again replaces the older bytes.
+pub fn expose_replaces(f: Factory<'_>) {
+    let c = f(2);
+    let (t0, t1) = (&c.transports[0], &c.transports[1]);
+    t1.expose(BufferKey(9), pattern(1000, 1));
+    assert!(fetch(t0, 1, 9).expect("first get").as_slice() == &pattern(1000, 1)[..]);
+    t1.expose(BufferKey(9), pattern(77, 2));
+    assert!(fetch(t0, 1, 9).expect("second get").as_slice() == &pattern(77, 2)[..]);
+}
+
+/// Two ranks each issue 16 concurrent gets of the same 3 MiB buffer.
+pub fn concurrent_gets(f: Factory<'_>) {
+    let c = f(3);
+    let len = (3 << 20) + 5;
+    let want = pattern(len, 3);
+    c.transports[2].expose(BufferKey(1), want.clone());
+    std::thread::scope(|s| {
+        for t in &c.transports[..2] {
+            let want = &want;
+            s.spawn(move || {
+                let gets: Vec<_> = (0..16).map(|_| t.get(Rank(2), BufferKey(1))).collect();
+                let all = wait("16 concurrent gets", futures::future::join_all(gets));
+                for r in all {
+                    let b = r.expect("concurrent get");
+                    assert!(b.as_slice() == &want[..], "concurrent get returned other bytes");
+                    assert_aligned(&b);
+                }
+            });
+        }
+    });
+}
+
+/// Every pair exchanges a frame both ways and a get, so that every link
+/// exists (transports may connect lazily).
+fn warm_up(c: &Cluster) {
+    let ts = &c.transports;
+    for t in ts {
+        t.expose(BufferKey(1), pattern(64, t.rank().0 as u8));
+    }
+    for a in ts {
+        for b in ts {
+            if a.rank() != b.rank() {
+                a.send(b.rank(), Bytes::from_static(b"warm-up")).expect("warm-up send");
+                assert_eq!(fetch(a, b.rank().0, 1).map(|b| b.len()), Ok(64));
+            }
+        }
+    }
+    for t in ts {
+        for _ in 1..ts.len() {
+            expect_message(&**t, "a warm-up frame");
+        }
+    }
+}
+
+/// Crashing a rank: each survivor gets exactly one `LinkDown` for it within
+/// [`WAIT`]; gets in flight and later gets fail or finish (never hang),
+/// later sends fail; the survivors still talk to each other.
+pub fn crash_reports_link_down(f: Factory<'_>) {
+    let c = f(3);
+    warm_up(&c);
+    let ts = &c.transports;
+    ts[2].expose(BufferKey(7), pattern(32 << 20, 7));
+    let in_flight: Vec<_> = (0..4).map(|_| ts[0].get(Rank(2), BufferKey(7))).collect();
+    (c.crash)(Rank(2));
+    for t in &ts[..2] {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match t.events().recv_deadline(deadline) {
+                Ok(Event::LinkDown { peer, .. }) if peer == Rank(2) => break,
+                Ok(Event::LinkDown { peer, reason }) => {
+                    panic!("rank {}: LinkDown for live rank {peer}: {reason}", t.rank().0)
+                }
+                Ok(Event::Message { .. }) => {}
+                Err(_) => panic!("rank {}: no LinkDown for the crashed rank", t.rank().0),
+            }
+        }
+    }
+    for r in wait("gets in flight at the crash", futures::future::join_all(in_flight)) {
+        if let Err(e) = r {
+            assert!(
+                matches!(e, TransportError::LinkDown { peer: 2, .. }),
+                "get in flight failed with {e:?}"
+            );
+        }
+    }
+    for t in &ts[..2] {
+        assert!(matches!(
+            fetch(t, 2, 1),
+            Err(TransportError::LinkDown { peer: 2, .. })
+        ));
+        assert!(matches!(
+            t.send(Rank(2), Bytes::from_static(b"hello?")),
+            Err(TransportError::LinkDown { peer: 2, .. })
+        ));
+    }
+    // Survivors still talk, and nobody reports the crash twice.
+    ts[0].send(Rank(1), Bytes::from_static(b"still here")).expect("send between survivors");
+    assert_eq!(fetch(&ts[1], 0, 1).map(|b| b.len()), Ok(64));
+    let mut got = false;
+    for e in events_during(&*ts[1], Duration::from_millis(300)) {
+        match e {
+            Event::Message { from, frame } if from == Rank(0) && &frame[..] == b"still here" => {
+                got = true
+            }
+            Event::Message { .. } => {}
+            e => panic!("rank 1: unexpected {e:?} after the crash"),
+        }
+    }
+    assert!(got, "frame between survivors lost");
+    for e in events_during(&*ts[0], Duration::from_millis(100)) {
+        assert!(matches!(e, Event::Message { .. }), "rank 0: unexpected {e:?}");
+    }
+}
+
+/// A graceful shutdown: the rank's later calls fail with `Closed`, its
+/// peers see no `LinkDown`, and their sends and gets to it fail (soon)
+/// instead of hanging.
+pub fn graceful_shutdown(f: Factory<'_>) {
+    let c = f(3);
+    warm_up(&c);
+    let ts = &c.transports;
+    ts[2].shutdown();
+    assert_eq!(
+        ts[2].send(Rank(0), Bytes::from_static(b"x")),
+        Err(TransportError::Closed)
+    );
+    assert_eq!(fetch(&ts[2], 0, 1).err(), Some(TransportError::Closed));
+    for t in &ts[..2] {
+        let events = events_during(&**t, Duration::from_millis(500));
+        assert!(
+            events.is_empty(),
+            "rank {}: unexpected {events:?} after a graceful shutdown",
+            t.rank().0
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while t.send(Rank(2), Bytes::from_static(b"bye?")).is_ok() {
+            assert!(Instant::now() < deadline, "sends to a departed rank keep succeeding");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(fetch(t, 2, 1).is_err(), "get from a departed rank succeeded");
+    }
+    ts[1].send(Rank(0), Bytes::from_static(b"still here")).expect("send between survivors");
+    let (from, _) = expect_message(&*ts[0], "a frame between survivors");
+    assert_eq!(from, Rank(1));
+    for t in &ts[..2] {
+        let link_downs: Vec<_> = events_during(&**t, Duration::from_millis(200))
+            .into_iter()
+            .filter(|e| matches!(e, Event::LinkDown { .. }))
+            .collect();
+        assert!(link_downs.is_empty(), "rank {}: {link_downs:?}", t.rank().0);
+    }
+}

@@ -97,7 +97,7 @@ impl LoopbackHub {
 }
 
 impl Exposed {
-    fn map_clear(&self) {
+    pub(crate) fn map_clear(&self) {
         self.map.write().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }

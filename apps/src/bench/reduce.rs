@@ -1,0 +1,197 @@
+//! `taskfold bench reduce --np N --size S`: the median time of one `f32`
+//! sum reduction (each repetition's time is the maximum over ranks of
+//! "call `reduce` → outcome known", after a barrier), next to the median
+//! time of a `memcpy` of the same bytes measured by rank 0 in the same run.
+//! Results are verified at the root outside the timed region.
+
+use crate::launcher::{self, Launch};
+use crate::sizes::{human, parse_size};
+use clap::Args;
+use taskfold_benches::baseline::memcpy_median;
+use taskfold_benches::stats::median;
+use taskfold_benches::Figure;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use taskfold::{Max, Reduce, Runtime, Sum};
+
+/// Options of `bench reduce`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Rank counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4,8")]
+    pub np: Vec<u32>,
+    /// Contribution sizes, comma-separated (K, M, G suffixes).
+    #[arg(long, value_delimiter = ',', default_value = "128K,512K,2M,8M,32M", value_parser = parse_size)]
+    pub size: Vec<usize>,
+    /// Timed repetitions per size.
+    #[arg(long, default_value_t = 10)]
+    pub reps: u32,
+    /// Untimed repetitions first.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u32,
+    /// Also write the figures to this JSON file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Options of one benchmark rank (internal).
+#[derive(Args, Debug)]
+pub struct RankArgs {
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<usize>,
+    #[arg(long)]
+    reps: u32,
+    #[arg(long)]
+    warmup: u32,
+    /// Rank 0 writes its figures here.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// Runs the benchmark for every rank count and prints the table.
+pub fn main(args: BenchArgs) -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut figures = Vec::new();
+    for &np in &args.np {
+        let out = std::env::temp_dir().join(format!("taskfold-bench-{}-{np}.json", std::process::id()));
+        let sizes: Vec<String> = args.size.iter().map(|s| s.to_string()).collect();
+        let launch = Launch {
+            ranks: np,
+            program: exe.clone().into_os_string(),
+            args: vec![
+                "bench-rank".into(),
+                "--sizes".into(),
+                sizes.join(",").into(),
+                "--reps".into(),
+                args.reps.to_string().into(),
+                "--warmup".into(),
+                args.warmup.to_string().into(),
+                "--out".into(),
+                out.clone().into_os_string(),
+            ],
+            timeout: Some(Duration::from_secs(3600)),
+            env: Vec::new(),
+        };
+        match launcher::run(&launch) {
+            Ok(exits) if exits.iter().all(|e| e.success()) => {}
+            Ok(_) => return ExitCode::from(1),
+            Err(e) => {
+                eprintln!("bench: {e}");
+                return ExitCode::from(2);
+            }
+        }
+        match std::fs::read(&out).map(|b| serde_json::from_slice::<Vec<Figure>>(&b)) {
+            Ok(Ok(f)) => figures.extend(f),
+            other => {
+                eprintln!("bench: rank 0 wrote no figures: {other:?}");
+                return ExitCode::from(1);
+            }
+        }
+        let _ = std::fs::remove_file(&out);
+    }
+    println!("{:>4} {:>10} {:>12} {:>12} {:>12} {:>10}", "np", "size", "median", "GiB/s", "memcpy", "ratio");
+    for f in &figures {
+        println!(
+            "{:>4} {:>10} {:>10.3}ms {:>12.2} {:>10.3}ms {:>10.1}",
+            f.np,
+            human(f.size as f64),
+            f.median_s * 1e3,
+            f.size as f64 / f.median_s / (1u64 << 30) as f64,
+            f.memcpy_median_s * 1e3,
+            f.ratio_to_memcpy
+        );
+    }
+    if let Some(path) = &args.json {
+        if let Err(e) = std::fs::write(path, serde_json::to_vec_pretty(&figures).unwrap_or_default()) {
+            eprintln!("bench: cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// One rank of the benchmark.
+pub fn rank_main(args: RankArgs) -> ExitCode {
+    let rt = match Runtime::from_env() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bench rank: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    let (rank, size) = (rt.rank(), rt.size());
+    let root = if size > 1 { 1 } else { 0 };
+    let mut figures = Vec::new();
+    let mut code = 0;
+    for &bytes in &args.sizes {
+        let data = vec![1.0f32; (bytes / 4).max(1)];
+        let mut times = Vec::new();
+        let mut last = None;
+        for rep in 0..args.warmup + args.reps {
+            let value = Sum(data.clone());
+            if let Err(e) = rt.barrier() {
+                eprintln!("barrier: {e}");
+                return ExitCode::from(1);
+            }
+            let t = Instant::now();
+            let res = rt
+                .reduce(value, Reduce::root(root).id(format!("bench-{bytes}-{rep}")))
+                .and_then(|f| f.get());
+            let dt = t.elapsed().as_secs_f64();
+            match res {
+                Ok(r) => last = r,
+                Err(e) => {
+                    eprintln!("reduction failed: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+            if rep >= args.warmup {
+                times.push(dt);
+            }
+        }
+        if let Some(Sum(v)) = last {
+            if v.iter().any(|&x| x != size as f32) {
+                eprintln!("WRONG RESULT for {bytes} bytes");
+                code = 1;
+            }
+        }
+        let maxed = rt
+            .reduce(Max(times), Reduce::root(0).id(format!("bench-times-{bytes}")))
+            .and_then(|f| f.get());
+        if rank == 0 {
+            let Ok(Some(Max(mut t))) = maxed else {
+                eprintln!("could not gather times: {maxed:?}");
+                return ExitCode::from(1);
+            };
+            let med = median(&mut t);
+            let mc = memcpy_median(bytes, args.reps);
+            figures.push(Figure {
+                np: size,
+                size: bytes,
+                median_s: med,
+                min_s: t.first().copied().unwrap_or(f64::NAN),
+                max_s: t.last().copied().unwrap_or(f64::NAN),
+                memcpy_median_s: mc,
+                ratio_to_memcpy: med / mc,
+                reps: args.reps,
+            });
+        }
+    }
+    if rank == 0 {
+        if let Err(e) = std::fs::write(&args.out, serde_json::to_vec(&figures).unwrap_or_default()) {
+            eprintln!("cannot write {}: {e}", args.out.display());
+            code = 1;
+        }
+    }
+    if let Err(e) = rt.shutdown() {
+        eprintln!("shutdown: {e}");
+    }
+    ExitCode::from(code)
+}

@@ -1,0 +1,190 @@
+//! `taskfold run -n N -- PROGRAM [ARGS]`: starts `N` ranks of `PROGRAM` on
+//! this machine and watches them.
+//!
+//! Each rank gets `TASKFOLD_RANK`, `TASKFOLD_SIZE`, `TASKFOLD_JOB` and
+//! `TASKFOLD_RENDEZVOUS` (a file in a fresh per-job directory where rank 0
+//! writes the master's address). Output lines are prefixed with `[rank]`.
+//! When a rank exits, the launcher tells the master at once (before any
+//! timeout could notice), so reductions that need that rank end without
+//! waiting. The launcher exits non-zero if any rank failed.
+//!
+//! A rank may print `@taskfold-progress DONE TOTAL [LABEL]` lines: the
+//! launcher draws them as one progress bar instead of printing them.
+
+mod output;
+mod progress;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use taskfold::MasterAddr;
+use taskfold_core::id::stable_hash;
+
+/// How to launch.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// Ranks to start.
+    pub ranks: u32,
+    /// The program and its arguments.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Kill every rank after this long (None: no limit).
+    pub timeout: Option<Duration>,
+    /// Extra environment for every rank.
+    pub env: Vec<(String, String)>,
+}
+
+/// How a rank ended.
+#[derive(Clone, Debug)]
+pub struct RankExit {
+    /// The rank.
+    pub rank: u32,
+    /// Its exit status.
+    pub status: ExitStatus,
+}
+
+impl RankExit {
+    /// True for exit code 0.
+    pub fn success(&self) -> bool {
+        self.status.success()
+    }
+
+    fn code_and_signal(&self) -> (i32, i32) {
+        use std::os::unix::process::ExitStatusExt;
+        match (self.status.code(), self.status.signal()) {
+            (Some(c), _) => (c, 0),
+            (None, Some(s)) => (-1, s),
+            (None, None) => (-1, 0),
+        }
+    }
+
+    /// "exited with code 3", "killed by signal 9".
+    pub fn describe(&self) -> String {
+        match self.code_and_signal() {
+            (c, 0) => format!("exited with code {c}"),
+            (_, s) => format!("killed by signal {s}"),
+        }
+    }
+}
+
+/// Runs a job to its end; returns every rank's exit.
+pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
+    if launch.ranks == 0 {
+        return Err(std::io::Error::other("-n must be at least 1"));
+    }
+    let nonce = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    );
+    let dir = std::env::temp_dir().join(format!("taskfold-job-{nonce}"));
+    std::fs::create_dir_all(&dir)?;
+    let rendezvous = dir.join("master.addr");
+    let job = format!("run-{nonce}");
+    let progress = Arc::new(progress::Progress::new());
+    let mut children: Vec<(u32, Child)> = Vec::new();
+    let mut pumps = Vec::new();
+    for rank in 0..launch.ranks {
+        let mut cmd = Command::new(&launch.program);
+        cmd.args(&launch.args)
+            .env("TASKFOLD_RANK", rank.to_string())
+            .env("TASKFOLD_SIZE", launch.ranks.to_string())
+            .env("TASKFOLD_JOB", &job)
+            .env("TASKFOLD_RENDEZVOUS", &rendezvous)
+            .env_remove("TASKFOLD_MASTER")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in &launch.env {
+            cmd.env(k, v);
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                for (_, c) in &mut children {
+                    let _ = c.kill();
+                }
+                return Err(std::io::Error::other(format!(
+                    "cannot start {:?}: {e}",
+                    launch.program
+                )));
+            }
+        };
+        pumps.extend(output::pump(rank, &mut child, progress.clone()));
+        children.push((rank, child));
+    }
+    let exits = watch(children, launch, &rendezvous, &job);
+    for p in pumps {
+        let _ = p.join();
+    }
+    progress.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(exits)
+}
+
+/// Waits for every child; reports each exit to the master as it happens.
+fn watch(mut children: Vec<(u32, Child)>, launch: &Launch, rendezvous: &PathBuf, job: &str) -> Vec<RankExit> {
+    let started = Instant::now();
+    let mut exits = Vec::new();
+    let killed = AtomicBool::new(false);
+    while !children.is_empty() {
+        let mut i = 0;
+        while i < children.len() {
+            match children[i].1.try_wait() {
+                Ok(Some(status)) => {
+                    let (rank, _) = children.swap_remove(i);
+                    let exit = RankExit { rank, status };
+                    if !exit.success() {
+                        eprintln!("taskfold run: rank {rank} {}", exit.describe());
+                        // A clean exit follows finalize, which the master
+                        // already knows; a failure it must learn now.
+                        if rank != 0 && !children.is_empty() {
+                            report(&exit, rendezvous, job);
+                        }
+                    }
+                    exits.push(exit);
+                }
+                Ok(None) => i += 1,
+                Err(e) => {
+                    eprintln!("taskfold run: cannot watch rank {}: {e}", children[i].0);
+                    i += 1;
+                }
+            }
+        }
+        if let Some(limit) = launch.timeout {
+            if started.elapsed() > limit && !killed.swap(true, Ordering::SeqCst) {
+                eprintln!("taskfold run: time limit of {limit:?} reached, killing every rank");
+                for (_, c) in &mut children {
+                    let _ = c.kill();
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    exits.sort_by_key(|e| e.rank);
+    exits
+}
+
+/// Tells the master that a rank exited, so it needs no timeout to notice.
+fn report(exit: &RankExit, rendezvous: &PathBuf, job: &str) {
+    let (code, signal) = exit.code_and_signal();
+    let master = MasterAddr::Rendezvous(rendezvous.clone());
+    let res = taskfold_transports::tcp::report_rank_exit(
+        &master,
+        stable_hash(job),
+        exit.rank,
+        code,
+        signal,
+        Duration::from_secs(2),
+    );
+    if let Err(e) = res {
+        tracing::debug!(rank = exit.rank, error = %e, "could not report an exit to the master");
+    }
+}

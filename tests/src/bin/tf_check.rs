@@ -1,0 +1,115 @@
+//! A rank program for the multi-process tests: issues concurrent `f32` sum
+//! reductions, checks every result at the root exactly, and reports.
+//!
+//! Contributions are small integers, so every sum is exact in `f32` and
+//! a lost or doubled contribution is always detected.
+
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::Duration;
+use taskfold::{Reduce, ReduceError, Runtime, Sum};
+
+#[derive(Parser)]
+struct Args {
+    /// Bytes per contribution.
+    #[arg(long, default_value_t = 1 << 20)]
+    size: usize,
+    /// Concurrent reductions.
+    #[arg(long, default_value_t = 4)]
+    reductions: u32,
+    /// Root of every reduction.
+    #[arg(long, default_value_t = 1)]
+    root: u32,
+    /// This rank stops itself (SIGSTOP) before contributing; the test
+    /// resumes it. Its pid goes to `--pid-dir`.
+    #[arg(long)]
+    stop_rank: Option<u32>,
+    /// Where `rank-N.pid` files are written.
+    #[arg(long)]
+    pid_dir: Option<PathBuf>,
+    /// Rank 0 writes the master's task log here (JSON).
+    #[arg(long)]
+    task_log: Option<PathBuf>,
+    /// This rank contributes one element too many; every rank must then
+    /// see a mismatch error.
+    #[arg(long)]
+    mismatch_rank: Option<u32>,
+    /// This rank exits with code 7 before contributing; every other rank
+    /// must then see its contribution reported lost.
+    #[arg(long)]
+    exit_rank: Option<u32>,
+}
+
+fn value(rank: u32, k: u32, i: usize) -> f32 {
+    ((i % 1021) as u32 + rank * 3 + k) as f32
+}
+
+fn main() {
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_writer(std::io::stderr).init();
+    let args = Args::parse();
+    let rt = match Runtime::from_env() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tf_check: cannot start: {e}");
+            std::process::exit(3);
+        }
+    };
+    let (rank, size) = (rt.rank(), rt.size());
+    if let Some(dir) = &args.pid_dir {
+        std::fs::write(dir.join(format!("rank-{rank}.pid")), std::process::id().to_string()).unwrap();
+    }
+    if args.stop_rank == Some(rank) {
+        // SAFETY: raise(3) has no memory-safety preconditions.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    }
+    if args.exit_rank == Some(rank) {
+        std::process::exit(7);
+    }
+    let n = args.size / 4;
+    let futures: Vec<_> = (0..args.reductions)
+        .map(|k| {
+            let len = if args.mismatch_rank == Some(rank) { n + 1 } else { n };
+            let v: Vec<f32> = (0..len).map(|i| value(rank, k, i)).collect();
+            rt.reduce(Sum(v), Reduce::root(args.root).id(format!("check-{k}"))).expect("reduce")
+        })
+        .collect();
+    let mut ok = 0;
+    let mut failed = 0;
+    for (k, mut f) in futures.into_iter().enumerate() {
+        match f.wait_timeout(Duration::from_secs(120)) {
+            Ok(Some(sum)) => {
+                let want = |i: usize| (0..size).map(|r| value(r, k as u32, i)).sum::<f32>();
+                let bad = sum.0.iter().enumerate().filter(|(i, &x)| x != want(*i)).count();
+                if bad == 0 && sum.0.len() == n {
+                    ok += 1;
+                } else {
+                    eprintln!("reduction {k}: {bad} wrong elements");
+                    failed += 1;
+                }
+            }
+            Ok(None) => ok += 1,
+            Err(e @ ReduceError::Mismatched { .. }) if args.mismatch_rank.is_some() => {
+                println!("reduction {k}: expected error: {e}");
+                ok += 1;
+            }
+            Err(ReduceError::RanksLost { ranks, .. }) if args.exit_rank.is_some_and(|r| ranks.contains(&r)) => {
+                println!("reduction {k}: expected error: lost ranks {ranks:?}");
+                ok += 1;
+            }
+            Err(e) => {
+                eprintln!("reduction {k}: error: {e}");
+                failed += 1;
+            }
+        }
+    }
+    if rank == 0 {
+        if let (Some(path), Some(stats)) = (&args.task_log, rt.master_stats()) {
+            std::fs::write(path, serde_json::to_vec_pretty(&stats).unwrap()).unwrap();
+        }
+    }
+    println!("rank {rank}: {ok} ok, {failed} failed");
+    if let Err(e) = rt.shutdown() {
+        eprintln!("shutdown: {e}");
+    }
+    std::process::exit(if failed == 0 { 0 } else { 1 });
+}

@@ -1,0 +1,188 @@
+//! Multi-process reductions over TCP: real ranks launched by `taskfold run`
+//! and by MPICH's `mpiexec`, results checked by the ranks themselves.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+use taskfold_tests::{run_bounded, signal, taskfold_bin, text, wait_bounded, wait_for_pid};
+
+const LIMIT: Duration = Duration::from_secs(240);
+
+fn tf_check() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tf_check"))
+}
+
+fn launch(np: u32, args: &[&str]) -> Command {
+    let mut cmd = Command::new(taskfold_bin());
+    cmd.args(["run", "-n", &np.to_string(), "--timeout", "200", "--"]).arg(tf_check()).args(args);
+    cmd
+}
+
+fn assert_all_ok(out: &std::process::Output, np: u32) {
+    let t = text(out);
+    assert!(out.status.success(), "job failed:\n{t}");
+    for r in 0..np {
+        assert!(t.contains(&format!("[{r}] rank {r}: ")) && !t.contains(&format!("[{r}] rank {r}: 0 ok")), "{t}");
+    }
+    assert!(!t.contains("WRONG") && t.matches(" 0 failed").count() == np as usize, "{t}");
+}
+
+#[test]
+fn taskfold_run_4_ranks_28_concurrent_8mib() {
+    let out = run_bounded(launch(4, &["--size", "8388608", "--reductions", "28", "--root", "1"]), LIMIT);
+    assert_all_ok(&out, 4);
+}
+
+#[test]
+fn taskfold_run_8_ranks_28_concurrent_8mib() {
+    let out = run_bounded(launch(8, &["--size", "8388608", "--reductions", "28", "--root", "1"]), LIMIT);
+    assert_all_ok(&out, 8);
+}
+
+/// MPICH's Hydra launcher, if installed (CI installs `mpich`).
+fn hydra() -> Option<PathBuf> {
+    for name in ["mpiexec.hydra", "mpiexec.mpich"] {
+        for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+            let p = PathBuf::from(dir).join(name);
+            if p.exists() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+fn mpiexec_job(np: u32) {
+    let Some(mpiexec) = hydra() else {
+        assert!(std::env::var_os("CI").is_none(), "CI must install mpich for the mpiexec tests");
+        eprintln!("skipping: MPICH's mpiexec is not installed (apt-get install mpich)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(mpiexec);
+    // Hydra passes our environment on to every rank: they find their rank in
+    // PMI_RANK / PMI_SIZE and the master through the rendezvous file.
+    cmd.env("TASKFOLD_RENDEZVOUS", dir.path().join("master.addr"))
+        .env("TASKFOLD_JOB", format!("mpiexec-test-{np}"))
+        .env_remove("TASKFOLD_RANK")
+        .env_remove("TASKFOLD_SIZE")
+        .args(["-n", &np.to_string()])
+        .arg(tf_check())
+        .args(["--size", "8388608", "--reductions", "28", "--root", "1"]);
+    let out = run_bounded(cmd, LIMIT);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert_eq!(t.matches(" 0 failed").count(), np as usize, "{t}");
+}
+
+#[test]
+fn mpiexec_4_ranks() {
+    mpiexec_job(4);
+}
+
+#[test]
+fn mpiexec_8_ranks() {
+    mpiexec_job(8);
+}
+
+#[derive(serde::Deserialize)]
+struct Stats {
+    task_log: Vec<Task>,
+}
+
+#[derive(serde::Deserialize)]
+struct Task {
+    reduction: String,
+    task_id: u64,
+    receiver_path: Vec<u32>,
+    provider_path: Vec<u32>,
+}
+
+/// Process state letter from /proc (`T` when stopped).
+fn state(pid: i32) -> char {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().and_then(|r| r.trim().chars().next()))
+        .unwrap_or('?')
+}
+
+#[test]
+fn a_stopped_rank_is_folded_last_and_holds_nobody_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("tasks.json");
+    let mut cmd = launch(
+        4,
+        &[
+            "--size",
+            "262144",
+            "--reductions",
+            "6",
+            "--root",
+            "1",
+            "--stop-rank",
+            "2",
+            "--pid-dir",
+            dir.path().to_str().unwrap(),
+            "--task-log",
+            log.to_str().unwrap(),
+        ],
+    );
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let pid = wait_for_pid(&dir.path().join("rank-2.pid"), Duration::from_secs(60));
+    // Wait until it has really stopped, give the others time to do all they
+    // can, then resume it.
+    for _ in 0..500 {
+        if state(pid) == 'T' {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(state(pid), 'T', "rank 2 did not stop");
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(pid, libc::SIGCONT).unwrap();
+    let out = wait_bounded(child, LIMIT);
+    assert_all_ok(&out, 4);
+    let stats: Stats = serde_json::from_slice(&std::fs::read(&log).unwrap()).unwrap();
+    for k in 0..6 {
+        let id = format!("check-{k}");
+        let mut tasks: Vec<&Task> = stats.task_log.iter().filter(|t| t.reduction == id).collect();
+        tasks.sort_by_key(|t| t.task_id);
+        assert_eq!(tasks.len(), 3, "{id}: p - 1 tasks");
+        // Every task before the last one folds ranks 0, 1 and 3 only.
+        for t in &tasks[..2] {
+            assert!(!t.receiver_path.contains(&2) && !t.provider_path.contains(&2), "{id}: rank 2 folded early");
+        }
+        let last = tasks[2];
+        let (mut with2, other) = if last.provider_path == [2] {
+            (last.provider_path.clone(), last.receiver_path.clone())
+        } else {
+            (last.receiver_path.clone(), last.provider_path.clone())
+        };
+        assert_eq!(with2, vec![2], "{id}: rank 2's original is folded alone, last");
+        with2.extend(other);
+        with2.sort();
+        assert_eq!(with2, vec![0, 1, 2, 3]);
+    }
+}
+
+#[test]
+fn mismatched_lengths_fail_on_every_process() {
+    let out = run_bounded(launch(4, &["--size", "65536", "--reductions", "3", "--mismatch-rank", "2"]), LIMIT);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert_eq!(t.matches("expected error").count(), 12, "{t}");
+}
+
+#[test]
+fn a_rank_that_exits_early_is_reported_and_nobody_hangs() {
+    let out = run_bounded(launch(4, &["--size", "65536", "--reductions", "3", "--exit-rank", "3"]), LIMIT);
+    let t = text(&out);
+    assert!(!out.status.success(), "the launcher must report the failed rank:\n{t}");
+    assert!(t.contains("rank 3 exited with code 7"), "{t}");
+    // The three survivors each saw all three reductions end with the loss.
+    assert_eq!(t.matches("expected error: lost ranks [3]").count(), 9, "{t}");
+    for r in 0..3 {
+        assert!(t.contains(&format!("[{r}] rank {r}: 3 ok, 0 failed")), "{t}");
+    }
+}

@@ -1,1 +1,0 @@
-//! Placeholder: the TCP transport is being written.

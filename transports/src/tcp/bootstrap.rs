@@ -1,0 +1,463 @@
+//! Bootstrap: ranks register with the master (rank 0), which answers with
+//! everyone's listen address once all have arrived; and the launcher's
+//! reports of ranks that exited.
+//!
+//! A rank binds its listener first, then connects to the master (retrying
+//! with backoff; with a rendezvous file, re-reading the file each time) and
+//! sends `HELLO{role: Register, job, rank, size, listen address}`. The master
+//! refuses (a `REFUSE` frame with the reason, then it closes) a wrong
+//! protocol version, a wrong job id, a wrong size, a rank out of range and a
+//! rank already registered. When all ranks are in, each receives a `TABLE`
+//! frame. If they are not all in within the connect timeout, the master
+//! refuses those that came, naming the missing ranks, and fails itself.
+
+use super::conn::{self, bad_connection, read_control, read_header, ReadError};
+use super::frame::{self, kind, Header, Hello, Role, PROTO_VERSION};
+use super::peer::Shared;
+use super::{MasterAddr, TcpConfig};
+use crate::{Event, TransportError, LAUNCHER};
+use std::io::{self, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+
+/// First word of a rendezvous file.
+const RENDEZVOUS_TAG: &str = "taskfold-rendezvous";
+/// How long the master waits for a frame from the launcher.
+const LAUNCHER_IDLE: Duration = Duration::from_secs(30);
+
+/// A registration received by the accept loop, for the master's coordinator.
+pub(crate) struct Registration {
+    hello: Hello,
+    from: SocketAddr,
+    rd: OwnedReadHalf,
+    wr: OwnedWriteHalf,
+}
+
+/// Writes the rendezvous file atomically (temporary file, then rename).
+pub(crate) fn write_rendezvous(path: &Path, job: u64, addr: SocketAddr) -> io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "rendezvous".into());
+    let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
+    let mut f = std::fs::File::create(&tmp)?;
+    writeln!(f, "{RENDEZVOUS_TAG} {PROTO_VERSION} job={job:#x} addr={addr}")?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+}
+
+/// The master's address for `job`, reading the rendezvous file if needed.
+pub(crate) fn resolve(master: &MasterAddr, job: u64) -> Result<SocketAddr, String> {
+    let path = match master {
+        MasterAddr::Addr(a) => return Ok(*a),
+        MasterAddr::Rendezvous(p) => p,
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("rendezvous file {}: {e}", path.display()))?;
+    let mut words = text.split_whitespace();
+    let (Some(RENDEZVOUS_TAG), Some(_version), Some(j), Some(a)) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return Err(format!("rendezvous file {} is malformed", path.display()));
+    };
+    let file_job = j
+        .strip_prefix("job=0x")
+        .and_then(|h| u64::from_str_radix(h, 16).ok());
+    if file_job != Some(job) {
+        return Err(format!(
+            "rendezvous file {} is for another job ({j}, expected {job:#x})",
+            path.display()
+        ));
+    }
+    a.strip_prefix("addr=")
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| format!("rendezvous file {} has a bad address", path.display()))
+}
+
+fn describe(master: &MasterAddr) -> String {
+    match master {
+        MasterAddr::Addr(a) => a.to_string(),
+        MasterAddr::Rendezvous(p) => format!("rendezvous file {}", p.display()),
+    }
+}
+
+/// Connects to the master, retrying with backoff until `deadline`.
+fn connect_master(
+    master: &MasterAddr,
+    job: u64,
+    deadline: Instant,
+) -> Result<(TcpStream, SocketAddr), TransportError> {
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        let last = match resolve(master, job) {
+            Ok(addr) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match TcpStream::connect_timeout(&addr, left.clamp(Duration::from_millis(1), Duration::from_secs(2))) {
+                    Ok(s) => return Ok((s, addr)),
+                    Err(e) => format!("connecting to {addr}: {e}"),
+                }
+            }
+            Err(e) => e,
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(TransportError::MasterUnreachable(format!(
+                "no master at {}: {last}",
+                describe(master)
+            )));
+        }
+        std::thread::sleep(backoff.min(left));
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
+enum Attempt {
+    Retry(String),
+    Fatal(TransportError),
+}
+
+/// Registers a rank (not 0) with the master; returns the master's address
+/// and the address table. Blocking.
+pub(crate) fn register(
+    cfg: &TcpConfig,
+    listen: SocketAddr,
+) -> Result<(SocketAddr, Vec<SocketAddr>), TransportError> {
+    let deadline = Instant::now() + cfg.connect_timeout;
+    loop {
+        let (stream, addr) = connect_master(&cfg.master, cfg.job, deadline)?;
+        match try_register(cfg, listen, stream, addr) {
+            Ok(table) => return Ok((addr, table)),
+            Err(Attempt::Fatal(e)) => return Err(e),
+            Err(Attempt::Retry(why)) => {
+                if Instant::now() >= deadline {
+                    return Err(TransportError::MasterUnreachable(why));
+                }
+                tracing::debug!(rank = cfg.rank, %why, "registration failed, retrying");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn try_register(
+    cfg: &TcpConfig,
+    listen: SocketAddr,
+    mut s: TcpStream,
+    master: SocketAddr,
+) -> Result<Vec<SocketAddr>, Attempt> {
+    let _ = s.set_nodelay(true);
+    let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+    let hello = frame::hello_frame(&Hello {
+        version: PROTO_VERSION,
+        role: Role::Register,
+        job: cfg.job,
+        rank: cfg.rank,
+        size: cfg.size,
+        addr: Some(listen),
+    });
+    s.write_all(&hello)
+        .map_err(|e| Attempt::Retry(format!("registering with {master}: {e}")))?;
+    // The master answers once every rank is in, or refuses at its deadline.
+    let _ = s.set_read_timeout(Some(cfg.connect_timeout + Duration::from_secs(5)));
+    let max = (u64::from(cfg.size) * frame::ADDR_LEN as u64).max(u64::from(frame::HANDSHAKE_MAX));
+    match frame::read_frame_sync(&mut s, max) {
+        Ok(Some((h, p))) if h.kind == kind::TABLE => {
+            let mut table = frame::decode_table(&p, cfg.size).map_err(|d| {
+                Attempt::Fatal(TransportError::Protocol { peer: 0, detail: d })
+            })?;
+            if let Some(t0) = table.first_mut() {
+                if t0.ip().is_unspecified() {
+                    *t0 = master;
+                }
+            }
+            let _ = s.shutdown(Shutdown::Both);
+            Ok(table)
+        }
+        Ok(Some((h, p))) if h.kind == kind::REFUSE => Err(Attempt::Fatal(TransportError::Refused(
+            String::from_utf8_lossy(&p).into_owned(),
+        ))),
+        Ok(Some((h, _))) => Err(Attempt::Fatal(TransportError::Protocol {
+            peer: 0,
+            detail: format!("unexpected frame kind {} during the bootstrap", h.kind),
+        })),
+        Ok(None) => Err(Attempt::Retry(format!("master {master} closed the connection"))),
+        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(Attempt::Fatal(TransportError::MasterUnreachable(format!(
+                "master {master} sent no address table in time"
+            ))))
+        }
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+            Err(Attempt::Fatal(TransportError::Protocol {
+                peer: 0,
+                detail: e.to_string(),
+            }))
+        }
+        Err(e) => Err(Attempt::Retry(format!("registering with {master}: {e}"))),
+    }
+}
+
+/// Why the master refuses a registration, if it does.
+fn check_registration(
+    shared: &Shared,
+    h: &Hello,
+    registered: impl Fn(u32) -> bool,
+) -> Result<SocketAddr, String> {
+    if h.job != shared.job {
+        return Err(format!(
+            "wrong job id: the master runs job {:#x}, the caller belongs to job {:#x}",
+            shared.job, h.job
+        ));
+    }
+    if h.size != shared.size {
+        return Err(format!(
+            "wrong rank counts: the job has {} ranks, the caller was started with {}",
+            shared.size, h.size
+        ));
+    }
+    if h.rank >= shared.size {
+        return Err(format!(
+            "rank {} is out of range for a job of {} ranks",
+            h.rank, shared.size
+        ));
+    }
+    if h.rank == 0 || registered(h.rank) {
+        return Err(format!("rank {} is already registered", h.rank));
+    }
+    h.addr
+        .ok_or_else(|| "registration without a listen address".to_string())
+}
+
+/// A `Register` hello reached our listener.
+pub(crate) async fn on_register(
+    shared: Arc<Shared>,
+    rd: OwnedReadHalf,
+    wr: OwnedWriteHalf,
+    hello: Hello,
+    from: SocketAddr,
+) {
+    if shared.rank != 0 {
+        let reason = format!("rank {} is not the master", shared.rank);
+        bad_connection(shared.rank, from, &reason);
+        return conn::refuse(rd, wr, reason).await;
+    }
+    let registrar = shared
+        .registrar
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let reg = Registration {
+        hello,
+        from,
+        rd,
+        wr,
+    };
+    let reg = match registrar {
+        Some(tx) => match tx.send(reg) {
+            Ok(()) => return,
+            Err(flume::SendError(reg)) => reg,
+        },
+        None => reg,
+    };
+    // The bootstrap is over: every rank is registered.
+    let reason = check_registration(&shared, &reg.hello, |_| true)
+        .err()
+        .unwrap_or_else(|| "the job has already started".into());
+    bad_connection(shared.rank, from, &reason);
+    conn::refuse(reg.rd, reg.wr, reason).await;
+}
+
+/// The master's side of the bootstrap: collects registrations until every
+/// rank is in or `deadline`, then sends the table (or refuses everyone).
+pub(crate) async fn coordinate(
+    shared: Arc<Shared>,
+    rx: flume::Receiver<Registration>,
+    own: SocketAddr,
+    deadline: tokio::time::Instant,
+) -> Result<Vec<SocketAddr>, TransportError> {
+    let n = shared.size as usize;
+    let mut table: Vec<Option<SocketAddr>> = vec![None; n];
+    table[0] = Some(own);
+    let mut conns = Vec::new();
+    let mut refusals = Vec::new();
+    let mut missing = n - 1;
+    while missing > 0 {
+        let reg = match tokio::time::timeout_at(deadline, rx.recv_async()).await {
+            Ok(Ok(r)) => r,
+            _ => break,
+        };
+        match check_registration(&shared, &reg.hello, |r| table[r as usize].is_some()) {
+            Err(reason) => {
+                bad_connection(shared.rank, reg.from, &reason);
+                refusals.push(tokio::spawn(conn::refuse(reg.rd, reg.wr, reason)));
+            }
+            Ok(mut addr) => {
+                if addr.ip().is_unspecified() {
+                    addr.set_ip(reg.from.ip());
+                }
+                tracing::debug!(rank = reg.hello.rank, %addr, "rank registered");
+                table[reg.hello.rank as usize] = Some(addr);
+                conns.push((reg.rd, reg.wr));
+                missing -= 1;
+            }
+        }
+    }
+    // Close the door; whatever raced in is refused.
+    *shared.registrar.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    while let Ok(reg) = rx.try_recv() {
+        let reason = check_registration(&shared, &reg.hello, |r| table[r as usize].is_some())
+            .err()
+            .unwrap_or_else(|| "the bootstrap is over".into());
+        refusals.push(tokio::spawn(conn::refuse(reg.rd, reg.wr, reason)));
+    }
+    if missing > 0 {
+        let absent: Vec<usize> = (0..n).filter(|&r| table[r].is_none()).collect();
+        let reason = format!(
+            "bootstrap timed out after {:?}: ranks {absent:?} never registered",
+            shared.connect_timeout
+        );
+        for (rd, wr) in conns {
+            refusals.push(tokio::spawn(conn::refuse(rd, wr, reason.clone())));
+        }
+        // Let the refusals go out before the runtime is dropped.
+        for r in refusals {
+            let _ = r.await;
+        }
+        return Err(TransportError::Io(reason));
+    }
+    let table: Vec<SocketAddr> = table.into_iter().flatten().collect();
+    let payload = frame::encode_table(&table);
+    let mut msg = Header {
+        a: n as u64,
+        ..Header::new(kind::TABLE, payload.len() as u32)
+    }
+    .encode()
+    .to_vec();
+    msg.extend_from_slice(&payload);
+    for (rd, mut wr) in conns {
+        let msg = msg.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                let _ = wr.write_all(&msg).await;
+                let _ = wr.shutdown().await;
+            })
+            .await;
+            drop(rd);
+        });
+    }
+    tracing::info!(size = n, "all ranks registered");
+    Ok(table)
+}
+
+/// The launcher's connection: control frames delivered from [`LAUNCHER`].
+pub(crate) async fn on_launcher(
+    shared: Arc<Shared>,
+    mut rd: OwnedReadHalf,
+    mut wr: OwnedWriteHalf,
+    hello: Hello,
+    from: SocketAddr,
+) {
+    let refusal = if shared.rank != 0 {
+        Some(format!("rank {} is not the master", shared.rank))
+    } else if hello.job != shared.job {
+        Some(format!(
+            "wrong job id: the master runs job {:#x}, the launcher reports for job {:#x}",
+            shared.job, hello.job
+        ))
+    } else {
+        None
+    };
+    if let Some(reason) = refusal {
+        bad_connection(shared.rank, from, &reason);
+        return conn::refuse(rd, wr, reason).await;
+    }
+    loop {
+        let hdr = match tokio::time::timeout(LAUNCHER_IDLE, read_header(&mut rd)).await {
+            Ok(Ok(h)) => h,
+            Ok(Err(ReadError::Eof)) => break,
+            Ok(Err(ReadError::Protocol(d))) => return bad_connection(shared.rank, from, &d),
+            Ok(Err(ReadError::Io(e))) => return bad_connection(shared.rank, from, &e.to_string()),
+            Err(_) => return bad_connection(shared.rank, from, "launcher idle"),
+        };
+        match hdr.kind {
+            kind::CONTROL => match read_control(&mut rd, &hdr, shared.max_frame).await {
+                Ok(frame) => {
+                    if !shared.is_closed() {
+                        let _ = shared.events_tx.send(Event::Message {
+                            from: LAUNCHER,
+                            frame,
+                        });
+                    }
+                }
+                Err(ReadError::Protocol(d)) => return bad_connection(shared.rank, from, &d),
+                Err(_) => return bad_connection(shared.rank, from, "launcher frame cut short"),
+            },
+            kind::GOODBYE => break,
+            k => {
+                return bad_connection(
+                    shared.rank,
+                    from,
+                    &format!("unexpected frame kind {k} from the launcher"),
+                )
+            }
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+/// Tells the master that `rank` exited (for the `taskfold run` launcher,
+/// which is not a rank): connects to the master's listener as the launcher
+/// of `job`, sends one control frame
+/// `taskfold_core::wire::encode(&Msg::RankExited { rank, code, signal })`
+/// and closes gracefully. The master delivers it as
+/// `Event::Message { from: LAUNCHER, .. }`. Blocking; retries the
+/// connection until `timeout`.
+pub fn report_rank_exit(
+    master: &MasterAddr,
+    job: u64,
+    rank: u32,
+    code: i32,
+    signal: i32,
+    timeout: Duration,
+) -> Result<(), TransportError> {
+    use taskfold_core::wire::{encode, Msg};
+    let deadline = Instant::now() + timeout;
+    let (mut s, addr) = connect_master(master, job, deadline)?;
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(100));
+    let io = |e: io::Error| TransportError::Io(format!("reporting to the master at {addr}: {e}"));
+    s.set_nodelay(true).map_err(io)?;
+    s.set_write_timeout(Some(left)).map_err(io)?;
+    s.set_read_timeout(Some(left)).map_err(io)?;
+    let body = encode(&Msg::RankExited { rank, code, signal });
+    let mut out = frame::hello_frame(&Hello {
+        version: PROTO_VERSION,
+        role: Role::Launcher,
+        job,
+        rank: LAUNCHER.0,
+        size: 0,
+        addr: None,
+    });
+    out.extend_from_slice(&Header::new(kind::CONTROL, body.len() as u32).encode());
+    out.extend_from_slice(&body);
+    out.extend_from_slice(&Header::new(kind::GOODBYE, 0).encode());
+    s.write_all(&out).map_err(io)?;
+    s.shutdown(Shutdown::Write).map_err(io)?;
+    // The master closes its side once it has the report, or refuses.
+    match frame::read_frame_sync(&mut s, u64::from(frame::HANDSHAKE_MAX)) {
+        Ok(None) => Ok(()),
+        Ok(Some((h, p))) if h.kind == kind::REFUSE => Err(TransportError::Refused(
+            String::from_utf8_lossy(&p).into_owned(),
+        )),
+        Ok(Some((h, _))) => Err(TransportError::Protocol {
+            peer: 0,
+            detail: format!("unexpected frame kind {} in answer to a report", h.kind),
+        }),
+        Err(e) => Err(io(e)),
+    }
+}

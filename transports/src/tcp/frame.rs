@@ -1,0 +1,393 @@
+//! The frame codec: a fixed 32-byte header, then `len` payload bytes.
+//!
+//! ```text
+//! offset  size  field
+//!      0     2  magic  b"tf"
+//!      2     1  kind   (see the `kind` constants below)
+//!      3     1  reserved, 0
+//!      4     4  len    payload bytes that follow the header (u32 LE)
+//!      8     8  a      u64 LE, meaning depends on the kind
+//!     16     8  b      u64 LE
+//!     24     8  c      u64 LE
+//! ```
+//!
+//! | kind | a | b | c | payload |
+//! | --- | --- | --- | --- | --- |
+//! | `HELLO` | | | | [`Hello`] body (43 bytes) |
+//! | `REFUSE` | | | | the reason, UTF-8 |
+//! | `TABLE` | size | | | `size` addresses, 19 bytes each |
+//! | `CONTROL` | | | | the control frame, opaque |
+//! | `GET_REQ` | request id | key | | none |
+//! | `GET_CHUNK` | request id | offset | total length | `len` bytes of the buffer |
+//! | `GET_ERR` | request id | key | 1 = not exposed | none |
+//! | `GOODBYE` | | | | none |
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// Header length in bytes.
+pub const HEADER_LEN: usize = 32;
+/// First two bytes of every frame.
+pub const MAGIC: [u8; 2] = *b"tf";
+/// Version of the TCP framing and handshake; a peer speaking another is refused.
+pub const PROTO_VERSION: u16 = 1;
+/// Largest `HELLO` or `REFUSE` payload accepted.
+pub const HANDSHAKE_MAX: u32 = 4096;
+/// Bytes of one encoded address in a `TABLE` or `HELLO`.
+pub const ADDR_LEN: usize = 19;
+/// Bytes of an encoded [`Hello`] body.
+pub const HELLO_LEN: usize = 24 + ADDR_LEN;
+
+/// Frame kinds.
+pub mod kind {
+    /// First frame of every connection: who is calling.
+    pub const HELLO: u8 = 1;
+    /// The handshake was refused; payload is the reason. The sender closes.
+    pub const REFUSE: u8 = 2;
+    /// Bootstrap answer of the master: every rank's listen address.
+    pub const TABLE: u8 = 3;
+    /// An ordered control frame, delivered as `Event::Message`.
+    pub const CONTROL: u8 = 4;
+    /// A one-sided get request.
+    pub const GET_REQ: u8 = 5;
+    /// A piece of a get response.
+    pub const GET_CHUNK: u8 = 6;
+    /// A get failed (the key is not exposed).
+    pub const GET_ERR: u8 = 7;
+    /// The sender is leaving gracefully; nothing follows on this connection.
+    pub const GOODBYE: u8 = 8;
+}
+
+/// `GET_ERR` code: the key is not exposed.
+pub const ERR_NOT_EXPOSED: u64 = 1;
+
+/// A decoded frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Header {
+    /// Frame kind.
+    pub kind: u8,
+    /// Payload length.
+    pub len: u32,
+    /// First kind-specific field.
+    pub a: u64,
+    /// Second kind-specific field.
+    pub b: u64,
+    /// Third kind-specific field.
+    pub c: u64,
+}
+
+impl Header {
+    /// A header of `kind` with `len` payload bytes and zero fields.
+    pub fn new(kind: u8, len: u32) -> Header {
+        Header {
+            kind,
+            len,
+            ..Header::default()
+        }
+    }
+
+    /// Encodes the header.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut h = [0u8; HEADER_LEN];
+        h[..2].copy_from_slice(&MAGIC);
+        h[2] = self.kind;
+        h[4..8].copy_from_slice(&self.len.to_le_bytes());
+        h[8..16].copy_from_slice(&self.a.to_le_bytes());
+        h[16..24].copy_from_slice(&self.b.to_le_bytes());
+        h[24..32].copy_from_slice(&self.c.to_le_bytes());
+        h
+    }
+
+    /// Decodes and checks magic, kind and the fixed lengths of bodiless kinds.
+    pub fn decode(h: &[u8; HEADER_LEN]) -> Result<Header, String> {
+        if h[..2] != MAGIC {
+            return Err(format!("bad frame magic {:02x?}", &h[..4]));
+        }
+        let u64_at = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&h[i..i + 8]);
+            u64::from_le_bytes(b)
+        };
+        let hdr = Header {
+            kind: h[2],
+            len: u32::from_le_bytes([h[4], h[5], h[6], h[7]]),
+            a: u64_at(8),
+            b: u64_at(16),
+            c: u64_at(24),
+        };
+        match hdr.kind {
+            kind::HELLO | kind::REFUSE | kind::TABLE | kind::CONTROL | kind::GET_CHUNK => {}
+            kind::GET_REQ | kind::GET_ERR | kind::GOODBYE => {
+                if hdr.len != 0 {
+                    return Err(format!("frame kind {} with a payload of {}", hdr.kind, hdr.len));
+                }
+            }
+            k => return Err(format!("unknown frame kind {k}")),
+        }
+        if h[3] != 0 {
+            return Err("reserved header byte is not zero".into());
+        }
+        Ok(hdr)
+    }
+}
+
+/// Who opens a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A rank registering with the master during the bootstrap.
+    Register = 1,
+    /// A rank opening its link to a peer.
+    Peer = 2,
+    /// The launcher reporting to the master.
+    Launcher = 3,
+}
+
+/// The body of a `HELLO` frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// [`PROTO_VERSION`] of the caller.
+    pub version: u16,
+    /// Why it calls.
+    pub role: Role,
+    /// Job id.
+    pub job: u64,
+    /// The caller's rank (`u32::MAX` for the launcher).
+    pub rank: u32,
+    /// Number of ranks the caller was started with.
+    pub size: u32,
+    /// The caller's listen address (registration only).
+    pub addr: Option<SocketAddr>,
+}
+
+impl Hello {
+    /// Encodes the body.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(HELLO_LEN);
+        v.extend_from_slice(&self.version.to_le_bytes());
+        v.push(self.role as u8);
+        v.push(u8::from(self.addr.is_some()));
+        v.extend_from_slice(&self.rank.to_le_bytes());
+        v.extend_from_slice(&self.size.to_le_bytes());
+        v.extend_from_slice(&[0; 4]);
+        v.extend_from_slice(&self.job.to_le_bytes());
+        let addr = self
+            .addr
+            .unwrap_or(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0));
+        v.extend_from_slice(&encode_addr(addr));
+        v
+    }
+
+    /// Decodes a body. The version is read first, so that a peer of another
+    /// version can be told so even if the rest of its hello differs.
+    pub fn decode(b: &[u8]) -> Result<Hello, String> {
+        if b.len() < 2 {
+            return Err(format!("hello of {} bytes", b.len()));
+        }
+        let version = u16::from_le_bytes([b[0], b[1]]);
+        if version != PROTO_VERSION {
+            // The caller refuses on the version; the rest is not parsed.
+            return Ok(Hello {
+                version,
+                role: Role::Peer,
+                job: 0,
+                rank: u32::MAX,
+                size: 0,
+                addr: None,
+            });
+        }
+        if b.len() != HELLO_LEN {
+            return Err(format!("hello of {} bytes, expected {HELLO_LEN}", b.len()));
+        }
+        let role = match b[2] {
+            1 => Role::Register,
+            2 => Role::Peer,
+            3 => Role::Launcher,
+            r => return Err(format!("unknown role {r}")),
+        };
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut job = [0u8; 8];
+        job.copy_from_slice(&b[16..24]);
+        let addr = match b[3] {
+            0 => None,
+            1 => Some(decode_addr(&b[24..24 + ADDR_LEN])?),
+            f => return Err(format!("bad hello flags {f}")),
+        };
+        Ok(Hello {
+            version,
+            role,
+            job: u64::from_le_bytes(job),
+            rank: u32_at(4),
+            size: u32_at(8),
+            addr,
+        })
+    }
+}
+
+/// Encodes an address: family (4 or 6), 16 address bytes, port (u16 LE).
+pub fn encode_addr(addr: SocketAddr) -> [u8; ADDR_LEN] {
+    let mut out = [0u8; ADDR_LEN];
+    match addr.ip() {
+        IpAddr::V4(ip) => {
+            out[0] = 4;
+            out[1..5].copy_from_slice(&ip.octets());
+        }
+        IpAddr::V6(ip) => {
+            out[0] = 6;
+            out[1..17].copy_from_slice(&ip.octets());
+        }
+    }
+    out[17..19].copy_from_slice(&addr.port().to_le_bytes());
+    out
+}
+
+/// Decodes an address written by [`encode_addr`].
+pub fn decode_addr(b: &[u8]) -> Result<SocketAddr, String> {
+    if b.len() != ADDR_LEN {
+        return Err(format!("address of {} bytes", b.len()));
+    }
+    let port = u16::from_le_bytes([b[17], b[18]]);
+    let ip: IpAddr = match b[0] {
+        4 => Ipv4Addr::new(b[1], b[2], b[3], b[4]).into(),
+        6 => {
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&b[1..17]);
+            Ipv6Addr::from(o).into()
+        }
+        f => return Err(format!("bad address family {f}")),
+    };
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// Encodes an address table.
+pub fn encode_table(addrs: &[SocketAddr]) -> Vec<u8> {
+    addrs.iter().flat_map(|a| encode_addr(*a)).collect()
+}
+
+/// Decodes an address table of `size` entries.
+pub fn decode_table(b: &[u8], size: u32) -> Result<Vec<SocketAddr>, String> {
+    if b.len() as u64 != u64::from(size) * ADDR_LEN as u64 {
+        return Err(format!("address table of {} bytes for {size} ranks", b.len()));
+    }
+    b.chunks(ADDR_LEN).map(decode_addr).collect()
+}
+
+/// Writes one frame on a blocking stream.
+pub fn write_frame_sync(w: &mut impl Write, hdr: Header, payload: &[u8]) -> io::Result<()> {
+    let mut buf = Vec::with_capacity(HEADER_LEN + payload.len());
+    buf.extend_from_slice(&hdr.encode());
+    buf.extend_from_slice(payload);
+    w.write_all(&buf)?;
+    w.flush()
+}
+
+/// Reads one frame from a blocking stream; `Ok(None)` on a clean end of
+/// stream before the header. Payloads over `max` are refused.
+pub fn read_frame_sync(r: &mut impl Read, max: u64) -> io::Result<Option<(Header, Vec<u8>)>> {
+    let mut h = [0u8; HEADER_LEN];
+    let mut got = 0;
+    while got < HEADER_LEN {
+        match r.read(&mut h[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let hdr = Header::decode(&h).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    if u64::from(hdr.len) > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {} bytes exceeds {max}", hdr.len),
+        ));
+    }
+    let mut payload = vec![0u8; hdr.len as usize];
+    r.read_exact(&mut payload)?;
+    Ok(Some((hdr, payload)))
+}
+
+/// Encodes a `REFUSE` frame.
+pub fn refuse_frame(reason: &str) -> Vec<u8> {
+    let mut r = reason.as_bytes();
+    if r.len() > HANDSHAKE_MAX as usize {
+        r = &r[..HANDSHAKE_MAX as usize];
+    }
+    let mut v = Header::new(kind::REFUSE, r.len() as u32).encode().to_vec();
+    v.extend_from_slice(r);
+    v
+}
+
+/// Encodes a complete `HELLO` frame.
+pub fn hello_frame(h: &Hello) -> Vec<u8> {
+    let body = h.encode();
+    let mut v = Header::new(kind::HELLO, body.len() as u32).encode().to_vec();
+    v.extend_from_slice(&body);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip() {
+        let h = Header {
+            kind: kind::GET_CHUNK,
+            len: 7,
+            a: 1,
+            b: 2,
+            c: u64::MAX,
+        };
+        assert_eq!(Header::decode(&h.encode()), Ok(h));
+    }
+
+    #[test]
+    fn bad_headers_are_refused() {
+        let mut h = Header::new(kind::CONTROL, 1).encode();
+        h[0] = b'X';
+        assert!(Header::decode(&h).is_err());
+        assert!(Header::decode(&Header::new(99, 0).encode()).is_err());
+        assert!(Header::decode(&Header::new(kind::GOODBYE, 5).encode()).is_err());
+        let mut h = Header::new(kind::CONTROL, 1).encode();
+        h[3] = 1;
+        assert!(Header::decode(&h).is_err());
+    }
+
+    #[test]
+    fn hello_round_trip() {
+        for addr in [
+            None,
+            Some("127.0.0.1:4000".parse().unwrap()),
+            Some("[::1]:9".parse().unwrap()),
+        ] {
+            let h = Hello {
+                version: PROTO_VERSION,
+                role: Role::Register,
+                job: 0xdead_beef,
+                rank: 3,
+                size: 8,
+                addr,
+            };
+            assert_eq!(Hello::decode(&h.encode()), Ok(h));
+        }
+        assert!(Hello::decode(&[1]).is_err());
+        assert!(Hello::decode(&[1, 0, 9]).is_err());
+        assert_eq!(Hello::decode(&[7, 0]).map(|h| h.version), Ok(7));
+    }
+
+    #[test]
+    fn oversize_sync_frame_is_refused() {
+        let mut bytes = Header::new(kind::CONTROL, 1 << 30).encode().to_vec();
+        bytes.extend_from_slice(&[0; 16]);
+        let err = read_frame_sync(&mut &bytes[..], 1024).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(read_frame_sync(&mut &[][..], 1024).unwrap().is_none());
+    }
+
+    #[test]
+    fn table_round_trip() {
+        let t: Vec<SocketAddr> = vec!["127.0.0.1:1".parse().unwrap(), "[::1]:2".parse().unwrap()];
+        assert_eq!(decode_table(&encode_table(&t), 2), Ok(t));
+        assert!(decode_table(&[0; 5], 1).is_err());
+    }
+}

@@ -1,0 +1,181 @@
+//! One-sided gets: serving exposed buffers and receiving them.
+//!
+//! The owner answers a `GET_REQ` by itself (no application or actor takes
+//! part): `ceil(len / chunk)` `GET_CHUNK` frames (one if the buffer is
+//! empty), each a header followed by a slice of the exposed `Bytes` written
+//! straight to the socket, or one `GET_ERR` if the key is not exposed. The
+//! requester allocates one aligned buffer of the announced total at the
+//! first chunk and reads every chunk's payload from the socket into it.
+
+use super::conn::{OutFrame, ReadError, Writer};
+use super::frame::{Header, ERR_NOT_EXPOSED, HEADER_LEN};
+use super::metrics;
+use super::peer::{Link, Pending, Shared};
+use crate::{BufferKey, RecvBuf, TransportError};
+use tokio::io::AsyncReadExt;
+use tokio::net::tcp::OwnedReadHalf;
+
+/// Largest buffer a get may announce (larger totals are a protocol error).
+const MAX_GET: u64 = isize::MAX as u64;
+
+/// Answers a get request from the connection whose writer is `w`.
+pub(crate) fn serve(shared: &Shared, w: &Writer, req: u64, key: u64) {
+    if shared.is_closed() {
+        return;
+    }
+    let Some(data) = shared.exposed.lookup(BufferKey(key)) else {
+        let _ = w.send(OutFrame::GetErr { req, key });
+        return;
+    };
+    let total = data.len();
+    let mut offset = 0;
+    loop {
+        let end = total.min(offset + shared.chunk);
+        let _ = w.send(OutFrame::Chunk {
+            req,
+            offset: offset as u64,
+            total: total as u64,
+            data: data.slice(offset..end),
+        });
+        offset = end;
+        if offset >= total {
+            break;
+        }
+    }
+}
+
+/// Takes the pending get `req` to `peer` out of its slot.
+fn take_pending(shared: &Shared, peer: u32, req: u64) -> Option<Pending> {
+    shared.slot(peer).pending.remove(&req)
+}
+
+/// A chunk arrived: read its payload into the request's buffer.
+pub(crate) async fn on_chunk(
+    shared: &Shared,
+    peer: u32,
+    hdr: &Header,
+    rd: &mut OwnedReadHalf,
+) -> Result<(), ReadError> {
+    let (req, offset, total, len) = (hdr.a, hdr.b, hdr.c, u64::from(hdr.len));
+    let Some(mut p) = take_pending(shared, peer, req) else {
+        if shared.is_closed() {
+            // Our gets were failed by the shutdown: skip the bytes.
+            let mut sink = vec![0u8; hdr.len as usize];
+            rd.read_exact(&mut sink).await.map_err(ReadError::Io)?;
+            return Ok(());
+        }
+        return Err(ReadError::Protocol(format!("chunk for unknown request {req}")));
+    };
+    let bad = if total > MAX_GET {
+        Some(format!("get of {total} bytes"))
+    } else if p.buf.is_some() && total != p.total {
+        Some(format!("get total changed from {} to {total}", p.total))
+    } else if offset != p.done || len > total - offset {
+        Some(format!(
+            "chunk {offset}+{len} out of order or past the end of {total} (expected offset {})",
+            p.done
+        ))
+    } else {
+        None
+    };
+    if let Some(detail) = bad {
+        let _ = p.tx.send(Err(TransportError::Protocol {
+            peer,
+            detail: detail.clone(),
+        }));
+        return Err(ReadError::Protocol(detail));
+    }
+    p.total = total;
+    let buf = p.buf.get_or_insert_with(|| {
+        // `total <= isize::MAX` was checked above.
+        let mut b = RecvBuf::with_capacity(total as usize);
+        b.resize(total as usize, 0);
+        b
+    });
+    let range = offset as usize..(offset + len) as usize;
+    if let Err(e) = rd.read_exact(&mut buf[range]).await {
+        let _ = p.tx.send(Err(TransportError::LinkDown {
+            peer,
+            reason: format!("connection failed during a get: {e}"),
+        }));
+        return Err(ReadError::Io(e));
+    }
+    metrics::received(HEADER_LEN as u64 + len, 1);
+    p.done += len;
+    if p.done == p.total {
+        let buf = p.buf.take().unwrap_or_default();
+        let _ = p.tx.send(Ok(buf));
+        return Ok(());
+    }
+    let mut slot = shared.slot(peer);
+    match Shared::link_error(peer, &slot.link) {
+        None if !shared.is_closed() => {
+            slot.pending.insert(req, p);
+        }
+        None => {
+            let _ = p.tx.send(Err(TransportError::Closed));
+        }
+        Some(e) => {
+            let _ = p.tx.send(Err(e));
+        }
+    }
+    Ok(())
+}
+
+/// A get failed at the owner.
+pub(crate) fn on_error(shared: &Shared, peer: u32, hdr: &Header) -> Result<(), ReadError> {
+    let (req, key, code) = (hdr.a, hdr.b, hdr.c);
+    let Some(p) = take_pending(shared, peer, req) else {
+        if shared.is_closed() {
+            return Ok(());
+        }
+        return Err(ReadError::Protocol(format!("error for unknown request {req}")));
+    };
+    let err = if code == ERR_NOT_EXPOSED {
+        TransportError::NotExposed { peer, key }
+    } else {
+        TransportError::Protocol {
+            peer,
+            detail: format!("get failed with unknown code {code}"),
+        }
+    };
+    let _ = p.tx.send(Err(err));
+    Ok(())
+}
+
+/// Registers a get to `peer` and queues its request; the receiver completes
+/// with the buffer or the error.
+pub(crate) fn request(
+    shared: &std::sync::Arc<Shared>,
+    peer: u32,
+    key: BufferKey,
+) -> Result<tokio::sync::oneshot::Receiver<Result<RecvBuf, TransportError>>, TransportError> {
+    let mut slot = shared.slot(peer);
+    if shared.is_closed() {
+        return Err(TransportError::Closed);
+    }
+    if let Some(e) = Shared::link_error(peer, &slot.link) {
+        return Err(e);
+    }
+    let w = shared.outgoing(&mut slot, peer);
+    let req = shared.next_id();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    slot.pending.insert(
+        req,
+        Pending {
+            buf: None,
+            total: 0,
+            done: 0,
+            tx,
+        },
+    );
+    if w.send(OutFrame::GetReq { req, key: key.0 }).is_err() {
+        slot.pending.remove(&req);
+        return Err(TransportError::LinkDown {
+            peer,
+            reason: format!("connection to rank {peer} is closed"),
+        });
+    }
+    debug_assert!(slot.link == Link::Up);
+    Ok(rx)
+}

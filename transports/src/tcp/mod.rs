@@ -1,0 +1,402 @@
+//! The TCP transport (socket2 + tokio), the default between processes.
+//!
+//! # Connections
+//!
+//! Every rank listens. On its first frame or get to a peer, a rank opens its
+//! own connection to that peer, sends a `HELLO` (job id, its rank, protocol
+//! version) and then uses that connection for all its control frames and get
+//! requests to the peer, in order; the peer answers the gets on the same
+//! connection. Big responses therefore never sit in front of the peer's own
+//! control frames, which travel on the peer's connection. Each connection
+//! has a single writer task fed by an unbounded channel: [`Transport::send`]
+//! never blocks and per-peer order is kept. A frame to oneself goes straight
+//! to one's own event channel (copied). Sockets use `TCP_NODELAY` and 4 MiB
+//! kernel buffers. The transport runs its own two-thread tokio runtime, so
+//! the caller needs none, and its get futures complete on any executor.
+//!
+//! # Frame format
+//!
+//! A fixed 32-byte header (`b"tf"`, kind, reserved byte, payload length as
+//! u32 LE, three u64 LE fields) then the payload; see [`frame`] for the
+//! table of kinds. A control frame is `CONTROL` with the opaque bytes as
+//! payload (at most [`TcpConfig::max_frame`]; larger ones are refused by the
+//! sender with [`TransportError::FrameTooLarge`] and by the receiver, which
+//! drops the connection).
+//!
+//! # Cost of a get
+//!
+//! One `GET_REQ` frame (32 bytes) from the requester, then
+//! `max(1, ceil(len / chunk))` `GET_CHUNK` frames from the owner: in all
+//! `32 + len + 32 * max(1, ceil(len / chunk))` bytes on the wire, one
+//! allocation of `len` bytes at the requester (zeroed, then read into from
+//! the socket), no copy at the owner (the exposed `Bytes` are written to the
+//! socket as they are). A key that is not exposed costs one `GET_ERR` frame.
+//!
+//! # Failures
+//!
+//! Network errors are values. A connection sending garbage, a bad hello or
+//! an oversized frame is dropped (logged, counted in
+//! `taskfold_transport_bad_connections_total`) and everyone else is served
+//! as before. When a connection to or from a peer breaks without a goodbye
+//! (end of stream or reset: the peer process died), the transport emits
+//! exactly one [`Event::LinkDown`] for that peer, fails the pending gets to
+//! it with [`TransportError::LinkDown`], closes its other connection with it
+//! and fails later sends and gets to it. Nothing from that peer is delivered
+//! after its `LinkDown`. A peer that is only discovered dead when we first
+//! connect to it (connection refused) is reported the same way.
+//! [`Transport::shutdown`] is graceful: goodbyes on every connection, so peers
+//! report no failure; [`TcpTransport::abort`] simulates a crash.
+//!
+//! # Bootstrap
+//!
+//! See [`TcpTransport::start`] and the `bootstrap` module: rank 0 hosts the
+//! master, which other ranks find at a fixed address or through a rendezvous
+//! file, and which hands out every rank's listen address.
+
+mod bootstrap;
+mod conn;
+pub mod frame;
+mod get;
+pub mod metrics;
+mod peer;
+mod sock;
+
+pub use bootstrap::report_rank_exit;
+
+use crate::{BufferKey, Event, GetFuture, Rank, Transport, TransportError};
+use bytes::Bytes;
+use peer::Shared;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
+
+/// How long a graceful shutdown waits for its peers to close their side.
+const GOODBYE_WAIT: Duration = Duration::from_secs(2);
+
+/// Where the master (rank 0) listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MasterAddr {
+    /// A fixed address: rank 0 binds it, the others connect to it.
+    Addr(SocketAddr),
+    /// A file: rank 0 binds `bind_host:0` and writes its address there
+    /// (atomically); the others poll the file until it names their job.
+    Rendezvous(PathBuf),
+}
+
+/// Configuration of [`TcpTransport::start`].
+#[derive(Clone, Debug)]
+pub struct TcpConfig {
+    /// This process's rank.
+    pub rank: u32,
+    /// Number of ranks in the job.
+    pub size: u32,
+    /// Job id; connections of another job are refused.
+    pub job: u64,
+    /// How to find the master.
+    pub master: MasterAddr,
+    /// Address listeners bind (port 0) and advertise; must be reachable by
+    /// the other ranks (an unspecified address is replaced by the address
+    /// the master sees). Default `127.0.0.1`.
+    pub bind_host: IpAddr,
+    /// Largest control frame, sent or received (at most `u32::MAX`).
+    /// Default 64 MiB.
+    pub max_frame: u64,
+    /// Payload bytes per get response frame. Default 4 MiB.
+    pub chunk: usize,
+    /// How long to wait for the master, and for all ranks to register, and
+    /// to connect to a peer. Default 30 s.
+    pub connect_timeout: Duration,
+}
+
+impl TcpConfig {
+    /// A configuration with the defaults.
+    pub fn new(rank: u32, size: u32, job: u64, master: MasterAddr) -> Self {
+        TcpConfig {
+            rank,
+            size,
+            job,
+            master,
+            bind_host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            max_frame: 64 << 20,
+            chunk: 4 << 20,
+            connect_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// One rank's TCP endpoint. See the [module documentation](self).
+pub struct TcpTransport {
+    shared: Arc<Shared>,
+    runtime: Mutex<Option<Runtime>>,
+    master_addr: SocketAddr,
+    listen_addr: SocketAddr,
+}
+
+impl std::fmt::Debug for TcpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpTransport")
+            .field("rank", &self.shared.rank)
+            .field("size", &self.shared.size)
+            .field("listen_addr", &self.listen_addr)
+            .field("master_addr", &self.master_addr)
+            .finish()
+    }
+}
+
+impl TcpTransport {
+    /// Joins the job: binds this rank's listener, registers with the master
+    /// (or, on rank 0, hosts it) and returns once every rank has registered.
+    /// Blocking, at most about `connect_timeout`.
+    ///
+    /// Errors: [`TransportError::Refused`] if the master refuses this process
+    /// (wrong job id, wrong size, rank out of range or already registered,
+    /// other protocol version); [`TransportError::MasterUnreachable`] if no
+    /// master answers in time; on rank 0, [`TransportError::Io`] naming the
+    /// ranks that never registered.
+    pub fn start(cfg: TcpConfig) -> Result<Arc<TcpTransport>, TransportError> {
+        if cfg.rank >= cfg.size {
+            return Err(TransportError::NoSuchRank(cfg.rank));
+        }
+        let started = Instant::now();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name(format!("taskfold-tcp-r{}", cfg.rank))
+            .enable_all()
+            .build()
+            .map_err(|e| TransportError::Io(format!("starting the runtime: {e}")))?;
+        let shared = Arc::new(Shared::new(&cfg, runtime.handle().clone()));
+        let bind = match (&cfg.master, cfg.rank) {
+            (MasterAddr::Addr(a), 0) => *a,
+            _ => SocketAddr::new(cfg.bind_host, 0),
+        };
+        let listener = {
+            let _guard = runtime.enter();
+            sock::listen(bind)
+        };
+        let fail = |e: TransportError, runtime: Runtime| {
+            shared.close();
+            runtime.shutdown_background();
+            Err(e)
+        };
+        let (listener, listen_addr) = match listener.and_then(|l| {
+            let a = l.local_addr()?;
+            Ok((l, a))
+        }) {
+            Ok(x) => x,
+            Err(e) => return fail(TransportError::Io(format!("binding {bind}: {e}")), runtime),
+        };
+        let registrations = (cfg.rank == 0).then(|| {
+            let (tx, rx) = flume::unbounded();
+            *shared.registrar.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+            rx
+        });
+        runtime.spawn(conn::accept_loop(shared.clone(), listener));
+        tracing::debug!(rank = cfg.rank, %listen_addr, "listening");
+
+        let joined = match registrations {
+            Some(rx) => {
+                if let MasterAddr::Rendezvous(path) = &cfg.master {
+                    if let Err(e) = bootstrap::write_rendezvous(path, cfg.job, listen_addr) {
+                        return fail(
+                            TransportError::Io(format!(
+                                "writing the rendezvous file {}: {e}",
+                                path.display()
+                            )),
+                            runtime,
+                        );
+                    }
+                }
+                let deadline = tokio::time::Instant::from_std(started + cfg.connect_timeout);
+                let (tx, done) = flume::bounded(1);
+                runtime.spawn({
+                    let shared = shared.clone();
+                    async move {
+                        let r = bootstrap::coordinate(shared, rx, listen_addr, deadline).await;
+                        let _ = tx.send(r);
+                    }
+                });
+                let r = done.recv().unwrap_or(Err(TransportError::Closed));
+                if r.is_err() {
+                    if let MasterAddr::Rendezvous(path) = &cfg.master {
+                        let _ = std::fs::remove_file(path);
+                    }
+                }
+                r.map(|table| (listen_addr, table))
+            }
+            None => bootstrap::register(&cfg, listen_addr),
+        };
+        let (master_addr, table) = match joined {
+            Ok(x) => x,
+            Err(e) => return fail(e, runtime),
+        };
+        let _ = shared.addrs.set(table);
+        tracing::info!(rank = cfg.rank, size = cfg.size, %listen_addr, "tcp transport up");
+        Ok(Arc::new(TcpTransport {
+            shared,
+            runtime: Mutex::new(Some(runtime)),
+            master_addr,
+            listen_addr,
+        }))
+    }
+
+    /// The master's address (rank 0's listener).
+    pub fn master_addr(&self) -> SocketAddr {
+        self.master_addr
+    }
+
+    /// This rank's listen address.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen_addr
+    }
+
+    /// Simulates a crash, for tests: closes every socket without a goodbye
+    /// (peers see [`Event::LinkDown`]) and stops the runtime. Later calls
+    /// fail with [`TransportError::Closed`].
+    pub fn abort(&self) {
+        self.shared.close();
+        drop(self.shared.drain_for_close());
+        for t in self.shared.all_tasks() {
+            t.abort();
+        }
+        if let Some(rt) = self.take_runtime() {
+            rt.shutdown_background();
+        }
+    }
+
+    fn take_runtime(&self) -> Option<Runtime> {
+        self.runtime.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn check_peer(&self, peer: Rank) -> Result<(), TransportError> {
+        if self.shared.is_closed() {
+            Err(TransportError::Closed)
+        } else if peer.0 >= self.shared.size {
+            Err(TransportError::NoSuchRank(peer.0))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn rank(&self) -> Rank {
+        Rank(self.shared.rank)
+    }
+
+    fn size(&self) -> u32 {
+        self.shared.size
+    }
+
+    fn send(&self, to: Rank, frame: Bytes) -> Result<(), TransportError> {
+        self.check_peer(to)?;
+        if frame.len() as u64 > self.shared.max_frame {
+            return Err(TransportError::FrameTooLarge {
+                len: frame.len() as u64,
+                max: self.shared.max_frame,
+            });
+        }
+        let s = &self.shared;
+        if to.0 == s.rank {
+            let frame = Bytes::copy_from_slice(&frame);
+            let _ = s.events_tx.send(Event::Message { from: to, frame });
+            return Ok(());
+        }
+        let mut slot = s.slot(to.0);
+        if s.is_closed() {
+            return Err(TransportError::Closed);
+        }
+        if let Some(e) = Shared::link_error(to.0, &slot.link) {
+            return Err(e);
+        }
+        s.outgoing(&mut slot, to.0)
+            .send(conn::OutFrame::Control(frame))
+            .map_err(|_| TransportError::LinkDown {
+                peer: to.0,
+                reason: format!("connection to rank {} is closed", to.0),
+            })
+    }
+
+    fn expose(&self, key: BufferKey, data: Bytes) {
+        if !self.shared.is_closed() {
+            self.shared.exposed.insert(key, data);
+        }
+    }
+
+    fn withdraw(&self, key: BufferKey) -> Option<Bytes> {
+        self.shared.exposed.remove(key)
+    }
+
+    fn get(&self, from: Rank, key: BufferKey) -> GetFuture {
+        if let Err(e) = self.check_peer(from) {
+            return Box::pin(async move { Err(e) });
+        }
+        let s = &self.shared;
+        if from.0 == s.rank {
+            let r = s
+                .exposed
+                .lookup(key)
+                .map(|b| crate::recv_buf_from(&b))
+                .ok_or(TransportError::NotExposed {
+                    peer: from.0,
+                    key: key.0,
+                });
+            return Box::pin(async move { r });
+        }
+        match get::request(s, from.0, key) {
+            Err(e) => Box::pin(async move { Err(e) }),
+            Ok(rx) => {
+                let shared = s.clone();
+                Box::pin(async move {
+                    match rx.await {
+                        Ok(r) => r,
+                        Err(_) if shared.is_closed() => Err(TransportError::Closed),
+                        Err(_) => Err(TransportError::LinkDown {
+                            peer: from.0,
+                            reason: "connection closed during the get".into(),
+                        }),
+                    }
+                })
+            }
+        }
+    }
+
+    fn events(&self) -> flume::Receiver<Event> {
+        self.shared.events_rx.clone()
+    }
+
+    /// Graceful: flushes what is queued, says goodbye on every connection
+    /// and waits (at most 2 s) for the peers to close their side, so that
+    /// they report no failure. Blocking.
+    fn shutdown(&self) {
+        if !self.shared.close() {
+            return;
+        }
+        self.shared.exposed.map_clear();
+        for w in self.shared.drain_for_close() {
+            let _ = w.send(conn::OutFrame::Goodbye);
+        }
+        let deadline = Instant::now() + GOODBYE_WAIT;
+        while self.shared.live_tasks() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if let Some(rt) = self.take_runtime() {
+            rt.shutdown_background();
+        }
+        tracing::debug!(rank = self.shared.rank, "tcp transport shut down");
+    }
+
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+}
+
+impl Drop for TcpTransport {
+    fn drop(&mut self) {
+        self.shutdown();
+        if let Some(rt) = self.take_runtime() {
+            rt.shutdown_background();
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! Per-peer link state shared by the connection tasks and the API.
+//!
+//! Each peer has one slot: its link state (up, gone after a goodbye, down
+//! after a failure), our outgoing connection's writer, the writer of the
+//! connection it opened to us, our pending gets to it and the abort handles
+//! of the tasks of both connections. Every transition happens under the
+//! slot's lock, which is what makes the `LinkDown` event unique and orders it
+//! after every message delivered from that peer.
+
+use super::conn::{self, OutFrame, Writer};
+use crate::{Event, Exposed, Rank, RecvBuf, TransportError};
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
+
+/// State of the link to one peer.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) enum Link {
+    /// Usable (connections are opened lazily).
+    #[default]
+    Up,
+    /// The peer said goodbye: it left gracefully.
+    Gone,
+    /// The link failed; the reason was reported once as `Event::LinkDown`.
+    Down(String),
+}
+
+/// A get waiting for its response chunks.
+pub(crate) struct Pending {
+    /// The buffer, allocated at the first chunk with the announced total.
+    pub buf: Option<RecvBuf>,
+    /// Announced total length.
+    pub total: u64,
+    /// Bytes received so far (chunks arrive in order).
+    pub done: u64,
+    /// Completes the caller's future.
+    pub tx: oneshot::Sender<Result<RecvBuf, TransportError>>,
+}
+
+/// Everything about one peer.
+#[derive(Default)]
+pub(crate) struct PeerSlot {
+    pub link: Link,
+    /// Writer of our outgoing connection (control frames and get requests).
+    pub out: Option<Writer>,
+    /// Writer of the connection the peer opened to us (get responses).
+    pub incoming: Option<Writer>,
+    /// Our gets to this peer, by request id.
+    pub pending: HashMap<u64, Pending>,
+    /// Tasks of both connections, aborted when the link goes down.
+    pub tasks: Vec<AbortHandle>,
+}
+
+/// The state shared by the transport handle and its tasks.
+pub(crate) struct Shared {
+    pub rank: u32,
+    pub size: u32,
+    pub job: u64,
+    /// Largest control frame, sent or received.
+    pub max_frame: u64,
+    /// Payload bytes per get response frame.
+    pub chunk: usize,
+    pub connect_timeout: Duration,
+    pub events_tx: flume::Sender<Event>,
+    pub events_rx: flume::Receiver<Event>,
+    pub exposed: Exposed,
+    /// Every rank's listen address, set once the bootstrap is done.
+    pub addrs: OnceLock<Vec<SocketAddr>>,
+    peers: Vec<Mutex<PeerSlot>>,
+    closed: AtomicBool,
+    next_id: AtomicU64,
+    /// Connection tasks alive (a graceful shutdown waits for them).
+    live: AtomicUsize,
+    pub handle: Handle,
+    /// Master only: where registrations go while the bootstrap runs.
+    pub registrar: Mutex<Option<flume::Sender<super::bootstrap::Registration>>>,
+}
+
+/// Decrements the live-task count when a connection task ends or is aborted.
+pub(crate) struct LiveGuard(Arc<Shared>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Shared {
+    pub fn new(cfg: &super::TcpConfig, handle: Handle) -> Shared {
+        let (events_tx, events_rx) = flume::unbounded();
+        Shared {
+            rank: cfg.rank,
+            size: cfg.size,
+            job: cfg.job,
+            max_frame: cfg.max_frame.min(u64::from(u32::MAX)),
+            chunk: cfg.chunk.clamp(1, u32::MAX as usize),
+            connect_timeout: cfg.connect_timeout,
+            events_tx,
+            events_rx,
+            exposed: Exposed::default(),
+            addrs: OnceLock::new(),
+            peers: (0..cfg.size).map(|_| Mutex::default()).collect(),
+            closed: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+            live: AtomicUsize::new(0),
+            handle,
+            registrar: Mutex::new(None),
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Marks the transport closed; true if it was open.
+    pub fn close(&self) -> bool {
+        !self.closed.swap(true, Ordering::SeqCst)
+    }
+
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn live_guard(self: &Arc<Self>) -> LiveGuard {
+        self.live.fetch_add(1, Ordering::SeqCst);
+        LiveGuard(self.clone())
+    }
+
+    pub fn live_tasks(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+
+    /// The slot of `peer` (callers have checked `peer < size`).
+    pub fn slot(&self, peer: u32) -> MutexGuard<'_, PeerSlot> {
+        self.peers[peer as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The error a call to `peer` fails with, if its link is not up.
+    pub fn link_error(peer: u32, link: &Link) -> Option<TransportError> {
+        match link {
+            Link::Up => None,
+            Link::Gone => Some(TransportError::LinkDown {
+                peer,
+                reason: format!("rank {peer} shut down"),
+            }),
+            Link::Down(reason) => Some(TransportError::LinkDown {
+                peer,
+                reason: reason.clone(),
+            }),
+        }
+    }
+
+    /// The writer of our outgoing connection to `peer`, opening it if needed.
+    pub fn outgoing(self: &Arc<Self>, slot: &mut PeerSlot, peer: u32) -> Writer {
+        if let Some(w) = &slot.out {
+            return w.clone();
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let task = self
+            .handle
+            .spawn(conn::run_outgoing(self.clone(), peer, rx));
+        slot.tasks.push(task.abort_handle());
+        slot.out = Some(tx.clone());
+        tx
+    }
+
+    /// Delivers a control frame from `peer`, unless its link already went
+    /// down (so nothing from a peer follows its `LinkDown`).
+    pub fn deliver(&self, peer: u32, frame: Bytes) {
+        let slot = self.slot(peer);
+        if !matches!(slot.link, Link::Down(_)) && !self.is_closed() {
+            let _ = self.events_tx.send(Event::Message {
+                from: Rank(peer),
+                frame,
+            });
+        }
+        drop(slot);
+    }
+
+    /// A connection to or from `peer` broke without a goodbye. The first call
+    /// for a peer reports `Event::LinkDown`, fails its gets and closes its
+    /// other connection; later calls do nothing.
+    pub fn link_lost(&self, peer: u32, reason: String) {
+        let mut slot = self.slot(peer);
+        if slot.link != Link::Up {
+            return;
+        }
+        let closed = self.is_closed();
+        slot.link = Link::Down(reason.clone());
+        for (_, p) in slot.pending.drain() {
+            let _ = p.tx.send(Err(if closed {
+                TransportError::Closed
+            } else {
+                TransportError::LinkDown {
+                    peer,
+                    reason: reason.clone(),
+                }
+            }));
+        }
+        slot.out = None;
+        slot.incoming = None;
+        for t in slot.tasks.drain(..) {
+            t.abort();
+        }
+        if !closed {
+            tracing::warn!(rank = self.rank, peer, %reason, "link down");
+            let _ = self.events_tx.send(Event::LinkDown {
+                peer: Rank(peer),
+                reason,
+            });
+        }
+    }
+
+    /// `peer` said goodbye: no event, its gets fail, our connection to it is
+    /// closed once the frames already queued are written.
+    pub fn peer_gone(&self, peer: u32) {
+        let mut slot = self.slot(peer);
+        if slot.link == Link::Up {
+            tracing::debug!(rank = self.rank, peer, "peer left gracefully");
+            slot.link = Link::Gone;
+            let closed = self.is_closed();
+            for (_, p) in slot.pending.drain() {
+                let _ = p.tx.send(Err(if closed {
+                    TransportError::Closed
+                } else {
+                    TransportError::LinkDown {
+                        peer,
+                        reason: format!("rank {peer} shut down"),
+                    }
+                }));
+            }
+        }
+        if let Some(w) = slot.out.take() {
+            let _ = w.send(OutFrame::Close);
+        }
+    }
+
+    /// On shutdown or abort: fails every pending get with `Closed` and takes
+    /// every writer (for goodbyes, or to drop them).
+    pub fn drain_for_close(&self) -> Vec<Writer> {
+        let mut writers = Vec::new();
+        for peer in 0..self.size {
+            let mut slot = self.slot(peer);
+            for (_, p) in slot.pending.drain() {
+                let _ = p.tx.send(Err(TransportError::Closed));
+            }
+            writers.extend(slot.out.take());
+            writers.extend(slot.incoming.take());
+        }
+        writers
+    }
+
+    /// Every task of every connection (abort on a crash).
+    pub fn all_tasks(&self) -> Vec<AbortHandle> {
+        (0..self.size)
+            .flat_map(|p| std::mem::take(&mut self.slot(p).tasks))
+            .collect()
+    }
+}
