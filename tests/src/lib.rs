@@ -17,7 +17,7 @@ pub fn taskfold_bin() -> PathBuf {
         let path = target_dir().join(format!("taskfold{}", std::env::consts::EXE_SUFFIX));
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "-p", "taskfold-cli", "--bin", "taskfold"])
+            .args(["build", "--workspace", "--bins"])
             .status()
             .expect("run cargo build");
         assert!(status.success(), "building the taskfold binary failed");

@@ -116,7 +116,10 @@ pub fn wait<T: Send + 'static>(what: &str, fut: impl Future<Output = T> + Send +
 pub fn next_event(t: &dyn Transport, what: &str) -> Event {
     match t.events().recv_timeout(WAIT) {
         Ok(e) => e,
-        Err(_) => panic!("rank {}: no event within {WAIT:?} while waiting for {what}", t.rank().0),
+        Err(_) => panic!(
+            "rank {}: no event within {WAIT:?} while waiting for {what}",
+            t.rank().0
+        ),
     }
 }
 
@@ -154,7 +157,11 @@ fn fetch(t: &Arc<dyn Transport>, from: u32, key: u64) -> Result<RecvBuf, Transpo
 }
 
 fn assert_aligned(b: &RecvBuf) {
-    assert_eq!(b.as_ptr() as usize % 16, 0, "receive buffer is not 16-byte aligned");
+    assert_eq!(
+        b.as_ptr() as usize % 16,
+        0,
+        "receive buffer is not 16-byte aligned"
+    );
 }
 
 /// Every rank sends every rank (itself included) 1,000 frames of varying
@@ -189,16 +196,22 @@ pub fn ordered_delivery(f: Factory<'_>) {
                     let seq = u32::from_le_bytes(frame[4..8].try_into().unwrap_or_default());
                     assert_eq!(sender, from.0, "frame attributed to the wrong sender");
                     assert_eq!(
-                        seq, next[from.0 as usize],
+                        seq,
+                        next[from.0 as usize],
                         "rank {}: frame from rank {} out of order",
-                        t.rank().0, from.0
+                        t.rank().0,
+                        from.0
                     );
                     assert_eq!(frame.len(), 8 + (seq as usize * 7) % 300, "frame length");
                     assert!(frame[8..].iter().all(|&b| b == seq as u8), "frame bytes");
                     next[from.0 as usize] += 1;
                 }
                 let extra = events_during(&**t, Duration::from_millis(200));
-                assert!(extra.is_empty(), "rank {}: unexpected events {extra:?}", t.rank().0);
+                assert!(
+                    extra.is_empty(),
+                    "rank {}: unexpected events {extra:?}",
+                    t.rank().0
+                );
             });
         }
     });
@@ -302,7 +315,10 @@ pub fn concurrent_gets(f: Factory<'_>) {
                 let all = wait("16 concurrent gets", futures::future::join_all(gets));
                 for r in all {
                     let b = r.expect("concurrent get");
-                    assert!(b.as_slice() == &want[..], "concurrent get returned other bytes");
+                    assert!(
+                        b.as_slice() == &want[..],
+                        "concurrent get returned other bytes"
+                    );
                     assert_aligned(&b);
                 }
             });
@@ -320,7 +336,8 @@ fn warm_up(c: &Cluster) {
     for a in ts {
         for b in ts {
             if a.rank() != b.rank() {
-                a.send(b.rank(), Bytes::from_static(b"warm-up")).expect("warm-up send");
+                a.send(b.rank(), Bytes::from_static(b"warm-up"))
+                    .expect("warm-up send");
                 assert_eq!(fetch(a, b.rank().0, 1).map(|b| b.len()), Ok(64));
             }
         }
@@ -346,16 +363,22 @@ pub fn crash_reports_link_down(f: Factory<'_>) {
         let deadline = Instant::now() + WAIT;
         loop {
             match t.events().recv_deadline(deadline) {
-                Ok(Event::LinkDown { peer, .. }) if peer == Rank(2) => break,
+                Ok(Event::LinkDown { peer: Rank(2), .. }) => break,
                 Ok(Event::LinkDown { peer, reason }) => {
-                    panic!("rank {}: LinkDown for live rank {peer}: {reason}", t.rank().0)
+                    panic!(
+                        "rank {}: LinkDown for live rank {peer}: {reason}",
+                        t.rank().0
+                    )
                 }
                 Ok(Event::Message { .. }) => {}
                 Err(_) => panic!("rank {}: no LinkDown for the crashed rank", t.rank().0),
             }
         }
     }
-    for r in wait("gets in flight at the crash", futures::future::join_all(in_flight)) {
+    for r in wait(
+        "gets in flight at the crash",
+        futures::future::join_all(in_flight),
+    ) {
         if let Err(e) = r {
             assert!(
                 matches!(e, TransportError::LinkDown { peer: 2, .. }),
@@ -374,7 +397,9 @@ pub fn crash_reports_link_down(f: Factory<'_>) {
         ));
     }
     // Survivors still talk, and nobody reports the crash twice.
-    ts[0].send(Rank(1), Bytes::from_static(b"still here")).expect("send between survivors");
+    ts[0]
+        .send(Rank(1), Bytes::from_static(b"still here"))
+        .expect("send between survivors");
     assert_eq!(fetch(&ts[1], 0, 1).map(|b| b.len()), Ok(64));
     let mut got = false;
     for e in events_during(&*ts[1], Duration::from_millis(300)) {
@@ -388,7 +413,10 @@ pub fn crash_reports_link_down(f: Factory<'_>) {
     }
     assert!(got, "frame between survivors lost");
     for e in events_during(&*ts[0], Duration::from_millis(100)) {
-        assert!(matches!(e, Event::Message { .. }), "rank 0: unexpected {e:?}");
+        assert!(
+            matches!(e, Event::Message { .. }),
+            "rank 0: unexpected {e:?}"
+        );
     }
 }
 
@@ -414,12 +442,20 @@ pub fn graceful_shutdown(f: Factory<'_>) {
         );
         let deadline = Instant::now() + Duration::from_secs(5);
         while t.send(Rank(2), Bytes::from_static(b"bye?")).is_ok() {
-            assert!(Instant::now() < deadline, "sends to a departed rank keep succeeding");
+            assert!(
+                Instant::now() < deadline,
+                "sends to a departed rank keep succeeding"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert!(fetch(t, 2, 1).is_err(), "get from a departed rank succeeded");
+        assert!(
+            fetch(t, 2, 1).is_err(),
+            "get from a departed rank succeeded"
+        );
     }
-    ts[1].send(Rank(0), Bytes::from_static(b"still here")).expect("send between survivors");
+    ts[1]
+        .send(Rank(0), Bytes::from_static(b"still here"))
+        .expect("send between survivors");
     let (from, _) = expect_message(&*ts[0], "a frame between survivors");
     assert_eq!(from, Rank(1));
     for t in &ts[..2] {

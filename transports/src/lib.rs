@@ -147,15 +147,25 @@ pub struct Exposed {
 impl Exposed {
     /// Inserts or replaces.
     pub fn insert(&self, key: BufferKey, data: Bytes) {
-        self.map.write().unwrap_or_else(|e| e.into_inner()).insert(key, data);
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, data);
     }
     /// Removes.
     pub fn remove(&self, key: BufferKey) -> Option<Bytes> {
-        self.map.write().unwrap_or_else(|e| e.into_inner()).remove(&key)
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key)
     }
     /// A cheap clone of the bytes under `key`.
     pub fn lookup(&self, key: BufferKey) -> Option<Bytes> {
-        self.map.read().unwrap_or_else(|e| e.into_inner()).get(&key).cloned()
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned()
     }
     /// Number of exposed buffers and their total bytes.
     pub fn usage(&self) -> (usize, usize) {

@@ -47,7 +47,16 @@ impl Handler<ReadyIn> for Master {
             if !self.reductions.contains_key(&key) {
                 match Reduction::new(join, self.size) {
                     Ok(r) => {
+                        // A member already dead can never contribute.
+                        let dead: Vec<u32> =
+                            r.group.members().iter().map(|m| m.0).filter(|m| self.dead.contains(m)).collect();
                         self.reductions.insert(key, r);
+                        if !dead.is_empty() {
+                            let error = lost(self.reductions.get(&key), &dead);
+                            self.fail(key, error.clone());
+                            self.send(from, &Msg::Complete { key, error: Some(error) });
+                            return;
+                        }
                     }
                     Err(detail) => {
                         let error = ReduceError::InvalidOptions(detail);

@@ -45,7 +45,10 @@ pub(crate) fn write_rendezvous(path: &Path, job: u64, addr: SocketAddr) -> io::R
         .unwrap_or_else(|| "rendezvous".into());
     let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
     let mut f = std::fs::File::create(&tmp)?;
-    writeln!(f, "{RENDEZVOUS_TAG} {PROTO_VERSION} job={job:#x} addr={addr}")?;
+    writeln!(
+        f,
+        "{RENDEZVOUS_TAG} {PROTO_VERSION} job={job:#x} addr={addr}"
+    )?;
     f.sync_all()?;
     drop(f);
     std::fs::rename(&tmp, path)
@@ -97,7 +100,10 @@ fn connect_master(
         let last = match resolve(master, job) {
             Ok(addr) => {
                 let left = deadline.saturating_duration_since(Instant::now());
-                match TcpStream::connect_timeout(&addr, left.clamp(Duration::from_millis(1), Duration::from_secs(2))) {
+                match TcpStream::connect_timeout(
+                    &addr,
+                    left.clamp(Duration::from_millis(1), Duration::from_secs(2)),
+                ) {
                     Ok(s) => return Ok((s, addr)),
                     Err(e) => format!("connecting to {addr}: {e}"),
                 }
@@ -167,9 +173,8 @@ fn try_register(
     let max = (u64::from(cfg.size) * frame::ADDR_LEN as u64).max(u64::from(frame::HANDSHAKE_MAX));
     match frame::read_frame_sync(&mut s, max) {
         Ok(Some((h, p))) if h.kind == kind::TABLE => {
-            let mut table = frame::decode_table(&p, cfg.size).map_err(|d| {
-                Attempt::Fatal(TransportError::Protocol { peer: 0, detail: d })
-            })?;
+            let mut table = frame::decode_table(&p, cfg.size)
+                .map_err(|d| Attempt::Fatal(TransportError::Protocol { peer: 0, detail: d }))?;
             if let Some(t0) = table.first_mut() {
                 if t0.ip().is_unspecified() {
                     *t0 = master;
@@ -185,8 +190,15 @@ fn try_register(
             peer: 0,
             detail: format!("unexpected frame kind {} during the bootstrap", h.kind),
         })),
-        Ok(None) => Err(Attempt::Retry(format!("master {master} closed the connection"))),
-        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+        Ok(None) => Err(Attempt::Retry(format!(
+            "master {master} closed the connection"
+        ))),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
             Err(Attempt::Fatal(TransportError::MasterUnreachable(format!(
                 "master {master} sent no address table in time"
             ))))

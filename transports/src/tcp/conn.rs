@@ -34,9 +34,20 @@ const BATCH_MAX: usize = 8 << 20;
 /// What a writer task is asked to write.
 pub(crate) enum OutFrame {
     Control(Bytes),
-    GetReq { req: u64, key: u64 },
-    Chunk { req: u64, offset: u64, total: u64, data: Bytes },
-    GetErr { req: u64, key: u64 },
+    GetReq {
+        req: u64,
+        key: u64,
+    },
+    Chunk {
+        req: u64,
+        offset: u64,
+        total: u64,
+        data: Bytes,
+    },
+    GetErr {
+        req: u64,
+        key: u64,
+    },
     /// Write a goodbye, then close our direction.
     Goodbye,
     /// Close our direction (after the peer's goodbye).
@@ -298,7 +309,9 @@ async fn read_hello(rd: &mut OwnedReadHalf) -> Result<Hello, String> {
     if hdr.len > HANDSHAKE_MAX {
         return Err(format!("hello of {} bytes", hdr.len));
     }
-    let body = read_payload(rd, hdr.len).await.map_err(|e| e.describe(u32::MAX))?;
+    let body = read_payload(rd, hdr.len)
+        .await
+        .map_err(|e| e.describe(u32::MAX))?;
     Hello::decode(&body)
 }
 
@@ -338,7 +351,10 @@ fn check_peer(shared: &Shared, h: &Hello) -> Result<(), String> {
         ));
     }
     if h.rank >= shared.size || h.rank == shared.rank {
-        return Err(format!("rank {} cannot connect to rank {}", h.rank, shared.rank));
+        return Err(format!(
+            "rank {} cannot connect to rank {}",
+            h.rank, shared.rank
+        ));
     }
     Ok(())
 }
@@ -445,29 +461,33 @@ pub(crate) async fn run_outgoing(
     rx: mpsc::UnboundedReceiver<OutFrame>,
 ) {
     let live = shared.live_guard();
-    let Some(addr) = shared.addrs.get().and_then(|t| t.get(peer as usize)).copied() else {
+    let Some(addr) = shared
+        .addrs
+        .get()
+        .and_then(|t| t.get(peer as usize))
+        .copied()
+    else {
         return shared.link_lost(peer, format!("no address for rank {peer}"));
     };
-    let stream = match tokio::time::timeout(
-        shared.connect_timeout,
-        super::sock::connect(addr),
-    )
-    .await
-    {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            if !shared.is_closed() {
-                shared.link_lost(peer, format!("connecting to rank {peer} at {addr}: {e}"));
+    let stream =
+        match tokio::time::timeout(shared.connect_timeout, super::sock::connect(addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                if !shared.is_closed() {
+                    shared.link_lost(peer, format!("connecting to rank {peer} at {addr}: {e}"));
+                }
+                return;
             }
-            return;
-        }
-        Err(_) => {
-            if !shared.is_closed() {
-                shared.link_lost(peer, format!("connecting to rank {peer} at {addr} timed out"));
+            Err(_) => {
+                if !shared.is_closed() {
+                    shared.link_lost(
+                        peer,
+                        format!("connecting to rank {peer} at {addr} timed out"),
+                    );
+                }
+                return;
             }
-            return;
-        }
-    };
+        };
     let (rd, mut wr) = stream.into_split();
     let hello = frame::hello_frame(&Hello {
         version: PROTO_VERSION,

@@ -119,7 +119,10 @@ impl Header {
             kind::HELLO | kind::REFUSE | kind::TABLE | kind::CONTROL | kind::GET_CHUNK => {}
             kind::GET_REQ | kind::GET_ERR | kind::GOODBYE => {
                 if hdr.len != 0 {
-                    return Err(format!("frame kind {} with a payload of {}", hdr.kind, hdr.len));
+                    return Err(format!(
+                        "frame kind {} with a payload of {}",
+                        hdr.kind, hdr.len
+                    ));
                 }
             }
             k => return Err(format!("unknown frame kind {k}")),
@@ -266,7 +269,10 @@ pub fn encode_table(addrs: &[SocketAddr]) -> Vec<u8> {
 /// Decodes an address table of `size` entries.
 pub fn decode_table(b: &[u8], size: u32) -> Result<Vec<SocketAddr>, String> {
     if b.len() as u64 != u64::from(size) * ADDR_LEN as u64 {
-        return Err(format!("address table of {} bytes for {size} ranks", b.len()));
+        return Err(format!(
+            "address table of {} bytes for {size} ranks",
+            b.len()
+        ));
     }
     b.chunks(ADDR_LEN).map(decode_addr).collect()
 }
@@ -320,7 +326,9 @@ pub fn refuse_frame(reason: &str) -> Vec<u8> {
 /// Encodes a complete `HELLO` frame.
 pub fn hello_frame(h: &Hello) -> Vec<u8> {
     let body = h.encode();
-    let mut v = Header::new(kind::HELLO, body.len() as u32).encode().to_vec();
+    let mut v = Header::new(kind::HELLO, body.len() as u32)
+        .encode()
+        .to_vec();
     v.extend_from_slice(&body);
     v
 }

@@ -64,7 +64,9 @@ pub(crate) async fn on_chunk(
             rd.read_exact(&mut sink).await.map_err(ReadError::Io)?;
             return Ok(());
         }
-        return Err(ReadError::Protocol(format!("chunk for unknown request {req}")));
+        return Err(ReadError::Protocol(format!(
+            "chunk for unknown request {req}"
+        )));
     };
     let bad = if total > MAX_GET {
         Some(format!("get of {total} bytes"))
@@ -129,7 +131,9 @@ pub(crate) fn on_error(shared: &Shared, peer: u32, hdr: &Header) -> Result<(), R
         if shared.is_closed() {
             return Ok(());
         }
-        return Err(ReadError::Protocol(format!("error for unknown request {req}")));
+        return Err(ReadError::Protocol(format!(
+            "error for unknown request {req}"
+        )));
     };
     let err = if code == ERR_NOT_EXPOSED {
         TransportError::NotExposed { peer, key }

@@ -246,6 +246,11 @@ impl TcpTransport {
         self.master_addr
     }
 
+    /// The job id.
+    pub fn job(&self) -> u64 {
+        self.shared.job
+    }
+
     /// This rank's listen address.
     pub fn listen_addr(&self) -> SocketAddr {
         self.listen_addr
@@ -266,7 +271,10 @@ impl TcpTransport {
     }
 
     fn take_runtime(&self) -> Option<Runtime> {
-        self.runtime.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.runtime
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     fn check_peer(&self, peer: Rank) -> Result<(), TransportError> {

@@ -9,7 +9,11 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 pub const SOCKET_BUFFER: usize = 4 << 20;
 
 fn new_socket(addr: &SocketAddr) -> io::Result<Socket> {
-    let s = Socket::new(Domain::for_address(*addr), Type::STREAM, Some(Protocol::TCP))?;
+    let s = Socket::new(
+        Domain::for_address(*addr),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
     s.set_tcp_nodelay(true)?;
     // The kernel may clamp the sizes (net.core.*mem_max): not an error.
     let _ = s.set_send_buffer_size(SOCKET_BUFFER);
