@@ -54,7 +54,11 @@ pub fn identity_with(get: impl Fn(&str) -> Option<String>) -> Result<Identity, S
                 "{rank_var}={rank} is not a rank of a job of {size_var}={size}"
             )));
         }
-        return Ok(Identity { rank, size, launcher });
+        return Ok(Identity {
+            rank,
+            size,
+            launcher,
+        });
     }
     Err(StartError::Identity(
         "no rank in the environment: launch with `taskfold run`, `mpiexec`, `mpirun` or `srun`, \
@@ -70,7 +74,9 @@ pub fn master_with(get: impl Fn(&str) -> Option<String>) -> Result<(MasterAddr, 
             .to_socket_addrs()
             .map_err(|e| StartError::Master(format!("TASKFOLD_MASTER={m:?}: {e}")))?
             .next()
-            .ok_or_else(|| StartError::Master(format!("TASKFOLD_MASTER={m:?} resolves to nothing")))?;
+            .ok_or_else(|| {
+                StartError::Master(format!("TASKFOLD_MASTER={m:?} resolves to nothing"))
+            })?;
         (MasterAddr::Addr(addr), m)
     } else if let Some(p) = get("TASKFOLD_RENDEZVOUS") {
         (MasterAddr::Rendezvous(p.clone().into()), p)
@@ -89,8 +95,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |k| m.get(k).cloned()
     }
 
@@ -98,7 +106,11 @@ mod tests {
     fn every_launcher() {
         let id = identity_with(env(&[("PMI_RANK", "2"), ("PMI_SIZE", "4")])).unwrap();
         assert_eq!((id.rank, id.size, id.launcher), (2, 4, "mpich"));
-        let id = identity_with(env(&[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "8")])).unwrap();
+        let id = identity_with(env(&[
+            ("OMPI_COMM_WORLD_RANK", "0"),
+            ("OMPI_COMM_WORLD_SIZE", "8"),
+        ]))
+        .unwrap();
         assert_eq!(id.launcher, "openmpi");
         let id = identity_with(env(&[("SLURM_PROCID", "3"), ("SLURM_NTASKS", "4")])).unwrap();
         assert_eq!(id.launcher, "slurm");
@@ -124,7 +136,11 @@ mod tests {
     fn master_and_job() {
         let (a, j1) = master_with(env(&[("TASKFOLD_MASTER", "127.0.0.1:7000")])).unwrap();
         assert!(matches!(a, MasterAddr::Addr(_)));
-        let (_, j2) = master_with(env(&[("TASKFOLD_MASTER", "127.0.0.1:7000"), ("TASKFOLD_JOB", "x")])).unwrap();
+        let (_, j2) = master_with(env(&[
+            ("TASKFOLD_MASTER", "127.0.0.1:7000"),
+            ("TASKFOLD_JOB", "x"),
+        ]))
+        .unwrap();
         assert_ne!(j1, j2);
         let (r, _) = master_with(env(&[("TASKFOLD_RENDEZVOUS", "/tmp/r")])).unwrap();
         assert!(matches!(r, MasterAddr::Rendezvous(_)));

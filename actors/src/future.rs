@@ -160,7 +160,10 @@ mod tests {
         let slot = Arc::new(Slot::default());
         let mut f = ReduceFuture::<u32>::new(slot.clone(), "x".into());
         assert!(!f.is_done());
-        assert!(matches!(f.wait_timeout(Duration::from_millis(1)), Err(ReduceError::Timeout(_))));
+        assert!(matches!(
+            f.wait_timeout(Duration::from_millis(1)),
+            Err(ReduceError::Timeout(_))
+        ));
         let s2 = slot.clone();
         let t = std::thread::spawn(move || s2.fill(Ok(Some(Box::new(7u32)))));
         assert_eq!(f.get().unwrap(), Some(7));
@@ -172,10 +175,16 @@ mod tests {
         let slot = Arc::new(Slot::default());
         slot.fill(Err(ReduceError::Shutdown));
         slot.fill(Ok(None)); // ignored: filled once
-        assert_eq!(ReduceFuture::<u32>::new(slot, "x".into()).get(), Err(ReduceError::Shutdown));
+        assert_eq!(
+            ReduceFuture::<u32>::new(slot, "x".into()).get(),
+            Err(ReduceError::Shutdown)
+        );
         let slot = Arc::new(Slot::default());
         slot.fill(Ok(Some(Box::new("str"))));
-        assert!(matches!(ReduceFuture::<u32>::new(slot, "x".into()).get(), Err(ReduceError::Decode(_))));
+        assert!(matches!(
+            ReduceFuture::<u32>::new(slot, "x".into()).get(),
+            Err(ReduceError::Decode(_))
+        ));
     }
 
     #[test]

@@ -45,8 +45,16 @@ pub fn describe() {
     describe_gauge!(LIVE_REDUCTIONS, "Live reductions at the master");
     describe_counter!(MASTER_MSGS_IN, "Control messages into the master");
     describe_counter!(MASTER_MSGS_OUT, "Control messages out of the master");
-    describe_counter!(MASTER_BYTES_IN, Unit::Bytes, "Control bytes into the master");
-    describe_counter!(MASTER_BYTES_OUT, Unit::Bytes, "Control bytes out of the master");
+    describe_counter!(
+        MASTER_BYTES_IN,
+        Unit::Bytes,
+        "Control bytes into the master"
+    );
+    describe_counter!(
+        MASTER_BYTES_OUT,
+        Unit::Bytes,
+        "Control bytes out of the master"
+    );
     describe_counter!(FAILURES_DETECTED, "Ranks declared failed");
     describe_counter!(BAD_FRAMES, "Control frames refused as invalid");
 }

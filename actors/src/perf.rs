@@ -48,7 +48,8 @@ impl Handler<TaskTimed> for PerformanceCounter {
         let rank = self.rank.clone();
         metrics::counter!(crate::metrics::TASKS, "rank" => rank.clone()).increment(1);
         metrics::counter!(crate::metrics::BYTES_FETCHED, "rank" => rank.clone()).increment(m.bytes);
-        metrics::histogram!(crate::metrics::TASK_SECONDS, "rank" => rank).record(m.nanos as f64 * 1e-9);
+        metrics::histogram!(crate::metrics::TASK_SECONDS, "rank" => rank)
+            .record(m.nanos as f64 * 1e-9);
     }
 }
 

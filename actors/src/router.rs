@@ -6,9 +6,13 @@
 //! master, launcher reports only from the launcher). A bad frame is logged
 //! and dropped; the runtime keeps serving everyone else.
 
-use crate::master::{ExitReport, FinalizeIn, GetStats, Master, MasterStats, RankDown, ReadyIn, TaskFailedIn};
+use crate::master::{
+    ExitReport, FinalizeIn, GetStats, Master, MasterStats, RankDown, ReadyIn, TaskFailedIn,
+};
 use crate::perf::{GetLocalStats, LocalStats, PerformanceCounter};
-use crate::worker::{CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, ReleaseIn, StartReduce, TaskIn, Worker};
+use crate::worker::{
+    CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, ReleaseIn, StartReduce, TaskIn, Worker,
+};
 use actix::prelude::*;
 use taskfold_core::wire::{self, Msg};
 use taskfold_core::Rank;
@@ -68,7 +72,9 @@ impl Router {
     fn route(&mut self, from: Rank, msg: Msg, wire: usize) {
         let from_master = from == Rank(0);
         match msg {
-            Msg::Ready(ready) => self.master_or_drop(from, |m| m.do_send(ReadyIn { from, ready, wire })),
+            Msg::Ready(ready) => {
+                self.master_or_drop(from, |m| m.do_send(ReadyIn { from, ready, wire }))
+            }
             Msg::TaskFailed(failed) => {
                 self.master_or_drop(from, |m| m.do_send(TaskFailedIn { from, failed, wire }))
             }
@@ -79,7 +85,9 @@ impl Router {
             Msg::Pong { .. } => {}
             Msg::Task(t) if from_master => self.worker.do_send(TaskIn(t)),
             Msg::Release { key } if from_master => self.worker.do_send(ReleaseIn { key }),
-            Msg::Complete { key, error } if from_master => self.worker.do_send(CompleteIn { key, error }),
+            Msg::Complete { key, error } if from_master => {
+                self.worker.do_send(CompleteIn { key, error })
+            }
             Msg::FinalizeAck if from_master => self.worker.do_send(FinalizeAckIn),
             Msg::RankFailed { rank } if from_master => {
                 tracing::warn!(rank = %self.rank, failed = rank, "the master declared a rank failed");

@@ -87,16 +87,21 @@ impl Builder {
         let transport = match self.transport {
             Some(t) => t,
             None => {
-                let (Some(rank), Some(size), Some(master)) = (self.rank, self.size, self.master) else {
+                let (Some(rank), Some(size), Some(master)) = (self.rank, self.size, self.master)
+                else {
                     return Err(StartError::Identity(
-                        "a TCP runtime needs rank, size and master (or use Runtime::from_env)".into(),
+                        "a TCP runtime needs rank, size and master (or use Runtime::from_env)"
+                            .into(),
                     ));
                 };
                 if rank >= size {
-                    return Err(StartError::Identity(format!("rank {rank} is not below size {size}")));
+                    return Err(StartError::Identity(format!(
+                        "rank {rank} is not below size {size}"
+                    )));
                 }
                 let job = self.job.unwrap_or(0);
-                let t: Arc<dyn Transport> = TcpTransport::start(TcpConfig::new(rank, size, job, master))?;
+                let t: Arc<dyn Transport> =
+                    TcpTransport::start(TcpConfig::new(rank, size, job, master))?;
                 t
             }
         };
@@ -116,7 +121,8 @@ impl Runtime {
         let get = |k: &str| std::env::var(k).ok();
         let id = crate::env::identity_with(get)?;
         let (master, job) = crate::env::master_with(get)?;
-        let t: Arc<dyn Transport> = TcpTransport::start(TcpConfig::new(id.rank, id.size, job, master))?;
+        let t: Arc<dyn Transport> =
+            TcpTransport::start(TcpConfig::new(id.rank, id.size, job, master))?;
         Runtime::start(t, Config::from_env())
     }
 
@@ -137,9 +143,10 @@ impl Runtime {
                     let pool = FoldPool::new(c2.fold_threads, rank).map_err(StartError::Thread)?;
                     let out = Outbox::new(t2.clone());
                     let perf = PerformanceCounter::new(rank).start();
-                    let master =
-                        (rank == 0).then(|| Master::new(size, out.clone(), c2.task_log_limit).start());
-                    let worker = Worker::new(Rank(rank), out.clone(), pool, perf.clone(), live2).start();
+                    let master = (rank == 0)
+                        .then(|| Master::new(size, out.clone(), c2.task_log_limit).start());
+                    let worker =
+                        Worker::new(Rank(rank), out.clone(), pool, perf.clone(), live2).start();
                     let events = t2.events();
                     Router::create(move |ctx| {
                         ctx.add_stream(events.into_stream());
@@ -164,7 +171,11 @@ impl Runtime {
         match ready_rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(StartError::Identity("runtime thread died while starting".into())),
+            Err(_) => {
+                return Err(StartError::Identity(
+                    "runtime thread died while starting".into(),
+                ))
+            }
         }
         tracing::debug!(rank, size, transport = transport.name(), "runtime started");
         Ok(Runtime {
@@ -200,13 +211,20 @@ impl Runtime {
     /// Errors right away for invalid options (root or this rank outside the
     /// group, bad id) and for an id already live in this group on this rank;
     /// every other failure arrives through the future.
-    pub fn reduce<T: ReduceValue>(&self, value: T, opts: Reduce) -> Result<ReduceFuture<T>, ReduceError> {
+    pub fn reduce<T: ReduceValue>(
+        &self,
+        value: T,
+        opts: Reduce,
+    ) -> Result<ReduceFuture<T>, ReduceError> {
         let group = opts
             .resolve_group(self.size)
             .map_err(|e| ReduceError::InvalidOptions(e.to_string()))?;
         let root = Rank(opts.root);
         if !group.contains(root) {
-            return Err(ReduceError::InvalidOptions(format!("root {} is not in the group", opts.root)));
+            return Err(ReduceError::InvalidOptions(format!(
+                "root {} is not in the group",
+                opts.root
+            )));
         }
         let Some(index) = group.index_of(Rank(self.rank)) else {
             return Err(ReduceError::InvalidOptions(format!(
@@ -225,7 +243,12 @@ impl Runtime {
             }
         };
         let key = ReductionKey::of(&id, &group).0;
-        if !self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(key) {
+        if !self
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key)
+        {
             return Err(ReduceError::DuplicateId(id.to_string()));
         }
         let join = Join {
@@ -244,7 +267,10 @@ impl Runtime {
             slot: slot.clone(),
         };
         if self.cmd.send(Command::Start(start)).is_err() {
-            self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+            self.live
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&key);
             return Err(ReduceError::Shutdown);
         }
         Ok(ReduceFuture::new(slot, id.to_string()))
@@ -253,10 +279,15 @@ impl Runtime {
     /// Blocks until every rank of the job called `barrier` (a reduction of
     /// an empty array; barriers are numbered in call order).
     pub fn barrier(&self) -> Result<(), ReduceError> {
-        let seq = self.barriers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.reduce(taskfold_core::Sum(Vec::<u32>::new()), Reduce::root(0).id(format!("barrier-{seq}")))?
-            .get()
-            .map(|_| ())
+        let seq = self
+            .barriers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.reduce(
+            taskfold_core::Sum(Vec::<u32>::new()),
+            Reduce::root(0).id(format!("barrier-{seq}")),
+        )?
+        .get()
+        .map(|_| ())
     }
 
     /// A snapshot of the master's counters and task log (rank 0 only).
@@ -272,7 +303,8 @@ impl Runtime {
         if self.cmd.send(Command::LocalStats(tx)).is_err() {
             return LocalStats::default();
         }
-        rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap_or_default()
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_default()
     }
 
     /// Starts finalizing: tells the master this rank is done. Ranks keep
@@ -280,7 +312,9 @@ impl Runtime {
     pub(crate) fn begin_shutdown(&self) -> Option<flume::Receiver<Result<(), ReduceError>>> {
         self.thread.as_ref()?;
         let (tx, rx) = flume::bounded(1);
-        self.cmd.send(Command::Finalize(FinalizeReq { reply: tx })).ok()?;
+        self.cmd
+            .send(Command::Finalize(FinalizeReq { reply: tx }))
+            .ok()?;
         Some(rx)
     }
 
@@ -292,7 +326,9 @@ impl Runtime {
             None => Ok(()),
             Some(rx) => match rx.recv_timeout(self.config.finalize_timeout) {
                 Ok(r) => r,
-                Err(flume::RecvTimeoutError::Timeout) => Err(ReduceError::Timeout(self.config.finalize_timeout)),
+                Err(flume::RecvTimeoutError::Timeout) => {
+                    Err(ReduceError::Timeout(self.config.finalize_timeout))
+                }
                 Err(flume::RecvTimeoutError::Disconnected) => Err(ReduceError::Shutdown),
             },
         };

@@ -110,7 +110,8 @@ impl Tally {
                 // Reassociating `size` terms of magnitude <= 1 moves an f32
                 // sum by at most ~size * 2^-23 * size; 1e-4 absolute is far
                 // above that and far below any lost contribution.
-                let ok = sum.0.len() == n && sum.0.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-4);
+                let ok =
+                    sum.0.len() == n && sum.0.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-4);
                 if !ok {
                     self.wrong += 1;
                     eprintln!("reduction demo-{} (root {}): WRONG RESULT", p.step, p.root);
@@ -156,33 +157,56 @@ pub fn rank_main(args: DemoArgs) -> ExitCode {
         }
         // Keep computing while reductions run; settle what is done, and
         // wait only when too many are in flight.
-        while pending.front().is_some_and(|p| p.future.is_done()) || pending.len() > args.in_flight {
+        while pending.front().is_some_and(|p| p.future.is_done()) || pending.len() > args.in_flight
+        {
             let p = pending.pop_front().expect("non-empty");
             tally.settle(p, rank, size, n);
             if rank == 0 {
-                println!("@taskfold-progress {} {} reductions", tally.done, args.reductions);
+                println!(
+                    "@taskfold-progress {} {} reductions",
+                    tally.done, args.reductions
+                );
             }
         }
     }
     while let Some(p) = pending.pop_front() {
         tally.settle(p, rank, size, n);
         if rank == 0 {
-            println!("@taskfold-progress {} {} reductions", tally.done, args.reductions);
+            println!(
+                "@taskfold-progress {} {} reductions",
+                tally.done, args.reductions
+            );
         }
     }
     let elapsed = started.elapsed();
     // Gather every root's verdicts with one more reduction.
     let verdict = rt
-        .reduce(Sum(vec![tally.checked, tally.wrong, tally.failed]), Reduce::root(0).id("demo-verdict"))
+        .reduce(
+            Sum(vec![tally.checked, tally.wrong, tally.failed]),
+            Reduce::root(0).id("demo-verdict"),
+        )
         .and_then(|f| f.get());
-    let mut code = if tally.wrong + tally.failed == 0 { 0 } else { 1 };
+    let mut code = if tally.wrong + tally.failed == 0 {
+        0
+    } else {
+        1
+    };
     if rank == 0 {
         match verdict {
             Ok(Some(Sum(v))) => {
                 if v[1] + v[2] > 0 {
                     code = 1;
                 }
-                summary(&rt, &args, v[0], v[1], v[2], elapsed, compute_time, tally.wait);
+                summary(
+                    &rt,
+                    &args,
+                    v[0],
+                    v[1],
+                    v[2],
+                    elapsed,
+                    compute_time,
+                    tally.wait,
+                );
             }
             other => {
                 eprintln!("demo: could not gather the verdicts: {other:?}");
@@ -197,7 +221,16 @@ pub fn rank_main(args: DemoArgs) -> ExitCode {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn summary(rt: &Runtime, args: &DemoArgs, checked: u64, wrong: u64, failed: u64, elapsed: Duration, compute: Duration, wait: Duration) {
+fn summary(
+    rt: &Runtime,
+    args: &DemoArgs,
+    checked: u64,
+    wrong: u64,
+    failed: u64,
+    elapsed: Duration,
+    compute: Duration,
+    wait: Duration,
+) {
     let size = rt.size();
     let bytes = args.reductions as f64 * args.size as f64 * size as f64;
     println!("--- taskfold demo summary ---");
@@ -224,7 +257,10 @@ fn summary(rt: &Runtime, args: &DemoArgs, checked: u64, wrong: u64, failed: u64,
             .enumerate()
             .map(|(r, c)| format!("rank {r}: {c}"))
             .collect();
-        println!("tasks per rank (the tree is built at run time): {}", counts.join(", "));
+        println!(
+            "tasks per rank (the tree is built at run time): {}",
+            counts.join(", ")
+        );
         println!(
             "master: {} messages in, {} out, {} in, {} out",
             stats.msgs_in,
@@ -233,5 +269,12 @@ fn summary(rt: &Runtime, args: &DemoArgs, checked: u64, wrong: u64, failed: u64,
             human(stats.bytes_out as f64)
         );
     }
-    println!("{}", if wrong + failed == 0 { "demo: OK" } else { "demo: FAILED" });
+    println!(
+        "{}",
+        if wrong + failed == 0 {
+            "demo: OK"
+        } else {
+            "demo: FAILED"
+        }
+    );
 }

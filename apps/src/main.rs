@@ -12,7 +12,11 @@ mod observe;
 mod sizes;
 
 #[derive(Parser)]
-#[command(name = "taskfold", version, about = "Fault-tolerant, task-parallel distributed reductions")]
+#[command(
+    name = "taskfold",
+    version,
+    about = "Fault-tolerant, task-parallel distributed reductions"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,

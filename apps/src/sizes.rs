@@ -5,7 +5,9 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: usize = num.parse().map_err(|_| format!("{s:?} is not a size (e.g. 128K, 8M)"))?;
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 128K, 8M)"))?;
     let mult = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
@@ -13,7 +15,8 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         "g" | "gb" | "gib" => 1 << 30,
         _ => return Err(format!("{s:?}: unknown unit {unit:?} (use K, M or G)")),
     };
-    n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 /// Formats bytes as `8 MiB`.

@@ -85,12 +85,29 @@ mod tests {
 
     #[test]
     fn every_op_and_type() {
-        assert_eq!(fold(Sum(vec![1i32, i32::MAX]), &Sum(vec![2, 1])).unwrap().0, vec![3, i32::MIN]);
+        assert_eq!(
+            fold(Sum(vec![1i32, i32::MAX]), &Sum(vec![2, 1])).unwrap().0,
+            vec![3, i32::MIN]
+        );
         assert_eq!(fold(Prod(vec![3u64]), &Prod(vec![4])).unwrap().0, vec![12]);
-        assert_eq!(fold(Min(vec![3i64, -1]), &Min(vec![2, 5])).unwrap().0, vec![2, -1]);
-        assert_eq!(fold(Max(vec![3u32, 9]), &Max(vec![4, 1])).unwrap().0, vec![4, 9]);
-        assert_eq!(fold(Sum(vec![0.5f64]), &Sum(vec![0.25])).unwrap().0, vec![0.75]);
-        assert_eq!(fold(Max(vec![f32::NAN, 1.0]), &Max(vec![2.0, f32::NAN])).unwrap().0, vec![2.0, 1.0]);
+        assert_eq!(
+            fold(Min(vec![3i64, -1]), &Min(vec![2, 5])).unwrap().0,
+            vec![2, -1]
+        );
+        assert_eq!(
+            fold(Max(vec![3u32, 9]), &Max(vec![4, 1])).unwrap().0,
+            vec![4, 9]
+        );
+        assert_eq!(
+            fold(Sum(vec![0.5f64]), &Sum(vec![0.25])).unwrap().0,
+            vec![0.75]
+        );
+        assert_eq!(
+            fold(Max(vec![f32::NAN, 1.0]), &Max(vec![2.0, f32::NAN]))
+                .unwrap()
+                .0,
+            vec![2.0, 1.0]
+        );
     }
 
     #[test]

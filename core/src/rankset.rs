@@ -28,7 +28,7 @@ impl RankSet {
     /// The set `{0, .., n-1}`.
     pub fn full(n: usize) -> Self {
         let mut words = vec![u64::MAX; n / 64];
-        if n % 64 != 0 {
+        if !n.is_multiple_of(64) {
             words.push((1u64 << (n % 64)) - 1);
         }
         RankSet { words }
@@ -64,10 +64,7 @@ impl RankSet {
 
     /// True if the two sets share no member.
     pub fn is_disjoint(&self, other: &RankSet) -> bool {
-        self.words
-            .iter()
-            .zip(&other.words)
-            .all(|(a, b)| a & b == 0)
+        self.words.iter().zip(&other.words).all(|(a, b)| a & b == 0)
     }
 
     /// `self ∪ other`.

@@ -129,6 +129,9 @@ mod tests {
         // Point the vector's relative offset far outside the buffer.
         b[n - 8..n - 4].copy_from_slice(&0x7fff_0000u32.to_le_bytes());
         assert!(matches!(a.fold_bytes(&b), Err(FoldError::Corrupt(_))));
-        assert!(matches!(a.fold_bytes(&[1, 2, 3]), Err(FoldError::Corrupt(_))));
+        assert!(matches!(
+            a.fold_bytes(&[1, 2, 3]),
+            Err(FoldError::Corrupt(_))
+        ));
     }
 }

@@ -162,7 +162,10 @@ impl Schedule {
         }
         if let Some(front) = self.queue.front() {
             if front.path.is_full(self.n) {
-                debug_assert_eq!(front.index, self.root, "only the root can hold every original");
+                debug_assert_eq!(
+                    front.index, self.root,
+                    "only the root can hold every original"
+                );
                 self.queue.clear();
                 self.complete = true;
                 return Some(Step::Complete);

@@ -31,7 +31,10 @@ pub fn taskfold_bin() -> PathBuf {
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     // target/<profile>/deps/<test>-<hash>
-    exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf()
 }
 
 /// Runs `cmd` to completion, killing it after `limit`. Returns its output,

@@ -29,7 +29,13 @@ fn every_size_and_every_root() {
             let futures: Vec<_> = cluster
                 .ranks()
                 .iter()
-                .map(|rt| rt.reduce(Sum(contribution(rt.rank(), 257)), Reduce::root(root).id(id.clone())).unwrap())
+                .map(|rt| {
+                    rt.reduce(
+                        Sum(contribution(rt.rank(), 257)),
+                        Reduce::root(root).id(id.clone()),
+                    )
+                    .unwrap()
+                })
                 .collect();
             let all: Vec<u32> = (0..p).collect();
             for (rank, mut f) in futures.into_iter().enumerate() {
@@ -54,19 +60,37 @@ fn subgroups() {
         .map(|&r| {
             cluster
                 .rank(r)
-                .reduce(Sum(contribution(r, 64)), Reduce::root(3).group(group).id("sub"))
+                .reduce(
+                    Sum(contribution(r, 64)),
+                    Reduce::root(3).group(group).id("sub"),
+                )
                 .unwrap()
         })
         .collect();
     // The same id in another group is another reduction.
     let other: Vec<_> = [0u32, 5]
         .iter()
-        .map(|&r| cluster.rank(r).reduce(Sum(contribution(r, 64)), Reduce::root(0).group([0, 5]).id("sub")).unwrap())
+        .map(|&r| {
+            cluster
+                .rank(r)
+                .reduce(
+                    Sum(contribution(r, 64)),
+                    Reduce::root(0).group([0, 5]).id("sub"),
+                )
+                .unwrap()
+        })
         .collect();
-    let results: Vec<_> = futures.into_iter().map(|mut f| f.wait_timeout(WAIT).unwrap()).collect();
+    let results: Vec<_> = futures
+        .into_iter()
+        .map(|mut f| f.wait_timeout(WAIT).unwrap())
+        .collect();
     assert_eq!(results[1].as_ref().unwrap().0, expected(&group, 64));
     assert!(results[0].is_none() && results[2].is_none());
-    let r0 = other.into_iter().map(|mut f| f.wait_timeout(WAIT).unwrap()).next().unwrap();
+    let r0 = other
+        .into_iter()
+        .map(|mut f| f.wait_timeout(WAIT).unwrap())
+        .next()
+        .unwrap();
     assert_eq!(r0.unwrap().0, expected(&[0, 5], 64));
     cluster.shutdown().unwrap();
 }
@@ -79,13 +103,20 @@ fn thirty_two_concurrent_reductions() {
     for rt in cluster.ranks() {
         for k in 0..32u32 {
             let v: Vec<f32> = (0..1024).map(|i| (rt.rank() * 7 + k + i) as f32).collect();
-            futures.push((rt.rank(), k, rt.reduce(Sum(v), Reduce::root(k % p).id(format!("c{k}"))).unwrap()));
+            futures.push((
+                rt.rank(),
+                k,
+                rt.reduce(Sum(v), Reduce::root(k % p).id(format!("c{k}")))
+                    .unwrap(),
+            ));
         }
     }
     for (rank, k, mut f) in futures {
         let got = f.wait_timeout(WAIT).unwrap();
         if rank == k % p {
-            let want: Vec<f32> = (0..1024).map(|i| (0..p).map(|r| (r * 7 + k + i) as f32).sum()).collect();
+            let want: Vec<f32> = (0..1024)
+                .map(|i| (0..p).map(|r| (r * 7 + k + i) as f32).sum())
+                .collect();
             assert_eq!(got.unwrap().0, want);
         } else {
             assert!(got.is_none());
@@ -93,7 +124,10 @@ fn thirty_two_concurrent_reductions() {
     }
     let stats = cluster.rank(0).master_stats().unwrap();
     assert_eq!(stats.reductions_completed, 32);
-    assert_eq!(stats.tasks_per_rank.iter().sum::<u64>(), 32 * (p as u64 - 1));
+    assert_eq!(
+        stats.tasks_per_rank.iter().sum::<u64>(),
+        32 * (p as u64 - 1)
+    );
     cluster.shutdown().unwrap();
 }
 
@@ -103,7 +137,14 @@ fn automatic_ids_follow_call_order() {
     let futures: Vec<Vec<_>> = cluster
         .ranks()
         .iter()
-        .map(|rt| (0..5).map(|k| rt.reduce(Sum(vec![k as u64 + rt.rank() as u64]), Reduce::root(0)).unwrap()).collect())
+        .map(|rt| {
+            (0..5)
+                .map(|k| {
+                    rt.reduce(Sum(vec![k as u64 + rt.rank() as u64]), Reduce::root(0))
+                        .unwrap()
+                })
+                .collect()
+        })
         .collect();
     for (rank, fs) in futures.into_iter().enumerate() {
         for (k, mut f) in fs.into_iter().enumerate() {
@@ -123,7 +164,8 @@ fn mismatched_lengths_fail_on_every_rank() {
         .iter()
         .map(|rt| {
             let len = if rt.rank() == 2 { 99 } else { 100 };
-            rt.reduce(Sum(vec![1.0f32; len]), Reduce::root(1).id("bad")).unwrap()
+            rt.reduce(Sum(vec![1.0f32; len]), Reduce::root(1).id("bad"))
+                .unwrap()
         })
         .collect();
     for mut f in futures {
@@ -136,8 +178,18 @@ fn mismatched_lengths_fail_on_every_rank() {
         }
     }
     // The runtime keeps working afterwards.
-    let fs: Vec<_> = cluster.ranks().iter().map(|rt| rt.reduce(Sum(vec![1u32]), Reduce::root(0).id("after")).unwrap()).collect();
-    let r: Vec<_> = fs.into_iter().map(|mut f| f.wait_timeout(WAIT).unwrap()).collect();
+    let fs: Vec<_> = cluster
+        .ranks()
+        .iter()
+        .map(|rt| {
+            rt.reduce(Sum(vec![1u32]), Reduce::root(0).id("after"))
+                .unwrap()
+        })
+        .collect();
+    let r: Vec<_> = fs
+        .into_iter()
+        .map(|mut f| f.wait_timeout(WAIT).unwrap())
+        .collect();
     assert_eq!(r[0].as_ref().unwrap().0, vec![4]);
 }
 
@@ -149,7 +201,10 @@ struct Loose(Vec<u32>);
 impl ReducerBody for Loose {
     fn fold(&mut self, other: &ArchivedLoose) -> Result<(), FoldError> {
         if other.0.len() != self.0.len() {
-            return Err(FoldError::Mismatch { mine: self.0.len() as u64, theirs: other.0.len() as u64 });
+            return Err(FoldError::Mismatch {
+                mine: self.0.len() as u64,
+                theirs: other.0.len() as u64,
+            });
         }
         for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
             *a += b.to_native();
@@ -164,10 +219,22 @@ fn fold_errors_reach_every_rank() {
     let futures: Vec<_> = cluster
         .ranks()
         .iter()
-        .map(|rt| rt.reduce(Loose(vec![1; 3 + rt.rank() as usize]), Reduce::root(0).id("loose")).unwrap())
+        .map(|rt| {
+            rt.reduce(
+                Loose(vec![1; 3 + rt.rank() as usize]),
+                Reduce::root(0).id("loose"),
+            )
+            .unwrap()
+        })
         .collect();
     for mut f in futures {
-        assert!(matches!(f.wait_timeout(WAIT), Err(ReduceError::Fold { error: FoldError::Mismatch { .. }, .. })));
+        assert!(matches!(
+            f.wait_timeout(WAIT),
+            Err(ReduceError::Fold {
+                error: FoldError::Mismatch { .. },
+                ..
+            })
+        ));
     }
 }
 
@@ -175,37 +242,87 @@ fn fold_errors_reach_every_rank() {
 fn invalid_options_and_duplicate_ids() {
     let cluster = LocalCluster::new(3).unwrap();
     let rt = cluster.rank(0);
-    assert!(matches!(rt.reduce(Sum(vec![1u32]), Reduce::root(5)), Err(ReduceError::InvalidOptions(_))));
-    assert!(matches!(rt.reduce(Sum(vec![1u32]), Reduce::root(1).group([1, 2])), Err(ReduceError::InvalidOptions(_))));
-    assert!(matches!(rt.reduce(Sum(vec![1u32]), Reduce::root(0).group([0, 0])), Err(ReduceError::InvalidOptions(_))));
-    assert!(matches!(rt.reduce(Sum(vec![1u32]), Reduce::root(0).id("")), Err(ReduceError::InvalidOptions(_))));
-    let live = rt.reduce(Sum(vec![1u32]), Reduce::root(0).id("dup")).unwrap();
-    assert_eq!(rt.reduce(Sum(vec![1u32]), Reduce::root(0).id("dup")).err(), Some(ReduceError::DuplicateId("dup".into())));
+    assert!(matches!(
+        rt.reduce(Sum(vec![1u32]), Reduce::root(5)),
+        Err(ReduceError::InvalidOptions(_))
+    ));
+    assert!(matches!(
+        rt.reduce(Sum(vec![1u32]), Reduce::root(1).group([1, 2])),
+        Err(ReduceError::InvalidOptions(_))
+    ));
+    assert!(matches!(
+        rt.reduce(Sum(vec![1u32]), Reduce::root(0).group([0, 0])),
+        Err(ReduceError::InvalidOptions(_))
+    ));
+    assert!(matches!(
+        rt.reduce(Sum(vec![1u32]), Reduce::root(0).id("")),
+        Err(ReduceError::InvalidOptions(_))
+    ));
+    let live = rt
+        .reduce(Sum(vec![1u32]), Reduce::root(0).id("dup"))
+        .unwrap();
+    assert_eq!(
+        rt.reduce(Sum(vec![1u32]), Reduce::root(0).id("dup")).err(),
+        Some(ReduceError::DuplicateId("dup".into()))
+    );
     // Finish it; then the id is free again.
-    let others: Vec<_> = [1, 2].iter().map(|&r| cluster.rank(r).reduce(Sum(vec![1u32]), Reduce::root(0).id("dup")).unwrap()).collect();
+    let others: Vec<_> = [1, 2]
+        .iter()
+        .map(|&r| {
+            cluster
+                .rank(r)
+                .reduce(Sum(vec![1u32]), Reduce::root(0).id("dup"))
+                .unwrap()
+        })
+        .collect();
     let mut live = live;
     assert_eq!(live.wait_timeout(WAIT).unwrap().unwrap().0, vec![3]);
     for mut f in others {
         f.wait_timeout(WAIT).unwrap();
     }
-    assert!(rt.reduce(Sum(vec![1u32]), Reduce::root(0).id("dup")).is_ok());
+    assert!(rt
+        .reduce(Sum(vec![1u32]), Reduce::root(0).id("dup"))
+        .is_ok());
 }
 
 #[test]
 fn ranks_that_disagree_on_the_root_get_an_error() {
     let cluster = LocalCluster::new(2).unwrap();
-    let a = cluster.rank(0).reduce(Sum(vec![1u32]), Reduce::root(0).id("r")).unwrap();
-    let b = cluster.rank(1).reduce(Sum(vec![1u32]), Reduce::root(1).id("r")).unwrap();
+    let a = cluster
+        .rank(0)
+        .reduce(Sum(vec![1u32]), Reduce::root(0).id("r"))
+        .unwrap();
+    let b = cluster
+        .rank(1)
+        .reduce(Sum(vec![1u32]), Reduce::root(1).id("r"))
+        .unwrap();
     for mut f in [a, b] {
-        assert!(matches!(f.wait_timeout(WAIT), Err(ReduceError::Mismatched { .. })));
+        assert!(matches!(
+            f.wait_timeout(WAIT),
+            Err(ReduceError::Mismatched { .. })
+        ));
     }
 }
 
 #[test]
 fn a_dead_rank_ends_the_reductions_that_need_it_without_a_hang() {
-    let cluster = LocalCluster::with_config(4, Config { finalize_timeout: Duration::from_secs(5), ..Config::default() }).unwrap();
+    let cluster = LocalCluster::with_config(
+        4,
+        Config {
+            finalize_timeout: Duration::from_secs(5),
+            ..Config::default()
+        },
+    )
+    .unwrap();
     // Ranks 0, 1, 2 contribute; rank 3 dies before contributing.
-    let futures: Vec<_> = (0..3).map(|r| cluster.rank(r).reduce(Sum(vec![1u32; 8]), Reduce::root(1).id("x")).unwrap()).collect();
+    let futures: Vec<_> = (0..3)
+        .map(|r| {
+            cluster
+                .rank(r)
+                .reduce(Sum(vec![1u32; 8]), Reduce::root(1).id("x"))
+                .unwrap()
+        })
+        .collect();
     cluster.kill(3);
     for mut f in futures {
         match f.wait_timeout(WAIT) {
@@ -214,25 +331,50 @@ fn a_dead_rank_ends_the_reductions_that_need_it_without_a_hang() {
         }
     }
     // Reductions over the survivors still work.
-    let fs: Vec<_> = (0..3).map(|r| cluster.rank(r).reduce(Sum(vec![1u32]), Reduce::root(2).group([0, 1, 2]).id("y")).unwrap()).collect();
-    let got: Vec<_> = fs.into_iter().map(|mut f| f.wait_timeout(WAIT).unwrap()).collect();
+    let fs: Vec<_> = (0..3)
+        .map(|r| {
+            cluster
+                .rank(r)
+                .reduce(Sum(vec![1u32]), Reduce::root(2).group([0, 1, 2]).id("y"))
+                .unwrap()
+        })
+        .collect();
+    let got: Vec<_> = fs
+        .into_iter()
+        .map(|mut f| f.wait_timeout(WAIT).unwrap())
+        .collect();
     assert_eq!(got[2].as_ref().unwrap().0, vec![3]);
 }
 
 #[test]
 fn futures_can_be_awaited() {
     let cluster = LocalCluster::new(2).unwrap();
-    let fs: Vec<_> = cluster.ranks().iter().map(|rt| rt.reduce(Sum(vec![2.5f64]), Reduce::root(0).id("await")).unwrap()).collect();
+    let fs: Vec<_> = cluster
+        .ranks()
+        .iter()
+        .map(|rt| {
+            rt.reduce(Sum(vec![2.5f64]), Reduce::root(0).id("await"))
+                .unwrap()
+        })
+        .collect();
     let results = futures_lite_block_on(fs);
     assert_eq!(results[0].as_ref().unwrap().0, vec![5.0]);
 }
 
 fn futures_lite_block_on(fs: Vec<taskfold::ReduceFuture<Sum<f64>>>) -> Vec<Option<Sum<f64>>> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
     rt.block_on(async move {
         let mut out = Vec::new();
         for f in fs {
-            out.push(tokio::time::timeout(WAIT, f).await.expect("timed out").unwrap());
+            out.push(
+                tokio::time::timeout(WAIT, f)
+                    .await
+                    .expect("timed out")
+                    .unwrap(),
+            );
         }
         out
     })

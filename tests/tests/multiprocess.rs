@@ -14,7 +14,9 @@ fn tf_check() -> PathBuf {
 
 fn launch(np: u32, args: &[&str]) -> Command {
     let mut cmd = Command::new(taskfold_bin());
-    cmd.args(["run", "-n", &np.to_string(), "--timeout", "200", "--"]).arg(tf_check()).args(args);
+    cmd.args(["run", "-n", &np.to_string(), "--timeout", "200", "--"])
+        .arg(tf_check())
+        .args(args);
     cmd
 }
 
@@ -22,20 +24,39 @@ fn assert_all_ok(out: &std::process::Output, np: u32) {
     let t = text(out);
     assert!(out.status.success(), "job failed:\n{t}");
     for r in 0..np {
-        assert!(t.contains(&format!("[{r}] rank {r}: ")) && !t.contains(&format!("[{r}] rank {r}: 0 ok")), "{t}");
+        assert!(
+            t.contains(&format!("[{r}] rank {r}: "))
+                && !t.contains(&format!("[{r}] rank {r}: 0 ok")),
+            "{t}"
+        );
     }
-    assert!(!t.contains("WRONG") && t.matches(" 0 failed").count() == np as usize, "{t}");
+    assert!(
+        !t.contains("WRONG") && t.matches(" 0 failed").count() == np as usize,
+        "{t}"
+    );
 }
 
 #[test]
 fn taskfold_run_4_ranks_28_concurrent_8mib() {
-    let out = run_bounded(launch(4, &["--size", "8388608", "--reductions", "28", "--root", "1"]), LIMIT);
+    let out = run_bounded(
+        launch(
+            4,
+            &["--size", "8388608", "--reductions", "28", "--root", "1"],
+        ),
+        LIMIT,
+    );
     assert_all_ok(&out, 4);
 }
 
 #[test]
 fn taskfold_run_8_ranks_28_concurrent_8mib() {
-    let out = run_bounded(launch(8, &["--size", "8388608", "--reductions", "28", "--root", "1"]), LIMIT);
+    let out = run_bounded(
+        launch(
+            8,
+            &["--size", "8388608", "--reductions", "28", "--root", "1"],
+        ),
+        LIMIT,
+    );
     assert_all_ok(&out, 8);
 }
 
@@ -54,7 +75,10 @@ fn hydra() -> Option<PathBuf> {
 
 fn mpiexec_job(np: u32) {
     let Some(mpiexec) = hydra() else {
-        assert!(std::env::var_os("CI").is_none(), "CI must install mpich for the mpiexec tests");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install mpich for the mpiexec tests"
+        );
         eprintln!("skipping: MPICH's mpiexec is not installed (apt-get install mpich)");
         return;
     };
@@ -127,7 +151,8 @@ fn a_stopped_rank_is_folded_last_and_holds_nobody_up() {
             log.to_str().unwrap(),
         ],
     );
-    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     let child = cmd.spawn().unwrap();
     let pid = wait_for_pid(&dir.path().join("rank-2.pid"), Duration::from_secs(60));
     // Wait until it has really stopped, give the others time to do all they
@@ -146,12 +171,19 @@ fn a_stopped_rank_is_folded_last_and_holds_nobody_up() {
     let stats: Stats = serde_json::from_slice(&std::fs::read(&log).unwrap()).unwrap();
     for k in 0..6 {
         let id = format!("check-{k}");
-        let mut tasks: Vec<&Task> = stats.task_log.iter().filter(|t| t.reduction == id).collect();
+        let mut tasks: Vec<&Task> = stats
+            .task_log
+            .iter()
+            .filter(|t| t.reduction == id)
+            .collect();
         tasks.sort_by_key(|t| t.task_id);
         assert_eq!(tasks.len(), 3, "{id}: p - 1 tasks");
         // Every task before the last one folds ranks 0, 1 and 3 only.
         for t in &tasks[..2] {
-            assert!(!t.receiver_path.contains(&2) && !t.provider_path.contains(&2), "{id}: rank 2 folded early");
+            assert!(
+                !t.receiver_path.contains(&2) && !t.provider_path.contains(&2),
+                "{id}: rank 2 folded early"
+            );
         }
         let last = tasks[2];
         let (mut with2, other) = if last.provider_path == [2] {
@@ -159,7 +191,11 @@ fn a_stopped_rank_is_folded_last_and_holds_nobody_up() {
         } else {
             (last.receiver_path.clone(), last.provider_path.clone())
         };
-        assert_eq!(with2, vec![2], "{id}: rank 2's original is folded alone, last");
+        assert_eq!(
+            with2,
+            vec![2],
+            "{id}: rank 2's original is folded alone, last"
+        );
         with2.extend(other);
         with2.sort();
         assert_eq!(with2, vec![0, 1, 2, 3]);
@@ -168,7 +204,20 @@ fn a_stopped_rank_is_folded_last_and_holds_nobody_up() {
 
 #[test]
 fn mismatched_lengths_fail_on_every_process() {
-    let out = run_bounded(launch(4, &["--size", "65536", "--reductions", "3", "--mismatch-rank", "2"]), LIMIT);
+    let out = run_bounded(
+        launch(
+            4,
+            &[
+                "--size",
+                "65536",
+                "--reductions",
+                "3",
+                "--mismatch-rank",
+                "2",
+            ],
+        ),
+        LIMIT,
+    );
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     assert_eq!(t.matches("expected error").count(), 12, "{t}");
@@ -176,13 +225,29 @@ fn mismatched_lengths_fail_on_every_process() {
 
 #[test]
 fn a_rank_that_exits_early_is_reported_and_nobody_hangs() {
-    let out = run_bounded(launch(4, &["--size", "65536", "--reductions", "3", "--exit-rank", "3"]), LIMIT);
+    let out = run_bounded(
+        launch(
+            4,
+            &["--size", "65536", "--reductions", "3", "--exit-rank", "3"],
+        ),
+        LIMIT,
+    );
     let t = text(&out);
-    assert!(!out.status.success(), "the launcher must report the failed rank:\n{t}");
+    assert!(
+        !out.status.success(),
+        "the launcher must report the failed rank:\n{t}"
+    );
     assert!(t.contains("rank 3 exited with code 7"), "{t}");
     // The three survivors each saw all three reductions end with the loss.
-    assert_eq!(t.matches("expected error: lost ranks [3]").count(), 9, "{t}");
+    assert_eq!(
+        t.matches("expected error: lost ranks [3]").count(),
+        9,
+        "{t}"
+    );
     for r in 0..3 {
-        assert!(t.contains(&format!("[{r}] rank {r}: 3 ok, 0 failed")), "{t}");
+        assert!(
+            t.contains(&format!("[{r}] rank {r}: 3 ok, 0 failed")),
+            "{t}"
+        );
     }
 }

@@ -48,19 +48,36 @@ impl Handler<ReadyIn> for Master {
                 match Reduction::new(join, self.size) {
                     Ok(r) => {
                         // A member already dead can never contribute.
-                        let dead: Vec<u32> =
-                            r.group.members().iter().map(|m| m.0).filter(|m| self.dead.contains(m)).collect();
+                        let dead: Vec<u32> = r
+                            .group
+                            .members()
+                            .iter()
+                            .map(|m| m.0)
+                            .filter(|m| self.dead.contains(m))
+                            .collect();
                         self.reductions.insert(key, r);
                         if !dead.is_empty() {
                             let error = lost(self.reductions.get(&key), &dead);
                             self.fail(key, error.clone());
-                            self.send(from, &Msg::Complete { key, error: Some(error) });
+                            self.send(
+                                from,
+                                &Msg::Complete {
+                                    key,
+                                    error: Some(error),
+                                },
+                            );
                             return;
                         }
                     }
                     Err(detail) => {
                         let error = ReduceError::InvalidOptions(detail);
-                        self.send(from, &Msg::Complete { key, error: Some(error) });
+                        self.send(
+                            from,
+                            &Msg::Complete {
+                                key,
+                                error: Some(error),
+                            },
+                        );
                         return;
                     }
                 }
@@ -72,7 +89,13 @@ impl Handler<ReadyIn> for Master {
         };
         let Some(index) = r.group.index_of(from) else {
             let error = ReduceError::InvalidOptions(format!("{from} is not a member of the group"));
-            self.send(from, &Msg::Complete { key, error: Some(error) });
+            self.send(
+                from,
+                &Msg::Complete {
+                    key,
+                    error: Some(error),
+                },
+            );
             return;
         };
         let outcome = match (&ready.join, &ready.done) {
@@ -81,17 +104,19 @@ impl Handler<ReadyIn> for Master {
                     id: r.id.clone(),
                     detail,
                 }),
-                None => r.schedule.join(index).map(|_| None).map_err(|e| protocol(&r.id, from, e)),
+                None => r
+                    .schedule
+                    .join(index)
+                    .map(|_| None)
+                    .map_err(|e| protocol(&r.id, from, e)),
             },
-            (None, Some(done)) => {
-                match r.schedule.task_done(done.task_id, index, &ready.path) {
-                    Ok(provider) => {
-                        self.perf.record(from, done.nanos, done.bytes);
-                        Ok(Some(r.group.rank_at(provider)))
-                    }
-                    Err(e) => Err(protocol(&r.id, from, e)),
+            (None, Some(done)) => match r.schedule.task_done(done.task_id, index, &ready.path) {
+                Ok(provider) => {
+                    self.perf.record(from, done.nanos, done.bytes);
+                    Ok(Some(r.group.rank_at(provider)))
                 }
-            }
+                Err(e) => Err(protocol(&r.id, from, e)),
+            },
             _ => Err(ReduceError::InvalidOptions(format!(
                 "{from} sent a ready message that is neither a join nor a finished task"
             ))),
@@ -149,10 +174,9 @@ impl Handler<TaskFailedIn> for Master {
         let id = r.id.clone();
         let error = match m.failed.reason {
             TaskFailure::Fold(error) => ReduceError::Fold { id, error },
-            TaskFailure::Fetch(e) => ReduceError::Transport(format!(
-                "{} could not fetch its task's data: {e}",
-                m.from
-            )),
+            TaskFailure::Fetch(e) => {
+                ReduceError::Transport(format!("{} could not fetch its task's data: {e}", m.from))
+            }
             TaskFailure::Unknown => ReduceError::Mismatched {
                 id,
                 detail: format!("{} holds no data for this reduction", m.from),

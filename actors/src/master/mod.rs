@@ -174,7 +174,11 @@ impl Master {
     }
 
     fn update_queue_gauge(&mut self) {
-        let depth: usize = self.reductions.values().map(|r| r.schedule.queue_len()).sum();
+        let depth: usize = self
+            .reductions
+            .values()
+            .map(|r| r.schedule.queue_len())
+            .sum();
         self.stats.queue_depth = depth as u64;
         metrics::gauge!(crate::metrics::MASTER_QUEUE_DEPTH).set(depth as f64);
         metrics::gauge!(crate::metrics::LIVE_REDUCTIONS).set(self.reductions.len() as f64);

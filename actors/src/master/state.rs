@@ -19,7 +19,12 @@ impl Reduction {
     /// Validates the first join of a reduction (untrusted input).
     pub(crate) fn new(join: &Join, size: u32) -> Result<Self, String> {
         let group = Group::new(join.group.iter().copied(), size).map_err(|e| e.to_string())?;
-        if group.members().iter().map(|r| r.0).ne(join.group.iter().copied()) {
+        if group
+            .members()
+            .iter()
+            .map(|r| r.0)
+            .ne(join.group.iter().copied())
+        {
             return Err("group must be sorted and free of duplicates".into());
         }
         let root = Rank(join.root);

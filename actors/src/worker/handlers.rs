@@ -134,7 +134,9 @@ impl Handler<TaskIn> for Worker {
     fn handle(&mut self, TaskIn(task): TaskIn, ctx: &mut Context<Self>) {
         let key = task.key;
         let value = self.locals.get_mut(&key).and_then(|l| {
-            (l.path == task.receiver_path).then(|| l.value.take()).flatten()
+            (l.path == task.receiver_path)
+                .then(|| l.value.take())
+                .flatten()
         });
         let Some(value) = value else {
             tracing::warn!(rank = %self.rank, key, "task for data this rank does not hold");
@@ -146,7 +148,10 @@ impl Handler<TaskIn> for Worker {
             return;
         };
         let started = Instant::now();
-        let fetch = self.out.transport().get(Rank(task.provider), BufferKey(key));
+        let fetch = self
+            .out
+            .transport()
+            .get(Rank(task.provider), BufferKey(key));
         ctx.spawn(fetch.into_actor(self).map(move |res, act, ctx| {
             act.fetched(task, value, started, res, ctx);
         }));

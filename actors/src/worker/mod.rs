@@ -22,7 +22,7 @@ use actix::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use taskfold_core::wire::{Join, Msg};
-use taskfold_core::{RankSet, Rank, ReduceError, ReduceValue};
+use taskfold_core::{Rank, RankSet, ReduceError, ReduceValue};
 
 /// This rank's part in one live reduction.
 pub(crate) struct Local {
@@ -79,8 +79,13 @@ impl Worker {
         let Some(mut local) = self.locals.remove(&key) else {
             return;
         };
-        self.out.transport().withdraw(taskfold_transports::BufferKey(key));
-        self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+        self.out
+            .transport()
+            .withdraw(taskfold_transports::BufferKey(key));
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
         let outcome = match error {
             Some(e) => Err(e),
             None if local.is_root => match local.value.take() {

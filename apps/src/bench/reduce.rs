@@ -7,13 +7,13 @@
 use crate::launcher::{self, Launch};
 use crate::sizes::{human, parse_size};
 use clap::Args;
-use taskfold_benches::baseline::memcpy_median;
-use taskfold_benches::stats::median;
-use taskfold_benches::Figure;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use taskfold::{Max, Reduce, Runtime, Sum};
+use taskfold_benches::baseline::memcpy_median;
+use taskfold_benches::stats::median;
+use taskfold_benches::Figure;
 
 /// Options of `bench reduce`.
 #[derive(Args, Debug)]
@@ -60,7 +60,8 @@ pub fn main(args: BenchArgs) -> ExitCode {
     };
     let mut figures = Vec::new();
     for &np in &args.np {
-        let out = std::env::temp_dir().join(format!("taskfold-bench-{}-{np}.json", std::process::id()));
+        let out =
+            std::env::temp_dir().join(format!("taskfold-bench-{}-{np}.json", std::process::id()));
         let sizes: Vec<String> = args.size.iter().map(|s| s.to_string()).collect();
         let launch = Launch {
             ranks: np,
@@ -96,7 +97,10 @@ pub fn main(args: BenchArgs) -> ExitCode {
         }
         let _ = std::fs::remove_file(&out);
     }
-    println!("{:>4} {:>10} {:>12} {:>12} {:>12} {:>10}", "np", "size", "median", "GiB/s", "memcpy", "ratio");
+    println!(
+        "{:>4} {:>10} {:>12} {:>12} {:>12} {:>10}",
+        "np", "size", "median", "GiB/s", "memcpy", "ratio"
+    );
     for f in &figures {
         println!(
             "{:>4} {:>10} {:>10.3}ms {:>12.2} {:>10.3}ms {:>10.1}",
@@ -109,7 +113,10 @@ pub fn main(args: BenchArgs) -> ExitCode {
         );
     }
     if let Some(path) = &args.json {
-        if let Err(e) = std::fs::write(path, serde_json::to_vec_pretty(&figures).unwrap_or_default()) {
+        if let Err(e) = std::fs::write(
+            path,
+            serde_json::to_vec_pretty(&figures).unwrap_or_default(),
+        ) {
             eprintln!("bench: cannot write {}: {e}", path.display());
             return ExitCode::from(2);
         }
@@ -163,7 +170,10 @@ pub fn rank_main(args: RankArgs) -> ExitCode {
             }
         }
         let maxed = rt
-            .reduce(Max(times), Reduce::root(0).id(format!("bench-times-{bytes}")))
+            .reduce(
+                Max(times),
+                Reduce::root(0).id(format!("bench-times-{bytes}")),
+            )
             .and_then(|f| f.get());
         if rank == 0 {
             let Ok(Some(Max(mut t))) = maxed else {
@@ -185,7 +195,8 @@ pub fn rank_main(args: RankArgs) -> ExitCode {
         }
     }
     if rank == 0 {
-        if let Err(e) = std::fs::write(&args.out, serde_json::to_vec(&figures).unwrap_or_default()) {
+        if let Err(e) = std::fs::write(&args.out, serde_json::to_vec(&figures).unwrap_or_default())
+        {
             eprintln!("cannot write {}: {e}", args.out.display());
             code = 1;
         }

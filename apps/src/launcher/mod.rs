@@ -15,7 +15,7 @@ mod output;
 mod progress;
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -130,7 +130,12 @@ pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
 }
 
 /// Waits for every child; reports each exit to the master as it happens.
-fn watch(mut children: Vec<(u32, Child)>, launch: &Launch, rendezvous: &PathBuf, job: &str) -> Vec<RankExit> {
+fn watch(
+    mut children: Vec<(u32, Child)>,
+    launch: &Launch,
+    rendezvous: &Path,
+    job: &str,
+) -> Vec<RankExit> {
     let started = Instant::now();
     let mut exits = Vec::new();
     let killed = AtomicBool::new(false);
@@ -173,9 +178,9 @@ fn watch(mut children: Vec<(u32, Child)>, launch: &Launch, rendezvous: &PathBuf,
 }
 
 /// Tells the master that a rank exited, so it needs no timeout to notice.
-fn report(exit: &RankExit, rendezvous: &PathBuf, job: &str) {
+fn report(exit: &RankExit, rendezvous: &Path, job: &str) {
     let (code, signal) = exit.code_and_signal();
-    let master = MasterAddr::Rendezvous(rendezvous.clone());
+    let master = MasterAddr::Rendezvous(rendezvous.to_path_buf());
     let res = taskfold_transports::tcp::report_rank_exit(
         &master,
         stable_hash(job),

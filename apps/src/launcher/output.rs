@@ -19,7 +19,12 @@ pub(super) fn pump(rank: u32, child: &mut Child, progress: Arc<Progress>) -> Vec
     threads
 }
 
-fn spawn(stream: impl Read + Send + 'static, rank: u32, is_err: bool, progress: Arc<Progress>) -> JoinHandle<()> {
+fn spawn(
+    stream: impl Read + Send + 'static,
+    rank: u32,
+    is_err: bool,
+    progress: Arc<Progress>,
+) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let reader = BufReader::new(stream);
         for line in reader.split(b'\n') {

@@ -32,7 +32,7 @@ impl Progress {
         };
         let label = parts.next().unwrap_or("").to_string();
         if !self.tty {
-            let quarter = if total == 0 { 4 } else { done * 4 / total };
+            let quarter = (done * 4).checked_div(total).unwrap_or(4);
             let mut last = self.last_quarter.lock().unwrap_or_else(|e| e.into_inner());
             if quarter > *last {
                 *last = quarter;
@@ -43,7 +43,9 @@ impl Progress {
         let mut bar = self.bar.lock().unwrap_or_else(|e| e.into_inner());
         let b = bar.get_or_insert_with(|| {
             let b = ProgressBar::new(total);
-            if let Ok(style) = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} {msg}") {
+            if let Ok(style) = ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} {msg}",
+            ) {
                 b.set_style(style);
             }
             b

@@ -20,12 +20,16 @@ fn root_always_receives() {
     let mut s = Schedule::new(3, 2);
     s.join(2).unwrap();
     s.join(0).unwrap();
-    let Some(Step::Task(t)) = s.next(|_, _| true) else { panic!() };
+    let Some(Step::Task(t)) = s.next(|_, _| true) else {
+        panic!()
+    };
     assert_eq!((t.receiver.index, t.provider.index), (2, 0));
     let mut s = Schedule::new(3, 2);
     s.join(0).unwrap();
     s.join(2).unwrap();
-    let Some(Step::Task(t)) = s.next(never) else { panic!() };
+    let Some(Step::Task(t)) = s.next(never) else {
+        panic!()
+    };
     assert_eq!((t.receiver.index, t.provider.index), (2, 0));
 }
 
@@ -34,12 +38,16 @@ fn faster_rank_receives() {
     let mut s = Schedule::new(3, 0);
     s.join(1).unwrap();
     s.join(2).unwrap();
-    let Some(Step::Task(t)) = s.next(|a, b| a == 1 && b == 2) else { panic!() };
+    let Some(Step::Task(t)) = s.next(|a, b| a == 1 && b == 2) else {
+        panic!()
+    };
     assert_eq!(t.receiver.index, 2);
     let mut s = Schedule::new(3, 0);
     s.join(1).unwrap();
     s.join(2).unwrap();
-    let Some(Step::Task(t)) = s.next(never) else { panic!() };
+    let Some(Step::Task(t)) = s.next(never) else {
+        panic!()
+    };
     assert_eq!(t.receiver.index, 1);
 }
 
@@ -50,7 +58,9 @@ fn completion_needs_the_full_path() {
     assert_eq!(s.next(never), None);
     assert!(s.needs(1));
     s.join(1).unwrap();
-    let Some(Step::Task(t)) = s.next(never) else { panic!() };
+    let Some(Step::Task(t)) = s.next(never) else {
+        panic!()
+    };
     assert_eq!(s.next(never), None, "nothing to do while the task runs");
     let provider = s.task_done(t.task_id, 1, &RankSet::full(2)).unwrap();
     assert_eq!(provider, 0);
@@ -65,19 +75,41 @@ fn protocol_violations_are_errors() {
     s.join(0).unwrap();
     assert_eq!(s.join(0), Err(ScheduleError::DuplicateJoin(0)));
     s.join(1).unwrap();
-    let Some(Step::Task(t)) = s.next(never) else { panic!() };
-    assert!(matches!(s.task_done(t.task_id, 1, &RankSet::full(2)), Err(ScheduleError::UnknownTask(..))));
-    assert!(matches!(s.task_done(t.task_id, 0, &RankSet::single(0)), Err(ScheduleError::BadPath { .. })));
-    assert!(matches!(s.task_done(99, 0, &RankSet::full(2)), Err(ScheduleError::UnknownTask(..))));
+    let Some(Step::Task(t)) = s.next(never) else {
+        panic!()
+    };
+    assert!(matches!(
+        s.task_done(t.task_id, 1, &RankSet::full(2)),
+        Err(ScheduleError::UnknownTask(..))
+    ));
+    assert!(matches!(
+        s.task_done(t.task_id, 0, &RankSet::single(0)),
+        Err(ScheduleError::BadPath { .. })
+    ));
+    assert!(matches!(
+        s.task_done(99, 0, &RankSet::full(2)),
+        Err(ScheduleError::UnknownTask(..))
+    ));
 }
 
 /// Runs a whole reduction as a discrete-event simulation: ranks join at
 /// `arrivals[i]`, a task takes `1 / speed[receiver]`. Folds real values
 /// (`u64` exactly, `f64` approximately) and counts every original.
-fn simulate(n: usize, root: usize, arrivals: &[f64], speeds: &[f64]) -> (Vec<u32>, u64, f64, Vec<usize>) {
+fn simulate(
+    n: usize,
+    root: usize,
+    arrivals: &[f64],
+    speeds: &[f64],
+) -> (Vec<u32>, u64, f64, Vec<usize>) {
     let mut s = Schedule::new(n, root);
     // Per position: multiplicity of each original folded in, and the values.
-    let mut counts: Vec<Vec<u32>> = (0..n).map(|i| { let mut v = vec![0; n]; v[i] = 1; v }).collect();
+    let mut counts: Vec<Vec<u32>> = (0..n)
+        .map(|i| {
+            let mut v = vec![0; n];
+            v[i] = 1;
+            v
+        })
+        .collect();
     let mut ints: Vec<u64> = (0..n as u64).map(|i| i * 1_000_003 + 7).collect();
     let mut floats: Vec<f64> = (0..n).map(|i| 1.0 / (i as f64 + 1.0)).collect();
     let mut last_speed: Vec<Option<f64>> = vec![None; n];
@@ -88,8 +120,12 @@ fn simulate(n: usize, root: usize, arrivals: &[f64], speeds: &[f64]) -> (Vec<u32
     let mut done = false;
     let mut now;
     for _ in 0..(10 * n + 10) {
-        if events.is_empty() { break; }
-        let k = (0..events.len()).min_by(|&a, &b| events[a].0.total_cmp(&events[b].0)).unwrap();
+        if events.is_empty() {
+            break;
+        }
+        let k = (0..events.len())
+            .min_by(|&a, &b| events[a].0.total_cmp(&events[b].0))
+            .unwrap();
         let (t, join, task) = events.swap_remove(k);
         now = t;
         if let Some(i) = join {
@@ -97,7 +133,10 @@ fn simulate(n: usize, root: usize, arrivals: &[f64], speeds: &[f64]) -> (Vec<u32
         }
         if let Some(task) = task {
             let (r, p) = (task.receiver.index, task.provider.index);
-            for k in 0..n { counts[r][k] += counts[p][k]; counts[p][k] = 0; }
+            let moved = std::mem::replace(&mut counts[p], vec![0; n]);
+            for (c, m) in counts[r].iter_mut().zip(moved) {
+                *c += m;
+            }
             ints[r] = ints[r].wrapping_add(ints[p]);
             floats[r] += floats[p];
             last_speed[r] = Some(speeds[r]);

@@ -95,7 +95,10 @@ mod tests {
     #[test]
     fn garbage_is_refused() {
         assert_eq!(decode(b"TF"), Err(WireError::Short(2)));
-        assert!(matches!(decode(b"XX\x01\0\0\0\0\0"), Err(WireError::BadMagic(_))));
+        assert!(matches!(
+            decode(b"XX\x01\0\0\0\0\0"),
+            Err(WireError::BadMagic(_))
+        ));
         assert_eq!(decode(b"TF\x09\0\0\0\0\0"), Err(WireError::Version(9)));
         let mut f = encode(&Msg::Ping { seq: 1 });
         let n = f.len();
@@ -103,7 +106,10 @@ mod tests {
         f[HEADER_LEN] ^= 0xff;
         // Either refused or decoded to something else, never a panic.
         let _ = decode(&f);
-        assert!(matches!(decode(b"TF\x01\0\0\0\0\0\x01"), Err(WireError::Invalid(_))));
+        assert!(matches!(
+            decode(b"TF\x01\0\0\0\0\0\x01"),
+            Err(WireError::Invalid(_))
+        ));
     }
 
     proptest::proptest! {

@@ -45,7 +45,10 @@ fn value(rank: u32, k: u32, i: usize) -> f32 {
 }
 
 fn main() {
-    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     let args = Args::parse();
     let rt = match Runtime::from_env() {
         Ok(rt) => rt,
@@ -56,7 +59,11 @@ fn main() {
     };
     let (rank, size) = (rt.rank(), rt.size());
     if let Some(dir) = &args.pid_dir {
-        std::fs::write(dir.join(format!("rank-{rank}.pid")), std::process::id().to_string()).unwrap();
+        std::fs::write(
+            dir.join(format!("rank-{rank}.pid")),
+            std::process::id().to_string(),
+        )
+        .unwrap();
     }
     if args.stop_rank == Some(rank) {
         // SAFETY: raise(3) has no memory-safety preconditions.
@@ -68,9 +75,14 @@ fn main() {
     let n = args.size / 4;
     let futures: Vec<_> = (0..args.reductions)
         .map(|k| {
-            let len = if args.mismatch_rank == Some(rank) { n + 1 } else { n };
+            let len = if args.mismatch_rank == Some(rank) {
+                n + 1
+            } else {
+                n
+            };
             let v: Vec<f32> = (0..len).map(|i| value(rank, k, i)).collect();
-            rt.reduce(Sum(v), Reduce::root(args.root).id(format!("check-{k}"))).expect("reduce")
+            rt.reduce(Sum(v), Reduce::root(args.root).id(format!("check-{k}")))
+                .expect("reduce")
         })
         .collect();
     let mut ok = 0;
@@ -79,7 +91,12 @@ fn main() {
         match f.wait_timeout(Duration::from_secs(120)) {
             Ok(Some(sum)) => {
                 let want = |i: usize| (0..size).map(|r| value(r, k as u32, i)).sum::<f32>();
-                let bad = sum.0.iter().enumerate().filter(|(i, &x)| x != want(*i)).count();
+                let bad = sum
+                    .0
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, &x)| x != want(*i))
+                    .count();
                 if bad == 0 && sum.0.len() == n {
                     ok += 1;
                 } else {
@@ -92,7 +109,9 @@ fn main() {
                 println!("reduction {k}: expected error: {e}");
                 ok += 1;
             }
-            Err(ReduceError::RanksLost { ranks, .. }) if args.exit_rank.is_some_and(|r| ranks.contains(&r)) => {
+            Err(ReduceError::RanksLost { ranks, .. })
+                if args.exit_rank.is_some_and(|r| ranks.contains(&r)) =>
+            {
                 println!("reduction {k}: expected error: lost ranks {ranks:?}");
                 ok += 1;
             }
