@@ -329,3 +329,34 @@ fn launcher_finds_the_master_through_the_rendezvous_file() {
     ));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn dead_rank_found_at_first_connect_is_reported_once() {
+    let ts = tcp_ranks(3, &|_| {});
+    // No link between 0 and 2 exists yet.
+    ts[2].abort();
+    ts[0]
+        .send(Rank(2), Bytes::from_static(b"anyone?"))
+        .expect("queued");
+    let get = ts[0].get(Rank(2), BufferKey(1));
+    match next_event(&*ts[0], "a link down") {
+        Event::LinkDown { peer, .. } => assert_eq!(peer, Rank(2)),
+        e => panic!("expected a link down, got {e:?}"),
+    }
+    assert!(matches!(
+        wait("a get to a dead rank", get),
+        Err(TransportError::LinkDown { peer: 2, .. })
+    ));
+    assert!(matches!(
+        ts[0].send(Rank(2), Bytes::from_static(b"x")),
+        Err(TransportError::LinkDown { peer: 2, .. })
+    ));
+    let evs = events_during(&*ts[0], Duration::from_millis(200));
+    assert!(evs.is_empty(), "{evs:?}");
+    // Rank 1 never talked to rank 2: it has nothing to report.
+    assert!(events_during(&*ts[1], Duration::from_millis(50)).is_empty());
+    assert_eq!(
+        ts[2].send(Rank(0), Bytes::new()),
+        Err(TransportError::Closed)
+    );
+}

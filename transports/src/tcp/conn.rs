@@ -268,9 +268,16 @@ pub(crate) fn bad_connection(rank: u32, from: SocketAddr, detail: &str) {
 
 /// Sends a refusal, then waits (bounded) for the caller to close, so that
 /// the reason is not lost to a reset.
-pub(crate) async fn refuse(mut rd: OwnedReadHalf, mut wr: OwnedWriteHalf, reason: String) {
+pub(crate) async fn refuse(rd: OwnedReadHalf, wr: OwnedWriteHalf, reason: String) {
+    linger_close(rd, wr, frame::refuse_frame(&reason)).await;
+}
+
+/// Writes `last`, closes our direction and reads (discarding) until the
+/// caller closes too, at most [`REFUSE_LINGER`]: closing with unread input
+/// would reset the connection and could lose `last`.
+async fn linger_close(mut rd: OwnedReadHalf, mut wr: OwnedWriteHalf, last: Vec<u8>) {
     let _ = tokio::time::timeout(REFUSE_LINGER, async {
-        wr.write_all(&frame::refuse_frame(&reason)).await?;
+        wr.write_all(&last).await?;
         wr.shutdown().await?;
         let mut sink = [0u8; 4096];
         while rd.read(&mut sink).await? > 0 {}
@@ -361,7 +368,7 @@ fn check_peer(shared: &Shared, h: &Hello) -> Result<(), String> {
 
 enum Verdict {
     Accepted,
-    Goodbye(OwnedWriteHalf),
+    Goodbye(OwnedReadHalf, OwnedWriteHalf),
     Refuse(OwnedReadHalf, OwnedWriteHalf, String),
 }
 
@@ -382,7 +389,7 @@ async fn accept_peer(
     let verdict = {
         let mut slot = shared.slot(peer);
         if shared.is_closed() {
-            Verdict::Goodbye(wr)
+            Verdict::Goodbye(rd, wr)
         } else if slot.link != Link::Up {
             Verdict::Refuse(rd, wr, format!("rank {peer} already left the job"))
         } else if slot.incoming.is_some() {
@@ -400,12 +407,8 @@ async fn accept_peer(
     match verdict {
         Verdict::Accepted => tracing::debug!(rank = shared.rank, peer, "peer connected"),
         // We are shutting down: the caller sees a goodbye, not a failure.
-        Verdict::Goodbye(mut wr) => {
-            let _ = tokio::time::timeout(REFUSE_LINGER, async {
-                let _ = wr.write_all(&Header::new(kind::GOODBYE, 0).encode()).await;
-                let _ = wr.shutdown().await;
-            })
-            .await;
+        Verdict::Goodbye(rd, wr) => {
+            linger_close(rd, wr, Header::new(kind::GOODBYE, 0).encode().to_vec()).await;
         }
         Verdict::Refuse(rd, wr, reason) => {
             bad_connection(shared.rank, from, &reason);
@@ -512,8 +515,8 @@ pub(crate) async fn run_outgoing(
         let r = tokio::spawn(out_reader(shared.clone(), peer, rd));
         slot.tasks.push(r.abort_handle());
     }
-    drop(live);
     run_writer(shared, wr, rx, peer).await;
+    drop(live);
 }
 
 /// Reads the responses to our gets (and a goodbye or refusal).

@@ -60,8 +60,13 @@ pub(crate) async fn on_chunk(
     let Some(mut p) = take_pending(shared, peer, req) else {
         if shared.is_closed() {
             // Our gets were failed by the shutdown: skip the bytes.
-            let mut sink = vec![0u8; hdr.len as usize];
-            rd.read_exact(&mut sink).await.map_err(ReadError::Io)?;
+            let mut left = len;
+            let mut sink = [0u8; 16 << 10];
+            while left > 0 {
+                let n = left.min(sink.len() as u64) as usize;
+                rd.read_exact(&mut sink[..n]).await.map_err(ReadError::Io)?;
+                left -= n as u64;
+            }
             return Ok(());
         }
         return Err(ReadError::Protocol(format!(

@@ -29,8 +29,10 @@
 //! `max(1, ceil(len / chunk))` `GET_CHUNK` frames from the owner: in all
 //! `32 + len + 32 * max(1, ceil(len / chunk))` bytes on the wire, one
 //! allocation of `len` bytes at the requester (zeroed, then read into from
-//! the socket), no copy at the owner (the exposed `Bytes` are written to the
-//! socket as they are). A key that is not exposed costs one `GET_ERR` frame.
+//! the socket), no copy at the owner: slices of the exposed `Bytes` go to
+//! the socket in vectored writes (only payloads of 16 KiB or less are
+//! gathered with their header into the writer's batch buffer). A key that is
+//! not exposed costs one `GET_ERR` frame.
 //!
 //! # Failures
 //!
