@@ -20,6 +20,31 @@ pub struct Entry {
     pub index: usize,
     /// Group positions folded into that data.
     pub path: RankSet,
+    /// A single original re-entering after a failure (DESIGN.md §2 step 3):
+    /// its data must be read from the replica store, not from memory.
+    pub recovering: bool,
+}
+
+impl Entry {
+    fn single(index: usize, recovering: bool) -> Self {
+        Entry {
+            index,
+            path: RankSet::single(index),
+            recovering,
+        }
+    }
+}
+
+/// Where the receiver of a task finds the provider's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The provider's intermediate data `D_j`, in its memory.
+    Data,
+    /// The provider's own original `O_j`, from its replica store (the
+    /// provider is alive but its data was lost with another rank).
+    Original,
+    /// The provider is dead: its original, from the replica its buddy holds.
+    Replica,
 }
 
 /// A task handed out by the scheduler.
@@ -31,6 +56,11 @@ pub struct Assignment {
     pub receiver: Entry,
     /// Exposes its data.
     pub provider: Entry,
+    /// The receiver must first reload its own original (it re-enters after
+    /// a failure and holds no data).
+    pub restore: bool,
+    /// Where to fetch the provider's data from.
+    pub source: Source,
 }
 
 /// What the scheduler decided.
@@ -68,12 +98,24 @@ pub enum ScheduleError {
     },
 }
 
+/// A failure the reduction cannot survive: the originals of these group
+/// positions are gone (both copies lost, never contributed, or the root).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("originals lost for group positions {lost:?} (root lost: {root})")]
+pub struct Unrecoverable {
+    /// Positions whose original is lost.
+    pub lost: Vec<usize>,
+    /// True if the root died (nobody can hold the result).
+    pub root: bool,
+}
+
 /// Queue + scheduler of one reduction.
 #[derive(Debug, Clone)]
 pub struct Schedule {
     n: usize,
     root: usize,
     joined: RankSet,
+    dead: RankSet,
     queue: VecDeque<Entry>,
     in_flight: HashMap<u64, Assignment>,
     next_task: u64,
@@ -88,6 +130,7 @@ impl Schedule {
             n,
             root,
             joined: RankSet::new(),
+            dead: RankSet::new(),
             queue: VecDeque::new(),
             in_flight: HashMap::new(),
             next_task: 0,
@@ -118,10 +161,7 @@ impl Schedule {
         if !self.joined.insert(index) {
             return Err(ScheduleError::DuplicateJoin(index));
         }
-        self.queue.push_back(Entry {
-            index,
-            path: RankSet::single(index),
-        });
+        self.queue.push_back(Entry::single(index, false));
         Ok(())
     }
 
@@ -149,8 +189,127 @@ impl Schedule {
         self.queue.push_back(Entry {
             index,
             path: expected,
+            recovering: false,
         });
         Ok(task.provider.index)
+    }
+
+    /// Position `index` died (DESIGN.md §2). What it held is recovered:
+    ///
+    /// - a queued ready message of it: its path is split into single
+    ///   recovering messages;
+    /// - a task it was receiving (failure places 1 and 2): the provider's
+    ///   message goes back into the queue and the receiver's path is split;
+    /// - a task it was providing (place 3) is left to its receiver, which
+    ///   either finished the fetch (nothing was lost) or reports
+    ///   [`Schedule::fetch_failed`].
+    ///
+    /// `has_replica(k)` says whether a live rank holds a copy of `k`'s
+    /// original. Errors when some original can no longer be had.
+    pub fn fail(
+        &mut self,
+        index: usize,
+        has_replica: impl Fn(usize) -> bool,
+    ) -> Result<(), Unrecoverable> {
+        if index >= self.n || self.complete {
+            return Ok(());
+        }
+        self.dead.insert(index);
+        if index == self.root {
+            return Err(Unrecoverable {
+                lost: vec![index],
+                root: true,
+            });
+        }
+        if !self.joined.contains(index) {
+            return Err(Unrecoverable {
+                lost: vec![index],
+                root: false,
+            });
+        }
+        let mut split = Vec::new();
+        if let Some(pos) = self.queue.iter().position(|e| e.index == index) {
+            split.push(self.queue.remove(pos).expect("position is valid").path);
+        }
+        let mine: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, t)| t.receiver.index == index)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in mine {
+            let t = self.in_flight.remove(&id).expect("listed above");
+            split.push(t.receiver.path);
+            self.requeue(t.provider, &mut split);
+        }
+        for path in split {
+            for k in path.iter() {
+                self.queue.push_back(Entry::single(k, true));
+            }
+        }
+        self.check_recoverable(has_replica)
+    }
+
+    /// The receiver of `task_id` could not fetch the provider's data (place
+    /// 3): the receiver's message goes back; the provider's path is split
+    /// if the provider is dead, else its message goes back too.
+    pub fn fetch_failed(
+        &mut self,
+        task_id: u64,
+        index: usize,
+        has_replica: impl Fn(usize) -> bool,
+    ) -> Result<(), ScheduleError> {
+        let task = match self.in_flight.get(&task_id) {
+            Some(t) if t.receiver.index == index => self.in_flight.remove(&task_id).unwrap(),
+            _ => return Err(ScheduleError::UnknownTask(task_id, index)),
+        };
+        let mut split = Vec::new();
+        self.queue.push_back(task.receiver);
+        self.requeue(task.provider, &mut split);
+        for path in split {
+            for k in path.iter() {
+                self.queue.push_back(Entry::single(k, true));
+            }
+        }
+        let _ = has_replica;
+        Ok(())
+    }
+
+    /// Puts a provider's message back, or splits it if its holder is dead
+    /// (a dead rank's data exists only as replicas of its originals).
+    fn requeue(&mut self, provider: Entry, split: &mut Vec<RankSet>) {
+        if self.dead.contains(provider.index) && !(provider.recovering && provider.path.len() == 1)
+        {
+            split.push(provider.path);
+        } else {
+            self.queue.push_back(provider);
+        }
+    }
+
+    /// Every queued message of a dead rank must have a live replica.
+    pub fn check_recoverable(
+        &self,
+        has_replica: impl Fn(usize) -> bool,
+    ) -> Result<(), Unrecoverable> {
+        let mut lost: Vec<usize> = self
+            .queue
+            .iter()
+            .filter(|e| self.dead.contains(e.index) && !has_replica(e.index))
+            .map(|e| e.index)
+            .collect();
+        lost.extend(self.missing().filter(|&i| self.dead.contains(i)));
+        if lost.is_empty() {
+            Ok(())
+        } else {
+            lost.sort_unstable();
+            lost.dedup();
+            Err(Unrecoverable { lost, root: false })
+        }
+    }
+
+    /// True if position `index` was declared dead.
+    pub fn is_dead(&self, index: usize) -> bool {
+        self.dead.contains(index)
     }
 
     /// Takes the next decision, if any. `prefers(a, b)` says whether position
@@ -171,25 +330,50 @@ impl Schedule {
                 return Some(Step::Complete);
             }
         }
-        if self.queue.len() < 2 {
-            return None;
-        }
-        let a = self.queue.pop_front().unwrap();
-        let b = self.queue.pop_front().unwrap();
-        let (receiver, provider) = if choose_b(&a, &b, self.root, &prefers) {
+        let (a, b) = self.take_pair()?;
+        let (receiver, provider) = if choose_b(&a, &b, self.root, &self.dead, &prefers) {
             (b, a)
         } else {
             (a, b)
         };
+        let source = if self.dead.contains(provider.index) {
+            Source::Replica
+        } else if provider.recovering {
+            Source::Original
+        } else {
+            Source::Data
+        };
+        let restore = receiver.recovering;
         let task_id = self.next_task;
         self.next_task += 1;
         let task = Assignment {
             task_id,
             receiver,
             provider,
+            restore,
+            source,
         };
         self.in_flight.insert(task_id, task.clone());
         Some(Step::Task(task))
+    }
+
+    /// The first two queued messages, except that two dead ranks' messages
+    /// are never paired (neither could fetch): a dead one waits for a live
+    /// partner further back in the queue.
+    fn take_pair(&mut self) -> Option<(Entry, Entry)> {
+        if self.queue.len() < 2 {
+            return None;
+        }
+        let dead = |e: &Entry| self.dead.contains(e.index);
+        let (i, j) = if !dead(&self.queue[0]) || !dead(&self.queue[1]) {
+            (0, 1)
+        } else {
+            let live = self.queue.iter().position(|e| !dead(e))?;
+            (0, live)
+        };
+        let b = self.queue.remove(j).expect("valid index");
+        let a = self.queue.remove(i).expect("valid index");
+        Some((a, b))
     }
 
     /// Positions whose data the reduction still needs: queued, busy in a
@@ -219,11 +403,26 @@ impl Schedule {
 /// The pairing rule of DESIGN.md §1 step 4: the root always receives
 /// (so the root's data is never fetched away and it ends up holding the
 /// result); otherwise the rank whose last task was faster receives.
-pub fn choose_b(a: &Entry, b: &Entry, root: usize, prefers: impl Fn(usize, usize) -> bool) -> bool {
+///
+/// After a failure (DESIGN.md §2 step 4): if one side is dead, the live side
+/// receives (it fetches the dead rank's original from its replica); else if
+/// one side is recovering, that side receives (it reloads its original
+/// locally, then fetches).
+pub fn choose_b(
+    a: &Entry,
+    b: &Entry,
+    root: usize,
+    dead: &RankSet,
+    prefers: impl Fn(usize, usize) -> bool,
+) -> bool {
     if a.index == root {
         false
     } else if b.index == root {
         true
+    } else if dead.contains(a.index) != dead.contains(b.index) {
+        dead.contains(a.index)
+    } else if a.recovering != b.recovering {
+        b.recovering
     } else {
         prefers(a.index, b.index)
     }

@@ -194,3 +194,184 @@ proptest! {
         prop_assert_eq!(*order.last().unwrap(), late);
     }
 }
+
+/// What a rank holds in the failure simulation: how many times each
+/// original is folded into its data.
+type Counts = Vec<u32>;
+
+fn unit(n: usize, k: usize) -> Counts {
+    let mut v = vec![0; n];
+    v[k] = 1;
+    v
+}
+
+/// Simulates a reduction in which the ranks in `kills` die at the given
+/// times. Replicas exist for every original whose rank is in `replicated`.
+/// Returns the root's counts, or the unrecoverable error.
+fn simulate_failures(
+    n: usize,
+    root: usize,
+    arrivals: &[f64],
+    durations: &[f64],
+    kills: &[(usize, f64)],
+    replicated: &dyn Fn(usize) -> bool,
+) -> Result<Counts, Unrecoverable> {
+    let mut s = Schedule::new(n, root);
+    let mut data: Vec<Counts> = (0..n).map(|i| unit(n, i)).collect();
+    let mut dead = vec![false; n];
+    // (time, join, kill, task)
+    let mut events: Vec<(f64, Option<usize>, Option<usize>, Option<Assignment>)> = Vec::new();
+    for i in 0..n {
+        events.push((arrivals[i], Some(i), None, None));
+    }
+    for &(k, t) in kills {
+        events.push((t, None, Some(k), None));
+    }
+    for _ in 0..(50 * n + 50) {
+        if events.is_empty() {
+            break;
+        }
+        let k = (0..events.len())
+            .min_by(|&a, &b| events[a].0.total_cmp(&events[b].0))
+            .unwrap();
+        let (now, join, kill, task) = events.swap_remove(k);
+        if let Some(i) = join {
+            if dead[i] {
+                continue; // died before contributing
+            }
+            s.join(i).unwrap();
+        }
+        if let Some(k) = kill {
+            if dead[k] {
+                continue;
+            }
+            dead[k] = true;
+            data[k] = vec![0; n];
+            s.fail(k, replicated)?;
+        }
+        if let Some(t) = task {
+            let (r, p) = (t.receiver.index, t.provider.index);
+            if dead[r] {
+                // The receiver died: its task never reports.
+            } else if dead[p] && t.source != Source::Replica {
+                // The provider died during the fetch: the receiver reports.
+                s.fetch_failed(t.task_id, r, replicated).unwrap();
+                s.check_recoverable(replicated)?;
+            } else {
+                if t.restore {
+                    data[r] = unit(n, r);
+                }
+                let theirs = match t.source {
+                    Source::Data => std::mem::replace(&mut data[p], vec![0; n]),
+                    Source::Original | Source::Replica => unit(n, p),
+                };
+                for (c, m) in data[r].iter_mut().zip(theirs) {
+                    *c += m;
+                }
+                let path = t.receiver.path.union(&t.provider.path);
+                s.task_done(t.task_id, r, &path).unwrap();
+            }
+        }
+        while let Some(step) = s.next(never) {
+            match step {
+                Step::Complete => return Ok(data[root].clone()),
+                Step::Task(a) => {
+                    assert!(!dead[a.receiver.index], "a dead rank was given a task");
+                    if a.source == Source::Replica {
+                        assert!(dead[a.provider.index]);
+                    }
+                    let d = durations[a.receiver.index];
+                    events.push((now + d, None, None, Some(a)));
+                }
+            }
+        }
+    }
+    panic!("the reduction neither completed nor failed");
+}
+
+#[test]
+fn receiver_dies_mid_task_is_recovered() {
+    // 0 root; 1 and 2 pair at t=0 (1 receives), 1 dies at 0.5 while folding.
+    let got = simulate_failures(4, 0, &[5.0, 0.0, 0.0, 6.0], &[1.0; 4], &[(1, 0.5)], &|_| {
+        true
+    })
+    .unwrap();
+    assert_eq!(got, vec![1; 4]);
+}
+
+#[test]
+fn provider_dies_mid_fetch_is_recovered() {
+    // 1 and 2 pair at t=0, 1 receives and fetches from 2 until t=1; 2 dies.
+    let got = simulate_failures(4, 0, &[5.0, 0.0, 0.0, 6.0], &[1.0; 4], &[(2, 0.5)], &|_| {
+        true
+    })
+    .unwrap();
+    assert_eq!(got, vec![1; 4]);
+}
+
+#[test]
+fn unrecoverable_cases() {
+    // Dead before contributing.
+    let e =
+        simulate_failures(3, 0, &[0.0, 0.0, 5.0], &[1.0; 3], &[(2, 1.0)], &|_| true).unwrap_err();
+    assert_eq!(
+        e,
+        Unrecoverable {
+            lost: vec![2],
+            root: false
+        }
+    );
+    // Root dies.
+    let e =
+        simulate_failures(3, 0, &[0.0, 0.0, 5.0], &[1.0; 3], &[(0, 1.0)], &|_| true).unwrap_err();
+    assert!(e.root);
+    // The dead rank's data held originals without replicas.
+    let e = simulate_failures(4, 0, &[5.0, 0.0, 0.0, 6.0], &[1.0; 4], &[(1, 0.5)], &|k| {
+        k != 1
+    })
+    .unwrap_err();
+    assert_eq!(e.lost, vec![1]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    #[test]
+    fn failures_are_recovered_exactly_once(
+        n in 2usize..=24,
+        root_seed in any::<usize>(),
+        arrivals in proptest::collection::vec(0.0f64..10.0, 24),
+        durations in proptest::collection::vec(0.1f64..3.0, 24),
+        kill_seeds in proptest::collection::vec((any::<usize>(), 0.0f64..20.0), 1..4),
+    ) {
+        let root = root_seed % n;
+        // Kill non-root ranks that have contributed (arrival before the kill).
+        let mut kills: Vec<(usize, f64)> = kill_seeds
+            .iter()
+            .map(|&(k, t)| (k % n, t))
+            .filter(|&(k, t)| k != root && arrivals[k] < t)
+            .collect();
+        kills.sort_by_key(|k| k.0);
+        kills.dedup_by_key(|k| k.0);
+        match simulate_failures(n, root, &arrivals[..n], &durations[..n], &kills, &|_| true) {
+            Ok(counts) => prop_assert!(counts.iter().all(|&c| c == 1), "counts {:?} kills {:?}", counts, kills),
+            Err(e) => prop_assert!(false, "replicas everywhere, yet unrecoverable: {:?}", e),
+        }
+    }
+
+    #[test]
+    fn missing_replicas_give_errors_never_wrong_results(
+        n in 2usize..=16,
+        arrivals in proptest::collection::vec(0.0f64..10.0, 16),
+        durations in proptest::collection::vec(0.1f64..3.0, 16),
+        kill in any::<usize>(),
+        at in 0.0f64..20.0,
+        replicated_mask in any::<u16>(),
+    ) {
+        let victim = 1 + kill % (n - 1);
+        let kills = if arrivals[victim] < at { vec![(victim, at)] } else { vec![] };
+        let replicated = |k: usize| replicated_mask & (1 << k) != 0;
+        if let Ok(counts) = simulate_failures(n, 0, &arrivals[..n], &durations[..n], &kills, &replicated) {
+            prop_assert!(counts.iter().all(|&c| c == 1), "counts {:?}", counts);
+        }
+    }
+}
