@@ -1,5 +1,6 @@
 //! Runtime configuration.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Tunables of one rank's runtime. Every field has a default suited to a
@@ -15,6 +16,35 @@ pub struct Config {
     pub finalize_timeout: Duration,
     /// Tasks remembered in the master's task log (default 100,000).
     pub task_log_limit: usize,
+    /// How often the master pings every rank (`TASKFOLD_PING_MS`, 250 ms).
+    pub ping_period: Duration,
+    /// A rank silent for this long is declared failed
+    /// (`TASKFOLD_FAILURE_TIMEOUT_MS`, 3 s).
+    pub failure_timeout: Duration,
+    /// Where replicas are kept on disk (`TASKFOLD_REPLICA_DIR`; default a
+    /// per-process directory under the system's temporary directory).
+    pub replica_dir: Option<PathBuf>,
+    /// Most bytes of buddy replicas one rank keeps (`TASKFOLD_REPLICA_LIMIT`,
+    /// default 4 GiB); offers beyond it are refused.
+    pub replica_limit: u64,
+    /// Default durability of reductions (`TASKFOLD_DURABILITY=sync|async`).
+    pub durability: Durability,
+    /// Test hooks (`TASKFOLD_TEST_HOOK`), see [`crate::hooks`].
+    pub hooks: Vec<crate::hooks::Hook>,
+}
+
+/// When a reduction's buddy replica must exist (DESIGN.md §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// The replica is stored concurrently with the reduction (default):
+    /// no added latency, but a rank that dies before its replica left it
+    /// ends the reduction with an error.
+    #[default]
+    Async,
+    /// A rank announces its contribution only after its buddy acknowledged
+    /// the replica: every single failure of a non-root rank is recovered,
+    /// at the cost of one transfer of the contribution before the first task.
+    Sync,
 }
 
 impl Default for Config {
@@ -23,6 +53,12 @@ impl Default for Config {
             fold_threads: 1,
             finalize_timeout: Duration::from_secs(120),
             task_log_limit: 100_000,
+            ping_period: Duration::from_millis(250),
+            failure_timeout: Duration::from_secs(3),
+            replica_dir: None,
+            replica_limit: 4 << 30,
+            durability: Durability::Async,
+            hooks: Vec::new(),
         }
     }
 }
@@ -36,6 +72,30 @@ impl Config {
         }
         if let Some(ms) = env_u64("TASKFOLD_FINALIZE_TIMEOUT_MS") {
             c.finalize_timeout = Duration::from_millis(ms);
+        }
+        if let Some(ms) = env_u64("TASKFOLD_PING_MS") {
+            c.ping_period = Duration::from_millis(ms.max(1));
+        }
+        if let Some(ms) = env_u64("TASKFOLD_FAILURE_TIMEOUT_MS") {
+            c.failure_timeout = Duration::from_millis(ms.max(1));
+        }
+        if let Ok(d) = std::env::var("TASKFOLD_REPLICA_DIR") {
+            c.replica_dir = Some(d.into());
+        }
+        if let Some(b) = env_u64("TASKFOLD_REPLICA_LIMIT") {
+            c.replica_limit = b;
+        }
+        if let Ok(d) = std::env::var("TASKFOLD_DURABILITY") {
+            match d.trim() {
+                "sync" => c.durability = Durability::Sync,
+                "async" => c.durability = Durability::Async,
+                other => tracing::warn!(
+                    "TASKFOLD_DURABILITY={other:?} is neither sync nor async; using async"
+                ),
+            }
+        }
+        if let Ok(h) = std::env::var("TASKFOLD_TEST_HOOK") {
+            c.hooks = crate::hooks::parse(&h);
         }
         c
     }

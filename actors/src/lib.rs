@@ -30,12 +30,16 @@
 //! - [`local`]: [`LocalCluster`], many ranks in one process over the loopback.
 //! - actors, one module each with its messages and handlers: [`master`]
 //!   (queues and scheduling, rank 0), [`worker`] (tasks: get, fold, ready),
-//!   [`perf`] (performance counter), `router` (transport ↔ actors).
+//!   [`perf`] (performance counter), [`detector`] (failure detector,
+//!   rank 0), [`replica`] (replica store), `router` (transport ↔ actors).
+//! - [`hooks`]: test hooks that hold a rank at an exact point.
 //! - [`metrics`]: metric names. [`config`]: tunables.
 
 pub mod config;
+pub mod detector;
 pub mod env;
 pub mod future;
+pub mod hooks;
 pub mod local;
 pub mod master;
 pub mod metrics;
@@ -43,11 +47,12 @@ pub mod options;
 mod outbox;
 pub mod perf;
 mod pool;
+pub mod replica;
 mod router;
 pub mod runtime;
 pub mod worker;
 
-pub use config::Config;
+pub use config::{Config, Durability};
 pub use future::ReduceFuture;
 pub use local::LocalCluster;
 pub use master::{MasterStats, TaskRecord};

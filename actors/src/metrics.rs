@@ -29,6 +29,18 @@ pub const MASTER_BYTES_IN: &str = "taskfold_master_bytes_in_total";
 pub const MASTER_BYTES_OUT: &str = "taskfold_master_bytes_out_total";
 /// Ranks declared failed.
 pub const FAILURES_DETECTED: &str = "taskfold_failures_detected_total";
+/// Time from a rank's last sign of life to its declaration as failed.
+pub const DETECTION_SECONDS: &str = "taskfold_failure_detection_seconds";
+/// Failures a reduction survived (its lost data rescheduled from replicas).
+pub const RECOVERIES: &str = "taskfold_recoveries_total";
+/// Replica bytes written to disk.
+pub const REPLICA_BYTES_WRITTEN: &str = "taskfold_replica_bytes_written_total";
+/// Replica bytes read back from disk.
+pub const REPLICA_BYTES_READ: &str = "taskfold_replica_bytes_read_total";
+/// Bytes of buddy replicas held in memory.
+pub const REPLICA_MEMORY_BYTES: &str = "taskfold_replica_memory_bytes";
+/// Replicas that could not be stored (disk full, buddy refused).
+pub const REPLICA_ERRORS: &str = "taskfold_replica_errors_total";
 /// Control frames refused as invalid.
 pub const BAD_FRAMES: &str = "taskfold_bad_frames_total";
 
@@ -57,4 +69,26 @@ pub fn describe() {
     );
     describe_counter!(FAILURES_DETECTED, "Ranks declared failed");
     describe_counter!(BAD_FRAMES, "Control frames refused as invalid");
+    describe_histogram!(
+        DETECTION_SECONDS,
+        Unit::Seconds,
+        "Last sign of life to failure declaration"
+    );
+    describe_counter!(RECOVERIES, "Failures a reduction survived");
+    describe_counter!(
+        REPLICA_BYTES_WRITTEN,
+        Unit::Bytes,
+        "Replica bytes written to disk"
+    );
+    describe_counter!(
+        REPLICA_BYTES_READ,
+        Unit::Bytes,
+        "Replica bytes read from disk"
+    );
+    describe_gauge!(
+        REPLICA_MEMORY_BYTES,
+        Unit::Bytes,
+        "Buddy replica bytes held in memory"
+    );
+    describe_counter!(REPLICA_ERRORS, "Replicas that could not be stored");
 }

@@ -14,6 +14,7 @@ pub struct Reduce {
     pub(crate) root: u32,
     pub(crate) id: Option<String>,
     pub(crate) group: Option<Vec<u32>>,
+    pub(crate) durability: Option<crate::config::Durability>,
 }
 
 impl Reduce {
@@ -37,6 +38,13 @@ impl Reduce {
     /// Restricts the reduction to these ranks (default: every rank).
     pub fn group(mut self, ranks: impl IntoIterator<Item = u32>) -> Self {
         self.group = Some(ranks.into_iter().collect());
+        self
+    }
+
+    /// Durability of this reduction's replicas (default: the runtime's
+    /// [`crate::Config::durability`]).
+    pub fn durability(mut self, d: crate::config::Durability) -> Self {
+        self.durability = Some(d);
         self
     }
 

@@ -6,12 +6,16 @@
 //! master, launcher reports only from the launcher). A bad frame is logged
 //! and dropped; the runtime keeps serving everyone else.
 
+use crate::detector::{FailureDetector, PongIn};
 use crate::master::{
-    ExitReport, FinalizeIn, GetStats, Master, MasterStats, RankDown, ReadyIn, TaskFailedIn,
+    ExitReport, FinalizeIn, GetStats, Master, MasterStats, RankDown, ReadyIn, ReplicatedIn,
+    TaskFailedIn,
 };
 use crate::perf::{GetLocalStats, LocalStats, PerformanceCounter};
+use crate::replica::{OfferIn, ReplicaStore};
 use crate::worker::{
-    CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, ReleaseIn, StartReduce, TaskIn, Worker,
+    CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, RankFailedIn, ReleaseIn, ReplicaAckIn,
+    StartReduce, TaskIn, Worker,
 };
 use actix::prelude::*;
 use taskfold_core::wire::{self, Msg};
@@ -33,6 +37,8 @@ pub(crate) struct Router {
     pub(crate) worker: Addr<Worker>,
     pub(crate) master: Option<Addr<Master>>,
     pub(crate) perf: Addr<PerformanceCounter>,
+    pub(crate) store: Addr<ReplicaStore>,
+    pub(crate) detector: Option<Addr<FailureDetector>>,
     pub(crate) out: crate::outbox::Outbox,
 }
 
@@ -56,6 +62,7 @@ impl StreamHandler<Event> for Router {
                     m.do_send(RankDown {
                         rank: peer,
                         reason: reason.clone(),
+                        latency: None,
                     });
                 }
                 self.worker.do_send(PeerDown { peer, reason });
@@ -82,7 +89,33 @@ impl Router {
             Msg::RankExited { rank, code, signal } if from == LAUNCHER => {
                 self.master_or_drop(from, |m| m.do_send(ExitReport { rank, code, signal }))
             }
-            Msg::Pong { .. } => {}
+            Msg::Pong { .. } => {
+                if let Some(d) = &self.detector {
+                    d.do_send(PongIn { from });
+                }
+            }
+            Msg::Replicated { key, owner } => self.master_or_drop(from, |m| {
+                m.do_send(ReplicatedIn {
+                    holder: from,
+                    key,
+                    owner,
+                    wire,
+                })
+            }),
+            Msg::ReplicaOffer {
+                key,
+                owner,
+                len,
+                crc,
+            } if owner == from.0 => self.store.do_send(OfferIn {
+                key,
+                owner: from,
+                len,
+                crc,
+            }),
+            Msg::ReplicaAck { key, owner, ok } if owner == self.rank.0 => {
+                self.worker.do_send(ReplicaAckIn { from, key, ok })
+            }
             Msg::Task(t) if from_master => self.worker.do_send(TaskIn(t)),
             Msg::Release { key } if from_master => self.worker.do_send(ReleaseIn { key }),
             Msg::Complete { key, error } if from_master => {
@@ -91,6 +124,7 @@ impl Router {
             Msg::FinalizeAck if from_master => self.worker.do_send(FinalizeAckIn),
             Msg::RankFailed { rank } if from_master => {
                 tracing::warn!(rank = %self.rank, failed = rank, "the master declared a rank failed");
+                self.worker.do_send(RankFailedIn { rank: Rank(rank) });
             }
             Msg::Ping { seq } if from_master => {
                 let _ = self.out.send(Rank(0), &Msg::Pong { seq });

@@ -1,14 +1,16 @@
 //! [`Runtime`]: the handle an application holds; starts and stops the actors.
 
 use crate::config::Config;
+use crate::detector::FailureDetector;
 use crate::future::{ReduceFuture, Slot};
 use crate::master::{Master, MasterStats};
 use crate::options::Reduce;
 use crate::outbox::Outbox;
 use crate::perf::{LocalStats, PerformanceCounter};
 use crate::pool::FoldPool;
+use crate::replica::{ReplicaDisk, ReplicaStore};
 use crate::router::{Command, Router};
-use crate::worker::{FinalizeReq, StartReduce, Worker};
+use crate::worker::{FinalizeReq, StartReduce, Worker, WorkerParts};
 use crate::StartError;
 use actix::prelude::*;
 use std::collections::{HashMap, HashSet};
@@ -143,10 +145,42 @@ impl Runtime {
                     let pool = FoldPool::new(c2.fold_threads, rank).map_err(StartError::Thread)?;
                     let out = Outbox::new(t2.clone());
                     let perf = PerformanceCounter::new(rank).start();
-                    let master = (rank == 0)
-                        .then(|| Master::new(size, out.clone(), c2.task_log_limit).start());
-                    let worker =
-                        Worker::new(Rank(rank), out.clone(), pool, perf.clone(), live2).start();
+                    let disk = Arc::new(
+                        ReplicaDisk::open(c2.replica_dir.as_deref(), rank)
+                            .map_err(StartError::Thread)?,
+                    );
+                    let store =
+                        ReplicaStore::new(rank, out.clone(), disk.clone(), c2.replica_limit)
+                            .start();
+                    let (master, detector) = if rank == 0 {
+                        // The detector needs the master's address and the
+                        // master the detector's: create the context first.
+                        let master_ctx = Context::<Master>::new();
+                        let detector = FailureDetector::new(
+                            size,
+                            out.clone(),
+                            master_ctx.address(),
+                            c2.ping_period,
+                            c2.failure_timeout,
+                        )
+                        .start();
+                        let mut m = Master::new(size, out.clone(), c2.task_log_limit);
+                        m.set_detector(detector.clone());
+                        (Some(master_ctx.run(m)), Some(detector))
+                    } else {
+                        (None, None)
+                    };
+                    let worker = Worker::new(WorkerParts {
+                        rank: Rank(rank),
+                        out: out.clone(),
+                        pool,
+                        perf: perf.clone(),
+                        store: store.clone(),
+                        disk,
+                        hooks: c2.hooks.clone(),
+                        live: live2,
+                    })
+                    .start();
                     let events = t2.events();
                     Router::create(move |ctx| {
                         ctx.add_stream(events.into_stream());
@@ -156,6 +190,8 @@ impl Runtime {
                             worker,
                             master,
                             perf,
+                            store,
+                            detector,
                             out,
                         }
                     });
@@ -262,9 +298,11 @@ impl Runtime {
         let start = StartReduce {
             key,
             join,
+            group,
             index,
             value: Box::new(value),
             slot: slot.clone(),
+            durability: opts.durability.unwrap_or(self.config.durability),
         };
         if self.cmd.send(Command::Start(start)).is_err() {
             self.live

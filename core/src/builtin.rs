@@ -41,6 +41,10 @@ macro_rules! array_op {
             fn shape(&self) -> Option<u64> {
                 Some(self.0.len() as u64)
             }
+
+            fn size_hint(&self) -> usize {
+                std::mem::size_of_val(self.0.as_slice()) + 64
+            }
         }
     };
 }

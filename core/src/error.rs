@@ -69,6 +69,13 @@ pub enum ReduceError {
     /// `wait_timeout` elapsed before the reduction finished.
     #[error("the reduction did not finish within {0:?}")]
     Timeout(std::time::Duration),
+    /// The master declared this rank failed (it was unresponsive); it is
+    /// fenced from the run.
+    #[error("this rank was declared failed and fenced from the run")]
+    Fenced,
+    /// Storing a replica failed (disk full, store over its limit, …).
+    #[error("replica store: {0}")]
+    Replica(String),
     /// The local runtime stopped before the reduction finished.
     #[error("the runtime shut down before the reduction finished")]
     Shutdown,

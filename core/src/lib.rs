@@ -15,6 +15,7 @@
 //! - [`builtin`]: sum / min / max / product over numeric arrays.
 //! - [`wire`]: versioned rkyv control messages, validated on receipt.
 //! - [`schedule`]: the master's per-reduction queue and the pairing rules.
+//! - [`replica`]: replica buffers (checksummed), their keys, buddy placement.
 //! - [`perf`]: per-rank task timings behind the "faster rank" rule.
 //! - [`error`]: typed errors shared by every layer.
 
@@ -27,6 +28,7 @@ pub mod perf;
 pub mod rank;
 pub mod rankset;
 pub mod reducer;
+pub mod replica;
 pub mod schedule;
 pub mod wire;
 

@@ -47,6 +47,12 @@ pub trait ReducerBody: Archive + Send + Sized + 'static {
     fn shape(&self) -> Option<u64> {
         None
     }
+
+    /// Roughly how many bytes the archive takes, so that serialising
+    /// allocates once instead of growing (default: unknown, 0).
+    fn size_hint(&self) -> usize {
+        0
+    }
 }
 
 /// A value the runtime can serialise, fold from raw bytes and hand back.
@@ -55,7 +61,16 @@ pub trait ReducerBody: Archive + Send + Sized + 'static {
 /// that one worker can hold reductions of many types at once.
 pub trait ReduceValue: Send + 'static {
     /// Serialises the value into an aligned rkyv archive.
-    fn encode(&self) -> Result<AlignedVec, FoldError>;
+    fn encode(&self) -> Result<AlignedVec, FoldError> {
+        self.encode_after(0)
+    }
+    /// Serialises the value after `header` reserved zero bytes (a multiple
+    /// of 16, so the archive stays aligned): a replica header can then be
+    /// written in place, without copying the archive.
+    fn encode_after(&self, header: usize) -> Result<AlignedVec, FoldError>;
+    /// Decodes a whole value of this type (used to reload an original after
+    /// a failure).
+    fn decoder(&self) -> Decoder;
     /// Validates `bytes` as an archive of this type and folds it into `self`
     /// in place (the bytes are not deserialised).
     fn fold_bytes(&mut self, bytes: &[u8]) -> Result<(), FoldError>;
@@ -64,6 +79,9 @@ pub trait ReduceValue: Send + 'static {
     /// Converts to `Any` so the typed future can recover the value.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }
+
+/// Decodes an archive into a boxed value of the type that made the decoder.
+pub type Decoder = fn(&[u8]) -> Result<Box<dyn ReduceValue>, FoldError>;
 
 /// A stable tag of a value's type, used to detect ranks that reduce
 /// different types under one id.
@@ -74,10 +92,22 @@ pub fn type_tag<T: 'static>() -> u64 {
 impl<T> ReduceValue for T
 where
     T: ReducerBody + for<'a> Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
-    T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>,
+    T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+        + Deserialize<T, HighDeserializer<rancor::Error>>,
 {
-    fn encode(&self) -> Result<AlignedVec, FoldError> {
-        rkyv::to_bytes::<rancor::Error>(self).map_err(|e| FoldError::Custom(e.to_string()))
+    fn encode_after(&self, header: usize) -> Result<AlignedVec, FoldError> {
+        debug_assert!(
+            header.is_multiple_of(16),
+            "the header must keep the archive aligned"
+        );
+        let mut buf = AlignedVec::with_capacity(header + self.size_hint());
+        buf.resize(header, 0);
+        rkyv::api::high::to_bytes_in::<_, rancor::Error>(self, buf)
+            .map_err(|e| FoldError::Custom(e.to_string()))
+    }
+
+    fn decoder(&self) -> Decoder {
+        |bytes| decode::<T>(bytes).map(|v| Box::new(v) as Box<dyn ReduceValue>)
     }
 
     fn fold_bytes(&mut self, bytes: &[u8]) -> Result<(), FoldError> {
@@ -119,6 +149,17 @@ mod tests {
         assert_eq!(a.0, vec![11.0, 22.0]);
         let back: Sum<f32> = decode(&b).unwrap();
         assert_eq!(back.0, vec![10.0, 20.0]);
+    }
+
+    #[test]
+    fn encode_after_a_header_and_decode() {
+        let v = Sum(vec![1.5f64, 2.5]);
+        let buf = v.encode_after(16).unwrap();
+        assert_eq!(&buf[..16], &[0; 16]);
+        let back = (v.decoder())(&buf[16..]).unwrap();
+        let mut a = Sum(vec![1.0f64, 1.0]);
+        a.fold_bytes(&back.encode().unwrap()).unwrap();
+        assert_eq!(a.0, vec![2.5, 3.5]);
     }
 
     #[test]

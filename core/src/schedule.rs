@@ -307,6 +307,11 @@ impl Schedule {
         }
     }
 
+    /// The in-flight task `task_id`, if any.
+    pub fn task(&self, task_id: u64) -> Option<&Assignment> {
+        self.in_flight.get(&task_id)
+    }
+
     /// True if position `index` was declared dead.
     pub fn is_dead(&self, index: usize) -> bool {
         self.dead.contains(index)

@@ -3,6 +3,8 @@
 use super::{lost, Master, MasterStats};
 use crate::master::state::Reduction;
 use actix::prelude::*;
+#[allow(unused_imports)]
+use taskfold_core::schedule::Source;
 use taskfold_core::wire::{Msg, Ready, TaskFailed, TaskFailure};
 use taskfold_core::{Rank, ReduceError};
 
@@ -98,6 +100,9 @@ impl Handler<ReadyIn> for Master {
             );
             return;
         };
+        if let (Some(_), Some(holder)) = (&ready.join, ready.replica) {
+            r.replicas.insert(index, holder);
+        }
         let outcome = match (&ready.join, &ready.done) {
             (Some(join), None) => match r.mismatch(join, from) {
                 Some(detail) => Err(ReduceError::Mismatched {
@@ -174,15 +179,80 @@ impl Handler<TaskFailedIn> for Master {
         let id = r.id.clone();
         let error = match m.failed.reason {
             TaskFailure::Fold(error) => ReduceError::Fold { id, error },
-            TaskFailure::Fetch(e) => {
-                ReduceError::Transport(format!("{} could not fetch its task's data: {e}", m.from))
-            }
             TaskFailure::Unknown => ReduceError::Mismatched {
                 id,
                 detail: format!("{} holds no data for this reduction", m.from),
             },
+            TaskFailure::Fetch { reason, peer_down } => {
+                // Failure place 3: the data's source died (or is unreachable).
+                let source = r.schedule.task(m.failed.task_id).map(|t| {
+                    let provider = r.group.rank_at(t.provider.index);
+                    match (t.source, r.replicas.get(&t.provider.index)) {
+                        (taskfold_core::schedule::Source::Replica, Some(&h)) => Rank(h),
+                        _ => provider,
+                    }
+                });
+                if let (true, Some(src)) = (peer_down, source) {
+                    self.rank_down(src, format!("a fetch from it failed: {reason}"), None);
+                }
+                let Some(r) = self.reductions.get_mut(&key) else {
+                    return; // ended by that failure
+                };
+                let Some(index) = r.group.index_of(m.from) else {
+                    return;
+                };
+                r.fetch_failures += 1;
+                if r.fetch_failures as usize > 4 * r.group.len() + 8 {
+                    let error = ReduceError::Transport(format!("fetches keep failing: {reason}"));
+                    self.fail(key, error);
+                    return;
+                }
+                let dead = &self.dead;
+                let replicas = &r.replicas;
+                let has = |k: usize| replicas.get(&k).is_some_and(|h| !dead.contains(h));
+                if r.schedule
+                    .fetch_failed(m.failed.task_id, index, has)
+                    .is_err()
+                {
+                    return; // already rescheduled (the receiver's report came late)
+                }
+                match r.schedule.check_recoverable(has) {
+                    Ok(()) => self.drive(key),
+                    Err(u) => {
+                        let error = r.lost(&u);
+                        self.fail(key, error);
+                    }
+                }
+                return;
+            }
         };
         self.fail(key, error);
+    }
+}
+
+/// A buddy stored a copy of `owner`'s original of `key`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ReplicatedIn {
+    pub(crate) holder: Rank,
+    pub(crate) key: u64,
+    pub(crate) owner: u32,
+    pub(crate) wire: usize,
+}
+
+impl Handler<ReplicatedIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: ReplicatedIn, _: &mut Context<Self>) {
+        self.count_in(m.wire);
+        if self.dead.contains(&m.holder.0) {
+            return;
+        }
+        if let Some(r) = self.reductions.get_mut(&m.key) {
+            if let Some(i) = r.group.index_of(Rank(m.owner)) {
+                r.replicas.insert(i, m.holder.0);
+            }
+        }
     }
 }
 
@@ -192,37 +262,15 @@ impl Handler<TaskFailedIn> for Master {
 pub(crate) struct RankDown {
     pub(crate) rank: Rank,
     pub(crate) reason: String,
+    /// Time since the rank was last heard from, when known.
+    pub(crate) latency: Option<std::time::Duration>,
 }
 
 impl Handler<RankDown> for Master {
     type Result = ();
 
     fn handle(&mut self, m: RankDown, _: &mut Context<Self>) {
-        let rank = m.rank;
-        if rank.0 >= self.size || rank.0 == 0 || !self.dead.insert(rank.0) {
-            return;
-        }
-        tracing::error!(%rank, reason = %m.reason, "rank declared failed");
-        self.stats.dead.push(rank.0);
-        metrics::counter!(crate::metrics::FAILURES_DETECTED).increment(1);
-        for r in 0..self.size {
-            if r != rank.0 {
-                self.send(Rank(r), &Msg::RankFailed { rank: rank.0 });
-            }
-        }
-        // Without replicas, a reduction that still needs the dead rank's data
-        // cannot complete: end it now rather than hang.
-        let doomed: Vec<u64> = self
-            .reductions
-            .iter()
-            .filter(|(_, r)| r.group.index_of(rank).is_some_and(|i| r.schedule.needs(i)))
-            .map(|(k, _)| *k)
-            .collect();
-        for key in doomed {
-            let error = lost(self.reductions.get(&key), &[rank.0]);
-            self.fail(key, error);
-        }
-        self.check_finalize();
+        self.rank_down(m.rank, m.reason, m.latency);
     }
 }
 
@@ -238,7 +286,7 @@ pub(crate) struct ExitReport {
 impl Handler<ExitReport> for Master {
     type Result = ();
 
-    fn handle(&mut self, m: ExitReport, ctx: &mut Context<Self>) {
+    fn handle(&mut self, m: ExitReport, _: &mut Context<Self>) {
         if self.finalized.contains(&m.rank) && m.code == 0 {
             return; // a clean exit after finalize
         }
@@ -247,13 +295,7 @@ impl Handler<ExitReport> for Master {
         } else {
             format!("process exited with code {} before finalizing", m.code)
         };
-        self.handle(
-            RankDown {
-                rank: Rank(m.rank),
-                reason,
-            },
-            ctx,
-        );
+        self.rank_down(Rank(m.rank), reason, None);
     }
 }
 

@@ -19,9 +19,13 @@ use actix::prelude::*;
 use state::Reduction;
 use std::collections::{HashMap, HashSet};
 use taskfold_core::perf::PerfTable;
+use taskfold_core::schedule::Source;
+use taskfold_core::wire::DataSource;
 use taskfold_core::{wire::Msg, Rank, ReduceError};
 
-pub(crate) use handlers::{ExitReport, FinalizeIn, GetStats, RankDown, ReadyIn, TaskFailedIn};
+pub(crate) use handlers::{
+    ExitReport, FinalizeIn, GetStats, RankDown, ReadyIn, ReplicatedIn, TaskFailedIn,
+};
 
 /// Reductions that ended in an error while some members had not joined yet:
 /// they get the error when they join. Bounded so it cannot grow forever.
@@ -39,9 +43,15 @@ pub struct Master {
     perf: PerfTable,
     stats: MasterStats,
     task_log_limit: usize,
+    detector: Option<Addr<crate::detector::FailureDetector>>,
 }
 
 impl Master {
+    /// Connects the failure detector (it needs the master's address first).
+    pub(crate) fn set_detector(&mut self, d: Addr<crate::detector::FailureDetector>) {
+        self.detector = Some(d);
+    }
+
     pub(crate) fn new(size: u32, out: Outbox, task_log_limit: usize) -> Self {
         Master {
             size,
@@ -54,6 +64,7 @@ impl Master {
             perf: PerfTable::new(),
             stats: MasterStats::new(size),
             task_log_limit,
+            detector: None,
         }
     }
 
@@ -127,6 +138,7 @@ impl Master {
     /// Hands out every task the queue of `key` allows, and completes it when
     /// the root holds every original.
     fn drive(&mut self, key: u64) {
+        let mut unreachable_receiver = None;
         loop {
             let Some(r) = self.reductions.get_mut(&key) else {
                 return;
@@ -153,6 +165,21 @@ impl Master {
                 Some(taskfold_core::schedule::Step::Task(a)) => {
                     let receiver = r.group.rank_at(a.receiver.index);
                     let provider = r.group.rank_at(a.provider.index);
+                    let source = match a.source {
+                        Source::Data => DataSource::Data,
+                        Source::Original => DataSource::Original,
+                        Source::Replica => match r.replicas.get(&a.provider.index) {
+                            Some(&holder) => DataSource::Replica { holder },
+                            None => {
+                                let error = ReduceError::RanksLost {
+                                    id: r.id.clone(),
+                                    ranks: vec![provider.0],
+                                };
+                                self.fail(key, error);
+                                break;
+                            }
+                        },
+                    };
                     let record = TaskRecord::new(&r.id, &a, &r.group);
                     let msg = Msg::Task(taskfold_core::wire::Task {
                         key,
@@ -160,15 +187,21 @@ impl Master {
                         provider: provider.0,
                         provider_path: a.provider.path,
                         receiver_path: a.receiver.path,
+                        restore: a.restore,
+                        source,
                     });
                     self.stats.record_task(record, self.task_log_limit);
                     if !self.send(receiver, &msg) {
-                        let error = lost(self.reductions.get(&key), &[receiver.0]);
-                        self.fail(key, error);
+                        // Failure place 1: the receiver is dead when its task
+                        // is sent.
+                        unreachable_receiver = Some(receiver);
                         break;
                     }
                 }
             }
+        }
+        if let Some(rank) = unreachable_receiver {
+            self.rank_down(rank, "a task could not be sent to it".into(), None);
         }
         self.update_queue_gauge();
     }
@@ -184,6 +217,68 @@ impl Master {
         metrics::gauge!(crate::metrics::LIVE_REDUCTIONS).set(self.reductions.len() as f64);
     }
 
+    /// Declares `rank` failed (DESIGN.md §2): fences it, tells every rank,
+    /// and recovers or ends every reduction that needed its data.
+    fn rank_down(&mut self, rank: Rank, reason: String, latency: Option<std::time::Duration>) {
+        if rank.0 >= self.size || rank.0 == 0 || !self.dead.insert(rank.0) {
+            return;
+        }
+        if self.finalized.contains(&rank.0) {
+            return; // it finished its work and left: not a failure
+        }
+        tracing::error!(%rank, %reason, "rank declared failed");
+        if let Some(d) = &self.detector {
+            d.do_send(crate::detector::Forget { rank });
+        }
+        self.stats.dead.push(rank.0);
+        metrics::counter!(crate::metrics::FAILURES_DETECTED).increment(1);
+        if let Some(l) = latency {
+            metrics::histogram!(crate::metrics::DETECTION_SECONDS).record(l.as_secs_f64());
+        }
+        let notice = Msg::RankFailed { rank: rank.0 };
+        for r in 0..self.size {
+            if r != rank.0 {
+                self.send(Rank(r), &notice);
+            }
+        }
+        // Tell the fenced rank too: if it was only stopped, it learns on
+        // resuming that it is out of the run.
+        let _ = self.out.send(rank, &notice);
+        let keys: Vec<u64> = self.reductions.keys().copied().collect();
+        for key in keys {
+            let Some(r) = self.reductions.get_mut(&key) else {
+                continue;
+            };
+            let dead = &self.dead;
+            let member = r.group.index_of(rank);
+            let outcome = match member {
+                Some(i) => {
+                    let replicas = &r.replicas;
+                    r.schedule
+                        .fail(i, |k| replicas.get(&k).is_some_and(|h| !dead.contains(h)))
+                }
+                None => {
+                    let replicas = &r.replicas;
+                    r.schedule
+                        .check_recoverable(|k| replicas.get(&k).is_some_and(|h| !dead.contains(h)))
+                }
+            };
+            match outcome {
+                Ok(()) => {
+                    if member.is_some() {
+                        metrics::counter!(crate::metrics::RECOVERIES).increment(1);
+                    }
+                    self.drive(key);
+                }
+                Err(u) => {
+                    let error = r.lost(&u);
+                    self.fail(key, error);
+                }
+            }
+        }
+        self.check_finalize();
+    }
+
     /// Sends the finalize acknowledgement once every live rank finalized.
     fn check_finalize(&mut self) {
         let all = (0..self.size).all(|r| self.finalized.contains(&r) || self.dead.contains(&r));
@@ -196,7 +291,7 @@ impl Master {
     }
 }
 
-/// The error for a reduction that lost the data of `ranks`.
+/// The error for a reduction that lost the data of `ranks` (no schedule).
 fn lost(r: Option<&Reduction>, ranks: &[u32]) -> ReduceError {
     match r {
         Some(r) if ranks.contains(&r.root.0) => ReduceError::RootLost {

@@ -1,5 +1,6 @@
 //! The master's record of one live reduction.
 
+use std::collections::HashMap;
 use std::time::Instant;
 use taskfold_core::schedule::Schedule;
 use taskfold_core::wire::Join;
@@ -13,6 +14,10 @@ pub(crate) struct Reduction {
     pub(crate) join: Join,
     pub(crate) schedule: Schedule,
     pub(crate) started: Instant,
+    /// Group position → the live rank holding a copy of its original.
+    pub(crate) replicas: HashMap<usize, u32>,
+    /// Fetches that failed although the provider lived (bounded retries).
+    pub(crate) fetch_failures: u32,
 }
 
 impl Reduction {
@@ -38,7 +43,27 @@ impl Reduction {
             root,
             join: join.clone(),
             started: Instant::now(),
+            replicas: HashMap::new(),
+            fetch_failures: 0,
         })
+    }
+
+    /// The error for an unrecoverable failure.
+    pub(crate) fn lost(
+        &self,
+        u: &taskfold_core::schedule::Unrecoverable,
+    ) -> taskfold_core::ReduceError {
+        if u.root {
+            taskfold_core::ReduceError::RootLost {
+                id: self.id.clone(),
+                root: self.root.0,
+            }
+        } else {
+            taskfold_core::ReduceError::RanksLost {
+                id: self.id.clone(),
+                ranks: u.lost.iter().map(|&i| self.group.rank_at(i).0).collect(),
+            }
+        }
     }
 
     /// Why a later join disagrees with the first, if it does.

@@ -1,14 +1,19 @@
-//! The worker's messages, one type each, and their handlers.
+//! The worker's messages for the normal path, one type each, and their
+//! handlers: start, prepare (serialise + expose), task (get + fold),
+//! release, completion, finalize.
 
-use super::{Local, Worker};
+use super::{Fetching, Local, Worker};
+use crate::config::Durability;
 use crate::future::Slot;
+use crate::hooks::{self, Point};
 use crate::perf::TaskTimed;
 use actix::prelude::*;
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Instant;
-use taskfold_core::wire::{Join, Msg, Ready, Task, TaskDone, TaskFailed, TaskFailure};
-use taskfold_core::{FoldError, Rank, RankSet, ReduceError, ReduceValue};
+use taskfold_core::replica::{self, original_key, replica_key, HEADER_LEN};
+use taskfold_core::wire::{DataSource, Join, Msg, Ready, Task, TaskDone, TaskFailed, TaskFailure};
+use taskfold_core::{FoldError, Group, Rank, RankSet, ReduceError, ReduceValue};
 use taskfold_transports::{BufferKey, RecvBuf, TransportError};
 
 /// The application started a reduction (sent by `Runtime::reduce`).
@@ -17,27 +22,57 @@ use taskfold_transports::{BufferKey, RecvBuf, TransportError};
 pub(crate) struct StartReduce {
     pub(crate) key: u64,
     pub(crate) join: Join,
+    pub(crate) group: Group,
     pub(crate) index: usize,
     pub(crate) value: Box<dyn ReduceValue>,
     pub(crate) slot: Arc<Slot>,
+    pub(crate) durability: Durability,
 }
 
 impl Handler<StartReduce> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: StartReduce, ctx: &mut Context<Self>) {
+        if self.fenced {
+            m.slot.fill(Err(ReduceError::Fenced));
+            self.live
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&m.key);
+            return;
+        }
         let is_root = m.join.root == self.rank.0;
-        let local = Local {
-            join: m.join,
-            value: None,
-            path: RankSet::single(m.index),
-            slot: m.slot,
-            is_root,
-        };
-        self.locals.insert(m.key, local);
-        // Expose `O_i` before announcing it: the master may hand out a task
-        // that fetches it as soon as the ready message arrives.
-        self.prepare(m.key, m.value, None, ctx);
+        let key = m.key;
+        let hold = hooks::hold(&self.hooks, self.rank.0, Point::BeforeJoin, &m.join.id);
+        self.locals.insert(
+            key,
+            Local {
+                decode: m.value.decoder(),
+                join: m.join,
+                group: m.group,
+                index: m.index,
+                value: None,
+                path: RankSet::single(m.index),
+                slot: m.slot,
+                is_root,
+                original: None,
+                durability: m.durability,
+                buddy: None,
+                joined: false,
+                held: None,
+                fetch: None,
+            },
+        );
+        let value = m.value;
+        match hold {
+            None => self.prepare(key, value, None, ctx),
+            Some(wait) => {
+                ctx.spawn(
+                    wait.into_actor(self)
+                        .map(move |_, act, ctx| act.prepare(key, value, None, ctx)),
+                );
+            }
+        }
     }
 }
 
@@ -63,7 +98,8 @@ impl Worker {
         let is_root = self.locals.get(&key).is_some_and(|l| l.is_root);
         if is_root {
             // The root always receives (DESIGN.md §1 step 4): its data is
-            // never fetched, so it is never serialised.
+            // never fetched, so it is never serialised (and, since losing
+            // the root is unrecoverable anyway, never replicated).
             ctx.notify(Prepared {
                 key,
                 value,
@@ -73,8 +109,18 @@ impl Worker {
             return;
         }
         let addr = ctx.address();
+        let first = done.is_none();
         self.pool.submit(move || {
-            let encoded = value.encode().map(Bytes::from_owner);
+            let encoded = if first {
+                // The original, as a replica buffer: header, then archive.
+                value.encode_after(HEADER_LEN).map(|mut buf| {
+                    let (head, payload) = buf.split_at_mut(HEADER_LEN);
+                    replica::write_header(head, payload);
+                    Bytes::from_owner(buf)
+                })
+            } else {
+                value.encode().map(Bytes::from_owner)
+            };
             addr.do_send(Prepared {
                 key,
                 value,
@@ -83,43 +129,127 @@ impl Worker {
             });
         });
     }
+
+    /// Announces `key`'s contribution to the master.
+    pub(super) fn send_join(&mut self, key: u64, replica: Option<Rank>, ctx: &mut Context<Self>) {
+        let rank = self.rank;
+        let Some(local) = self.locals.get_mut(&key) else {
+            return;
+        };
+        local.joined = true;
+        let ready = Msg::Ready(Ready {
+            key,
+            rank: rank.0,
+            path: local.path.clone(),
+            join: Some(local.join.clone()),
+            done: None,
+            replica: replica.map(|r| r.0),
+        });
+        if let Some(wait) = hooks::hold(&self.hooks, rank.0, Point::AfterJoin, &local.join.id) {
+            local.held = Some(Vec::new());
+            ctx.spawn(wait.into_actor(self).map(move |_, act, ctx| {
+                let tasks = act
+                    .locals
+                    .get_mut(&key)
+                    .and_then(|l| l.held.take())
+                    .unwrap_or_default();
+                for t in tasks {
+                    act.handle(TaskIn(t), ctx);
+                }
+            }));
+        }
+        self.to_master(&ready);
+    }
+
+    /// Offers this rank's original of `key` to its buddy; returns the buddy.
+    pub(super) fn offer(&mut self, key: u64) -> Option<Rank> {
+        let local = self.locals.get_mut(&key)?;
+        let original = local.original.as_ref()?;
+        let buddy = replica::buddy(&local.group, self.rank, &self.dead)?;
+        let msg = Msg::ReplicaOffer {
+            key,
+            owner: self.rank.0,
+            len: original.len() as u64,
+            crc: replica::stored_crc(original).unwrap_or(0),
+        };
+        local.buddy = Some(buddy);
+        match self.out.send(buddy, &msg) {
+            Ok(_) => Some(buddy),
+            Err(e) => {
+                tracing::warn!(rank = %self.rank, %buddy, error = %e, "cannot offer a replica");
+                None
+            }
+        }
+    }
 }
 
 impl Handler<Prepared> for Worker {
     type Result = ();
 
-    fn handle(&mut self, m: Prepared, _: &mut Context<Self>) {
+    fn handle(&mut self, m: Prepared, ctx: &mut Context<Self>) {
         let rank = self.rank;
-        let Some(local) = self.locals.get_mut(&m.key) else {
+        let key = m.key;
+        let Some(local) = self.locals.get_mut(&key) else {
             return; // ended meanwhile (e.g. failed elsewhere)
         };
-        if let Some(encoded) = m.encoded {
-            match encoded {
-                Ok(bytes) => self.out.transport().expose(BufferKey(m.key), bytes),
-                Err(error) => {
-                    let error = ReduceError::Fold {
-                        id: local.join.id.clone(),
-                        error,
-                    };
-                    self.finish(m.key, Some(error));
-                    return;
-                }
+        let t = self.out.transport().clone();
+        let bytes = match m.encoded {
+            None => None,
+            Some(Ok(b)) => Some(b),
+            Some(Err(error)) => {
+                let error = ReduceError::Fold {
+                    id: local.join.id.clone(),
+                    error,
+                };
+                self.finish(key, Some(error));
+                return;
             }
-        }
-        local.value = Some(m.value);
-        let join = if m.done.is_none() {
-            Some(local.join.clone())
-        } else {
-            None
         };
-        let ready = Msg::Ready(Ready {
-            key: m.key,
-            rank: rank.0,
-            path: local.path.clone(),
-            join,
-            done: m.done,
-        });
-        self.to_master(&ready);
+        local.value = Some(m.value);
+        if let Some(done) = m.done {
+            if let Some(b) = bytes {
+                t.expose(BufferKey(key), b);
+            }
+            let ready = Msg::Ready(Ready {
+                key,
+                rank: rank.0,
+                path: local.path.clone(),
+                join: None,
+                done: Some(done),
+                replica: None,
+            });
+            self.to_master(&ready);
+            return;
+        }
+        let Some(original) = bytes else {
+            return self.send_join(key, None, ctx); // the root
+        };
+        // Expose `O_i` before announcing it: a task may fetch it as soon as
+        // the master has the ready message. The data key serves the archive
+        // inside the replica buffer (no copy).
+        t.expose(BufferKey(original_key(key)), original.clone());
+        t.expose(BufferKey(key), original.slice(HEADER_LEN..));
+        let durability = local.durability;
+        local.original = Some(original.clone());
+        let disk = self.disk.clone();
+        let write = actix_rt::task::spawn_blocking(move || disk.write(key, rank.0, &original));
+        ctx.spawn(
+            async move { write.await.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) }
+                .into_actor(self)
+                .map(move |res, act, _| {
+                    if let Err(e) = res {
+                        // The buddy copy still protects the original; a full
+                        // disk is reported, not fatal.
+                        metrics::counter!(crate::metrics::REPLICA_ERRORS).increment(1);
+                        tracing::error!(rank = %act.rank, error = %e, "cannot write a replica to the local disk");
+                    }
+                }),
+        );
+        let buddy = self.offer(key);
+        if durability == Durability::Sync && buddy.is_some() {
+            return; // the join waits for the buddy's acknowledgement
+        }
+        self.send_join(key, None, ctx);
     }
 }
 
@@ -133,28 +263,190 @@ impl Handler<TaskIn> for Worker {
 
     fn handle(&mut self, TaskIn(task): TaskIn, ctx: &mut Context<Self>) {
         let key = task.key;
-        let value = self.locals.get_mut(&key).and_then(|l| {
-            (l.path == task.receiver_path)
-                .then(|| l.value.take())
-                .flatten()
-        });
-        let Some(value) = value else {
-            tracing::warn!(rank = %self.rank, key, "task for data this rank does not hold");
-            self.to_master(&Msg::TaskFailed(TaskFailed {
-                key,
-                task_id: task.task_id,
-                reason: TaskFailure::Unknown,
-            }));
+        let Some(local) = self.locals.get_mut(&key) else {
+            tracing::warn!(rank = %self.rank, key, "task for a reduction this rank does not hold");
+            return self.fail_task(&task, TaskFailure::Unknown);
+        };
+        if let Some(held) = &mut local.held {
+            held.push(task);
+            return;
+        }
+        if !task.receiver_path.is_disjoint(&task.provider_path) {
+            // Folding would count some original twice: never do it.
+            let e = FoldError::Custom(
+                "the task's paths overlap: an original would be folded twice".into(),
+            );
+            return self.fail_task(&task, TaskFailure::Fold(e));
+        }
+        let holds = if task.restore {
+            task.receiver_path == RankSet::single(local.index)
+        } else {
+            local.path == task.receiver_path && local.value.is_some()
+        };
+        if !holds {
+            return self.fail_task(&task, TaskFailure::Unknown);
+        }
+        match hooks::hold(&self.hooks, self.rank.0, Point::BeforeGet, &local.join.id) {
+            None => self.start_task(task, ctx),
+            Some(wait) => {
+                ctx.spawn(
+                    wait.into_actor(self)
+                        .map(move |_, act, ctx| act.start_task(task, ctx)),
+                );
+            }
+        }
+    }
+}
+
+/// A task's data arrived (and the receiver's original was reloaded if the
+/// task asked for it).
+struct Fetched {
+    task: Task,
+    restored: Option<Result<Box<dyn ReduceValue>, String>>,
+    data: Result<RecvBuf, TransportError>,
+    started: Instant,
+}
+
+impl Worker {
+    pub(super) fn fail_task(&self, task: &Task, reason: TaskFailure) {
+        self.to_master(&Msg::TaskFailed(TaskFailed {
+            key: task.key,
+            task_id: task.task_id,
+            reason,
+        }));
+    }
+
+    fn start_task(&mut self, task: Task, ctx: &mut Context<Self>) {
+        let key = task.key;
+        let Some(local) = self.locals.get_mut(&key) else {
             return;
         };
+        let (from, bkey) = match task.source {
+            DataSource::Data => (Rank(task.provider), key),
+            DataSource::Original => (Rank(task.provider), original_key(key)),
+            DataSource::Replica { holder } => (Rank(holder), replica_key(key, task.provider)),
+        };
+        // Reloading our own original reads the local disk first, then the
+        // copy in memory; both are verified against the checksum.
+        let restore = task.restore.then(|| {
+            let disk = self.disk.clone();
+            let (rank, decode, mem) = (self.rank.0, local.decode, local.original.clone());
+            actix_rt::task::spawn_blocking(move || {
+                let buf = match disk.read(key, rank) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tracing::warn!(rank, error = %e, "local replica unreadable; using the copy in memory");
+                        let b = mem.ok_or("no copy of the original is left")?;
+                        replica::verify(&b).map_err(|e| e.to_string())?;
+                        b
+                    }
+                };
+                decode(&buf[HEADER_LEN..]).map_err(|e| e.to_string())
+            })
+        });
+        let fetch = self.out.transport().get(from, BufferKey(bkey));
         let started = Instant::now();
-        let fetch = self
-            .out
-            .transport()
-            .get(Rank(task.provider), BufferKey(key));
-        ctx.spawn(fetch.into_actor(self).map(move |res, act, ctx| {
-            act.fetched(task, value, started, res, ctx);
+        let _ = local;
+        let task2 = task.clone();
+        let fut = async move {
+            let restored = match restore {
+                None => None,
+                Some(h) => Some(h.await.map_err(|e| e.to_string()).and_then(|r| r)),
+            };
+            (restored, fetch.await)
+        };
+        let handle = ctx.spawn(fut.into_actor(self).map(move |(restored, data), act, ctx| {
+            act.fetched(
+                Fetched {
+                    task: task2,
+                    restored,
+                    data,
+                    started,
+                },
+                ctx,
+            );
         }));
+        if let Some(local) = self.locals.get_mut(&key) {
+            local.fetch = Some(Fetching { task, from, handle });
+        }
+    }
+
+    fn fetched(&mut self, f: Fetched, ctx: &mut Context<Self>) {
+        let task = f.task;
+        let key = task.key;
+        let Some(local) = self.locals.get_mut(&key) else {
+            return;
+        };
+        local.fetch = None;
+        match f.restored {
+            None => {}
+            Some(Ok(v)) => {
+                local.value = Some(v);
+                local.path = RankSet::single(local.index);
+            }
+            Some(Err(e)) => {
+                return self.fail_task(
+                    &task,
+                    TaskFailure::Fold(FoldError::Corrupt(format!("own original: {e}"))),
+                );
+            }
+        }
+        let buf = match f.data {
+            Ok(buf) => buf,
+            Err(e) => {
+                let peer_down = matches!(
+                    e,
+                    TransportError::LinkDown { .. } | TransportError::NoSuchRank(_)
+                );
+                return self.fail_task(
+                    &task,
+                    TaskFailure::Fetch {
+                        reason: e.to_string(),
+                        peer_down,
+                    },
+                );
+            }
+        };
+        let offset = if task.source == DataSource::Data {
+            0
+        } else {
+            HEADER_LEN
+        };
+        let Some(value) = local.value.take() else {
+            return self.fail_task(&task, TaskFailure::Unknown);
+        };
+        let hold = hooks::hold(&self.hooks, self.rank.0, Point::BeforeFold, &local.join.id);
+        let addr = ctx.address();
+        let pool_job = move || {
+            let mut value = value;
+            // Fold in place from the receive buffer: the peer's archive is
+            // validated and read, never deserialised.
+            let result = if offset > 0 {
+                replica::verify(&buf)
+                    .map_err(|e| FoldError::Corrupt(e.to_string()))
+                    .and_then(|payload| value.fold_bytes(payload))
+            } else {
+                value.fold_bytes(&buf)
+            };
+            let bytes = buf.len() as u64;
+            drop(buf);
+            addr.do_send(Folded {
+                task,
+                value,
+                result,
+                started: f.started,
+                bytes,
+            });
+        };
+        match hold {
+            None => self.pool.submit(pool_job),
+            Some(wait) => {
+                ctx.spawn(
+                    wait.into_actor(self)
+                        .map(move |_, act, _| act.pool.submit(pool_job)),
+                );
+            }
+        }
     }
 }
 
@@ -169,48 +461,6 @@ struct Folded {
     bytes: u64,
 }
 
-impl Worker {
-    fn fetched(
-        &mut self,
-        task: Task,
-        value: Box<dyn ReduceValue>,
-        started: Instant,
-        res: Result<RecvBuf, TransportError>,
-        ctx: &mut Context<Self>,
-    ) {
-        match res {
-            Ok(buf) => {
-                let addr = ctx.address();
-                self.pool.submit(move || {
-                    let mut value = value;
-                    // Fold in place from the receive buffer: the peer's
-                    // archive is validated and read, never deserialised.
-                    let result = value.fold_bytes(&buf);
-                    let bytes = buf.len() as u64;
-                    drop(buf);
-                    addr.do_send(Folded {
-                        task,
-                        value,
-                        result,
-                        started,
-                        bytes,
-                    });
-                });
-            }
-            Err(e) => {
-                if let Some(l) = self.locals.get_mut(&task.key) {
-                    l.value = Some(value);
-                }
-                self.to_master(&Msg::TaskFailed(TaskFailed {
-                    key: task.key,
-                    task_id: task.task_id,
-                    reason: TaskFailure::Fetch(e.to_string()),
-                }));
-            }
-        }
-    }
-}
-
 impl Handler<Folded> for Worker {
     type Result = ();
 
@@ -219,16 +469,12 @@ impl Handler<Folded> for Worker {
         let Some(local) = self.locals.get_mut(&key) else {
             return;
         };
+        local.value = Some(m.value);
         if let Err(error) = m.result {
-            local.value = Some(m.value);
-            self.to_master(&Msg::TaskFailed(TaskFailed {
-                key,
-                task_id: m.task.task_id,
-                reason: TaskFailure::Fold(error),
-            }));
-            return;
+            return self.fail_task(&m.task, TaskFailure::Fold(error));
         }
         local.path = local.path.union(&m.task.provider_path);
+        let value = local.value.take().expect("just stored");
         let nanos = m.started.elapsed().as_nanos() as u64;
         self.perf.do_send(TaskTimed {
             nanos,
@@ -239,7 +485,7 @@ impl Handler<Folded> for Worker {
             nanos,
             bytes: m.bytes,
         };
-        self.prepare(key, m.value, Some(done), ctx);
+        self.prepare(key, value, Some(done), ctx);
     }
 }
 
@@ -254,6 +500,7 @@ impl Handler<ReleaseIn> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: ReleaseIn, _: &mut Context<Self>) {
+        // The original stays exposed: recovery may still need it.
         self.out.transport().withdraw(BufferKey(m.key));
         if let Some(l) = self.locals.get_mut(&m.key) {
             l.value = None;
@@ -311,8 +558,16 @@ impl Handler<FinalizeReq> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: FinalizeReq, _: &mut Context<Self>) {
+        if self.fenced {
+            let _ = m.reply.send(Err(ReduceError::Fenced));
+            return;
+        }
+        if let Err(e) = self.out.send(Rank(0), &Msg::Finalize) {
+            // A dead transport cannot finalize: do not wait for an answer.
+            let _ = m.reply.send(Err(ReduceError::Transport(e.to_string())));
+            return;
+        }
         self.finalize.push(m.reply);
-        self.to_master(&Msg::Finalize);
     }
 }
 

@@ -4,36 +4,70 @@
 //! CPU work (serialising a contribution, folding) runs on the
 //! [`crate::pool::FoldPool`]; the actor's thread only routes messages.
 //!
-//! What a crash of a worker loses: its originals and intermediate data of
-//! every live reduction. The master then ends each reduction that still
-//! needed them with a typed error naming the rank.
+//! Each non-root contribution is kept as a replica buffer (its original,
+//! checksummed), exposed for gets, written to the local replica directory
+//! and offered to the buddy rank, so that it can be recovered (DESIGN.md §2).
+//!
+//! What a crash of a worker loses: its intermediate data and the buddy
+//! copies it held. The master recovers the originals its data held from
+//! their replicas, or ends the reduction with a typed error naming them.
 
 mod handlers;
+mod recovery;
 
 pub(crate) use handlers::{
     CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, ReleaseIn, StartReduce, TaskIn,
 };
+pub(crate) use recovery::{RankFailedIn, ReplicaAckIn};
 
+use crate::config::Durability;
 use crate::future::Slot;
+use crate::hooks::Hook;
 use crate::outbox::Outbox;
 use crate::perf::PerformanceCounter;
 use crate::pool::FoldPool;
+use crate::replica::{DropKey, ReplicaDisk, ReplicaStore};
 use actix::prelude::*;
+use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use taskfold_core::wire::{Join, Msg};
-use taskfold_core::{Rank, RankSet, ReduceError, ReduceValue};
+use taskfold_core::reducer::Decoder;
+use taskfold_core::replica::original_key;
+use taskfold_core::wire::{Join, Msg, Task};
+use taskfold_core::{Group, Rank, RankSet, ReduceError, ReduceValue};
+use taskfold_transports::BufferKey;
+
+/// A fetch in progress, cancellable if its source is declared failed.
+pub(crate) struct Fetching {
+    pub(crate) task: Task,
+    /// The rank the data comes from (provider, or the replica's holder).
+    pub(crate) from: Rank,
+    pub(crate) handle: SpawnHandle,
+}
 
 /// This rank's part in one live reduction.
 pub(crate) struct Local {
     pub(crate) join: Join,
-    /// `D_i`; `None` while a task or a serialisation holds it, or after a
-    /// provider's data was consumed.
+    pub(crate) group: Group,
+    /// This rank's position in the group.
+    pub(crate) index: usize,
+    /// `D_i`; `None` while a fold holds it, or after it was consumed.
     pub(crate) value: Option<Box<dyn ReduceValue>>,
     /// Which originals `value` holds.
     pub(crate) path: RankSet,
     pub(crate) slot: Arc<Slot>,
     pub(crate) is_root: bool,
+    pub(crate) decode: Decoder,
+    /// `O_i` as a replica buffer (header + archive); `None` at the root.
+    pub(crate) original: Option<Bytes>,
+    pub(crate) durability: Durability,
+    /// The buddy the original was offered to.
+    pub(crate) buddy: Option<Rank>,
+    /// The join was announced to the master.
+    pub(crate) joined: bool,
+    /// Tasks wait while an `after-join` test hook holds the reduction.
+    pub(crate) held: Option<Vec<Task>>,
+    pub(crate) fetch: Option<Fetching>,
 }
 
 /// The worker of one rank.
@@ -42,28 +76,45 @@ pub struct Worker {
     out: Outbox,
     pool: FoldPool,
     perf: Addr<PerformanceCounter>,
+    store: Addr<ReplicaStore>,
+    disk: Arc<ReplicaDisk>,
+    hooks: Vec<Hook>,
     locals: HashMap<u64, Local>,
+    /// Ranks the master declared failed.
+    dead: RankSet,
+    fenced: bool,
     /// Keys of this rank's live reductions, shared with `Runtime::reduce` so
     /// that a duplicate id is refused at once, on the caller's thread.
     live: Arc<Mutex<HashSet<u64>>>,
     finalize: Vec<flume::Sender<Result<(), ReduceError>>>,
 }
 
+/// What a worker is built from.
+pub(crate) struct WorkerParts {
+    pub(crate) rank: Rank,
+    pub(crate) out: Outbox,
+    pub(crate) pool: FoldPool,
+    pub(crate) perf: Addr<PerformanceCounter>,
+    pub(crate) store: Addr<ReplicaStore>,
+    pub(crate) disk: Arc<ReplicaDisk>,
+    pub(crate) hooks: Vec<Hook>,
+    pub(crate) live: Arc<Mutex<HashSet<u64>>>,
+}
+
 impl Worker {
-    pub(crate) fn new(
-        rank: Rank,
-        out: Outbox,
-        pool: FoldPool,
-        perf: Addr<PerformanceCounter>,
-        live: Arc<Mutex<HashSet<u64>>>,
-    ) -> Self {
+    pub(crate) fn new(p: WorkerParts) -> Self {
         Worker {
-            rank,
-            out,
-            pool,
-            perf,
+            rank: p.rank,
+            out: p.out,
+            pool: p.pool,
+            perf: p.perf,
+            store: p.store,
+            disk: p.disk,
+            hooks: p.hooks,
             locals: HashMap::new(),
-            live,
+            dead: RankSet::new(),
+            fenced: false,
+            live: p.live,
             finalize: Vec::new(),
         }
     }
@@ -76,12 +127,16 @@ impl Worker {
 
     /// Ends a local reduction and fills its future.
     fn finish(&mut self, key: u64, error: Option<ReduceError>) {
+        self.store.do_send(DropKey { key });
         let Some(mut local) = self.locals.remove(&key) else {
             return;
         };
-        self.out
-            .transport()
-            .withdraw(taskfold_transports::BufferKey(key));
+        if let Some(f) = local.fetch.take() {
+            let _ = f.handle; // the future ends with the actor's context
+        }
+        let t = self.out.transport();
+        t.withdraw(BufferKey(key));
+        t.withdraw(BufferKey(original_key(key)));
         self.live
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -100,7 +155,7 @@ impl Worker {
         local.slot.fill(outcome);
     }
 
-    /// Fails every live reduction (the master is gone, or shutdown).
+    /// Fails every live reduction (the master is gone, fenced, shutdown).
     fn fail_all(&mut self, error: ReduceError) {
         let keys: Vec<u64> = self.locals.keys().copied().collect();
         for k in keys {

@@ -88,6 +88,7 @@ mod tests {
                 shape: Some(100),
             }),
             done: None,
+            replica: None,
         });
         assert_eq!(decode(&encode(&m)).unwrap(), m);
     }

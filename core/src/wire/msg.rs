@@ -45,6 +45,33 @@ pub enum Msg {
     Finalize,
     /// Master → rank: every live rank reached finalize.
     FinalizeAck,
+    /// Owner → buddy: fetch my original of `key` and keep a copy.
+    ReplicaOffer {
+        /// The reduction.
+        key: u64,
+        /// The original's owner.
+        owner: u32,
+        /// Bytes of the replica buffer.
+        len: u64,
+        /// Its checksum.
+        crc: u32,
+    },
+    /// Buddy → owner: the copy is stored (`ok`), or refused (store full).
+    ReplicaAck {
+        /// The reduction.
+        key: u64,
+        /// The original's owner.
+        owner: u32,
+        /// True if stored.
+        ok: bool,
+    },
+    /// Buddy → master: `holder` keeps a copy of `owner`'s original.
+    Replicated {
+        /// The reduction.
+        key: u64,
+        /// The original's owner.
+        owner: u32,
+    },
     /// Launcher → master: a rank's process exited.
     RankExited {
         /// The rank.
@@ -69,6 +96,9 @@ pub struct Ready {
     pub join: Option<Join>,
     /// Present when this message ends a task.
     pub done: Option<TaskDone>,
+    /// With synchronous durability: the buddy that acknowledged a copy of
+    /// the sender's original.
+    pub replica: Option<u32>,
 }
 
 /// What a rank says about a reduction when it joins it.
@@ -110,6 +140,25 @@ pub struct Task {
     pub provider_path: RankSet,
     /// The receiver's path before the fold.
     pub receiver_path: RankSet,
+    /// The receiver must first reload its own original (it re-enters the
+    /// reduction after a failure).
+    pub restore: bool,
+    /// Where the provider's data is.
+    pub source: DataSource,
+}
+
+/// Where a task's receiver fetches the provider's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum DataSource {
+    /// The provider's intermediate data.
+    Data,
+    /// The provider's own original (the provider is alive).
+    Original,
+    /// A dead provider's original, from the replica `holder` keeps.
+    Replica {
+        /// The rank holding the replica.
+        holder: u32,
+    },
 }
 
 /// A task that failed.
@@ -128,8 +177,13 @@ pub struct TaskFailed {
 pub enum TaskFailure {
     /// The fold refused the data: the reduction cannot succeed.
     Fold(FoldError),
-    /// The provider could not be reached (it may be dead).
-    Fetch(String),
+    /// The provider could not be reached.
+    Fetch {
+        /// What the transport said.
+        reason: String,
+        /// True if the link to the provider is down (it is probably dead).
+        peer_down: bool,
+    },
     /// The receiver has no data for this reduction (a protocol error).
     Unknown,
 }

@@ -1,0 +1,115 @@
+//! Test hooks: hold a rank at an exact point of a reduction so that a test
+//! can kill it there (DESIGN.md §2's three failure places, made
+//! deterministic).
+//!
+//! `TASKFOLD_TEST_HOOK=RANK:POINT:ID:DIR[;...]`. When rank `RANK` reaches
+//! `POINT` in reduction `ID`, it writes `DIR/held-RANK-POINT` and waits
+//! (only that reduction waits; the rank keeps answering pings and serving
+//! data) until `DIR/release-RANK-POINT` exists, at most two minutes.
+//! Points: `before-join`, `after-join` (its tasks wait), `before-get`,
+//! `before-fold`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Where a hook holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Point {
+    /// Before the rank announces its contribution.
+    BeforeJoin,
+    /// After it announced it: its tasks of that reduction wait.
+    AfterJoin,
+    /// A task arrived; before fetching the provider's data.
+    BeforeGet,
+    /// The data arrived; before folding it.
+    BeforeFold,
+}
+
+impl Point {
+    fn name(self) -> &'static str {
+        match self {
+            Point::BeforeJoin => "before-join",
+            Point::AfterJoin => "after-join",
+            Point::BeforeGet => "before-get",
+            Point::BeforeFold => "before-fold",
+        }
+    }
+}
+
+/// One hook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hook {
+    /// The rank that holds.
+    pub rank: u32,
+    /// Where.
+    pub point: Point,
+    /// In which reduction.
+    pub id: String,
+    /// The marker directory.
+    pub dir: PathBuf,
+}
+
+/// Parses `RANK:POINT:ID:DIR[;...]`; malformed entries are logged and skipped.
+pub fn parse(s: &str) -> Vec<Hook> {
+    s.split(';')
+        .filter(|e| !e.trim().is_empty())
+        .filter_map(|e| {
+            let mut it = e.splitn(4, ':');
+            let rank = it.next()?.trim().parse().ok()?;
+            let point = match it.next()? {
+                "before-join" => Point::BeforeJoin,
+                "after-join" => Point::AfterJoin,
+                "before-get" => Point::BeforeGet,
+                "before-fold" => Point::BeforeFold,
+                other => {
+                    tracing::warn!("unknown test hook point {other:?}");
+                    return None;
+                }
+            };
+            let id = it.next()?.to_string();
+            let dir = PathBuf::from(it.next()?);
+            Some(Hook {
+                rank,
+                point,
+                id,
+                dir,
+            })
+        })
+        .collect()
+}
+
+/// If a hook matches, marks it held and returns a future that resolves once
+/// it is released (or after two minutes).
+pub fn hold(
+    hooks: &[Hook],
+    rank: u32,
+    point: Point,
+    id: &str,
+) -> Option<impl std::future::Future<Output = ()>> {
+    let h = hooks
+        .iter()
+        .find(|h| h.rank == rank && h.point == point && h.id == id)?;
+    let tag = format!("{}-{}", rank, point.name());
+    let _ = std::fs::write(h.dir.join(format!("held-{tag}")), b"");
+    let release = h.dir.join(format!("release-{tag}"));
+    tracing::warn!(rank, point = point.name(), id, "test hook: holding");
+    Some(async move {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !release.exists() && Instant::now() < deadline {
+            actix_rt::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parsing() {
+        let h = parse("2:before-fold:check-0:/tmp/x;1:after-join:a:b:/c;bad;3:nowhere:x:/y");
+        assert_eq!(h.len(), 2);
+        assert_eq!(h[0].point, Point::BeforeFold);
+        assert_eq!(h[1].dir, PathBuf::from("b:/c"));
+    }
+}

@@ -1,0 +1,101 @@
+//! The worker's messages of the failure path: a rank declared failed, and
+//! the buddy's acknowledgement of a replica.
+
+use super::Worker;
+use crate::config::Durability;
+use actix::prelude::*;
+use taskfold_core::wire::TaskFailure;
+use taskfold_core::{Rank, ReduceError};
+
+/// The master declared `rank` failed (possibly this very rank: fenced).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct RankFailedIn {
+    pub(crate) rank: Rank,
+}
+
+impl Handler<RankFailedIn> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, m: RankFailedIn, ctx: &mut Context<Self>) {
+        let rank = m.rank;
+        self.dead.insert(rank.0 as usize);
+        if rank == self.rank {
+            tracing::error!(rank = %self.rank, "this rank was declared failed: fenced");
+            self.fenced = true;
+            self.fail_all(ReduceError::Fenced);
+            for tx in self.finalize.drain(..) {
+                let _ = tx.send(Err(ReduceError::Fenced));
+            }
+            return;
+        }
+        // Fetches from the dead rank would hang on a stopped process: cancel
+        // them and let the master reschedule (DESIGN.md §2, place 3).
+        let stuck: Vec<u64> = self
+            .locals
+            .iter()
+            .filter(|(_, l)| {
+                l.fetch
+                    .as_ref()
+                    .is_some_and(|f| f.from == rank || f.task.provider == rank.0)
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for key in stuck {
+            let f = self
+                .locals
+                .get_mut(&key)
+                .and_then(|l| l.fetch.take())
+                .expect("listed above");
+            ctx.cancel_future(f.handle);
+            let reason = TaskFailure::Fetch {
+                reason: format!("{rank} was declared failed"),
+                peer_down: true,
+            };
+            self.fail_task(&f.task, reason);
+        }
+        // Synchronous durability waiting on a dead buddy: offer to the next.
+        let waiting: Vec<u64> = self
+            .locals
+            .iter()
+            .filter(|(_, l)| !l.joined && l.durability == Durability::Sync && l.buddy == Some(rank))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in waiting {
+            if self.offer(key).is_none() {
+                self.send_join(key, None, ctx);
+            }
+        }
+    }
+}
+
+/// The buddy stored (or refused) a copy of this rank's original.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ReplicaAckIn {
+    pub(crate) from: Rank,
+    pub(crate) key: u64,
+    pub(crate) ok: bool,
+}
+
+impl Handler<ReplicaAckIn> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, m: ReplicaAckIn, ctx: &mut Context<Self>) {
+        let Some(local) = self.locals.get(&m.key) else {
+            return;
+        };
+        if local.joined || local.durability != Durability::Sync || local.buddy != Some(m.from) {
+            return;
+        }
+        if m.ok {
+            self.send_join(m.key, Some(m.from), ctx);
+        } else {
+            // The buddy's store is full: the reduction goes on, but this
+            // original is not recoverable; say so loudly.
+            metrics::counter!(crate::metrics::REPLICA_ERRORS).increment(1);
+            tracing::error!(rank = %self.rank, buddy = %m.from, "buddy refused the replica; continuing without it");
+            self.send_join(m.key, None, ctx);
+        }
+    }
+}

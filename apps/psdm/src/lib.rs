@@ -1,0 +1,5 @@
+//! psdm: a Kirchhoff pre-stack depth migration mini-app.
+//!
+//! # Layout
+//!
+//! (being written)

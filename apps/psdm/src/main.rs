@@ -1,0 +1,2 @@
+//! The `psdm` rank program.
+fn main() {}

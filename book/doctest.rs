@@ -1,0 +1,5 @@
+//! The taskfold book, as doc tests.
+//!
+//! # Layout
+//!
+//! (being written)

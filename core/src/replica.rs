@@ -1,0 +1,133 @@
+//! Replicas of originals (DESIGN.md §2): their buffer format, keys and
+//! placement.
+//!
+//! A replica buffer is a 16-byte header — `b"TFRP"`, the CRC-32 of the
+//! payload (u32 LE), the payload's length (u64 LE) — followed by the
+//! original's rkyv archive. The header keeps the payload 16-byte aligned,
+//! and the checksum is verified on every read (disk or network).
+
+use crate::rank::{Group, Rank};
+use crate::rankset::RankSet;
+
+/// Length of the replica header.
+pub const HEADER_LEN: usize = 16;
+const MAGIC: [u8; 4] = *b"TFRP";
+
+/// Why a replica buffer is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplicaError {
+    /// Not a replica buffer, or truncated.
+    #[error("not a replica buffer ({0})")]
+    Malformed(String),
+    /// The payload does not match its checksum.
+    #[error("replica checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    Checksum {
+        /// Checksum in the header.
+        stored: u32,
+        /// Checksum of the bytes read.
+        computed: u32,
+    },
+}
+
+/// Writes the header for `payload` into `out[..HEADER_LEN]`.
+pub fn write_header(out: &mut [u8], payload: &[u8]) {
+    out[..4].copy_from_slice(&MAGIC);
+    out[4..8].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    out[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+}
+
+/// The checksum stored in a replica buffer's header.
+pub fn stored_crc(buf: &[u8]) -> Option<u32> {
+    buf.get(4..8)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+}
+
+/// Verifies a replica buffer and returns its payload.
+pub fn verify(buf: &[u8]) -> Result<&[u8], ReplicaError> {
+    if buf.len() < HEADER_LEN || buf[..4] != MAGIC {
+        return Err(ReplicaError::Malformed(format!(
+            "{} bytes, bad header",
+            buf.len()
+        )));
+    }
+    let stored = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes"));
+    let len = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
+    let payload = &buf[HEADER_LEN..];
+    if payload.len() as u64 != len {
+        return Err(ReplicaError::Malformed(format!(
+            "length {} != header {len}",
+            payload.len()
+        )));
+    }
+    let computed = crc32fast::hash(payload);
+    if computed != stored {
+        return Err(ReplicaError::Checksum { stored, computed });
+    }
+    Ok(payload)
+}
+
+/// Buffer key under which a rank exposes its own original of reduction
+/// `key` (distinct from the key of its intermediate data, `key` itself).
+pub fn original_key(key: u64) -> u64 {
+    key ^ 0x4f52_4947_494e_414c // "ORIGINAL"
+}
+
+/// Buffer key under which a buddy exposes its copy of `owner`'s original.
+pub fn replica_key(key: u64, owner: u32) -> u64 {
+    let mut h = crate::id::stable_hash("replica") ^ key;
+    h = h.rotate_left(17) ^ u64::from(owner).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h
+}
+
+/// The buddy of `owner`: the next live member of the group after it,
+/// cyclically (DESIGN.md §2: `(i+1) mod p`, skipping dead ranks). `None`
+/// when no other member is alive.
+pub fn buddy(group: &Group, owner: Rank, dead: &RankSet) -> Option<Rank> {
+    let n = group.len();
+    let i = group.index_of(owner)?;
+    (1..n)
+        .map(|d| group.rank_at((i + d) % n))
+        .find(|r| !dead.contains(r.0 as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip_and_corruption() {
+        let payload = vec![7u8; 100];
+        let mut buf = vec![0u8; HEADER_LEN];
+        write_header(&mut buf, &payload);
+        buf.extend_from_slice(&payload);
+        assert_eq!(verify(&buf).unwrap(), &payload[..]);
+        let mut bad = buf.clone();
+        bad[50] ^= 1;
+        assert!(matches!(verify(&bad), Err(ReplicaError::Checksum { .. })));
+        assert!(matches!(
+            verify(&buf[..40]),
+            Err(ReplicaError::Malformed(_))
+        ));
+        assert!(matches!(verify(b"nope"), Err(ReplicaError::Malformed(_))));
+    }
+
+    #[test]
+    fn buddies_skip_the_dead() {
+        let g = Group::world(4);
+        let none = RankSet::new();
+        assert_eq!(buddy(&g, Rank(1), &none), Some(Rank(2)));
+        assert_eq!(buddy(&g, Rank(3), &none), Some(Rank(0)));
+        let dead: RankSet = [2usize, 3].into_iter().collect();
+        assert_eq!(buddy(&g, Rank(1), &dead), Some(Rank(0)));
+        assert_eq!(buddy(&Group::world(1), Rank(0), &none), None);
+        let sub = Group::new([1, 5], 8).unwrap();
+        assert_eq!(buddy(&sub, Rank(5), &none), Some(Rank(1)));
+    }
+
+    #[test]
+    fn keys_differ() {
+        assert_ne!(original_key(1), 1);
+        assert_ne!(replica_key(1, 2), replica_key(1, 3));
+        assert_ne!(replica_key(1, 2), original_key(1));
+    }
+}

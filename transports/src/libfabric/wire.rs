@@ -1,0 +1,306 @@
+//! The messages ranks exchange over the fabric (tagged sends), and the
+//! endpoint-name frame exchanged over TCP at start-up.
+//!
+//! Every fabric message is at most [`SLOT`] bytes: a fixed [`HEADER`]-byte
+//! header, then (for `CONTROL` only) the frame's bytes. All integers are
+//! little-endian. The sender's rank travels in the tag (see [`tag_of`]), not
+//! in the message. A received message is untrusted input: [`Msg::decode`]
+//! checks it and names what is wrong.
+//!
+//! | kind | fields | meaning |
+//! | --- | --- | --- |
+//! | `CONTROL` | seq, then the frame | a control frame of at most [`INLINE_MAX`] bytes |
+//! | `LARGE` | seq, len, addr, key, token | a larger control frame: read it at (addr, key), then `RELEASE` token |
+//! | `BYE` | seq | the sender shut down gracefully (after all its frames) |
+//! | `GET_REQ` | req, buffer key | "where is the buffer `key`?" |
+//! | `GET_OK` | req, len, addr, key, token | read it there, then `RELEASE` token |
+//! | `GET_ERR` | req, buffer key | not exposed |
+//! | `RELEASE` | token | the reader is done with a lease |
+
+/// Bytes of the fixed header.
+pub const HEADER: usize = 48;
+/// Largest control frame sent inline; larger ones go by RMA read.
+pub const INLINE_MAX: usize = 16 << 10;
+/// Size of every receive buffer (and of every message at most).
+pub const SLOT: usize = HEADER + INLINE_MAX;
+
+const MAGIC: [u8; 2] = *b"tF";
+const VERSION: u8 = 1;
+
+/// Tag bits of every taskfold message (the upper half of the tag).
+pub const TAG_BASE: u64 = 0x7446_0001 << 32;
+/// Ignore mask of the receives: the sender's rank (lower half).
+pub const TAG_IGNORE: u64 = 0xffff_ffff;
+
+/// The tag of a message sent by `rank`.
+pub fn tag_of(rank: u32) -> u64 {
+    TAG_BASE | u64::from(rank)
+}
+
+/// The sender's rank of a message with `tag`, if the tag is ours.
+pub fn rank_of(tag: u64) -> Option<u32> {
+    (tag & !TAG_IGNORE == TAG_BASE).then_some((tag & TAG_IGNORE) as u32)
+}
+
+mod kind {
+    pub const CONTROL: u8 = 1;
+    pub const LARGE: u8 = 2;
+    pub const BYE: u8 = 3;
+    pub const GET_REQ: u8 = 4;
+    pub const GET_OK: u8 = 5;
+    pub const GET_ERR: u8 = 6;
+    pub const RELEASE: u8 = 7;
+}
+
+/// Where a reader finds remote bytes: RMA address, key, length, and the
+/// lease it must release afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remote {
+    /// Length in bytes.
+    pub len: u64,
+    /// RMA address (virtual address or offset, per `FI_MR_VIRT_ADDR`).
+    pub addr: u64,
+    /// Remote key.
+    pub key: u64,
+    /// Lease to release (0: none).
+    pub token: u64,
+}
+
+/// One fabric message, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Msg<'a> {
+    /// An inline control frame.
+    Control {
+        /// Per-(sender, receiver) sequence number.
+        seq: u64,
+        /// The frame.
+        frame: &'a [u8],
+    },
+    /// A control frame to fetch by RMA read.
+    Large {
+        /// Sequence number.
+        seq: u64,
+        /// Where it is.
+        at: Remote,
+    },
+    /// The sender left gracefully.
+    Bye {
+        /// Sequence number (after its last frame).
+        seq: u64,
+    },
+    /// Where is buffer `key`?
+    GetReq {
+        /// Request id (the requester's).
+        req: u64,
+        /// Buffer key.
+        key: u64,
+    },
+    /// Buffer found.
+    GetOk {
+        /// Request id.
+        req: u64,
+        /// Where it is.
+        at: Remote,
+    },
+    /// Buffer not exposed.
+    GetErr {
+        /// Request id.
+        req: u64,
+        /// Buffer key.
+        key: u64,
+    },
+    /// A lease is released.
+    Release {
+        /// The lease.
+        token: u64,
+    },
+}
+
+fn put(out: &mut Vec<u8>, kind: u8, words: &[u64]) {
+    out.extend_from_slice(&MAGIC);
+    out.push(VERSION);
+    out.push(kind);
+    out.extend_from_slice(&[0; 4]);
+    for i in 0..5 {
+        out.extend_from_slice(&words.get(i).copied().unwrap_or(0).to_le_bytes());
+    }
+}
+
+impl Msg<'_> {
+    /// Appends the encoding (at most [`SLOT`] bytes for a `CONTROL` of at
+    /// most [`INLINE_MAX`] bytes) to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Msg::Control { seq, frame } => {
+                put(out, kind::CONTROL, &[*seq, frame.len() as u64]);
+                out.extend_from_slice(frame);
+            }
+            Msg::Large { seq, at } => {
+                put(out, kind::LARGE, &[*seq, at.len, at.addr, at.key, at.token])
+            }
+            Msg::Bye { seq } => put(out, kind::BYE, &[*seq]),
+            Msg::GetReq { req, key } => put(out, kind::GET_REQ, &[*req, *key]),
+            Msg::GetOk { req, at } => {
+                put(out, kind::GET_OK, &[*req, at.len, at.addr, at.key, at.token])
+            }
+            Msg::GetErr { req, key } => put(out, kind::GET_ERR, &[*req, *key]),
+            Msg::Release { token } => put(out, kind::RELEASE, &[*token]),
+        }
+    }
+
+    /// Decodes a received message.
+    pub fn decode(b: &[u8]) -> Result<Msg<'_>, String> {
+        if b.len() < HEADER {
+            return Err(format!("message of {} bytes is shorter than a header", b.len()));
+        }
+        if b[0..2] != MAGIC {
+            return Err("bad magic".into());
+        }
+        if b[2] != VERSION {
+            return Err(format!("protocol version {} (expected {VERSION})", b[2]));
+        }
+        let w = |i: usize| {
+            let o = 8 + 8 * i;
+            u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default())
+        };
+        let remote = || Remote {
+            len: w(1),
+            addr: w(2),
+            key: w(3),
+            token: w(4),
+        };
+        Ok(match b[3] {
+            kind::CONTROL => {
+                let len = w(1);
+                if len != (b.len() - HEADER) as u64 || len > INLINE_MAX as u64 {
+                    return Err(format!(
+                        "control frame announces {len} bytes, carries {}",
+                        b.len() - HEADER
+                    ));
+                }
+                Msg::Control {
+                    seq: w(0),
+                    frame: &b[HEADER..],
+                }
+            }
+            kind::LARGE => Msg::Large {
+                seq: w(0),
+                at: remote(),
+            },
+            kind::BYE => Msg::Bye { seq: w(0) },
+            kind::GET_REQ => Msg::GetReq {
+                req: w(0),
+                key: w(1),
+            },
+            kind::GET_OK => Msg::GetOk {
+                req: w(0),
+                at: remote(),
+            },
+            kind::GET_ERR => Msg::GetErr {
+                req: w(0),
+                key: w(1),
+            },
+            kind::RELEASE => Msg::Release { token: w(0) },
+            k => return Err(format!("unknown message kind {k}")),
+        })
+    }
+}
+
+/// First bytes of the start-up frame carrying a rank's endpoint name over
+/// TCP.
+const NAME_MAGIC: &[u8; 8] = b"tfFIname";
+
+/// The start-up frame: provider name and endpoint name.
+pub fn name_frame(provider: &str, name: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(8 + 4 + provider.len() + name.len());
+    f.extend_from_slice(NAME_MAGIC);
+    f.extend_from_slice(&(provider.len() as u16).to_le_bytes());
+    f.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    f.extend_from_slice(provider.as_bytes());
+    f.extend_from_slice(name);
+    f
+}
+
+/// Decodes a start-up frame: `None` if it is not one, else the provider
+/// and the endpoint name (or what is wrong).
+pub fn parse_name_frame(f: &[u8]) -> Option<Result<(String, Vec<u8>), String>> {
+    let rest = f.strip_prefix(NAME_MAGIC)?;
+    if rest.len() < 4 {
+        return Some(Err("truncated endpoint-name frame".into()));
+    }
+    let pl = usize::from(u16::from_le_bytes([rest[0], rest[1]]));
+    let nl = usize::from(u16::from_le_bytes([rest[2], rest[3]]));
+    let body = &rest[4..];
+    if body.len() != pl + nl || nl == 0 {
+        return Some(Err("malformed endpoint-name frame".into()));
+    }
+    let prov = String::from_utf8_lossy(&body[..pl]).into_owned();
+    Some(Ok((prov, body[pl..].to_vec())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips() {
+        let at = Remote {
+            len: 5,
+            addr: 6,
+            key: 7,
+            token: 8,
+        };
+        let msgs = [
+            Msg::Control {
+                seq: 3,
+                frame: b"hello",
+            },
+            Msg::Control { seq: 4, frame: b"" },
+            Msg::Large { seq: 9, at },
+            Msg::Bye { seq: 10 },
+            Msg::GetReq { req: 1, key: 2 },
+            Msg::GetOk { req: 1, at },
+            Msg::GetErr { req: 1, key: 2 },
+            Msg::Release { token: 8 },
+        ];
+        for m in msgs {
+            let mut b = Vec::new();
+            m.encode(&mut b);
+            assert!(b.len() <= SLOT);
+            assert_eq!(Msg::decode(&b), Ok(m));
+        }
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(Msg::decode(b"short").is_err());
+        let mut b = Vec::new();
+        Msg::Control {
+            seq: 1,
+            frame: b"abc",
+        }
+        .encode(&mut b);
+        let mut bad = b.clone();
+        bad[0] = b'x';
+        assert!(Msg::decode(&bad).is_err());
+        let mut bad = b.clone();
+        bad[3] = 99;
+        assert!(Msg::decode(&bad).is_err());
+        let mut bad = b.clone();
+        bad.push(0);
+        assert!(Msg::decode(&bad).is_err());
+        assert_eq!(rank_of(tag_of(5)), Some(5));
+        assert_eq!(rank_of(5), None);
+    }
+
+    #[test]
+    fn name_frames() {
+        let f = name_frame("shm", b"\x01\x02");
+        assert_eq!(
+            parse_name_frame(&f),
+            Some(Ok(("shm".to_string(), vec![1, 2])))
+        );
+        assert_eq!(parse_name_frame(b"other"), None);
+        assert!(matches!(parse_name_frame(b"tfFIname\x01"), Some(Err(_))));
+    }
+}
