@@ -221,12 +221,6 @@ impl Schedule {
                 root: true,
             });
         }
-        if !self.joined.contains(index) {
-            return Err(Unrecoverable {
-                lost: vec![index],
-                root: false,
-            });
-        }
         let mut split = Vec::new();
         if let Some(pos) = self.queue.iter().position(|e| e.index == index) {
             split.push(self.queue.remove(pos).expect("position is valid").path);

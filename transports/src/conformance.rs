@@ -3,7 +3,8 @@
 //!
 //! Each case takes a factory that starts a job of `n` ranks and returns a
 //! [`Cluster`]; the integration tests of this crate run every case against
-//! [`loopback_cluster`] and [`tcp_cluster`], and other crates may run them
+//! [`loopback_cluster`] and [`tcp_cluster`] (and `libfabric_cluster` with
+//! the feature `libfabric`), and other crates may run them
 //! against theirs. Every wait is bounded ([`WAIT`]): a broken transport
 //! fails a case, it does not hang it. Cases panic on failure.
 
@@ -51,6 +52,59 @@ pub fn tcp_cluster(n: u32) -> Cluster {
             }
         }),
     }
+}
+
+/// `n` libfabric ranks of `provider` in this process (bootstrapping over
+/// TCP on 127.0.0.1); a crash is
+/// [`crate::libfabric::LibfabricTransport::abort`].
+#[cfg(feature = "libfabric")]
+pub fn libfabric_cluster(n: u32, provider: &str) -> Cluster {
+    let ts = libfabric_ranks(n, provider, &|_| {});
+    let killers = ts.clone();
+    Cluster {
+        transports: ts.into_iter().map(|t| t as Arc<dyn Transport>).collect(),
+        crash: Box::new(move |r| {
+            if let Some(t) = killers.get(r.0 as usize) {
+                t.abort();
+            }
+        }),
+    }
+}
+
+/// Starts `n` libfabric ranks of `provider`, one thread each, like
+/// [`tcp_ranks`]; `tweak` adjusts each rank's config.
+#[cfg(feature = "libfabric")]
+pub fn libfabric_ranks(
+    n: u32,
+    provider: &str,
+    tweak: &(dyn Fn(&mut crate::libfabric::LibfabricConfig) + Sync),
+) -> Vec<Arc<crate::libfabric::LibfabricTransport>> {
+    use crate::libfabric::{LibfabricConfig, LibfabricTransport};
+    let dir = fresh_dir();
+    let master = MasterAddr::Rendezvous(dir.join("master"));
+    let job = fresh_job();
+    let ts = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|r| {
+                let mut tcp = TcpConfig::new(r, n, job, master.clone());
+                tcp.connect_timeout = WAIT;
+                let mut cfg = LibfabricConfig::new(tcp, Some(provider.to_string()));
+                tweak(&mut cfg);
+                s.spawn(move || LibfabricTransport::start(cfg))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(r, h)| match h.join() {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) => panic!("rank {r} failed to start over {provider}: {e}"),
+                Err(_) => panic!("rank {r} panicked while starting"),
+            })
+            .collect()
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    ts
 }
 
 /// A job id no other job of this process uses.

@@ -11,10 +11,17 @@
 //!   every fetched buffer, as a wire would, so tests exercise the wire format.
 //! - [`tcp`]: the default transport (socket2 + tokio), with the bootstrap that
 //!   finds the master and the other ranks.
+//! - `libfabric` (cargo feature `libfabric`): RDM endpoints over the system
+//!   libfabric, tagged messages for control, RMA reads for gets.
+//! - [`select`]: builds the transport the environment asks for
+//!   (`TASKFOLD_TRANSPORT=tcp|libfabric`).
 //! - [`conformance`]: the test suite every transport must pass.
 
 pub mod conformance;
+#[cfg(feature = "libfabric")]
+pub mod libfabric;
 pub mod loopback;
+pub mod select;
 pub mod tcp;
 
 use bytes::Bytes;

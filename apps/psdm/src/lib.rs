@@ -1,5 +1,38 @@
-//! psdm: a Kirchhoff pre-stack depth migration mini-app.
+//! psdm: a Kirchhoff pre-stack depth migration mini-app that embeds
+//! taskfold the way a real code would.
+//!
+//! Every rank builds the same seeded model (a v(z) velocity law and a few
+//! dipping reflectors), models its own block of the synthetic shot gathers,
+//! and migrates them with straight-ray traveltimes. Each batch of traces
+//! ends with a non-blocking [`taskfold::Runtime::reduce`] of the batch's
+//! partial image to rank 0 while the rank migrates the next batch; the root
+//! adds the batch images up, writes the final image as a PNG and prints a
+//! checksum. The image is the same whatever the rank count and arrival
+//! order, within [`image::TOLERANCE`].
+//!
+//! ```sh
+//! taskfold run -n 4 -- psdm                       # the default job, < 1 min
+//! TASKFOLD_RENDEZVOUS=/tmp/psdm.addr mpiexec -n 4 psdm --nx 300 --nz 150
+//! psdm --local 4                                  # 4 ranks in one process
+//! ```
 //!
 //! # Layout
 //!
-//! (being written)
+//! - [`model`]: the seeded earth model and straight-ray traveltimes.
+//! - [`survey`]: shots, receivers and the synthetic traces (Kirchhoff
+//!   modelling with a Ricker wavelet).
+//! - [`migrate`]: traveltime tables and the migration kernel.
+//! - [`image`]: the image, its checksum and tolerance, PNG and raw output.
+//! - [`job`]: command-line sizes, and which rank migrates which traces in
+//!   which batch.
+//! - [`rank`]: one rank's loop: migrate, reduce without blocking, measure
+//!   the overlap.
+//! - [`app`]: the program around it: runtime start, progress, summary.
+
+pub mod app;
+pub mod image;
+pub mod job;
+pub mod migrate;
+pub mod model;
+pub mod rank;
+pub mod survey;

@@ -1,2 +1,34 @@
-//! The `psdm` rank program.
-fn main() {}
+//! `psdm`: one rank of the migration (under `taskfold run`, `mpiexec` or
+//! `srun`), or `--local N` ranks in this process.
+
+use clap::Parser;
+use std::process::ExitCode;
+use taskfold_psdm::app;
+use taskfold_psdm::job::{Job, JobArgs};
+
+/// Kirchhoff pre-stack depth migration on taskfold.
+#[derive(Parser)]
+#[command(name = "psdm", version, about)]
+struct Cli {
+    #[command(flatten)]
+    job: JobArgs,
+    /// Run N ranks in this process (threads over the loopback) instead of
+    /// joining a job started by a launcher.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    local: Option<u32>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let job = match Job::new(cli.job) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("psdm: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match cli.local {
+        Some(n) => app::run_local(n, &job),
+        None => app::run_launched(&job),
+    }
+}

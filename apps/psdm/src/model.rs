@@ -82,7 +82,11 @@ impl Model {
                 // Keep the whole reflector within 10%..95% of the depth.
                 let room = (z_mid - 0.1 * depth).min(0.95 * depth - z_mid);
                 let half_width = 0.5 * (nx.saturating_sub(1)) as f64 * dx;
-                let max_slope = if half_width > 0.0 { room / half_width } else { 0.0 };
+                let max_slope = if half_width > 0.0 {
+                    room / half_width
+                } else {
+                    0.0
+                };
                 let sign = if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
                 Reflector {
                     z_mid,

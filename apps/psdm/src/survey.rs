@@ -158,7 +158,10 @@ mod tests {
             .unwrap()
             .0;
         let t0 = 2.0 * m.traveltime(0.0, m.reflectors[0].z_mid);
-        assert!((peak as f64 * s.dt - t0).abs() <= 2.0 * s.dt, "{peak} vs {t0}");
+        // Summing a line of scatterers half-integrates the wavelet (a 45°
+        // phase rotation), which moves the peak a few samples later.
+        let t = peak as f64 * s.dt;
+        assert!(t >= t0 - s.dt && t - t0 <= 0.25 / s.f0, "{t} vs {t0}");
     }
 
     #[test]

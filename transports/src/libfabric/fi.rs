@@ -205,9 +205,8 @@ impl InfoList {
         };
         // SAFETY: valid hints, a NUL-terminated node or NULL, and an out
         // pointer; on success `out` owns a list we free in drop.
-        let ret = unsafe {
-            sys::fi_getinfo(API_VERSION, node_ptr, ptr::null(), flags, h.0, &mut out)
-        };
+        let ret =
+            unsafe { sys::fi_getinfo(API_VERSION, node_ptr, ptr::null(), flags, h.0, &mut out) };
         check("fi_getinfo", ret)?;
         if out.is_null() {
             return Err(FabricError::from_ret(
@@ -333,8 +332,7 @@ impl Fabric {
         let mut ptr = ptr::null_mut();
         // SAFETY: fabric_attr comes from fi_getinfo; `ptr` receives the
         // new fabric, which we own and close in drop.
-        let ret =
-            unsafe { sys::fi_fabric(info.raw().fabric_attr, &mut ptr, ptr::null_mut()) };
+        let ret = unsafe { sys::fi_fabric(info.raw().fabric_attr, &mut ptr, ptr::null_mut()) };
         check("fi_fabric", ret)?;
         Ok(Arc::new(Fabric { ptr }))
     }
@@ -368,8 +366,7 @@ impl Domain {
         let mut ptr = ptr::null_mut();
         // SAFETY: a live fabric, an info entry from fi_getinfo (libfabric
         // copies what it keeps), an out pointer.
-        let ret =
-            unsafe { sys::tf_fi_domain(fabric.ptr, info.ptr, &mut ptr, ptr::null_mut()) };
+        let ret = unsafe { sys::tf_fi_domain(fabric.ptr, info.ptr, &mut ptr, ptr::null_mut()) };
         check("fi_domain", ret)?;
         Ok(Arc::new(Domain {
             ptr,
@@ -553,7 +550,13 @@ impl CompletionQueue {
         // SAFETY: a live queue; err_data is the provider's, valid until the
         // next read; buf is writable for its length.
         let prov = unsafe {
-            let p = sys::tf_fi_cq_strerror(self.ptr, e.prov_errno, e.err_data, buf.as_mut_ptr(), buf.len());
+            let p = sys::tf_fi_cq_strerror(
+                self.ptr,
+                e.prov_errno,
+                e.err_data,
+                buf.as_mut_ptr(),
+                buf.len(),
+            );
             c_str(p)
         };
         let mut message = strerror(e.err);
@@ -623,7 +626,14 @@ impl AddressVector {
         // (it came from fi_getname of the same provider; the provider reads
         // at most its address length); `addr` receives one fi_addr_t.
         let ret = unsafe {
-            sys::tf_fi_av_insert(self.ptr, name.as_ptr().cast(), 1, &mut addr, 0, ptr::null_mut())
+            sys::tf_fi_av_insert(
+                self.ptr,
+                name.as_ptr().cast(),
+                1,
+                &mut addr,
+                0,
+                ptr::null_mut(),
+            )
         };
         if ret != 1 {
             return Err(if ret < 0 {
@@ -867,7 +877,8 @@ impl Endpoint {
         context: *mut c_void,
     ) -> Result<Posted, FabricError> {
         // SAFETY: the caller upholds the buffer and context contract.
-        let ret = unsafe { sys::tf_fi_read(self.ptr, buf.cast(), len, desc, src, addr, key, context) };
+        let ret =
+            unsafe { sys::tf_fi_read(self.ptr, buf.cast(), len, desc, src, addr, key, context) };
         posted("fi_read", ret)
     }
 }

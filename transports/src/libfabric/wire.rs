@@ -140,9 +140,11 @@ impl Msg<'_> {
             }
             Msg::Bye { seq } => put(out, kind::BYE, &[*seq]),
             Msg::GetReq { req, key } => put(out, kind::GET_REQ, &[*req, *key]),
-            Msg::GetOk { req, at } => {
-                put(out, kind::GET_OK, &[*req, at.len, at.addr, at.key, at.token])
-            }
+            Msg::GetOk { req, at } => put(
+                out,
+                kind::GET_OK,
+                &[*req, at.len, at.addr, at.key, at.token],
+            ),
             Msg::GetErr { req, key } => put(out, kind::GET_ERR, &[*req, *key]),
             Msg::Release { token } => put(out, kind::RELEASE, &[*token]),
         }
@@ -151,7 +153,10 @@ impl Msg<'_> {
     /// Decodes a received message.
     pub fn decode(b: &[u8]) -> Result<Msg<'_>, String> {
         if b.len() < HEADER {
-            return Err(format!("message of {} bytes is shorter than a header", b.len()));
+            return Err(format!(
+                "message of {} bytes is shorter than a header",
+                b.len()
+            ));
         }
         if b[0..2] != MAGIC {
             return Err("bad magic".into());

@@ -272,6 +272,13 @@ impl TcpTransport {
         }
     }
 
+    /// True once `peer` has left gracefully (its goodbye arrived). Used by
+    /// transports that bootstrap over TCP to tell a departed peer from a
+    /// failed one.
+    pub fn peer_left(&self, peer: Rank) -> bool {
+        peer.0 < self.shared.size && self.shared.slot(peer.0).link == peer::Link::Gone
+    }
+
     fn take_runtime(&self) -> Option<Runtime> {
         self.runtime
             .lock()

@@ -1,0 +1,245 @@
+//! The program around the rank loop: start the runtime (launched, or
+//! `--local N` ranks in this process), report progress, and at the root
+//! print the summary and write the image.
+
+use crate::image::{Image, TOLERANCE};
+use crate::job::Job;
+use crate::rank::{run_rank, Outcome, Timing};
+use std::process::ExitCode;
+use std::time::Duration;
+use taskfold::{LocalCluster, Runtime};
+
+/// Reports batch progress at the root: `@taskfold-progress` lines under
+/// `taskfold run` (drawn as a progress bar), plain lines at every quarter
+/// otherwise (mpiexec, srun, `--local`).
+pub fn progress_reporter() -> impl FnMut(usize, usize) {
+    let launcher = std::env::var_os("TASKFOLD_RANK").is_some();
+    let mut last_quarter = 0;
+    move |done, total| {
+        if launcher {
+            println!("@taskfold-progress {done} {total} batches reduced");
+        } else {
+            let q = done * 4 / total.max(1);
+            if q > last_quarter {
+                last_quarter = q;
+                println!("psdm: {done}/{total} batches reduced");
+            }
+        }
+    }
+}
+
+/// One line about the job, printed by the root before it starts.
+pub fn describe(job: &Job, size: u32) -> String {
+    let m = &job.model;
+    let s = &job.survey;
+    let bytes = m.nx * m.nz * 4;
+    format!(
+        "psdm: {}x{} image ({:.1} x {:.1} km), {} shots x {} receivers = {} traces of {} samples, \
+         {} reflectors (seed {}), {} ranks, {} batch reductions of {} KiB, up to {} in flight per rank",
+        m.nx,
+        m.nz,
+        m.width() / 1e3,
+        m.depth() / 1e3,
+        s.shots.len(),
+        s.receivers.len(),
+        s.traces(),
+        s.nt,
+        m.reflectors.len(),
+        job.args.seed,
+        size,
+        job.batches(size),
+        bytes.div_ceil(1024),
+        job.args.in_flight
+    )
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn pct(part: Duration, whole: Duration) -> f64 {
+    if whole.is_zero() {
+        0.0
+    } else {
+        100.0 * secs(part) / secs(whole)
+    }
+}
+
+/// This rank's one-line account of its time.
+pub fn rank_line(rank: u32, t: &Timing) -> String {
+    let mean_latency = if t.reductions > 0 {
+        secs(t.latency) / t.reductions as f64
+    } else {
+        0.0
+    };
+    format!(
+        "rank {rank}: {} traces, computing {:.2} s, waiting on reductions {:.3} s; \
+         {} reductions, {:.3} s latency each, {:.0}% of it hidden behind migration",
+        t.traces,
+        secs(t.compute),
+        secs(t.wait),
+        t.reductions,
+        mean_latency,
+        pct(t.hidden, t.latency)
+    )
+}
+
+/// Writes the root's outputs and prints the summary; returns the checksum.
+pub fn finish_root(job: &Job, size: u32, outcome: &Outcome) -> std::io::Result<f64> {
+    let Some(root) = &outcome.root else {
+        return Ok(0.0);
+    };
+    let (total, max) = (&root.total, &root.max);
+    let p = size.max(1) as f64;
+    println!(
+        "psdm: migrated {} traces on {size} ranks in {:.2} s",
+        total.traces,
+        secs(outcome.elapsed)
+    );
+    println!(
+        "psdm: per rank (mean): computing {:.2} s, waiting on reductions {:.3} s \
+         = {:.1}% of computing (worst rank: {:.3} s)",
+        secs(total.compute) / p,
+        secs(total.wait) / p,
+        pct(total.wait, total.compute),
+        secs(max.wait)
+    );
+    println!(
+        "psdm: overlap: {} batch reductions, {:.3} s mean latency, {:.0}% of reduction time \
+         hidden behind migration",
+        total.reductions,
+        if total.reductions > 0 {
+            secs(total.latency) / total.reductions as f64
+        } else {
+            0.0
+        },
+        pct(total.hidden, total.latency)
+    );
+    let image = &root.image;
+    image.write_png(&job.args.out)?;
+    if let Some(raw) = &job.args.raw {
+        image.write_raw(raw)?;
+    }
+    if let Some(path) = &job.args.model_png {
+        reflectivity(job).write_png(path)?;
+    }
+    let hw = job.reflector_halfwidth();
+    let checksum = image.checksum();
+    println!(
+        "psdm: image written to {} ({}x{}); energy within {hw} rows of the modelled reflectors: {:.1}%",
+        job.args.out.display(),
+        image.nx,
+        image.nz,
+        100.0 * image.energy_near_reflectors(&job.model, hw)
+    );
+    println!(
+        "psdm: checksum {checksum:.6e} (any rank count and arrival order agree within a relative {TOLERANCE:e})"
+    );
+    Ok(checksum)
+}
+
+/// The true reflectivity on the image grid (one row per reflector and
+/// column), for comparison with the migrated image.
+pub fn reflectivity(job: &Job) -> Image {
+    let m = &job.model;
+    let mut img = Image::zeros(m.nx, m.nz);
+    for r in &m.reflectors {
+        for ix in 0..m.nx {
+            let iz = (m.reflector_depth(r, ix as f64 * m.dx) / m.dx).round();
+            if iz >= 0.0 && (iz as usize) < m.nz {
+                img.data[iz as usize * m.nx + ix] += r.amplitude as f32;
+            }
+        }
+    }
+    img
+}
+
+/// Runs one rank of a job started by `taskfold run`, `mpiexec` or `srun`.
+pub fn run_launched(job: &Job) -> ExitCode {
+    let rt = match Runtime::from_env() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("psdm: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    let (rank, size) = (rt.rank(), rt.size());
+    if rank == crate::rank::ROOT {
+        println!("{}", describe(job, size));
+    }
+    let mut progress = progress_reporter();
+    let code = match run_rank(&rt, job, &mut progress) {
+        Ok(outcome) => {
+            println!("{}", rank_line(rank, &outcome.timing));
+            match finish_root(job, size, &outcome) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("psdm: cannot write the image: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("psdm: rank {rank}: {e}");
+            ExitCode::from(1)
+        }
+    };
+    if let Err(e) = rt.shutdown() {
+        eprintln!("psdm: rank {rank}: shutdown: {e}");
+    }
+    code
+}
+
+/// Runs `n` ranks in this process (threads over the serialising loopback).
+pub fn run_local(n: u32, job: &Job) -> ExitCode {
+    let cluster = match LocalCluster::new(n) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("psdm: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    println!("{}", describe(job, n));
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = cluster
+            .ranks()
+            .iter()
+            .map(|rt| {
+                s.spawn(move || {
+                    let mut progress = progress_reporter();
+                    let mut quiet = |_: usize, _: usize| {};
+                    let p: &mut dyn FnMut(usize, usize) = if rt.rank() == crate::rank::ROOT {
+                        &mut progress
+                    } else {
+                        &mut quiet
+                    };
+                    run_rank(rt, job, p)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank thread panicked"))
+            .collect()
+    });
+    let mut code = ExitCode::SUCCESS;
+    for (rank, r) in results.iter().enumerate() {
+        match r {
+            Ok(o) => println!("{}", rank_line(rank as u32, &o.timing)),
+            Err(e) => {
+                eprintln!("psdm: rank {rank}: {e}");
+                code = ExitCode::from(1);
+            }
+        }
+    }
+    if let Some(Ok(outcome)) = results.first() {
+        if let Err(e) = finish_root(job, n, outcome) {
+            eprintln!("psdm: cannot write the image: {e}");
+            code = ExitCode::from(1);
+        }
+    }
+    if let Err(e) = cluster.shutdown() {
+        eprintln!("psdm: shutdown: {e}");
+    }
+    code
+}

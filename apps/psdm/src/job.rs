@@ -1,0 +1,196 @@
+//! The job every rank builds from the command line: model, survey, tables,
+//! and which traces each rank migrates in which batch.
+
+use crate::migrate::Tables;
+use crate::model::Model;
+use crate::survey::Survey;
+use clap::Args;
+use std::ops::Range;
+use std::path::PathBuf;
+
+/// Sizes and options of a migration (every rank parses the same ones).
+#[derive(Args, Clone, Debug)]
+pub struct JobArgs {
+    /// Image columns.
+    #[arg(long, default_value_t = 600)]
+    pub nx: usize,
+    /// Image rows (depth).
+    #[arg(long, default_value_t = 300)]
+    pub nz: usize,
+    /// Grid spacing, metres.
+    #[arg(long, default_value_t = 10.0)]
+    pub dx: f64,
+    /// Shots, evenly spread over the surface.
+    #[arg(long, default_value_t = 48)]
+    pub shots: usize,
+    /// Receivers per shot (a fixed spread over the surface).
+    #[arg(long, default_value_t = 192)]
+    pub receivers: usize,
+    /// Dipping reflectors in the model.
+    #[arg(long, default_value_t = 3)]
+    pub reflectors: usize,
+    /// Seed of the model.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Sample interval, milliseconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub dt_ms: f64,
+    /// Peak frequency of the wavelet, Hz.
+    #[arg(long, default_value_t = 20.0)]
+    pub freq: f64,
+    /// Traces per batch: each batch ends with a reduction of its image.
+    #[arg(long, default_value_t = 96)]
+    pub batch: usize,
+    /// Reductions a rank keeps in flight before it waits for the oldest.
+    #[arg(long, default_value_t = 4)]
+    pub in_flight: usize,
+    /// Each rank sleeps a seeded random 0..J ms after every batch (a noisy
+    /// node): changes the order contributions arrive in.
+    #[arg(long, default_value_t = 0)]
+    pub jitter_ms: u64,
+    /// The final image as a PNG (written by the root, rank 0).
+    #[arg(long, default_value = "psdm.png")]
+    pub out: PathBuf,
+    /// Also write the final image as raw little-endian f32.
+    #[arg(long)]
+    pub raw: Option<PathBuf>,
+    /// Also write the true reflectivity model as a PNG, for comparison.
+    #[arg(long)]
+    pub model_png: Option<PathBuf>,
+}
+
+impl JobArgs {
+    /// Checks the sizes.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("--nx", self.nx),
+            ("--nz", self.nz),
+            ("--shots", self.shots),
+            ("--receivers", self.receivers),
+            ("--batch", self.batch),
+            ("--in-flight", self.in_flight),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        if self.nx < 2 || self.nz < 2 {
+            return Err("the image needs at least 2 × 2 cells".into());
+        }
+        for (name, v) in [
+            ("--dx", self.dx),
+            ("--dt-ms", self.dt_ms),
+            ("--freq", self.freq),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!("{name} must be positive"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Everything a rank needs to model and migrate its traces.
+pub struct Job {
+    /// The options.
+    pub args: JobArgs,
+    /// The earth model.
+    pub model: Model,
+    /// The acquisition.
+    pub survey: Survey,
+    /// Traveltime tables.
+    pub tables: Tables,
+}
+
+impl Job {
+    /// Builds the job (deterministic: every rank builds the same one).
+    pub fn new(args: JobArgs) -> Result<Job, String> {
+        args.validate()?;
+        let model = Model::generate(args.nx, args.nz, args.dx, args.reflectors, args.seed);
+        let survey = Survey::new(
+            &model,
+            args.shots,
+            args.receivers,
+            args.dt_ms * 1e-3,
+            args.freq,
+        );
+        let tables = Tables::new(&model, &survey);
+        Ok(Job {
+            args,
+            model,
+            survey,
+            tables,
+        })
+    }
+
+    /// The global traces of `rank` among `size`: a contiguous block, as if
+    /// each rank read its own part of the data set.
+    pub fn traces_of(&self, rank: u32, size: u32) -> Range<usize> {
+        let n = self.survey.traces();
+        let (r, p) = (rank as usize, size as usize);
+        (n * r / p)..(n * (r + 1) / p)
+    }
+
+    /// Batches every rank runs (the same number on every rank, so that
+    /// every batch reduction has a contribution from every rank; a rank
+    /// short of traces contributes an empty image).
+    pub fn batches(&self, size: u32) -> usize {
+        let most = self.survey.traces().div_ceil(size as usize);
+        most.div_ceil(self.args.batch).max(1)
+    }
+
+    /// The traces `rank` migrates in batch `b`.
+    pub fn batch_traces(&self, rank: u32, size: u32, b: usize) -> Range<usize> {
+        let mine = self.traces_of(rank, size);
+        let start = (mine.start + b * self.args.batch).min(mine.end);
+        let end = (start + self.args.batch).min(mine.end);
+        start..end
+    }
+
+    /// Rows within which image energy counts as "on a reflector": the
+    /// image wavelet's main lobe (a quarter wavelength at the deepest
+    /// velocity) plus a row.
+    pub fn reflector_halfwidth(&self) -> usize {
+        let v = self.model.velocity(self.model.depth());
+        (0.25 * v / self.args.freq / self.model.dx).ceil() as usize + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        job: JobArgs,
+    }
+
+    #[test]
+    fn every_trace_in_exactly_one_batch() {
+        for (size, batch) in [(1u32, 7usize), (3, 5), (4, 64), (7, 1)] {
+            let mut args = Cli::parse_from(["psdm", "--nx", "20", "--nz", "10"]).job;
+            args.shots = 5;
+            args.receivers = 9;
+            args.batch = batch;
+            let job = Job::new(args).unwrap();
+            let mut seen = vec![0u32; job.survey.traces()];
+            for rank in 0..size {
+                for b in 0..job.batches(size) {
+                    for g in job.batch_traces(rank, size, b) {
+                        seen[g] += 1;
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&c| c == 1), "size {size} batch {batch}");
+        }
+    }
+
+    #[test]
+    fn bad_sizes() {
+        let args = Cli::parse_from(["psdm", "--nx", "0"]).job;
+        assert!(Job::new(args).is_err());
+    }
+}

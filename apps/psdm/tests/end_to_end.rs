@@ -1,0 +1,228 @@
+//! psdm end to end: a small model migrated on 1, 3 and 4 ranks under
+//! `taskfold run`, on 3 ranks under MPICH's `mpiexec`, and on 2 ranks in
+//! one process; every image must match the sequential migration within
+//! [`TOLERANCE`], and the PNG must show the reflectors where they were
+//! modelled.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+use taskfold_psdm::image::{Image, TOLERANCE};
+use taskfold_psdm::job::{Job, JobArgs};
+use taskfold_tests::{run_bounded, taskfold_bin, text};
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// The small model every test migrates (a fraction of a second per rank).
+const SMALL: &[&str] = &[
+    "--nx",
+    "160",
+    "--nz",
+    "90",
+    "--shots",
+    "6",
+    "--receivers",
+    "48",
+    "--batch",
+    "20",
+    "--in-flight",
+    "2",
+];
+
+fn psdm() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_psdm"))
+}
+
+fn small_job() -> Job {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        job: JobArgs,
+    }
+    let args = std::iter::once("psdm").chain(SMALL.iter().copied());
+    Job::new(Cli::parse_from(args).job).expect("valid job")
+}
+
+/// The sequential migration: every trace, in order, on one thread.
+fn sequential(job: &Job) -> Image {
+    let mut image = Image::zeros(job.model.nx, job.model.nz);
+    for g in 0..job.survey.traces() {
+        let trace = job.survey.model_trace(&job.model, g);
+        let (is, ir) = job.survey.geometry(g);
+        job.tables.migrate_trace(&mut image.data, &trace, is, ir);
+    }
+    image
+}
+
+fn outputs(dir: &Path, tag: &str) -> (PathBuf, PathBuf, Vec<String>) {
+    let png = dir.join(format!("{tag}.png"));
+    let raw = dir.join(format!("{tag}.f32"));
+    let args = vec![
+        "--out".to_string(),
+        png.display().to_string(),
+        "--raw".to_string(),
+        raw.display().to_string(),
+    ];
+    (png, raw, args)
+}
+
+fn checksum_printed(out: &Output) -> f64 {
+    let t = text(out);
+    let line = t
+        .lines()
+        .find_map(|l| l.split("psdm: checksum ").nth(1))
+        .unwrap_or_else(|| panic!("no checksum printed:\n{t}"));
+    line.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("bad checksum line {line:?}"))
+}
+
+/// Checks one run's outputs against the sequential image.
+fn check_run(out: &Output, png: &Path, raw: &Path, want: &Image, job: &Job, what: &str) {
+    let t = text(out);
+    assert!(out.status.success(), "{what} failed:\n{t}");
+    assert!(
+        t.contains("waiting on reductions"),
+        "{what}: no overlap report:\n{t}"
+    );
+    let got = Image::read_raw(raw).unwrap_or_else(|e| panic!("{what}: {e}\n{t}"));
+    let diff = got.relative_difference(want);
+    assert!(diff <= TOLERANCE, "{what}: image differs by {diff:e}");
+    let sum = checksum_printed(out);
+    let rel = (sum - want.checksum()).abs() / want.checksum().abs();
+    assert!(
+        rel <= TOLERANCE,
+        "{what}: checksum {sum} vs {}",
+        want.checksum()
+    );
+    check_png(png, job, what);
+}
+
+/// The PNG decodes, has the image's size and real contrast, and its
+/// energy sits on the modelled reflectors (and not on decoys between them).
+fn check_png(path: &Path, job: &Job, what: &str) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
+    let mut reader = decoder
+        .read_info()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut buf = vec![0u8; reader.output_buffer_size().expect("size")];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!(
+        (info.width as usize, info.height as usize),
+        (job.model.nx, job.model.nz)
+    );
+    assert_eq!(info.color_type, png::ColorType::Grayscale);
+    let grey = Image {
+        nx: job.model.nx,
+        nz: job.model.nz,
+        data: buf[..info.buffer_size()]
+            .iter()
+            .map(|&g| g as f32 - 127.5)
+            .collect(),
+    };
+    let (lo, hi) = grey
+        .data
+        .iter()
+        .fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+    assert!(hi - lo > 200.0, "{what}: flat PNG ({lo}..{hi})");
+    // Mid-grey is zero: the energy of the displayed image.
+    let hw = job.reflector_halfwidth();
+    let on = grey.energy_near_reflectors(&job.model, hw);
+    // The same measure on a uniform image is the share of pixels in the
+    // bands: energy must be concentrated there, not merely spread.
+    let uniform = Image {
+        nx: grey.nx,
+        nz: grey.nz,
+        data: vec![1.0; grey.data.len()],
+    };
+    let bands = uniform.energy_near_reflectors(&job.model, hw);
+    assert!(
+        on > 0.7 && on > bands + 0.25,
+        "{what}: {on:.2} of the energy within {hw} rows of the reflectors, which cover {bands:.2}"
+    );
+}
+
+#[test]
+fn taskfold_run_on_1_3_and_4_ranks_gives_the_same_image() {
+    let job = small_job();
+    let want = sequential(&job);
+    let dir = tempfile::tempdir().unwrap();
+    for np in [1u32, 3, 4] {
+        let (png, raw, extra) = outputs(dir.path(), &format!("run{np}"));
+        let mut cmd = Command::new(taskfold_bin());
+        cmd.args(["run", "-n", &np.to_string(), "--timeout", "150", "--"])
+            .arg(psdm())
+            .args(SMALL)
+            .args(&extra)
+            // Noisy nodes: contributions arrive in a different order.
+            .args(["--jitter-ms", if np > 1 { "15" } else { "0" }]);
+        let out = run_bounded(cmd, LIMIT);
+        check_run(
+            &out,
+            &png,
+            &raw,
+            &want,
+            &job,
+            &format!("taskfold run -n {np}"),
+        );
+        let t = text(&out);
+        for r in 0..np {
+            assert!(t.contains(&format!("[{r}] rank {r}: ")), "{t}");
+        }
+    }
+}
+
+/// MPICH's Hydra launcher, if installed (CI installs `mpich`).
+fn hydra() -> Option<PathBuf> {
+    ["mpiexec.hydra", "mpiexec.mpich"].iter().find_map(|name| {
+        std::env::var("PATH")
+            .unwrap_or_default()
+            .split(':')
+            .map(|dir| PathBuf::from(dir).join(name))
+            .find(|p| p.exists())
+    })
+}
+
+#[test]
+fn mpiexec_on_3_ranks_gives_the_same_image() {
+    let Some(mpiexec) = hydra() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install mpich for the mpiexec tests"
+        );
+        eprintln!("skipped: MPICH's mpiexec is not installed (apt-get install mpich)");
+        return;
+    };
+    let job = small_job();
+    let want = sequential(&job);
+    let dir = tempfile::tempdir().unwrap();
+    let (png, raw, extra) = outputs(dir.path(), "mpiexec3");
+    let mut cmd = Command::new(mpiexec);
+    cmd.env("TASKFOLD_RENDEZVOUS", dir.path().join("master.addr"))
+        .env("TASKFOLD_JOB", "psdm-mpiexec-test")
+        .env_remove("TASKFOLD_RANK")
+        .env_remove("TASKFOLD_SIZE")
+        .env_remove("TASKFOLD_MASTER")
+        .args(["-n", "3"])
+        .arg(psdm())
+        .args(SMALL)
+        .args(&extra);
+    let out = run_bounded(cmd, LIMIT);
+    check_run(&out, &png, &raw, &want, &job, "mpiexec -n 3");
+    // Not under `taskfold run`: progress is printed as plain lines.
+    assert!(text(&out).contains("batches reduced"), "{}", text(&out));
+}
+
+#[test]
+fn local_ranks_in_one_process_give_the_same_image() {
+    let job = small_job();
+    let want = sequential(&job);
+    let dir = tempfile::tempdir().unwrap();
+    let (png, raw, extra) = outputs(dir.path(), "local2");
+    let mut cmd = Command::new(psdm());
+    cmd.args(SMALL).args(&extra).args(["--local", "2"]);
+    let out = run_bounded(cmd, LIMIT);
+    check_run(&out, &png, &raw, &want, &job, "psdm --local 2");
+}

@@ -1,0 +1,226 @@
+//! Failures during a reduction, made deterministic with test hooks, over the
+//! serialising loopback (DESIGN.md §2): the three places a failure can
+//! strike are recovered; unrecoverable failures end with typed errors.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+use taskfold::hooks::{Hook, Point};
+use taskfold::{Config, Durability, LocalCluster, Reduce, ReduceError, ReduceFuture, Sum};
+
+const WAIT: Duration = Duration::from_secs(30);
+const LEN: usize = 10_000;
+
+fn config(hooks: Vec<Hook>) -> Config {
+    Config {
+        finalize_timeout: Duration::from_secs(5),
+        durability: Durability::Sync,
+        hooks,
+        ..Config::default()
+    }
+}
+
+fn hook(rank: u32, point: Point, id: &str, dir: &Path) -> Hook {
+    Hook {
+        rank,
+        point,
+        id: id.into(),
+        dir: dir.to_path_buf(),
+    }
+}
+
+fn value(rank: u32) -> Sum<i64> {
+    Sum((0..LEN as i64).map(|i| i * 10 + rank as i64 + 1).collect())
+}
+
+fn expected(p: u32) -> Vec<i64> {
+    (0..LEN as i64)
+        .map(|i| (0..p as i64).map(|r| i * 10 + r + 1).sum())
+        .collect()
+}
+
+/// Waits for the first of `ranks` to write its held marker; returns it.
+fn held(dir: &Path, ranks: &[u32], point: &str) -> u32 {
+    let deadline = Instant::now() + WAIT;
+    while Instant::now() < deadline {
+        for &r in ranks {
+            if dir.join(format!("held-{r}-{point}")).exists() {
+                return r;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("no rank of {ranks:?} reached {point}");
+}
+
+fn release(dir: &Path, rank: u32, point: &str) {
+    std::fs::write(dir.join(format!("release-{rank}-{point}")), b"").unwrap();
+}
+
+fn start(c: &LocalCluster, rank: u32, id: &str) -> ReduceFuture<Sum<i64>> {
+    c.rank(rank)
+        .reduce(value(rank), Reduce::root(1).id(id))
+        .unwrap()
+}
+
+fn wait_dead(c: &LocalCluster, rank: u32) {
+    let deadline = Instant::now() + WAIT;
+    while Instant::now() < deadline {
+        if c.rank(0)
+            .master_stats()
+            .is_some_and(|s| s.dead.contains(&rank))
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("rank {rank} was not declared failed");
+}
+
+/// Ranks 2 and 3 contribute first and are paired; the test then acts on
+/// the pair; ranks 0 and 1 (the root) contribute afterwards.
+fn survivors_get_the_full_sum(
+    c: &LocalCluster,
+    futures: Vec<(u32, ReduceFuture<Sum<i64>>)>,
+    dead: u32,
+) {
+    for (rank, mut f) in futures {
+        if rank == dead {
+            continue; // a killed rank's future never completes
+        }
+        let got = f.wait_timeout(WAIT);
+        let got = got.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        if rank == 1 {
+            assert_eq!(got.unwrap().0, expected(4), "the recovered result is exact");
+        }
+    }
+    let _ = c;
+}
+
+#[test]
+fn place_2_the_receiver_dies_while_folding() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = LocalCluster::with_config(
+        4,
+        config(vec![
+            hook(2, Point::BeforeFold, "p2", d),
+            hook(3, Point::BeforeFold, "p2", d),
+        ]),
+    )
+    .unwrap();
+    let mut fs = vec![(2, start(&c, 2, "p2")), (3, start(&c, 3, "p2"))];
+    let victim = held(d, &[2, 3], "before-fold");
+    c.kill(victim);
+    // The survivor of the pair may receive a task later: let it fold.
+    release(d, 5 - victim, "before-fold");
+    fs.push((0, start(&c, 0, "p2")));
+    fs.push((1, start(&c, 1, "p2")));
+    survivors_get_the_full_sum(&c, fs, victim);
+}
+
+#[test]
+fn place_3_the_provider_dies_while_the_receiver_fetches() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = LocalCluster::with_config(
+        4,
+        config(vec![
+            hook(2, Point::BeforeGet, "p3", d),
+            hook(3, Point::BeforeGet, "p3", d),
+        ]),
+    )
+    .unwrap();
+    let mut fs = vec![(2, start(&c, 2, "p3")), (3, start(&c, 3, "p3"))];
+    let receiver = held(d, &[2, 3], "before-get");
+    let provider = 5 - receiver;
+    c.kill(provider);
+    wait_dead(&c, provider);
+    release(d, receiver, "before-get");
+    fs.push((0, start(&c, 0, "p3")));
+    fs.push((1, start(&c, 1, "p3")));
+    survivors_get_the_full_sum(&c, fs, provider);
+    let stats = c.rank(0).master_stats().unwrap();
+    assert!(
+        stats
+            .task_log
+            .iter()
+            .any(|t| t.provider == provider && t.provider_path == [provider] && t.task_id > 0),
+        "the dead provider's original was fetched again, from its replica: {:?}",
+        stats.task_log
+    );
+}
+
+#[test]
+fn place_1_the_receiver_is_dead_when_its_task_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = LocalCluster::with_config(4, config(vec![hook(2, Point::AfterJoin, "p1", d)])).unwrap();
+    let mut fs = vec![(2, start(&c, 2, "p1"))];
+    held(d, &[2], "after-join");
+    c.kill(2);
+    wait_dead(&c, 2);
+    for r in [3, 0, 1] {
+        fs.push((r, start(&c, r, "p1")));
+    }
+    survivors_get_the_full_sum(&c, fs, 2);
+}
+
+#[test]
+fn a_rank_and_its_buddy_dying_together_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = LocalCluster::with_config(4, config(vec![hook(2, Point::AfterJoin, "b", d)])).unwrap();
+    let f2 = start(&c, 2, "b");
+    held(d, &[2], "after-join");
+    // Rank 2's original lives only on rank 2 and its buddy, rank 3.
+    c.kill(2);
+    c.kill(3);
+    drop(f2);
+    for r in [0, 1] {
+        match start(&c, r, "b").wait_timeout(WAIT) {
+            Err(ReduceError::RanksLost { ranks, .. }) => {
+                assert!(ranks.contains(&2) && ranks.contains(&3), "{ranks:?}")
+            }
+            other => panic!("rank {r}: expected RanksLost, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn losing_the_root_is_a_typed_error_on_every_survivor() {
+    let c = LocalCluster::with_config(4, config(vec![])).unwrap();
+    let fs: Vec<_> = [0, 2, 3]
+        .iter()
+        .map(|&r| (r, start(&c, r, "root")))
+        .collect();
+    c.kill(1);
+    for (r, mut f) in fs {
+        match f.wait_timeout(WAIT) {
+            Err(ReduceError::RootLost { root, .. }) => assert_eq!(root, 1),
+            other => panic!("rank {r}: expected RootLost, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn reductions_after_a_failure_use_the_survivors() {
+    let c = LocalCluster::with_config(4, config(vec![])).unwrap();
+    c.kill(3);
+    wait_dead(&c, 3);
+    let fs: Vec<_> = [0, 1, 2]
+        .iter()
+        .map(|&r| {
+            c.rank(r)
+                .reduce(
+                    Sum(vec![r as u64 + 1]),
+                    Reduce::root(0).group([0, 1, 2]).id("after"),
+                )
+                .unwrap()
+        })
+        .collect();
+    let got: Vec<_> = fs
+        .into_iter()
+        .map(|mut f| f.wait_timeout(WAIT).unwrap())
+        .collect();
+    assert_eq!(got[0].as_ref().unwrap().0, vec![6]);
+}

@@ -1,0 +1,553 @@
+//! The libfabric transport (cargo feature `libfabric`): reliable-datagram
+//! endpoints (`FI_EP_RDM`), tagged messages for control frames, and
+//! one-sided RMA reads (`fi_read`) for [`Transport::get`].
+//!
+//! # Start-up and failure detection
+//!
+//! [`LibfabricTransport::start`] opens the fabric objects of the provider
+//! asked for ([`fi`]: fabric, domain, completion queue, address vector,
+//! endpoint), posts its receives, then starts a [`TcpTransport`] with the
+//! same configuration: the TCP bootstrap checks the job, rank and size, and
+//! ranks then send each other their endpoint names (`fi_getname`) over TCP
+//! and insert them into their address vectors. The TCP connections stay
+//! open, idle, as the failure detector: a peer process that dies closes
+//! them, and the TCP transport's [`Event::LinkDown`] is forwarded as this
+//! transport's (nothing from that peer is delivered after it, its pending
+//! gets fail with [`TransportError::LinkDown`]). Fabric operations that
+//! fail or stall (no completion within [`LibfabricConfig::op_timeout`]) for
+//! a peer that neither said goodbye nor lost its TCP link report that peer
+//! down too, after a grace second: a dead peer never leaves a get hanging
+//! in a completion queue. Launcher reports (`taskfold run` telling the
+//! master that a rank exited) arrive over TCP and are forwarded as they are.
+//!
+//! # Control frames
+//!
+//! Each frame travels as one tagged message (see [`wire`]): a 48-byte
+//! header with a per-destination sequence number, then the frame, if it has
+//! at most 16 KiB; a larger frame is registered by the sender and the
+//! receiver fetches it with RMA reads (then releases it). Receivers
+//! reorder by sequence number, so frames from one rank are delivered in the
+//! order it sent them whatever the provider's completion order. Frames to
+//! oneself go straight to one's own event channel.
+//!
+//! # Cost of a get
+//!
+//! A `GET_REQ` message (48 bytes) to the owner, whose progress thread (not
+//! its application) registers the exposed bytes on the first request
+//! (`fi_mr_reg`, cached until withdrawn) and answers `GET_OK` with the RMA
+//! address, key and length; then `ceil(len / read_chunk)` `fi_read`s into
+//! a 16-byte-aligned receive buffer (registered too if the provider wants
+//! `FI_MR_LOCAL`), then a `RELEASE` message: two round trips of small
+//! messages plus the data, which moves without any copy at the owner. The
+//! exposed bytes stay registered and alive while any peer's read is in
+//! flight, even if they are withdrawn meanwhile.
+//!
+//! # Providers and memory registration
+//!
+//! The provider is chosen by name ([`LibfabricConfig::provider`], e.g.
+//! `tcp;ofi_rxm`, `sockets`, `shm`, `verbs;ofi_rxm`). The transport
+//! supports the `mr_mode` bits `FI_MR_LOCAL`, `FI_MR_VIRT_ADDR`,
+//! `FI_MR_ALLOCATED` and `FI_MR_PROV_KEY` and the modes `FI_CONTEXT` and
+//! `FI_CONTEXT2`; providers needing more (e.g. `FI_MR_ENDPOINT`) are not
+//! offered by `fi_getinfo`. See `transports/FABRIC.md` for measurements.
+//!
+//! # Threads
+//!
+//! One progress thread per transport ([`progress`]) posts every fabric
+//! operation and reads the completion queue; it sleeps when idle (in
+//! `fi_cq_sread` where the provider has wait objects, else on its command
+//! channel with a short backoff) and never spins on a core. One more thread
+//! forwards the TCP transport's events; the TCP transport keeps its own.
+
+pub mod fi;
+mod progress;
+mod shared;
+pub mod wire;
+
+use crate::tcp::{TcpConfig, TcpTransport};
+use crate::{BufferKey, Event, GetFuture, Rank, Transport, TransportError};
+use bytes::Bytes;
+use fi::{AddressVector, CompletionQueue, Domain, Endpoint, Fabric, FabricError, Hints, InfoList};
+use progress::{Cmd, Engine, Tuning};
+use shared::{Exposure, Registrar, Shared};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Environment variable naming the libfabric provider.
+pub const PROVIDER_ENV: &str = "TASKFOLD_FI_PROVIDER";
+
+/// How the progress thread sleeps when it has nothing to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Block in `fi_cq_sread` if the provider offers wait objects, else
+    /// poll with a backoff.
+    Auto,
+    /// Always poll the completion queue, sleeping with a backoff.
+    Poll,
+}
+
+/// Configuration of [`LibfabricTransport::start`].
+#[derive(Clone, Debug)]
+pub struct LibfabricConfig {
+    /// The TCP transport used for the bootstrap and as failure detector
+    /// (rank, size, job, master, bind address, timeouts).
+    pub tcp: TcpConfig,
+    /// The libfabric provider (`"tcp;ofi_rxm"`, `"sockets"`, `"shm"`, ...);
+    /// `None` lets libfabric choose (it honours `FI_PROVIDER`).
+    pub provider: Option<String>,
+    /// Bytes per `fi_read` (at most the provider's `max_msg_size`).
+    /// Default 4 MiB.
+    pub read_chunk: usize,
+    /// How long a get may wait for the owner's answer or its reads' data
+    /// before the peer is considered broken. Default 60 s.
+    pub op_timeout: Duration,
+    /// Largest buffer a get accepts. Default 64 GiB.
+    pub max_get: u64,
+    /// How the progress thread sleeps. Default [`WaitMode::Poll`].
+    pub wait: WaitMode,
+}
+
+impl LibfabricConfig {
+    /// The defaults over `tcp` with `provider`.
+    pub fn new(tcp: TcpConfig, provider: Option<String>) -> Self {
+        LibfabricConfig {
+            tcp,
+            provider,
+            read_chunk: 4 << 20,
+            op_timeout: Duration::from_secs(60),
+            max_get: 64 << 30,
+            wait: WaitMode::Poll,
+        }
+    }
+}
+
+/// One rank's libfabric endpoint. See the [module documentation](self).
+pub struct LibfabricTransport {
+    sh: Arc<Shared>,
+    tcp: Arc<TcpTransport>,
+    provider: String,
+    fabric: String,
+    max_frame: u64,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for LibfabricTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LibfabricTransport")
+            .field("rank", &self.sh.rank)
+            .field("size", &self.sh.size)
+            .field("provider", &self.provider)
+            .field("fabric", &self.fabric)
+            .finish()
+    }
+}
+
+/// The fabric objects of one rank before start-up completes.
+struct Opened {
+    engine: Engine,
+    sh: Arc<Shared>,
+    av: Arc<AddressVector>,
+    name: Vec<u8>,
+    provider: String,
+    fabric: String,
+}
+
+const CAPS: u64 = fi::bits::TAGGED | fi::bits::RMA;
+const MODES: u64 = fi::bits::CONTEXT | fi::bits::CONTEXT2;
+const MR_MODES: u32 =
+    fi::bits::MR_LOCAL | fi::bits::MR_VIRT_ADDR | fi::bits::MR_ALLOCATED | fi::bits::MR_PROV_KEY;
+
+/// The providers of this machine that offer what the transport needs
+/// (reliable datagrams, tagged messages, RMA), by name, best first.
+pub fn available_providers() -> Vec<String> {
+    let hints = Hints {
+        provider: None,
+        source: None,
+        caps: CAPS,
+        mode: MODES,
+        mr_mode: MR_MODES,
+    };
+    let mut names: Vec<String> = Vec::new();
+    if let Ok(list) = InfoList::get(&hints) {
+        for i in list.iter() {
+            let p = i.provider();
+            if !names.contains(&p) {
+                names.push(p);
+            }
+        }
+    }
+    names
+}
+
+/// True if `provider` is available on this machine.
+pub fn provider_available(provider: &str) -> bool {
+    find(&Some(provider.to_string()), None).is_ok()
+}
+
+fn find(provider: &Option<String>, source: Option<String>) -> Result<InfoList, FabricError> {
+    let hints = Hints {
+        provider: provider.clone(),
+        source,
+        caps: CAPS,
+        mode: MODES,
+        mr_mode: MR_MODES,
+    };
+    match InfoList::get(&hints) {
+        Err(e) if e.code == fi::bits::ENODATA && hints.source.is_some() => InfoList::get(&Hints {
+            source: None,
+            ..hints
+        }),
+        r => r,
+    }
+}
+
+fn open(cfg: &LibfabricConfig) -> Result<Opened, TransportError> {
+    let list = find(&cfg.provider, Some(cfg.tcp.bind_host.to_string())).map_err(|e| {
+        let want = cfg.provider.as_deref().unwrap_or("(any)");
+        if e.code == fi::bits::ENODATA {
+            TransportError::Io(format!(
+                "libfabric provider `{want}` is not available here ({e}); available: {}",
+                available_providers().join(", ")
+            ))
+        } else {
+            e.into()
+        }
+    })?;
+    let info = list.first();
+    let provider = info.provider();
+    let fabric_name = format!("{}/{}", info.fabric_name(), info.domain_name());
+    let mr_mode = info.mr_mode();
+    tracing::debug!(rank = cfg.tcp.rank, %provider, fabric = %fabric_name, mr_mode, mode = info.mode(),
+        max_msg = info.max_msg_size(), tx = info.tx_size(), rx = info.rx_size(), "libfabric provider");
+    let fabric = Fabric::open(info)?;
+    let domain = Domain::open(&fabric, info)?;
+    let sread = cfg.wait == WaitMode::Auto;
+    let cq = match CompletionQueue::open(&domain, 1024, sread) {
+        Ok(cq) => cq,
+        Err(e) if sread => {
+            tracing::debug!(error = %e, "no wait object, polling");
+            CompletionQueue::open(&domain, 1024, false)?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let av = AddressVector::open(&domain, cfg.tcp.size as usize)?;
+    let ep = Endpoint::open(&domain, info, &cq, &av)?;
+    let name = ep.name()?;
+    let (cmd_tx, cmd_rx) = flume::unbounded();
+    let sh = Arc::new(Shared::new(cfg.tcp.rank, cfg.tcp.size, cmd_tx, cq.clone()));
+    let reg = Arc::new(Registrar::new(
+        domain.clone(),
+        mr_mode & fi::bits::MR_VIRT_ADDR != 0,
+        mr_mode & fi::bits::MR_PROV_KEY != 0,
+    ));
+    let max_msg = info.max_msg_size().max(1);
+    let tuning = Tuning {
+        read_chunk: cfg.read_chunk.clamp(4096, max_msg),
+        op_timeout: cfg.op_timeout,
+        max_get: cfg.max_get,
+        mr_local: mr_mode & fi::bits::MR_LOCAL != 0,
+        sread: cq.waitable(),
+        tx_size: info.tx_size(),
+        rx_size: info.rx_size(),
+    };
+    let engine = Engine::new(ep, sh.clone(), reg, tuning, cmd_rx)?;
+    Ok(Opened {
+        engine,
+        sh,
+        av,
+        name,
+        provider,
+        fabric: fabric_name,
+    })
+}
+
+/// Sends this rank's endpoint name to every peer over TCP and collects
+/// theirs. Other events that arrive meanwhile are returned for replay; a
+/// peer whose link fails meanwhile has no name (its link is reported down).
+fn exchange_names(
+    tcp: &TcpTransport,
+    provider: &str,
+    name: &[u8],
+    deadline: Instant,
+) -> Result<(Vec<Option<Vec<u8>>>, Vec<Event>), TransportError> {
+    let (rank, size) = (tcp.rank().0, tcp.size());
+    let mut names: Vec<Option<Vec<u8>>> = vec![None; size as usize];
+    names[rank as usize] = Some(name.to_vec());
+    let mut dead = vec![false; size as usize];
+    let mut replay = Vec::new();
+    let frame = Bytes::from(wire::name_frame(provider, name));
+    for peer in (0..size).filter(|&p| p != rank) {
+        if let Err(e) = tcp.send(Rank(peer), frame.clone()) {
+            tracing::warn!(rank, peer, error = %e, "sending the endpoint name");
+        }
+    }
+    let events = tcp.events();
+    let missing = |names: &[Option<Vec<u8>>], dead: &[bool]| {
+        (0..size as usize)
+            .filter(|&p| names[p].is_none() && !dead[p])
+            .collect::<Vec<_>>()
+    };
+    while !missing(&names, &dead).is_empty() {
+        let ev = events.recv_deadline(deadline).map_err(|_| {
+            TransportError::Io(format!(
+                "no fabric endpoint name from ranks {:?} in time",
+                missing(&names, &dead)
+            ))
+        })?;
+        match &ev {
+            Event::Message { from, frame } if from.0 < size => {
+                match wire::parse_name_frame(frame) {
+                    None => replay.push(ev),
+                    Some(Err(e)) => {
+                        return Err(TransportError::Protocol {
+                            peer: from.0,
+                            detail: e,
+                        })
+                    }
+                    Some(Ok((theirs, n))) => {
+                        if theirs != provider {
+                            return Err(TransportError::Refused(format!(
+                                "rank {} uses libfabric provider `{theirs}`, this rank `{provider}`",
+                                from.0
+                            )));
+                        }
+                        names[from.0 as usize] = Some(n);
+                    }
+                }
+            }
+            Event::LinkDown { peer, .. } if peer.0 < size => {
+                dead[peer.0 as usize] = true;
+                replay.push(ev);
+            }
+            _ => replay.push(ev),
+        }
+    }
+    Ok((names, replay))
+}
+
+/// Forwards the TCP transport's events until the transport closes.
+fn forward(sh: Arc<Shared>, events: flume::Receiver<Event>, replay: Vec<Event>) {
+    let handle = |ev: Event| match ev {
+        Event::LinkDown { peer, reason } => {
+            if sh.link_down(peer.0, &reason) {
+                let _ = sh.command(Cmd::PeerDown {
+                    peer: peer.0,
+                    reason,
+                });
+            }
+        }
+        Event::Message { from, frame } => {
+            if wire::parse_name_frame(&frame).is_none() && !sh.is_closed() {
+                let _ = sh.events_tx.send(Event::Message { from, frame });
+            }
+        }
+    };
+    for ev in replay {
+        handle(ev);
+    }
+    while !sh.is_closed() {
+        match events.recv_timeout(Duration::from_millis(100)) {
+            Ok(ev) => handle(ev),
+            Err(flume::RecvTimeoutError::Timeout) => {}
+            Err(flume::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+}
+
+impl LibfabricTransport {
+    /// Opens the fabric endpoint, joins the job through the TCP bootstrap,
+    /// exchanges endpoint names and starts the progress thread. Blocking,
+    /// at most about `cfg.tcp.connect_timeout` (twice: bootstrap, names).
+    ///
+    /// Errors: the provider is not available (the message lists those that
+    /// are), a fabric call failed ([`TransportError::Io`] with libfabric's
+    /// message), or the TCP bootstrap's errors; ranks using different
+    /// providers refuse each other.
+    pub fn start(cfg: LibfabricConfig) -> Result<Arc<LibfabricTransport>, TransportError> {
+        if cfg.tcp.rank >= cfg.tcp.size {
+            return Err(TransportError::NoSuchRank(cfg.tcp.rank));
+        }
+        let Opened {
+            mut engine,
+            sh,
+            av,
+            name,
+            provider,
+            fabric,
+        } = open(&cfg)?;
+        let tcp = TcpTransport::start(cfg.tcp.clone())?;
+        let deadline = Instant::now() + cfg.tcp.connect_timeout;
+        let (names, replay) = match exchange_names(&tcp, &provider, &name, deadline) {
+            Ok(x) => x,
+            Err(e) => {
+                tcp.shutdown();
+                return Err(e);
+            }
+        };
+        let mut addrs = Vec::with_capacity(names.len());
+        for (peer, n) in names.iter().enumerate() {
+            let a = match n {
+                Some(n) => av.insert(n).map_err(|e| {
+                    tcp.shutdown();
+                    TransportError::from(e)
+                })?,
+                None => libfabric_sys::FI_ADDR_UNSPEC,
+            };
+            tracing::trace!(rank = cfg.tcp.rank, peer, addr = a, "address inserted");
+            addrs.push(a);
+        }
+        let left = tcp.clone();
+        engine.connect(addrs, Box::new(move |p| left.peer_left(Rank(p))));
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(f)
+                .map_err(|e| TransportError::Io(format!("starting a thread: {e}")))
+        };
+        let rank = cfg.tcp.rank;
+        let progress = spawn(
+            format!("taskfold-fi-r{rank}"),
+            Box::new(move || engine.run()),
+        )?;
+        let (sh2, events) = (sh.clone(), tcp.events());
+        let forwarder = spawn(
+            format!("taskfold-fi-fwd-r{rank}"),
+            Box::new(move || forward(sh2, events, replay)),
+        )?;
+        tracing::info!(rank, size = cfg.tcp.size, %provider, %fabric, "libfabric transport up");
+        Ok(Arc::new(LibfabricTransport {
+            sh,
+            tcp,
+            provider,
+            fabric,
+            max_frame: cfg.tcp.max_frame,
+            threads: Mutex::new(vec![progress, forwarder]),
+        }))
+    }
+
+    /// The provider in use (`"tcp;ofi_rxm"`).
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    /// The fabric and domain in use (`"127.0.0.1/32/lo"`).
+    pub fn fabric(&self) -> &str {
+        &self.fabric
+    }
+
+    /// The TCP transport used for the bootstrap and failure detection.
+    pub fn tcp(&self) -> &Arc<TcpTransport> {
+        &self.tcp
+    }
+
+    /// Simulates a crash, for tests: closes the TCP links without goodbye
+    /// (peers see [`Event::LinkDown`]) and the fabric endpoint at once.
+    pub fn abort(&self) {
+        self.sh.close();
+        self.tcp.abort();
+        let _ = self.sh.command(Cmd::Shutdown { graceful: false });
+        self.join();
+    }
+
+    fn join(&self) {
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let me = std::thread::current().id();
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Transport for LibfabricTransport {
+    fn rank(&self) -> Rank {
+        Rank(self.sh.rank)
+    }
+
+    fn size(&self) -> u32 {
+        self.sh.size
+    }
+
+    fn send(&self, to: Rank, frame: Bytes) -> Result<(), TransportError> {
+        self.sh.check_peer(to)?;
+        let max = self.max_frame;
+        if frame.len() as u64 > max {
+            return Err(TransportError::FrameTooLarge {
+                len: frame.len() as u64,
+                max,
+            });
+        }
+        if to.0 == self.sh.rank {
+            let frame = Bytes::copy_from_slice(&frame);
+            let _ = self.sh.events_tx.send(Event::Message { from: to, frame });
+            return Ok(());
+        }
+        self.sh.command(Cmd::Send { to: to.0, frame })
+    }
+
+    fn expose(&self, key: BufferKey, data: Bytes) {
+        if !self.sh.is_closed() {
+            self.sh.exposed().insert(key, Exposure { data, reg: None });
+        }
+    }
+
+    fn withdraw(&self, key: BufferKey) -> Option<Bytes> {
+        self.sh.exposed().remove(&key).map(|x| x.data)
+    }
+
+    fn get(&self, from: Rank, key: BufferKey) -> GetFuture {
+        if let Err(e) = self.sh.check_peer(from) {
+            return Box::pin(async move { Err(e) });
+        }
+        if from.0 == self.sh.rank {
+            let r = self
+                .sh
+                .exposed()
+                .get(&key)
+                .map(|x| crate::recv_buf_from(&x.data))
+                .ok_or(TransportError::NotExposed {
+                    peer: from.0,
+                    key: key.0,
+                });
+            return Box::pin(async move { r });
+        }
+        let (reply, rx) = futures::channel::oneshot::channel();
+        if let Err(e) = self.sh.command(Cmd::Get {
+            from: from.0,
+            key,
+            reply,
+        }) {
+            return Box::pin(async move { Err(e) });
+        }
+        Box::pin(async move { rx.await.unwrap_or(Err(TransportError::Closed)) })
+    }
+
+    fn events(&self) -> flume::Receiver<Event> {
+        self.sh.events_rx.clone()
+    }
+
+    /// Graceful: says goodbye over the fabric (after every frame already
+    /// sent) and over TCP, so that peers report no failure, then closes the
+    /// endpoint. Blocking, a few seconds at most.
+    fn shutdown(&self) {
+        if !self.sh.close() {
+            return;
+        }
+        let _ = self.sh.command(Cmd::Shutdown { graceful: true });
+        self.tcp.shutdown();
+        self.join();
+        tracing::debug!(rank = self.sh.rank, "libfabric transport shut down");
+    }
+
+    fn name(&self) -> &'static str {
+        "libfabric"
+    }
+}
+
+impl Drop for LibfabricTransport {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

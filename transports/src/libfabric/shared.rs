@@ -1,0 +1,254 @@
+//! State shared by the application's threads (the [`crate::Transport`]
+//! calls), the progress thread and the thread forwarding the TCP
+//! transport's events: link states, the exposed buffers, the command queue.
+//!
+//! Link transitions and message delivery happen under one lock, which is
+//! what makes a peer's `LinkDown` unique and keeps every message delivered
+//! from that peer before it.
+
+use super::fi::{CompletionQueue, Domain, FabricError, MemoryRegion};
+use super::progress::Cmd;
+use crate::{BufferKey, Event, Rank, TransportError};
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// State of the link to one peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Link {
+    /// Usable.
+    Up,
+    /// The peer shut down gracefully.
+    Gone,
+    /// The link failed; reported once as `Event::LinkDown`.
+    Down(String),
+}
+
+/// Bytes registered for remote reads. Dropping it deregisters the memory
+/// first, then releases the bytes (field order).
+pub(crate) struct Registered {
+    mr: MemoryRegion,
+    data: Bytes,
+    addr: u64,
+}
+
+impl Registered {
+    /// The RMA address peers read at.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// The remote key.
+    pub fn key(&self) -> u64 {
+        self.mr.key()
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// Registers memory the way the provider wants it.
+pub(crate) struct Registrar {
+    domain: Arc<Domain>,
+    /// `FI_MR_VIRT_ADDR`: RMA addresses are virtual addresses, else offsets.
+    virt_addr: bool,
+    /// `FI_MR_PROV_KEY`: the provider picks keys, else we do.
+    prov_key: bool,
+    next_key: AtomicU64,
+}
+
+impl Registrar {
+    pub fn new(domain: Arc<Domain>, virt_addr: bool, prov_key: bool) -> Registrar {
+        Registrar {
+            domain,
+            virt_addr,
+            prov_key,
+            next_key: AtomicU64::new(1),
+        }
+    }
+
+    fn key(&self) -> u64 {
+        if self.prov_key {
+            0
+        } else {
+            self.next_key.fetch_add(1, Ordering::Relaxed)
+        }
+    }
+
+    /// Registers `data` (not empty) for remote reads.
+    pub fn expose(&self, data: Bytes) -> Result<Arc<Registered>, FabricError> {
+        // SAFETY: the region is stored next to the bytes it covers, in a
+        // Registered that drops the region before the bytes; the bytes are
+        // immutable and their heap block never moves.
+        let mr = unsafe {
+            MemoryRegion::register(
+                &self.domain,
+                data.as_ptr(),
+                data.len(),
+                super::fi::bits::REMOTE_READ,
+                self.key(),
+            )
+        }?;
+        let addr = if self.virt_addr {
+            data.as_ptr() as u64
+        } else {
+            0
+        };
+        Ok(Arc::new(Registered { mr, data, addr }))
+    }
+
+    /// Registers local memory for `access` (`FI_SEND`, `FI_RECV`,
+    /// `FI_READ`).
+    ///
+    /// # Safety
+    /// As [`MemoryRegion::register`]: the memory must outlive the region.
+    pub unsafe fn local(
+        &self,
+        buf: *const u8,
+        len: usize,
+        access: u64,
+    ) -> Result<MemoryRegion, FabricError> {
+        // SAFETY: forwarded to the caller.
+        unsafe { MemoryRegion::register(&self.domain, buf, len.max(1), access, self.key()) }
+    }
+}
+
+/// One exposed buffer: the bytes, and their registration once a peer asked
+/// for them (registered lazily, on the first request).
+pub(crate) struct Exposure {
+    pub data: Bytes,
+    pub reg: Option<Arc<Registered>>,
+}
+
+/// See the [module documentation](self).
+pub(crate) struct Shared {
+    pub rank: u32,
+    pub size: u32,
+    pub events_tx: flume::Sender<Event>,
+    pub events_rx: flume::Receiver<Event>,
+    links: Mutex<Vec<Link>>,
+    closed: AtomicBool,
+    pub exposed: Mutex<HashMap<BufferKey, Exposure>>,
+    pub cmd_tx: flume::Sender<Cmd>,
+    /// Signalled after each command when the progress thread sleeps in
+    /// `fi_cq_sread`.
+    pub cq: Arc<CompletionQueue>,
+}
+
+impl Shared {
+    pub fn new(
+        rank: u32,
+        size: u32,
+        cmd_tx: flume::Sender<Cmd>,
+        cq: Arc<CompletionQueue>,
+    ) -> Shared {
+        let (events_tx, events_rx) = flume::unbounded();
+        Shared {
+            rank,
+            size,
+            events_tx,
+            events_rx,
+            links: Mutex::new(vec![Link::Up; size as usize]),
+            closed: AtomicBool::new(false),
+            exposed: Mutex::new(HashMap::new()),
+            cmd_tx,
+            cq,
+        }
+    }
+
+    pub fn links(&self) -> MutexGuard<'_, Vec<Link>> {
+        self.links.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn exposed(&self) -> MutexGuard<'_, HashMap<BufferKey, Exposure>> {
+        self.exposed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Marks the transport closed; true if it was open.
+    pub fn close(&self) -> bool {
+        !self.closed.swap(true, Ordering::SeqCst)
+    }
+
+    pub fn is_up(&self, peer: u32) -> bool {
+        self.links().get(peer as usize) == Some(&Link::Up)
+    }
+
+    /// The error a call to `peer` fails with now, if any.
+    pub fn check_peer(&self, peer: Rank) -> Result<(), TransportError> {
+        if self.is_closed() {
+            return Err(TransportError::Closed);
+        }
+        match self.links().get(peer.0 as usize) {
+            None => Err(TransportError::NoSuchRank(peer.0)),
+            Some(Link::Up) => Ok(()),
+            Some(Link::Gone) => Err(TransportError::LinkDown {
+                peer: peer.0,
+                reason: format!("rank {} shut down", peer.0),
+            }),
+            Some(Link::Down(reason)) => Err(TransportError::LinkDown {
+                peer: peer.0,
+                reason: reason.clone(),
+            }),
+        }
+    }
+
+    /// Queues a command for the progress thread and wakes it.
+    pub fn command(&self, cmd: Cmd) -> Result<(), TransportError> {
+        self.cmd_tx.send(cmd).map_err(|_| TransportError::Closed)?;
+        if let Err(e) = self.cq.signal() {
+            tracing::debug!(error = %e, "waking the progress thread");
+        }
+        Ok(())
+    }
+
+    /// Delivers a frame from `peer` unless its link is down or we closed.
+    pub fn deliver(&self, peer: u32, frame: Bytes) {
+        let links = self.links();
+        if !matches!(links.get(peer as usize), Some(Link::Down(_))) && !self.is_closed() {
+            let _ = self.events_tx.send(Event::Message {
+                from: Rank(peer),
+                frame,
+            });
+        }
+    }
+
+    /// The link to `peer` failed: the first call reports `LinkDown` (unless
+    /// we closed) and returns true; later calls, or calls after the peer
+    /// left gracefully, do nothing.
+    pub fn link_down(&self, peer: u32, reason: &str) -> bool {
+        let mut links = self.links();
+        let Some(l) = links.get_mut(peer as usize) else {
+            return false;
+        };
+        if *l != Link::Up {
+            return false;
+        }
+        *l = Link::Down(reason.to_string());
+        if !self.is_closed() {
+            tracing::warn!(rank = self.rank, peer, %reason, "link down");
+            let _ = self.events_tx.send(Event::LinkDown {
+                peer: Rank(peer),
+                reason: reason.to_string(),
+            });
+        }
+        true
+    }
+
+    /// `peer` left gracefully; true if its link was up.
+    pub fn peer_gone(&self, peer: u32) -> bool {
+        let mut links = self.links();
+        match links.get_mut(peer as usize) {
+            Some(l) if *l == Link::Up => {
+                *l = Link::Gone;
+                tracing::debug!(rank = self.rank, peer, "peer left gracefully");
+                true
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Chooses the transport at run time, so that one binary runs over TCP on a
+//! laptop and over a fabric on a cluster by configuration alone.
+//!
+//! - `TASKFOLD_TRANSPORT`: `tcp` (the default) or `libfabric`.
+//! - `TASKFOLD_FI_PROVIDER`: the libfabric provider (`tcp;ofi_rxm`,
+//!   `sockets`, `shm`, `verbs;ofi_rxm`, ...); unset, libfabric chooses
+//!   (and honours its own `FI_PROVIDER`).
+//! - `TASKFOLD_FI_WAIT`: `poll` (the default: the progress thread polls
+//!   with a short backoff) or `auto` (it blocks in `fi_cq_sread` where the
+//!   provider has wait objects).
+//!
+//! `libfabric` needs a build with the cargo feature `libfabric`; without
+//! it, [`from_env_config`] fails with a message saying so.
+
+use crate::tcp::{TcpConfig, TcpTransport};
+use crate::{Transport, TransportError};
+use std::sync::Arc;
+
+/// Environment variable choosing the transport.
+pub const TRANSPORT_ENV: &str = "TASKFOLD_TRANSPORT";
+/// Environment variable naming the libfabric provider.
+pub const PROVIDER_ENV: &str = "TASKFOLD_FI_PROVIDER";
+/// Environment variable choosing how the libfabric progress thread waits.
+pub const WAIT_ENV: &str = "TASKFOLD_FI_WAIT";
+
+/// A transport choice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice {
+    /// The TCP transport.
+    Tcp,
+    /// The libfabric transport.
+    Libfabric {
+        /// The provider (`None`: libfabric's choice).
+        provider: Option<String>,
+        /// Block in `fi_cq_sread` when idle (`TASKFOLD_FI_WAIT=auto`).
+        sread: bool,
+    },
+}
+
+/// True if this build has the libfabric transport (cargo feature
+/// `libfabric`).
+pub const fn libfabric_built() -> bool {
+    cfg!(feature = "libfabric")
+}
+
+impl Choice {
+    /// The choice described by the variables `get` returns.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Choice, TransportError> {
+        let t = get(TRANSPORT_ENV).unwrap_or_default();
+        match t.trim().to_ascii_lowercase().as_str() {
+            "" | "tcp" => Ok(Choice::Tcp),
+            "libfabric" => {
+                let provider = get(PROVIDER_ENV)
+                    .map(|p| p.trim().to_string())
+                    .filter(|p| !p.is_empty());
+                let sread = match get(WAIT_ENV).unwrap_or_default().trim() {
+                    "" | "poll" => false,
+                    "auto" => true,
+                    other => {
+                        return Err(TransportError::Io(format!(
+                            "{WAIT_ENV}={other:?}: expected `poll` or `auto`"
+                        )))
+                    }
+                };
+                Ok(Choice::Libfabric { provider, sread })
+            }
+            other => Err(TransportError::Io(format!(
+                "{TRANSPORT_ENV}={other:?}: expected `tcp` or `libfabric`"
+            ))),
+        }
+    }
+
+    /// The choice the process environment describes.
+    pub fn from_env() -> Result<Choice, TransportError> {
+        Choice::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Starts the chosen transport (blocking, like [`TcpTransport::start`]).
+    pub fn start(&self, tcp: TcpConfig) -> Result<Arc<dyn Transport>, TransportError> {
+        match self {
+            Choice::Tcp => Ok(TcpTransport::start(tcp)? as Arc<dyn Transport>),
+            #[cfg(feature = "libfabric")]
+            Choice::Libfabric { provider, sread } => {
+                use crate::libfabric::{LibfabricConfig, LibfabricTransport, WaitMode};
+                let mut cfg = LibfabricConfig::new(tcp, provider.clone());
+                if *sread {
+                    cfg.wait = WaitMode::Auto;
+                }
+                Ok(LibfabricTransport::start(cfg)? as Arc<dyn Transport>)
+            }
+            #[cfg(not(feature = "libfabric"))]
+            Choice::Libfabric { .. } => {
+                let _ = tcp;
+                Err(TransportError::Io(format!(
+                    "{TRANSPORT_ENV}=libfabric, but this build has no libfabric transport: \
+                     rebuild with the cargo feature `libfabric` (needs libfabric-dev)"
+                )))
+            }
+        }
+    }
+}
+
+/// Starts the transport the environment asks for (`TASKFOLD_TRANSPORT`,
+/// `TASKFOLD_FI_PROVIDER`, `TASKFOLD_FI_WAIT`), with `tcp` as the TCP
+/// transport's configuration (the libfabric transport bootstraps over it).
+pub fn from_env_config(tcp: TcpConfig) -> Result<Arc<dyn Transport>, TransportError> {
+    Choice::from_env()?.start(tcp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn parses_choices() {
+        assert_eq!(Choice::from_vars(vars(&[])), Ok(Choice::Tcp));
+        assert_eq!(
+            Choice::from_vars(vars(&[(TRANSPORT_ENV, "TCP")])),
+            Ok(Choice::Tcp)
+        );
+        assert_eq!(
+            Choice::from_vars(vars(&[
+                (TRANSPORT_ENV, "libfabric"),
+                (PROVIDER_ENV, "tcp;ofi_rxm")
+            ])),
+            Ok(Choice::Libfabric {
+                provider: Some("tcp;ofi_rxm".into()),
+                sread: false
+            })
+        );
+        assert_eq!(
+            Choice::from_vars(vars(&[(TRANSPORT_ENV, "libfabric"), (WAIT_ENV, "auto")])),
+            Ok(Choice::Libfabric {
+                provider: None,
+                sread: true
+            })
+        );
+        assert!(Choice::from_vars(vars(&[(TRANSPORT_ENV, "carrier-pigeon")])).is_err());
+        assert!(
+            Choice::from_vars(vars(&[(TRANSPORT_ENV, "libfabric"), (WAIT_ENV, "spin")])).is_err()
+        );
+    }
+
+    #[cfg(not(feature = "libfabric"))]
+    #[test]
+    fn libfabric_without_the_feature_is_a_clear_error() {
+        let tcp = TcpConfig::new(
+            0,
+            1,
+            1,
+            crate::tcp::MasterAddr::Addr("127.0.0.1:1".parse().expect("address")),
+        );
+        let e = Choice::Libfabric {
+            provider: None,
+            sread: false,
+        }
+        .start(tcp)
+        .err()
+        .expect("an error");
+        assert!(e.to_string().contains("feature `libfabric`"), "{e}");
+    }
+}
