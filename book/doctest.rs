@@ -1,5 +1,69 @@
-//! The taskfold book, as doc tests.
+//! The taskfold book (`book/src`, built with `mdbook build book`), as doc
+//! tests: every page is the documentation of one module below, so
+//! `cargo test -p taskfold-book` compiles and runs every Rust code block of
+//! the book. Blocks marked `no_run` (a `main` that needs a launcher) are
+//! compiled only.
 //!
 //! # Layout
 //!
-//! (being written)
+//! One empty module per page, in the order of `src/SUMMARY.md`:
+//! [`introduction`], [`getting_started`], [`embedding`], [`reducer_body`],
+//! [`non_blocking`], [`fault_tolerance`], [`transports`], [`launching`],
+//! [`metrics`], [`benchmarks`], [`architecture`].
+
+#[doc = include_str!("src/introduction.md")]
+pub mod introduction {}
+
+#[doc = include_str!("src/getting-started.md")]
+pub mod getting_started {}
+
+#[doc = include_str!("src/embedding.md")]
+pub mod embedding {}
+
+#[doc = include_str!("src/reducer-body.md")]
+pub mod reducer_body {}
+
+#[doc = include_str!("src/non-blocking.md")]
+pub mod non_blocking {}
+
+#[doc = include_str!("src/fault-tolerance.md")]
+pub mod fault_tolerance {}
+
+#[doc = include_str!("src/transports.md")]
+pub mod transports {}
+
+#[doc = include_str!("src/launching.md")]
+pub mod launching {}
+
+#[doc = include_str!("src/metrics.md")]
+pub mod metrics {}
+
+#[doc = include_str!("src/benchmarks.md")]
+pub mod benchmarks {}
+
+#[doc = include_str!("src/architecture.md")]
+pub mod architecture {}
+
+/// Every page listed in `src/SUMMARY.md` is one of the modules above, so no
+/// page's code escapes the tests.
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_page_is_tested() {
+        let summary = include_str!("src/SUMMARY.md");
+        let this = include_str!("doctest.rs");
+        let pages: Vec<&str> = summary
+            .lines()
+            .filter_map(|l| l.split("](").nth(1))
+            .filter_map(|rest| rest.split(')').next())
+            .collect();
+        assert_eq!(pages.len(), 11, "{pages:?}");
+        for page in pages {
+            let include = format!("include_str!(\"src/{page}\")");
+            assert!(
+                this.contains(&include),
+                "{page} is not included as a doc test"
+            );
+        }
+    }
+}

@@ -20,7 +20,8 @@ use taskfold_core::id::stable_hash;
 use taskfold_core::reducer::type_tag;
 use taskfold_core::wire::Join;
 use taskfold_core::{Rank, ReduceError, ReduceValue, ReductionId, ReductionKey};
-use taskfold_transports::tcp::{MasterAddr, TcpConfig, TcpTransport};
+use taskfold_transports::select;
+use taskfold_transports::tcp::{MasterAddr, TcpConfig};
 use taskfold_transports::Transport;
 
 /// One rank's taskfold runtime: its actors run on their own threads, and
@@ -102,9 +103,8 @@ impl Builder {
                     )));
                 }
                 let job = self.job.unwrap_or(0);
-                let t: Arc<dyn Transport> =
-                    TcpTransport::start(TcpConfig::new(rank, size, job, master))?;
-                t
+                // TCP, or libfabric with TASKFOLD_TRANSPORT=libfabric.
+                select::from_env_config(TcpConfig::new(rank, size, job, master))?
             }
         };
         Runtime::start(transport, config)
@@ -123,8 +123,8 @@ impl Runtime {
         let get = |k: &str| std::env::var(k).ok();
         let id = crate::env::identity_with(get)?;
         let (master, job) = crate::env::master_with(get)?;
-        let t: Arc<dyn Transport> =
-            TcpTransport::start(TcpConfig::new(id.rank, id.size, job, master))?;
+        // TCP, or libfabric with TASKFOLD_TRANSPORT=libfabric.
+        let t = select::from_env_config(TcpConfig::new(id.rank, id.size, job, master))?;
         Runtime::start(t, Config::from_env())
     }
 

@@ -37,6 +37,14 @@ impl ReplicaDisk {
     /// Writes a replica buffer (header + archive), durably. A full disk is
     /// an error value, never a crash.
     pub fn write(&self, key: u64, owner: u32, buf: &[u8]) -> std::io::Result<()> {
+        match self.write_file(key, owner, buf) {
+            // The reduction ended while we wrote, and its files were removed.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.dir.exists() => Ok(()),
+            other => other,
+        }
+    }
+
+    fn write_file(&self, key: u64, owner: u32, buf: &[u8]) -> std::io::Result<()> {
         let path = self.path(key, owner);
         let tmp = path.with_extension("tmp");
         let mut f = std::fs::File::create(&tmp)?;

@@ -149,7 +149,25 @@ impl Handler<DropKey> for ReplicaStore {
     type Result = ();
 
     fn handle(&mut self, m: DropKey, _: &mut Context<Self>) {
-        self.pending.retain(|(k, _), _| *k != m.key);
+        // An owner may be waiting for our answer before it joins (synchronous
+        // durability): refuse, so it joins and learns how the reduction ended.
+        let waiting: Vec<u32> = self
+            .pending
+            .keys()
+            .filter(|(k, _)| *k == m.key)
+            .map(|(_, o)| *o)
+            .collect();
+        for owner in waiting {
+            self.pending.remove(&(m.key, owner));
+            let _ = self.out.send(
+                Rank(owner),
+                &Msg::ReplicaAck {
+                    key: m.key,
+                    owner,
+                    ok: false,
+                },
+            );
+        }
         let owners: Vec<u32> = self
             .held
             .keys()

@@ -97,17 +97,18 @@ pub fn finish_root(job: &Job, size: u32, outcome: &Outcome) -> std::io::Result<f
         secs(outcome.elapsed)
     );
     println!(
-        "psdm: per rank (mean): computing {:.2} s, waiting on reductions {:.3} s \
-         = {:.1}% of computing (worst rank: {:.3} s)",
+        "psdm: per rank (mean): computing {:.2} s (slowest rank {:.2} s), waiting on reductions \
+         {:.3} s = {:.1}% of computing (worst rank {:.3} s)",
         secs(total.compute) / p,
+        secs(max.compute),
         secs(total.wait) / p,
         pct(total.wait, total.compute),
         secs(max.wait)
     );
+    let per_rank = total.reductions / size.max(1) as u64;
     println!(
-        "psdm: overlap: {} batch reductions, {:.3} s mean latency, {:.0}% of reduction time \
-         hidden behind migration",
-        total.reductions,
+        "psdm: overlap: {per_rank} batch reductions per rank, {:.3} s mean latency, {:.0}% of \
+         reduction time hidden behind migration",
         if total.reductions > 0 {
             secs(total.latency) / total.reductions as f64
         } else {
@@ -164,6 +165,7 @@ pub fn run_launched(job: &Job) -> ExitCode {
         }
     };
     let (rank, size) = (rt.rank(), rt.size());
+    crate::observe::init_metrics(rank);
     if rank == crate::rank::ROOT {
         println!("{}", describe(job, size));
     }
@@ -199,6 +201,8 @@ pub fn run_local(n: u32, job: &Job) -> ExitCode {
             return ExitCode::from(3);
         }
     };
+    // One process, one metrics endpoint for all its ranks.
+    crate::observe::init_metrics(0);
     println!("{}", describe(job, n));
     let results: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = cluster

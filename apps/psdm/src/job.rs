@@ -1,6 +1,7 @@
 //! The job every rank builds from the command line: model, survey, tables,
 //! and which traces each rank migrates in which batch.
 
+use crate::image::Image;
 use crate::migrate::Tables;
 use crate::model::Model;
 use crate::survey::Survey;
@@ -59,7 +60,28 @@ pub struct JobArgs {
     pub model_png: Option<PathBuf>,
 }
 
+/// Wraps [`JobArgs`] to parse them on their own.
+#[derive(clap::Parser)]
+#[command(name = "psdm")]
+struct ArgsOnly {
+    #[command(flatten)]
+    job: JobArgs,
+}
+
 impl JobArgs {
+    /// Parses psdm's options from `args` (without the program's name), as
+    /// on its command line: `JobArgs::parse(["--nx", "100"])`.
+    pub fn parse<I, S>(args: I) -> Result<JobArgs, clap::Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::Parser;
+        let args = std::iter::once(std::ffi::OsString::from("psdm"))
+            .chain(args.into_iter().map(Into::into));
+        ArgsOnly::try_parse_from(args).map(|a| a.job)
+    }
+
     /// Checks the sizes.
     pub fn validate(&self) -> Result<(), String> {
         let positive = [
@@ -148,6 +170,19 @@ impl Job {
         start..end
     }
 
+    /// The reference: every trace migrated in order on one thread, no
+    /// runtime involved. Distributed runs agree with it within
+    /// [`crate::image::TOLERANCE`].
+    pub fn migrate_sequentially(&self) -> Image {
+        let mut image = Image::zeros(self.model.nx, self.model.nz);
+        for g in 0..self.survey.traces() {
+            let trace = self.survey.model_trace(&self.model, g);
+            let (is, ir) = self.survey.geometry(g);
+            self.tables.migrate_trace(&mut image.data, &trace, is, ir);
+        }
+        image
+    }
+
     /// Rows within which image energy counts as "on a reflector": the
     /// image wavelet's main lobe (a quarter wavelength at the deepest
     /// velocity) plus a row.
@@ -160,18 +195,11 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        job: JobArgs,
-    }
 
     #[test]
     fn every_trace_in_exactly_one_batch() {
         for (size, batch) in [(1u32, 7usize), (3, 5), (4, 64), (7, 1)] {
-            let mut args = Cli::parse_from(["psdm", "--nx", "20", "--nz", "10"]).job;
+            let mut args = JobArgs::parse(["--nx", "20", "--nz", "10"]).unwrap();
             args.shots = 5;
             args.receivers = 9;
             args.batch = batch;
@@ -190,7 +218,7 @@ mod tests {
 
     #[test]
     fn bad_sizes() {
-        let args = Cli::parse_from(["psdm", "--nx", "0"]).job;
+        let args = JobArgs::parse(["--nx", "0"]).unwrap();
         assert!(Job::new(args).is_err());
     }
 }

@@ -28,11 +28,14 @@
 //! - [`rank`]: one rank's loop: migrate, reduce without blocking, measure
 //!   the overlap.
 //! - [`app`]: the program around it: runtime start, progress, summary.
+//! - [`observe`]: logs (`RUST_LOG`) and Prometheus metrics
+//!   (`TASKFOLD_METRICS_ADDR`).
 
 pub mod app;
 pub mod image;
 pub mod job;
 pub mod migrate;
 pub mod model;
+pub mod observe;
 pub mod rank;
 pub mod survey;

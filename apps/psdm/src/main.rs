@@ -19,6 +19,7 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    taskfold_psdm::observe::init_logging();
     let cli = Cli::parse();
     let job = match Job::new(cli.job) {
         Ok(j) => j,

@@ -34,25 +34,7 @@ fn psdm() -> PathBuf {
 }
 
 fn small_job() -> Job {
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        job: JobArgs,
-    }
-    let args = std::iter::once("psdm").chain(SMALL.iter().copied());
-    Job::new(Cli::parse_from(args).job).expect("valid job")
-}
-
-/// The sequential migration: every trace, in order, on one thread.
-fn sequential(job: &Job) -> Image {
-    let mut image = Image::zeros(job.model.nx, job.model.nz);
-    for g in 0..job.survey.traces() {
-        let trace = job.survey.model_trace(&job.model, g);
-        let (is, ir) = job.survey.geometry(g);
-        job.tables.migrate_trace(&mut image.data, &trace, is, ir);
-    }
-    image
+    Job::new(JobArgs::parse(SMALL).expect("valid options")).expect("valid job")
 }
 
 fn outputs(dir: &Path, tag: &str) -> (PathBuf, PathBuf, Vec<String>) {
@@ -147,7 +129,7 @@ fn check_png(path: &Path, job: &Job, what: &str) {
 #[test]
 fn taskfold_run_on_1_3_and_4_ranks_gives_the_same_image() {
     let job = small_job();
-    let want = sequential(&job);
+    let want = job.migrate_sequentially();
     let dir = tempfile::tempdir().unwrap();
     for np in [1u32, 3, 4] {
         let (png, raw, extra) = outputs(dir.path(), &format!("run{np}"));
@@ -196,7 +178,7 @@ fn mpiexec_on_3_ranks_gives_the_same_image() {
         return;
     };
     let job = small_job();
-    let want = sequential(&job);
+    let want = job.migrate_sequentially();
     let dir = tempfile::tempdir().unwrap();
     let (png, raw, extra) = outputs(dir.path(), "mpiexec3");
     let mut cmd = Command::new(mpiexec);
@@ -218,7 +200,7 @@ fn mpiexec_on_3_ranks_gives_the_same_image() {
 #[test]
 fn local_ranks_in_one_process_give_the_same_image() {
     let job = small_job();
-    let want = sequential(&job);
+    let want = job.migrate_sequentially();
     let dir = tempfile::tempdir().unwrap();
     let (png, raw, extra) = outputs(dir.path(), "local2");
     let mut cmd = Command::new(psdm());

@@ -38,6 +38,24 @@ struct Args {
     /// must then see its contribution reported lost.
     #[arg(long)]
     exit_rank: Option<u32>,
+    /// Ranks that wait before contributing: `RANK,RANK:MILLISECONDS`.
+    #[arg(long)]
+    delay: Option<String>,
+    /// Failures that end reductions with `RanksLost`/`RootLost` are expected.
+    #[arg(long)]
+    allow_lost: bool,
+    /// This rank contributes, then stops itself (SIGSTOP) until resumed; it
+    /// expects to have been fenced meanwhile.
+    #[arg(long)]
+    stop_after_join: Option<u32>,
+}
+
+fn delayed(spec: &Option<String>, rank: u32) -> Option<Duration> {
+    let (ranks, ms) = spec.as_deref()?.split_once(':')?;
+    ranks
+        .split(',')
+        .any(|r| r.trim().parse() == Ok(rank))
+        .then(|| Duration::from_millis(ms.trim().parse().unwrap_or(0)))
 }
 
 fn value(rank: u32, k: u32, i: usize) -> f32 {
@@ -72,6 +90,9 @@ fn main() {
     if args.exit_rank == Some(rank) {
         std::process::exit(7);
     }
+    if let Some(d) = delayed(&args.delay, rank) {
+        std::thread::sleep(d);
+    }
     let n = args.size / 4;
     let futures: Vec<_> = (0..args.reductions)
         .map(|k| {
@@ -85,6 +106,13 @@ fn main() {
                 .expect("reduce")
         })
         .collect();
+    if args.stop_after_join == Some(rank) {
+        // Let the joins leave, then stop; the test resumes us after the
+        // failure timeout, when we must have been fenced.
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: raise(3) has no memory-safety preconditions.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    }
     let mut ok = 0;
     let mut failed = 0;
     for (k, mut f) in futures.into_iter().enumerate() {
@@ -109,6 +137,16 @@ fn main() {
                 println!("reduction {k}: expected error: {e}");
                 ok += 1;
             }
+            Err(e @ (ReduceError::RanksLost { .. } | ReduceError::RootLost { .. }))
+                if args.allow_lost =>
+            {
+                println!("reduction {k}: expected error: {e}");
+                ok += 1;
+            }
+            Err(ReduceError::Fenced) if args.stop_after_join == Some(rank) => {
+                println!("reduction {k}: fenced");
+                ok += 1;
+            }
             Err(ReduceError::RanksLost { ranks, .. })
                 if args.exit_rank.is_some_and(|r| ranks.contains(&r)) =>
             {
@@ -128,7 +166,9 @@ fn main() {
     }
     println!("rank {rank}: {ok} ok, {failed} failed");
     if let Err(e) = rt.shutdown() {
-        eprintln!("shutdown: {e}");
+        if args.stop_after_join != Some(rank) {
+            eprintln!("shutdown: {e}");
+        }
     }
     std::process::exit(if failed == 0 { 0 } else { 1 });
 }

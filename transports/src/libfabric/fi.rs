@@ -287,6 +287,14 @@ impl Info<'_> {
     pub fn domain_name(&self) -> String {
         c_str(self.domain_attr().name)
     }
+    /// True if the provider's addresses are IP socket addresses (so that a
+    /// source address such as `127.0.0.1` means something to it).
+    pub fn ip_addressed(&self) -> bool {
+        matches!(
+            self.raw().addr_format,
+            sys::FI_SOCKADDR | sys::FI_SOCKADDR_IN | sys::FI_SOCKADDR_IN6
+        )
+    }
     /// The memory registration modes the provider requires (`FI_MR_*`).
     pub fn mr_mode(&self) -> u32 {
         self.domain_attr().mr_mode as u32

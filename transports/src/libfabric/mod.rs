@@ -185,19 +185,23 @@ pub fn provider_available(provider: &str) -> bool {
     find(&Some(provider.to_string()), None).is_ok()
 }
 
+/// The providers matching our needs. With a `source` address, IP-addressed
+/// providers are asked to bind it; others (`shm`, whose endpoint names are
+/// derived from the node given) are asked without it.
 fn find(provider: &Option<String>, source: Option<String>) -> Result<InfoList, FabricError> {
     let hints = Hints {
         provider: provider.clone(),
-        source,
+        source: None,
         caps: CAPS,
         mode: MODES,
         mr_mode: MR_MODES,
     };
-    match InfoList::get(&hints) {
-        Err(e) if e.code == fi::bits::ENODATA && hints.source.is_some() => InfoList::get(&Hints {
-            source: None,
-            ..hints
-        }),
+    let any = InfoList::get(&hints)?;
+    if source.is_none() || !any.first().ip_addressed() {
+        return Ok(any);
+    }
+    match InfoList::get(&Hints { source, ..hints }) {
+        Err(e) if e.code == fi::bits::ENODATA => Ok(any),
         r => r,
     }
 }
@@ -250,6 +254,9 @@ fn open(cfg: &LibfabricConfig) -> Result<Opened, TransportError> {
         sread: cq.waitable(),
         tx_size: info.tx_size(),
         rx_size: info.rx_size(),
+        // libfabric 1.17's shm loses messages when a receiver has more than
+        // about 128 pending (fixed upstream in 1.18): stay well below.
+        flow_budget: if provider == "shm" { 64 } else { 1024 },
     };
     let engine = Engine::new(ep, sh.clone(), reg, tuning, cmd_rx)?;
     Ok(Opened {
@@ -262,6 +269,9 @@ fn open(cfg: &LibfabricConfig) -> Result<Opened, TransportError> {
     })
 }
 
+/// Every rank's endpoint name (`None`: the peer failed meanwhile).
+type Names = Vec<Option<Vec<u8>>>;
+
 /// Sends this rank's endpoint name to every peer over TCP and collects
 /// theirs. Other events that arrive meanwhile are returned for replay; a
 /// peer whose link fails meanwhile has no name (its link is reported down).
@@ -270,7 +280,7 @@ fn exchange_names(
     provider: &str,
     name: &[u8],
     deadline: Instant,
-) -> Result<(Vec<Option<Vec<u8>>>, Vec<Event>), TransportError> {
+) -> Result<(Names, Vec<Event>), TransportError> {
     let (rank, size) = (tcp.rank().0, tcp.size());
     let mut names: Vec<Option<Vec<u8>>> = vec![None; size as usize];
     names[rank as usize] = Some(name.to_vec());
@@ -394,7 +404,7 @@ impl LibfabricTransport {
                 })?,
                 None => libfabric_sys::FI_ADDR_UNSPEC,
             };
-            tracing::trace!(rank = cfg.tcp.rank, peer, addr = a, "address inserted");
+            tracing::trace!(rank = cfg.tcp.rank, peer, addr = a, name = %String::from_utf8_lossy(n.as_deref().unwrap_or_default()), "address inserted");
             addrs.push(a);
         }
         let left = tcp.clone();

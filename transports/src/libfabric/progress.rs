@@ -80,6 +80,9 @@ pub(crate) struct Tuning {
     pub sread: bool,
     pub tx_size: usize,
     pub rx_size: usize,
+    /// Messages a receiver may have pending from all its senders together
+    /// (the flow-control window per peer is this over `size - 1`).
+    pub flow_budget: u64,
 }
 
 /// An operation context; the provider may use the `fi_context2` as scratch.
@@ -163,15 +166,13 @@ enum Out {
     GetOk { req: u64, at: Remote },
     GetErr { req: u64, key: u64 },
     Release { token: u64 },
+    Credit { n: u64 },
 }
 
 impl Out {
     fn msg(&self) -> Msg<'_> {
         match self {
-            Out::Control { seq, frame } => Msg::Control {
-                seq: *seq,
-                frame: frame,
-            },
+            Out::Control { seq, frame } => Msg::Control { seq: *seq, frame },
             Out::Large { seq, at } => Msg::Large { seq: *seq, at: *at },
             Out::Bye { seq } => Msg::Bye { seq: *seq },
             Out::GetReq { req, key } => Msg::GetReq {
@@ -184,6 +185,7 @@ impl Out {
                 key: *key,
             },
             Out::Release { token } => Msg::Release { token: *token },
+            Out::Credit { n } => Msg::Credit { n: *n },
         }
     }
 }
@@ -244,6 +246,14 @@ struct Peer {
     out_seq: u64,
     in_next: u64,
     pending: BTreeMap<u64, InItem>,
+    /// Messages waiting to be sent to this peer, in order.
+    outq: VecDeque<Out>,
+    /// True while this peer is in the engine's ready list.
+    queued: bool,
+    /// Messages we may still send before the peer returns credits.
+    credits: u64,
+    /// Messages consumed from this peer since we last returned credits.
+    consumed: u64,
 }
 
 /// Memory a peer may be reading.
@@ -264,13 +274,18 @@ pub(crate) struct Engine {
     cmd_rx: flume::Receiver<Cmd>,
     peer_left: Box<dyn Fn(u32) -> bool + Send>,
     ops: HashMap<usize, Op>,
+    /// Contexts not in use (boxed: their addresses must not move).
+    #[allow(clippy::vec_box)]
     ctx_pool: Vec<Box<Ctx>>,
     rx: Slab,
     tx: Slab,
     tx_free: Vec<usize>,
     tx_busy: usize,
     tx_limit: usize,
-    outq: VecDeque<(u32, Out)>,
+    /// Peers with messages to send and credits (round robin).
+    ready: VecDeque<u32>,
+    /// Flow-control window per peer (messages).
+    window: u64,
     readq: VecDeque<u64>,
     peers: Vec<Peer>,
     requests: HashMap<u64, Request>,
@@ -297,6 +312,7 @@ impl Engine {
         let rx = Slab::new(&reg, rx_slots, bits::RECV, tuning.mr_local)?;
         let tx = Slab::new(&reg, tx_slots, bits::SEND, tuning.mr_local)?;
         let size = sh.size as usize;
+        let window = (tuning.flow_budget / (size as u64).saturating_sub(1).max(1)).clamp(4, 64);
         let mut e = Engine {
             cq: ep.cq().clone(),
             ep: Some(ep),
@@ -313,9 +329,15 @@ impl Engine {
             tx,
             tx_free: (0..tx_slots).rev().collect(),
             tx_busy: 0,
-            outq: VecDeque::new(),
+            ready: VecDeque::new(),
+            window,
             readq: VecDeque::new(),
-            peers: (0..size).map(|_| Peer::default()).collect(),
+            peers: (0..size)
+                .map(|_| Peer {
+                    credits: window,
+                    ..Peer::default()
+                })
+                .collect(),
             requests: HashMap::new(),
             fetches: HashMap::new(),
             leases: HashMap::new(),
@@ -449,7 +471,8 @@ impl Engine {
                     .ops
                     .values()
                     .any(|o| matches!(o.kind, OpKind::Send { .. }));
-                if (!sends && self.outq.is_empty()) || now >= deadline {
+                let queued = self.peers.iter().any(|p| !p.outq.is_empty());
+                if (!sends && !queued) || now >= deadline {
                     return self.exit();
                 }
             }
@@ -544,7 +567,7 @@ impl Engine {
                             started: Instant::now(),
                         },
                     );
-                    self.outq.push_back((from, Out::GetReq { req, key: key.0 }));
+                    self.enqueue(from, Out::GetReq { req, key: key.0 });
                 }
             }
             Cmd::PeerDown { peer, reason } => self.forget_peer(peer, &reason),
@@ -561,7 +584,7 @@ impl Engine {
                             let p = &mut self.peers[peer as usize];
                             let seq = p.out_seq;
                             p.out_seq += 1;
-                            self.outq.push_back((peer, Out::Bye { seq }));
+                            self.enqueue(peer, Out::Bye { seq });
                         }
                     }
                 }
@@ -578,7 +601,7 @@ impl Engine {
         let seq = p.out_seq;
         p.out_seq += 1;
         if frame.len() <= wire::INLINE_MAX {
-            self.outq.push_back((to, Out::Control { seq, frame }));
+            self.enqueue(to, Out::Control { seq, frame });
             return;
         }
         let len = frame.len() as u64;
@@ -598,72 +621,122 @@ impl Engine {
                         _reg: reg,
                     },
                 );
-                self.outq.push_back((to, Out::Large { seq, at }));
+                self.enqueue(to, Out::Large { seq, at });
             }
             Err(e) => self.suspect(to, format!("registering a frame of {len} bytes: {e}")),
         }
     }
 
-    /// Posts queued sends and reads while slots and credits last; true if
-    /// anything was posted.
+    /// Queues a message to `to`.
+    fn enqueue(&mut self, to: u32, out: Out) {
+        let p = &mut self.peers[to as usize];
+        p.outq.push_back(out);
+        if !p.queued {
+            p.queued = true;
+            self.ready.push_back(to);
+        }
+    }
+
+    /// Posts one message; the slot and context stay taken until its
+    /// completion.
+    fn post_send(&mut self, to: u32, out: &Out) -> Result<Posted, FabricError> {
+        let Some(slot) = self.tx_free.last().copied() else {
+            return Ok(Posted::Again);
+        };
+        self.scratch.clear();
+        out.msg().encode(&mut self.scratch);
+        let len = self.scratch.len();
+        self.tx.slot_mut(slot)[..len].copy_from_slice(&self.scratch);
+        let mut ctx = self.ctx_pool.pop().unwrap_or_else(new_ctx);
+        let cptr: *mut Ctx = &mut *ctx;
+        let ptr = self.tx.ptr(slot);
+        let desc = self.tx.desc();
+        let dest = self.addrs[to as usize];
+        let r = match self.ep() {
+            // SAFETY: the slot is taken from the free list until this
+            // send's completion; the context is kept in the op table
+            // until then; both outlive the endpoint (see exit).
+            Ok(ep) => unsafe {
+                ep.tsend(
+                    ptr,
+                    len,
+                    desc,
+                    dest,
+                    wire::tag_of(self.sh.rank),
+                    cptr.cast(),
+                )
+            },
+            Err(e) => Err(e),
+        };
+        if let Ok(Posted::Yes) = r {
+            self.tx_free.pop();
+            self.tx_busy += 1;
+            self.ops.insert(
+                cptr as usize,
+                Op {
+                    ctx,
+                    kind: OpKind::Send { slot, to },
+                },
+            );
+        } else {
+            self.ctx_pool.push(ctx);
+        }
+        r
+    }
+
+    /// Posts queued sends (round robin over peers with credits) and reads
+    /// while slots and the provider's queue allow; true if anything was
+    /// posted.
     fn post_pending(&mut self) -> bool {
         let mut any = false;
-        while self.tx_busy < self.tx_limit {
-            let Some(slot) = self.tx_free.last().copied() else {
+        while self.tx_busy < self.tx_limit && !self.tx_free.is_empty() {
+            let Some(to) = self.ready.pop_front() else {
                 break;
             };
-            let Some((to, out)) = self.outq.pop_front() else {
-                break;
+            let up = self.sh.is_up(to);
+            let p = &mut self.peers[to as usize];
+            if !up {
+                p.outq.clear();
+            }
+            let Some(front) = p.outq.front() else {
+                p.queued = false;
+                continue;
             };
-            if !self.sh.is_up(to) {
+            let free = matches!(front, Out::Credit { .. });
+            if !free && p.credits == 0 {
+                // Back in the ready list when credits arrive.
+                p.queued = false;
                 continue;
             }
-            self.scratch.clear();
-            out.msg().encode(&mut self.scratch);
-            let len = self.scratch.len();
-            self.tx.slot_mut(slot)[..len].copy_from_slice(&self.scratch);
-            let mut ctx = self.ctx_pool.pop().unwrap_or_else(new_ctx);
-            let cptr: *mut Ctx = &mut *ctx;
-            let ptr = self.tx.ptr(slot);
-            let desc = self.tx.desc();
-            let dest = self.addrs[to as usize];
-            let r = match self.ep() {
-                // SAFETY: the slot is taken from the free list until this
-                // send's completion; the context is kept in the op table
-                // until then; both outlive the endpoint (see exit).
-                Ok(ep) => unsafe {
-                    ep.tsend(
-                        ptr,
-                        len,
-                        desc,
-                        dest,
-                        wire::tag_of(self.sh.rank),
-                        cptr.cast(),
-                    )
-                },
-                Err(e) => Err(e),
+            let Some(out) = p.outq.pop_front() else {
+                continue;
             };
-            match r {
+            match self.post_send(to, &out) {
                 Ok(Posted::Yes) => {
                     any = true;
-                    self.tx_free.pop();
-                    self.tx_busy += 1;
-                    self.ops.insert(
-                        cptr as usize,
-                        Op {
-                            ctx,
-                            kind: OpKind::Send { slot, to },
-                        },
-                    );
+                    let p = &mut self.peers[to as usize];
+                    if !free {
+                        p.credits -= 1;
+                    }
+                    if p.outq.is_empty() {
+                        p.queued = false;
+                    } else {
+                        self.ready.push_back(to);
+                    }
                 }
                 Ok(Posted::Again) => {
-                    self.ctx_pool.push(ctx);
-                    self.outq.push_front((to, out));
-                    return any;
+                    self.peers[to as usize].outq.push_front(out);
+                    self.ready.push_front(to);
+                    break;
                 }
                 Err(e) => {
-                    self.ctx_pool.push(ctx);
                     self.suspect(to, format!("{e}"));
+                    let p = &mut self.peers[to as usize];
+                    if p.outq.is_empty() {
+                        p.queued = false;
+                    } else {
+                        self.ready.push_back(to);
+                    }
                 }
             }
         }
@@ -817,6 +890,19 @@ impl Engine {
                 return;
             }
         };
+        if !matches!(msg, Msg::Credit { .. }) {
+            let window = self.window;
+            let p = &mut self.peers[from as usize];
+            p.consumed += 1;
+            if p.consumed >= window / 2 {
+                let n = std::mem::take(&mut p.consumed);
+                p.outq.push_front(Out::Credit { n });
+                if !p.queued {
+                    p.queued = true;
+                    self.ready.push_back(from);
+                }
+            }
+        }
         match msg {
             Msg::Control { seq, frame } => {
                 let frame = Bytes::copy_from_slice(frame);
@@ -841,8 +927,7 @@ impl Engine {
                     }
                     tracing::warn!(rank = self.sh.rank, from, req, "answer to no request");
                     if at.token != 0 {
-                        self.outq
-                            .push_back((from, Out::Release { token: at.token }));
+                        self.enqueue(from, Out::Release { token: at.token });
                     }
                 }
             },
@@ -863,6 +948,15 @@ impl Engine {
             Msg::Release { token } => {
                 if self.leases.get(&token).is_some_and(|l| l.peer == from) {
                     self.leases.remove(&token);
+                }
+            }
+            Msg::Credit { n } => {
+                let window = self.window;
+                let p = &mut self.peers[from as usize];
+                p.credits = p.credits.saturating_add(n).min(window);
+                if !p.outq.is_empty() && !p.queued {
+                    p.queued = true;
+                    self.ready.push_back(from);
                 }
             }
         }
@@ -917,7 +1011,7 @@ impl Engine {
                 Out::GetErr { req, key }
             }
         };
-        self.outq.push_back((from, out));
+        self.enqueue(from, out);
     }
 
     /// Records an ordered item from `from`; false if it is a duplicate or
@@ -971,8 +1065,7 @@ impl Engine {
                 at.len, self.tuning.max_get
             );
             if at.token != 0 {
-                self.outq
-                    .push_back((peer, Out::Release { token: at.token }));
+                self.enqueue(peer, Out::Release { token: at.token });
             }
             if let Purpose::Get(Some(reply)) = purpose {
                 let _ = reply.send(Err(TransportError::Protocol {
@@ -1004,8 +1097,7 @@ impl Engine {
                         let _ = reply.send(Err(e.into()));
                     }
                     if at.token != 0 {
-                        self.outq
-                            .push_back((peer, Out::Release { token: at.token }));
+                        self.enqueue(peer, Out::Release { token: at.token });
                     }
                     return;
                 }
@@ -1075,8 +1167,7 @@ impl Engine {
         } = f;
         drop(mr);
         if at.token != 0 && self.sh.is_up(peer) {
-            self.outq
-                .push_back((peer, Out::Release { token: at.token }));
+            self.enqueue(peer, Out::Release { token: at.token });
         }
         match (purpose, buf) {
             (Purpose::Get(Some(reply)), FetchBuf::Aligned(b)) => {
@@ -1153,13 +1244,32 @@ impl Engine {
         for id in fetches {
             self.fail_fetch(id, reason);
         }
-        self.outq.retain(|(to, _)| *to != peer);
+        self.peers[peer as usize].outq.clear();
         self.leases.retain(|_, l| l.peer != peer);
         let p = &mut self.peers[peer as usize];
         p.pending.clear();
     }
 
     fn tick(&mut self, now: Instant) {
+        if tracing::enabled!(tracing::Level::TRACE) {
+            let pending: Vec<(u64, usize)> = self
+                .peers
+                .iter()
+                .map(|p| (p.in_next, p.pending.len()))
+                .collect();
+            tracing::trace!(
+                rank = self.sh.rank,
+                ready = self.ready.len(),
+                readq = self.readq.len(),
+                tx_busy = self.tx_busy,
+                ops = self.ops.len(),
+                requests = self.requests.len(),
+                fetches = self.fetches.len(),
+                leases = self.leases.len(),
+                ?pending,
+                "engine state"
+            );
+        }
         let timeout = self.tuning.op_timeout;
         let late: Vec<(u64, u32)> = self
             .requests

@@ -16,6 +16,14 @@
 //! | `GET_OK` | req, len, addr, key, token | read it there, then `RELEASE` token |
 //! | `GET_ERR` | req, buffer key | not exposed |
 //! | `RELEASE` | token | the reader is done with a lease |
+//! | `CREDIT` | n | the receiver consumed `n` more of the sender's messages |
+//!
+//! Flow control: a rank sends a peer at most a window of messages beyond
+//! those the peer has reported consumed (`CREDIT` messages themselves are
+//! not counted), so a slow receiver never has more than a window of
+//! unexpected messages per sender queued in the provider. Besides bounding
+//! memory, this avoids a bug of libfabric 1.17's `shm` provider, which loses
+//! messages when a sender floods a peer.
 
 /// Bytes of the fixed header.
 pub const HEADER: usize = 48;
@@ -50,6 +58,7 @@ mod kind {
     pub const GET_OK: u8 = 5;
     pub const GET_ERR: u8 = 6;
     pub const RELEASE: u8 = 7;
+    pub const CREDIT: u8 = 8;
 }
 
 /// Where a reader finds remote bytes: RMA address, key, length, and the
@@ -114,6 +123,11 @@ pub enum Msg<'a> {
         /// The lease.
         token: u64,
     },
+    /// Flow-control credits returned.
+    Credit {
+        /// Messages consumed since the last credit.
+        n: u64,
+    },
 }
 
 fn put(out: &mut Vec<u8>, kind: u8, words: &[u64]) {
@@ -147,6 +161,7 @@ impl Msg<'_> {
             ),
             Msg::GetErr { req, key } => put(out, kind::GET_ERR, &[*req, *key]),
             Msg::Release { token } => put(out, kind::RELEASE, &[*token]),
+            Msg::Credit { n } => put(out, kind::CREDIT, &[*n]),
         }
     }
 
@@ -206,6 +221,7 @@ impl Msg<'_> {
                 key: w(1),
             },
             kind::RELEASE => Msg::Release { token: w(0) },
+            kind::CREDIT => Msg::Credit { n: w(0) },
             k => return Err(format!("unknown message kind {k}")),
         })
     }
@@ -267,6 +283,7 @@ mod tests {
             Msg::GetOk { req: 1, at },
             Msg::GetErr { req: 1, key: 2 },
             Msg::Release { token: 8 },
+            Msg::Credit { n: 32 },
         ];
         for m in msgs {
             let mut b = Vec::new();

@@ -1,0 +1,165 @@
+//! Multi-process reductions over the libfabric transport: the rank program
+//! `tf_check` launched by `taskfold run` with `TASKFOLD_TRANSPORT=libfabric`
+//! and each provider of this machine (`tcp;ofi_rxm`, `sockets`, `shm`), and
+//! a job where a rank exits early, which must end the reductions without a
+//! hang. A provider this machine lacks fails under CI (env `CI` set) and is
+//! skipped otherwise.
+
+#![cfg(feature = "libfabric")]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+use taskfold_tests::{run_bounded, target_dir, text};
+use taskfold_transports::libfabric::provider_available;
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// `taskfold` and `tf_check` built with the feature `libfabric`, copied
+/// under names of their own: other tests rebuild the workspace's binaries
+/// without the feature, over the usual paths.
+fn binaries() -> &'static (PathBuf, PathBuf) {
+    static BINS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    BINS.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--workspace",
+                "--bins",
+                "--features",
+                "taskfold-tests/libfabric",
+            ])
+            .status()
+            .expect("run cargo build");
+        assert!(
+            status.success(),
+            "building the binaries with libfabric failed"
+        );
+        let dir = target_dir();
+        let exe = std::env::consts::EXE_SUFFIX;
+        let copy = |name: &str| {
+            let from = dir.join(format!("{name}{exe}"));
+            let to = dir.join(format!("{name}-libfabric{exe}"));
+            std::fs::copy(&from, &to).unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
+            to
+        };
+        (copy("taskfold"), copy("tf_check"))
+    })
+}
+
+/// False (after saying so) if `provider` is missing and CI is not set.
+fn have(provider: &str) -> bool {
+    if provider_available(provider) {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "libfabric provider `{provider}` is not available on this machine (CI is set)"
+    );
+    eprintln!("skipped: libfabric provider `{provider}` is not available here");
+    false
+}
+
+fn launch(provider: &str, np: u32, args: &[&str]) -> Command {
+    let (taskfold, tf_check) = binaries();
+    let mut cmd = Command::new(taskfold);
+    // The ranks inherit the launcher's environment.
+    cmd.env("TASKFOLD_TRANSPORT", "libfabric")
+        .env("TASKFOLD_FI_PROVIDER", provider)
+        .args(["run", "-n", &np.to_string(), "--timeout", "150", "--"])
+        .arg(tf_check)
+        .args(args);
+    cmd
+}
+
+fn assert_all_ok(out: &std::process::Output, np: u32) {
+    let t = text(out);
+    assert!(out.status.success(), "job failed:\n{t}");
+    for r in 0..np {
+        assert!(
+            t.contains(&format!("[{r}] rank {r}: "))
+                && !t.contains(&format!("[{r}] rank {r}: 0 ok")),
+            "{t}"
+        );
+    }
+    assert!(
+        !t.contains("WRONG") && t.matches(" 0 failed").count() == np as usize,
+        "{t}"
+    );
+}
+
+/// Four ranks, twelve concurrent reductions of 4 MiB each.
+fn concurrent_reductions(provider: &str) {
+    if !have(provider) {
+        return;
+    }
+    let out = run_bounded(
+        launch(
+            provider,
+            4,
+            &["--size", "4194304", "--reductions", "12", "--root", "1"],
+        ),
+        LIMIT,
+    );
+    assert_all_ok(&out, 4);
+}
+
+#[test]
+fn tcp_rxm_4_ranks_12_concurrent_4mib() {
+    concurrent_reductions("tcp;ofi_rxm");
+}
+
+#[test]
+fn sockets_4_ranks_12_concurrent_4mib() {
+    concurrent_reductions("sockets");
+}
+
+#[test]
+fn shm_4_ranks_12_concurrent_4mib() {
+    concurrent_reductions("shm");
+}
+
+/// Rank 3 exits after joining: the launcher reports it, the survivors see
+/// every reduction end with the loss, nobody hangs in a completion queue.
+fn a_rank_exits_early(provider: &str) {
+    if !have(provider) {
+        return;
+    }
+    let out = run_bounded(
+        launch(
+            provider,
+            4,
+            &["--size", "1048576", "--reductions", "3", "--exit-rank", "3"],
+        ),
+        LIMIT,
+    );
+    let t = text(&out);
+    assert!(
+        !out.status.success(),
+        "the launcher must report the failed rank:\n{t}"
+    );
+    assert!(t.contains("rank 3 exited with code 7"), "{t}");
+    assert_eq!(
+        t.matches("expected error: lost ranks [3]").count(),
+        9,
+        "{t}"
+    );
+    for r in 0..3 {
+        assert!(
+            t.contains(&format!("[{r}] rank {r}: 3 ok, 0 failed")),
+            "{t}"
+        );
+    }
+}
+
+#[test]
+fn tcp_rxm_a_rank_that_exits_early_ends_reductions_without_a_hang() {
+    a_rank_exits_early("tcp;ofi_rxm");
+}
+
+#[test]
+fn shm_a_rank_that_exits_early_ends_reductions_without_a_hang() {
+    a_rank_exits_early("shm");
+}
