@@ -7,7 +7,7 @@
 //! (only that reduction waits; the rank keeps answering pings and serving
 //! data) until `DIR/release-RANK-POINT` exists, at most two minutes.
 //! Points: `before-join`, `after-join` (its tasks wait), `before-get`,
-//! `before-fold`.
+//! `before-fold`, and `joined` (marks only, never holds).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -23,6 +23,9 @@ pub enum Point {
     BeforeGet,
     /// The data arrived; before folding it.
     BeforeFold,
+    /// The join was sent: only writes the marker, never holds (used by
+    /// `taskfold bench faults` to time its kills).
+    Joined,
 }
 
 impl Point {
@@ -32,6 +35,7 @@ impl Point {
             Point::AfterJoin => "after-join",
             Point::BeforeGet => "before-get",
             Point::BeforeFold => "before-fold",
+            Point::Joined => "joined",
         }
     }
 }
@@ -61,6 +65,7 @@ pub fn parse(s: &str) -> Vec<Hook> {
                 "after-join" => Point::AfterJoin,
                 "before-get" => Point::BeforeGet,
                 "before-fold" => Point::BeforeFold,
+                "joined" => Point::Joined,
                 other => {
                     tracing::warn!("unknown test hook point {other:?}");
                     return None;
@@ -91,6 +96,9 @@ pub fn hold(
         .find(|h| h.rank == rank && h.point == point && h.id == id)?;
     let tag = format!("{}-{}", rank, point.name());
     let _ = std::fs::write(h.dir.join(format!("held-{tag}")), b"");
+    if point == Point::Joined {
+        return None;
+    }
     let release = h.dir.join(format!("release-{tag}"));
     tracing::warn!(rank, point = point.name(), id, "test hook: holding");
     Some(async move {

@@ -47,6 +47,9 @@ enum Cmd {
     /// (internal) one rank of a benchmark.
     #[command(hide = true)]
     BenchRank(bench::reduce::RankArgs),
+    /// (internal) one rank of the failure-injection experiment.
+    #[command(hide = true)]
+    BenchFaultRank(bench::faults::FaultRankArgs),
 }
 
 fn main() -> ExitCode {
@@ -83,5 +86,6 @@ fn main() -> ExitCode {
         Cmd::DemoRank(args) => demo::rank_main(args),
         Cmd::Bench(cmd) => bench::main(cmd),
         Cmd::BenchRank(args) => bench::reduce::rank_main(args),
+        Cmd::BenchFaultRank(args) => bench::faults::rank_main(args),
     }
 }

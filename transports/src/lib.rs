@@ -24,7 +24,9 @@ pub mod loopback;
 pub mod select;
 pub mod tcp;
 
-use bytes::Bytes;
+/// The byte buffers of frames and exposed data (re-exported, so that users
+/// of the trait need no direct dependency on `bytes`).
+pub use bytes::Bytes;
 use std::future::Future;
 use std::pin::Pin;
 pub use taskfold_core::Rank;

@@ -159,6 +159,9 @@ impl Worker {
             }));
         }
         self.to_master(&ready);
+        if let Some(l) = self.locals.get(&key) {
+            let _ = hooks::hold(&self.hooks, rank.0, Point::Joined, &l.join.id);
+        }
     }
 
     /// Offers this rank's original of `key` to its buddy; returns the buddy.

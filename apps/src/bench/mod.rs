@@ -1,7 +1,9 @@
 //! `taskfold bench ...`: benchmark harness. Figures are medians, with a
 //! baseline measured in the same run; report ratios, not absolute times.
 
+pub mod faults;
 pub mod reduce;
+pub mod transports;
 
 use clap::Subcommand;
 use std::process::ExitCode;
@@ -12,11 +14,18 @@ pub enum BenchCmd {
     /// Median time per reduction (max over ranks) next to a memcpy of the
     /// same bytes.
     Reduce(reduce::BenchArgs),
+    /// Failure injection: SIGKILL a rank at a random instant of a reduction.
+    Faults(faults::FaultArgs),
+    /// Transports against each other: latency, get throughput, reduction
+    /// time (TCP and libfabric, ratios to TCP).
+    Transports(transports::TransportArgs),
 }
 
 /// Runs a benchmark.
 pub fn main(cmd: BenchCmd) -> ExitCode {
     match cmd {
         BenchCmd::Reduce(a) => reduce::main(a),
+        BenchCmd::Faults(a) => faults::main(a),
+        BenchCmd::Transports(a) => transports::main(a),
     }
 }
