@@ -222,6 +222,12 @@ impl Schedule {
             });
         }
         let mut split = Vec::new();
+        if !self.joined.contains(index) && has_replica(index) {
+            // Its ready message was lost with it, but its buddy holds a copy
+            // of its original: the original is in, from the replica.
+            self.joined.insert(index);
+            split.push(RankSet::single(index));
+        }
         if let Some(pos) = self.queue.iter().position(|e| e.index == index) {
             split.push(self.queue.remove(pos).expect("position is valid").path);
         }

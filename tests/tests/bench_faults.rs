@@ -10,11 +10,24 @@ fn twenty_trials_per_mode_no_wrong_results_no_hangs() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("faults.json");
     let mut cmd = Command::new(taskfold_bin());
-    cmd.args(["bench", "faults", "--np", "4", "--size", "1M", "--trials", "20", "--timeout", "20", "--json"])
-        .arg(&json);
+    cmd.args([
+        "bench",
+        "faults",
+        "--np",
+        "4",
+        "--size",
+        "1M",
+        "--trials",
+        "20",
+        "--timeout",
+        "20",
+        "--json",
+    ])
+    .arg(&json);
     let out = run_bounded(cmd, Duration::from_secs(400));
     assert!(out.status.success(), "{}", text(&out));
-    let reports: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let reports: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let reports = reports.as_array().unwrap();
     assert_eq!(reports.len(), 2);
     for r in reports {
@@ -23,7 +36,11 @@ fn twenty_trials_per_mode_no_wrong_results_no_hangs() {
         assert_eq!(n("hangs"), 0, "{r}");
         assert_eq!(n("recovered") + n("typed_errors"), 20, "{r}");
         if r["durability"] == "sync" {
-            assert_eq!(n("typed_errors"), 0, "synchronous durability recovers every trial: {r}");
+            assert_eq!(
+                n("typed_errors"),
+                0,
+                "synchronous durability recovers every trial: {r}"
+            );
         }
     }
 }

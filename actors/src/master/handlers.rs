@@ -1,6 +1,6 @@
 //! The master's messages, one type each, and their handlers.
 
-use super::{lost, Master, MasterStats};
+use super::{Master, MasterStats};
 use crate::master::state::Reduction;
 use actix::prelude::*;
 #[allow(unused_imports)]
@@ -48,18 +48,31 @@ impl Handler<ReadyIn> for Master {
             }
             if !self.reductions.contains_key(&key) {
                 match Reduction::new(join, self.size) {
-                    Ok(r) => {
-                        // A member already dead can never contribute.
-                        let dead: Vec<u32> = r
-                            .group
-                            .members()
-                            .iter()
-                            .map(|m| m.0)
-                            .filter(|m| self.dead.contains(m))
+                    Ok(mut r) => {
+                        for (owner, holder) in self.early_replicas.remove(&key).unwrap_or_default()
+                        {
+                            if let Some(i) = r.group.index_of(Rank(owner)) {
+                                r.replicas.insert(i, holder);
+                            }
+                        }
+                        // Members already dead: recovered from their replicas
+                        // if they have one, else the reduction cannot complete.
+                        let dead_members: Vec<usize> = (0..r.group.len())
+                            .filter(|&i| self.dead.contains(&r.group.rank_at(i).0))
                             .collect();
+                        let mut outcome = Ok(());
+                        for i in dead_members {
+                            let (dead, replicas) = (&self.dead, &r.replicas);
+                            let res = r
+                                .schedule
+                                .fail(i, |k| replicas.get(&k).is_some_and(|h| !dead.contains(h)));
+                            if res.is_err() {
+                                outcome = res.map_err(|u| r.lost(&u));
+                                break;
+                            }
+                        }
                         self.reductions.insert(key, r);
-                        if !dead.is_empty() {
-                            let error = lost(self.reductions.get(&key), &dead);
+                        if let Err(error) = outcome {
                             self.fail(key, error.clone());
                             self.send(
                                 from,
@@ -248,10 +261,24 @@ impl Handler<ReplicatedIn> for Master {
         if self.dead.contains(&m.holder.0) {
             return;
         }
-        if let Some(r) = self.reductions.get_mut(&m.key) {
-            if let Some(i) = r.group.index_of(Rank(m.owner)) {
-                r.replicas.insert(i, m.holder.0);
+        match self.reductions.get_mut(&m.key) {
+            Some(r) => {
+                if let Some(i) = r.group.index_of(Rank(m.owner)) {
+                    r.replicas.insert(i, m.holder.0);
+                }
             }
+            None if !self.ended.contains_key(&m.key) => {
+                // Notices of reductions that completed before they arrived
+                // would pile up: keep the map small.
+                if self.early_replicas.len() >= 4096 {
+                    self.early_replicas.clear();
+                }
+                self.early_replicas
+                    .entry(m.key)
+                    .or_default()
+                    .push((m.owner, m.holder.0));
+            }
+            None => {}
         }
     }
 }

@@ -38,6 +38,8 @@ pub struct Master {
     reductions: HashMap<u64, Reduction>,
     ended: HashMap<u64, (ReduceError, HashSet<u32>)>,
     ended_order: std::collections::VecDeque<u64>,
+    /// Replica notices for reductions the master has not seen yet.
+    early_replicas: HashMap<u64, Vec<(u32, u32)>>,
     dead: HashSet<u32>,
     finalized: HashSet<u32>,
     perf: PerfTable,
@@ -59,6 +61,7 @@ impl Master {
             reductions: HashMap::new(),
             ended: HashMap::new(),
             ended_order: Default::default(),
+            early_replicas: HashMap::new(),
             dead: HashSet::new(),
             finalized: HashSet::new(),
             perf: PerfTable::new(),
@@ -288,24 +291,6 @@ impl Master {
                 self.send(Rank(r), &Msg::FinalizeAck);
             }
         }
-    }
-}
-
-/// The error for a reduction that lost the data of `ranks` (no schedule).
-fn lost(r: Option<&Reduction>, ranks: &[u32]) -> ReduceError {
-    match r {
-        Some(r) if ranks.contains(&r.root.0) => ReduceError::RootLost {
-            id: r.id.clone(),
-            root: r.root.0,
-        },
-        Some(r) => ReduceError::RanksLost {
-            id: r.id.clone(),
-            ranks: ranks.to_vec(),
-        },
-        None => ReduceError::RanksLost {
-            id: String::new(),
-            ranks: ranks.to_vec(),
-        },
     }
 }
 

@@ -310,10 +310,43 @@ fn provider_dies_mid_fetch_is_recovered() {
 }
 
 #[test]
+fn a_rank_dead_before_its_ready_arrived_joins_from_its_replica() {
+    let mut s = Schedule::new(3, 0);
+    s.join(0).unwrap();
+    s.join(2).unwrap();
+    s.fail(1, |k| k == 1).unwrap();
+    let Some(Step::Task(t)) = s.next(never) else {
+        panic!()
+    };
+    assert_eq!((t.receiver.index, t.provider.index), (0, 2));
+    assert_eq!(
+        s.next(never),
+        None,
+        "a dead rank's message waits for a live partner"
+    );
+    s.task_done(t.task_id, 0, &[0, 2].into_iter().collect())
+        .unwrap();
+    let Some(Step::Task(u)) = s.next(never) else {
+        panic!()
+    };
+    assert!(u.provider.index == 1 && u.source == Source::Replica && u.receiver.index == 0);
+    // Without a replica it is lost.
+    let mut s = Schedule::new(3, 0);
+    s.join(0).unwrap();
+    assert_eq!(
+        s.fail(1, |_| false),
+        Err(Unrecoverable {
+            lost: vec![1],
+            root: false
+        })
+    );
+}
+
+#[test]
 fn unrecoverable_cases() {
-    // Dead before contributing.
+    // Dead before contributing (so nobody has a copy of its original).
     let e =
-        simulate_failures(3, 0, &[0.0, 0.0, 5.0], &[1.0; 3], &[(2, 1.0)], &|_| true).unwrap_err();
+        simulate_failures(3, 0, &[0.0, 0.0, 5.0], &[1.0; 3], &[(2, 1.0)], &|k| k != 2).unwrap_err();
     assert_eq!(
         e,
         Unrecoverable {

@@ -442,8 +442,8 @@ unsafe impl Send for CompletionQueue {}
 unsafe impl Sync for CompletionQueue {}
 
 impl CompletionQueue {
-    /// Opens a completion queue of `size` entries, with a wait object if
-    /// `wait` (then [`CompletionQueue::sread`] blocks).
+    /// Opens a completion queue of `size` entries, with a file-descriptor
+    /// wait object if `wait` (then [`CompletionQueue::sread`] blocks).
     pub fn open(
         domain: &Arc<Domain>,
         size: usize,
@@ -452,8 +452,10 @@ impl CompletionQueue {
         let mut attr = sys::fi_cq_attr {
             size,
             format: sys::FI_CQ_FORMAT_TAGGED,
+            // A file descriptor, not FI_WAIT_UNSPEC: some providers' default
+            // wait (shm: FI_WAIT_YIELD) spins on a core.
             wait_obj: if wait {
-                sys::FI_WAIT_UNSPEC
+                sys::FI_WAIT_FD
             } else {
                 sys::FI_WAIT_NONE
             },

@@ -37,6 +37,9 @@ use std::time::{Duration, Instant};
 
 /// Longest sleep of an idle progress thread.
 pub(crate) const IDLE_NAP: Duration = Duration::from_millis(1);
+/// Longest wait in `fi_cq_sread` (completions and commands wake it sooner;
+/// timers need a turn now and then).
+const SREAD_WAIT: Duration = Duration::from_millis(50);
 /// How long a peer whose operations fail may stay unexplained (no goodbye,
 /// no TCP failure) before it is reported down.
 const SUSPECT_GRACE: Duration = Duration::from_secs(1);
@@ -427,6 +430,7 @@ impl Engine {
         }; 32];
         let mut idle_since: Option<Instant> = None;
         let mut next_tick = Instant::now();
+        let mut sread_strikes = 0u32;
         loop {
             let mut busy = false;
             loop {
@@ -486,7 +490,7 @@ impl Engine {
                 let ms = if active || idle < Duration::from_millis(2) {
                     0
                 } else {
-                    IDLE_NAP.as_millis() as i32
+                    SREAD_WAIT.as_millis() as i32
                 };
                 if ms == 0 {
                     std::thread::yield_now();
@@ -495,16 +499,30 @@ impl Engine {
                     }
                     continue;
                 }
+                let t0 = Instant::now();
                 match self.cq.sread(&mut comps, ms) {
+                    Ok(CqRead::Entries(0)) if t0.elapsed() < IDLE_NAP / 4 => {
+                        // The provider's wait does not block (shm): poll.
+                        sread_strikes += 1;
+                        if sread_strikes >= 3 {
+                            tracing::debug!(
+                                rank = self.sh.rank,
+                                "fi_cq_sread does not block: polling"
+                            );
+                            self.tuning.sread = false;
+                        }
+                        std::thread::sleep(IDLE_NAP);
+                    }
                     Ok(CqRead::Entries(n)) => {
+                        sread_strikes = 0;
                         for c in &comps[..n] {
                             self.complete(*c);
                         }
                     }
                     Ok(CqRead::Failed(e)) => self.failed(e),
                     Err(e) => {
-                        tracing::debug!(rank = self.sh.rank, error = %e, "fi_cq_sread");
-                        std::thread::sleep(IDLE_NAP);
+                        tracing::debug!(rank = self.sh.rank, error = %e, "fi_cq_sread failed: polling");
+                        self.tuning.sread = false;
                     }
                 }
                 continue;
