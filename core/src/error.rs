@@ -73,9 +73,6 @@ pub enum ReduceError {
     /// fenced from the run.
     #[error("this rank was declared failed and fenced from the run")]
     Fenced,
-    /// Storing a replica failed (disk full, store over its limit, …).
-    #[error("replica store: {0}")]
-    Replica(String),
     /// The local runtime stopped before the reduction finished.
     #[error("the runtime shut down before the reduction finished")]
     Shutdown,
