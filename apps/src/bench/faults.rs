@@ -212,7 +212,7 @@ pub fn main(args: FaultArgs) -> ExitCode {
             let hooks = format!("{}:joined:fault:{}", args.kill_rank, tdir.display());
             let launch = job(&args, mode, &tdir, None, Some(hooks));
             let runner = std::thread::spawn(move || launcher::run(&launch));
-            let kill_at = trial_kill(&tdir, args.kill_rank, t * rng.unit());
+            let kill_at = trial_kill(&tdir, args.kill_rank, t * rng.unit(), || runner.is_finished());
             let _ = runner.join();
             let outcome = std::fs::read_to_string(tdir.join("outcome")).unwrap_or_default();
             let mut words = outcome.split_whitespace();
@@ -287,13 +287,13 @@ impl FaultReport {
 
 /// Waits for the rank to announce its contribution, waits `delay` seconds,
 /// SIGKILLs it; returns the wall-clock instant of the kill.
-fn trial_kill(dir: &Path, rank: u32, delay: f64) -> Option<f64> {
+fn trial_kill(dir: &Path, rank: u32, delay: f64, ended: impl Fn() -> bool) -> Option<f64> {
     let marker = dir.join(format!("held-{rank}-joined"));
     let pid_file = dir.join(format!("rank-{rank}.pid"));
     let deadline = Instant::now() + Duration::from_secs(60);
     while !(marker.exists() && pid_file.exists()) {
-        if Instant::now() > deadline {
-            return None;
+        if Instant::now() > deadline || ended() {
+            return None; // the job never got there (it failed to start, or ended)
         }
         std::thread::sleep(Duration::from_micros(200));
     }

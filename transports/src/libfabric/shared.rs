@@ -174,6 +174,10 @@ impl Shared {
         !self.closed.swap(true, Ordering::SeqCst)
     }
 
+    pub fn is_down(&self, peer: u32) -> bool {
+        matches!(self.links().get(peer as usize), Some(Link::Down(_)))
+    }
+
     pub fn is_up(&self, peer: u32) -> bool {
         self.links().get(peer as usize) == Some(&Link::Up)
     }
