@@ -229,12 +229,11 @@ pub fn main(args: FaultArgs) -> ExitCode {
                 "wrong" => report.wrong_results += 1,
                 _ => report.hangs += 1,
             }
-            if let (Some(k), Some(w)) = (kill_at, when) {
-                if w >= k {
-                    delays.push(w - k);
-                } else if kind == "recovered" {
-                    report.completed_before_kill += 1;
-                }
+            match (kill_at, when) {
+                (Some(k), Some(w)) if w >= k => delays.push(w - k),
+                // The result came first (or the job ended before the kill).
+                _ if kind == "recovered" => report.completed_before_kill += 1,
+                _ => {}
             }
             if (trial + 1) % 10 == 0 || trial + 1 == args.trials {
                 eprintln!("bench faults: {mode}: {}/{} trials", trial + 1, args.trials);
