@@ -293,6 +293,7 @@ impl Runtime {
             root: root.0,
             type_tag: type_tag::<T>(),
             shape: value.shape_hint(),
+            disk: None, // filled in by the worker, which owns the replica store
         };
         let slot = Arc::new(Slot::default());
         let start = StartReduce {

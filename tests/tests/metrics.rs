@@ -9,14 +9,19 @@ use taskfold::{metrics as names, LocalCluster, Reduce, Sum};
 fn tasks_bytes_latency_and_master_load_are_recorded() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    recorder.install().expect("the only recorder of this test binary");
+    recorder
+        .install()
+        .expect("the only recorder of this test binary");
 
     let cluster = LocalCluster::new(4).unwrap();
     let futures: Vec<_> = cluster
         .ranks()
         .iter()
         .flat_map(|rt| {
-            (0..4).map(move |k| rt.reduce(Sum(vec![1.0f32; 4096]), Reduce::root(1).id(format!("m{k}"))).unwrap())
+            (0..4).map(move |k| {
+                rt.reduce(Sum(vec![1.0f32; 4096]), Reduce::root(1).id(format!("m{k}")))
+                    .unwrap()
+            })
         })
         .collect();
     for mut f in futures {
@@ -41,9 +46,18 @@ fn tasks_bytes_latency_and_master_load_are_recorded() {
     assert_eq!(total(names::TASK_SECONDS), 12);
     assert_eq!(total(names::REDUCTION_SECONDS), 4);
     assert_eq!(total(names::REDUCTIONS_COMPLETED), 4);
-    assert!(total(names::MASTER_MSGS_IN) >= 4 * (4 + 3), "joins and task ends reach the master");
-    assert!(total(names::MASTER_MSGS_OUT) >= 4 * (3 + 4), "tasks and completions leave it");
+    assert!(
+        total(names::MASTER_MSGS_IN) >= 4 * (4 + 3),
+        "joins and task ends reach the master"
+    );
+    assert!(
+        total(names::MASTER_MSGS_OUT) >= 4 * (3 + 4),
+        "tasks and completions leave it"
+    );
     assert!(total(names::MASTER_BYTES_IN) > 0 && total(names::MASTER_BYTES_OUT) > 0);
     assert!(total(names::MASTER_QUEUE_DEPTH) > 0);
-    assert!(total(names::REPLICA_BYTES_WRITTEN) > 0, "originals are written to the replica store");
+    assert!(
+        total(names::REPLICA_BYTES_WRITTEN) > 0,
+        "originals are written to the replica store"
+    );
 }

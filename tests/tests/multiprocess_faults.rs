@@ -36,6 +36,7 @@ fn job_of(dir: &Path, hooks: &str, reductions: u32, extra: &[&str]) -> std::proc
         .arg(dir)
         .args(extra)
         .env("TASKFOLD_DURABILITY", "sync")
+        .env("TASKFOLD_REPLICA_DIR", dir.join("replicas"))
         .env("TASKFOLD_TEST_HOOK", hooks)
         .env("TASKFOLD_FAILURE_TIMEOUT_MS", "1500")
         .env("TASKFOLD_PING_MS", "100")
@@ -155,6 +156,10 @@ fn sigkill_of_a_rank_and_its_buddy_is_a_typed_error_everywhere() {
     held(d, &[3], "after-join");
     kill(d, 2);
     kill(d, 3);
+    // As if their node died: their disk copies go too.
+    for r in [2, 3] {
+        std::fs::remove_dir_all(d.join(format!("replicas/rank-{r}"))).unwrap();
+    }
     let out = wait_bounded(child, LIMIT);
     let t = text(&out);
     for r in [0, 1] {

@@ -1,9 +1,9 @@
 //! The master's messages, one type each, and their handlers.
 
 use super::{Master, MasterStats};
+use crate::master::state::has_copy;
 use crate::master::state::Reduction;
 use actix::prelude::*;
-#[allow(unused_imports)]
 use taskfold_core::schedule::Source;
 use taskfold_core::wire::{Msg, Ready, TaskFailed, TaskFailure};
 use taskfold_core::{Rank, ReduceError};
@@ -60,12 +60,13 @@ impl Handler<ReadyIn> for Master {
                         let dead_members: Vec<usize> = (0..r.group.len())
                             .filter(|&i| self.dead.contains(&r.group.rank_at(i).0))
                             .collect();
+                        if let (Some(dir), Some(i)) = (&join.disk, r.group.index_of(from)) {
+                            r.disks.insert(i, dir.clone());
+                        }
                         let mut outcome = Ok(());
                         for i in dead_members {
-                            let (dead, replicas) = (&self.dead, &r.replicas);
-                            let res = r
-                                .schedule
-                                .fail(i, |k| replicas.get(&k).is_some_and(|h| !dead.contains(h)));
+                            let (dead, replicas, disks) = (&self.dead, &r.replicas, &r.disks);
+                            let res = r.schedule.fail(i, |k| has_copy(replicas, disks, dead, k));
                             if res.is_err() {
                                 outcome = res.map_err(|u| r.lost(&u));
                                 break;
@@ -115,6 +116,9 @@ impl Handler<ReadyIn> for Master {
         };
         if let (Some(_), Some(holder)) = (&ready.join, ready.replica) {
             r.replicas.insert(index, holder);
+        }
+        if let Some(dir) = ready.join.as_ref().and_then(|j| j.disk.clone()) {
+            r.disks.insert(index, dir);
         }
         let outcome = match (&ready.join, &ready.done) {
             (Some(join), None) => match r.mismatch(join, from) {
@@ -198,19 +202,26 @@ impl Handler<TaskFailedIn> for Master {
             },
             TaskFailure::Fetch { reason, peer_down } => {
                 // Failure place 3: the data's source died (or is unreachable).
-                let source = r.schedule.task(m.failed.task_id).map(|t| {
-                    let provider = r.group.rank_at(t.provider.index);
-                    match (t.source, r.replicas.get(&t.provider.index)) {
-                        (taskfold_core::schedule::Source::Replica, Some(&h)) => Rank(h),
-                        _ => provider,
-                    }
+                let task = r
+                    .schedule
+                    .task(m.failed.task_id)
+                    .map(|t| (t.source, t.provider.index));
+                let dead = &self.dead;
+                let source = task.map(|(src, p)| match (src, r.replicas.get(&p)) {
+                    (Source::Replica, Some(&h)) if !dead.contains(&h) => Some(Rank(h)),
+                    (Source::Replica, _) => None, // it was the dead rank's disk copy
+                    _ => Some(r.group.rank_at(p)),
                 });
-                if let (true, Some(src)) = (peer_down, source) {
+                if let (true, Some(Some(src))) = (peer_down, source) {
                     self.rank_down(src, format!("a fetch from it failed: {reason}"), None);
                 }
                 let Some(r) = self.reductions.get_mut(&key) else {
                     return; // ended by that failure
                 };
+                if let (Some(None), Some((_, p))) = (source, task) {
+                    // The dead rank's disk copy cannot be read from here.
+                    r.disks.remove(&p);
+                }
                 let Some(index) = r.group.index_of(m.from) else {
                     return;
                 };
@@ -220,9 +231,8 @@ impl Handler<TaskFailedIn> for Master {
                     self.fail(key, error);
                     return;
                 }
-                let dead = &self.dead;
-                let replicas = &r.replicas;
-                let has = |k: usize| replicas.get(&k).is_some_and(|h| !dead.contains(h));
+                let (dead, replicas, disks) = (&self.dead, &r.replicas, &r.disks);
+                let has = |k: usize| has_copy(replicas, disks, dead, k);
                 if r.schedule
                     .fetch_failed(m.failed.task_id, index, has)
                     .is_err()

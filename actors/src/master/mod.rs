@@ -171,9 +171,15 @@ impl Master {
                     let source = match a.source {
                         Source::Data => DataSource::Data,
                         Source::Original => DataSource::Original,
-                        Source::Replica => match r.replicas.get(&a.provider.index) {
-                            Some(&holder) => DataSource::Replica { holder },
-                            None => {
+                        Source::Replica => match (
+                            r.replicas.get(&a.provider.index),
+                            r.disks.get(&a.provider.index),
+                        ) {
+                            (Some(&holder), _) if !self.dead.contains(&holder) => {
+                                DataSource::Replica { holder }
+                            }
+                            (_, Some(dir)) => DataSource::Disk { dir: dir.clone() },
+                            _ => {
                                 let error = ReduceError::RanksLost {
                                     id: r.id.clone(),
                                     ranks: vec![provider.0],
@@ -254,17 +260,11 @@ impl Master {
             };
             let dead = &self.dead;
             let member = r.group.index_of(rank);
+            let (replicas, disks) = (&r.replicas, &r.disks);
+            let has = |k: usize| state::has_copy(replicas, disks, dead, k);
             let outcome = match member {
-                Some(i) => {
-                    let replicas = &r.replicas;
-                    r.schedule
-                        .fail(i, |k| replicas.get(&k).is_some_and(|h| !dead.contains(h)))
-                }
-                None => {
-                    let replicas = &r.replicas;
-                    r.schedule
-                        .check_recoverable(|k| replicas.get(&k).is_some_and(|h| !dead.contains(h)))
-                }
+                Some(i) => r.schedule.fail(i, has),
+                None => r.schedule.check_recoverable(has),
             };
             match outcome {
                 Ok(()) => {

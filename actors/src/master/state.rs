@@ -16,6 +16,9 @@ pub(crate) struct Reduction {
     pub(crate) started: Instant,
     /// Group position → the live rank holding a copy of its original.
     pub(crate) replicas: HashMap<usize, u32>,
+    /// Group position → the directory of that rank's own disk copies, for
+    /// ranks that said others may read it.
+    pub(crate) disks: HashMap<usize, String>,
     /// Fetches that failed although the provider lived (bounded retries).
     pub(crate) fetch_failures: u32,
 }
@@ -44,10 +47,24 @@ impl Reduction {
             join: join.clone(),
             started: Instant::now(),
             replicas: HashMap::new(),
+            disks: HashMap::new(),
             fetch_failures: 0,
         })
     }
+}
 
+/// Whether a copy of position `k`'s original can still be had: a live
+/// buddy's replica, or the rank's own disk copy where others can read it.
+pub(crate) fn has_copy(
+    replicas: &HashMap<usize, u32>,
+    disks: &HashMap<usize, String>,
+    dead: &std::collections::HashSet<u32>,
+    k: usize,
+) -> bool {
+    replicas.get(&k).is_some_and(|h| !dead.contains(h)) || disks.contains_key(&k)
+}
+
+impl Reduction {
     /// The error for an unrecoverable failure.
     pub(crate) fn lost(
         &self,

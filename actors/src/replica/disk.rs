@@ -31,7 +31,23 @@ impl ReplicaDisk {
     }
 
     fn path(&self, key: u64, owner: u32) -> PathBuf {
-        self.dir.join(format!("{key:016x}-{owner}.replica"))
+        file_in(&self.dir, key, owner)
+    }
+
+    /// This rank's directory, if it was configured (`replica_dir`), so that
+    /// other ranks on the node or on a shared file system can find it.
+    pub fn shared_dir(&self) -> Option<String> {
+        (!self.owned).then(|| self.dir.to_string_lossy().into_owned())
+    }
+
+    /// Reads and verifies another rank's disk copy of `owner`'s original of
+    /// `key`, in that rank's directory `dir`.
+    pub fn read_other(dir: &Path, key: u64, owner: u32) -> Result<Bytes, String> {
+        let path = file_in(dir, key, owner);
+        let data = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        replica::verify(&data).map_err(|e| format!("{}: {e}", path.display()))?;
+        metrics::counter!(crate::metrics::REPLICA_BYTES_READ).increment(data.len() as u64);
+        Ok(Bytes::from(data))
     }
 
     /// Writes a replica buffer (header + archive). A full disk is
@@ -78,6 +94,10 @@ impl ReplicaDisk {
             }
         }
     }
+}
+
+fn file_in(dir: &Path, key: u64, owner: u32) -> PathBuf {
+    dir.join(format!("{key:016x}-{owner}.replica"))
 }
 
 impl Drop for ReplicaDisk {

@@ -7,6 +7,7 @@ use crate::config::Durability;
 use crate::future::Slot;
 use crate::hooks::{self, Point};
 use crate::perf::TaskTimed;
+use crate::replica::ReplicaDisk;
 use actix::prelude::*;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -59,10 +60,19 @@ impl Handler<StartReduce> for Worker {
                 durability: m.durability,
                 buddy: None,
                 joined: false,
+                disk_written: false,
+                buddy_acked: false,
                 held: None,
                 fetch: None,
             },
         );
+        if let Some(l) = self.locals.get_mut(&key) {
+            l.join.disk = if is_root {
+                None
+            } else {
+                self.disk.shared_dir()
+            };
+        }
         let value = m.value;
         match hold {
             None => self.prepare(key, value, None, ctx),
@@ -167,6 +177,7 @@ impl Worker {
     /// Offers this rank's original of `key` to its buddy; returns the buddy.
     pub(super) fn offer(&mut self, key: u64) -> Option<Rank> {
         let local = self.locals.get_mut(&key)?;
+        local.buddy = None;
         let original = local.original.as_ref()?;
         let buddy = replica::buddy(&local.group, self.rank, &self.dead)?;
         let msg = Msg::ReplicaOffer {
@@ -175,9 +186,11 @@ impl Worker {
             len: original.len() as u64,
             crc: replica::stored_crc(original).unwrap_or(0),
         };
-        local.buddy = Some(buddy);
         match self.out.send(buddy, &msg) {
-            Ok(_) => Some(buddy),
+            Ok(_) => {
+                local.buddy = Some(buddy);
+                Some(buddy)
+            }
             Err(e) => {
                 tracing::warn!(rank = %self.rank, %buddy, error = %e, "cannot offer a replica");
                 None
@@ -236,23 +249,33 @@ impl Handler<Prepared> for Worker {
         local.original = Some(original.clone());
         let disk = self.disk.clone();
         let write = actix_rt::task::spawn_blocking(move || disk.write(key, rank.0, &original));
+        self.offer(key);
+        // The local copy is written (to the page cache: about a memcpy)
+        // before the join, so that from the moment this contribution is
+        // announced a copy exists that survives this process; with
+        // synchronous durability the join also waits for the buddy.
         ctx.spawn(
             async move { write.await.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) }
                 .into_actor(self)
-                .map(move |res, act, _| {
+                .map(move |res, act, ctx| {
                     if let Err(e) = res {
                         // The buddy copy still protects the original; a full
                         // disk is reported, not fatal.
                         metrics::counter!(crate::metrics::REPLICA_ERRORS).increment(1);
                         tracing::error!(rank = %act.rank, error = %e, "cannot write a replica to the local disk");
+                        if let Some(l) = act.locals.get_mut(&key) {
+                            l.join.disk = None;
+                        }
                     }
+                    let Some(l) = act.locals.get_mut(&key) else { return };
+                    l.disk_written = true;
+                    if durability == Durability::Sync && l.buddy.is_some() && !l.buddy_acked {
+                        return; // the join waits for the buddy's acknowledgement
+                    }
+                    let replica = if l.buddy_acked { l.buddy } else { None };
+                    act.send_join(key, replica, ctx);
                 }),
         );
-        let buddy = self.offer(key);
-        if durability == Durability::Sync && buddy.is_some() {
-            return; // the join waits for the buddy's acknowledgement
-        }
-        self.send_join(key, None, ctx);
     }
 }
 
@@ -324,10 +347,11 @@ impl Worker {
         let Some(local) = self.locals.get_mut(&key) else {
             return;
         };
-        let (from, bkey) = match task.source {
+        let (from, bkey) = match &task.source {
             DataSource::Data => (Rank(task.provider), key),
             DataSource::Original => (Rank(task.provider), original_key(key)),
-            DataSource::Replica { holder } => (Rank(holder), replica_key(key, task.provider)),
+            DataSource::Replica { holder } => (Rank(*holder), replica_key(key, task.provider)),
+            DataSource::Disk { .. } => (Rank(task.provider), 0),
         };
         // Reloading our own original reads the local disk first, then the
         // copy in memory; both are verified against the checksum.
@@ -347,7 +371,26 @@ impl Worker {
                 decode(&buf[HEADER_LEN..]).map_err(|e| e.to_string())
             })
         });
-        let fetch = self.out.transport().get(from, BufferKey(bkey));
+        let fetch = match &task.source {
+            // A dead rank's disk copy: read it from its directory.
+            DataSource::Disk { dir } => {
+                let (dir, owner) = (std::path::PathBuf::from(dir), task.provider);
+                let read = actix_rt::task::spawn_blocking(move || {
+                    ReplicaDisk::read_other(&dir, key, owner)
+                        .map(|b| taskfold_transports::recv_buf_from(&b))
+                });
+                Box::pin(async move {
+                    read.await
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| r)
+                        .map_err(|detail| TransportError::Protocol {
+                            peer: owner,
+                            detail,
+                        })
+                }) as taskfold_transports::GetFuture
+            }
+            _ => self.out.transport().get(from, BufferKey(bkey)),
+        };
         let started = Instant::now();
         let _ = local;
         let task2 = task.clone();

@@ -65,6 +65,10 @@ pub(crate) struct Local {
     pub(crate) buddy: Option<Rank>,
     /// The join was announced to the master.
     pub(crate) joined: bool,
+    /// The local disk copy was written (or failed): the join may go.
+    pub(crate) disk_written: bool,
+    /// The buddy acknowledged its copy.
+    pub(crate) buddy_acked: bool,
     /// Tasks wait while an `after-join` test hook holds the reduction.
     pub(crate) held: Option<Vec<Task>>,
     pub(crate) fetch: Option<Fetching>,

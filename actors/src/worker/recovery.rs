@@ -62,7 +62,8 @@ impl Handler<RankFailedIn> for Worker {
             .map(|(k, _)| *k)
             .collect();
         for key in waiting {
-            if self.offer(key).is_none() {
+            let disk_written = self.locals.get(&key).is_some_and(|l| l.disk_written);
+            if self.offer(key).is_none() && disk_written {
                 self.send_join(key, None, ctx);
             }
         }
@@ -89,13 +90,25 @@ impl Handler<ReplicaAckIn> for Worker {
             return;
         }
         if m.ok {
-            self.send_join(m.key, Some(m.from), ctx);
+            let disk_written = local.disk_written;
+            if let Some(l) = self.locals.get_mut(&m.key) {
+                l.buddy_acked = true;
+            }
+            if disk_written {
+                self.send_join(m.key, Some(m.from), ctx);
+            }
         } else {
             // The buddy's store is full: the reduction goes on, but this
             // original is not recoverable; say so loudly.
             metrics::counter!(crate::metrics::REPLICA_ERRORS).increment(1);
             tracing::error!(rank = %self.rank, buddy = %m.from, "buddy refused the replica; continuing without it");
-            self.send_join(m.key, None, ctx);
+            let disk_written = local.disk_written;
+            if let Some(l) = self.locals.get_mut(&m.key) {
+                l.buddy = None;
+            }
+            if disk_written {
+                self.send_join(m.key, None, ctx);
+            }
         }
     }
 }

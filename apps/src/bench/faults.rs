@@ -212,7 +212,9 @@ pub fn main(args: FaultArgs) -> ExitCode {
             let hooks = format!("{}:joined:fault:{}", args.kill_rank, tdir.display());
             let launch = job(&args, mode, &tdir, None, Some(hooks));
             let runner = std::thread::spawn(move || launcher::run(&launch));
-            let kill_at = trial_kill(&tdir, args.kill_rank, t * rng.unit(), || runner.is_finished());
+            let kill_at = trial_kill(&tdir, args.kill_rank, t * rng.unit(), || {
+                runner.is_finished()
+            });
             let _ = runner.join();
             let outcome = std::fs::read_to_string(tdir.join("outcome")).unwrap_or_default();
             let mut words = outcome.split_whitespace();

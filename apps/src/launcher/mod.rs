@@ -1,9 +1,11 @@
 //! `taskfold run -n N -- PROGRAM [ARGS]`: starts `N` ranks of `PROGRAM` on
 //! this machine and watches them.
 //!
-//! Each rank gets `TASKFOLD_RANK`, `TASKFOLD_SIZE`, `TASKFOLD_JOB` and
+//! Each rank gets `TASKFOLD_RANK`, `TASKFOLD_SIZE`, `TASKFOLD_JOB`,
 //! `TASKFOLD_RENDEZVOUS` (a file in a fresh per-job directory where rank 0
-//! writes the master's address). Output lines are prefixed with `[rank]`.
+//! writes the master's address) and, unless set already,
+//! `TASKFOLD_REPLICA_DIR` (in the same directory, so that the survivors can
+//! read a dead rank's disk copies; removed with the job). Output lines are prefixed with `[rank]`.
 //! When a rank exits, the launcher tells the master at once (before any
 //! timeout could notice), so reductions that need that rank end without
 //! waiting. The launcher exits non-zero if any rank failed.
@@ -102,6 +104,11 @@ pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if std::env::var_os("TASKFOLD_REPLICA_DIR").is_none() {
+            // One node, one directory: a rank that dies leaves its disk
+            // copies where the survivors can read them (DESIGN.md §2).
+            cmd.env("TASKFOLD_REPLICA_DIR", dir.join("replicas"));
+        }
         for (k, v) in &launch.env {
             cmd.env(k, v);
         }

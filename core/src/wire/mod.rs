@@ -86,6 +86,7 @@ mod tests {
                 root: 1,
                 type_tag: 9,
                 shape: Some(100),
+                disk: None,
             }),
             done: None,
             replica: None,

@@ -114,6 +114,10 @@ pub struct Join {
     pub type_tag: u64,
     /// The value's shape, if it has one.
     pub shape: Option<u64>,
+    /// The directory where this rank keeps its replica files, if other ranks
+    /// may be able to read it (same node, or a shared file system): a dead
+    /// rank's original can then be read from its disk copy.
+    pub disk: Option<String>,
 }
 
 /// Timing of a finished task (feeds the performance counter).
@@ -148,7 +152,7 @@ pub struct Task {
 }
 
 /// Where a task's receiver fetches the provider's data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub enum DataSource {
     /// The provider's intermediate data.
     Data,
@@ -158,6 +162,12 @@ pub enum DataSource {
     Replica {
         /// The rank holding the replica.
         holder: u32,
+    },
+    /// A dead provider's original, from its own disk copy in `dir` (readable
+    /// when the receiver shares the node or a file system with it).
+    Disk {
+        /// The dead rank's replica directory.
+        dir: String,
     },
 }
 

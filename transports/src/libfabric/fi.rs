@@ -123,6 +123,9 @@ pub struct Hints {
     pub mode: u64,
     /// Memory registration modes the application supports (`FI_MR_*`).
     pub mr_mode: u32,
+    /// Ask for manual progress (the application polls the completion
+    /// queue; no provider thread).
+    pub manual_progress: bool,
 }
 
 /// The list `fi_getinfo` returned; freed on drop.
@@ -190,6 +193,10 @@ impl InfoList {
             let dom = &mut *info.domain_attr;
             dom.mr_mode = hints.mr_mode as i32;
             dom.threading = sys::FI_THREAD_SAFE;
+            if hints.manual_progress {
+                dom.data_progress = sys::FI_PROGRESS_MANUAL;
+                dom.control_progress = sys::FI_PROGRESS_MANUAL;
+            }
             if let Some(p) = &prov {
                 let dup = sys::tf_fi_strdup(p.as_ptr());
                 if dup.is_null() {
@@ -306,6 +313,10 @@ impl Info<'_> {
     /// Size of memory keys in bytes.
     pub fn mr_key_size(&self) -> usize {
         self.domain_attr().mr_key_size
+    }
+    /// True if the provider makes data progress only when polled.
+    pub fn manual_progress(&self) -> bool {
+        self.domain_attr().data_progress == sys::FI_PROGRESS_MANUAL
     }
     /// Largest message (and RMA transfer) the endpoint accepts.
     pub fn max_msg_size(&self) -> usize {

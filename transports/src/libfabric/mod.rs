@@ -16,8 +16,9 @@
 //! gets fail with [`TransportError::LinkDown`]). Fabric operations that
 //! fail or stall (no completion within [`LibfabricConfig::op_timeout`]) for
 //! a peer that neither said goodbye nor lost its TCP link report that peer
-//! down too, after a grace second: a dead peer never leaves a get hanging
-//! in a completion queue. Launcher reports (`taskfold run` telling the
+//! down too, after a grace second (unless the TCP transport saw it leave
+//! gracefully): a dead peer never leaves a get hanging in a completion
+//! queue. Launcher reports (`taskfold run` telling the
 //! master that a rank exited) arrive over TCP and are forwarded as they are.
 //!
 //! # Control frames
@@ -28,7 +29,8 @@
 //! receiver fetches it with RMA reads (then releases it). Receivers
 //! reorder by sequence number, so frames from one rank are delivered in the
 //! order it sent them whatever the provider's completion order. Frames to
-//! oneself go straight to one's own event channel.
+//! oneself go straight to one's own event channel. Credit-based flow control
+//! bounds the messages a sender has outstanding at each peer (see [`wire`]).
 //!
 //! # Cost of a get
 //!
@@ -42,6 +44,14 @@
 //! exposed bytes stay registered and alive while any peer's read is in
 //! flight, even if they are withdrawn meanwhile.
 //!
+//! # Graceful shutdown
+//!
+//! [`Transport::shutdown`] queues a `BYE` to every peer after its last
+//! frame, waits (at most a second) for the goodbyes to be sent and for
+//! peers' reads of its memory to finish, says goodbye over TCP too, then
+//! closes the endpoint. Peers report no failure; their later calls to the
+//! departed rank fail with [`TransportError::LinkDown`] at once.
+//!
 //! # Providers and memory registration
 //!
 //! The provider is chosen by name ([`LibfabricConfig::provider`], e.g.
@@ -49,15 +59,20 @@
 //! supports the `mr_mode` bits `FI_MR_LOCAL`, `FI_MR_VIRT_ADDR`,
 //! `FI_MR_ALLOCATED` and `FI_MR_PROV_KEY` and the modes `FI_CONTEXT` and
 //! `FI_CONTEXT2`; providers needing more (e.g. `FI_MR_ENDPOINT`) are not
-//! offered by `fi_getinfo`. See `transports/FABRIC.md` for measurements.
+//! offered by `fi_getinfo`. It asks for manual progress where the provider
+//! allows it (`sockets` otherwise runs a progress thread of its own, which
+//! sleeps for milliseconds). IP-addressed providers bind the TCP
+//! configuration's `bind_host` (127.0.0.1 by default). See
+//! `transports/FABRIC.md` for measurements.
 //!
 //! # Threads
 //!
-//! One progress thread per transport ([`progress`]) posts every fabric
-//! operation and reads the completion queue; it sleeps when idle (in
-//! `fi_cq_sread` where the provider has wait objects, else on its command
-//! channel with a short backoff) and never spins on a core. One more thread
-//! forwards the TCP transport's events; the TCP transport keeps its own.
+//! One progress thread per transport posts every fabric operation and reads
+//! the completion queue; it sleeps when idle (in `fi_cq_sread` with
+//! [`WaitMode::Auto`] and an rxm-based provider, otherwise on its command
+//! channel with a backoff from 20 us to 1 ms) and never spins on a core.
+//! One more thread forwards the TCP transport's events; the TCP transport
+//! keeps its own.
 
 pub mod fi;
 mod progress;
@@ -169,6 +184,7 @@ pub fn available_providers() -> Vec<String> {
         caps: CAPS,
         mode: MODES,
         mr_mode: MR_MODES,
+        manual_progress: false,
     };
     let mut names: Vec<String> = Vec::new();
     if let Ok(list) = InfoList::get(&hints) {
@@ -189,16 +205,25 @@ pub fn provider_available(provider: &str) -> bool {
 
 /// The providers matching our needs. With a `source` address, IP-addressed
 /// providers are asked to bind it; others (`shm`, whose endpoint names are
-/// derived from the node given) are asked without it.
+/// derived from the node given) are asked without it. Manual progress is
+/// asked for (the progress thread polls anyway; a provider thread would
+/// only compete for cores), and done without if the provider refuses.
 fn find(provider: &Option<String>, source: Option<String>) -> Result<InfoList, FabricError> {
-    let hints = Hints {
+    let mut hints = Hints {
         provider: provider.clone(),
         source: None,
         caps: CAPS,
         mode: MODES,
         mr_mode: MR_MODES,
+        manual_progress: true,
     };
-    let any = InfoList::get(&hints)?;
+    let any = match InfoList::get(&hints) {
+        Err(e) if e.code == fi::bits::ENODATA => {
+            hints.manual_progress = false;
+            InfoList::get(&hints)?
+        }
+        r => r?,
+    };
     if source.is_none() || !any.first().ip_addressed() {
         return Ok(any);
     }
@@ -225,6 +250,7 @@ fn open(cfg: &LibfabricConfig) -> Result<Opened, TransportError> {
     let fabric_name = format!("{}/{}", info.fabric_name(), info.domain_name());
     let mr_mode = info.mr_mode();
     tracing::debug!(rank = cfg.tcp.rank, %provider, fabric = %fabric_name, mr_mode, mode = info.mode(),
+        manual = info.manual_progress(),
         max_msg = info.max_msg_size(), tx = info.tx_size(), rx = info.rx_size(), "libfabric provider");
     let fabric = Fabric::open(info)?;
     let domain = Domain::open(&fabric, info)?;

@@ -53,6 +53,29 @@ const TX_SLOTS: usize = 128;
 /// considered broken.
 const REORDER_MAX: usize = 1 << 16;
 
+/// How long the polling progress thread sleeps after `idle` without
+/// completions or commands: short while operations (or peers' reads of our
+/// memory) are in flight, since manual-progress providers move their data
+/// only when polled, longer as the quiet lasts.
+fn nap(idle: Duration, active: bool) -> Duration {
+    let us = Duration::from_micros;
+    if idle < us(50) {
+        Duration::ZERO
+    } else if active {
+        if idle < us(1000) {
+            us(20)
+        } else {
+            us(100)
+        }
+    } else if idle < us(2000) {
+        us(50)
+    } else if idle < us(50_000) {
+        us(200)
+    } else {
+        IDLE_NAP
+    }
+}
+
 /// Completes a get.
 pub(crate) type Reply = futures::channel::oneshot::Sender<Result<RecvBuf, TransportError>>;
 
@@ -535,16 +558,11 @@ impl Engine {
                 }
                 continue;
             }
-            let nap = if idle < Duration::from_micros(50) {
+            let nap = nap(idle, active);
+            if nap.is_zero() {
                 std::thread::yield_now();
                 continue;
-            } else if active || idle < Duration::from_millis(5) {
-                Duration::from_micros(20)
-            } else if idle < Duration::from_millis(100) {
-                Duration::from_micros(200)
-            } else {
-                IDLE_NAP
-            };
+            }
             match self.cmd_rx.recv_timeout(nap) {
                 Ok(cmd) => {
                     idle_since = None;
