@@ -199,6 +199,9 @@ proptest! {
 /// original is folded into its data.
 type Counts = Vec<u32>;
 
+/// A simulated event: (time, rank that joins, rank that dies, task that ends).
+type Event = (f64, Option<usize>, Option<usize>, Option<Assignment>);
+
 fn unit(n: usize, k: usize) -> Counts {
     let mut v = vec![0; n];
     v[k] = 1;
@@ -220,9 +223,9 @@ fn simulate_failures(
     let mut data: Vec<Counts> = (0..n).map(|i| unit(n, i)).collect();
     let mut dead = vec![false; n];
     // (time, join, kill, task)
-    let mut events: Vec<(f64, Option<usize>, Option<usize>, Option<Assignment>)> = Vec::new();
-    for i in 0..n {
-        events.push((arrivals[i], Some(i), None, None));
+    let mut events: Vec<Event> = Vec::new();
+    for (i, &at) in arrivals.iter().enumerate().take(n) {
+        events.push((at, Some(i), None, None));
     }
     for &(k, t) in kills {
         events.push((t, None, Some(k), None));
