@@ -4,6 +4,8 @@
 //! The tests themselves live in `tests/`; the rank program they launch is
 //! `src/bin/tf_check.rs`.
 
+pub mod faults;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;

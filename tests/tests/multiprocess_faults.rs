@@ -1,243 +1,46 @@
-//! Fault tolerance across real processes (DESIGN.md §2): a test hook holds a
-//! rank at an exact point of a reduction, the test SIGKILLs it there (or
-//! SIGSTOPs it past the failure timeout), and the survivors must end with
-//! the correct result or a typed error — never a hang.
+//! Fault tolerance across real processes over TCP (DESIGN.md §2): the
+//! scenarios of `taskfold_tests::faults` — SIGKILL at the three places a
+//! failure can strike, a rank with its buddy, the root, and a SIGSTOPped
+//! rank fenced — under `taskfold run` with the default transport.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
-use taskfold_tests::{signal, taskfold_bin, text, wait_bounded, wait_for_pid};
+use std::path::PathBuf;
+use taskfold_tests::faults::{self, Job};
+use taskfold_tests::taskfold_bin;
 
-const LIMIT: Duration = Duration::from_secs(180);
-
-fn tf_check() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_tf_check"))
-}
-
-/// Starts a 4-rank job of one 1 MiB reduction rooted at rank 1, with
-/// synchronous durability and the given hooks; returns the child.
-fn job(dir: &Path, hooks: &str, extra: &[&str]) -> std::process::Child {
-    job_of(dir, hooks, 1, extra)
-}
-
-fn job_of(dir: &Path, hooks: &str, reductions: u32, extra: &[&str]) -> std::process::Child {
-    let mut cmd = Command::new(taskfold_bin());
-    cmd.args(["run", "-n", "4", "--timeout", "150", "--"])
-        .arg(tf_check())
-        .args([
-            "--size",
-            "1048576",
-            "--root",
-            "1",
-            "--reductions",
-            &reductions.to_string(),
-            "--pid-dir",
-        ])
-        .arg(dir)
-        .args(extra)
-        .env("TASKFOLD_DURABILITY", "sync")
-        .env("TASKFOLD_REPLICA_DIR", dir.join("replicas"))
-        .env("TASKFOLD_TEST_HOOK", hooks)
-        .env("TASKFOLD_FAILURE_TIMEOUT_MS", "1500")
-        .env("TASKFOLD_PING_MS", "100")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd.spawn().expect("start the job")
-}
-
-fn held(dir: &Path, ranks: &[u32], point: &str) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        for &r in ranks {
-            if dir.join(format!("held-{r}-{point}")).exists() {
-                return r;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(5));
+fn job() -> Job {
+    Job {
+        taskfold: taskfold_bin(),
+        tf_check: PathBuf::from(env!("CARGO_BIN_EXE_tf_check")),
+        env: Vec::new(),
     }
-    panic!("no rank of {ranks:?} reached {point}");
-}
-
-fn release(dir: &Path, rank: u32, point: &str) {
-    std::fs::write(dir.join(format!("release-{rank}-{point}")), b"").unwrap();
-}
-
-fn kill(dir: &Path, rank: u32) {
-    let pid = wait_for_pid(
-        &dir.join(format!("rank-{rank}.pid")),
-        Duration::from_secs(30),
-    );
-    signal(pid, libc::SIGKILL).unwrap();
-}
-
-fn hooks(dir: &Path, ranks: &[u32], point: &str) -> String {
-    ranks
-        .iter()
-        .map(|r| format!("{r}:{point}:check-0:{}", dir.display()))
-        .collect::<Vec<_>>()
-        .join(";")
-}
-
-/// The survivors all finished their reduction, and the root's result was
-/// checked exact; the launcher reports the killed rank.
-fn recovered(out: &Output, dead: u32) {
-    let t = text(out);
-    assert!(
-        !out.status.success(),
-        "the launcher must report the killed rank:\n{t}"
-    );
-    assert!(
-        t.contains(&format!("rank {dead} killed by signal 9")),
-        "{t}"
-    );
-    for r in (0..4).filter(|&r| r != dead) {
-        assert!(
-            t.contains(&format!("[{r}] rank {r}: 1 ok, 0 failed")),
-            "rank {r}:\n{t}"
-        );
-    }
-    assert!(!t.contains("WRONG"), "{t}");
 }
 
 #[test]
 fn place_2_sigkill_of_a_receiver_while_it_folds() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    // Ranks 2 and 3 contribute first and are paired; 0 and 1 come later.
-    let child = job(
-        d,
-        &hooks(d, &[2, 3], "before-fold"),
-        &["--delay", "0,1:1500"],
-    );
-    let victim = held(d, &[2, 3], "before-fold");
-    kill(d, victim);
-    release(d, 5 - victim, "before-fold");
-    recovered(&wait_bounded(child, LIMIT), victim);
+    faults::place_2_receiver_killed_while_it_folds(&job());
 }
 
 #[test]
 fn place_3_sigkill_of_a_provider_while_the_receiver_fetches() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let child = job(
-        d,
-        &hooks(d, &[2, 3], "before-get"),
-        &["--delay", "0,1:1500"],
-    );
-    let receiver = held(d, &[2, 3], "before-get");
-    let provider = 5 - receiver;
-    kill(d, provider);
-    std::thread::sleep(Duration::from_millis(200));
-    release(d, receiver, "before-get");
-    recovered(&wait_bounded(child, LIMIT), provider);
+    faults::place_3_provider_killed_while_the_receiver_fetches(&job());
 }
 
 #[test]
 fn place_1_sigkill_before_the_task_reaches_its_receiver() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    // Rank 2 contributes alone, is held, and dies before anyone pairs with it.
-    let child = job(d, &hooks(d, &[2], "after-join"), &["--delay", "0,1,3:1500"]);
-    held(d, &[2], "after-join");
-    kill(d, 2);
-    recovered(&wait_bounded(child, LIMIT), 2);
+    faults::place_1_killed_before_the_task_reaches_it(&job());
 }
 
 #[test]
 fn sigkill_of_a_rank_and_its_buddy_is_a_typed_error_everywhere() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let child = job(
-        d,
-        &hooks(d, &[2, 3], "after-join"),
-        &["--delay", "0,1:1500", "--allow-lost"],
-    );
-    held(d, &[2], "after-join");
-    held(d, &[3], "after-join");
-    kill(d, 2);
-    kill(d, 3);
-    // As if their node died: their disk copies go too.
-    for r in [2, 3] {
-        std::fs::remove_dir_all(d.join(format!("replicas/rank-{r}"))).unwrap();
-    }
-    let out = wait_bounded(child, LIMIT);
-    let t = text(&out);
-    for r in [0, 1] {
-        assert!(t.contains(&format!("[{r}] reduction 0: expected error: reduction \"check-0\" lost the contributions of ranks")), "{t}");
-        assert!(
-            t.contains(&format!("[{r}] rank {r}: 1 ok, 0 failed")),
-            "{t}"
-        );
-    }
+    faults::rank_and_buddy_killed(&job());
 }
 
 #[test]
 fn sigkill_of_the_root_is_a_typed_error_everywhere() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let child = job(d, &hooks(d, &[1], "after-join"), &["--allow-lost"]);
-    held(d, &[1], "after-join");
-    kill(d, 1);
-    let out = wait_bounded(child, LIMIT);
-    let t = text(&out);
-    for r in [0, 2, 3] {
-        assert!(
-            t.contains(&format!(
-                "[{r}] reduction 0: expected error: reduction \"check-0\" lost its root, rank 1"
-            )),
-            "{t}"
-        );
-    }
-}
-
-fn state(pid: i32) -> char {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit(')').next().and_then(|r| r.trim().chars().next()))
-        .unwrap_or('?')
+    faults::root_killed(&job());
 }
 
 #[test]
 fn a_stopped_rank_is_declared_failed_fenced_and_changes_nothing_when_resumed() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let log = d.join("stats.json");
-    let child = job_of(
-        d,
-        "",
-        3,
-        &[
-            "--stop-after-join",
-            "2",
-            "--delay",
-            "0,1,3:800",
-            "--task-log",
-            log.to_str().unwrap(),
-        ],
-    );
-    let pid = wait_for_pid(&d.join("rank-2.pid"), Duration::from_secs(30));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while state(pid) != 'T' && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(state(pid), 'T', "rank 2 did not stop");
-    // Past the 1.5 s failure timeout, the survivors recover rank 2's
-    // originals from its buddy and finish; then rank 2 resumes.
-    std::thread::sleep(Duration::from_millis(4000));
-    signal(pid, libc::SIGCONT).unwrap();
-    let out = wait_bounded(child, LIMIT);
-    let t = text(&out);
-    assert!(out.status.success(), "{t}");
-    for r in [0, 1, 3] {
-        assert!(
-            t.contains(&format!("[{r}] rank {r}: 3 ok, 0 failed")),
-            "{t}"
-        );
-    }
-    assert!(
-        t.contains("[2] reduction 0: fenced"),
-        "rank 2 learns it was fenced:\n{t}"
-    );
-    let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(&log).unwrap()).unwrap();
-    assert_eq!(stats["dead"], serde_json::json!([2]));
+    faults::stopped_rank_fenced(&job());
 }

@@ -2,7 +2,8 @@
 //! `tf_check` launched by `taskfold run` with `TASKFOLD_TRANSPORT=libfabric`
 //! and each provider of this machine (`tcp;ofi_rxm`, `sockets`, `shm`), and
 //! a job where a rank exits early, which must end the reductions without a
-//! hang. A provider this machine lacks fails under CI (env `CI` set) and is
+//! hang, and the SIGKILL / SIGSTOP fault scenarios of
+//! `taskfold_tests::faults`. A provider this machine lacks fails under CI (env `CI` set) and is
 //! skipped otherwise.
 
 #![cfg(feature = "libfabric")]
@@ -11,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
-use taskfold_tests::{run_bounded, target_dir, text};
+use taskfold_tests::{faults, run_bounded, target_dir, text};
 use taskfold_transports::libfabric::provider_available;
 
 const LIMIT: Duration = Duration::from_secs(180);
@@ -162,4 +163,69 @@ fn tcp_rxm_a_rank_that_exits_early_ends_reductions_without_a_hang() {
 #[test]
 fn shm_a_rank_that_exits_early_ends_reductions_without_a_hang() {
     a_rank_exits_early("shm");
+}
+
+/// The fault scenarios of the fault-tolerance tests, over `provider`.
+fn fault_job(provider: &str) -> Option<faults::Job> {
+    if !have(provider) {
+        return None;
+    }
+    let (taskfold, tf_check) = binaries();
+    Some(faults::Job {
+        taskfold: taskfold.clone(),
+        tf_check: tf_check.clone(),
+        env: vec![
+            ("TASKFOLD_TRANSPORT".into(), "libfabric".into()),
+            ("TASKFOLD_FI_PROVIDER".into(), provider.into()),
+        ],
+    })
+}
+
+#[test]
+fn tcp_rxm_place_1_sigkill_before_the_task_reaches_its_receiver() {
+    if let Some(job) = fault_job("tcp;ofi_rxm") {
+        faults::place_1_killed_before_the_task_reaches_it(&job);
+    }
+}
+
+#[test]
+fn tcp_rxm_place_2_sigkill_of_a_receiver_while_it_folds() {
+    if let Some(job) = fault_job("tcp;ofi_rxm") {
+        faults::place_2_receiver_killed_while_it_folds(&job);
+    }
+}
+
+#[test]
+fn tcp_rxm_place_3_sigkill_of_a_provider_while_the_receiver_fetches() {
+    if let Some(job) = fault_job("tcp;ofi_rxm") {
+        faults::place_3_provider_killed_while_the_receiver_fetches(&job);
+    }
+}
+
+#[test]
+fn shm_place_3_sigkill_of_a_provider_while_the_receiver_fetches() {
+    if let Some(job) = fault_job("shm") {
+        faults::place_3_provider_killed_while_the_receiver_fetches(&job);
+    }
+}
+
+#[test]
+fn tcp_rxm_sigkill_of_a_rank_and_its_buddy_is_a_typed_error_everywhere() {
+    if let Some(job) = fault_job("tcp;ofi_rxm") {
+        faults::rank_and_buddy_killed(&job);
+    }
+}
+
+#[test]
+fn tcp_rxm_sigkill_of_the_root_is_a_typed_error_everywhere() {
+    if let Some(job) = fault_job("tcp;ofi_rxm") {
+        faults::root_killed(&job);
+    }
+}
+
+#[test]
+fn tcp_rxm_a_stopped_rank_is_fenced_and_changes_nothing_when_resumed() {
+    if let Some(job) = fault_job("tcp;ofi_rxm") {
+        faults::stopped_rank_fenced(&job);
+    }
 }

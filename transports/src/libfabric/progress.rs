@@ -736,6 +736,12 @@ impl Engine {
     /// posted.
     fn post_pending(&mut self) -> bool {
         let mut any = false;
+        // Peers whose send was refused in a row: a provider may refuse one
+        // peer for long (rxm while its connection to a stopped process is
+        // being set up), and that peer must not hold up messages to the
+        // others (a pong to the master stuck behind it would get this rank
+        // declared failed). The pass ends when every waiting peer refused.
+        let mut refused = 0;
         while self.tx_busy < self.tx_limit && !self.tx_free.is_empty() {
             let Some(to) = self.ready.pop_front() else {
                 break;
@@ -761,6 +767,7 @@ impl Engine {
             match self.post_send(to, &out) {
                 Ok(Posted::Yes) => {
                     any = true;
+                    refused = 0;
                     let p = &mut self.peers[to as usize];
                     if !free {
                         p.credits -= 1;
@@ -773,8 +780,11 @@ impl Engine {
                 }
                 Ok(Posted::Again) => {
                     self.peers[to as usize].outq.push_front(out);
-                    self.ready.push_front(to);
-                    break;
+                    self.ready.push_back(to);
+                    refused += 1;
+                    if refused >= self.ready.len() {
+                        break;
+                    }
                 }
                 Err(e) => {
                     self.suspect(to, format!("{e}"));
