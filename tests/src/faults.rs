@@ -9,7 +9,7 @@
 //! failure timeout. [`Job`] says which binaries to launch and which extra
 //! environment to give them (the transport, its provider).
 
-use crate::{signal, text, wait_bounded, wait_for_pid};
+use crate::{signal, text, wait_bounded, wait_for_pid, Signal};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -78,7 +78,7 @@ fn kill(dir: &Path, rank: u32) {
         &dir.join(format!("rank-{rank}.pid")),
         Duration::from_secs(30),
     );
-    signal(pid, libc::SIGKILL).unwrap();
+    signal(pid, Signal::KILL).unwrap();
 }
 
 fn hooks(dir: &Path, ranks: &[u32], point: &str) -> String {
@@ -246,7 +246,7 @@ pub fn stopped_rank_fenced(job: &Job) {
     // Past the 1.5 s failure timeout, the survivors recover rank 2's
     // originals from its buddy and finish; then rank 2 resumes.
     std::thread::sleep(Duration::from_millis(4000));
-    signal(pid, libc::SIGCONT).unwrap();
+    signal(pid, Signal::CONT).unwrap();
     let out = wait_bounded(child, LIMIT);
     let t = text(&out);
     assert!(out.status.success(), "{t}");

@@ -67,15 +67,13 @@ pub fn wait_bounded(mut child: Child, limit: Duration) -> Output {
     }
 }
 
+pub use rustix::process::Signal;
+
 /// Sends `signal` to `pid`.
-pub fn signal(pid: i32, signal: i32) -> std::io::Result<()> {
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    let rc = unsafe { libc::kill(pid, signal) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+pub fn signal(pid: i32, signal: Signal) -> std::io::Result<()> {
+    let pid = rustix::process::Pid::from_raw(pid)
+        .ok_or_else(|| std::io::Error::other(format!("not a process id: {pid}")))?;
+    rustix::process::kill_process(pid, signal).map_err(std::io::Error::from)
 }
 
 /// Polls for a file holding a pid (written by `tf_check --pid-dir`).

@@ -165,7 +165,7 @@ fn a_stopped_rank_is_folded_last_and_holds_nobody_up() {
     }
     assert_eq!(state(pid), 'T', "rank 2 did not stop");
     std::thread::sleep(Duration::from_millis(1500));
-    signal(pid, libc::SIGCONT).unwrap();
+    signal(pid, taskfold_tests::Signal::CONT).unwrap();
     let out = wait_bounded(child, LIMIT);
     assert_all_ok(&out, 4);
     let stats: Stats = serde_json::from_slice(&std::fs::read(&log).unwrap()).unwrap();

@@ -8,6 +8,8 @@
 //! - `TASKFOLD_FI_WAIT`: `poll` (the default: the progress thread polls
 //!   with a short backoff) or `auto` (it blocks in `fi_cq_sread` where the
 //!   provider has wait objects).
+//! - `TASKFOLD_BIND_HOST`: the address this rank listens on and is reached
+//!   at (127.0.0.1 by default: one node; `0.0.0.0` for several nodes).
 //!
 //! `libfabric` needs a build with the cargo feature `libfabric`; without
 //! it, [`from_env_config`] fails with a message saying so.
@@ -100,11 +102,42 @@ impl Choice {
     }
 }
 
+/// Environment variable naming the address this rank's listener binds
+/// (and that other ranks use to reach it): 127.0.0.1 by default, which
+/// keeps a job on one node. For ranks on several nodes, set it to the
+/// node's address on the cluster's network, or to `0.0.0.0`: then peers
+/// are told the address the master sees the rank connect from, and rank 0
+/// writes its host name's address into the rendezvous file.
+pub const BIND_ENV: &str = "TASKFOLD_BIND_HOST";
+
+/// The bind address `get` describes (`None`: keep the default).
+pub fn bind_host_from_vars(
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Option<std::net::IpAddr>, TransportError> {
+    let Some(v) = get(BIND_ENV).map(|v| v.trim().to_string()) else {
+        return Ok(None);
+    };
+    if v.is_empty() {
+        return Ok(None);
+    }
+    let ip: std::net::IpAddr = v.parse().map_err(|_| {
+        TransportError::Io(format!(
+            "{BIND_ENV}={v:?}: expected an IP address of this node (e.g. 10.0.0.5)"
+        ))
+    })?;
+    Ok(Some(ip))
+}
+
 /// Starts the transport the environment asks for (`TASKFOLD_TRANSPORT`,
-/// `TASKFOLD_FI_PROVIDER`, `TASKFOLD_FI_WAIT`), with `tcp` as the TCP
-/// transport's configuration (the libfabric transport bootstraps over it).
-pub fn from_env_config(tcp: TcpConfig) -> Result<Arc<dyn Transport>, TransportError> {
-    Choice::from_env()?.start(tcp)
+/// `TASKFOLD_FI_PROVIDER`, `TASKFOLD_FI_WAIT`, `TASKFOLD_BIND_HOST`), with
+/// `tcp` as the TCP transport's configuration (the libfabric transport
+/// bootstraps over it).
+pub fn from_env_config(mut tcp: TcpConfig) -> Result<Arc<dyn Transport>, TransportError> {
+    let choice = Choice::from_env()?;
+    if let Some(ip) = bind_host_from_vars(|k| std::env::var(k).ok())? {
+        tcp.bind_host = ip;
+    }
+    choice.start(tcp)
 }
 
 #[cfg(test)]
@@ -147,6 +180,25 @@ mod tests {
         assert!(Choice::from_vars(vars(&[(TRANSPORT_ENV, "carrier-pigeon")])).is_err());
         assert!(
             Choice::from_vars(vars(&[(TRANSPORT_ENV, "libfabric"), (WAIT_ENV, "spin")])).is_err()
+        );
+    }
+
+    #[test]
+    fn parses_bind_hosts() {
+        assert_eq!(bind_host_from_vars(vars(&[])), Ok(None));
+        assert_eq!(
+            bind_host_from_vars(vars(&[(BIND_ENV, " 10.0.0.5 ")])),
+            Ok(Some("10.0.0.5".parse().expect("ip")))
+        );
+        assert_eq!(
+            bind_host_from_vars(vars(&[(BIND_ENV, "::1")])),
+            Ok(Some("::1".parse().expect("ip")))
+        );
+        let e = bind_host_from_vars(vars(&[(BIND_ENV, "node7")])).unwrap_err();
+        assert!(e.to_string().contains("expected an IP address"), "{e}");
+        assert_eq!(
+            bind_host_from_vars(vars(&[(BIND_ENV, "0.0.0.0")])),
+            Ok(Some("0.0.0.0".parse().expect("ip")))
         );
     }
 

@@ -304,8 +304,10 @@ fn trial_kill(dir: &Path, rank: u32, delay: f64, ended: impl Fn() -> bool) -> Op
         .parse()
         .ok()?;
     std::thread::sleep(Duration::from_secs_f64(delay.max(0.0)));
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        // The job may already be over: nothing to kill then.
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
     Some(now_s())
 }
 

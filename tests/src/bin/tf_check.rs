@@ -58,6 +58,14 @@ fn delayed(spec: &Option<String>, rank: u32) -> Option<Duration> {
         .then(|| Duration::from_millis(ms.trim().parse().unwrap_or(0)))
 }
 
+/// Stops this process with SIGSTOP (the test resumes it, or not).
+fn stop_myself() {
+    let me = rustix::process::getpid();
+    if let Err(e) = rustix::process::kill_process(me, rustix::process::Signal::STOP) {
+        eprintln!("could not stop myself: {e}");
+    }
+}
+
 fn value(rank: u32, k: u32, i: usize) -> f32 {
     ((i % 1021) as u32 + rank * 3 + k) as f32
 }
@@ -84,8 +92,7 @@ fn main() {
         .unwrap();
     }
     if args.stop_rank == Some(rank) {
-        // SAFETY: raise(3) has no memory-safety preconditions.
-        unsafe { libc::raise(libc::SIGSTOP) };
+        stop_myself();
     }
     if args.exit_rank == Some(rank) {
         std::process::exit(7);
@@ -110,8 +117,7 @@ fn main() {
         // Let the joins leave, then stop; the test resumes us after the
         // failure timeout, when we must have been fenced.
         std::thread::sleep(Duration::from_millis(300));
-        // SAFETY: raise(3) has no memory-safety preconditions.
-        unsafe { libc::raise(libc::SIGSTOP) };
+        stop_myself();
     }
     let mut ok = 0;
     let mut failed = 0;

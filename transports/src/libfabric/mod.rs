@@ -62,8 +62,8 @@
 //! offered by `fi_getinfo`. It asks for manual progress where the provider
 //! allows it (`sockets` otherwise runs a progress thread of its own, which
 //! sleeps for milliseconds). IP-addressed providers bind the TCP
-//! configuration's `bind_host` (127.0.0.1 by default). See
-//! `transports/FABRIC.md` for measurements.
+//! configuration's `bind_host` (127.0.0.1 by default). The book's
+//! Transports chapter gives measurements (`taskfold bench transports`).
 //!
 //! # Threads
 //!

@@ -37,6 +37,25 @@ pub(crate) struct Registration {
     wr: OwnedWriteHalf,
 }
 
+/// The address other nodes can use for `addr`: `addr` itself, unless it is
+/// a wildcard (0.0.0.0 or ::), which is replaced by the first address this
+/// host's name resolves to that is not a loopback one (the loopback address
+/// if there is none: then the job must stay on this node).
+pub(crate) fn reachable(addr: SocketAddr) -> SocketAddr {
+    use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
+    if !addr.ip().is_unspecified() {
+        return addr;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let found = (!host.is_empty())
+        .then(|| (host.as_str(), addr.port()).to_socket_addrs().ok())
+        .flatten()
+        .and_then(|mut all| all.find(|a| !a.ip().is_loopback() && !a.ip().is_unspecified()));
+    found.unwrap_or_else(|| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port()))
+}
+
 /// Writes the rendezvous file atomically (temporary file, then rename).
 pub(crate) fn write_rendezvous(path: &Path, job: u64, addr: SocketAddr) -> io::Result<()> {
     let name = path
@@ -471,5 +490,21 @@ pub fn report_rank_exit(
             detail: format!("unexpected frame kind {} in answer to a report", h.kind),
         }),
         Err(e) => Err(io(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reachable;
+    use std::net::SocketAddr;
+
+    #[test]
+    fn a_concrete_address_is_kept_and_a_wildcard_is_replaced() {
+        let a: SocketAddr = "127.0.0.5:4000".parse().expect("address");
+        assert_eq!(reachable(a), a);
+        let w: SocketAddr = "0.0.0.0:4000".parse().expect("address");
+        let r = reachable(w);
+        assert!(!r.ip().is_unspecified(), "{r}");
+        assert_eq!(r.port(), 4000);
     }
 }

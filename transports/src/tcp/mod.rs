@@ -200,7 +200,8 @@ impl TcpTransport {
         let joined = match registrations {
             Some(rx) => {
                 if let MasterAddr::Rendezvous(path) = &cfg.master {
-                    if let Err(e) = bootstrap::write_rendezvous(path, cfg.job, listen_addr) {
+                    let public = bootstrap::reachable(listen_addr);
+                    if let Err(e) = bootstrap::write_rendezvous(path, cfg.job, public) {
                         return fail(
                             TransportError::Io(format!(
                                 "writing the rendezvous file {}: {e}",
