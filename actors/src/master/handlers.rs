@@ -320,10 +320,20 @@ pub(crate) struct ExitReport {
     pub(crate) signal: i32,
 }
 
+/// How long a launcher's exit report waits for the rank's link to break.
+///
+/// The report travels on the launcher's connection, the rank's last frames
+/// on the rank's own: the report can win the race. Declaring the rank dead
+/// at once would fence those frames — an announcement of its contribution,
+/// with the directory of its disk copy, would be dropped and the original
+/// counted lost. The broken link follows the frames within milliseconds and
+/// declares the failure itself; the report stands if it does not.
+pub(crate) const EXIT_REPORT_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
+
 impl Handler<ExitReport> for Master {
     type Result = ();
 
-    fn handle(&mut self, m: ExitReport, _: &mut Context<Self>) {
+    fn handle(&mut self, m: ExitReport, ctx: &mut Context<Self>) {
         if self.finalized.contains(&m.rank) && m.code == 0 {
             return; // a clean exit after finalize
         }
@@ -332,7 +342,10 @@ impl Handler<ExitReport> for Master {
         } else {
             format!("process exited with code {} before finalizing", m.code)
         };
-        self.rank_down(Rank(m.rank), reason, None);
+        let rank = Rank(m.rank);
+        ctx.run_later(EXIT_REPORT_GRACE, move |act, _| {
+            act.rank_down(rank, reason, None)
+        });
     }
 }
 

@@ -106,6 +106,21 @@ impl Master {
             return;
         };
         tracing::warn!(id = %r.id, %error, "reduction failed");
+        if let ReduceError::RanksLost { ranks, .. } = &error {
+            // Say which copies were missing, for the post-mortem.
+            for &lost in ranks {
+                let Some(i) = r.group.index_of(Rank(lost)) else {
+                    continue;
+                };
+                tracing::warn!(
+                    id = %r.id,
+                    rank = lost,
+                    buddy_copy = ?r.replicas.get(&i),
+                    disk_copy = ?r.disks.get(&i),
+                    "original lost: no live replica and no readable disk copy"
+                );
+            }
+        }
         self.stats.reductions_failed += 1;
         metrics::counter!(crate::metrics::REDUCTIONS_FAILED).increment(1);
         let msg = Msg::Complete {

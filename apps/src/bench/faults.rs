@@ -104,6 +104,18 @@ pub struct FaultReport {
     pub median_kill_to_result_s: f64,
     /// The typed errors seen, one per trial that ended with one.
     pub errors: Vec<String>,
+    /// Every trial: when the kill came (seconds after the rank announced
+    /// its contribution) and how the trial ended.
+    pub per_trial: Vec<TrialRecord>,
+}
+
+/// One trial of the experiment.
+#[derive(Serialize, Debug, Default)]
+pub struct TrialRecord {
+    /// Seconds between the rank's announcement and its SIGKILL.
+    pub kill_delay_s: f64,
+    /// `recovered`, `error`, `wrong` or `hang`.
+    pub outcome: String,
 }
 
 fn now_s() -> f64 {
@@ -212,9 +224,8 @@ pub fn main(args: FaultArgs) -> ExitCode {
             let hooks = format!("{}:joined:fault:{}", args.kill_rank, tdir.display());
             let launch = job(&args, mode, &tdir, None, Some(hooks));
             let runner = std::thread::spawn(move || launcher::run(&launch));
-            let kill_at = trial_kill(&tdir, args.kill_rank, t * rng.unit(), || {
-                runner.is_finished()
-            });
+            let delay = t * rng.unit();
+            let kill_at = trial_kill(&tdir, args.kill_rank, delay, || runner.is_finished());
             let _ = runner.join();
             let outcome = std::fs::read_to_string(tdir.join("outcome")).unwrap_or_default();
             let mut words = outcome.split_whitespace();
@@ -222,6 +233,10 @@ pub fn main(args: FaultArgs) -> ExitCode {
                 words.next().unwrap_or("hang"),
                 words.next().and_then(|w| w.parse::<f64>().ok()),
             );
+            report.per_trial.push(TrialRecord {
+                kill_delay_s: delay,
+                outcome: kind.to_string(),
+            });
             match kind {
                 "recovered" => report.recovered += 1,
                 "error" => {
@@ -243,6 +258,7 @@ pub fn main(args: FaultArgs) -> ExitCode {
             let _ = std::fs::remove_dir_all(&tdir);
         }
         report.median_kill_to_result_s = median(&mut delays);
+        report.trials = report.trials_run();
         let _ = std::fs::remove_dir_all(&dir);
         reports.push(report);
     }
