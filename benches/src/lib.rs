@@ -10,8 +10,18 @@
 //! - [`baseline`]: the physical floor a reduction is compared with (a
 //!   `memcpy` of the same bytes).
 //! - [`Figure`]: one line of a `bench reduce` report.
+//! - `bench compare`, taskfold against MPI_Reduce: [`compare`] (samples,
+//!   records, ratios), [`mpi`] (finds, builds and runs the MPI driver
+//!   `benches/mpi/reduce_bench.c`), [`delay`] (the seeded arrival delays,
+//!   the busy rank and the background load, identical on both sides),
+//!   [`report`] (Markdown), [`plot`] (SVG).
 
 pub mod baseline;
+pub mod compare;
+pub mod delay;
+pub mod mpi;
+pub mod plot;
+pub mod report;
 pub mod stats;
 
 use serde::{Deserialize, Serialize};

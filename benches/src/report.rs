@@ -1,0 +1,394 @@
+//! The Markdown report of `bench compare`: the targets first, then one
+//! table per scenario with ratios taskfold / Open MPI and taskfold / MPICH,
+//! the master's load, the exact command lines, and the plots.
+
+use crate::compare::{find, ratio, Record};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write;
+
+/// Everything one `bench compare` run measured.
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct Report {
+    /// The command that produced the report.
+    pub invocation: String,
+    /// Every figure.
+    pub records: Vec<Record>,
+    /// `(what, command line)` of every run, exactly as executed.
+    pub commands: Vec<(String, String)>,
+    /// MPIs that were not found, and why.
+    pub missing: Vec<String>,
+    /// Free-form facts about the run (cores, durability, references).
+    pub notes: Vec<String>,
+    /// `(size, seconds)`: one fetch + fold of a contribution measured alone
+    /// (taskfold, p = 2, quiet), the yardstick of the staggered tail.
+    pub fetch_fold_alone: Vec<(usize, f64)>,
+    /// Plot files written next to the report.
+    pub plots: Vec<String>,
+}
+
+/// Bytes as `128 KiB`, `8 MiB`.
+pub fn human(bytes: usize) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn ms(s: f64) -> String {
+    if s.is_nan() {
+        "–".into()
+    } else if s < 0.01 {
+        format!("{:.3}", s * 1e3)
+    } else {
+        format!("{:.1}", s * 1e3)
+    }
+}
+
+fn opt_ratio(r: Option<f64>) -> String {
+    r.map_or("–".into(), |r| format!("{r:.2}"))
+}
+
+/// One target: its statement, the measured values and whether all meet it.
+struct Target {
+    what: String,
+    measured: Vec<String>,
+    met: Option<bool>,
+}
+
+impl Report {
+    fn points(&self, scenario: &str) -> Vec<&Record> {
+        let mut v: Vec<&Record> = self
+            .records
+            .iter()
+            .filter(|r| r.side == "taskfold" && r.scenario == scenario)
+            .collect();
+        v.sort_by_key(|r| (r.np, r.size, r.k));
+        v
+    }
+
+    fn ratio_target(&self, what: &str, scenario: &str, bound: f64, min_size: usize) -> Target {
+        let mut measured = Vec::new();
+        let mut met = None;
+        for r in self
+            .points(scenario)
+            .into_iter()
+            .filter(|r| r.np == 8 && r.size >= min_size)
+        {
+            if let Some(x) = ratio(&self.records, "openmpi", r) {
+                measured.push(format!("{}: {x:.2}", human(r.size)));
+                met = Some(met.unwrap_or(true) && x <= bound);
+            }
+        }
+        Target {
+            what: what.into(),
+            measured,
+            met,
+        }
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        let mut t = vec![
+            self.ratio_target(
+                "quiet, p = 8, ≥ 2 MiB: taskfold / Open MPI ≤ 1.0",
+                "quiet",
+                1.0,
+                2 << 20,
+            ),
+            self.ratio_target(
+                "one slow rank (D = 50% of quiet), p = 8, ≥ 2 MiB: ≤ 0.7",
+                "slow-half",
+                0.7,
+                2 << 20,
+            ),
+            self.ratio_target(
+                "one slow rank (D = 20 ms), p = 8, ≥ 2 MiB: ≤ 0.7",
+                "slow-20ms",
+                0.7,
+                2 << 20,
+            ),
+        ];
+        // Staggered tail: against Open MPI's tail, and against one fetch +
+        // fold measured alone.
+        let mut measured = Vec::new();
+        let mut met = None;
+        for r in self.points("stagger").into_iter().filter(|r| r.np == 8) {
+            let base = find(&self.records, "openmpi", "stagger", 8, r.size, 1);
+            let alone = self
+                .fetch_fold_alone
+                .iter()
+                .find(|(s, _)| *s == r.size)
+                .map(|(_, t)| *t);
+            let tr = base.map(|b| r.tail_median_s / b.tail_median_s);
+            let ar = alone.map(|a| r.tail_median_s / a);
+            measured.push(format!(
+                "{}: {} (×{} of fetch+fold alone)",
+                human(r.size),
+                opt_ratio(tr),
+                opt_ratio(ar)
+            ));
+            if let (Some(tr), Some(ar)) = (tr, ar) {
+                met = Some(met.unwrap_or(true) && tr <= 0.3 && ar <= 2.0);
+            }
+        }
+        t.push(Target {
+            what: "staggered tail, p = 8: ≤ 0.3, and ≤ 2× one fetch + fold alone".into(),
+            measured,
+            met,
+        });
+        let mut k28 = self.ratio_target(
+            "K = 28 concurrent 8 MiB, total: ≤ 0.25",
+            "concurrent",
+            0.25,
+            0,
+        );
+        k28.measured.clear();
+        k28.met = None;
+        for r in self
+            .points("concurrent")
+            .into_iter()
+            .filter(|r| r.np == 8 && r.k == 28)
+        {
+            if let Some(x) = ratio(&self.records, "openmpi", r) {
+                k28.measured.push(format!("{x:.2}"));
+                k28.met = Some(x <= 0.25);
+            }
+        }
+        t.push(k28);
+        t
+    }
+
+    fn scenario_table(&self, out: &mut String, title: &str, scenario: &str, tails: bool) {
+        let pts = self.points(scenario);
+        if pts.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "\n## {title}\n");
+        let _ = writeln!(
+            out,
+            "| p | size | K | param (ms) | taskfold (ms) | Open MPI (ms) | MPICH (ms) | tf / Open MPI | tf / MPICH |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+        for r in &pts {
+            let get = |side| find(&self.records, side, scenario, r.np, r.size, r.k);
+            let (o, m) = (get("openmpi"), get("mpich"));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.np,
+                human(r.size),
+                r.k,
+                r.param_s.map_or("–".into(), ms),
+                ms(r.median_s),
+                o.map_or("–".into(), |x| ms(x.median_s)),
+                m.map_or("–".into(), |x| ms(x.median_s)),
+                opt_ratio(ratio(&self.records, "openmpi", r)),
+                opt_ratio(ratio(&self.records, "mpich", r)),
+            );
+        }
+        if tails {
+            let _ = writeln!(
+                out,
+                "\nTail: from the last contribution to the result at the root.\n"
+            );
+            let _ = writeln!(
+                out,
+                "| p | size | taskfold tail (ms) | Open MPI tail (ms) | MPICH tail (ms) | tf / Open MPI | fetch+fold alone (ms) |"
+            );
+            let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+            for r in &pts {
+                let get = |side| find(&self.records, side, scenario, r.np, r.size, r.k);
+                let (o, m) = (get("openmpi"), get("mpich"));
+                let alone = self.fetch_fold_alone.iter().find(|(s, _)| *s == r.size);
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} | {} | {} |",
+                    r.np,
+                    human(r.size),
+                    ms(r.tail_median_s),
+                    o.map_or("–".into(), |x| ms(x.tail_median_s)),
+                    m.map_or("–".into(), |x| ms(x.tail_median_s)),
+                    opt_ratio(o.map(|o| r.tail_median_s / o.tail_median_s)),
+                    alone.map_or("–".into(), |(_, t)| ms(*t)),
+                );
+            }
+        }
+    }
+
+    /// The report as Markdown.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "# taskfold against MPI_Reduce\n");
+        let _ = writeln!(out, "Produced by `{}`.\n", self.invocation);
+        let _ = writeln!(
+            out,
+            "Each figure is the per-operation time, maximum over ranks, median over repetitions; results are verified outside the timed loop. Ratios below 1 mean taskfold is faster.\n"
+        );
+        for n in &self.notes {
+            let _ = writeln!(out, "- {n}");
+        }
+        for m in &self.missing {
+            let _ = writeln!(out, "- not measured: {m}");
+        }
+        let _ = writeln!(out, "\n## Targets (p = 8, against Open MPI)\n");
+        let _ = writeln!(out, "| target | measured | met |");
+        let _ = writeln!(out, "|---|---|---|");
+        for t in self.targets() {
+            let met = match t.met {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "not measured",
+            };
+            let _ = writeln!(out, "| {} | {} | {met} |", t.what, t.measured.join("; "));
+        }
+        self.scenario_table(&mut out, "a. Quiet machine", "quiet", false);
+        self.scenario_table(
+            &mut out,
+            "b. One slow rank (rank 2 busy-spins D = 50% of the quiet time)",
+            "slow-half",
+            false,
+        );
+        self.scenario_table(
+            &mut out,
+            "b. One slow rank (rank 2 busy-spins D = 20 ms)",
+            "slow-20ms",
+            false,
+        );
+        self.scenario_table(
+            &mut out,
+            "c. Staggered arrival (seeded delays in [0, J], J = the quiet time)",
+            "stagger",
+            true,
+        );
+        self.scenario_table(
+            &mut out,
+            "d. Background load (one migration-kernel process per core)",
+            "load",
+            false,
+        );
+        self.scenario_table(
+            &mut out,
+            "e. Concurrent reductions (K at once; time is the total)",
+            "concurrent",
+            false,
+        );
+        let conc = self.points("concurrent");
+        if !conc.is_empty() {
+            let _ = writeln!(out, "\nTime per reduction (total / K):\n");
+            let _ = writeln!(out, "| p | K | taskfold (ms) | Open MPI (ms) | MPICH (ms) |");
+            let _ = writeln!(out, "|---|---|---|---|---|");
+            for r in conc {
+                let per = |side| {
+                    find(&self.records, side, "concurrent", r.np, r.size, r.k)
+                        .map_or("–".into(), |x| ms(x.median_s / f64::from(x.k)))
+                };
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} |",
+                    r.np,
+                    r.k,
+                    ms(r.median_s / f64::from(r.k)),
+                    per("openmpi"),
+                    per("mpich")
+                );
+            }
+        }
+        let master: Vec<&Record> = self
+            .points("quiet")
+            .into_iter()
+            .filter(|r| r.master.is_some())
+            .collect();
+        if !master.is_empty() {
+            let _ = writeln!(out, "\n## f. Master load (taskfold, quiet)\n");
+            let _ = writeln!(
+                out,
+                "| p | size | reductions | msgs/s in | msgs/s out | KiB/s in | KiB/s out | msgs per reduction |"
+            );
+            let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+            for r in master {
+                let Some(m) = r.master else { continue };
+                let ((mi, mo), (bi, bo)) = (m.msgs_per_s(), m.bytes_per_s());
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {mi:.0} | {mo:.0} | {:.1} | {:.1} | {:.1} |",
+                    r.np,
+                    human(r.size),
+                    m.reductions,
+                    bi / 1024.0,
+                    bo / 1024.0,
+                    (m.msgs_in + m.msgs_out) as f64 / m.reductions.max(1) as f64
+                );
+            }
+        }
+        if !self.plots.is_empty() {
+            let _ = writeln!(out, "\n## Plots\n");
+            for p in &self.plots {
+                let _ = writeln!(out, "![{p}]({p})\n");
+            }
+        }
+        let _ = writeln!(out, "\n## Command lines\n");
+        for (what, cmd) in &self.commands {
+            let _ = writeln!(out, "- {what}: `{cmd}`");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::Sample;
+
+    fn rec(side: &str, scenario: &str, size: usize, t: f64) -> Record {
+        Record::new(
+            side,
+            scenario,
+            None,
+            Sample {
+                scenario: scenario.into(),
+                np: 8,
+                size,
+                k: if scenario == "concurrent" { 28 } else { 1 },
+                times_s: vec![t],
+                tails_s: vec![t / 2.0],
+                master: None,
+            },
+        )
+    }
+
+    #[test]
+    fn targets_are_judged_from_the_ratios() {
+        let r = Report {
+            records: vec![
+                rec("taskfold", "quiet", 2 << 20, 0.010),
+                rec("openmpi", "quiet", 2 << 20, 0.020),
+                rec("taskfold", "quiet", 8 << 20, 0.030),
+                rec("openmpi", "quiet", 8 << 20, 0.020),
+                rec("taskfold", "concurrent", 8 << 20, 0.1),
+                rec("openmpi", "concurrent", 8 << 20, 1.0),
+            ],
+            ..Report::default()
+        };
+        let t = r.targets();
+        assert_eq!(t[0].met, Some(false), "{:?}", t[0].measured);
+        assert_eq!(t[0].measured, vec!["2 MiB: 0.50", "8 MiB: 1.50"]);
+        assert_eq!(t[1].met, None);
+        assert_eq!(t[4].met, Some(true));
+        let md = r.markdown();
+        assert!(md.contains("| 8 | 8 MiB | 1 | – | 30.0 | 20.0 | – | 1.50 | – |"), "{md}");
+        assert!(md.contains("not measured"));
+    }
+
+    #[test]
+    fn sizes_print_in_binary_units() {
+        assert_eq!(human(128 << 10), "128 KiB");
+        assert_eq!(human(3 << 19), "1.5 MiB");
+    }
+}
