@@ -50,6 +50,12 @@ enum Cmd {
     /// (internal) one rank of the failure-injection experiment.
     #[command(hide = true)]
     BenchFaultRank(bench::faults::FaultRankArgs),
+    /// (internal) one rank of `bench compare`.
+    #[command(hide = true)]
+    CompareRank(bench::compare::rank::CompareRankArgs),
+    /// (internal) one background-load process of `bench compare`.
+    #[command(hide = true)]
+    BenchLoad(bench::compare::LoadArgs),
 }
 
 fn main() -> ExitCode {
@@ -87,5 +93,7 @@ fn main() -> ExitCode {
         Cmd::Bench(cmd) => bench::main(cmd),
         Cmd::BenchRank(args) => bench::reduce::rank_main(args),
         Cmd::BenchFaultRank(args) => bench::faults::rank_main(args),
+        Cmd::CompareRank(args) => bench::compare::rank::rank_main(args),
+        Cmd::BenchLoad(args) => bench::compare::load_main(args),
     }
 }

@@ -158,7 +158,10 @@ impl Mpi {
             command: command.clone(),
             detail,
         };
-        let exe = self.exe.as_deref().ok_or_else(|| fail("not built".into()))?;
+        let exe = self
+            .exe
+            .as_deref()
+            .ok_or_else(|| fail("not built".into()))?;
         let mut child = Command::new(&self.launcher)
             .args(self.launch_args(np))
             .arg(exe)

@@ -282,7 +282,10 @@ impl Report {
         let conc = self.points("concurrent");
         if !conc.is_empty() {
             let _ = writeln!(out, "\nTime per reduction (total / K):\n");
-            let _ = writeln!(out, "| p | K | taskfold (ms) | Open MPI (ms) | MPICH (ms) |");
+            let _ = writeln!(
+                out,
+                "| p | K | taskfold (ms) | Open MPI (ms) | MPICH (ms) |"
+            );
             let _ = writeln!(out, "|---|---|---|---|---|");
             for r in conc {
                 let per = |side| {
@@ -382,7 +385,10 @@ mod tests {
         assert_eq!(t[1].met, None);
         assert_eq!(t[4].met, Some(true));
         let md = r.markdown();
-        assert!(md.contains("| 8 | 8 MiB | 1 | – | 30.0 | 20.0 | – | 1.50 | – |"), "{md}");
+        assert!(
+            md.contains("| 8 | 8 MiB | 1 | – | 30.0 | 20.0 | – | 1.50 | – |"),
+            "{md}"
+        );
         assert!(md.contains("not measured"));
     }
 

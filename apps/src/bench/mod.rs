@@ -1,6 +1,7 @@
 //! `taskfold bench ...`: benchmark harness. Figures are medians, with a
 //! baseline measured in the same run; report ratios, not absolute times.
 
+pub mod compare;
 pub mod faults;
 pub mod reduce;
 pub mod transports;
@@ -19,6 +20,9 @@ pub enum BenchCmd {
     /// Transports against each other: latency, get throughput, reduction
     /// time (TCP and libfabric, ratios to TCP).
     Transports(transports::TransportArgs),
+    /// taskfold against MPI_Reduce (Open MPI, MPICH) in the source paper's
+    /// scenarios: JSON, a Markdown report with ratios, and SVG plots.
+    Compare(compare::CompareArgs),
 }
 
 /// Runs a benchmark.
@@ -27,5 +31,6 @@ pub fn main(cmd: BenchCmd) -> ExitCode {
         BenchCmd::Reduce(a) => reduce::main(a),
         BenchCmd::Faults(a) => faults::main(a),
         BenchCmd::Transports(a) => transports::main(a),
+        BenchCmd::Compare(a) => compare::main(a),
     }
 }
