@@ -42,7 +42,17 @@ pub fn loopback_cluster(n: u32) -> Cluster {
 /// `n` TCP ranks in this process on 127.0.0.1; a crash is
 /// [`TcpTransport::abort`].
 pub fn tcp_cluster(n: u32) -> Cluster {
-    let ts = tcp_ranks(n, &|_| {});
+    tcp_cluster_with(n, &|_| {})
+}
+
+/// Like [`tcp_cluster`], with same-node loans turned off: every get is
+/// streamed over the socket, as between nodes.
+pub fn tcp_streamed_cluster(n: u32) -> Cluster {
+    tcp_cluster_with(n, &|c| c.loans = false)
+}
+
+fn tcp_cluster_with(n: u32, tweak: &(dyn Fn(&mut TcpConfig) + Sync)) -> Cluster {
+    let ts = tcp_ranks(n, tweak);
     let killers = ts.clone();
     Cluster {
         transports: ts.into_iter().map(|t| t as Arc<dyn Transport>).collect(),

@@ -1,6 +1,8 @@
-//! The conformance suite against the tcp transport.
+//! The conformance suite against the tcp transport: with same-node loans
+//! (the default between processes of one node; here all ranks share a
+//! process, which reads its own memory) and with every get streamed.
 
-use taskfold_transports::conformance::{self, tcp_cluster};
+use taskfold_transports::conformance::{self, tcp_cluster, tcp_streamed_cluster};
 
 macro_rules! cases {
     ($($case:ident),* $(,)?) => {
@@ -10,6 +12,15 @@ macro_rules! cases {
                 conformance::$case(&tcp_cluster);
             }
         )*
+        mod streamed {
+            use super::*;
+            $(
+                #[test]
+                fn $case() {
+                    conformance::$case(&tcp_streamed_cluster);
+                }
+            )*
+        }
     };
 }
 

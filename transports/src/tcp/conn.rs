@@ -37,6 +37,16 @@ pub(crate) enum OutFrame {
     GetReq {
         req: u64,
         key: u64,
+        /// The requester's node token, 0 for a streamed answer.
+        token: u64,
+    },
+    Lend {
+        req: u64,
+        addr: u64,
+        total: u64,
+    },
+    Return {
+        req: u64,
     },
     Chunk {
         req: u64,
@@ -71,11 +81,32 @@ impl Batch {
     fn push(&mut self, f: OutFrame) -> bool {
         let (hdr, payload, end) = match f {
             OutFrame::Control(p) => (Header::new(kind::CONTROL, p.len() as u32), Some(p), false),
-            OutFrame::GetReq { req, key } => (
+            OutFrame::GetReq { req, key, token } => (
                 Header {
                     a: req,
                     b: key,
+                    c: token,
                     ..Header::new(kind::GET_REQ, 0)
+                },
+                None,
+                false,
+            ),
+            OutFrame::Lend { req, addr, total } => (
+                Header {
+                    a: req,
+                    b: addr,
+                    c: total,
+                    ..Header::new(kind::GET_LEND, 8)
+                },
+                Some(Bytes::copy_from_slice(
+                    &u64::from(std::process::id()).to_le_bytes(),
+                )),
+                false,
+            ),
+            OutFrame::Return { req } => (
+                Header {
+                    a: req,
+                    ..Header::new(kind::GET_RETURN, 0)
                 },
                 None,
                 false,
@@ -432,7 +463,11 @@ async fn in_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf, wtx: W
             },
             kind::GET_REQ => {
                 metrics::received(HEADER_LEN as u64, 1);
-                get::serve(&shared, &wtx, hdr.a, hdr.b);
+                get::serve(&shared, &wtx, peer, hdr.a, hdr.b, hdr.c);
+            }
+            kind::GET_RETURN => {
+                metrics::received(HEADER_LEN as u64, 1);
+                shared.returned(peer, hdr.a);
             }
             kind::GOODBYE => {
                 shared.peer_gone(peer);
@@ -536,6 +571,16 @@ async fn out_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf) {
             kind::GET_ERR => {
                 metrics::received(HEADER_LEN as u64, 1);
                 if let Err(e) = get::on_error(&shared, peer, &hdr) {
+                    break e;
+                }
+            }
+            kind::GET_LEND if hdr.len == 8 => {
+                let pid = match read_payload(&mut rd, 8).await {
+                    Ok(b) => u64::from_le_bytes(b[..8].try_into().unwrap_or_default()),
+                    Err(e) => break e,
+                };
+                metrics::received(HEADER_LEN as u64 + 8, 1);
+                if let Err(e) = get::on_lend(&shared, peer, &hdr, pid) {
                     break e;
                 }
             }

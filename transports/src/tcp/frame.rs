@@ -17,10 +17,12 @@
 //! | `REFUSE` | | | | the reason, UTF-8 |
 //! | `TABLE` | size | | | `size` addresses, 19 bytes each |
 //! | `CONTROL` | | | | the control frame, opaque |
-//! | `GET_REQ` | request id | key | | none |
+//! | `GET_REQ` | request id | key | node token (0: stream it) | none |
 //! | `GET_CHUNK` | request id | offset | total length | `len` bytes of the buffer |
 //! | `GET_ERR` | request id | key | 1 = not exposed | none |
 //! | `GOODBYE` | | | | none |
+//! | `GET_LEND` | request id | address | total length | owner pid (u64 LE) |
+//! | `GET_RETURN` | request id | | | none |
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -30,7 +32,7 @@ pub const HEADER_LEN: usize = 32;
 /// First two bytes of every frame.
 pub const MAGIC: [u8; 2] = *b"tf";
 /// Version of the TCP framing and handshake; a peer speaking another is refused.
-pub const PROTO_VERSION: u16 = 1;
+pub const PROTO_VERSION: u16 = 2;
 /// Largest `HELLO` or `REFUSE` payload accepted.
 pub const HANDSHAKE_MAX: u32 = 4096;
 /// Bytes of one encoded address in a `TABLE` or `HELLO`.
@@ -56,6 +58,11 @@ pub mod kind {
     pub const GET_ERR: u8 = 7;
     /// The sender is leaving gracefully; nothing follows on this connection.
     pub const GOODBYE: u8 = 8;
+    /// A get answered by a loan: read the buffer from the owner's memory
+    /// (same node, see the `cma` module).
+    pub const GET_LEND: u8 = 9;
+    /// The requester finished reading a loan.
+    pub const GET_RETURN: u8 = 10;
 }
 
 /// `GET_ERR` code: the key is not exposed.
@@ -117,7 +124,11 @@ impl Header {
         };
         match hdr.kind {
             kind::HELLO | kind::REFUSE | kind::TABLE | kind::CONTROL | kind::GET_CHUNK => {}
-            kind::GET_REQ | kind::GET_ERR | kind::GOODBYE => {
+            kind::GET_LEND if hdr.len != 8 => {
+                return Err(format!("a loan with a payload of {}", hdr.len));
+            }
+            kind::GET_LEND => {}
+            kind::GET_REQ | kind::GET_ERR | kind::GOODBYE | kind::GET_RETURN => {
                 if hdr.len != 0 {
                     return Err(format!(
                         "frame kind {} with a payload of {}",
@@ -379,7 +390,8 @@ mod tests {
             assert_eq!(Hello::decode(&h.encode()), Ok(h));
         }
         assert!(Hello::decode(&[1]).is_err());
-        assert!(Hello::decode(&[1, 0, 9]).is_err());
+        let v = PROTO_VERSION.to_le_bytes();
+        assert!(Hello::decode(&[v[0], v[1], 9]).is_err());
         assert_eq!(Hello::decode(&[7, 0]).map(|h| h.version), Ok(7));
     }
 

@@ -6,20 +6,27 @@
 //! straight to the socket, or one `GET_ERR` if the key is not exposed. The
 //! requester allocates one aligned buffer of the announced total at the
 //! first chunk and reads every chunk's payload from the socket into it.
+//!
+//! A requester on the owner's node gets a loan instead (`GET_LEND`, see
+//! the `cma` module): one copy from the owner's memory, then `GET_RETURN`.
 
+use super::cma;
 use super::conn::{OutFrame, ReadError, Writer};
 use super::frame::{Header, ERR_NOT_EXPOSED, HEADER_LEN};
 use super::metrics;
 use super::peer::{Link, Pending, Shared};
 use crate::{BufferKey, RecvBuf, TransportError};
+use std::sync::Arc;
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedReadHalf;
 
 /// Largest buffer a get may announce (larger totals are a protocol error).
 const MAX_GET: u64 = isize::MAX as u64;
 
-/// Answers a get request from the connection whose writer is `w`.
-pub(crate) fn serve(shared: &Shared, w: &Writer, req: u64, key: u64) {
+/// Answers `peer`'s get request from the connection whose writer is `w`:
+/// a loan if the requester is on this node (its `token` is ours) and the
+/// buffer is big enough to be worth the round trip, else a stream.
+pub(crate) fn serve(shared: &Shared, w: &Writer, peer: u32, req: u64, key: u64, token: u64) {
     if shared.is_closed() {
         return;
     }
@@ -28,6 +35,20 @@ pub(crate) fn serve(shared: &Shared, w: &Writer, req: u64, key: u64) {
         return;
     };
     let total = data.len();
+    if token != 0 && token == shared.node_token && total >= cma::MIN_LOAN {
+        let addr = data.as_ptr() as u64;
+        shared.lend(peer, req, data);
+        if w.send(OutFrame::Lend {
+            req,
+            addr,
+            total: total as u64,
+        })
+        .is_err()
+        {
+            shared.returned(peer, req);
+        }
+        return;
+    }
     let mut offset = 0;
     loop {
         let end = total.min(offset + shared.chunk);
@@ -129,6 +150,79 @@ pub(crate) async fn on_chunk(
     Ok(())
 }
 
+/// A loan arrived: copy it from the owner's memory off the reader task,
+/// return it, and complete the get; if the kernel refuses, ask again for a
+/// stream.
+pub(crate) fn on_lend(
+    shared: &Arc<Shared>,
+    peer: u32,
+    hdr: &Header,
+    pid: u64,
+) -> Result<(), ReadError> {
+    let (req, addr, total) = (hdr.a, hdr.b, hdr.c);
+    let Some(p) = take_pending(shared, peer, req) else {
+        if shared.is_closed() {
+            return Ok(());
+        }
+        return Err(ReadError::Protocol(format!(
+            "loan for unknown request {req}"
+        )));
+    };
+    if total > MAX_GET || pid > u64::from(u32::MAX) {
+        let detail = format!("loan of {total} bytes from pid {pid}");
+        let _ = p.tx.send(Err(TransportError::Protocol {
+            peer,
+            detail: detail.clone(),
+        }));
+        return Err(ReadError::Protocol(detail));
+    }
+    let shared = shared.clone();
+    shared.handle.clone().spawn_blocking(move || {
+        let res = cma::read(pid as u32, addr, total as usize);
+        // Return the loan whatever happened: the owner may drop it now.
+        let w = {
+            let mut slot = shared.slot(peer);
+            shared.outgoing(&mut slot, peer)
+        };
+        let _ = w.send(OutFrame::Return { req });
+        match res {
+            Ok(buf) => {
+                metrics::received(total, 0);
+                let _ = p.tx.send(Ok(buf));
+            }
+            Err(cma::ReadFailure::NotPermitted(e)) => {
+                tracing::warn!(rank = shared.rank, peer, error = %e, "same-node reads refused by the kernel; streaming gets instead");
+                shared.loans_ok.store(false, std::sync::atomic::Ordering::Relaxed);
+                restream(&shared, peer, req, p);
+            }
+            Err(cma::ReadFailure::Failed(e)) => {
+                let _ = p.tx.send(Err(TransportError::LinkDown {
+                    peer,
+                    reason: format!("reading rank {peer}'s buffer failed: {e}"),
+                }));
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Asks again for request `req`, streamed this time.
+fn restream(shared: &Arc<Shared>, peer: u32, req: u64, p: Pending) {
+    let mut slot = shared.slot(peer);
+    if let Some(e) = Shared::link_error(peer, &slot.link) {
+        let _ = p.tx.send(Err(e));
+        return;
+    }
+    let w = shared.outgoing(&mut slot, peer);
+    let key = p.key;
+    slot.pending.insert(req, p);
+    if w.send(OutFrame::GetReq { req, key, token: 0 }).is_err() {
+        if let Some(p) = slot.pending.remove(&req) {
+            let _ = p.tx.send(Err(TransportError::Closed));
+        }
+    }
+}
+
 /// A get failed at the owner.
 pub(crate) fn on_error(shared: &Shared, peer: u32, hdr: &Header) -> Result<(), ReadError> {
     let (req, key, code) = (hdr.a, hdr.b, hdr.c);
@@ -172,13 +266,21 @@ pub(crate) fn request(
     slot.pending.insert(
         req,
         Pending {
+            key: key.0,
             buf: None,
             total: 0,
             done: 0,
             tx,
         },
     );
-    if w.send(OutFrame::GetReq { req, key: key.0 }).is_err() {
+    let token = shared.request_token();
+    if w.send(OutFrame::GetReq {
+        req,
+        key: key.0,
+        token,
+    })
+    .is_err()
+    {
         slot.pending.remove(&req);
         return Err(TransportError::LinkDown {
             peer,

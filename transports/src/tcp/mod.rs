@@ -34,6 +34,11 @@
 //! gathered with their header into the writer's batch buffer). A key that is
 //! not exposed costs one `GET_ERR` frame.
 //!
+//! Between processes of one node (same kernel and PID namespace), a get of
+//! 64 KiB or more is a loan instead: `GET_REQ`, one `GET_LEND` frame (40
+//! bytes) naming the owner's buffer, one copy by `process_vm_readv`, one
+//! `GET_RETURN` (32 bytes). See the `cma` module.
+//!
 //! # Failures
 //!
 //! Network errors are values. A connection sending garbage, a bad hello or
@@ -56,6 +61,7 @@
 //! file, and which hands out every rank's listen address.
 
 mod bootstrap;
+mod cma;
 mod conn;
 pub mod frame;
 mod get;
@@ -110,6 +116,9 @@ pub struct TcpConfig {
     /// How long to wait for the master, and for all ranks to register, and
     /// to connect to a peer. Default 30 s.
     pub connect_timeout: Duration,
+    /// Serve and ask for same-node loans (one `process_vm_readv` copy
+    /// instead of a TCP stream). Default: on unless `TASKFOLD_TCP_CMA=0`.
+    pub loans: bool,
 }
 
 impl TcpConfig {
@@ -124,6 +133,7 @@ impl TcpConfig {
             max_frame: 64 << 20,
             chunk: 4 << 20,
             connect_timeout: Duration::from_secs(30),
+            loans: cma::enabled_by_env(),
         }
     }
 }

@@ -33,6 +33,8 @@ pub(crate) enum Link {
 
 /// A get waiting for its response chunks.
 pub(crate) struct Pending {
+    /// The key asked for (a refused loan is asked for again, streamed).
+    pub key: u64,
     /// The buffer, allocated at the first chunk with the announced total.
     pub buf: Option<RecvBuf>,
     /// Announced total length.
@@ -80,6 +82,13 @@ pub(crate) struct Shared {
     pub handle: Handle,
     /// Master only: where registrations go while the bootstrap runs.
     pub registrar: Mutex<Option<flume::Sender<super::bootstrap::Registration>>>,
+    /// This node's token for loans (0: never ask for or give loans).
+    pub node_token: u64,
+    /// Cleared when the kernel refuses to read a loan: ask for none again.
+    pub loans_ok: AtomicBool,
+    /// Buffers lent to peers, by (peer, request): kept alive and unchanged
+    /// until the peer returns them or its link breaks.
+    lent: Mutex<HashMap<(u32, u64), Bytes>>,
 }
 
 /// Decrements the live-task count when a connection task ends or is aborted.
@@ -111,7 +120,39 @@ impl Shared {
             live: AtomicUsize::new(0),
             handle,
             registrar: Mutex::new(None),
+            node_token: if cfg.loans {
+                super::cma::node_token()
+            } else {
+                0
+            },
+            loans_ok: AtomicBool::new(true),
+            lent: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The token a get request carries: ours, if loans may be asked for.
+    pub fn request_token(&self) -> u64 {
+        if self.loans_ok.load(Ordering::Relaxed) {
+            self.node_token
+        } else {
+            0
+        }
+    }
+
+    /// Keeps `data` alive while `peer` reads it (request `req`).
+    pub fn lend(&self, peer: u32, req: u64, data: Bytes) {
+        self.lent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((peer, req), data);
+    }
+
+    /// `peer` finished reading the loan of request `req`.
+    pub fn returned(&self, peer: u32, req: u64) {
+        self.lent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(peer, req));
     }
 
     pub fn is_closed(&self) -> bool {
@@ -207,6 +248,10 @@ impl Shared {
         }
         slot.out = None;
         slot.incoming = None;
+        self.lent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(p, _), _| *p != peer);
         for t in slot.tasks.drain(..) {
             t.abort();
         }
