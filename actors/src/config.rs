@@ -27,7 +27,7 @@ pub struct Config {
     /// Most bytes of buddy replicas one rank keeps (`TASKFOLD_REPLICA_LIMIT`,
     /// default 4 GiB); offers beyond it are refused.
     pub replica_limit: u64,
-    /// Default durability of reductions (`TASKFOLD_DURABILITY=sync|async`).
+    /// Default durability of reductions (`TASKFOLD_DURABILITY=sync|async|off`).
     pub durability: Durability,
     /// Test hooks (`TASKFOLD_TEST_HOOK`), see [`crate::hooks`].
     pub hooks: Vec<crate::hooks::Hook>,
@@ -45,6 +45,13 @@ pub enum Durability {
     /// the replica: every single failure of a non-root rank is recovered,
     /// at the cost of one transfer of the contribution before the first task.
     Sync,
+    /// No copies at all: nothing is written to disk or sent to a buddy, so
+    /// a reduction costs only its tasks. A rank that dies before its
+    /// contribution was folded ends the reduction with
+    /// `ReduceError::RanksLost` naming it (later reductions go on over the
+    /// survivors). For runs that would rather redo a lost reduction than
+    /// pay for its copies.
+    Off,
 }
 
 impl Default for Config {
@@ -89,8 +96,9 @@ impl Config {
             match d.trim() {
                 "sync" => c.durability = Durability::Sync,
                 "async" => c.durability = Durability::Async,
+                "off" | "none" => c.durability = Durability::Off,
                 other => tracing::warn!(
-                    "TASKFOLD_DURABILITY={other:?} is neither sync nor async; using async"
+                    "TASKFOLD_DURABILITY={other:?} is not sync, async or off; using async"
                 ),
             }
         }

@@ -224,3 +224,57 @@ fn reductions_after_a_failure_use_the_survivors() {
         .collect();
     assert_eq!(got[0].as_ref().unwrap().0, vec![6]);
 }
+
+/// `Durability::Off`: a reduction makes no copies (no replica file, no
+/// buddy), still gives the exact sum, and a rank that dies before its
+/// contribution was folded ends the reduction with a typed error naming it.
+#[test]
+fn durability_off_makes_no_copies_and_a_loss_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let replicas = tempfile::tempdir().unwrap();
+    let c = LocalCluster::with_config(
+        4,
+        Config {
+            durability: Durability::Off,
+            replica_dir: Some(replicas.path().to_path_buf()),
+            ..config(vec![
+                hook(2, Point::BeforeFold, "off-2", d),
+                hook(3, Point::BeforeFold, "off-2", d),
+            ])
+        },
+    )
+    .unwrap();
+    let fs: Vec<_> = (0..4).map(|r| (r, start(&c, r, "off-1"))).collect();
+    survivors_get_the_full_sum(&c, fs, u32::MAX);
+    let files = walk_files(replicas.path());
+    assert!(files.is_empty(), "no copies with durability off: {files:?}");
+
+    let mut fs = vec![(2, start(&c, 2, "off-2")), (3, start(&c, 3, "off-2"))];
+    let victim = held(d, &[2, 3], "before-fold");
+    c.kill(victim);
+    release(d, 5 - victim, "before-fold");
+    fs.push((0, start(&c, 0, "off-2")));
+    fs.push((1, start(&c, 1, "off-2")));
+    for (r, mut f) in fs.into_iter().filter(|(r, _)| *r != victim) {
+        match f.wait_timeout(WAIT) {
+            Err(ReduceError::RanksLost { ranks, .. }) => {
+                assert!(ranks.contains(&victim), "rank {r}: {ranks:?}")
+            }
+            other => panic!("rank {r}: expected RanksLost, got {other:?}"),
+        }
+    }
+}
+
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -246,7 +246,13 @@ impl Handler<Prepared> for Worker {
         t.expose(BufferKey(original_key(key)), original.clone());
         t.expose(BufferKey(key), original.slice(HEADER_LEN..));
         let durability = local.durability;
+        // Kept in memory either way: if another rank fails, recovery may
+        // ask this rank to reload its own original.
         local.original = Some(original.clone());
+        if durability == Durability::Off {
+            local.join.disk = None;
+            return self.send_join(key, None, ctx);
+        }
         let disk = self.disk.clone();
         let write = actix_rt::task::spawn_blocking(move || disk.write(key, rank.0, &original));
         self.offer(key);
