@@ -91,7 +91,14 @@ pub fn lines(
 /// or against K for `concurrent`; `tail` plots the tails instead.
 pub fn series_of(records: &[Record], scenario: &str, np: u32, tail: bool) -> Vec<Series> {
     let mut out: Vec<Series> = Vec::new();
-    for side in ["taskfold", "openmpi", "mpich"] {
+    let mut sides: Vec<&str> = Vec::new();
+    for r in records {
+        if crate::report::is_taskfold(&r.side) && !sides.contains(&r.side.as_str()) {
+            sides.push(&r.side);
+        }
+    }
+    sides.extend(["openmpi", "mpich"]);
+    for side in sides {
         let mut p: Vec<(f64, f64)> = records
             .iter()
             .filter(|r| r.side == side && r.scenario == scenario && r.np == np)

@@ -58,6 +58,10 @@ pub struct CompareArgs {
         default_value = "quiet,slow,stagger,load,concurrent"
     )]
     pub scenarios: Vec<String>,
+    /// taskfold's durability configurations to measure (`async`, `sync`,
+    /// `off`); the first one is the side the targets are judged on.
+    #[arg(long, value_delimiter = ',', default_value = "async,off")]
+    pub durability: Vec<String>,
     /// Baselines to run, if installed.
     #[arg(long, value_delimiter = ',', default_value = "openmpi,mpich")]
     pub mpi: Vec<String>,
@@ -141,15 +145,23 @@ impl Harness {
     }
 
     fn taskfold(&mut self, r: &Run) -> Result<(), String> {
+        for d in &r.args.durability {
+            self.taskfold_with(r, d)?;
+        }
+        Ok(())
+    }
+
+    fn taskfold_with(&mut self, r: &Run, durability: &str) -> Result<(), String> {
+        let side = side_name(durability);
         let out = r
             .args
             .out
-            .join(format!("taskfold-{}-p{}.jsonl", r.label, r.np));
+            .join(format!("taskfold-{durability}-{}-p{}.jsonl", r.label, r.np));
         let mut args = vec!["compare-rank".to_string()];
         args.extend(r.driver_args());
         args.extend(["--out".into(), out.display().to_string()]);
         let cmd = format!(
-            "{} run -n {} -- {} {}",
+            "TASKFOLD_DURABILITY={durability} {} run -n {} -- {} {}",
             self.exe.display(),
             r.np,
             self.exe.display(),
@@ -157,14 +169,15 @@ impl Harness {
         );
         self.report
             .commands
-            .push((format!("taskfold, {} p={}", r.label, r.np), cmd));
+            .push((format!("{side}, {} p={}", r.label, r.np), cmd));
         let launch = Launch {
             ranks: r.np,
             program: self.exe.clone().into_os_string(),
             args: args.into_iter().map(Into::into).collect(),
             timeout: Some(Duration::from_secs(r.args.timeout)),
-            env: Vec::new(),
+            env: vec![("TASKFOLD_DURABILITY".into(), durability.into())],
         };
+        let fail = |detail: String| format!("{side} {} p={}: {detail}", r.label, r.np);
         match launcher::run(&launch) {
             Ok(exits) if exits.iter().all(|e| e.success()) => {}
             Ok(exits) => {
@@ -173,21 +186,14 @@ impl Harness {
                     .filter(|e| !e.success())
                     .map(|e| format!("rank {} {}", e.rank, e.describe()))
                     .collect();
-                return Err(format!(
-                    "taskfold {} p={}: {}",
-                    r.label,
-                    r.np,
-                    bad.join(", ")
-                ));
+                return Err(fail(bad.join(", ")));
             }
-            Err(e) => return Err(format!("taskfold {} p={}: {e}", r.label, r.np)),
+            Err(e) => return Err(fail(e.to_string())),
         }
         let text = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))?;
         for s in mpi::parse_samples(&text)? {
             let p = self.param_of(r, &s);
-            self.report
-                .records
-                .push(Record::new("taskfold", r.label, p, s));
+            self.report.records.push(Record::new(&side, r.label, p, s));
         }
         Ok(())
     }
@@ -223,8 +229,8 @@ impl Harness {
     }
 
     /// The quiet time that sets D and J at (np, size): the first baseline's.
-    fn quiet_time(&self, np: u32, size: usize) -> Option<f64> {
-        ["openmpi", "mpich", "taskfold"]
+    fn quiet_time(&self, np: u32, size: usize, first: &str) -> Option<f64> {
+        ["openmpi", "mpich", first]
             .iter()
             .find_map(|side| find(&self.report.records, side, "quiet", np, size, 1))
             .map(|r| r.median_s)
@@ -296,6 +302,15 @@ impl Harness {
     }
 }
 
+/// The report's name for taskfold under `durability`.
+fn side_name(durability: &str) -> String {
+    if durability == "async" {
+        "taskfold".into()
+    } else {
+        format!("taskfold (durability {durability})")
+    }
+}
+
 /// Runs the comparison and writes the report.
 pub fn main(a: CompareArgs) -> ExitCode {
     match compare(&a) {
@@ -329,6 +344,12 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
         }
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for d in &a.durability {
+        if !matches!(d.as_str(), "async" | "sync" | "off") {
+            return Err(format!("--durability {d}: expected async, sync or off"));
+        }
+    }
+    let first = side_name(a.durability.first().map_or("async", |d| d.as_str()));
     let mut h = Harness {
         exe: exe.clone(),
         mpis,
@@ -337,7 +358,11 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
             missing,
             notes: vec![
                 format!("{cores} cores; root 1; f32 sum; {} timed repetitions after {} warm-up ({} for scenario e)", a.reps, a.warmup, a.reps_concurrent),
-                format!("taskfold durability: {} (TASKFOLD_DURABILITY); transport: {}", std::env::var("TASKFOLD_DURABILITY").unwrap_or_else(|_| "async (default)".into()), std::env::var("TASKFOLD_TRANSPORT").unwrap_or_else(|_| "tcp (default)".into())),
+                format!(
+                    "taskfold: `taskfold` is the default durability (async: a disk copy and a buddy copy of every contribution); `taskfold (durability off)` makes no copies, like MPI; transport {}{}",
+                    std::env::var("TASKFOLD_TRANSPORT").unwrap_or_else(|_| "tcp".into()),
+                    if std::env::var("TASKFOLD_TCP_CMA").is_ok_and(|v| v == "0") { " (same-node loans off)" } else { " (same-node gets by cross-memory attach)" }
+                ),
                 "D and J are Open MPI's quiet median at the same p and size (else MPICH's, else taskfold's)".into(),
             ],
             ..Report::default()
@@ -383,7 +408,7 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
     let quiet: Vec<f64> = a
         .size
         .iter()
-        .map(|&s| h.quiet_time(p, s).unwrap_or(0.0))
+        .map(|&s| h.quiet_time(p, s, &first).unwrap_or(0.0))
         .collect();
     if has("slow") {
         let half = quiet.iter().map(|q| q * 0.5).collect();
@@ -420,7 +445,7 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
             .size
             .iter()
             .filter_map(|&s| {
-                find(&h.report.records, "taskfold", "quiet", 2, s, 1).map(|r| (s, r.median_s))
+                find(&h.report.records, &first, "quiet", 2, s, 1).map(|r| (s, r.median_s))
             })
             .collect();
     }
