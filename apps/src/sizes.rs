@@ -19,21 +19,7 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
-/// Formats bytes as `8 MiB`.
-pub fn human(bytes: f64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes;
-    let mut u = 0;
-    while v >= 1024.0 && u < units.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if v.fract() == 0.0 {
-        format!("{v:.0} {}", units[u])
-    } else {
-        format!("{v:.2} {}", units[u])
-    }
-}
+pub use taskfold_benches::units::human;
 
 #[cfg(test)]
 mod tests {

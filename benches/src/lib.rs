@@ -15,6 +15,7 @@
 //!   `benches/mpi/reduce_bench.c`), [`delay`] (the seeded arrival delays,
 //!   the busy rank and the background load, identical on both sides),
 //!   [`report`] (Markdown), [`plot`] (SVG).
+//! - [`units`]: byte counts for people.
 
 pub mod baseline;
 pub mod compare;
@@ -23,6 +24,7 @@ pub mod mpi;
 pub mod plot;
 pub mod report;
 pub mod stats;
+pub mod units;
 
 use serde::{Deserialize, Serialize};
 

@@ -28,18 +28,7 @@ pub struct Report {
 
 /// Bytes as `128 KiB`, `8 MiB`.
 pub fn human(bytes: usize) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if v.fract() == 0.0 {
-        format!("{v} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    crate::units::human(bytes as f64)
 }
 
 fn ms(s: f64) -> String {
@@ -493,6 +482,6 @@ mod tests {
     #[test]
     fn sizes_print_in_binary_units() {
         assert_eq!(human(128 << 10), "128 KiB");
-        assert_eq!(human(3 << 19), "1.5 MiB");
+        assert_eq!(human(3 << 19), "1.50 MiB");
     }
 }
