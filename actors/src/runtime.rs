@@ -185,7 +185,11 @@ impl Runtime {
                         if let (Some(root), Some(own)) = (&c2.replica_dir, disk.shared_dir()) {
                             // Every rank's directory is under the same root
                             // (the layout of `ReplicaDisk::open`).
-                            m.enable_disk_inference(root.clone(), std::path::Path::new(&own), epoch);
+                            m.enable_disk_inference(
+                                root.clone(),
+                                std::path::Path::new(&own),
+                                epoch,
+                            );
                         }
                         (Some(master_ctx.run(m)), Some(detector))
                     } else {

@@ -225,12 +225,13 @@ fn reductions_after_a_failure_use_the_survivors() {
     assert_eq!(got[0].as_ref().unwrap().0, vec![6]);
 }
 
+/// What a survivor's reduction ended with.
+type Outcome = Result<Option<Sum<i64>>, ReduceError>;
+
 /// Asynchronous durability; rank 2 is held once its original is on its
 /// disk, before its join and its buddy offer leave it, and is killed there.
 /// Returns what the survivors got and the master's count of inferred copies.
-fn killed_after_the_disk_write(
-    replica_dir: Option<std::path::PathBuf>,
-) -> (Vec<Result<Option<Sum<i64>>, ReduceError>>, u64) {
+fn killed_after_the_disk_write(replica_dir: Option<std::path::PathBuf>) -> (Vec<Outcome>, u64) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let c = LocalCluster::with_config(

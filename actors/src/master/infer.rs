@@ -166,9 +166,11 @@ pub(crate) fn judge(
     dead_at: SystemTime,
 ) -> Result<(), String> {
     let Some(not_before) = not_before else {
-        return Err("an earlier reduction with this key ended before the rank's \
+        return Err(
+            "an earlier reduction with this key ended before the rank's \
                     announcement of it arrived: the file may be from that reduction"
-            .into());
+                .into(),
+        );
     };
     if facts.modified <= not_before {
         return Err(format!(
@@ -339,7 +341,9 @@ mod tests {
     fn bad_headers_and_lengths_are_refused() {
         let mut f = facts(t(10), 64);
         f.len -= 1; // truncated
-        assert!(judge(&f, Some(t(5)), t(11)).unwrap_err().contains("announces"));
+        assert!(judge(&f, Some(t(5)), t(11))
+            .unwrap_err()
+            .contains("announces"));
         let mut f = facts(t(10), 64);
         f.header[0] = b'X';
         assert!(judge(&f, Some(t(5)), t(11)).unwrap_err().contains("header"));
@@ -374,7 +378,11 @@ mod tests {
         e.ended(2, t(11), []);
         e.ended(3, t(12), []); // evicts key 1
         assert_eq!(e.map.len(), 2);
-        assert_eq!(e.not_before(1, 2), Some(t(10)), "the evicted end is a floor");
+        assert_eq!(
+            e.not_before(1, 2),
+            Some(t(10)),
+            "the evicted end is a floor"
+        );
         assert_eq!(e.not_before(99, 2), Some(t(10)));
         assert_eq!(e.not_before(3, 2), Some(t(12)));
         // Rank 4 may still have a write of key 1 in flight: never again.

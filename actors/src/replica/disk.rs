@@ -261,7 +261,10 @@ mod tests {
     fn facts_and_the_clock_probe() {
         let tmp = tempdir_named("facts");
         let d = ReplicaDisk::open(Some(&tmp), 1).unwrap();
-        assert_eq!(d.shared_dir(), Some(rank_dir(&tmp, 1).to_string_lossy().into_owned()));
+        assert_eq!(
+            d.shared_dir(),
+            Some(rank_dir(&tmp, 1).to_string_lossy().into_owned())
+        );
         let payload = vec![3u8; 40];
         let mut buf = vec![0u8; replica::HEADER_LEN];
         replica::write_header(&mut buf, &payload);
