@@ -466,6 +466,13 @@ impl Worker {
         let Some(local) = self.locals.get_mut(&key) else {
             return;
         };
+        if local.fetch.as_ref().map(|f| f.task.task_id) != Some(task.task_id) {
+            // The fetch was cancelled (its source was declared failed) and
+            // its failure already reported: the master has rescheduled the
+            // task. actix may still run a cancelled future that completed in
+            // the same turn; folding its data now would do the task twice.
+            return;
+        }
         local.fetch = None;
         match f.restored {
             None => {}
