@@ -6,8 +6,9 @@
 //! `POINT` in reduction `ID`, it writes `DIR/held-RANK-POINT` and waits
 //! (only that reduction waits; the rank keeps answering pings and serving
 //! data) until `DIR/release-RANK-POINT` exists, at most two minutes.
-//! Points: `before-join`, `after-join` (its tasks wait), `before-get`,
-//! `before-fold`, and `joined` (marks only, never holds).
+//! Points: `before-join`, `disk-written` (the original is on the local disk;
+//! its join and its buddy offer wait), `after-join` (its tasks wait),
+//! `before-get`, `before-fold`, and `joined` (marks only, never holds).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -17,6 +18,10 @@ use std::time::{Duration, Instant};
 pub enum Point {
     /// Before the rank announces its contribution.
     BeforeJoin,
+    /// The original was written to the rank's replica directory; its join
+    /// and its offer to the buddy have not been sent (a rank killed here
+    /// left nothing but its disk copy).
+    DiskWritten,
     /// After it announced it: its tasks of that reduction wait.
     AfterJoin,
     /// A task arrived; before fetching the provider's data.
@@ -32,6 +37,7 @@ impl Point {
     fn name(self) -> &'static str {
         match self {
             Point::BeforeJoin => "before-join",
+            Point::DiskWritten => "disk-written",
             Point::AfterJoin => "after-join",
             Point::BeforeGet => "before-get",
             Point::BeforeFold => "before-fold",
@@ -62,6 +68,7 @@ pub fn parse(s: &str) -> Vec<Hook> {
             let rank = it.next()?.trim().parse().ok()?;
             let point = match it.next()? {
                 "before-join" => Point::BeforeJoin,
+                "disk-written" => Point::DiskWritten,
                 "after-join" => Point::AfterJoin,
                 "before-get" => Point::BeforeGet,
                 "before-fold" => Point::BeforeFold,
@@ -81,6 +88,14 @@ pub fn parse(s: &str) -> Vec<Hook> {
             })
         })
         .collect()
+}
+
+/// Whether a hook is set for `rank` at `point` in reduction `id` (without
+/// marking it held): for points whose hold must be prepared in advance.
+pub fn armed(hooks: &[Hook], rank: u32, point: Point, id: &str) -> bool {
+    hooks
+        .iter()
+        .any(|h| h.rank == rank && h.point == point && h.id == id)
 }
 
 /// If a hook matches, marks it held and returns a future that resolves once
@@ -115,9 +130,14 @@ mod tests {
 
     #[test]
     fn parsing() {
-        let h = parse("2:before-fold:check-0:/tmp/x;1:after-join:a:b:/c;bad;3:nowhere:x:/y");
-        assert_eq!(h.len(), 2);
+        let h = parse(
+            "2:before-fold:check-0:/tmp/x;1:after-join:a:b:/c;bad;3:nowhere:x:/y;1:disk-written:f:/d",
+        );
+        assert_eq!(h.len(), 3);
         assert_eq!(h[0].point, Point::BeforeFold);
         assert_eq!(h[1].dir, PathBuf::from("b:/c"));
+        assert_eq!(h[2].point, Point::DiskWritten);
+        assert!(armed(&h, 1, Point::DiskWritten, "f"));
+        assert!(!armed(&h, 1, Point::DiskWritten, "g"));
     }
 }

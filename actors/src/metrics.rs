@@ -39,6 +39,11 @@ pub const REPLICA_BYTES_WRITTEN: &str = "taskfold_replica_bytes_written_total";
 pub const REPLICA_BYTES_READ: &str = "taskfold_replica_bytes_read_total";
 /// Bytes of buddy replicas held in memory.
 pub const REPLICA_MEMORY_BYTES: &str = "taskfold_replica_memory_bytes";
+/// Disk copies of ranks that died before announcing them, found by the
+/// master where their directory would be and used for recovery.
+pub const DISK_COPIES_INFERRED: &str = "taskfold_disk_copies_inferred_total";
+/// Such disk copies found but not used (they could be stale or damaged).
+pub const DISK_COPIES_REFUSED: &str = "taskfold_disk_copies_refused_total";
 /// Replicas that could not be stored (disk full, buddy refused).
 pub const REPLICA_ERRORS: &str = "taskfold_replica_errors_total";
 /// Control frames refused as invalid.
@@ -75,6 +80,14 @@ pub fn describe() {
         "Last sign of life to failure declaration"
     );
     describe_counter!(RECOVERIES, "Failures a reduction survived");
+    describe_counter!(
+        DISK_COPIES_INFERRED,
+        "Unannounced disk copies of dead ranks used for recovery"
+    );
+    describe_counter!(
+        DISK_COPIES_REFUSED,
+        "Unannounced disk copies of dead ranks not trusted"
+    );
     describe_counter!(
         REPLICA_BYTES_WRITTEN,
         Unit::Bytes,

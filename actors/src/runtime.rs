@@ -86,6 +86,9 @@ impl Builder {
     /// Starts the runtime. Over TCP this blocks until every rank registered
     /// with the master (bounded by the transport's connect timeout).
     pub fn build(self) -> Result<Runtime, StartError> {
+        // Before the bootstrap: no rank of this job can have written a
+        // replica file yet (the master's stale-file guard relies on it).
+        let epoch = std::time::SystemTime::now();
         let config = self.config.unwrap_or_else(Config::from_env);
         let transport = match self.transport {
             Some(t) => t,
@@ -107,7 +110,7 @@ impl Builder {
                 select::from_env_config(TcpConfig::new(rank, size, job, master))?
             }
         };
-        Runtime::start(transport, config)
+        Runtime::start_at(transport, config, epoch)
     }
 }
 
@@ -120,16 +123,29 @@ impl Runtime {
     /// Starts from the environment set by `taskfold run`, `mpiexec`,
     /// `mpirun` or `srun` (see [`crate::env`]), over TCP.
     pub fn from_env() -> Result<Runtime, StartError> {
+        // Before the bootstrap, as in `Builder::build`.
+        let epoch = std::time::SystemTime::now();
         let get = |k: &str| std::env::var(k).ok();
         let id = crate::env::identity_with(get)?;
         let (master, job) = crate::env::master_with(get)?;
         // TCP, or libfabric with TASKFOLD_TRANSPORT=libfabric.
         let t = select::from_env_config(TcpConfig::new(id.rank, id.size, job, master))?;
-        Runtime::start(t, Config::from_env())
+        Runtime::start_at(t, Config::from_env(), epoch)
     }
 
     /// Starts the actors of this rank over `transport`.
     pub fn start(transport: Arc<dyn Transport>, config: Config) -> Result<Runtime, StartError> {
+        Runtime::start_at(transport, config, std::time::SystemTime::now())
+    }
+
+    /// [`Runtime::start`], knowing that no rank of the job could write a
+    /// replica file before `epoch` (rank 0's master uses it to tell a
+    /// dead rank's disk copy from a stale file of an earlier job).
+    fn start_at(
+        transport: Arc<dyn Transport>,
+        config: Config,
+        epoch: std::time::SystemTime,
+    ) -> Result<Runtime, StartError> {
         let rank = transport.rank().0;
         let size = transport.size();
         crate::metrics::describe();
@@ -166,6 +182,15 @@ impl Runtime {
                         .start();
                         let mut m = Master::new(size, out.clone(), c2.task_log_limit);
                         m.set_detector(detector.clone());
+                        if let (Some(root), Some(own)) = (&c2.replica_dir, disk.shared_dir()) {
+                            // Every rank's directory is under the same root
+                            // (the layout of `ReplicaDisk::open`).
+                            m.enable_disk_inference(
+                                root.clone(),
+                                std::path::Path::new(&own),
+                                epoch,
+                            );
+                        }
                         (Some(master_ctx.run(m)), Some(detector))
                     } else {
                         (None, None)

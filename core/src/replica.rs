@@ -42,6 +42,16 @@ pub fn stored_crc(buf: &[u8]) -> Option<u32> {
         .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
 }
 
+/// The payload length announced by the replica header at the start of
+/// `buf`; `None` if `buf` does not start with one. Checks the header only:
+/// the payload's checksum is verified by [`verify`] when it is read.
+pub fn announced_len(buf: &[u8]) -> Option<u64> {
+    if buf.len() < HEADER_LEN || buf[..4] != MAGIC {
+        return None;
+    }
+    Some(u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes")))
+}
+
 /// Verifies a replica buffer and returns its payload.
 pub fn verify(buf: &[u8]) -> Result<&[u8], ReplicaError> {
     if buf.len() < HEADER_LEN || buf[..4] != MAGIC {
@@ -109,6 +119,10 @@ mod tests {
             Err(ReplicaError::Malformed(_))
         ));
         assert!(matches!(verify(b"nope"), Err(ReplicaError::Malformed(_))));
+        assert_eq!(announced_len(&buf), Some(100));
+        assert_eq!(announced_len(&buf[..HEADER_LEN]), Some(100));
+        assert_eq!(announced_len(&buf[..HEADER_LEN - 1]), None);
+        assert_eq!(announced_len(b"TFRX0000000000000000"), None);
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //!
 //! Each scenario is a 4-rank job of `tf_check` under `taskfold run`, one
 //! 1 MiB reduction rooted at rank 1, synchronous durability, a 1.5 s
-//! failure timeout. [`Job`] says which binaries to launch and which extra
-//! environment to give them (the transport, its provider).
+//! failure timeout — except the disk-copy scenarios, which mirror
+//! `taskfold bench faults` (root 0, asynchronous durability, rank 1 killed).
+//! [`Job`] says which binaries to launch and which extra environment to
+//! give them (the transport, its provider).
 
 use crate::{signal, text, wait_bounded, wait_for_pid, Signal};
 use std::path::{Path, PathBuf};
@@ -27,8 +29,42 @@ pub struct Job {
     pub env: Vec<(String, String)>,
 }
 
+/// How a scenario's ranks run.
+struct Setup {
+    durability: &'static str,
+    root: u32,
+    /// Extra environment (after the job's own).
+    env: &'static [(&'static str, &'static str)],
+}
+
+/// The usual scenario: synchronous durability, root 1.
+const SYNC_ROOT_1: Setup = Setup {
+    durability: "sync",
+    root: 1,
+    env: &[],
+};
+
+/// As `taskfold bench faults`: asynchronous durability, root 0; the
+/// master's warnings are printed, to see what it did with disk copies.
+const ASYNC_ROOT_0: Setup = Setup {
+    durability: "async",
+    root: 0,
+    env: &[("RUST_LOG", "taskfold::master=warn")],
+};
+
 impl Job {
     fn start(&self, dir: &Path, hooks: &str, reductions: u32, extra: &[&str]) -> Child {
+        self.start_with(dir, hooks, reductions, extra, &SYNC_ROOT_1)
+    }
+
+    fn start_with(
+        &self,
+        dir: &Path,
+        hooks: &str,
+        reductions: u32,
+        extra: &[&str],
+        setup: &Setup,
+    ) -> Child {
         let mut cmd = Command::new(&self.taskfold);
         cmd.args(["run", "-n", "4", "--timeout", "150", "--"])
             .arg(&self.tf_check)
@@ -36,19 +72,20 @@ impl Job {
                 "--size",
                 "1048576",
                 "--root",
-                "1",
+                &setup.root.to_string(),
                 "--reductions",
                 &reductions.to_string(),
                 "--pid-dir",
             ])
             .arg(dir)
             .args(extra)
-            .env("TASKFOLD_DURABILITY", "sync")
+            .env("TASKFOLD_DURABILITY", setup.durability)
             .env("TASKFOLD_REPLICA_DIR", dir.join("replicas"))
             .env("TASKFOLD_TEST_HOOK", hooks)
             .env("TASKFOLD_FAILURE_TIMEOUT_MS", "1500")
             .env("TASKFOLD_PING_MS", "100")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .envs(setup.env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         cmd.spawn().expect("start the job")
@@ -208,6 +245,131 @@ pub fn root_killed(job: &Job) {
             "{t}"
         );
     }
+}
+
+/// Where rank `rank` of a 4-rank job keeps its own original of `check-0`
+/// (the layout of the replica directory: `rank-R/KEY-OWNER.replica`).
+fn disk_copy(dir: &Path, rank: u32) -> PathBuf {
+    let id = taskfold_core::ReductionId::new("check-0").unwrap();
+    let key = taskfold_core::ReductionKey::of(&id, &taskfold_core::Group::world(4)).0;
+    dir.join(format!("replicas/rank-{rank}/{key:016x}-{rank}.replica"))
+}
+
+/// Starts an asynchronous job in which rank 1 is held once its original is
+/// on its disk, before its join and its buddy offer leave it; returns once
+/// it is held. `extra` goes to every rank.
+fn hold_after_disk_write(job: &Job, d: &Path, extra: &[&str]) -> Child {
+    let hook = format!("1:disk-written:check-0:{}", d.display());
+    let child = job.start_with(d, &hook, 1, extra, &ASYNC_ROOT_0);
+    held(d, &[1], "disk-written");
+    assert!(
+        disk_copy(d, 1).exists(),
+        "rank 1's disk copy is written when it is held"
+    );
+    child
+}
+
+/// Every survivor saw the reduction end with `RanksLost` naming rank 1.
+fn lost_rank_1(out: &Output) {
+    let t = text(out);
+    for r in [0, 2, 3] {
+        assert!(
+            t.contains(&format!(
+                "[{r}] reduction 0: expected error: reduction \"check-0\" lost the contributions of ranks [1]"
+            )),
+            "rank {r}:\n{t}"
+        );
+        assert!(
+            t.contains(&format!("[{r}] rank {r}: 1 ok, 0 failed")),
+            "rank {r}:\n{t}"
+        );
+    }
+    assert!(!t.contains("wrong elements"), "{t}");
+}
+
+/// Asynchronous durability, the reduction live at the master: rank 1 dies
+/// after writing its disk copy and before its join or its offer left the
+/// process. Nobody was told about the copy; the master infers it from the
+/// shared replica directory, and every survivor gets the exact result.
+pub fn killed_after_its_disk_write_before_its_join(job: &Job) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let child = hold_after_disk_write(job, d, &[]);
+    kill(d, 1);
+    let out = wait_bounded(child, LIMIT);
+    recovered(&out, 1);
+    let t = text(&out);
+    assert!(
+        t.contains("inferred the disk copy of a rank that died before announcing it"),
+        "{t}"
+    );
+}
+
+/// As above, but rank 1 dies before any other rank joins (they wait 3 s):
+/// the master learns of the reduction after the death, and infers the copy
+/// when it creates it.
+pub fn killed_after_its_disk_write_before_anyone_joined(job: &Job) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let child = hold_after_disk_write(job, d, &["--delay", "0,2,3:3000"]);
+    kill(d, 1);
+    let out = wait_bounded(child, LIMIT);
+    recovered(&out, 1);
+    assert!(
+        text(&out).contains("inferred the disk copy of a rank that died before announcing it"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// The unannounced disk copy looks older than the job (as a file left by
+/// an earlier job would): the master does not use it, and the reduction
+/// ends with `RanksLost` on every survivor.
+pub fn a_stale_disk_copy_is_refused(job: &Job) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let child = hold_after_disk_write(job, d, &["--allow-lost"]);
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(disk_copy(d, 1))
+        .and_then(|f| f.set_modified(an_hour_ago))
+        .unwrap();
+    kill(d, 1);
+    let out = wait_bounded(child, LIMIT);
+    lost_rank_1(&out);
+    let t = text(&out);
+    assert!(t.contains("disk copy of a dead rank not used"), "{t}");
+    assert!(!t.contains("inferred the disk copy"), "{t}");
+}
+
+/// The unannounced disk copy is damaged (a payload byte flipped, the
+/// header intact): the master infers it, the rank that reads it finds the
+/// checksum wrong, and the reduction ends with `RanksLost` — never a wrong
+/// result.
+pub fn a_corrupt_disk_copy_is_a_typed_error(job: &Job) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let child = hold_after_disk_write(job, d, &["--allow-lost"]);
+    let mut f = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(disk_copy(d, 1))
+        .unwrap();
+    let at = SeekFrom::Start(16 + 1000); // past the 16-byte header
+    let mut byte = [0u8];
+    f.seek(at).unwrap();
+    f.read_exact(&mut byte).unwrap();
+    byte[0] ^= 0x5a;
+    f.seek(at).unwrap();
+    f.write_all(&byte).unwrap();
+    drop(f);
+    kill(d, 1);
+    let out = wait_bounded(child, LIMIT);
+    lost_rank_1(&out);
+    let t = text(&out);
+    assert!(t.contains("inferred the disk copy"), "{t}");
 }
 
 /// The state letter of a process (`T` when stopped).

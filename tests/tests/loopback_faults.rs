@@ -278,3 +278,56 @@ fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// What a survivor's reduction ended with.
+type Outcome = Result<Option<Sum<i64>>, ReduceError>;
+
+/// Asynchronous durability; rank 2 is held once its original is on its
+/// disk, before its join and its buddy offer leave it, and is killed there.
+/// Returns what the survivors got and the master's count of inferred copies.
+fn killed_after_the_disk_write(replica_dir: Option<std::path::PathBuf>) -> (Vec<Outcome>, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = LocalCluster::with_config(
+        4,
+        Config {
+            durability: Durability::Async,
+            replica_dir,
+            ..config(vec![hook(2, Point::DiskWritten, "dw", d)])
+        },
+    )
+    .unwrap();
+    let _f2 = start(&c, 2, "dw");
+    held(d, &[2], "disk-written");
+    let fs: Vec<_> = [0, 1, 3].iter().map(|&r| start(&c, r, "dw")).collect();
+    c.kill(2);
+    let got = fs.into_iter().map(|mut f| f.wait_timeout(WAIT)).collect();
+    (got, c.rank(0).master_stats().unwrap().disk_copies_inferred)
+}
+
+#[test]
+fn with_a_shared_replica_directory_an_unannounced_disk_copy_is_inferred() {
+    let replicas = tempfile::tempdir().unwrap();
+    let (got, inferred) = killed_after_the_disk_write(Some(replicas.path().to_path_buf()));
+    for (i, g) in got.into_iter().enumerate() {
+        let g = g.unwrap_or_else(|e| panic!("survivor {i}: {e}"));
+        if i == 1 {
+            assert_eq!(g.unwrap().0, expected(4), "the recovered result is exact");
+        }
+    }
+    assert_eq!(inferred, 1);
+}
+
+#[test]
+fn with_per_process_replica_directories_an_unannounced_disk_copy_is_lost() {
+    // The default: each rank's directory is its own; the master cannot
+    // know where a dead rank's copy is, so the original is lost.
+    let (got, inferred) = killed_after_the_disk_write(None);
+    for g in got {
+        match g {
+            Err(ReduceError::RanksLost { ranks, .. }) => assert_eq!(ranks, vec![2]),
+            other => panic!("expected RanksLost, got {other:?}"),
+        }
+    }
+    assert_eq!(inferred, 0);
+}

@@ -1,7 +1,8 @@
 //! Fault tolerance across real processes over TCP (DESIGN.md §2): the
 //! scenarios of `taskfold_tests::faults` — SIGKILL at the three places a
-//! failure can strike, a rank with its buddy, the root, and a SIGSTOPped
-//! rank fenced — under `taskfold run` with the default transport.
+//! failure can strike, a rank with its buddy, the root, a SIGSTOPped rank
+//! fenced, and a rank killed with only its (unannounced) disk copy left —
+//! under `taskfold run` with the default transport.
 
 use std::path::PathBuf;
 use taskfold_tests::faults::{self, Job};
@@ -43,4 +44,24 @@ fn sigkill_of_the_root_is_a_typed_error_everywhere() {
 #[test]
 fn a_stopped_rank_is_declared_failed_fenced_and_changes_nothing_when_resumed() {
     faults::stopped_rank_fenced(&job());
+}
+
+#[test]
+fn async_sigkill_after_the_disk_write_before_the_join_is_recovered_from_the_inferred_disk_copy() {
+    faults::killed_after_its_disk_write_before_its_join(&job());
+}
+
+#[test]
+fn async_sigkill_after_the_disk_write_before_anyone_joined_is_recovered_too() {
+    faults::killed_after_its_disk_write_before_anyone_joined(&job());
+}
+
+#[test]
+fn a_stale_unannounced_disk_copy_is_refused_with_a_typed_error() {
+    faults::a_stale_disk_copy_is_refused(&job());
+}
+
+#[test]
+fn a_corrupt_unannounced_disk_copy_is_a_typed_error_not_a_wrong_result() {
+    faults::a_corrupt_disk_copy_is_a_typed_error(&job());
 }

@@ -229,3 +229,10 @@ fn tcp_rxm_a_stopped_rank_is_fenced_and_changes_nothing_when_resumed() {
         faults::stopped_rank_fenced(&job);
     }
 }
+
+#[test]
+fn tcp_rxm_async_sigkill_after_the_disk_write_before_the_join_is_recovered_from_disk() {
+    if let Some(job) = fault_job("tcp;ofi_rxm") {
+        faults::killed_after_its_disk_write_before_its_join(&job);
+    }
+}

@@ -43,6 +43,11 @@ impl Handler<ReadyIn> for Master {
                 if pending.is_empty() {
                     self.ended.remove(&key);
                 }
+                if let Some(inf) = &mut self.infer {
+                    // Its disk write for this key preceded this announcement.
+                    inf.ends
+                        .late_announcement(key, from.0, std::time::SystemTime::now());
+                }
                 self.send(from, &msg);
                 return;
             }
@@ -62,6 +67,12 @@ impl Handler<ReadyIn> for Master {
                             .collect();
                         if let (Some(dir), Some(i)) = (&join.disk, r.group.index_of(from)) {
                             r.disks.insert(i, dir.clone());
+                        }
+                        if let Some(inf) = &self.infer {
+                            // Members that died before anyone joined may have
+                            // left their original on disk unannounced.
+                            let found = inf.infer(key, &mut r, &self.dead, &self.dead_at);
+                            self.stats.disk_copies_inferred += found.len() as u64;
                         }
                         let mut outcome = Ok(());
                         for i in dead_members {
@@ -114,6 +125,9 @@ impl Handler<ReadyIn> for Master {
             );
             return;
         };
+        if ready.join.is_some() {
+            r.announced.insert(index);
+        }
         if let (Some(_), Some(holder)) = (&ready.join, ready.replica) {
             r.replicas.insert(index, holder);
         }

@@ -9,6 +9,7 @@
 //! [`taskfold_core::ReduceError::MasterLost`]; the master is not replicated.
 
 mod handlers;
+mod infer;
 mod state;
 mod stats;
 
@@ -18,6 +19,8 @@ use crate::outbox::Outbox;
 use actix::prelude::*;
 use state::Reduction;
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::SystemTime;
 use taskfold_core::perf::PerfTable;
 use taskfold_core::schedule::Source;
 use taskfold_core::wire::DataSource;
@@ -41,6 +44,11 @@ pub struct Master {
     /// Replica notices for reductions the master has not seen yet.
     early_replicas: HashMap<u64, Vec<(u32, u32)>>,
     dead: HashSet<u32>,
+    /// When each dead rank was declared failed.
+    dead_at: HashMap<u32, SystemTime>,
+    /// Finding the disk copies of ranks that died before announcing them
+    /// (only with a shared replica directory).
+    infer: Option<infer::DiskInference>,
     finalized: HashSet<u32>,
     perf: PerfTable,
     stats: MasterStats,
@@ -54,6 +62,55 @@ impl Master {
         self.detector = Some(d);
     }
 
+    /// Lets the master infer the disk copies of ranks that died before
+    /// announcing them (see `infer`): every rank's directory is
+    /// `<root>/rank-<r>`, and no file of this job was written before
+    /// `since` (rank 0's start). `own_dir` (rank 0's directory) holds the
+    /// probe of the file system's clock: if its timestamps run ahead of this
+    /// process's clock, stale files could pass the guard, so nothing is
+    /// inferred.
+    pub(crate) fn enable_disk_inference(
+        &mut self,
+        root: PathBuf,
+        own_dir: &std::path::Path,
+        since: SystemTime,
+    ) {
+        match crate::replica::disk::clock_lead(own_dir) {
+            Ok(lead) if lead.is_zero() => {
+                self.infer = Some(infer::DiskInference::new(root, since));
+            }
+            Ok(lead) => tracing::warn!(
+                dir = %own_dir.display(),
+                ?lead,
+                "the replica directory's clock runs ahead of this node's: \
+                 disk copies of ranks that die before announcing them will not be inferred"
+            ),
+            Err(e) => tracing::warn!(
+                dir = %own_dir.display(),
+                error = %e,
+                "cannot probe the replica directory's clock: \
+                 disk copies of ranks that die before announcing them will not be inferred"
+            ),
+        }
+    }
+
+    /// Records how reduction `r` (key `key`) ended, for the stale-file guard.
+    fn note_end(&mut self, key: u64, r: &Reduction) {
+        if let Some(inf) = &mut self.infer {
+            inf.ends
+                .ended(key, SystemTime::now(), infer::unannounced(r));
+        }
+    }
+
+    /// Looks for the unannounced disk copies of `key`'s dead members.
+    fn infer_disks(&mut self, key: u64) {
+        let (Some(inf), Some(r)) = (&self.infer, self.reductions.get_mut(&key)) else {
+            return;
+        };
+        let found = inf.infer(key, r, &self.dead, &self.dead_at);
+        self.stats.disk_copies_inferred += found.len() as u64;
+    }
+
     pub(crate) fn new(size: u32, out: Outbox, task_log_limit: usize) -> Self {
         Master {
             size,
@@ -63,6 +120,8 @@ impl Master {
             ended_order: Default::default(),
             early_replicas: HashMap::new(),
             dead: HashSet::new(),
+            dead_at: HashMap::new(),
+            infer: None,
             finalized: HashSet::new(),
             perf: PerfTable::new(),
             stats: MasterStats::new(size),
@@ -105,6 +164,7 @@ impl Master {
         let Some(r) = self.reductions.remove(&key) else {
             return;
         };
+        self.note_end(key, &r);
         tracing::warn!(id = %r.id, %error, "reduction failed");
         if let ReduceError::RanksLost { ranks, .. } = &error {
             // Say which copies were missing, for the post-mortem.
@@ -170,6 +230,7 @@ impl Master {
                 None => break,
                 Some(taskfold_core::schedule::Step::Complete) => {
                     let r = self.reductions.remove(&key).expect("present above");
+                    self.note_end(key, &r);
                     self.stats.reductions_completed += 1;
                     metrics::counter!(crate::metrics::REDUCTIONS_COMPLETED).increment(1);
                     metrics::histogram!(crate::metrics::REDUCTION_SECONDS)
@@ -250,6 +311,7 @@ impl Master {
         if self.finalized.contains(&rank.0) {
             return; // it finished its work and left: not a failure
         }
+        self.dead_at.insert(rank.0, SystemTime::now());
         tracing::error!(%rank, %reason, "rank declared failed");
         if let Some(d) = &self.detector {
             d.do_send(crate::detector::Forget { rank });
@@ -270,6 +332,9 @@ impl Master {
         let _ = self.out.send(rank, &notice);
         let keys: Vec<u64> = self.reductions.keys().copied().collect();
         for key in keys {
+            // Before the scheduler decides whether the lost originals can be
+            // had: a copy found on disk counts.
+            self.infer_disks(key);
             let Some(r) = self.reductions.get_mut(&key) else {
                 continue;
             };

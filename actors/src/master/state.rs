@@ -1,6 +1,6 @@
 //! The master's record of one live reduction.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 use taskfold_core::schedule::Schedule;
 use taskfold_core::wire::Join;
@@ -19,6 +19,12 @@ pub(crate) struct Reduction {
     /// Group position → the directory of that rank's own disk copies, for
     /// ranks that said others may read it.
     pub(crate) disks: HashMap<usize, String>,
+    /// Group positions whose own announcement (join) arrived: they wrote
+    /// their disk copy before sending it.
+    pub(crate) announced: HashSet<usize>,
+    /// Group positions whose unannounced disk copy the master looked for
+    /// (once: a copy that failed to read is not inferred again).
+    pub(crate) disk_checked: HashSet<usize>,
     /// Fetches that failed although the provider lived (bounded retries).
     pub(crate) fetch_failures: u32,
 }
@@ -48,6 +54,8 @@ impl Reduction {
             started: Instant::now(),
             replicas: HashMap::new(),
             disks: HashMap::new(),
+            announced: HashSet::new(),
+            disk_checked: HashSet::new(),
             fetch_failures: 0,
         })
     }

@@ -2,8 +2,11 @@
 //! directory. Every read verifies the checksum in the replica header.
 
 use bytes::Bytes;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::SystemTime;
 use taskfold_core::replica;
 
 /// This rank's replica directory.
@@ -12,6 +15,10 @@ pub struct ReplicaDisk {
     dir: PathBuf,
     /// Remove the directory on drop (it was made for this process).
     owned: bool,
+    /// Held while an original's file is renamed into place and while a
+    /// reduction's writes are sealed: once [`ReplicaDisk::seal`] returns, no
+    /// write of that reduction can still create its file.
+    commit: Mutex<()>,
 }
 
 impl ReplicaDisk {
@@ -19,7 +26,7 @@ impl ReplicaDisk {
     /// system's temporary directory.
     pub fn open(dir: Option<&Path>, rank: u32) -> std::io::Result<Self> {
         let (dir, owned) = match dir {
-            Some(d) => (d.join(format!("rank-{rank}")), false),
+            Some(d) => (rank_dir(d, rank), false),
             None => (
                 std::env::temp_dir()
                     .join(format!("taskfold-replicas-{}-r{rank}", std::process::id())),
@@ -27,7 +34,11 @@ impl ReplicaDisk {
             ),
         };
         std::fs::create_dir_all(&dir)?;
-        Ok(ReplicaDisk { dir, owned })
+        Ok(ReplicaDisk {
+            dir,
+            owned,
+            commit: Mutex::new(()),
+        })
     }
 
     fn path(&self, key: u64, owner: u32) -> PathBuf {
@@ -61,6 +72,42 @@ impl ReplicaDisk {
     }
 
     fn write_file(&self, key: u64, owner: u32, buf: &[u8]) -> std::io::Result<()> {
+        self.write_file_if(key, owner, buf, None).map(|_| ())
+    }
+
+    /// Writes this rank's own original of `key`, unless its reduction was
+    /// sealed (`live` false) meanwhile: a write that lands after its
+    /// reduction ended would leave a file the master could mistake for the
+    /// original of a later reduction with the same key. Returns whether the
+    /// file was written.
+    pub fn write_original(
+        &self,
+        key: u64,
+        owner: u32,
+        buf: &[u8],
+        live: &AtomicBool,
+    ) -> std::io::Result<bool> {
+        match self.write_file_if(key, owner, buf, Some(live)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.dir.exists() => Ok(false),
+            other => other,
+        }
+    }
+
+    /// Ends the writes of a reduction: clears `live` under the commit lock,
+    /// so that a write in progress either renamed its file before (and the
+    /// reduction's removal that follows deletes it) or never will.
+    pub fn seal(&self, live: &AtomicBool) {
+        let _g = self.commit.lock().unwrap_or_else(|e| e.into_inner());
+        live.store(false, Ordering::SeqCst);
+    }
+
+    fn write_file_if(
+        &self,
+        key: u64,
+        owner: u32,
+        buf: &[u8],
+        live: Option<&AtomicBool>,
+    ) -> std::io::Result<bool> {
         let path = self.path(key, owner);
         let tmp = path.with_extension("tmp");
         let mut f = std::fs::File::create(&tmp)?;
@@ -69,9 +116,16 @@ impl ReplicaDisk {
         // the other ranks with it anyway.
         f.write_all(buf)?;
         drop(f);
-        std::fs::rename(&tmp, &path)?;
+        {
+            let _g = self.commit.lock().unwrap_or_else(|e| e.into_inner());
+            if live.is_some_and(|l| !l.load(Ordering::SeqCst)) {
+                let _ = std::fs::remove_file(&tmp);
+                return Ok(false);
+            }
+            std::fs::rename(&tmp, &path)?;
+        }
         metrics::counter!(crate::metrics::REPLICA_BYTES_WRITTEN).increment(buf.len() as u64);
-        Ok(())
+        Ok(true)
     }
 
     /// Reads and verifies a replica buffer.
@@ -96,8 +150,60 @@ impl ReplicaDisk {
     }
 }
 
-fn file_in(dir: &Path, key: u64, owner: u32) -> PathBuf {
+/// The replica directory of `rank` under a configured (shared) replica
+/// directory `root`: the one layout both a rank and the master use.
+pub(crate) fn rank_dir(root: &Path, rank: u32) -> PathBuf {
+    root.join(format!("rank-{rank}"))
+}
+
+/// The file holding `owner`'s original of `key` in directory `dir`.
+pub(crate) fn file_in(dir: &Path, key: u64, owner: u32) -> PathBuf {
     dir.join(format!("{key:016x}-{owner}.replica"))
+}
+
+/// What the master can learn cheaply about a replica file without reading
+/// it whole: when it was last written, its length, and its header.
+#[derive(Clone, Debug)]
+pub(crate) struct FileFacts {
+    /// Last modification (the time its content was written: renaming the
+    /// file into place does not change it).
+    pub(crate) modified: SystemTime,
+    /// Length in bytes.
+    pub(crate) len: u64,
+    /// The first [`replica::HEADER_LEN`] bytes (fewer if the file is shorter).
+    pub(crate) header: Vec<u8>,
+}
+
+/// Reads the facts of the file at `path`; `None` if it cannot be read.
+pub(crate) fn file_facts(path: &Path) -> Option<FileFacts> {
+    let mut f = std::fs::File::open(path).ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    let mut header = Vec::with_capacity(replica::HEADER_LEN);
+    (&mut f)
+        .take(replica::HEADER_LEN as u64)
+        .read_to_end(&mut header)
+        .ok()?;
+    Some(FileFacts {
+        modified: meta.modified().ok()?,
+        len: meta.len(),
+        header,
+    })
+}
+
+/// Compares the file system's clock with this process's: writes a probe
+/// file in `dir` and returns how far its modification time is ahead of the
+/// clock read just after the write (zero if it is not ahead). `Err` if the
+/// probe cannot be written or its time read.
+pub(crate) fn clock_lead(dir: &Path) -> std::io::Result<std::time::Duration> {
+    let probe = dir.join(format!(".clock-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"probe")?;
+    let after = SystemTime::now();
+    let modified = std::fs::metadata(&probe).and_then(|m| m.modified());
+    let _ = std::fs::remove_file(&probe);
+    Ok(modified?.duration_since(after).unwrap_or_default())
 }
 
 impl Drop for ReplicaDisk {
@@ -133,8 +239,56 @@ mod tests {
         let _ = std::fs::remove_dir_all(tmp);
     }
 
+    #[test]
+    fn a_sealed_reduction_writes_no_file() {
+        let tmp = tempdir_named("sealed");
+        let d = ReplicaDisk::open(Some(&tmp), 2).unwrap();
+        let mut buf = vec![0u8; replica::HEADER_LEN];
+        replica::write_header(&mut buf, b"");
+        let live = AtomicBool::new(true);
+        assert!(d.write_original(5, 2, &buf, &live).unwrap());
+        assert!(d.read(5, 2).is_ok());
+        d.remove_key(5);
+        // The reduction ended here: a write still in flight leaves nothing
+        // (neither the file nor its temporary).
+        d.seal(&live);
+        assert!(!d.write_original(5, 2, &buf, &live).unwrap());
+        assert_eq!(std::fs::read_dir(&d.dir).unwrap().count(), 0);
+        let _ = std::fs::remove_dir_all(tmp);
+    }
+
+    #[test]
+    fn facts_and_the_clock_probe() {
+        let tmp = tempdir_named("facts");
+        let d = ReplicaDisk::open(Some(&tmp), 1).unwrap();
+        assert_eq!(
+            d.shared_dir(),
+            Some(rank_dir(&tmp, 1).to_string_lossy().into_owned())
+        );
+        let payload = vec![3u8; 40];
+        let mut buf = vec![0u8; replica::HEADER_LEN];
+        replica::write_header(&mut buf, &payload);
+        buf.extend_from_slice(&payload);
+        let before = SystemTime::now();
+        d.write(9, 1, &buf).unwrap();
+        let f = file_facts(&file_in(&rank_dir(&tmp, 1), 9, 1)).unwrap();
+        assert_eq!(f.len, buf.len() as u64);
+        assert_eq!(f.header, buf[..replica::HEADER_LEN]);
+        // File times lag the clock by at most a tick; never lead it.
+        assert!(f.modified <= SystemTime::now());
+        assert!(f.modified + std::time::Duration::from_secs(1) > before);
+        assert!(file_facts(&file_in(&tmp, 9, 1)).is_none());
+        // On one machine the file system's clock is this process's clock.
+        assert!(clock_lead(&tmp).unwrap().is_zero());
+        let _ = std::fs::remove_dir_all(tmp);
+    }
+
     fn tempdir() -> PathBuf {
-        let p = std::env::temp_dir().join(format!("tf-disk-test-{}", std::process::id()));
+        tempdir_named("rw")
+    }
+
+    fn tempdir_named(name: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("tf-disk-test-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&p).unwrap();
         p
     }

@@ -13,7 +13,7 @@
 //! What a crash of this rank loses: the copies it held; the master then
 //! treats those originals as unrecoverable if their owners die too.
 
-mod disk;
+pub(crate) mod disk;
 
 pub use disk::ReplicaDisk;
 

@@ -61,6 +61,7 @@ impl Handler<StartReduce> for Worker {
                 buddy: None,
                 joined: false,
                 disk_written: false,
+                disk_live: Arc::new(std::sync::atomic::AtomicBool::new(true)),
                 buddy_acked: false,
                 held: None,
                 fetch: None,
@@ -254,8 +255,17 @@ impl Handler<Prepared> for Worker {
             return self.send_join(key, None, ctx);
         }
         let disk = self.disk.clone();
-        let write = actix_rt::task::spawn_blocking(move || disk.write(key, rank.0, &original));
-        self.offer(key);
+        let live = local.disk_live.clone();
+        let write = actix_rt::task::spawn_blocking(move || {
+            disk.write_original(key, rank.0, &original, &live)
+        });
+        // A test hook may hold this rank once its disk copy is written and
+        // before anything else leaves it: then the offer waits too.
+        let id = local.join.id.clone();
+        let hold_offer = hooks::armed(&self.hooks, rank.0, Point::DiskWritten, &id);
+        if !hold_offer {
+            self.offer(key);
+        }
         // The local copy is written (to the page cache: about a memcpy)
         // before the join, so that from the moment this contribution is
         // announced a copy exists that survives this process; with
@@ -264,24 +274,58 @@ impl Handler<Prepared> for Worker {
             async move { write.await.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) }
                 .into_actor(self)
                 .map(move |res, act, ctx| {
-                    if let Err(e) = res {
-                        // The buddy copy still protects the original; a full
-                        // disk is reported, not fatal.
-                        metrics::counter!(crate::metrics::REPLICA_ERRORS).increment(1);
-                        tracing::error!(rank = %act.rank, error = %e, "cannot write a replica to the local disk");
-                        if let Some(l) = act.locals.get_mut(&key) {
+                    let Some(l) = act.locals.get_mut(&key) else {
+                        return; // ended meanwhile
+                    };
+                    match res {
+                        Ok(true) => {}
+                        // Its directory was emptied under it: no copy to name.
+                        Ok(false) => l.join.disk = None,
+                        Err(e) => {
+                            // The buddy copy still protects the original; a
+                            // full disk is reported, not fatal.
                             l.join.disk = None;
+                            metrics::counter!(crate::metrics::REPLICA_ERRORS).increment(1);
+                            tracing::error!(rank = %act.rank, error = %e, "cannot write a replica to the local disk");
                         }
                     }
-                    let Some(l) = act.locals.get_mut(&key) else { return };
-                    l.disk_written = true;
-                    if durability == Durability::Sync && l.buddy.is_some() && !l.buddy_acked {
-                        return; // the join waits for the buddy's acknowledgement
+                    let hold = if hold_offer {
+                        hooks::hold(&act.hooks, act.rank.0, Point::DiskWritten, &id)
+                    } else {
+                        None
+                    };
+                    match hold {
+                        None => {
+                            if hold_offer {
+                                act.offer(key);
+                            }
+                            act.disk_written(key, ctx);
+                        }
+                        Some(wait) => {
+                            ctx.spawn(wait.into_actor(act).map(move |_, act, ctx| {
+                                act.offer(key);
+                                act.disk_written(key, ctx);
+                            }));
+                        }
                     }
-                    let replica = if l.buddy_acked { l.buddy } else { None };
-                    act.send_join(key, replica, ctx);
                 }),
         );
+    }
+}
+
+impl Worker {
+    /// The local disk copy of `key`'s original was written (or could not
+    /// be): the join goes now, or once the buddy acknowledged its copy.
+    fn disk_written(&mut self, key: u64, ctx: &mut Context<Self>) {
+        let Some(l) = self.locals.get_mut(&key) else {
+            return;
+        };
+        l.disk_written = true;
+        if l.durability == Durability::Sync && l.buddy.is_some() && !l.buddy_acked {
+            return; // the join waits for the buddy's acknowledgement
+        }
+        let replica = if l.buddy_acked { l.buddy } else { None };
+        self.send_join(key, replica, ctx);
     }
 }
 
@@ -429,6 +473,13 @@ impl Worker {
         let Some(local) = self.locals.get_mut(&key) else {
             return;
         };
+        if local.fetch.as_ref().map(|f| f.task.task_id) != Some(task.task_id) {
+            // The fetch was cancelled (its source was declared failed) and
+            // its failure already reported: the master has rescheduled the
+            // task. actix may still run a cancelled future that completed in
+            // the same turn; folding its data now would do the task twice.
+            return;
+        }
         local.fetch = None;
         match f.restored {
             None => {}

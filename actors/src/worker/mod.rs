@@ -67,6 +67,9 @@ pub(crate) struct Local {
     pub(crate) joined: bool,
     /// The local disk copy was written (or failed): the join may go.
     pub(crate) disk_written: bool,
+    /// True until the reduction ends here; its disk write checks it before
+    /// creating the file (see [`ReplicaDisk::seal`]).
+    pub(crate) disk_live: Arc<std::sync::atomic::AtomicBool>,
     /// The buddy acknowledged its copy.
     pub(crate) buddy_acked: bool,
     /// Tasks wait while an `after-join` test hook holds the reduction.
@@ -131,8 +134,16 @@ impl Worker {
 
     /// Ends a local reduction and fills its future.
     fn finish(&mut self, key: u64, error: Option<ReduceError>) {
+        let local = self.locals.remove(&key);
+        if let Some(l) = &local {
+            // Before the removal of the reduction's files: a write still in
+            // flight must not recreate this rank's file afterwards, where the
+            // master could take it for the original of a later reduction
+            // with the same key.
+            self.disk.seal(&l.disk_live);
+        }
         self.store.do_send(DropKey { key });
-        let Some(mut local) = self.locals.remove(&key) else {
+        let Some(mut local) = local else {
             return;
         };
         if let Some(f) = local.fetch.take() {

@@ -47,6 +47,9 @@ impl Handler<RankFailedIn> for Worker {
                 .get_mut(&key)
                 .and_then(|l| l.fetch.take())
                 .expect("listed above");
+            // Taking `fetch` is what cancels: a fetch that completes in the
+            // same turn still runs its continuation, which then finds no
+            // fetch of its task and drops the data (`Worker::fetched`).
             ctx.cancel_future(f.handle);
             let reason = TaskFailure::Fetch {
                 reason: format!("{rank} was declared failed"),
