@@ -92,8 +92,10 @@ impl Job {
     }
 }
 
-/// Waits until one of `ranks` is held at `point`; returns which.
-fn held(dir: &Path, ranks: &[u32], point: &str) -> u32 {
+/// Waits until one of `ranks` is held at `point` (a test hook wrote its
+/// marker in `dir`); returns which. Shared by the loopback and
+/// multi-process fault tests.
+pub fn held(dir: &Path, ranks: &[u32], point: &str) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         for &r in ranks {
@@ -106,7 +108,8 @@ fn held(dir: &Path, ranks: &[u32], point: &str) -> u32 {
     panic!("no rank of {ranks:?} reached {point}");
 }
 
-fn release(dir: &Path, rank: u32, point: &str) {
+/// Lets `rank`, held at `point`, go on.
+pub fn release(dir: &Path, rank: u32, point: &str) {
     std::fs::write(dir.join(format!("release-{rank}-{point}")), b"").unwrap();
 }
 
@@ -424,4 +427,27 @@ pub fn stopped_rank_fenced(job: &Job) {
     );
     let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(&log).unwrap()).unwrap();
     assert_eq!(stats["dead"], serde_json::json!([2]));
+}
+
+/// What a 4-rank `tf_check --reductions 3 --exit-rank 3` job must show,
+/// whatever the transport: the launcher reports rank 3's exit, and each of
+/// the three survivors saw all three reductions end with the loss.
+pub fn assert_rank_3_exited_early(out: &Output) {
+    let t = text(out);
+    assert!(
+        !out.status.success(),
+        "the launcher must report the failed rank:\n{t}"
+    );
+    assert!(t.contains("rank 3 exited with code 7"), "{t}");
+    assert_eq!(
+        t.matches("expected error: lost ranks [3]").count(),
+        9,
+        "{t}"
+    );
+    for r in 0..3 {
+        assert!(
+            t.contains(&format!("[{r}] rank {r}: 3 ok, 0 failed")),
+            "{t}"
+        );
+    }
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use taskfold::hooks::{Hook, Point};
 use taskfold::{Config, Durability, LocalCluster, Reduce, ReduceError, ReduceFuture, Sum};
+use taskfold_tests::faults::{held, release};
 
 const WAIT: Duration = Duration::from_secs(30);
 const LEN: usize = 10_000;
@@ -36,24 +37,6 @@ fn expected(p: u32) -> Vec<i64> {
     (0..LEN as i64)
         .map(|i| (0..p as i64).map(|r| i * 10 + r + 1).sum())
         .collect()
-}
-
-/// Waits for the first of `ranks` to write its held marker; returns it.
-fn held(dir: &Path, ranks: &[u32], point: &str) -> u32 {
-    let deadline = Instant::now() + WAIT;
-    while Instant::now() < deadline {
-        for &r in ranks {
-            if dir.join(format!("held-{r}-{point}")).exists() {
-                return r;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    panic!("no rank of {ranks:?} reached {point}");
-}
-
-fn release(dir: &Path, rank: u32, point: &str) {
-    std::fs::write(dir.join(format!("release-{rank}-{point}")), b"").unwrap();
 }
 
 fn start(c: &LocalCluster, rank: u32, id: &str) -> ReduceFuture<Sum<i64>> {

@@ -136,23 +136,7 @@ fn a_rank_exits_early(provider: &str) {
         ),
         LIMIT,
     );
-    let t = text(&out);
-    assert!(
-        !out.status.success(),
-        "the launcher must report the failed rank:\n{t}"
-    );
-    assert!(t.contains("rank 3 exited with code 7"), "{t}");
-    assert_eq!(
-        t.matches("expected error: lost ranks [3]").count(),
-        9,
-        "{t}"
-    );
-    for r in 0..3 {
-        assert!(
-            t.contains(&format!("[{r}] rank {r}: 3 ok, 0 failed")),
-            "{t}"
-        );
-    }
+    taskfold_tests::faults::assert_rank_3_exited_early(&out);
 }
 
 #[test]

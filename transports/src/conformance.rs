@@ -52,13 +52,17 @@ pub fn tcp_streamed_cluster(n: u32) -> Cluster {
 }
 
 fn tcp_cluster_with(n: u32, tweak: &(dyn Fn(&mut TcpConfig) + Sync)) -> Cluster {
-    let ts = tcp_ranks(n, tweak);
+    cluster_of(tcp_ranks(n, tweak), TcpTransport::abort)
+}
+
+/// A cluster of `ts`, where a crash of rank `r` is `abort(ts[r])`.
+fn cluster_of<T: Transport>(ts: Vec<Arc<T>>, abort: fn(&T)) -> Cluster {
     let killers = ts.clone();
     Cluster {
         transports: ts.into_iter().map(|t| t as Arc<dyn Transport>).collect(),
         crash: Box::new(move |r| {
             if let Some(t) = killers.get(r.0 as usize) {
-                t.abort();
+                abort(t);
             }
         }),
     }
@@ -69,16 +73,10 @@ fn tcp_cluster_with(n: u32, tweak: &(dyn Fn(&mut TcpConfig) + Sync)) -> Cluster 
 /// [`crate::libfabric::LibfabricTransport::abort`].
 #[cfg(feature = "libfabric")]
 pub fn libfabric_cluster(n: u32, provider: &str) -> Cluster {
-    let ts = libfabric_ranks(n, provider, &|_| {});
-    let killers = ts.clone();
-    Cluster {
-        transports: ts.into_iter().map(|t| t as Arc<dyn Transport>).collect(),
-        crash: Box::new(move |r| {
-            if let Some(t) = killers.get(r.0 as usize) {
-                t.abort();
-            }
-        }),
-    }
+    cluster_of(
+        libfabric_ranks(n, provider, &|_| {}),
+        crate::libfabric::LibfabricTransport::abort,
+    )
 }
 
 /// Starts `n` libfabric ranks of `provider`, one thread each, like
