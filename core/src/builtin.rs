@@ -6,10 +6,15 @@
 //! panics; `Min`/`Max` of floats ignore NaN like [`f32::min`].
 //!
 //! Cost of one fold: one pass over both arrays (`n` loads, `n` stores); the
-//! peer's array is read in place from the receive buffer.
+//! peer's array is read in place from the receive buffer. All of them fold
+//! archives too ([`ReducerBody::FOLDS_ARCHIVES`]), so ranks other than the
+//! root never serialise a folded array again.
 
 use crate::error::FoldError;
 use crate::reducer::ReducerBody;
+use rkyv::munge::munge;
+use rkyv::seal::Seal;
+use rkyv::vec::ArchivedVec;
 use rkyv::{Archive, Deserialize, Serialize};
 
 macro_rules! array_op {
@@ -44,6 +49,24 @@ macro_rules! array_op {
 
             fn size_hint(&self) -> usize {
                 std::mem::size_of_val(self.0.as_slice()) + 64
+            }
+
+            const FOLDS_ARCHIVES: bool = true;
+
+            fn fold_archived(
+                mine: Seal<'_, $archived<$t>>,
+                other: &$archived<$t>,
+            ) -> Result<(), FoldError> {
+                munge!(let $archived(mine) = mine);
+                let mut mine = ArchivedVec::as_slice_seal(mine);
+                let theirs = other.0.as_slice();
+                check_len(mine.len(), theirs.len())?;
+                for (m, t) in mine.iter_mut().zip(theirs) {
+                    let $a: $t = m.to_native();
+                    let $b: $t = t.to_native();
+                    *m = <rkyv::Archived<$t>>::from_native($e);
+                }
+                Ok(())
             }
         }
     };

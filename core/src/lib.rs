@@ -12,19 +12,24 @@
 //! - [`id`]: reduction ids and the 64-bit key that names a reduction on the wire.
 //! - [`reducer`]: the [`ReducerBody`] trait users implement, and its
 //!   type-erased codec used by the runtime.
+//! - [`archived`]: a value held as its archive (non-root ranks fold and
+//!   serve it without serialising it again).
 //! - [`builtin`]: sum / min / max / product over numeric arrays.
 //! - [`wire`]: versioned rkyv control messages, validated on receipt.
 //! - [`schedule`]: the master's per-reduction queue and the pairing rules.
 //! - [`replica`]: replica buffers (checksummed), their keys, buddy placement.
 //! - [`perf`]: per-rank task timings behind the "faster rank" rule.
+//! - [`pool`]: recycled large buffers (serialised values, receive buffers).
 //! - [`error`]: typed errors shared by every layer.
 
+pub mod archived;
 pub mod builtin;
 // rkyv's derive generates undocumented variant structs for enums.
 #[allow(missing_docs)]
 pub mod error;
 pub mod id;
 pub mod perf;
+pub mod pool;
 pub mod rank;
 pub mod rankset;
 pub mod reducer;

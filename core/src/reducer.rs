@@ -8,9 +8,11 @@
 
 use crate::error::FoldError;
 use crate::id::stable_hash;
+use bytes::Bytes;
 use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
 use rkyv::bytecheck::CheckBytes;
 use rkyv::rancor;
+use rkyv::seal::Seal;
 use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
 use rkyv::{Archive, Deserialize, Serialize};
@@ -53,6 +55,73 @@ pub trait ReducerBody: Archive + Send + Sized + 'static {
     fn size_hint(&self) -> usize {
         0
     }
+
+    /// Whether [`ReducerBody::fold_archived`] is implemented (default:
+    /// no). With it, a rank that is not the root folds into the receive
+    /// buffer and serves the result from there: the folded value is never
+    /// serialised again, which saves one copy of the data per task.
+    const FOLDS_ARCHIVES: bool = false;
+
+    /// Folds `other` into `mine`, both archives; `mine` is mutable in
+    /// place through rkyv's [`Seal`] (destructure it with
+    /// `rkyv::munge::munge!`, and take a vector's elements with
+    /// `ArchivedVec::as_slice_seal`). Implement it together with
+    /// [`ReducerBody::FOLDS_ARCHIVES`]; the same rules as for
+    /// [`ReducerBody::fold`] apply.
+    ///
+    /// ```
+    /// use rkyv::{munge::munge, seal::Seal, vec::ArchivedVec, Archive, Deserialize, Serialize};
+    /// use taskfold_core::{FoldError, ReducerBody};
+    ///
+    /// /// Counts per bin.
+    /// #[derive(Archive, Serialize, Deserialize)]
+    /// struct Histogram(Vec<u64>);
+    ///
+    /// impl ReducerBody for Histogram {
+    ///     fn fold(&mut self, other: &ArchivedHistogram) -> Result<(), FoldError> {
+    ///         for (m, t) in self.0.iter_mut().zip(other.0.iter()) {
+    ///             *m += t.to_native();
+    ///         }
+    ///         Ok(())
+    ///     }
+    ///
+    ///     const FOLDS_ARCHIVES: bool = true;
+    ///
+    ///     fn fold_archived(
+    ///         mine: Seal<'_, ArchivedHistogram>,
+    ///         other: &ArchivedHistogram,
+    ///     ) -> Result<(), FoldError> {
+    ///         munge!(let ArchivedHistogram(bins) = mine);
+    ///         let mut bins = ArchivedVec::as_slice_seal(bins);
+    ///         for (m, t) in bins.iter_mut().zip(other.0.iter()) {
+    ///             *m = (m.to_native() + t.to_native()).into();
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
+    fn fold_archived(
+        mine: Seal<'_, Self::Archived>,
+        other: &Self::Archived,
+    ) -> Result<(), FoldError> {
+        let _ = (mine, other);
+        Err(FoldError::Custom(format!(
+            "{} does not fold archives (FOLDS_ARCHIVES is false)",
+            std::any::type_name::<Self>()
+        )))
+    }
+}
+
+/// The outcome of [`ReduceValue::fold_into`].
+pub enum FoldInto {
+    /// The fold ran inside the peer's buffer; this value is the result,
+    /// backed by that buffer.
+    Folded(Box<dyn ReduceValue>),
+    /// This value cannot fold into an archive: fold the peer's bytes into
+    /// it instead ([`ReduceValue::fold_bytes`]). Both are handed back.
+    Unsupported(Box<dyn ReduceValue>, AlignedVec),
+    /// The fold failed; this value is unchanged.
+    Failed(Box<dyn ReduceValue>, FoldError),
 }
 
 /// A value the runtime can serialise, fold from raw bytes and hand back.
@@ -78,6 +147,18 @@ pub trait ReduceValue: Send + 'static {
     fn shape_hint(&self) -> Option<u64>;
     /// Converts to `Any` so the typed future can recover the value.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+    /// The serialised form, if this value is held as an archive already
+    /// (then serving it needs no encoding).
+    fn encoded(&self) -> Option<Bytes> {
+        None
+    }
+    /// Trades this value for one held as `archive`, its own serialised form
+    /// (without header), if the type folds archives; otherwise returns
+    /// itself. Frees the native value's memory.
+    fn into_archived(self: Box<Self>, archive: Bytes) -> Box<dyn ReduceValue>;
+    /// Folds this value into the peer's archive at `buf[offset..]` (`offset`
+    /// a multiple of 16), in place: see [`FoldInto`].
+    fn fold_into(self: Box<Self>, buf: AlignedVec, offset: usize) -> FoldInto;
 }
 
 /// Decodes an archive into a boxed value of the type that made the decoder.
@@ -100,7 +181,7 @@ where
             header.is_multiple_of(16),
             "the header must keep the archive aligned"
         );
-        let mut buf = AlignedVec::with_capacity(header + self.size_hint());
+        let mut buf = crate::pool::take(header + self.size_hint());
         buf.resize(header, 0);
         rkyv::api::high::to_bytes_in::<_, rancor::Error>(self, buf)
             .map_err(|e| FoldError::Custom(e.to_string()))
@@ -122,6 +203,19 @@ where
 
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
+    }
+
+    fn into_archived(self: Box<Self>, archive: Bytes) -> Box<dyn ReduceValue> {
+        if T::FOLDS_ARCHIVES {
+            Box::new(crate::archived::Archived::<T>::new(archive))
+        } else {
+            self
+        }
+    }
+
+    fn fold_into(self: Box<Self>, buf: AlignedVec, _offset: usize) -> FoldInto {
+        // A native value would have to be serialised first: no gain.
+        FoldInto::Unsupported(self, buf)
     }
 }
 

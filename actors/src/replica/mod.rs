@@ -19,7 +19,6 @@ pub use disk::ReplicaDisk;
 
 use crate::outbox::Outbox;
 use actix::prelude::*;
-use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
 use taskfold_core::replica::{self, original_key, replica_key};
@@ -109,7 +108,7 @@ impl Handler<OfferIn> for ReplicaStore {
                 if replica::stored_crc(&buf) != Some(m.crc) {
                     return Err("the copy is not the one offered".into());
                 }
-                Ok(Bytes::from_owner(buf))
+                Ok(taskfold_core::pool::bytes(buf))
             });
             match checked {
                 Ok(bytes) => {

@@ -12,6 +12,7 @@ use actix::prelude::*;
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Instant;
+use taskfold_core::reducer::FoldInto;
 use taskfold_core::replica::{self, original_key, replica_key, HEADER_LEN};
 use taskfold_core::wire::{DataSource, Join, Msg, Ready, Task, TaskDone, TaskFailed, TaskFailure};
 use taskfold_core::{FoldError, Group, Rank, RankSet, ReduceError, ReduceValue};
@@ -119,18 +120,38 @@ impl Worker {
             });
             return;
         }
+        if let Some(bytes) = value.encoded() {
+            // Held as an archive (a fold into the receive buffer): served
+            // as it is, with no encoding and no trip to the pool.
+            ctx.notify(Prepared {
+                key,
+                value,
+                encoded: Some(Ok(bytes)),
+                done,
+            });
+            return;
+        }
         let addr = ctx.address();
         let first = done.is_none();
         self.pool.submit(move || {
-            let encoded = if first {
+            let (value, encoded) = if first {
                 // The original, as a replica buffer: header, then archive.
-                value.encode_after(HEADER_LEN).map(|mut buf| {
-                    let (head, payload) = buf.split_at_mut(HEADER_LEN);
-                    replica::write_header(head, payload);
-                    Bytes::from_owner(buf)
-                })
+                match value.encode_after(HEADER_LEN) {
+                    Ok(mut buf) => {
+                        let (head, payload) = buf.split_at_mut(HEADER_LEN);
+                        replica::write_header(head, payload);
+                        let bytes = taskfold_core::pool::bytes(buf);
+                        // From now on this rank only folds and serves the
+                        // value (it is not the root): hold it as the
+                        // original's archive if its type folds archives,
+                        // and free the native one.
+                        (value.into_archived(bytes.slice(HEADER_LEN..)), Ok(bytes))
+                    }
+                    Err(e) => (value, Err(e)),
+                }
             } else {
-                value.encode().map(Bytes::from_owner)
+                let encoded = value.encode().map(taskfold_core::pool::bytes);
+                (value, encoded)
             };
             addr.do_send(Prepared {
                 key,
@@ -519,20 +540,11 @@ impl Worker {
             return self.fail_task(&task, TaskFailure::Unknown);
         };
         let hold = hooks::hold(&self.hooks, self.rank.0, Point::BeforeFold, &local.join.id);
+        let is_root = local.is_root;
         let addr = ctx.address();
         let pool_job = move || {
-            let mut value = value;
-            // Fold in place from the receive buffer: the peer's archive is
-            // validated and read, never deserialised.
-            let result = if offset > 0 {
-                replica::verify(&buf)
-                    .map_err(|e| FoldError::Corrupt(e.to_string()))
-                    .and_then(|payload| value.fold_bytes(payload))
-            } else {
-                value.fold_bytes(&buf)
-            };
             let bytes = buf.len() as u64;
-            drop(buf);
+            let (value, result) = fold(value, buf, offset, is_root);
             addr.do_send(Folded {
                 task,
                 value,
@@ -551,6 +563,42 @@ impl Worker {
             }
         }
     }
+}
+
+/// Folds the peer's data in `buf` (its archive at `offset`, after a replica
+/// header if `offset` is not 0) with `value`; returns the result.
+///
+/// The peer's archive is validated and read in place, never deserialised.
+/// On a rank other than the root, a type that folds archives folds `value`
+/// into `buf` instead, and `buf` becomes the value: it will be served as it
+/// is, never serialised (the root keeps a native value for the
+/// application).
+fn fold(
+    mut value: Box<dyn ReduceValue>,
+    buf: RecvBuf,
+    offset: usize,
+    is_root: bool,
+) -> (Box<dyn ReduceValue>, Result<(), FoldError>) {
+    if offset > 0 {
+        if let Err(e) = replica::verify(&buf) {
+            return (value, Err(FoldError::Corrupt(e.to_string())));
+        }
+    }
+    let buf = if is_root {
+        buf
+    } else {
+        match value.fold_into(buf, offset) {
+            FoldInto::Folded(v) => return (v, Ok(())),
+            FoldInto::Failed(v, e) => return (v, Err(e)),
+            FoldInto::Unsupported(v, buf) => {
+                value = v;
+                buf
+            }
+        }
+    };
+    let result = value.fold_bytes(&buf[offset..]);
+    taskfold_core::pool::give(buf);
+    (value, result)
 }
 
 /// A fold finished on the pool.

@@ -1143,7 +1143,7 @@ impl Engine {
         let len = at.len as usize;
         let mut buf = match purpose {
             Purpose::Get(_) => {
-                let mut b = RecvBuf::with_capacity(len);
+                let mut b = taskfold_core::pool::take(len);
                 b.resize(len, 0);
                 FetchBuf::Aligned(b)
             }

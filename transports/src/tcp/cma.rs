@@ -19,9 +19,6 @@
 //! `TASKFOLD_TCP_CMA=0` turns loans off.
 
 use crate::RecvBuf;
-use nix::sys::uio::{process_vm_readv, RemoteIoVec};
-use nix::unistd::Pid;
-use std::io::IoSliceMut;
 use std::os::unix::fs::MetadataExt;
 
 /// Buffers smaller than this are streamed: a loan costs a round trip more.
@@ -56,31 +53,52 @@ pub enum ReadFailure {
     Failed(String),
 }
 
-/// Copies `len` bytes at `addr` in process `pid` into a fresh aligned
-/// buffer.
+/// Copies `len` bytes at `addr` in process `pid` into an aligned buffer
+/// (recycled from [`taskfold_core::pool`] when one fits).
+///
+/// The kernel writes straight into the buffer's spare capacity: zeroing it
+/// first would cost one more pass over the data.
 pub fn read(pid: u32, addr: u64, len: usize) -> Result<RecvBuf, ReadFailure> {
-    let mut buf = RecvBuf::with_capacity(len);
-    buf.resize(len, 0);
-    let pid = Pid::from_raw(
-        i32::try_from(pid).map_err(|_| ReadFailure::Failed(format!("bad pid {pid}")))?,
-    );
+    let pid =
+        libc::pid_t::try_from(pid).map_err(|_| ReadFailure::Failed(format!("bad pid {pid}")))?;
+    let mut buf = taskfold_core::pool::take(len);
+    debug_assert!(buf.is_empty() && buf.capacity() >= len);
+    let base = buf.as_mut_ptr();
     let mut done = 0usize;
     // Bounded: every pass moves at least one byte or returns.
     while done < len {
-        let remote = [RemoteIoVec {
-            base: addr as usize + done,
-            len: len - done,
-        }];
-        let mut local = [IoSliceMut::new(&mut buf[done..])];
-        match process_vm_readv(pid, &mut local, &remote) {
-            Ok(0) => return Err(ReadFailure::Failed("the owner's buffer ended early".into())),
-            Ok(n) => done += n,
-            Err(e @ (nix::Error::EPERM | nix::Error::ENOSYS | nix::Error::EACCES)) => {
-                return Err(ReadFailure::NotPermitted(e.to_string()))
-            }
-            Err(e) => return Err(ReadFailure::Failed(e.to_string())),
+        let local = libc::iovec {
+            // SAFETY: `done < len <= capacity`: the pointer stays inside the
+            // buffer's allocation.
+            iov_base: unsafe { base.add(done) }.cast(),
+            iov_len: len - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr as usize + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        // SAFETY: `local` covers `len - done` writable bytes of `buf`'s
+        // spare capacity, which nothing else references while the call
+        // runs; `remote` names memory of another process, which the kernel
+        // checks (EFAULT, never a write here).
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EPERM | libc::ENOSYS | libc::EACCES) => {
+                    ReadFailure::NotPermitted(e.to_string())
+                }
+                _ => ReadFailure::Failed(e.to_string()),
+            });
         }
+        if n == 0 {
+            return Err(ReadFailure::Failed("the owner's buffer ended early".into()));
+        }
+        done += n as usize;
     }
+    // SAFETY: the kernel wrote every byte of `[0, len)` (the reads above
+    // cover it without gaps), and `len <= capacity`.
+    unsafe { buf.set_len(len) };
     Ok(buf)
 }
 

@@ -116,7 +116,7 @@ pub(crate) async fn on_chunk(
     p.total = total;
     let buf = p.buf.get_or_insert_with(|| {
         // `total <= isize::MAX` was checked above.
-        let mut b = RecvBuf::with_capacity(total as usize);
+        let mut b = taskfold_core::pool::take(total as usize);
         b.resize(total as usize, 0);
         b
     });
