@@ -12,6 +12,7 @@ use crate::rankset::RankSet;
 /// Length of the replica header.
 pub const HEADER_LEN: usize = 16;
 const MAGIC: [u8; 4] = *b"TFRP";
+const UNCHECKED: [u8; 4] = *b"TFRU";
 
 /// Why a replica buffer is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,6 +37,15 @@ pub fn write_header(out: &mut [u8], payload: &[u8]) {
     out[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
 }
 
+/// Writes a header that [`verify`] always refuses, without reading the
+/// payload: for an original that is never copied (no durability), whose
+/// checksum would cost a pass over the data for nothing.
+pub fn write_unchecked_header(out: &mut [u8], payload: &[u8]) {
+    out[..4].copy_from_slice(&UNCHECKED);
+    out[4..8].copy_from_slice(&[0; 4]);
+    out[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+}
+
 /// The checksum stored in a replica buffer's header.
 pub fn stored_crc(buf: &[u8]) -> Option<u32> {
     buf.get(4..8)
@@ -54,6 +64,11 @@ pub fn announced_len(buf: &[u8]) -> Option<u64> {
 
 /// Verifies a replica buffer and returns its payload.
 pub fn verify(buf: &[u8]) -> Result<&[u8], ReplicaError> {
+    if buf.len() >= HEADER_LEN && buf[..4] == UNCHECKED {
+        return Err(ReplicaError::Malformed(
+            "an original made without a checksum (durability off)".into(),
+        ));
+    }
     if buf.len() < HEADER_LEN || buf[..4] != MAGIC {
         return Err(ReplicaError::Malformed(format!(
             "{} bytes, bad header",
@@ -123,6 +138,18 @@ mod tests {
         assert_eq!(announced_len(&buf[..HEADER_LEN]), Some(100));
         assert_eq!(announced_len(&buf[..HEADER_LEN - 1]), None);
         assert_eq!(announced_len(b"TFRX0000000000000000"), None);
+    }
+
+    #[test]
+    fn unchecked_headers_are_always_refused() {
+        let payload = vec![7u8; 100];
+        let mut buf = vec![0u8; HEADER_LEN];
+        write_unchecked_header(&mut buf, &payload);
+        buf.extend_from_slice(&payload);
+        assert!(
+            matches!(verify(&buf), Err(ReplicaError::Malformed(m)) if m.contains("without a checksum"))
+        );
+        assert_eq!(announced_len(&buf), None, "never taken for a disk copy");
     }
 
     #[test]

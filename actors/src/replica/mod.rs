@@ -2,10 +2,12 @@
 //! originals (this rank is their buddy) and serves them for recovery.
 //!
 //! A buddy copy is pulled with a one-sided get of the owner's exposed
-//! original, verified against its checksum, written to this rank's replica
-//! directory, exposed for gets under [`taskfold_core::replica::replica_key`],
-//! and announced to the owner (acknowledgement) and to the master (so it
-//! knows the original is recoverable). Copies are deleted when their
+//! original, verified against its checksum, kept in memory, exposed for
+//! gets under [`taskfold_core::replica::replica_key`], and announced to the
+//! owner (acknowledgement) and to the master (so it knows the original is
+//! recoverable). It is not written to this rank's disk: the owner's own
+//! disk copy is the other of the two copies (DESIGN.md §2), and a third,
+//! which recovery never read, cost a copy of every original. Copies are deleted when their
 //! reduction completes. Memory held by copies is bounded by
 //! [`crate::Config::replica_limit`]: offers beyond it are refused, and the
 //! owner's original is then not recoverable (a typed error if it is needed).
@@ -118,13 +120,6 @@ impl Handler<OfferIn> for ReplicaStore {
                         act.bytes += len;
                     }
                     act.gauge();
-                    let disk = act.disk.clone();
-                    let rank = act.rank;
-                    actix_rt::task::spawn_blocking(move || {
-                        if let Err(e) = disk.write(key, owner.0, &bytes) {
-                            tracing::error!(rank, error = %e, "cannot write a buddy replica to disk");
-                        }
-                    });
                     let _ = act.out.send(Rank(0), &Msg::Replicated { key, owner: owner.0 });
                     let _ = act.out.send(owner, &Msg::ReplicaAck { key, owner: owner.0, ok: true });
                 }

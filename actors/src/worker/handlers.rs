@@ -133,13 +133,24 @@ impl Worker {
         }
         let addr = ctx.address();
         let first = done.is_none();
+        // An original that is never copied needs no checksum (a pass over
+        // the data): its header says so, and nothing will accept it as a
+        // replica.
+        let checksum = self
+            .locals
+            .get(&key)
+            .is_some_and(|l| l.durability != Durability::Off);
         self.pool.submit(move || {
             let (value, encoded) = if first {
                 // The original, as a replica buffer: header, then archive.
                 match value.encode_after(HEADER_LEN) {
                     Ok(mut buf) => {
                         let (head, payload) = buf.split_at_mut(HEADER_LEN);
-                        replica::write_header(head, payload);
+                        if checksum {
+                            replica::write_header(head, payload);
+                        } else {
+                            replica::write_unchecked_header(head, payload);
+                        }
                         let bytes = taskfold_core::pool::bytes(buf);
                         // From now on this rank only folds and serves the
                         // value (it is not the root): hold it as the
