@@ -29,6 +29,13 @@ pub struct Config {
     pub replica_limit: u64,
     /// Default durability of reductions (`TASKFOLD_DURABILITY=sync|async|off`).
     pub durability: Durability,
+    /// Most bytes of free large buffers kept for reuse
+    /// (`TASKFOLD_BUFFER_POOL`, default 256 MiB; 0 keeps none). Recycled
+    /// buffers spare the kernel mapping and zeroing fresh pages for every
+    /// serialised value and receive buffer (see `taskfold_core::pool`). The
+    /// pool is per process: with several runtimes in one process, the last
+    /// one started sets it.
+    pub buffer_pool: u64,
     /// Test hooks (`TASKFOLD_TEST_HOOK`), see [`crate::hooks`].
     pub hooks: Vec<crate::hooks::Hook>,
 }
@@ -65,6 +72,7 @@ impl Default for Config {
             replica_dir: None,
             replica_limit: 4 << 30,
             durability: Durability::Async,
+            buffer_pool: taskfold_core::pool::DEFAULT_LIMIT as u64,
             hooks: Vec::new(),
         }
     }
@@ -91,6 +99,9 @@ impl Config {
         }
         if let Some(b) = env_u64("TASKFOLD_REPLICA_LIMIT") {
             c.replica_limit = b;
+        }
+        if let Some(b) = env_u64("TASKFOLD_BUFFER_POOL") {
+            c.buffer_pool = b;
         }
         if let Ok(d) = std::env::var("TASKFOLD_DURABILITY") {
             match d.trim() {

@@ -149,6 +149,7 @@ impl Runtime {
         let rank = transport.rank().0;
         let size = transport.size();
         crate::metrics::describe();
+        taskfold_core::pool::set_limit(usize::try_from(config.buffer_pool).unwrap_or(usize::MAX));
         let (cmd_tx, cmd_rx) = flume::unbounded::<Command>();
         let (ready_tx, ready_rx) = flume::bounded::<Result<(), StartError>>(1);
         let live = Arc::new(Mutex::new(HashSet::new()));

@@ -379,3 +379,71 @@ fn futures_lite_block_on(fs: Vec<taskfold::ReduceFuture<Sum<f64>>>) -> Vec<Optio
         out
     })
 }
+
+/// Counts archived folds, to show that ranks other than the root use them.
+static ARCHIVED_FOLDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A user type with the optional archived fold.
+#[derive(Archive, Serialize, Deserialize, Debug, PartialEq)]
+#[rkyv(crate = taskfold::rkyv)]
+struct Tally(Vec<u64>);
+
+impl ReducerBody for Tally {
+    fn fold(&mut self, other: &ArchivedTally) -> Result<(), FoldError> {
+        for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
+            *a += b.to_native();
+        }
+        Ok(())
+    }
+
+    fn shape(&self) -> Option<u64> {
+        Some(self.0.len() as u64)
+    }
+
+    const FOLDS_ARCHIVES: bool = true;
+
+    fn fold_archived(
+        mine: taskfold::rkyv::seal::Seal<'_, ArchivedTally>,
+        other: &ArchivedTally,
+    ) -> Result<(), FoldError> {
+        ARCHIVED_FOLDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        taskfold::rkyv::munge::munge!(let ArchivedTally(mine) = mine);
+        let mut mine = taskfold::rkyv::vec::ArchivedVec::as_slice_seal(mine);
+        for (a, b) in mine.iter_mut().zip(other.0.iter()) {
+            *a = (a.to_native() + b.to_native()).into();
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn user_types_that_fold_archives_reduce_correctly() {
+    let p = 8u32;
+    let cluster = LocalCluster::new(p).unwrap();
+    let len = 100_000;
+    for round in 0..4u64 {
+        let root = (round as u32 * 3) % p;
+        let futures: Vec<_> = cluster
+            .ranks()
+            .iter()
+            .map(|rt| {
+                let v = (0..len as u64).map(|k| k * 10 + rt.rank() as u64).collect();
+                rt.reduce(Tally(v), Reduce::root(root).id(format!("tally-{round}")))
+                    .unwrap()
+            })
+            .collect();
+        let want: Vec<u64> = (0..len as u64).map(|k| k * 10 * p as u64 + 28).collect();
+        for (rank, mut f) in futures.into_iter().enumerate() {
+            let got = f.wait_timeout(WAIT).unwrap();
+            if rank as u32 == root {
+                assert_eq!(got.unwrap().0, want, "round {round}");
+            } else {
+                assert!(got.is_none());
+            }
+        }
+    }
+    cluster.shutdown().unwrap();
+    // Seven tasks per reduction and the root receives only some of them:
+    // the others ran as archived folds on non-root ranks.
+    assert!(ARCHIVED_FOLDS.load(std::sync::atomic::Ordering::Relaxed) > 0);
+}
