@@ -87,6 +87,10 @@ where
         None
     }
 
+    fn encoded_len_hint(&self) -> usize {
+        self.bytes.len()
+    }
+
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         // Only the root hands its value out, and the root keeps it native;
         // the bytes were validated when this value was made.

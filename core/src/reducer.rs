@@ -145,6 +145,9 @@ pub trait ReduceValue: Send + 'static {
     fn fold_bytes(&mut self, bytes: &[u8]) -> Result<(), FoldError>;
     /// See [`ReducerBody::shape`].
     fn shape_hint(&self) -> Option<u64>;
+    /// Roughly how many bytes the archive takes (0: unknown); see
+    /// [`ReducerBody::size_hint`].
+    fn encoded_len_hint(&self) -> usize;
     /// Converts to `Any` so the typed future can recover the value.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
     /// The serialised form, if this value is held as an archive already
@@ -199,6 +202,10 @@ where
 
     fn shape_hint(&self) -> Option<u64> {
         self.shape()
+    }
+
+    fn encoded_len_hint(&self) -> usize {
+        ReducerBody::size_hint(self)
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use taskfold_core::replica::{self, original_key, replica_key};
 use taskfold_core::wire::Msg;
 use taskfold_core::Rank;
-use taskfold_transports::BufferKey;
+use taskfold_transports::{BufferKey, TransportError};
 
 /// The replica store of one rank.
 pub struct ReplicaStore {
@@ -105,6 +105,14 @@ impl Handler<OfferIn> for ReplicaStore {
                 return; // the reduction ended meanwhile
             }
             act.pending.remove(&(key, owner.0));
+            if let Err(TransportError::NotExposed { .. }) = &res {
+                // The owner withdrew its original: the reduction ended there
+                // before this rank heard of it. Nothing is lost (it no longer
+                // needs a copy); say so, and nothing more.
+                tracing::debug!(rank = act.rank, %owner, key, "the original was withdrawn before it was copied");
+                let _ = act.out.send(owner, &Msg::ReplicaAck { key, owner: owner.0, ok: false });
+                return;
+            }
             let checked = res.map_err(|e| e.to_string()).and_then(|buf| {
                 replica::verify(&buf).map_err(|e| e.to_string())?;
                 if replica::stored_crc(&buf) != Some(m.crc) {
