@@ -46,6 +46,8 @@ pub const DISK_COPIES_INFERRED: &str = "taskfold_disk_copies_inferred_total";
 pub const DISK_COPIES_REFUSED: &str = "taskfold_disk_copies_refused_total";
 /// Replicas that could not be stored (disk full, buddy refused).
 pub const REPLICA_ERRORS: &str = "taskfold_replica_errors_total";
+/// Buddy copies made by mapping the owner's disk copy (same node).
+pub const REPLICAS_MAPPED: &str = "taskfold_replicas_mapped_total";
 /// Control frames refused as invalid.
 pub const BAD_FRAMES: &str = "taskfold_bad_frames_total";
 
@@ -104,4 +106,8 @@ pub fn describe() {
         "Buddy replica bytes held in memory"
     );
     describe_counter!(REPLICA_ERRORS, "Replicas that could not be stored");
+    describe_counter!(
+        REPLICAS_MAPPED,
+        "Buddy copies made by mapping the owner's disk copy (same node)"
+    );
 }

@@ -107,11 +107,15 @@ impl Router {
                 owner,
                 len,
                 crc,
+                node,
+                file,
             } if owner == from.0 => self.store.do_send(OfferIn {
                 key,
                 owner: from,
                 len,
                 crc,
+                node,
+                file,
             }),
             Msg::ReplicaAck { key, owner, ok } if owner == self.rank.0 => {
                 self.worker.do_send(ReplicaAckIn { from, key, ok })

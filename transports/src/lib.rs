@@ -15,6 +15,8 @@
 //!   libfabric, tagged messages for control, RMA reads for gets.
 //! - [`select`]: builds the transport the environment asks for
 //!   (`TASKFOLD_TRANSPORT=tcp|libfabric`).
+//! - [`shared_file`]: read-only mappings of same-node replica files, exposed
+//!   like any buffer (a buddy's copy without copying).
 //! - [`conformance`]: the test suite every transport must pass.
 
 pub mod conformance;
@@ -22,6 +24,7 @@ pub mod conformance;
 pub mod libfabric;
 pub mod loopback;
 pub mod select;
+pub mod shared_file;
 pub mod tcp;
 
 /// The byte buffers of frames and exposed data (re-exported, so that users

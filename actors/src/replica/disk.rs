@@ -41,7 +41,8 @@ impl ReplicaDisk {
         })
     }
 
-    fn path(&self, key: u64, owner: u32) -> PathBuf {
+    /// Where this rank's copy of `owner`'s original of `key` is kept.
+    pub(crate) fn path(&self, key: u64, owner: u32) -> PathBuf {
         file_in(&self.dir, key, owner)
     }
 

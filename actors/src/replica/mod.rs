@@ -7,7 +7,14 @@
 //! owner (acknowledgement) and to the master (so it knows the original is
 //! recoverable). It is not written to this rank's disk: the owner's own
 //! disk copy is the other of the two copies (DESIGN.md §2), and a third,
-//! which recovery never read, cost a copy of every original. Copies are deleted when their
+//! which recovery never read, cost a copy of every original.
+//!
+//! A buddy on the owner's node (same node token) does not copy the bytes:
+//! the owner offers once its disk copy is written, naming the file, and the
+//! buddy maps it read-only ([`taskfold_transports::shared_file`]) after
+//! checking its header against the offer. A node's failure takes both with
+//! it either way; a process's death leaves the file and the mapping. If the
+//! file cannot be mapped, the buddy copies the bytes with a get. Copies are deleted when their
 //! reduction completes. Memory held by copies is bounded by
 //! [`crate::Config::replica_limit`]: offers beyond it are refused, and the
 //! owner's original is then not recoverable (a typed error if it is needed).
@@ -21,12 +28,13 @@ pub use disk::ReplicaDisk;
 
 use crate::outbox::Outbox;
 use actix::prelude::*;
+use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
-use taskfold_core::replica::{self, original_key, replica_key};
+use taskfold_core::replica::{self, original_key, replica_key, HEADER_LEN};
 use taskfold_core::wire::Msg;
 use taskfold_core::Rank;
-use taskfold_transports::{BufferKey, TransportError};
+use taskfold_transports::{shared_file, BufferKey, TransportError};
 
 /// The replica store of one rank.
 pub struct ReplicaStore {
@@ -74,6 +82,10 @@ pub(crate) struct OfferIn {
     pub(crate) owner: Rank,
     pub(crate) len: u64,
     pub(crate) crc: u32,
+    /// The owner's node token.
+    pub(crate) node: u64,
+    /// The owner's disk copy, if written.
+    pub(crate) file: Option<String>,
 }
 
 impl Handler<OfferIn> for ReplicaStore {
@@ -92,6 +104,21 @@ impl Handler<OfferIn> for ReplicaStore {
                 },
             );
             return;
+        }
+        if let Some(path) = m.file.as_deref() {
+            if m.node != 0 && m.node == shared_file::node_token() {
+                match map_copy(path, m.len, m.crc) {
+                    Ok(bytes) => {
+                        metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
+                        return self.keep(key, owner, bytes);
+                    }
+                    // Gone (the reduction ended there) or not the one
+                    // offered: copy the bytes as from another node.
+                    Err(e) => {
+                        tracing::debug!(rank = self.rank, %owner, error = %e, "cannot map the owner's disk copy")
+                    }
+                }
+            }
         }
         self.next_offer += 1;
         let offer = self.next_offer;
@@ -121,16 +148,7 @@ impl Handler<OfferIn> for ReplicaStore {
                 Ok(taskfold_core::pool::bytes(buf))
             });
             match checked {
-                Ok(bytes) => {
-                    let len = bytes.len() as u64;
-                    act.out.transport().expose(BufferKey(replica_key(key, owner.0)), bytes.clone());
-                    if act.held.insert((key, owner.0), len).is_none() {
-                        act.bytes += len;
-                    }
-                    act.gauge();
-                    let _ = act.out.send(Rank(0), &Msg::Replicated { key, owner: owner.0 });
-                    let _ = act.out.send(owner, &Msg::ReplicaAck { key, owner: owner.0, ok: true });
-                }
+                Ok(bytes) => act.keep(key, owner, bytes),
                 Err(e) => {
                     tracing::warn!(rank = act.rank, %owner, error = %e, "could not copy an original");
                     let _ = act.out.send(owner, &Msg::ReplicaAck { key, owner: owner.0, ok: false });
@@ -138,6 +156,48 @@ impl Handler<OfferIn> for ReplicaStore {
             }
         }));
     }
+}
+
+impl ReplicaStore {
+    /// Keeps `bytes` as the copy of `owner`'s original of `key`: exposed for
+    /// recovery, counted, and announced to the master and the owner.
+    fn keep(&mut self, key: u64, owner: Rank, bytes: Bytes) {
+        let len = bytes.len() as u64;
+        self.out
+            .transport()
+            .expose(BufferKey(replica_key(key, owner.0)), bytes);
+        if self.held.insert((key, owner.0), len).is_none() {
+            self.bytes += len;
+        }
+        self.gauge();
+        let _ = self.out.send(
+            Rank(0),
+            &Msg::Replicated {
+                key,
+                owner: owner.0,
+            },
+        );
+        let _ = self.out.send(
+            owner,
+            &Msg::ReplicaAck {
+                key,
+                owner: owner.0,
+                ok: true,
+            },
+        );
+    }
+}
+
+/// Maps the owner's disk copy at `path` if it is the offered one (its
+/// header names `len` bytes in all and the checksum `crc`). The payload's
+/// checksum is verified when the copy is read for recovery.
+fn map_copy(path: &str, len: u64, crc: u32) -> Result<Bytes, String> {
+    let bytes = shared_file::map(std::path::Path::new(path), len).map_err(|e| e.to_string())?;
+    let announced = replica::announced_len(&bytes).map(|l| l + HEADER_LEN as u64);
+    if announced != Some(len) || replica::stored_crc(&bytes) != Some(crc) {
+        return Err(format!("{path} is not the copy offered"));
+    }
+    Ok(bytes)
 }
 
 /// Reduction `key` ended: drop every copy of it, in memory and on disk.

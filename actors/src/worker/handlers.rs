@@ -62,6 +62,7 @@ impl Handler<StartReduce> for Worker {
                 buddy: None,
                 joined: false,
                 disk_written: false,
+                disk_copy: false,
                 disk_live: Arc::new(std::sync::atomic::AtomicBool::new(true)),
                 buddy_acked: false,
                 held: None,
@@ -220,11 +221,19 @@ impl Worker {
         local.buddy = None;
         let original = local.original.as_ref()?;
         let buddy = replica::buddy(&local.group, self.rank, &self.dead)?;
+        let file = local.disk_copy.then(|| {
+            self.disk
+                .path(key, self.rank.0)
+                .to_string_lossy()
+                .into_owned()
+        });
         let msg = Msg::ReplicaOffer {
             key,
             owner: self.rank.0,
             len: original.len() as u64,
             crc: replica::stored_crc(original).unwrap_or(0),
+            node: taskfold_transports::shared_file::node_token(),
+            file,
         };
         match self.out.send(buddy, &msg) {
             Ok(_) => {
@@ -298,17 +307,13 @@ impl Handler<Prepared> for Worker {
         let write = actix_rt::task::spawn_blocking(move || {
             disk.write_original(key, rank.0, &original, &live)
         });
-        // A test hook may hold this rank once its disk copy is written and
-        // before anything else leaves it: then the offer waits too.
         let id = local.join.id.clone();
-        let hold_offer = hooks::armed(&self.hooks, rank.0, Point::DiskWritten, &id);
-        if !hold_offer {
-            self.offer(key);
-        }
         // The local copy is written (to the page cache: about a memcpy)
         // before the join, so that from the moment this contribution is
         // announced a copy exists that survives this process; with
-        // synchronous durability the join also waits for the buddy.
+        // synchronous durability the join also waits for the buddy. The
+        // offer to the buddy follows the disk write, so that a buddy on
+        // this node can map the file instead of copying the bytes.
         ctx.spawn(
             async move { write.await.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) }
                 .into_actor(self)
@@ -317,7 +322,7 @@ impl Handler<Prepared> for Worker {
                         return; // ended meanwhile
                     };
                     match res {
-                        Ok(true) => {}
+                        Ok(true) => l.disk_copy = true,
                         // Its directory was emptied under it: no copy to name.
                         Ok(false) => l.join.disk = None,
                         Err(e) => {
@@ -328,16 +333,11 @@ impl Handler<Prepared> for Worker {
                             tracing::error!(rank = %act.rank, error = %e, "cannot write a replica to the local disk");
                         }
                     }
-                    let hold = if hold_offer {
-                        hooks::hold(&act.hooks, act.rank.0, Point::DiskWritten, &id)
-                    } else {
-                        None
-                    };
-                    match hold {
+                    // A test hook may hold this rank once its disk copy is
+                    // written and before anything else leaves it.
+                    match hooks::hold(&act.hooks, act.rank.0, Point::DiskWritten, &id) {
                         None => {
-                            if hold_offer {
-                                act.offer(key);
-                            }
+                            act.offer(key);
                             act.disk_written(key, ctx);
                         }
                         Some(wait) => {

@@ -67,6 +67,9 @@ pub(crate) struct Local {
     pub(crate) joined: bool,
     /// The local disk copy was written (or failed): the join may go.
     pub(crate) disk_written: bool,
+    /// The local disk copy exists (offered to a buddy on this node, which
+    /// maps it instead of copying).
+    pub(crate) disk_copy: bool,
     /// True until the reduction ends here; its disk write checks it before
     /// creating the file (see [`ReplicaDisk::seal`]).
     pub(crate) disk_live: Arc<std::sync::atomic::AtomicBool>,

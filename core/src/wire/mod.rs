@@ -19,7 +19,7 @@ use rkyv::util::AlignedVec;
 /// First two bytes of every control frame.
 pub const MAGIC: [u8; 2] = *b"TF";
 /// Version of the control protocol; a peer speaking another is refused.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Length of the envelope header.
 pub const HEADER_LEN: usize = 8;
 
@@ -102,6 +102,8 @@ mod tests {
             Err(WireError::BadMagic(_))
         ));
         assert_eq!(decode(b"TF\x09\0\0\0\0\0"), Err(WireError::Version(9)));
+        // A peer of the previous protocol (before replica offers named files).
+        assert_eq!(decode(b"TF\x01\0\0\0\0\0"), Err(WireError::Version(1)));
         let mut f = encode(&Msg::Ping { seq: 1 });
         let n = f.len();
         f[n - 1] ^= 0xff;
@@ -109,7 +111,7 @@ mod tests {
         // Either refused or decoded to something else, never a panic.
         let _ = decode(&f);
         assert!(matches!(
-            decode(b"TF\x01\0\0\0\0\0\x01"),
+            decode(b"TF\x02\0\0\0\0\0\x01"),
             Err(WireError::Invalid(_))
         ));
     }

@@ -55,6 +55,11 @@ pub enum Msg {
         len: u64,
         /// Its checksum.
         crc: u32,
+        /// The owner's node token (0 if unknown).
+        node: u64,
+        /// The owner's disk copy of the same buffer, if written: a buddy on
+        /// the same node (same token) may map it instead of copying.
+        file: Option<String>,
     },
     /// Buddy → owner: the copy is stored (`ok`), or refused (store full).
     ReplicaAck {

@@ -61,7 +61,7 @@
 //! file, and which hands out every rank's listen address.
 
 mod bootstrap;
-mod cma;
+pub(crate) mod cma;
 mod conn;
 pub mod frame;
 mod get;
