@@ -50,7 +50,8 @@ pub enum Durability {
     Async,
     /// A rank announces its contribution only after its buddy acknowledged
     /// the replica: every single failure of a non-root rank is recovered,
-    /// at the cost of one transfer of the contribution before the first task.
+    /// at the cost of one transfer of the contribution before the first task
+    /// (on one node, the buddy maps the rank's disk copy instead).
     Sync,
     /// No copies at all: nothing is written to disk or sent to a buddy, so
     /// a reduction costs only its tasks. A rank that dies before its
