@@ -37,9 +37,10 @@ pub fn write_header(out: &mut [u8], payload: &[u8]) {
     out[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
 }
 
-/// Writes a header that [`verify`] always refuses, without reading the
-/// payload: for an original that is never copied (no durability), whose
-/// checksum would cost a pass over the data for nothing.
+/// Writes a header without reading the payload: for an original that is
+/// never copied (no durability), whose checksum would cost a pass over the
+/// data for nothing. [`verify`] refuses it (no copy is ever trusted without
+/// a checksum); [`original_payload`] accepts it from the owner's memory.
 pub fn write_unchecked_header(out: &mut [u8], payload: &[u8]) {
     out[..4].copy_from_slice(&UNCHECKED);
     out[4..8].copy_from_slice(&[0; 4]);
@@ -60,6 +61,24 @@ pub fn announced_len(buf: &[u8]) -> Option<u64> {
         return None;
     }
     Some(u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes")))
+}
+
+/// The payload of an original served from its owner's memory (not a
+/// copy): like [`verify`], but an original made without a checksum
+/// ([`write_unchecked_header`]) is accepted as it is, its length checked.
+pub fn original_payload(buf: &[u8]) -> Result<&[u8], ReplicaError> {
+    if buf.len() >= HEADER_LEN && buf[..4] == UNCHECKED {
+        let len = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
+        let payload = &buf[HEADER_LEN..];
+        if payload.len() as u64 != len {
+            return Err(ReplicaError::Malformed(format!(
+                "length {} != header {len}",
+                payload.len()
+            )));
+        }
+        return Ok(payload);
+    }
+    verify(buf)
 }
 
 /// Verifies a replica buffer and returns its payload.
@@ -141,7 +160,7 @@ mod tests {
     }
 
     #[test]
-    fn unchecked_headers_are_always_refused() {
+    fn unchecked_headers_are_refused_as_copies_and_read_from_owners() {
         let payload = vec![7u8; 100];
         let mut buf = vec![0u8; HEADER_LEN];
         write_unchecked_header(&mut buf, &payload);
@@ -150,6 +169,20 @@ mod tests {
             matches!(verify(&buf), Err(ReplicaError::Malformed(m)) if m.contains("without a checksum"))
         );
         assert_eq!(announced_len(&buf), None, "never taken for a disk copy");
+        assert_eq!(
+            original_payload(&buf).unwrap(),
+            &payload[..],
+            "served from memory"
+        );
+        assert!(original_payload(&buf[..50]).is_err(), "truncated");
+        let mut checked = vec![0u8; HEADER_LEN];
+        write_header(&mut checked, &payload);
+        checked.extend_from_slice(&payload);
+        checked[40] ^= 1;
+        assert!(matches!(
+            original_payload(&checked),
+            Err(ReplicaError::Checksum { .. })
+        ));
     }
 
     #[test]

@@ -453,7 +453,7 @@ impl Worker {
                     Err(e) => {
                         tracing::warn!(rank, error = %e, "local replica unreadable; using the copy in memory");
                         let b = mem.ok_or("no copy of the original is left")?;
-                        replica::verify(&b).map_err(|e| e.to_string())?;
+                        replica::original_payload(&b).map_err(|e| e.to_string())?;
                         b
                     }
                 };
@@ -560,9 +560,10 @@ impl Worker {
         let hold = hooks::hold(&self.hooks, self.rank.0, Point::BeforeFold, &local.join.id);
         let is_root = local.is_root;
         let small = inline(buf.len());
+        let from_owner = task.source == DataSource::Original;
         let job = move || {
             let bytes = buf.len() as u64;
-            let (value, result) = fold(value, buf, offset, is_root);
+            let (value, result) = fold(value, buf, offset, from_owner, is_root);
             Folded {
                 task,
                 value,
@@ -599,7 +600,9 @@ fn inline(len: usize) -> bool {
 }
 
 /// Folds the peer's data in `buf` (its archive at `offset`, after a replica
-/// header if `offset` is not 0) with `value`; returns the result.
+/// header if `offset` is not 0; `from_owner`: an original served by its
+/// live owner, which may carry no checksum) with `value`; returns the
+/// result.
 ///
 /// The peer's archive is validated and read in place, never deserialised.
 /// On a rank other than the root, a type that folds archives folds `value`
@@ -610,10 +613,16 @@ fn fold(
     mut value: Box<dyn ReduceValue>,
     buf: RecvBuf,
     offset: usize,
+    from_owner: bool,
     is_root: bool,
 ) -> (Box<dyn ReduceValue>, Result<(), FoldError>) {
     if offset > 0 {
-        if let Err(e) = replica::verify(&buf) {
+        let checked = if from_owner {
+            replica::original_payload(&buf)
+        } else {
+            replica::verify(&buf)
+        };
+        if let Err(e) = checked {
             return (value, Err(FoldError::Corrupt(e.to_string())));
         }
     }
