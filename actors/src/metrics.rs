@@ -48,6 +48,13 @@ pub const DISK_COPIES_REFUSED: &str = "taskfold_disk_copies_refused_total";
 pub const REPLICA_ERRORS: &str = "taskfold_replica_errors_total";
 /// Buddy copies made by mapping the owner's disk copy (same node).
 pub const REPLICAS_MAPPED: &str = "taskfold_replicas_mapped_total";
+/// Bytes of free buffers kept for reuse in this process (updated on every
+/// ping from the master).
+pub const BUFFER_POOL_BYTES: &str = "taskfold_buffer_pool_bytes";
+/// Requests for large buffers served by a recycled one, and those that
+/// needed a fresh allocation (label `outcome` = `hit` | `miss`; updated on
+/// every ping from the master).
+pub const BUFFER_POOL_REQUESTS: &str = "taskfold_buffer_pool_requests_total";
 /// Control frames refused as invalid.
 pub const BAD_FRAMES: &str = "taskfold_bad_frames_total";
 
@@ -106,8 +113,25 @@ pub fn describe() {
         "Buddy replica bytes held in memory"
     );
     describe_counter!(REPLICA_ERRORS, "Replicas that could not be stored");
+    describe_gauge!(
+        BUFFER_POOL_BYTES,
+        Unit::Bytes,
+        "Free large buffers kept for reuse in this process"
+    );
+    describe_counter!(
+        BUFFER_POOL_REQUESTS,
+        "Large-buffer requests served by a recycled buffer (hit) or not (miss)"
+    );
     describe_counter!(
         REPLICAS_MAPPED,
         "Buddy copies made by mapping the owner's disk copy (same node)"
     );
+}
+
+/// Sets the buffer pool's gauges from its current state.
+pub(crate) fn record_buffer_pool() {
+    let s = taskfold_core::pool::stats();
+    metrics::gauge!(BUFFER_POOL_BYTES).set(s.bytes as f64);
+    metrics::counter!(BUFFER_POOL_REQUESTS, "outcome" => "hit").absolute(s.hits);
+    metrics::counter!(BUFFER_POOL_REQUESTS, "outcome" => "miss").absolute(s.misses);
 }

@@ -132,6 +132,8 @@ impl Router {
             }
             Msg::Ping { seq } if from_master => {
                 let _ = self.out.send(Rank(0), &Msg::Pong { seq });
+                // The master's ping is this rank's clock for slow gauges.
+                crate::metrics::record_buffer_pool();
             }
             other => {
                 metrics::counter!(crate::metrics::BAD_FRAMES).increment(1);

@@ -1,6 +1,7 @@
 //! A buddy on the owner's node maps the owner's disk copy instead of
 //! copying the bytes, and recovers a dead rank's original from that
-//! mapping even after the file itself is gone.
+//! mapping even after the file itself is gone. Large buffers are recycled,
+//! and the pool's metrics say so.
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use std::time::Duration;
@@ -9,7 +10,8 @@ use taskfold::{metrics as names, Config, Durability, LocalCluster, Reduce, Sum};
 use taskfold_tests::faults::{held, release};
 
 const WAIT: Duration = Duration::from_secs(30);
-const LEN: i64 = 50_000;
+/// 1.6 MB per contribution: above the size from which buffers are pooled.
+const LEN: i64 = 200_000;
 
 fn value(rank: u32) -> Sum<i64> {
     Sum((0..LEN).map(|i| i * 10 + rank as i64 + 1).collect())
@@ -40,6 +42,8 @@ fn a_same_node_buddy_maps_the_disk_copy_and_recovers_from_it() {
             durability: Durability::Sync,
             replica_dir: Some(replicas.path().to_path_buf()),
             finalize_timeout: Duration::from_secs(5),
+            // Pings update the pool's gauges: make them frequent.
+            ping_period: Duration::from_millis(20),
             hooks: vec![hook(2), hook(3)],
             ..Config::default()
         },
@@ -77,15 +81,19 @@ fn a_same_node_buddy_maps_the_disk_copy_and_recovers_from_it() {
         }
     }
 
-    let snapshot = snapshotter.snapshot().into_vec();
-    let mapped: u64 = snapshot
-        .iter()
-        .filter(|(k, ..)| k.key().name() == names::REPLICAS_MAPPED)
-        .map(|(.., v)| match v {
-            DebugValue::Counter(c) => *c,
-            _ => 0,
-        })
-        .sum();
+    let counter = |name: &str| -> u64 {
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .iter()
+            .filter(|(k, ..)| k.key().name() == name)
+            .map(|(.., v)| match v {
+                DebugValue::Counter(c) => *c,
+                _ => 0,
+            })
+            .sum()
+    };
+    let mapped = counter(names::REPLICAS_MAPPED);
     assert!(
         mapped >= 3,
         "ranks 0, 2 and 3 offered their disk copies to buddies on this node: {mapped}"
@@ -98,5 +106,16 @@ fn a_same_node_buddy_maps_the_disk_copy_and_recovers_from_it() {
             .any(|t| t.provider_path == [victim] && t.task_id > 0),
         "the victim's original was fetched again: {:?}",
         stats.task_log
+    );
+
+    // Every rank allocated large buffers (originals, receive buffers) and
+    // gave some back; a ping within a few periods reports it.
+    let deadline = std::time::Instant::now() + WAIT;
+    while counter(names::BUFFER_POOL_REQUESTS) == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        counter(names::BUFFER_POOL_REQUESTS) > 0,
+        "the pool's requests are reported"
     );
 }
