@@ -59,7 +59,9 @@ pub use master::{MasterStats, TaskRecord};
 pub use options::Reduce;
 pub use perf::LocalStats;
 pub use runtime::{Builder, Runtime};
-pub use taskfold_core::{FoldError, Max, Min, Prod, ReduceError, ReduceValue, ReducerBody, Sum};
+pub use taskfold_core::{
+    FoldError, InPlace, Max, Min, Prod, ReduceError, ReduceValue, ReducerBody, Sum,
+};
 pub use taskfold_transports::tcp::MasterAddr;
 
 /// Re-export of rkyv, so that user reducers derive with the same version.

@@ -11,7 +11,7 @@
 
 use crate::error::FoldError;
 use crate::pool;
-use crate::reducer::{decode, Decoder, FoldInto, ReduceValue, ReducerBody};
+use crate::reducer::{decode, Decoder, FoldInto, Hold, ReduceValue, ReducerBody};
 use bytes::Bytes;
 use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
 use rkyv::bytecheck::CheckBytes;
@@ -103,6 +103,13 @@ where
 
     fn into_archived(self: Box<Self>, _archive: Bytes) -> Box<dyn ReduceValue> {
         self
+    }
+
+    fn into_encoded(
+        self: Box<Self>,
+        _header: usize,
+    ) -> Result<(AlignedVec, Hold), Box<dyn ReduceValue>> {
+        Err(self)
     }
 
     fn fold_into(self: Box<Self>, mut buf: AlignedVec, offset: usize) -> FoldInto {

@@ -31,6 +31,20 @@ macro_rules! array_op {
         array_op!(@impl $name, $archived, f64, |$fa, $fb| $float);
     };
     (@impl $name:ident, $archived:ident, $t:ty, |$a:ident, $b:ident| $e:expr) => {
+        impl crate::inplace::sealed::Sealed for $name<$t> {}
+
+        impl crate::inplace::ArrayOp for $name<$t> {
+            type Elem = $t;
+
+            fn from_vec(values: Vec<$t>) -> Self {
+                $name(values)
+            }
+
+            fn into_vec(self) -> Vec<$t> {
+                self.0
+            }
+        }
+
         impl ReducerBody for $name<$t> {
             fn fold(&mut self, other: &$archived<$t>) -> Result<(), FoldError> {
                 let theirs = other.0.as_slice();

@@ -15,6 +15,8 @@
 //! - [`archived`]: a value held as its archive (non-root ranks fold and
 //!   serve it without serialising it again).
 //! - [`builtin`]: sum / min / max / product over numeric arrays.
+//! - [`inplace`]: array contributions built in their wire form (no
+//!   serialising copy).
 //! - [`wire`]: versioned rkyv control messages, validated on receipt.
 //! - [`schedule`]: the master's per-reduction queue and the pairing rules.
 //! - [`replica`]: replica buffers (checksummed), their keys, buddy placement.
@@ -28,6 +30,7 @@ pub mod builtin;
 #[allow(missing_docs)]
 pub mod error;
 pub mod id;
+pub mod inplace;
 pub mod perf;
 pub mod pool;
 pub mod rank;
@@ -40,6 +43,7 @@ pub mod wire;
 pub use builtin::{Max, Min, Prod, Sum};
 pub use error::{FoldError, ReduceError};
 pub use id::{ReductionId, ReductionKey};
+pub use inplace::InPlace;
 pub use rank::{Group, GroupError, Rank};
 pub use rankset::RankSet;
 pub use reducer::{ReduceValue, ReducerBody};

@@ -162,7 +162,23 @@ pub trait ReduceValue: Send + 'static {
     /// Folds this value into the peer's archive at `buf[offset..]` (`offset`
     /// a multiple of 16), in place: see [`FoldInto`].
     fn fold_into(self: Box<Self>, buf: AlignedVec, offset: usize) -> FoldInto;
+    /// Gives up a value that is laid out in its wire form already
+    /// ([`crate::InPlace`]): its buffer, with `header` bytes free at the
+    /// start and the archive after them, and how to make the value to hold
+    /// from the shared archive. Any other value comes back (`Err`), to be
+    /// serialised.
+    fn into_encoded(
+        self: Box<Self>,
+        header: usize,
+    ) -> Result<(AlignedVec, Hold), Box<dyn ReduceValue>>;
 }
+
+/// A serialised value's buffer (an rkyv archive, 16-byte aligned).
+pub type EncodedBuf = AlignedVec;
+
+/// Makes the value a rank holds from its shared archive (see
+/// [`ReduceValue::into_encoded`]).
+pub type Hold = fn(Bytes) -> Box<dyn ReduceValue>;
 
 /// Decodes an archive into a boxed value of the type that made the decoder.
 pub type Decoder = fn(&[u8]) -> Result<Box<dyn ReduceValue>, FoldError>;
@@ -223,6 +239,13 @@ where
     fn fold_into(self: Box<Self>, buf: AlignedVec, _offset: usize) -> FoldInto {
         // A native value would have to be serialised first: no gain.
         FoldInto::Unsupported(self, buf)
+    }
+
+    fn into_encoded(
+        self: Box<Self>,
+        _header: usize,
+    ) -> Result<(AlignedVec, Hold), Box<dyn ReduceValue>> {
+        Err(self)
     }
 }
 

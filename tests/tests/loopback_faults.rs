@@ -314,3 +314,50 @@ fn with_per_process_replica_directories_an_unannounced_disk_copy_is_lost() {
     }
     assert_eq!(inferred, 0);
 }
+
+/// Place 2 again, with contributions built in their wire form: the dead
+/// receiver's original comes back from its buddy, the survivor reloads its
+/// own, and the root's `InPlace` result is exact.
+#[test]
+fn in_place_contributions_recover_like_vectors() {
+    use taskfold::InPlace;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = LocalCluster::with_config(
+        4,
+        config(vec![
+            hook(2, Point::BeforeFold, "ip", d),
+            hook(3, Point::BeforeFold, "ip", d),
+        ]),
+    )
+    .unwrap();
+    let start = |r: u32| {
+        c.rank(r)
+            .reduce(
+                InPlace::<Sum<i64>>::from_slice(&value(r).0),
+                Reduce::root(1).id("ip"),
+            )
+            .unwrap()
+    };
+    let mut fs = vec![(2, start(2)), (3, start(3))];
+    let victim = held(d, &[2, 3], "before-fold");
+    c.kill(victim);
+    release(d, 5 - victim, "before-fold");
+    fs.push((0, start(0)));
+    fs.push((1, start(1)));
+    for (rank, mut f) in fs {
+        if rank == victim {
+            continue;
+        }
+        let got = f
+            .wait_timeout(WAIT)
+            .unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        if rank == 1 {
+            assert_eq!(
+                got.unwrap().to_vec(),
+                expected(4),
+                "the recovered result is exact"
+            );
+        }
+    }
+}

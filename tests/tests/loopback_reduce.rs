@@ -447,3 +447,38 @@ fn user_types_that_fold_archives_reduce_correctly() {
     // the others ran as archived folds on non-root ranks.
     assert!(ARCHIVED_FOLDS.load(std::sync::atomic::Ordering::Relaxed) > 0);
 }
+
+#[test]
+fn in_place_arrays_reduce_like_vectors() {
+    use taskfold::InPlace;
+    for p in [1u32, 2, 5, 8] {
+        let cluster = LocalCluster::new(p).unwrap();
+        for root in [0, p - 1] {
+            let futures: Vec<_> = cluster
+                .ranks()
+                .iter()
+                .map(|rt| {
+                    let mut mine = InPlace::<Sum<i64>>::zeroed(3000);
+                    mine.as_mut_slice()
+                        .copy_from_slice(&contribution(rt.rank(), 3000));
+                    rt.reduce(mine, Reduce::root(root).id(format!("in-place-{p}-{root}")))
+                        .unwrap()
+                })
+                .collect();
+            let all: Vec<u32> = (0..p).collect();
+            for (rank, mut f) in futures.into_iter().enumerate() {
+                let got = f.wait_timeout(WAIT).unwrap();
+                if rank as u32 == root {
+                    assert_eq!(
+                        got.unwrap().to_vec(),
+                        expected(&all, 3000),
+                        "p={p} root={root}"
+                    );
+                } else {
+                    assert!(got.is_none());
+                }
+            }
+        }
+        cluster.shutdown().unwrap();
+    }
+}

@@ -144,22 +144,31 @@ impl Worker {
         let job = move || {
             let (value, encoded) = if first {
                 // The original, as a replica buffer: header, then archive.
-                match value.encode_after(HEADER_LEN) {
-                    Ok(mut buf) => {
-                        let (head, payload) = buf.split_at_mut(HEADER_LEN);
-                        if checksum {
-                            replica::write_header(head, payload);
-                        } else {
-                            replica::write_unchecked_header(head, payload);
-                        }
-                        let bytes = taskfold_core::pool::bytes(buf);
-                        // From now on this rank only folds and serves the
-                        // value (it is not the root): hold it as the
-                        // original's archive if its type folds archives,
-                        // and free the native one.
-                        (value.into_archived(bytes.slice(HEADER_LEN..)), Ok(bytes))
+                let seal = |mut buf: taskfold_core::reducer::EncodedBuf| {
+                    let (head, payload) = buf.split_at_mut(HEADER_LEN);
+                    if checksum {
+                        replica::write_header(head, payload);
+                    } else {
+                        replica::write_unchecked_header(head, payload);
                     }
-                    Err(e) => (value, Err(e)),
+                    taskfold_core::pool::bytes(buf)
+                };
+                // From now on this rank only folds and serves the value (it
+                // is not the root): it holds the original's archive if it
+                // can (an array built in its wire form, or a type that folds
+                // archives), and the native value is freed.
+                match value.into_encoded(HEADER_LEN) {
+                    Ok((buf, hold)) => {
+                        let bytes = seal(buf);
+                        (hold(bytes.slice(HEADER_LEN..)), Ok(bytes))
+                    }
+                    Err(value) => match value.encode_after(HEADER_LEN) {
+                        Ok(buf) => {
+                            let bytes = seal(buf);
+                            (value.into_archived(bytes.slice(HEADER_LEN..)), Ok(bytes))
+                        }
+                        Err(e) => (value, Err(e)),
+                    },
                 }
             } else {
                 let encoded = value.encode().map(taskfold_core::pool::bytes);

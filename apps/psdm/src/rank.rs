@@ -13,7 +13,7 @@ use crate::job::Job;
 use crate::model::Rng;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-use taskfold::{Max, Reduce, ReduceError, ReduceFuture, Runtime, Sum};
+use taskfold::{InPlace, Max, Reduce, ReduceError, ReduceFuture, Runtime, Sum};
 
 /// Where one rank's time went.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -90,7 +90,7 @@ pub const ROOT: u32 = 0;
 struct Pending {
     issued: Instant,
     done_at: Option<Instant>,
-    future: ReduceFuture<Sum<f32>>,
+    future: ReduceFuture<InPlace<Sum<f32>>>,
 }
 
 /// Runs this rank's part of `job` on `rt`. `progress(done, total)` is
@@ -120,8 +120,8 @@ pub fn run_rank(
         t.wait += waited;
         t.latency += latency;
         t.hidden += latency.saturating_sub(waited);
-        if let (Some(img), Some(Sum(part))) = (image.as_mut(), result?) {
-            img.add(&part);
+        if let (Some(img), Some(part)) = (image.as_mut(), result?) {
+            img.add(part.as_slice());
         }
         settled += 1;
         if rank == ROOT {
@@ -131,12 +131,15 @@ pub fn run_rank(
     };
 
     for b in 0..batches {
-        let mut partial = vec![0.0f32; nx * nz];
+        // Migrated straight into the contribution's wire form: `reduce`
+        // sends it without a serialising copy.
+        let mut partial = InPlace::<Sum<f32>>::zeroed(nx * nz);
         for g in job.batch_traces(rank, size, b) {
             let c = Instant::now();
             let trace = job.survey.model_trace(&job.model, g);
             let (is, ir) = job.survey.geometry(g);
-            job.tables.migrate_trace(&mut partial, &trace, is, ir);
+            job.tables
+                .migrate_trace(partial.as_mut_slice(), &trace, is, ir);
             t.compute += c.elapsed();
             t.traces += 1;
             // Note reductions that finished meanwhile (never blocks).
@@ -152,10 +155,7 @@ pub fn run_rank(
             std::thread::sleep(Duration::from_millis(ms));
             t.jitter += Duration::from_millis(ms);
         }
-        let future = rt.reduce(
-            Sum(partial),
-            Reduce::root(ROOT).id(format!("psdm-batch-{b}")),
-        )?;
+        let future = rt.reduce(partial, Reduce::root(ROOT).id(format!("psdm-batch-{b}")))?;
         t.reductions += 1;
         pending.push_back(Pending {
             issued: Instant::now(),

@@ -10,7 +10,7 @@ use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use taskfold::{Max, Reduce, Runtime, Sum};
+use taskfold::{InPlace, Max, Reduce, Runtime, Sum};
 use taskfold_benches::baseline::memcpy_median;
 use taskfold_benches::stats::median;
 use taskfold_benches::Figure;
@@ -33,6 +33,20 @@ pub struct BenchArgs {
     /// Also write the figures to this JSON file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// How contributions are built: `in-place` (`InPlace<Sum<f32>>`, filled
+    /// in its wire form, like an MPI send buffer) or `vec` (`Sum(Vec<f32>)`,
+    /// serialised when the reduction starts).
+    #[arg(long, value_enum, default_value_t = Values::InPlace)]
+    pub values: Values,
+}
+
+/// How `bench reduce` builds contributions.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Values {
+    /// `InPlace<Sum<f32>>`.
+    InPlace,
+    /// `Sum(Vec<f32>)`.
+    Vec,
 }
 
 /// Options of one benchmark rank (internal).
@@ -47,6 +61,9 @@ pub struct RankArgs {
     /// Rank 0 writes its figures here.
     #[arg(long)]
     out: PathBuf,
+    /// How contributions are built.
+    #[arg(long, value_enum)]
+    values: Values,
 }
 
 /// Runs the benchmark for every rank count and prints the table.
@@ -76,6 +93,12 @@ pub fn main(args: BenchArgs) -> ExitCode {
                 args.warmup.to_string().into(),
                 "--out".into(),
                 out.clone().into_os_string(),
+                "--values".into(),
+                match args.values {
+                    Values::InPlace => "in-place",
+                    Values::Vec => "vec",
+                }
+                .into(),
             ],
             timeout: Some(Duration::from_secs(3600)),
             env: Vec::new(),
@@ -142,15 +165,27 @@ pub fn rank_main(args: RankArgs) -> ExitCode {
         let mut times = Vec::new();
         let mut last = None;
         for rep in 0..args.warmup + args.reps {
-            let value = Sum(data.clone());
+            // Built before the clock starts, like an MPI send buffer.
+            let value = match args.values {
+                Values::InPlace => Ok(InPlace::<Sum<f32>>::from_slice(&data)),
+                Values::Vec => Err(Sum(data.clone())),
+            };
             if let Err(e) = rt.barrier() {
                 eprintln!("barrier: {e}");
                 return ExitCode::from(1);
             }
             let t = Instant::now();
-            let res = rt
-                .reduce(value, Reduce::root(root).id(format!("bench-{bytes}-{rep}")))
-                .and_then(|f| f.get());
+            let id = format!("bench-{bytes}-{rep}");
+            let res = match value {
+                Ok(v) => rt
+                    .reduce(v, Reduce::root(root).id(id))
+                    .and_then(|f| f.get())
+                    .map(|r| r.map(|v| v.to_vec())),
+                Err(v) => rt
+                    .reduce(v, Reduce::root(root).id(id))
+                    .and_then(|f| f.get())
+                    .map(|r| r.map(|v| v.0)),
+            };
             let dt = t.elapsed().as_secs_f64();
             match res {
                 Ok(r) => last = r,
@@ -163,7 +198,7 @@ pub fn rank_main(args: RankArgs) -> ExitCode {
                 times.push(dt);
             }
         }
-        if let Some(Sum(v)) = last {
+        if let Some(v) = last {
             if v.iter().any(|&x| x != size as f32) {
                 eprintln!("WRONG RESULT for {bytes} bytes");
                 code = 1;

@@ -359,7 +359,7 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
             notes: vec![
                 format!("{cores} cores; root 1; f32 sum; {} timed repetitions after {} warm-up ({} for scenario e)", a.reps, a.warmup, a.reps_concurrent),
                 format!(
-                    "taskfold: `taskfold` is the default durability (async: a disk copy and a buddy copy of every contribution); `taskfold (durability off)` makes no copies, like MPI; transport {}{}",
+                    "taskfold: `taskfold` is the default durability (async: a disk copy and a buddy copy of every contribution); `taskfold (durability off)` makes no copies, like MPI; contributions are `InPlace<Sum<f32>>` arrays filled before the clock starts, like MPI's send buffers; transport {}{}",
                     std::env::var("TASKFOLD_TRANSPORT").unwrap_or_else(|_| "tcp".into()),
                     if std::env::var("TASKFOLD_TCP_CMA").is_ok_and(|v| v == "0") { " (same-node loans off)" } else { " (same-node gets by cross-memory attach)" }
                 ),

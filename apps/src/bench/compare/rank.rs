@@ -11,7 +11,7 @@ use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use taskfold::{Max, Reduce, ReduceError, Runtime, Sum};
+use taskfold::{InPlace, Max, Reduce, ReduceError, Runtime, Sum};
 use taskfold_benches::compare::{MasterLoad, Sample};
 use taskfold_benches::delay::{busy_spin, delay_fraction};
 
@@ -91,9 +91,9 @@ fn run_point(
     let mut before = None;
     let mut wall = Instant::now();
     for rep in 0..a.warmup + a.reps {
-        // The contributions are built before the clock starts, as the MPI
-        // driver's buffers are.
-        let values: Vec<Sum<f32>> = (0..k).map(|_| Sum(data.clone())).collect();
+        // The contributions are built before the clock starts, in their
+        // wire form, as the MPI driver's send buffers are.
+        let values: Vec<InPlace<Sum<f32>>> = (0..k).map(|_| InPlace::from_slice(&data)).collect();
         rt.barrier()?;
         if rep == a.warmup && rank == 0 {
             before = rt.master_stats();
@@ -127,7 +127,7 @@ fn run_point(
         if rank == root {
             wrong |= results
                 .iter()
-                .any(|r| !matches!(r, Some(Sum(v)) if v.iter().all(|&x| x == expected)));
+                .any(|r| !matches!(r, Some(v) if v.as_slice().iter().all(|&x| x == expected)));
         }
         if rep >= a.warmup {
             reps.times.push(dt);

@@ -1,0 +1,280 @@
+//! Array contributions built in their wire form: no serialising copy.
+//!
+//! `rt.reduce(Sum(values), ..)` serialises the array once on every rank
+//! that is not the root: one copy of the contribution, on the reduction's
+//! critical path. An [`InPlace`] array is allocated in its wire form from
+//! the start. The application computes its values straight into it
+//! ([`InPlace::as_mut_slice`]) and `reduce` sends the buffer as it is —
+//! like passing MPI its own send buffer.
+//!
+//! Layout of the buffer: a 16-byte replica header (filled when the
+//! reduction starts), the `len` elements, then the 8-byte root of an rkyv
+//! archive (a relative pointer back to the elements and their count).
+//! Everything after the header is exactly an archive of the matching
+//! [`crate::Sum`] (or `Min`, `Max`, `Prod`) of a `Vec`, so the other ranks
+//! fold it like any other contribution, and with the same rules: a rank
+//! that reduces `InPlace<Sum<f32>>` meets ranks that do the same.
+
+use crate::archived::Archived;
+use crate::error::FoldError;
+use crate::pool;
+use crate::reducer::{decode, Decoder, FoldInto, Hold, ReduceValue, ReducerBody};
+use crate::replica::HEADER_LEN;
+use bytes::Bytes;
+use rkyv::rancor;
+use rkyv::util::AlignedVec;
+use std::any::Any;
+use std::marker::PhantomData;
+
+/// Bytes of the archive's root after the elements: a relative pointer
+/// (i32) and a length (u32), both little-endian.
+const ROOT_LEN: usize = 8;
+
+/// The built-in array reducers ([`crate::Sum`], [`crate::Min`],
+/// [`crate::Max`], [`crate::Prod`] of `f32`, `f64`, `i32`, `i64`, `u32`,
+/// `u64`), whose archives an [`InPlace`] buffer reproduces.
+pub trait ArrayOp: ReducerBody + sealed::Sealed {
+    /// The element type.
+    type Elem: bytemuck::Pod;
+    /// The reducer holding `values`.
+    fn from_vec(values: Vec<Self::Elem>) -> Self;
+    /// The reducer's values.
+    fn into_vec(self) -> Vec<Self::Elem>;
+}
+
+pub(crate) mod sealed {
+    /// Only the built-in array reducers have the archive layout
+    /// [`super::InPlace`] writes.
+    pub trait Sealed {}
+}
+
+/// An array contribution of reducer `R` (e.g. `InPlace<Sum<f32>>`), laid
+/// out in its wire form.
+///
+/// ```
+/// use taskfold_core::{InPlace, Sum};
+///
+/// let mut mine = InPlace::<Sum<f32>>::zeroed(4);
+/// mine.as_mut_slice().copy_from_slice(&[1.0, 2.0, 3.0, 4.0]);
+/// assert_eq!(mine.as_slice(), &[1.0, 2.0, 3.0, 4.0]);
+/// // `rt.reduce(mine, Reduce::root(0))` sends it without serialising it;
+/// // the root gets an `InPlace<Sum<f32>>` back.
+/// ```
+pub struct InPlace<R: ArrayOp> {
+    /// Header, elements, root.
+    buf: AlignedVec,
+    len: usize,
+    _op: PhantomData<fn() -> R>,
+}
+
+impl<R: ArrayOp> InPlace<R> {
+    /// `len` zeros.
+    ///
+    /// # Panics
+    ///
+    /// If the archive would exceed rkyv's 2 GiB relative-pointer range.
+    pub fn zeroed(len: usize) -> Self {
+        let data = len * std::mem::size_of::<R::Elem>();
+        let offset = i32::try_from(data).expect("an array archive is below 2 GiB");
+        let len32 = u32::try_from(len).expect("an array archive is below 2 GiB");
+        let mut buf = pool::take(HEADER_LEN + data + ROOT_LEN);
+        buf.resize(HEADER_LEN + data, 0);
+        // The root sits right after the elements: its relative pointer goes
+        // back to the first element.
+        buf.extend_from_slice(&(-offset).to_le_bytes());
+        buf.extend_from_slice(&len32.to_le_bytes());
+        InPlace {
+            buf,
+            len,
+            _op: PhantomData,
+        }
+    }
+
+    /// A copy of `values`.
+    pub fn from_slice(values: &[R::Elem]) -> Self {
+        let mut v = Self::zeroed(values.len());
+        v.as_mut_slice().copy_from_slice(values);
+        v
+    }
+
+    fn data_range(&self) -> std::ops::Range<usize> {
+        HEADER_LEN..HEADER_LEN + self.len * std::mem::size_of::<R::Elem>()
+    }
+
+    /// The elements.
+    pub fn as_slice(&self) -> &[R::Elem] {
+        bytemuck::cast_slice(&self.buf[self.data_range()])
+    }
+
+    /// The elements, to fill in place.
+    pub fn as_mut_slice(&mut self) -> &mut [R::Elem] {
+        let range = self.data_range();
+        bytemuck::cast_slice_mut(&mut self.buf[range])
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The elements as a `Vec` (a copy).
+    pub fn to_vec(&self) -> Vec<R::Elem> {
+        self.as_slice().to_vec()
+    }
+
+    /// The archive: everything after the header.
+    fn archive(&self) -> &[u8] {
+        &self.buf[HEADER_LEN..]
+    }
+}
+
+impl<R: ArrayOp> std::fmt::Debug for InPlace<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InPlace")
+            .field("op", &std::any::type_name::<R>())
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+fn corrupt(e: rancor::Error) -> FoldError {
+    FoldError::Corrupt(e.to_string())
+}
+
+impl<R> ReduceValue for InPlace<R>
+where
+    R: ArrayOp,
+    Archived<R>: ReduceValue,
+    R::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rancor::Error>>
+        + rkyv::Deserialize<R, rkyv::api::high::HighDeserializer<rancor::Error>>,
+{
+    fn encode_after(&self, header: usize) -> Result<AlignedVec, FoldError> {
+        let mut buf = pool::take(header + self.archive().len());
+        buf.resize(header, 0);
+        buf.extend_from_slice(self.archive());
+        Ok(buf)
+    }
+
+    fn decoder(&self) -> Decoder {
+        |bytes| {
+            decode::<R>(bytes)
+                .map(|r| Box::new(InPlace::<R>::from_slice(&r.into_vec())) as Box<dyn ReduceValue>)
+        }
+    }
+
+    fn fold_bytes(&mut self, bytes: &[u8]) -> Result<(), FoldError> {
+        let other = rkyv::access::<R::Archived, rancor::Error>(bytes).map_err(corrupt)?;
+        let mine = rkyv::access_mut::<R::Archived, rancor::Error>(&mut self.buf[HEADER_LEN..])
+            .map_err(corrupt)?;
+        R::fold_archived(mine, other)
+    }
+
+    fn shape_hint(&self) -> Option<u64> {
+        Some(self.len as u64)
+    }
+
+    fn encoded_len_hint(&self) -> usize {
+        self.archive().len()
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+
+    fn into_archived(self: Box<Self>, archive: Bytes) -> Box<dyn ReduceValue> {
+        Box::new(Archived::<R>::new(archive))
+    }
+
+    fn fold_into(self: Box<Self>, buf: AlignedVec, _offset: usize) -> FoldInto {
+        // Held only by the root (elsewhere it became an archive when the
+        // reduction started), which folds into its own buffer.
+        FoldInto::Unsupported(self, buf)
+    }
+
+    fn into_encoded(
+        self: Box<Self>,
+        header: usize,
+    ) -> Result<(AlignedVec, Hold), Box<dyn ReduceValue>> {
+        if header != HEADER_LEN {
+            return Err(self);
+        }
+        let hold: Hold = |archive| Box::new(Archived::<R>::new(archive));
+        Ok((self.buf, hold))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Max, Sum};
+
+    #[test]
+    fn the_buffer_is_an_archive_of_the_matching_reducer() {
+        let v = InPlace::<Sum<f32>>::from_slice(&[1.5, -2.0, 3.25]);
+        let back: Sum<f32> = decode(v.archive()).unwrap();
+        assert_eq!(back.0, vec![1.5, -2.0, 3.25]);
+        let empty = InPlace::<Max<i64>>::zeroed(0);
+        assert!(empty.is_empty());
+        assert_eq!(
+            decode::<Max<i64>>(empty.archive()).unwrap().0,
+            Vec::<i64>::new()
+        );
+        let wide = InPlace::<Sum<u64>>::from_slice(&[u64::MAX, 7]);
+        assert_eq!(
+            decode::<Sum<u64>>(wide.archive()).unwrap().0,
+            vec![u64::MAX, 7]
+        );
+    }
+
+    #[test]
+    fn folds_in_place_and_with_ordinary_archives() {
+        let mut mine = InPlace::<Sum<i32>>::from_slice(&[1, 2, 3]);
+        mine.fold_bytes(&Sum(vec![10, 20, 30]).encode().unwrap())
+            .unwrap();
+        assert_eq!(mine.as_slice(), &[11, 22, 33]);
+        // And the other way round: a Sum folds an InPlace's archive.
+        let mut sum = Sum(vec![1, 1, 1]);
+        ReduceValue::fold_bytes(&mut sum, mine.archive()).unwrap();
+        assert_eq!(sum.0, vec![12, 23, 34]);
+        let e = mine
+            .fold_bytes(&Sum(vec![1, 2]).encode().unwrap())
+            .unwrap_err();
+        assert_eq!(e, FoldError::Mismatch { mine: 3, theirs: 2 });
+        assert!(matches!(
+            mine.fold_bytes(&[9; 5]),
+            Err(FoldError::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn gives_up_its_buffer_without_copying() {
+        let v: Box<dyn ReduceValue> = Box::new(InPlace::<Sum<f64>>::from_slice(&[0.5, 0.25]));
+        let ptr = v.encoded_len_hint();
+        assert_eq!(ptr, 2 * 8 + ROOT_LEN);
+        let (buf, hold) = v.into_encoded(HEADER_LEN).ok().expect("laid out already");
+        let data_ptr = buf[HEADER_LEN..].as_ptr();
+        let bytes = pool::bytes(buf);
+        let held = hold(bytes.slice(HEADER_LEN..));
+        let served = held.encoded().unwrap();
+        assert_eq!(served.as_ptr(), data_ptr, "the same memory, never copied");
+        assert_eq!(decode::<Sum<f64>>(&served).unwrap().0, vec![0.5, 0.25]);
+        let other: Box<dyn ReduceValue> = Box::new(InPlace::<Sum<f64>>::zeroed(1));
+        assert!(
+            other.into_encoded(32).is_err(),
+            "only with the replica header"
+        );
+    }
+
+    #[test]
+    fn decodes_for_recovery() {
+        let v = InPlace::<Max<u32>>::from_slice(&[4, 9]);
+        let back = (v.decoder())(v.archive()).unwrap();
+        let back = back.into_any().downcast::<InPlace<Max<u32>>>().unwrap();
+        assert_eq!(back.as_slice(), &[4, 9]);
+    }
+}
