@@ -156,8 +156,8 @@ pub trait ReduceValue: Send + 'static {
         None
     }
     /// Trades this value for one held as `archive`, its own serialised form
-    /// (without header), if the type folds archives; otherwise returns
-    /// itself. Frees the native value's memory.
+    /// (without header), if it can be held that way (its type folds
+    /// archives); otherwise returns itself. Frees the native value's memory.
     fn into_archived(self: Box<Self>, archive: Bytes) -> Box<dyn ReduceValue>;
     /// Folds this value into the peer's archive at `buf[offset..]` (`offset`
     /// a multiple of 16), in place: see [`FoldInto`].
