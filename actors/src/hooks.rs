@@ -90,14 +90,6 @@ pub fn parse(s: &str) -> Vec<Hook> {
         .collect()
 }
 
-/// Whether a hook is set for `rank` at `point` in reduction `id` (without
-/// marking it held): for points whose hold must be prepared in advance.
-pub fn armed(hooks: &[Hook], rank: u32, point: Point, id: &str) -> bool {
-    hooks
-        .iter()
-        .any(|h| h.rank == rank && h.point == point && h.id == id)
-}
-
 /// If a hook matches, marks it held and returns a future that resolves once
 /// it is released (or after two minutes).
 pub fn hold(
@@ -137,7 +129,6 @@ mod tests {
         assert_eq!(h[0].point, Point::BeforeFold);
         assert_eq!(h[1].dir, PathBuf::from("b:/c"));
         assert_eq!(h[2].point, Point::DiskWritten);
-        assert!(armed(&h, 1, Point::DiskWritten, "f"));
-        assert!(!armed(&h, 1, Point::DiskWritten, "g"));
+        assert_eq!((h[2].rank, h[2].id.as_str()), (1, "f"));
     }
 }
