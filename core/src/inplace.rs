@@ -204,7 +204,15 @@ where
             return Err(self);
         }
         let hold: Hold = |archive| Box::new(Archived::<R>::new(archive));
-        Ok((self.buf, hold))
+        let mut this = self;
+        Ok((std::mem::replace(&mut this.buf, AlignedVec::new()), hold))
+    }
+}
+
+impl<R: ArrayOp> Drop for InPlace<R> {
+    fn drop(&mut self) {
+        // Recycled for the next contribution (see `crate::pool`).
+        pool::give(std::mem::replace(&mut self.buf, AlignedVec::new()));
     }
 }
 

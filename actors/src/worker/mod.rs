@@ -170,7 +170,11 @@ impl Worker {
             },
             None => Ok(None),
         };
-        local.slot.fill(outcome);
+        // Release this reduction's buffers (back to the pool) before the
+        // application wakes up: its next contribution can reuse them.
+        let slot = local.slot.clone();
+        drop(local);
+        slot.fill(outcome);
     }
 
     /// Fails every live reduction (the master is gone, fenced, shutdown).
