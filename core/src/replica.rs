@@ -63,20 +63,26 @@ pub fn announced_len(buf: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes")))
 }
 
+/// The payload after a header that starts `buf`, if its length is the
+/// header's.
+fn payload_of(buf: &[u8]) -> Result<&[u8], ReplicaError> {
+    let len = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
+    let payload = &buf[HEADER_LEN..];
+    if payload.len() as u64 != len {
+        return Err(ReplicaError::Malformed(format!(
+            "length {} != header {len}",
+            payload.len()
+        )));
+    }
+    Ok(payload)
+}
+
 /// The payload of an original served from its owner's memory (not a
 /// copy): like [`verify`], but an original made without a checksum
 /// ([`write_unchecked_header`]) is accepted as it is, its length checked.
 pub fn original_payload(buf: &[u8]) -> Result<&[u8], ReplicaError> {
     if buf.len() >= HEADER_LEN && buf[..4] == UNCHECKED {
-        let len = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
-        let payload = &buf[HEADER_LEN..];
-        if payload.len() as u64 != len {
-            return Err(ReplicaError::Malformed(format!(
-                "length {} != header {len}",
-                payload.len()
-            )));
-        }
-        return Ok(payload);
+        return payload_of(buf);
     }
     verify(buf)
 }
@@ -95,14 +101,7 @@ pub fn verify(buf: &[u8]) -> Result<&[u8], ReplicaError> {
         )));
     }
     let stored = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes"));
-    let len = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
-    let payload = &buf[HEADER_LEN..];
-    if payload.len() as u64 != len {
-        return Err(ReplicaError::Malformed(format!(
-            "length {} != header {len}",
-            payload.len()
-        )));
-    }
+    let payload = payload_of(buf)?;
     let computed = crc32fast::hash(payload);
     if computed != stored {
         return Err(ReplicaError::Checksum { stored, computed });
