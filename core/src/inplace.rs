@@ -63,7 +63,6 @@ pub(crate) mod sealed {
 pub struct InPlace<R: ArrayOp> {
     /// Header, elements, root.
     buf: AlignedVec,
-    len: usize,
     _op: PhantomData<fn() -> R>,
 }
 
@@ -74,31 +73,38 @@ impl<R: ArrayOp> InPlace<R> {
     ///
     /// If the archive would exceed rkyv's 2 GiB relative-pointer range.
     pub fn zeroed(len: usize) -> Self {
+        Self::build(len, |buf, data| buf.resize(HEADER_LEN + data, 0))
+    }
+
+    /// A copy of `values` (one pass: the elements are not zeroed first).
+    pub fn from_slice(values: &[R::Elem]) -> Self {
+        Self::build(values.len(), |buf, _| {
+            buf.resize(HEADER_LEN, 0);
+            buf.extend_from_slice(bytemuck::cast_slice(values));
+        })
+    }
+
+    /// Header, then the `len` elements that `fill` appends after it (`data`
+    /// bytes), then the root.
+    fn build(len: usize, fill: impl FnOnce(&mut AlignedVec, usize)) -> Self {
         let data = len * std::mem::size_of::<R::Elem>();
         let offset = i32::try_from(data).expect("an array archive is below 2 GiB");
         let len32 = u32::try_from(len).expect("an array archive is below 2 GiB");
         let mut buf = pool::take(HEADER_LEN + data + ROOT_LEN);
-        buf.resize(HEADER_LEN + data, 0);
+        fill(&mut buf, data);
+        debug_assert_eq!(buf.len(), HEADER_LEN + data);
         // The root sits right after the elements: its relative pointer goes
         // back to the first element.
         buf.extend_from_slice(&(-offset).to_le_bytes());
         buf.extend_from_slice(&len32.to_le_bytes());
         InPlace {
             buf,
-            len,
             _op: PhantomData,
         }
     }
 
-    /// A copy of `values`.
-    pub fn from_slice(values: &[R::Elem]) -> Self {
-        let mut v = Self::zeroed(values.len());
-        v.as_mut_slice().copy_from_slice(values);
-        v
-    }
-
     fn data_range(&self) -> std::ops::Range<usize> {
-        HEADER_LEN..HEADER_LEN + self.len * std::mem::size_of::<R::Elem>()
+        HEADER_LEN..self.buf.len().saturating_sub(ROOT_LEN).max(HEADER_LEN)
     }
 
     /// The elements.
@@ -114,12 +120,12 @@ impl<R: ArrayOp> InPlace<R> {
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        self.len
+        self.data_range().len() / std::mem::size_of::<R::Elem>()
     }
 
     /// Whether there are no elements.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// The elements as a `Vec` (a copy).
@@ -137,7 +143,7 @@ impl<R: ArrayOp> std::fmt::Debug for InPlace<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InPlace")
             .field("op", &std::any::type_name::<R>())
-            .field("len", &self.len)
+            .field("len", &self.len())
             .finish()
     }
 }
@@ -175,7 +181,7 @@ where
     }
 
     fn shape_hint(&self) -> Option<u64> {
-        Some(self.len as u64)
+        Some(self.len() as u64)
     }
 
     fn encoded_len_hint(&self) -> usize {
@@ -224,6 +230,8 @@ mod tests {
     #[test]
     fn the_buffer_is_an_archive_of_the_matching_reducer() {
         let v = InPlace::<Sum<f32>>::from_slice(&[1.5, -2.0, 3.25]);
+        assert_eq!(v.len(), 3);
+        assert_eq!(InPlace::<Sum<f32>>::zeroed(5).as_slice(), &[0.0; 5]);
         let back: Sum<f32> = decode(v.archive()).unwrap();
         assert_eq!(back.0, vec![1.5, -2.0, 3.25]);
         let empty = InPlace::<Max<i64>>::zeroed(0);

@@ -113,6 +113,30 @@ pub fn release(dir: &Path, rank: u32, point: &str) {
     std::fs::write(dir.join(format!("release-{rank}-{point}")), b"").unwrap();
 }
 
+/// Waits for every survivor's reduction (the `dead` rank's future never
+/// completes) and returns the `root`'s result; a survivor's error fails
+/// the test. Shared by the in-process recovery tests.
+pub fn root_result<T: 'static>(
+    futures: Vec<(u32, taskfold::ReduceFuture<T>)>,
+    dead: u32,
+    root: u32,
+    wait: Duration,
+) -> T {
+    let mut result = None;
+    for (rank, mut f) in futures {
+        if rank == dead {
+            continue;
+        }
+        let got = f
+            .wait_timeout(wait)
+            .unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        if rank == root {
+            result = Some(got.expect("the root holds the result"));
+        }
+    }
+    result.expect("the root is among the survivors")
+}
+
 fn kill(dir: &Path, rank: u32) {
     let pid = wait_for_pid(
         &dir.join(format!("rank-{rank}.pid")),

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use taskfold::hooks::{Hook, Point};
 use taskfold::{Config, Durability, LocalCluster, Reduce, ReduceError, ReduceFuture, Sum};
-use taskfold_tests::faults::{held, release};
+use taskfold_tests::faults::{held, release, root_result};
 
 const WAIT: Duration = Duration::from_secs(30);
 const LEN: usize = 10_000;
@@ -66,16 +66,8 @@ fn survivors_get_the_full_sum(
     futures: Vec<(u32, ReduceFuture<Sum<i64>>)>,
     dead: u32,
 ) {
-    for (rank, mut f) in futures {
-        if rank == dead {
-            continue; // a killed rank's future never completes
-        }
-        let got = f.wait_timeout(WAIT);
-        let got = got.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
-        if rank == 1 {
-            assert_eq!(got.unwrap().0, expected(4), "the recovered result is exact");
-        }
-    }
+    let sum = root_result(futures, dead, 1, WAIT);
+    assert_eq!(sum.0, expected(4), "the recovered result is exact");
     let _ = c;
 }
 
@@ -345,19 +337,9 @@ fn in_place_contributions_recover_like_vectors() {
     release(d, 5 - victim, "before-fold");
     fs.push((0, start(0)));
     fs.push((1, start(1)));
-    for (rank, mut f) in fs {
-        if rank == victim {
-            continue;
-        }
-        let got = f
-            .wait_timeout(WAIT)
-            .unwrap_or_else(|e| panic!("rank {rank}: {e}"));
-        if rank == 1 {
-            assert_eq!(
-                got.unwrap().to_vec(),
-                expected(4),
-                "the recovered result is exact"
-            );
-        }
-    }
+    assert_eq!(
+        root_result(fs, victim, 1, WAIT).to_vec(),
+        expected(4),
+        "the recovered result is exact"
+    );
 }

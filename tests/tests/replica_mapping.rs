@@ -7,7 +7,7 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use std::time::Duration;
 use taskfold::hooks::{Hook, Point};
 use taskfold::{metrics as names, Config, Durability, LocalCluster, Reduce, Sum};
-use taskfold_tests::faults::{held, release};
+use taskfold_tests::faults::{held, release, root_result};
 
 const WAIT: Duration = Duration::from_secs(30);
 /// 1.6 MB per contribution: above the size from which buffers are pooled.
@@ -69,17 +69,11 @@ fn a_same_node_buddy_maps_the_disk_copy_and_recovers_from_it() {
     fs.push((0, start(0)));
     fs.push((1, start(1)));
     let want: Vec<i64> = (0..LEN).map(|i| 4 * i * 10 + 1 + 2 + 3 + 4).collect();
-    for (rank, mut f) in fs {
-        if rank == victim {
-            continue;
-        }
-        let got = f
-            .wait_timeout(WAIT)
-            .unwrap_or_else(|e| panic!("rank {rank}: {e}"));
-        if rank == 1 {
-            assert_eq!(got.unwrap().0, want, "recovered from the mapped copy");
-        }
-    }
+    assert_eq!(
+        root_result(fs, victim, 1, WAIT).0,
+        want,
+        "recovered from the mapped copy"
+    );
 
     let counter = |name: &str| -> u64 {
         snapshotter

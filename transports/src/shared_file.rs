@@ -13,7 +13,6 @@
 use bytes::Bytes;
 use std::io;
 use std::path::Path;
-use std::sync::OnceLock;
 
 /// This node's token (a hash of the kernel's boot id and the PID
 /// namespace), or 0 if it cannot be known. Two ranks with the same non-zero
@@ -21,8 +20,7 @@ use std::sync::OnceLock;
 /// so a path means the same file to both (and if it does not, the offer's
 /// length and checksum do not match and the buddy copies the bytes).
 pub fn node_token() -> u64 {
-    static TOKEN: OnceLock<u64> = OnceLock::new();
-    *TOKEN.get_or_init(crate::tcp::cma::node_token)
+    crate::tcp::cma::node_token()
 }
 
 /// Maps the file at `path` read-only; fails unless it is exactly `len`

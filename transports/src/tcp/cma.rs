@@ -24,8 +24,14 @@ use std::os::unix::fs::MetadataExt;
 /// Buffers smaller than this are streamed: a loan costs a round trip more.
 pub const MIN_LOAN: usize = 64 << 10;
 
-/// This node's token, or 0 if it cannot be known (then no loans).
+/// This node's token, or 0 if it cannot be known (then no loans). Read
+/// once per process.
 pub fn node_token() -> u64 {
+    static TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TOKEN.get_or_init(read_node_token)
+}
+
+fn read_node_token() -> u64 {
     let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") else {
         return 0;
     };
