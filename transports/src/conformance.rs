@@ -326,6 +326,38 @@ pub fn get_sizes(f: Factory<'_>) {
     }
 }
 
+/// `get_loan` returns exactly the exposed bytes, 16-byte aligned, for the
+/// sizes of [`get_sizes`]; a loan stays readable and unchanged after the
+/// owner withdraws and drops its buffer, until the loan is dropped.
+pub fn loans(f: Factory<'_>) {
+    let c = f(2);
+    let (t0, t1) = (&c.transports[0], &c.transports[1]);
+    let sizes = [0usize, 1, 4096 + 3, 3 << 20, 9 << 20];
+    for (i, &len) in sizes.iter().enumerate() {
+        t1.expose(BufferKey(200 + i as u64), pattern(len, i as u8));
+    }
+    for (i, &len) in sizes.iter().enumerate() {
+        let want = pattern(len, i as u8);
+        let t = t0.clone();
+        let got = wait("get_loan", async move {
+            t.get_loan(Rank(1), BufferKey(200 + i as u64)).await
+        })
+        .expect("loan of an exposed buffer");
+        assert_eq!(got.len(), len, "length of loan {i}");
+        if len > 0 {
+            assert_eq!(got.as_ptr() as usize % 16, 0, "loan {i} is not aligned");
+        }
+        // The owner lets go of its buffer: the loan must still hold it.
+        drop(t1.withdraw(BufferKey(200 + i as u64)));
+        assert!(&got[..] == &want[..], "bytes of loan {i} differ");
+        let owned = got.into_owned();
+        assert!(
+            &owned[..] == &want[..],
+            "bytes of loan {i} differ once owned"
+        );
+    }
+}
+
 /// A get of a key that is not exposed fails with `NotExposed`.
 pub fn get_not_exposed(f: Factory<'_>) {
     let c = f(2);

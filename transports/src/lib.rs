@@ -15,6 +15,9 @@
 //!   libfabric, tagged messages for control, RMA reads for gets.
 //! - [`select`]: builds the transport the environment asks for
 //!   (`TASKFOLD_TRANSPORT=tcp|libfabric`).
+//! - [`shm`]: the shared heap (an opt-in global allocator) whose large
+//!   blocks same-node ranks map, so that a fold reads a peer's bytes in
+//!   place ([`Transport::get_loan`], [`Received::Shared`]).
 //! - [`shared_file`]: read-only mappings of same-node replica files, exposed
 //!   like any buffer (a buddy's copy without copying).
 //! - [`conformance`]: the test suite every transport must pass.
@@ -25,6 +28,7 @@ pub mod libfabric;
 pub mod loopback;
 pub mod select;
 pub mod shared_file;
+pub mod shm;
 pub mod tcp;
 
 /// The byte buffers of frames and exposed data (re-exported, so that users
@@ -39,6 +43,90 @@ pub type RecvBuf = rkyv::util::AlignedVec<16>;
 
 /// The result of a one-sided `get`.
 pub type GetFuture = Pin<Box<dyn Future<Output = Result<RecvBuf, TransportError>> + Send>>;
+
+/// The result of [`Transport::get_loan`].
+pub type LoanFuture = Pin<Box<dyn Future<Output = Result<Received, TransportError>> + Send>>;
+
+/// Fetched bytes: a private copy, or a read-only view of the owner's memory.
+#[derive(Debug)]
+pub enum Received {
+    /// A private copy.
+    Owned(RecvBuf),
+    /// The owner's own bytes, lent: unchanged until this is dropped, which
+    /// returns the loan.
+    Shared(SharedView),
+}
+
+impl std::ops::Deref for Received {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Received::Owned(b) => b,
+            Received::Shared(v) => v,
+        }
+    }
+}
+
+impl Received {
+    /// A private copy (no copy if it is one already); returns a loan at once.
+    pub fn into_owned(self) -> RecvBuf {
+        match self {
+            Received::Owned(b) => b,
+            Received::Shared(v) => {
+                let mut b = taskfold_core::pool::take(v.len());
+                b.extend_from_slice(&v);
+                b
+            }
+        }
+    }
+}
+
+/// A lent range of a same-node peer's shared heap ([`shm`]), mapped
+/// read-only. Dropping it returns the loan to the owner.
+pub struct SharedView {
+    heap: std::sync::Arc<shm::PeerHeap>,
+    offset: usize,
+    len: usize,
+    /// Returns the loan when dropped (after the view's last read).
+    _loan: Box<dyn Send + Sync>,
+}
+
+impl SharedView {
+    /// A view of `len` bytes at `offset` in `heap`, returned by dropping
+    /// `loan`; `None` (and the loan returned) if the range is outside it.
+    pub fn new(
+        heap: std::sync::Arc<shm::PeerHeap>,
+        offset: usize,
+        len: usize,
+        loan: Box<dyn Send + Sync>,
+    ) -> Option<SharedView> {
+        heap.slice(offset, len)?;
+        Some(SharedView {
+            heap,
+            offset,
+            len,
+            _loan: loan,
+        })
+    }
+}
+
+impl std::ops::Deref for SharedView {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.heap
+            .slice(self.offset, self.len)
+            .expect("checked when the view was made")
+    }
+}
+
+impl std::fmt::Debug for SharedView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedView")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish()
+    }
+}
 
 /// Pseudo-rank of the launcher (`taskfold run`) when it reports to the master.
 pub const LAUNCHER: Rank = Rank(u32::MAX);
@@ -142,6 +230,15 @@ pub trait Transport: Send + Sync + 'static {
     fn withdraw(&self, key: BufferKey) -> Option<Bytes>;
     /// Fetches the buffer `from` exposes under `key`.
     fn get(&self, from: Rank, key: BufferKey) -> GetFuture;
+    /// Like [`Transport::get`], but a transport may hand back a read-only
+    /// view of the owner's own bytes ([`Received::Shared`], a same-node
+    /// peer's shared heap) instead of a copy. The owner keeps them
+    /// unchanged, and its buffer allocated, until the view is dropped:
+    /// hold it no longer than the read that needs it.
+    fn get_loan(&self, from: Rank, key: BufferKey) -> LoanFuture {
+        let f = self.get(from, key);
+        Box::pin(async move { f.await.map(Received::Owned) })
+    }
     /// The stream of incoming frames and link events (one consumer).
     fn events(&self) -> flume::Receiver<Event>;
     /// Closes every link; later calls fail with [`TransportError::Closed`].

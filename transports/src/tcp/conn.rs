@@ -44,6 +44,8 @@ pub(crate) enum OutFrame {
         req: u64,
         addr: u64,
         total: u64,
+        /// Where the buffer lies in our shared heap, if it does.
+        heap: Option<crate::shm::HeapRef>,
     },
     Return {
         req: u64,
@@ -91,18 +93,29 @@ impl Batch {
                 None,
                 false,
             ),
-            OutFrame::Lend { req, addr, total } => (
-                Header {
-                    a: req,
-                    b: addr,
-                    c: total,
-                    ..Header::new(kind::GET_LEND, 8)
-                },
-                Some(Bytes::copy_from_slice(
-                    &u64::from(std::process::id()).to_le_bytes(),
-                )),
-                false,
-            ),
+            OutFrame::Lend {
+                req,
+                addr,
+                total,
+                heap,
+            } => {
+                let mut body = u64::from(std::process::id()).to_le_bytes().to_vec();
+                if let Some(h) = heap {
+                    for v in [u64::from(h.fd), h.ino, h.len, h.offset] {
+                        body.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
+                (
+                    Header {
+                        a: req,
+                        b: addr,
+                        c: total,
+                        ..Header::new(kind::GET_LEND, body.len() as u32)
+                    },
+                    Some(Bytes::from(body)),
+                    false,
+                )
+            }
             OutFrame::Return { req } => (
                 Header {
                     a: req,
@@ -574,13 +587,23 @@ async fn out_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf) {
                     break e;
                 }
             }
-            kind::GET_LEND if hdr.len == 8 => {
-                let pid = match read_payload(&mut rd, 8).await {
-                    Ok(b) => u64::from_le_bytes(b[..8].try_into().unwrap_or_default()),
+            kind::GET_LEND if hdr.len == frame::LEND_LEN || hdr.len == frame::LEND_HEAP_LEN => {
+                let body = match read_payload(&mut rd, hdr.len).await {
+                    Ok(b) => b,
                     Err(e) => break e,
                 };
-                metrics::received(HEADER_LEN as u64 + 8, 1);
-                if let Err(e) = get::on_lend(&shared, peer, &hdr, pid) {
+                let word = |i: usize| {
+                    u64::from_le_bytes(body[8 * i..8 * i + 8].try_into().unwrap_or_default())
+                };
+                let pid = word(0);
+                let heap = (hdr.len == frame::LEND_HEAP_LEN).then(|| crate::shm::HeapRef {
+                    fd: word(1) as u32,
+                    ino: word(2),
+                    len: word(3),
+                    offset: word(4),
+                });
+                metrics::received(HEADER_LEN as u64 + u64::from(hdr.len), 1);
+                if let Err(e) = get::on_lend(&shared, peer, &hdr, pid, heap) {
                     break e;
                 }
             }

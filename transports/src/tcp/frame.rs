@@ -21,18 +21,22 @@
 //! | `GET_CHUNK` | request id | offset | total length | `len` bytes of the buffer |
 //! | `GET_ERR` | request id | key | 1 = not exposed | none |
 //! | `GOODBYE` | | | | none |
-//! | `GET_LEND` | request id | address | total length | owner pid (u64 LE) |
+//! | `GET_LEND` | request id | address | total length | owner pid (u64 LE); then, if the buffer is in the owner's shared heap, its heap descriptor, inode, length and the buffer's offset (4 × u64 LE) |
 //! | `GET_RETURN` | request id | | | none |
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+/// Payload of a `GET_LEND` frame: the owner's pid.
+pub const LEND_LEN: u32 = 8;
+/// Payload of a `GET_LEND` frame naming a place in the owner's shared heap.
+pub const LEND_HEAP_LEN: u32 = 40;
 /// Header length in bytes.
 pub const HEADER_LEN: usize = 32;
 /// First two bytes of every frame.
 pub const MAGIC: [u8; 2] = *b"tf";
 /// Version of the TCP framing and handshake; a peer speaking another is refused.
-pub const PROTO_VERSION: u16 = 2;
+pub const PROTO_VERSION: u16 = 3;
 /// Largest `HELLO` or `REFUSE` payload accepted.
 pub const HANDSHAKE_MAX: u32 = 4096;
 /// Bytes of one encoded address in a `TABLE` or `HELLO`.
@@ -124,7 +128,7 @@ impl Header {
         };
         match hdr.kind {
             kind::HELLO | kind::REFUSE | kind::TABLE | kind::CONTROL | kind::GET_CHUNK => {}
-            kind::GET_LEND if hdr.len != 8 => {
+            kind::GET_LEND if hdr.len != LEND_LEN && hdr.len != LEND_HEAP_LEN => {
                 return Err(format!("a loan with a payload of {}", hdr.len));
             }
             kind::GET_LEND => {}

@@ -9,13 +9,17 @@
 //!
 //! A requester on the owner's node gets a loan instead (`GET_LEND`, see
 //! the `cma` module): one copy from the owner's memory, then `GET_RETURN`.
+//! If the buffer lies in the owner's shared heap ([`crate::shm`]), the
+//! requester maps that heap (once per peer) and reads the bytes where they
+//! are: a [`crate::Transport::get_loan`] completes with a view whose drop
+//! sends `GET_RETURN`, a plain get with one `memcpy` from the mapping.
 
 use super::cma;
 use super::conn::{OutFrame, ReadError, Writer};
 use super::frame::{Header, ERR_NOT_EXPOSED, HEADER_LEN};
 use super::metrics;
 use super::peer::{Link, Pending, Shared};
-use crate::{BufferKey, RecvBuf, TransportError};
+use crate::{BufferKey, Received, SharedView, TransportError};
 use std::sync::Arc;
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedReadHalf;
@@ -37,11 +41,13 @@ pub(crate) fn serve(shared: &Shared, w: &Writer, peer: u32, req: u64, key: u64, 
     let total = data.len();
     if token != 0 && token == shared.node_token && total >= cma::MIN_LOAN {
         let addr = data.as_ptr() as u64;
+        let heap = crate::shm::locate(data.as_ptr(), total);
         shared.lend(peer, req, data);
         if w.send(OutFrame::Lend {
             req,
             addr,
             total: total as u64,
+            heap,
         })
         .is_err()
         {
@@ -132,7 +138,7 @@ pub(crate) async fn on_chunk(
     p.done += len;
     if p.done == p.total {
         let buf = p.buf.take().unwrap_or_default();
-        let _ = p.tx.send(Ok(buf));
+        let _ = p.tx.send(Ok(Received::Owned(buf)));
         return Ok(());
     }
     let mut slot = shared.slot(peer);
@@ -150,7 +156,44 @@ pub(crate) async fn on_chunk(
     Ok(())
 }
 
-/// A loan arrived: copy it from the owner's memory off the reader task,
+/// Sends `GET_RETURN` for a loan when dropped (a view's last read done).
+struct Loan {
+    shared: Arc<Shared>,
+    peer: u32,
+    req: u64,
+}
+
+impl Drop for Loan {
+    fn drop(&mut self) {
+        let w = {
+            let mut slot = self.shared.slot(self.peer);
+            self.shared.outgoing(&mut slot, self.peer)
+        };
+        // A link that went down meanwhile: the owner keeps the buffer.
+        let _ = w.send(OutFrame::Return { req: self.req });
+    }
+}
+
+/// A view of a loan in the owner's shared heap, if the heap can be mapped
+/// (else the caller copies with `process_vm_readv`).
+fn view(
+    shared: &Arc<Shared>,
+    peer: u32,
+    req: u64,
+    pid: u32,
+    heap: &crate::shm::HeapRef,
+    total: usize,
+) -> Option<SharedView> {
+    let mapped = shared.peer_heap(peer, pid, heap)?;
+    let loan = Loan {
+        shared: shared.clone(),
+        peer,
+        req,
+    };
+    SharedView::new(mapped, heap.offset as usize, total, Box::new(loan))
+}
+
+/// A loan arrived: read it from the owner's memory off the reader task,
 /// return it, and complete the get; if the kernel refuses, ask again for a
 /// stream.
 pub(crate) fn on_lend(
@@ -158,6 +201,7 @@ pub(crate) fn on_lend(
     peer: u32,
     hdr: &Header,
     pid: u64,
+    heap: Option<crate::shm::HeapRef>,
 ) -> Result<(), ReadError> {
     let (req, addr, total) = (hdr.a, hdr.b, hdr.c);
     let Some(p) = take_pending(shared, peer, req) else {
@@ -178,6 +222,19 @@ pub(crate) fn on_lend(
     }
     let shared = shared.clone();
     shared.handle.clone().spawn_blocking(move || {
+        if let Some(v) = heap.and_then(|h| view(&shared, peer, req, pid as u32, &h, total as usize)) {
+            metrics::received(total, 0);
+            metrics::mapped(total);
+            // A plain get copies once from the mapping (a `memcpy`, cheaper
+            // than the kernel's cross-memory copy) and returns the loan.
+            let got = if p.view {
+                Received::Shared(v)
+            } else {
+                Received::Owned(Received::Shared(v).into_owned())
+            };
+            let _ = p.tx.send(Ok(got));
+            return;
+        }
         let res = cma::read(pid as u32, addr, total as usize);
         // Return the loan whatever happened: the owner may drop it now.
         let w = {
@@ -188,7 +245,7 @@ pub(crate) fn on_lend(
         match res {
             Ok(buf) => {
                 metrics::received(total, 0);
-                let _ = p.tx.send(Ok(buf));
+                let _ = p.tx.send(Ok(Received::Owned(buf)));
             }
             Err(cma::ReadFailure::NotPermitted(e)) => {
                 tracing::warn!(rank = shared.rank, peer, error = %e, "same-node reads refused by the kernel; streaming gets instead");
@@ -248,11 +305,15 @@ pub(crate) fn on_error(shared: &Shared, peer: u32, hdr: &Header) -> Result<(), R
 
 /// Registers a get to `peer` and queues its request; the receiver completes
 /// with the buffer or the error.
+///
+/// `view`: the caller takes a view of a same-node loan
+/// ([`crate::Transport::get_loan`]) rather than a copy.
 pub(crate) fn request(
     shared: &std::sync::Arc<Shared>,
     peer: u32,
     key: BufferKey,
-) -> Result<tokio::sync::oneshot::Receiver<Result<RecvBuf, TransportError>>, TransportError> {
+    view: bool,
+) -> Result<tokio::sync::oneshot::Receiver<Result<Received, TransportError>>, TransportError> {
     let mut slot = shared.slot(peer);
     if shared.is_closed() {
         return Err(TransportError::Closed);
@@ -270,6 +331,7 @@ pub(crate) fn request(
             buf: None,
             total: 0,
             done: 0,
+            view,
             tx,
         },
     );

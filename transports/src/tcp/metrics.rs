@@ -12,6 +12,14 @@ pub const FRAMES_RECEIVED: &str = "taskfold_transport_frames_received_total";
 /// protocol error.
 pub const BAD_CONNECTIONS: &str = "taskfold_transport_bad_connections_total";
 
+/// Bytes of same-node loans read in place from a peer's shared heap (not
+/// copied by the kernel).
+pub const MAPPED_BYTES: &str = "taskfold_transport_mapped_bytes_total";
+
+pub(crate) fn mapped(bytes: u64) {
+    metrics::counter!(MAPPED_BYTES, "transport" => "tcp").increment(bytes);
+}
+
 pub(crate) fn sent(bytes: u64, frames: u64) {
     metrics::counter!(BYTES_SENT, "transport" => "tcp").increment(bytes);
     metrics::counter!(FRAMES_SENT, "transport" => "tcp").increment(frames);

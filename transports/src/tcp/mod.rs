@@ -37,7 +37,12 @@
 //! Between processes of one node (same kernel and PID namespace), a get of
 //! 64 KiB or more is a loan instead: `GET_REQ`, one `GET_LEND` frame (40
 //! bytes) naming the owner's buffer, one copy by `process_vm_readv`, one
-//! `GET_RETURN` (32 bytes). See the `cma` module.
+//! `GET_RETURN` (32 bytes). See the `cma` module. If the buffer lies in
+//! the owner's shared heap (a program that installs
+//! [`crate::shm::SharedHeap`]), the loan frame also names its place there
+//! (72 bytes) and the requester reads the owner's pages in place, through a
+//! mapping of that heap made once per peer: no copy at all for
+//! [`Transport::get_loan`], one `memcpy` for [`Transport::get`].
 //!
 //! # Failures
 //!
@@ -71,7 +76,7 @@ mod sock;
 
 pub use bootstrap::report_rank_exit;
 
-use crate::{BufferKey, Event, GetFuture, Rank, Transport, TransportError};
+use crate::{BufferKey, Event, GetFuture, LoanFuture, Rank, Received, Transport, TransportError};
 use bytes::Bytes;
 use peer::Shared;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -283,6 +288,11 @@ impl TcpTransport {
         }
     }
 
+    /// Buffers lent to same-node peers and not yet returned.
+    pub fn loans_out(&self) -> usize {
+        self.shared.loans_out()
+    }
+
     /// True once `peer` has left gracefully (its goodbye arrived). Used by
     /// transports that bootstrap over TCP to tell a departed peer from a
     /// failed one.
@@ -295,6 +305,41 @@ impl TcpTransport {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
+    }
+
+    /// A get (`view`: a same-node loan may come back as a view).
+    fn fetch(&self, from: Rank, key: BufferKey, view: bool) -> LoanFuture {
+        if let Err(e) = self.check_peer(from) {
+            return Box::pin(async move { Err(e) });
+        }
+        let s = &self.shared;
+        if from.0 == s.rank {
+            let r = s
+                .exposed
+                .lookup(key)
+                .map(|b| Received::Owned(crate::recv_buf_from(&b)))
+                .ok_or(TransportError::NotExposed {
+                    peer: from.0,
+                    key: key.0,
+                });
+            return Box::pin(async move { r });
+        }
+        match get::request(s, from.0, key, view) {
+            Err(e) => Box::pin(async move { Err(e) }),
+            Ok(rx) => {
+                let shared = s.clone();
+                Box::pin(async move {
+                    match rx.await {
+                        Ok(r) => r,
+                        Err(_) if shared.is_closed() => Err(TransportError::Closed),
+                        Err(_) => Err(TransportError::LinkDown {
+                            peer: from.0,
+                            reason: "connection closed during the get".into(),
+                        }),
+                    }
+                })
+            }
+        }
     }
 
     fn check_peer(&self, peer: Rank) -> Result<(), TransportError> {
@@ -357,37 +402,12 @@ impl Transport for TcpTransport {
     }
 
     fn get(&self, from: Rank, key: BufferKey) -> GetFuture {
-        if let Err(e) = self.check_peer(from) {
-            return Box::pin(async move { Err(e) });
-        }
-        let s = &self.shared;
-        if from.0 == s.rank {
-            let r = s
-                .exposed
-                .lookup(key)
-                .map(|b| crate::recv_buf_from(&b))
-                .ok_or(TransportError::NotExposed {
-                    peer: from.0,
-                    key: key.0,
-                });
-            return Box::pin(async move { r });
-        }
-        match get::request(s, from.0, key) {
-            Err(e) => Box::pin(async move { Err(e) }),
-            Ok(rx) => {
-                let shared = s.clone();
-                Box::pin(async move {
-                    match rx.await {
-                        Ok(r) => r,
-                        Err(_) if shared.is_closed() => Err(TransportError::Closed),
-                        Err(_) => Err(TransportError::LinkDown {
-                            peer: from.0,
-                            reason: "connection closed during the get".into(),
-                        }),
-                    }
-                })
-            }
-        }
+        let f = self.fetch(from, key, false);
+        Box::pin(async move { f.await.map(Received::into_owned) })
+    }
+
+    fn get_loan(&self, from: Rank, key: BufferKey) -> LoanFuture {
+        self.fetch(from, key, true)
     }
 
     fn events(&self) -> flume::Receiver<Event> {

@@ -8,7 +8,7 @@
 //! after every message delivered from that peer.
 
 use super::conn::{self, OutFrame, Writer};
-use crate::{Event, Exposed, Rank, RecvBuf, TransportError};
+use crate::{Event, Exposed, Rank, Received, RecvBuf, TransportError};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -41,8 +41,10 @@ pub(crate) struct Pending {
     pub total: u64,
     /// Bytes received so far (chunks arrive in order).
     pub done: u64,
+    /// The caller takes a view of a same-node loan instead of a copy.
+    pub view: bool,
     /// Completes the caller's future.
-    pub tx: oneshot::Sender<Result<RecvBuf, TransportError>>,
+    pub tx: oneshot::Sender<Result<Received, TransportError>>,
 }
 
 /// Everything about one peer.
@@ -89,6 +91,15 @@ pub(crate) struct Shared {
     /// Buffers lent to peers, by (peer, request): kept alive and unchanged
     /// until the peer returns them or its link breaks.
     lent: Mutex<HashMap<(u32, u64), Bytes>>,
+    /// Loans whose link broke before they were returned: the reader may
+    /// still be reading a view of them, so they are kept (unchanged, never
+    /// recycled) until the transport is dropped.
+    stranded: Mutex<Vec<Bytes>>,
+    /// Same-node peers' shared heaps, mapped once, by peer rank; dropped
+    /// when the peer's link goes down (views in use keep theirs).
+    heaps: Mutex<HashMap<u32, Arc<crate::shm::PeerHeap>>>,
+    /// Cleared when a peer's heap cannot be mapped: copy loans instead.
+    heaps_ok: AtomicBool,
 }
 
 /// Decrements the live-task count when a connection task ends or is aborted.
@@ -127,6 +138,9 @@ impl Shared {
             },
             loans_ok: AtomicBool::new(true),
             lent: Mutex::new(HashMap::new()),
+            stranded: Mutex::new(Vec::new()),
+            heaps: Mutex::new(HashMap::new()),
+            heaps_ok: AtomicBool::new(true),
         }
     }
 
@@ -147,12 +161,46 @@ impl Shared {
             .insert((peer, req), data);
     }
 
+    /// Buffers lent and not yet returned.
+    pub fn loans_out(&self) -> usize {
+        self.lent.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// `peer` finished reading the loan of request `req`.
     pub fn returned(&self, peer: u32, req: u64) {
         self.lent
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&(peer, req));
+    }
+
+    /// `peer`'s shared heap (process `pid`), mapped read-only, if `heap`
+    /// names one we can map.
+    pub fn peer_heap(
+        &self,
+        peer: u32,
+        pid: u32,
+        heap: &crate::shm::HeapRef,
+    ) -> Option<Arc<crate::shm::PeerHeap>> {
+        if !self.heaps_ok.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut heaps = self.heaps.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = heaps.get(&peer).filter(|h| h.is(pid, heap)) {
+            return Some(h.clone());
+        }
+        match crate::shm::PeerHeap::open(pid, heap) {
+            Ok(h) => {
+                let h = Arc::new(h);
+                heaps.insert(peer, h.clone());
+                Some(h)
+            }
+            Err(e) => {
+                tracing::warn!(rank = self.rank, peer, error = %e, "cannot map a same-node peer's heap; copying loans instead");
+                self.heaps_ok.store(false, Ordering::Relaxed);
+                None
+            }
+        }
     }
 
     pub fn is_closed(&self) -> bool {
@@ -248,10 +296,20 @@ impl Shared {
         }
         slot.out = None;
         slot.incoming = None;
-        self.lent
+        {
+            let mut lent = self.lent.lock().unwrap_or_else(|e| e.into_inner());
+            let mut stranded = self.stranded.lock().unwrap_or_else(|e| e.into_inner());
+            lent.retain(|(p, _), b| {
+                if *p == peer {
+                    stranded.push(b.clone());
+                }
+                *p != peer
+            });
+        }
+        self.heaps
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|(p, _), _| *p != peer);
+            .remove(&peer);
         for t in slot.tasks.drain(..) {
             t.abort();
         }

@@ -1,0 +1,114 @@
+//! The shared heap installed as this test binary's allocator: its blocks,
+//! and TCP loans read in place from it.
+
+use std::time::{Duration, Instant};
+use taskfold_transports::conformance::{self, tcp_ranks, wait};
+use taskfold_transports::shm::{self, SharedHeap, MIN_SHARED};
+use taskfold_transports::{BufferKey, Bytes, Rank, Received, Transport};
+
+#[global_allocator]
+static HEAP: SharedHeap = SharedHeap;
+
+#[test]
+fn large_blocks_come_from_the_heap_small_ones_do_not() {
+    let big = vec![7u8; MIN_SHARED];
+    let small = vec![7u8; MIN_SHARED - 1];
+    assert!(shm::active(), "the heap was created");
+    let r = shm::locate(big.as_ptr(), big.len()).expect("a large block is in the heap");
+    assert_eq!(r.offset as usize % 4096, 0, "heap blocks start on a page");
+    assert!(shm::locate(small.as_ptr(), small.len()).is_none());
+}
+
+#[test]
+fn blocks_are_disjoint_zeroed_and_reused() {
+    // Many threads allocating, filling, checking and freeing blocks of
+    // several sizes: a block handed out twice would be overwritten.
+    let threads: Vec<_> = (0..4u8)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for round in 0..20usize {
+                    let sizes = [MIN_SHARED, 3 << 20, (1 << 20) + 12345, 9 << 20];
+                    let blocks: Vec<Vec<u8>> = sizes
+                        .iter()
+                        .map(|&n| {
+                            let v = vec![0u8; n];
+                            assert!(v.iter().all(|&b| b == 0), "a fresh block is zeroed");
+                            v
+                        })
+                        .collect();
+                    let mut blocks = blocks;
+                    for (i, b) in blocks.iter_mut().enumerate() {
+                        b.fill(t.wrapping_mul(17).wrapping_add((round + i) as u8));
+                    }
+                    for (i, b) in blocks.iter().enumerate() {
+                        let want = t.wrapping_mul(17).wrapping_add((round + i) as u8);
+                        assert!(b.iter().all(|&x| x == want), "block {i} was overwritten");
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("no thread panicked");
+    }
+}
+
+#[test]
+fn growing_and_shrinking_keeps_the_contents() {
+    let mut v: Vec<u32> = Vec::new();
+    for i in 0..2_000_000u32 {
+        v.push(i); // grows through the system allocator into the heap
+    }
+    assert!(shm::locate(v.as_ptr().cast(), v.len() * 4).is_some());
+    v.truncate(1000);
+    v.shrink_to_fit(); // back to the system allocator
+    assert!(shm::locate(v.as_ptr().cast(), v.len() * 4).is_none());
+    assert!(v.iter().enumerate().all(|(i, &x)| x == i as u32));
+}
+
+fn pattern(len: usize) -> Bytes {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13) ^ (i >> 12) as u8)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+#[test]
+fn same_node_loans_are_read_in_place_and_returned_on_drop() {
+    let ts = tcp_ranks(2, &|_| {});
+    let (t0, t1) = (ts[0].clone(), ts[1].clone());
+    let data = pattern(5 << 20);
+    let heap = shm::locate(data.as_ptr(), data.len()).expect("the buffer is in the heap");
+    t1.expose(BufferKey(1), data.clone());
+    let t = t0.clone();
+    let got = wait("get_loan", async move {
+        t.get_loan(Rank(1), BufferKey(1)).await
+    })
+    .expect("a loan");
+    let Received::Shared(view) = &got else {
+        panic!("a same-node buffer in the heap comes back as a view, not {got:?}");
+    };
+    assert!(view[..] == data[..], "the view shows the owner's bytes");
+    // Our own heap, mapped a second time: the same pages at another address.
+    assert_ne!(view.as_ptr(), data.as_ptr());
+    assert!(heap.offset > 0 || heap.len > 0);
+    // While the loan is out, the owner keeps the buffer even when it is
+    // withdrawn and our last other reference is dropped.
+    drop(t1.withdraw(BufferKey(1)));
+    drop(data);
+    let want = pattern(5 << 20);
+    assert!(got[..] == want[..], "a withdrawn buffer stays lent");
+    // A plain get copies out of the mapping.
+    t1.expose(BufferKey(2), pattern(3 << 20));
+    let t = t0.clone();
+    let owned = wait("get", async move { t.get(Rank(1), BufferKey(2)).await }).expect("a copy");
+    assert!(owned[..] == pattern(3 << 20)[..]);
+    drop(got);
+    // The return reaches the owner: the loaned block goes back to the heap
+    // (observable as the owner's loans reaching zero).
+    let deadline = Instant::now() + conformance::WAIT;
+    while t1.loans_out() > 0 {
+        assert!(Instant::now() < deadline, "the loans were never returned");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
