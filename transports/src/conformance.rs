@@ -349,10 +349,10 @@ pub fn loans(f: Factory<'_>) {
         }
         // The owner lets go of its buffer: the loan must still hold it.
         drop(t1.withdraw(BufferKey(200 + i as u64)));
-        assert!(&got[..] == &want[..], "bytes of loan {i} differ");
+        assert!(got[..] == want[..], "bytes of loan {i} differ");
         let owned = got.into_owned();
         assert!(
-            &owned[..] == &want[..],
+            owned[..] == want[..],
             "bytes of loan {i} differ once owned"
         );
     }
