@@ -62,6 +62,17 @@ pub use runtime::{Builder, Runtime};
 pub use taskfold_core::{
     FoldError, InPlace, Max, Min, Prod, ReduceError, ReduceValue, ReducerBody, Sum,
 };
+/// The shared heap: install it as a program's global allocator so that
+/// same-node ranks fold each other's contributions in place, without a
+/// copy (see [`taskfold_transports::shm`]; do not use it in a program that
+/// forks without exec).
+///
+/// ```
+/// #[global_allocator]
+/// static HEAP: taskfold::SharedHeap = taskfold::SharedHeap;
+/// # fn main() {}
+/// ```
+pub use taskfold_transports::shm::SharedHeap;
 pub use taskfold_transports::tcp::MasterAddr;
 
 /// Re-export of rkyv, so that user reducers derive with the same version.

@@ -6,6 +6,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod bench;
+
+/// Large blocks (contributions, receive buffers) in shared memory, so that
+/// ranks on one node fold each other's data in place.
+#[global_allocator]
+static HEAP: taskfold::SharedHeap = taskfold::SharedHeap;
 mod demo;
 mod launcher;
 mod observe;

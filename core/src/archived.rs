@@ -6,8 +6,14 @@
 //! the value in serialised form: the original's own encoding at first,
 //! then each receive buffer after folding this value into it. Serving the
 //! value exposes those bytes as they are, so a folded value is never
-//! serialised again (one copy of the data saved per task). The bytes are
-//! never changed once held: other ranks may be reading them.
+//! serialised again (one copy of the data saved per task).
+//!
+//! Held bytes change only when no one else can see them: a fold from
+//! bytes ([`ReduceValue::fold_bytes`], a same-node peer's data read in
+//! place) writes into the held buffer if it is a fold result that no
+//! [`Bytes`] of it is left (not exposed, not lent), and into a private copy
+//! otherwise (the original's archive is always kept intact: recovery may
+//! reload it).
 
 use crate::error::FoldError;
 use crate::pool;
@@ -24,16 +30,42 @@ use std::marker::PhantomData;
 
 /// A value of type `T` held as its archive.
 pub struct Archived<T> {
-    bytes: Bytes,
+    held: Held,
     _t: PhantomData<fn() -> T>,
+}
+
+/// Where the archive lives.
+enum Held {
+    /// Shared bytes (the original's archive): never changed.
+    Bytes(Bytes),
+    /// A buffer of this rank's own, the archive from `offset` on: changed
+    /// in place when no `Bytes` of it is alive.
+    Buf(pool::SharedBuf, usize),
 }
 
 impl<T> Archived<T> {
     /// Holds `bytes`, a complete archive of a `T` (16-byte aligned).
     pub fn new(bytes: Bytes) -> Self {
         Archived {
-            bytes,
+            held: Held::Bytes(bytes),
             _t: PhantomData,
+        }
+    }
+
+    /// Holds `buf[offset..]`, a complete archive of a `T` (`offset` a
+    /// multiple of 16), as a buffer that later folds may change in place.
+    fn in_buffer(buf: AlignedVec, offset: usize) -> Self {
+        Archived {
+            held: Held::Buf(pool::SharedBuf::new(buf), offset),
+            _t: PhantomData,
+        }
+    }
+
+    /// The archive.
+    fn bytes(&self) -> &[u8] {
+        match &self.held {
+            Held::Bytes(b) => b,
+            Held::Buf(b, offset) => &b[*offset..],
         }
     }
 }
@@ -49,7 +81,7 @@ where
 {
     /// Folds `self` into the archive at `target`.
     fn fold_self_into(&self, target: &mut [u8]) -> Result<(), FoldError> {
-        let mine = rkyv::access::<T::Archived, rancor::Error>(&self.bytes).map_err(corrupt)?;
+        let mine = rkyv::access::<T::Archived, rancor::Error>(self.bytes()).map_err(corrupt)?;
         let target = rkyv::access_mut::<T::Archived, rancor::Error>(target).map_err(corrupt)?;
         T::fold_archived(target, mine)
     }
@@ -62,9 +94,10 @@ where
         + Deserialize<T, HighDeserializer<rancor::Error>>,
 {
     fn encode_after(&self, header: usize) -> Result<AlignedVec, FoldError> {
-        let mut buf = pool::take(header + self.bytes.len());
+        let bytes = self.bytes();
+        let mut buf = pool::take(header + bytes.len());
         buf.resize(header, 0);
-        buf.extend_from_slice(&self.bytes);
+        buf.extend_from_slice(bytes);
         Ok(buf)
     }
 
@@ -73,12 +106,21 @@ where
     }
 
     fn fold_bytes(&mut self, bytes: &[u8]) -> Result<(), FoldError> {
-        // The held bytes may be shared: fold into a private copy of them.
         let other = rkyv::access::<T::Archived, rancor::Error>(bytes).map_err(corrupt)?;
+        if let Held::Buf(buf, offset) = &mut self.held {
+            if let Some(buf) = buf.get_mut() {
+                // Ours alone: fold in place, no copy.
+                let target = buf.get_mut(*offset..).unwrap_or_default();
+                let mine =
+                    rkyv::access_mut::<T::Archived, rancor::Error>(target).map_err(corrupt)?;
+                return T::fold_archived(mine, other);
+            }
+        }
+        // The held bytes may be seen by others: fold into a private copy.
         let mut copy = self.encode_after(0)?;
         let mine = rkyv::access_mut::<T::Archived, rancor::Error>(&mut copy).map_err(corrupt)?;
         T::fold_archived(mine, other)?;
-        self.bytes = pool::bytes(copy);
+        *self = Archived::in_buffer(copy, 0);
         Ok(())
     }
 
@@ -88,17 +130,20 @@ where
     }
 
     fn encoded_len_hint(&self) -> usize {
-        self.bytes.len()
+        self.bytes().len()
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         // Only the root hands its value out, and the root keeps it native;
         // the bytes were validated when this value was made.
-        Box::new(decode::<T>(&self.bytes).expect("a held archive decodes"))
+        Box::new(decode::<T>(self.bytes()).expect("a held archive decodes"))
     }
 
     fn encoded(&self) -> Option<Bytes> {
-        Some(self.bytes.clone())
+        Some(match &self.held {
+            Held::Bytes(b) => b.clone(),
+            Held::Buf(b, offset) => b.bytes().slice(*offset..),
+        })
     }
 
     fn into_archived(self: Box<Self>, _archive: Bytes) -> Box<dyn ReduceValue> {
@@ -118,10 +163,7 @@ where
             return FoldInto::Failed(self, e);
         };
         match self.fold_self_into(target) {
-            Ok(()) => {
-                let bytes = pool::bytes(buf).slice(offset..);
-                FoldInto::Folded(Box::new(Archived::<T>::new(bytes)))
-            }
+            Ok(()) => FoldInto::Folded(Box::new(Archived::<T>::in_buffer(buf, offset))),
             Err(e) => FoldInto::Failed(self, e),
         }
     }
@@ -169,6 +211,31 @@ mod tests {
             decode::<Max<i64>>(&mine.encoded().unwrap()).unwrap().0,
             vec![5, 9]
         );
+    }
+
+    #[test]
+    fn folds_from_bytes_in_place_only_when_no_one_else_sees_them() {
+        let mine = held(Sum(vec![1i64, 2]));
+        let original = mine.encoded().unwrap();
+        // The original is shared: the first fold goes to a private copy.
+        let FoldInto::Folded(mut v) = mine.fold_into(Sum(vec![10i64, 20]).encode().unwrap(), 0)
+        else {
+            panic!("Sum folds archives");
+        };
+        assert_eq!(decode::<Sum<i64>>(&original).unwrap().0, vec![1, 2]);
+        // A fold result that is exposed (a live Bytes) is not changed...
+        let exposed = v.encoded().unwrap();
+        v.fold_bytes(&Sum(vec![100i64, 200]).encode().unwrap())
+            .unwrap();
+        assert_eq!(decode::<Sum<i64>>(&exposed).unwrap().0, vec![11, 22]);
+        drop(exposed);
+        // ...one that no one sees is changed where it is.
+        let at = v.encoded().unwrap().as_ptr();
+        v.fold_bytes(&Sum(vec![1000i64, 2000]).encode().unwrap())
+            .unwrap();
+        let now = v.encoded().unwrap();
+        assert_eq!(now.as_ptr(), at, "folded in place");
+        assert_eq!(decode::<Sum<i64>>(&now).unwrap().0, vec![1111, 2222]);
     }
 
     #[test]

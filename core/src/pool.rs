@@ -201,6 +201,45 @@ impl Pool {
     }
 }
 
+/// A buffer of the process-wide pool that is shared as [`Bytes`] and can
+/// be changed again once every [`Bytes`] of it is gone: a value folded in
+/// place rank after rank, served to peers between folds. Returns to the
+/// pool when the last owner drops it.
+pub struct SharedBuf(std::sync::Arc<Pooled>);
+
+impl SharedBuf {
+    /// Takes `buf` over.
+    pub fn new(buf: AlignedVec) -> Self {
+        SharedBuf(std::sync::Arc::new(Pooled(buf, &GLOBAL)))
+    }
+
+    /// The bytes, shared: the buffer cannot change while any clone lives.
+    pub fn bytes(&self) -> Bytes {
+        Bytes::from_owner(SharedOwner(self.0.clone()))
+    }
+
+    /// The buffer, if no [`Bytes`] of it is alive.
+    pub fn get_mut(&mut self) -> Option<&mut AlignedVec> {
+        std::sync::Arc::get_mut(&mut self.0).map(|p| &mut p.0)
+    }
+}
+
+impl std::ops::Deref for SharedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0 .0
+    }
+}
+
+/// Keeps a [`SharedBuf`] alive under its [`Bytes`].
+struct SharedOwner(std::sync::Arc<Pooled>);
+
+impl AsRef<[u8]> for SharedOwner {
+    fn as_ref(&self) -> &[u8] {
+        &self.0 .0
+    }
+}
+
 /// A buffer that returns to its pool when dropped.
 struct Pooled(AlignedVec, &'static Pool);
 
@@ -222,6 +261,19 @@ mod tests {
     use super::*;
 
     const MIB: usize = 1 << 20;
+
+    #[test]
+    fn a_shared_buffer_changes_only_when_no_bytes_of_it_live() {
+        let mut v = AlignedVec::new();
+        v.extend_from_slice(&[1, 2, 3]);
+        let mut s = SharedBuf::new(v);
+        let b = s.bytes();
+        assert!(s.get_mut().is_none(), "a live Bytes pins the contents");
+        assert_eq!(&b[..], &[1, 2, 3]);
+        drop(b);
+        s.get_mut().expect("no Bytes left")[0] = 9;
+        assert_eq!(&s[..], &[9, 2, 3]);
+    }
 
     #[test]
     fn recycles_a_fitting_buffer() {

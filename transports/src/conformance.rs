@@ -351,10 +351,7 @@ pub fn loans(f: Factory<'_>) {
         drop(t1.withdraw(BufferKey(200 + i as u64)));
         assert!(got[..] == want[..], "bytes of loan {i} differ");
         let owned = got.into_owned();
-        assert!(
-            owned[..] == want[..],
-            "bytes of loan {i} differ once owned"
-        );
+        assert!(owned[..] == want[..], "bytes of loan {i} differ once owned");
     }
 }
 

@@ -16,7 +16,7 @@ use taskfold_core::reducer::FoldInto;
 use taskfold_core::replica::{self, original_key, replica_key, HEADER_LEN};
 use taskfold_core::wire::{DataSource, Join, Msg, Ready, Task, TaskDone, TaskFailed, TaskFailure};
 use taskfold_core::{FoldError, Group, Rank, RankSet, ReduceError, ReduceValue};
-use taskfold_transports::{BufferKey, RecvBuf, TransportError};
+use taskfold_transports::{BufferKey, Received, TransportError};
 
 /// The application started a reduction (sent by `Runtime::reduce`).
 #[derive(Message)]
@@ -427,7 +427,7 @@ impl Handler<TaskIn> for Worker {
 struct Fetched {
     task: Task,
     restored: Option<Result<Box<dyn ReduceValue>, String>>,
-    data: Result<RecvBuf, TransportError>,
+    data: Result<Received, TransportError>,
     started: Instant,
 }
 
@@ -475,7 +475,7 @@ impl Worker {
                 let (dir, owner) = (std::path::PathBuf::from(dir), task.provider);
                 let read = actix_rt::task::spawn_blocking(move || {
                     ReplicaDisk::read_other(&dir, key, owner)
-                        .map(|b| taskfold_transports::recv_buf_from(&b))
+                        .map(|b| Received::Owned(taskfold_transports::recv_buf_from(&b)))
                 });
                 Box::pin(async move {
                     read.await
@@ -485,9 +485,11 @@ impl Worker {
                             peer: owner,
                             detail,
                         })
-                }) as taskfold_transports::GetFuture
+                }) as taskfold_transports::LoanFuture
             }
-            _ => self.out.transport().get(from, BufferKey(bkey)),
+            // A same-node peer's data may come back as a view of its
+            // memory: the fold reads it in place.
+            _ => self.out.transport().get_loan(from, BufferKey(bkey)),
         };
         let started = Instant::now();
         let _ = local;
@@ -568,6 +570,14 @@ impl Worker {
         };
         let hold = hooks::hold(&self.hooks, self.rank.0, Point::BeforeFold, &local.join.id);
         let is_root = local.is_root;
+        if !is_root && matches!(buf, Received::Shared(_)) {
+            // Folding from a view writes into our own value: it can do so
+            // in place only if no one else holds its bytes. No one should
+            // fetch them while this rank receives (the master schedules a
+            // rank in one task at a time), and they are exposed again,
+            // folded, before the next ready message.
+            self.out.transport().withdraw(BufferKey(key));
+        }
         let small = inline(buf.len());
         let from_owner = task.source == DataSource::Original;
         let job = move || {
@@ -614,13 +624,15 @@ fn inline(len: usize) -> bool {
 /// result.
 ///
 /// The peer's archive is validated and read in place, never deserialised.
-/// On a rank other than the root, a type that folds archives folds `value`
-/// into `buf` instead, and `buf` becomes the value: it will be served as it
-/// is, never serialised (the root keeps a native value for the
-/// application).
+/// A view of a same-node peer's memory is folded into `value` (in place if
+/// no one else holds `value`'s bytes) and then returned to its owner. A
+/// private copy, on a rank other than the root and for a type that folds
+/// archives, has `value` folded into it instead, and the copy becomes the
+/// value: it will be served as it is, never serialised (the root keeps a
+/// native value for the application).
 fn fold(
     mut value: Box<dyn ReduceValue>,
-    buf: RecvBuf,
+    buf: Received,
     offset: usize,
     from_owner: bool,
     is_root: bool,
@@ -635,6 +647,13 @@ fn fold(
             return (value, Err(FoldError::Corrupt(e.to_string())));
         }
     }
+    let buf = match buf {
+        Received::Shared(view) => {
+            let result = value.fold_bytes(&view[offset..]);
+            return (value, result);
+        }
+        Received::Owned(buf) => buf,
+    };
     let buf = if is_root {
         buf
     } else {
@@ -673,6 +692,13 @@ impl Handler<Folded> for Worker {
         };
         local.value = Some(m.value);
         if let Err(error) = m.result {
+            if !local.is_root {
+                // Serve the (unchanged) value again: a fold from a view
+                // withdrew it.
+                if let Some(b) = local.value.as_ref().and_then(|v| v.encoded()) {
+                    self.out.transport().expose(BufferKey(key), b);
+                }
+            }
             return self.fail_task(&m.task, TaskFailure::Fold(error));
         }
         local.path = local.path.union(&m.task.provider_path);

@@ -6,6 +6,11 @@ use std::process::ExitCode;
 use taskfold_psdm::app;
 use taskfold_psdm::job::{Job, JobArgs};
 
+/// Large blocks (the image, contributions) in shared memory, so that ranks
+/// on one node fold each other's data in place.
+#[global_allocator]
+static HEAP: taskfold::SharedHeap = taskfold::SharedHeap;
+
 /// Kirchhoff pre-stack depth migration on taskfold.
 #[derive(Parser)]
 #[command(name = "psdm", version, about)]
