@@ -167,9 +167,14 @@ impl Drop for Loan {
     fn drop(&mut self) {
         let w = {
             let mut slot = self.shared.slot(self.peer);
+            if slot.link != Link::Up || self.shared.is_closed() {
+                // The link went down meanwhile (the owner keeps the
+                // buffer), or we shut down: nothing to return it over, and
+                // no connection to open for it.
+                return;
+            }
             self.shared.outgoing(&mut slot, self.peer)
         };
-        // A link that went down meanwhile: the owner keeps the buffer.
         let _ = w.send(OutFrame::Return { req: self.req });
     }
 }

@@ -361,7 +361,7 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
                 format!(
                     "taskfold: `taskfold` is the default durability (async: a disk copy and a buddy copy of every contribution); `taskfold (durability off)` makes no copies, like MPI; contributions are `InPlace<Sum<f32>>` arrays filled before the clock starts, like MPI's send buffers; transport {}{}",
                     std::env::var("TASKFOLD_TRANSPORT").unwrap_or_else(|_| "tcp".into()),
-                    if std::env::var("TASKFOLD_TCP_CMA").is_ok_and(|v| v == "0") { " (same-node loans off)" } else { " (same-node gets by cross-memory attach)" }
+                    same_node_gets()
                 ),
                 "D and J are Open MPI's quiet median at the same p and size (else MPICH's, else taskfold's)".into(),
             ],
@@ -480,4 +480,19 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
     std::fs::write(a.out.join("report.md"), h.report.markdown())
         .map_err(|e| format!("report.md: {e}"))?;
     Ok(h.report)
+}
+
+/// How same-node gets move data in the ranks this harness starts (its own
+/// binary: the shared heap is installed unless the environment turns it off).
+fn same_node_gets() -> &'static str {
+    let off = |var: &str| {
+        std::env::var(var).is_ok_and(|v| matches!(v.as_str(), "0" | "off" | "false" | "no"))
+    };
+    if off("TASKFOLD_TCP_CMA") {
+        " (same-node loans off)"
+    } else if off("TASKFOLD_SHARED_HEAP") {
+        " (same-node gets by cross-memory attach)"
+    } else {
+        " (same-node gets read in place from the owner's shared heap)"
+    }
 }
