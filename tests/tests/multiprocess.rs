@@ -58,6 +58,35 @@ fn taskfold_run_8_ranks_28_concurrent_8mib() {
         LIMIT,
     );
     assert_all_ok(&out, 8);
+    assert!(
+        bytes_read_in_place(&out) > 0,
+        "same-node ranks read no contribution in place:\n{}",
+        text(&out)
+    );
+}
+
+/// Without the shared heap, same-node gets copy with `process_vm_readv`
+/// (or stream): the results are the same, and nothing is read in place.
+#[test]
+fn taskfold_run_4_ranks_without_the_shared_heap() {
+    let mut cmd = launch(
+        4,
+        &["--size", "4194304", "--reductions", "8", "--root", "2"],
+    );
+    cmd.env("TASKFOLD_SHARED_HEAP", "0");
+    let out = run_bounded(cmd, LIMIT);
+    assert_all_ok(&out, 4);
+    assert_eq!(bytes_read_in_place(&out), 0, "{}", text(&out));
+}
+
+/// The bytes all ranks report having read in place.
+fn bytes_read_in_place(out: &std::process::Output) -> u64 {
+    text(out)
+        .lines()
+        .filter_map(|l| l.split(": read ").nth(1))
+        .filter_map(|l| l.strip_suffix(" bytes in place"))
+        .map(|n| n.trim().parse::<u64>().expect("a byte count"))
+        .sum()
 }
 
 /// MPICH's Hydra launcher, if installed (CI installs `mpich`).

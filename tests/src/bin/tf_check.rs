@@ -9,6 +9,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 use taskfold::{Reduce, ReduceError, Runtime, Sum};
 
+/// Ranks on one node read each other's contributions in place (unless
+/// `TASKFOLD_SHARED_HEAP=0`): the fault tests kill ranks on that path.
+#[global_allocator]
+static HEAP: taskfold::SharedHeap = taskfold::SharedHeap;
+
 #[derive(Parser)]
 struct Args {
     /// Bytes per contribution.
@@ -171,6 +176,10 @@ fn main() {
         }
     }
     println!("rank {rank}: {ok} ok, {failed} failed");
+    println!(
+        "rank {rank}: read {} bytes in place",
+        taskfold_transports::tcp::metrics::mapped_bytes()
+    );
     if let Err(e) = rt.shutdown() {
         if args.stop_after_join != Some(rank) {
             eprintln!("shutdown: {e}");

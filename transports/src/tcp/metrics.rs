@@ -16,8 +16,18 @@ pub const BAD_CONNECTIONS: &str = "taskfold_transport_bad_connections_total";
 /// copied by the kernel).
 pub const MAPPED_BYTES: &str = "taskfold_transport_mapped_bytes_total";
 
+/// [`MAPPED_BYTES`] of this process, also without a metrics recorder.
+static MAPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 pub(crate) fn mapped(bytes: u64) {
     metrics::counter!(MAPPED_BYTES, "transport" => "tcp").increment(bytes);
+    MAPPED.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Bytes this process read in place from same-node peers' shared heaps
+/// (all TCP transports of the process together).
+pub fn mapped_bytes() -> u64 {
+    MAPPED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 pub(crate) fn sent(bytes: u64, frames: u64) {
