@@ -54,7 +54,9 @@ const GRANULE: usize = 64 << 10;
 
 /// Virtual size of a heap: reserved, not committed (pages are allocated
 /// when touched). Allocations beyond it fall back to the system allocator.
-pub const HEAP_LEN: usize = 1 << 40;
+/// Every same-node peer a rank reads from maps it too, so 128 ranks on a
+/// node use 32 TiB of each process's 128 TiB of address space.
+pub const HEAP_LEN: usize = 256 << 30;
 
 /// Free extents remembered for reuse; beyond this a freed range's pages are
 /// still released, only its address range is not reused.
@@ -299,9 +301,11 @@ unsafe impl GlobalAlloc for SharedHeap {
             // SAFETY: `ptr..ptr + size` is a block of the heap's shared
             // mapping that the caller gives up; releasing its pages makes
             // it read as zeros until written again.
-            unsafe { libc::madvise(ptr.cast(), size, libc::MADV_REMOVE) };
+            let released = unsafe { libc::madvise(ptr.cast(), size, libc::MADV_REMOVE) } == 0;
+            // A block is reused only if it reads as zeros again (blocks are
+            // handed out as zeroed); otherwise its address range is left.
             // SAFETY: `getpid` has no preconditions.
-            if h.pid == unsafe { libc::getpid() } as u32 {
+            if released && h.pid == unsafe { libc::getpid() } as u32 {
                 h.give(ptr, size);
             }
             return;

@@ -112,3 +112,32 @@ fn same_node_loans_are_read_in_place_and_returned_on_drop() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+#[test]
+fn a_peer_heap_is_checked_before_it_is_mapped_and_bounded_when_read() {
+    let block = vec![5u8; MIN_SHARED];
+    let r = shm::locate(block.as_ptr(), block.len()).expect("in the heap");
+    let pid = std::process::id();
+    let wrong_inode = shm::HeapRef {
+        ino: r.ino ^ 1,
+        ..r
+    };
+    assert!(
+        shm::PeerHeap::open(pid, &wrong_inode).is_err(),
+        "another file"
+    );
+    let wrong_len = shm::HeapRef {
+        len: r.len - 4096,
+        ..r
+    };
+    assert!(
+        shm::PeerHeap::open(pid, &wrong_len).is_err(),
+        "another length"
+    );
+    let heap = shm::PeerHeap::open(pid, &r).expect("our own heap maps");
+    assert!(heap.is(pid, &r) && !heap.is(pid + 1, &r));
+    let seen = heap.slice(r.offset as usize, block.len()).expect("inside");
+    assert!(seen.iter().all(|&b| b == 5), "the same pages");
+    assert!(heap.slice(r.len as usize - 10, 11).is_none());
+    assert!(heap.slice(usize::MAX, 2).is_none());
+}

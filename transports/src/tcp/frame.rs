@@ -374,6 +374,13 @@ mod tests {
         let mut h = Header::new(kind::CONTROL, 1).encode();
         h[3] = 1;
         assert!(Header::decode(&h).is_err());
+        // A loan names the owner's pid, and maybe a place in its heap.
+        for len in [LEND_LEN, LEND_HEAP_LEN] {
+            assert!(Header::decode(&Header::new(kind::GET_LEND, len).encode()).is_ok());
+        }
+        for len in [0, 16, 41] {
+            assert!(Header::decode(&Header::new(kind::GET_LEND, len).encode()).is_err());
+        }
     }
 
     #[test]

@@ -190,6 +190,9 @@ fn view(
     total: usize,
 ) -> Option<SharedView> {
     let mapped = shared.peer_heap(peer, pid, heap)?;
+    // Checked before the loan guard exists: a range outside the heap falls
+    // back to the copy, which needs the loan still out.
+    mapped.slice(heap.offset as usize, total)?;
     let loan = Loan {
         shared: shared.clone(),
         peer,
