@@ -35,7 +35,8 @@ const MIN_SPARE: u64 = 1 << 20;
 
 #[derive(Debug, Default)]
 struct Spares {
-    files: Vec<PathBuf>,
+    /// Paths and lengths, oldest first.
+    files: Vec<(PathBuf, u64)>,
     next: u64,
 }
 
@@ -132,9 +133,16 @@ impl ReplicaDisk {
         live: Option<&AtomicBool>,
     ) -> std::io::Result<bool> {
         let path = self.path(key, owner);
-        // A spare file is written over (its pages are reused), else a new
-        // one is made.
-        let spare = self.lock_spares().files.pop();
+        // A spare file of the same length is written over (its pages are
+        // reused), else a new one is made. Only an exact fit: cutting a
+        // longer file costs even for a few bytes (ext4 zeroes the tail of
+        // the last, possibly large, folio and frees its blocks).
+        let len = buf.len() as u64;
+        let spare = {
+            let mut s = self.lock_spares();
+            let i = s.files.iter().rposition(|(_, l)| *l == len);
+            i.map(|i| s.files.remove(i).0)
+        };
         let (tmp, mut f) = match spare.and_then(|p| {
             std::fs::OpenOptions::new()
                 .write(true)
@@ -152,7 +160,7 @@ impl ReplicaDisk {
         // No fsync: the copy guards against the process dying, and the page
         // cache outlives the process; a node crash takes the disk's value to
         // the other ranks with it anyway.
-        let written = f.write_all(buf).and_then(|()| f.set_len(buf.len() as u64));
+        let written = f.write_all(buf);
         drop(f);
         if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
@@ -201,20 +209,28 @@ impl ReplicaDisk {
         self.spares.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Keeps the file at `path` as a spare if there is room, else removes it.
+    /// Keeps the file at `path` as a spare (the oldest spare makes room),
+    /// or removes it if it is small.
     fn retire(&self, path: PathBuf) {
-        let large = std::fs::metadata(&path).is_ok_and(|m| m.len() >= MIN_SPARE);
-        let mut s = self.lock_spares();
-        if large && s.files.len() < MAX_SPARES {
-            let spare = self.dir.join(format!("spare-{}.tmp", s.next));
-            s.next += 1;
-            if std::fs::rename(&path, &spare).is_ok() {
-                s.files.push(spare);
-                return;
-            }
+        let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+        if len < MIN_SPARE {
+            let _ = std::fs::remove_file(path);
+            return;
         }
+        let mut s = self.lock_spares();
+        let spare = self.dir.join(format!("spare-{}.tmp", s.next));
+        s.next += 1;
+        if std::fs::rename(&path, &spare).is_err() {
+            drop(s);
+            let _ = std::fs::remove_file(path);
+            return;
+        }
+        s.files.push((spare, len));
+        let old = (s.files.len() > MAX_SPARES).then(|| s.files.remove(0).0);
         drop(s);
-        let _ = std::fs::remove_file(path);
+        if let Some(old) = old {
+            let _ = std::fs::remove_file(old);
+        }
     }
 }
 
@@ -279,7 +295,7 @@ impl Drop for ReplicaDisk {
         if self.owned {
             let _ = std::fs::remove_dir_all(&self.dir);
         } else {
-            for f in self.lock_spares().files.drain(..) {
+            for (f, _) in self.lock_spares().files.drain(..) {
                 let _ = std::fs::remove_file(f);
             }
         }
@@ -329,11 +345,16 @@ mod tests {
         let first = ino(&d.path(1, 1));
         d.remove_key(1);
         assert!(d.read(1, 1).is_err(), "the file is gone under its name");
-        // The next original (shorter) is written over the kept file.
-        let next = original(2, 2 << 20);
-        assert!(d.write_original(2, 1, &next, &live).unwrap());
-        assert_eq!(ino(&d.path(2, 1)), first, "the spare was reused");
-        assert_eq!(&d.read(2, 1).unwrap()[..], &next[..], "no stale tail");
+        // An original of another length gets a file of its own...
+        let shorter = original(2, 2 << 20);
+        assert!(d.write_original(2, 1, &shorter, &live).unwrap());
+        assert_ne!(ino(&d.path(2, 1)), first);
+        assert_eq!(&d.read(2, 1).unwrap()[..], &shorter[..]);
+        // ...one of the same length is written over the kept file.
+        let next = original(3, 3 << 20);
+        assert!(d.write_original(3, 1, &next, &live).unwrap());
+        assert_eq!(ino(&d.path(3, 1)), first, "the spare was reused");
+        assert_eq!(&d.read(3, 1).unwrap()[..], &next[..]);
         // Spares are bounded, and removed with the disk.
         for k in 10..20 {
             assert!(d.write_original(k, 1, &big, &live).unwrap(), "write {k}");
