@@ -174,6 +174,15 @@ impl Shared {
             .remove(&(peer, req));
     }
 
+    /// Whether `peer`'s heap named by `heap` is mapped already.
+    pub fn heap_mapped(&self, peer: u32, pid: u32, heap: &crate::shm::HeapRef) -> bool {
+        self.heaps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&peer)
+            .is_some_and(|h| h.is(pid, heap))
+    }
+
     /// `peer`'s shared heap (process `pid`), mapped read-only, if `heap`
     /// names one we can map.
     pub fn peer_heap(
