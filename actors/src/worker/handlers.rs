@@ -141,34 +141,55 @@ impl Worker {
             .get(&key)
             .is_some_and(|l| l.durability != Durability::Off);
         let small = inline(value.encoded_len_hint());
+        // The original, as a replica buffer: header, then archive.
+        let seal = move |mut buf: taskfold_core::reducer::EncodedBuf| {
+            let (head, payload) = buf.split_at_mut(HEADER_LEN);
+            if checksum {
+                replica::write_header(head, payload);
+            } else {
+                replica::write_unchecked_header(head, payload);
+            }
+            taskfold_core::pool::bytes(buf)
+        };
+        // From now on this rank only folds and serves the value (it is not
+        // the root): it holds the original's archive if it can, and the
+        // native value is freed.
+        let value = if first {
+            // An array built in its wire form gives up its buffer at no
+            // cost: only a checksum, if any, is work for the pool.
+            match value.into_encoded(HEADER_LEN) {
+                Ok((buf, hold)) => {
+                    let job = move || {
+                        let bytes = seal(buf);
+                        Prepared {
+                            key,
+                            value: hold(bytes.slice(HEADER_LEN..)),
+                            encoded: Some(Ok(bytes)),
+                            done,
+                        }
+                    };
+                    if small || !checksum {
+                        let m = job();
+                        self.handle(m, ctx);
+                    } else {
+                        let addr = ctx.address();
+                        self.pool.submit(move || addr.do_send(job()));
+                    }
+                    return;
+                }
+                Err(value) => value,
+            }
+        } else {
+            value
+        };
         let job = move || {
             let (value, encoded) = if first {
-                // The original, as a replica buffer: header, then archive.
-                let seal = |mut buf: taskfold_core::reducer::EncodedBuf| {
-                    let (head, payload) = buf.split_at_mut(HEADER_LEN);
-                    if checksum {
-                        replica::write_header(head, payload);
-                    } else {
-                        replica::write_unchecked_header(head, payload);
-                    }
-                    taskfold_core::pool::bytes(buf)
-                };
-                // From now on this rank only folds and serves the value (it
-                // is not the root): it holds the original's archive if it
-                // can (an array built in its wire form, or a type that folds
-                // archives), and the native value is freed.
-                match value.into_encoded(HEADER_LEN) {
-                    Ok((buf, hold)) => {
+                match value.encode_after(HEADER_LEN) {
+                    Ok(buf) => {
                         let bytes = seal(buf);
-                        (hold(bytes.slice(HEADER_LEN..)), Ok(bytes))
+                        (value.into_archived(bytes.slice(HEADER_LEN..)), Ok(bytes))
                     }
-                    Err(value) => match value.encode_after(HEADER_LEN) {
-                        Ok(buf) => {
-                            let bytes = seal(buf);
-                            (value.into_archived(bytes.slice(HEADER_LEN..)), Ok(bytes))
-                        }
-                        Err(e) => (value, Err(e)),
-                    },
+                    Err(e) => (value, Err(e)),
                 }
             } else {
                 let encoded = value.encode().map(taskfold_core::pool::bytes);
