@@ -80,6 +80,17 @@ fn small_comparison_writes_json_report_and_plots() {
         assert!(times.iter().all(|t| t.as_f64().unwrap() > 0.0), "{r}");
         assert!(r["median_s"].as_f64().unwrap() > 0.0, "{r}");
     }
+    // Scenario e runs each K in a job of its own.
+    let commands: Vec<&str> = json["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c[0].as_str().unwrap())
+        .collect();
+    for k in [2, 3] {
+        let label = format!("taskfold, concurrent p=3-k{k}");
+        assert!(commands.contains(&label.as_str()), "{commands:?}");
+    }
     // The slow rank's delay is applied: D = 20 ms shows in every side.
     for r in records.iter().filter(|r| r["scenario"] == "slow-20ms") {
         assert!(r["median_s"].as_f64().unwrap() >= 0.019, "{r}");
