@@ -28,45 +28,34 @@ use rkyv::{Deserialize, Serialize};
 use std::any::Any;
 use std::marker::PhantomData;
 
-/// A value of type `T` held as its archive.
+/// A value of type `T` held as its archive, in a buffer of its own.
 pub struct Archived<T> {
-    held: Held,
+    /// The buffer; the archive starts at `offset`.
+    buf: pool::SharedBuf,
+    offset: usize,
     _t: PhantomData<fn() -> T>,
 }
 
-/// Where the archive lives.
-enum Held {
-    /// Shared bytes (the original's archive): never changed.
-    Bytes(Bytes),
-    /// A buffer of this rank's own, the archive from `offset` on: changed
-    /// in place when no `Bytes` of it is alive.
-    Buf(pool::SharedBuf, usize),
-}
-
 impl<T> Archived<T> {
-    /// Holds `bytes`, a complete archive of a `T` (16-byte aligned).
-    pub fn new(bytes: Bytes) -> Self {
+    /// Holds `buf[offset..]`, a complete archive of a `T` (`offset` a
+    /// multiple of 16). Folds change it in place whenever no [`Bytes`] of
+    /// `buf` is alive (nothing exposes, lends or keeps it), and fold into
+    /// a private copy otherwise.
+    pub fn new(buf: pool::SharedBuf, offset: usize) -> Self {
         Archived {
-            held: Held::Bytes(bytes),
+            buf,
+            offset,
             _t: PhantomData,
         }
     }
 
-    /// Holds `buf[offset..]`, a complete archive of a `T` (`offset` a
-    /// multiple of 16), as a buffer that later folds may change in place.
     fn in_buffer(buf: AlignedVec, offset: usize) -> Self {
-        Archived {
-            held: Held::Buf(pool::SharedBuf::new(buf), offset),
-            _t: PhantomData,
-        }
+        Self::new(pool::SharedBuf::new(buf), offset)
     }
 
     /// The archive.
     fn bytes(&self) -> &[u8] {
-        match &self.held {
-            Held::Bytes(b) => b,
-            Held::Buf(b, offset) => &b[*offset..],
-        }
+        &self.buf[self.offset..]
     }
 }
 
@@ -107,16 +96,15 @@ where
 
     fn fold_bytes(&mut self, bytes: &[u8]) -> Result<(), FoldError> {
         let other = rkyv::access::<T::Archived, rancor::Error>(bytes).map_err(corrupt)?;
-        if let Held::Buf(buf, offset) = &mut self.held {
-            if let Some(buf) = buf.get_mut() {
-                // Ours alone: fold in place, no copy.
-                let target = buf.get_mut(*offset..).unwrap_or_default();
-                let mine =
-                    rkyv::access_mut::<T::Archived, rancor::Error>(target).map_err(corrupt)?;
-                return T::fold_archived(mine, other);
-            }
+        let offset = self.offset;
+        if let Some(buf) = self.buf.get_mut() {
+            // Ours alone: fold in place, no copy.
+            let target = buf.get_mut(offset..).unwrap_or_default();
+            let mine = rkyv::access_mut::<T::Archived, rancor::Error>(target).map_err(corrupt)?;
+            return T::fold_archived(mine, other);
         }
-        // The held bytes may be seen by others: fold into a private copy.
+        // The held bytes may be seen by others (an original kept for
+        // recovery, a buffer still exposed or lent): fold into a copy.
         let mut copy = self.encode_after(0)?;
         let mine = rkyv::access_mut::<T::Archived, rancor::Error>(&mut copy).map_err(corrupt)?;
         T::fold_archived(mine, other)?;
@@ -140,13 +128,14 @@ where
     }
 
     fn encoded(&self) -> Option<Bytes> {
-        Some(match &self.held {
-            Held::Bytes(b) => b.clone(),
-            Held::Buf(b, offset) => b.bytes().slice(*offset..),
-        })
+        Some(self.buf.bytes().slice(self.offset..))
     }
 
-    fn into_archived(self: Box<Self>, _archive: Bytes) -> Box<dyn ReduceValue> {
+    fn into_archived(
+        self: Box<Self>,
+        _buf: pool::SharedBuf,
+        _offset: usize,
+    ) -> Box<dyn ReduceValue> {
         self
     }
 
@@ -174,15 +163,18 @@ mod tests {
     use super::*;
     use crate::{Max, Sum};
 
-    fn held<T: ReduceValue>(v: T) -> Box<dyn ReduceValue> {
+    /// `v` held as its archive, and the archive's bytes (shared with the
+    /// held value, as an original kept for recovery is).
+    fn held<T: ReduceValue>(v: T) -> (Box<dyn ReduceValue>, Bytes) {
         let b = Box::new(v);
-        let bytes = pool::bytes(b.encode().unwrap());
-        b.into_archived(bytes)
+        let buf = pool::SharedBuf::new(b.encode().unwrap());
+        let bytes = buf.bytes();
+        (b.into_archived(buf, 0), bytes)
     }
 
     #[test]
     fn folds_into_the_peer_buffer_and_serves_it_without_encoding() {
-        let mine = held(Sum(vec![1.0f32, 2.0, 3.0]));
+        let (mine, _) = held(Sum(vec![1.0f32, 2.0, 3.0]));
         let peer = Sum(vec![10.0f32, 20.0, 30.0]).encode_after(16).unwrap();
         let peer_ptr = peer[16..].as_ptr();
         let FoldInto::Folded(v) = mine.fold_into(peer, 16) else {
@@ -202,8 +194,7 @@ mod tests {
 
     #[test]
     fn the_held_bytes_never_change() {
-        let mut mine = held(Max(vec![5i64, 1]));
-        let before = mine.encoded().unwrap();
+        let (mut mine, before) = held(Max(vec![5i64, 1]));
         mine.fold_bytes(&Max(vec![2i64, 9]).encode().unwrap())
             .unwrap();
         assert_eq!(decode::<Max<i64>>(&before).unwrap().0, vec![5, 1]);
@@ -215,8 +206,7 @@ mod tests {
 
     #[test]
     fn folds_from_bytes_in_place_only_when_no_one_else_sees_them() {
-        let mine = held(Sum(vec![1i64, 2]));
-        let original = mine.encoded().unwrap();
+        let (mine, original) = held(Sum(vec![1i64, 2]));
         // The original is shared: the first fold goes to a private copy.
         let FoldInto::Folded(mut v) = mine.fold_into(Sum(vec![10i64, 20]).encode().unwrap(), 0)
         else {
@@ -240,7 +230,7 @@ mod tests {
 
     #[test]
     fn mismatched_and_corrupt_peers_are_errors() {
-        let mine = held(Sum(vec![1u32; 4]));
+        let (mine, _) = held(Sum(vec![1u32; 4]));
         let short = Sum(vec![1u32; 3]).encode().unwrap();
         let FoldInto::Failed(mine, e) = mine.fold_into(short, 0) else {
             panic!("lengths differ");
@@ -269,8 +259,8 @@ mod tests {
             }
         }
         let v: Box<dyn ReduceValue> = Box::new(Count(1));
-        let bytes = pool::bytes(v.encode().unwrap());
-        let v = v.into_archived(bytes);
+        let buf = pool::SharedBuf::new(v.encode().unwrap());
+        let v = v.into_archived(buf, 0);
         assert!(v.encoded().is_none());
         let FoldInto::Unsupported(mut v, buf) = v.fold_into(Count(2).encode().unwrap(), 0) else {
             panic!("Count keeps the default");

@@ -20,7 +20,6 @@ use crate::error::FoldError;
 use crate::pool;
 use crate::reducer::{decode, Decoder, FoldInto, Hold, ReduceValue, ReducerBody};
 use crate::replica::HEADER_LEN;
-use bytes::Bytes;
 use rkyv::rancor;
 use rkyv::util::AlignedVec;
 use std::any::Any;
@@ -192,8 +191,8 @@ where
         self
     }
 
-    fn into_archived(self: Box<Self>, archive: Bytes) -> Box<dyn ReduceValue> {
-        Box::new(Archived::<R>::new(archive))
+    fn into_archived(self: Box<Self>, buf: pool::SharedBuf, offset: usize) -> Box<dyn ReduceValue> {
+        Box::new(Archived::<R>::new(buf, offset))
     }
 
     fn fold_into(self: Box<Self>, buf: AlignedVec, _offset: usize) -> FoldInto {
@@ -209,7 +208,7 @@ where
         if header != HEADER_LEN {
             return Err(self);
         }
-        let hold: Hold = |archive| Box::new(Archived::<R>::new(archive));
+        let hold: Hold = |buf, offset| Box::new(Archived::<R>::new(buf, offset));
         let mut this = self;
         Ok((std::mem::replace(&mut this.buf, AlignedVec::new()), hold))
     }
@@ -274,8 +273,8 @@ mod tests {
         assert_eq!(ptr, 2 * 8 + ROOT_LEN);
         let (buf, hold) = v.into_encoded(HEADER_LEN).ok().expect("laid out already");
         let data_ptr = buf[HEADER_LEN..].as_ptr();
-        let bytes = pool::bytes(buf);
-        let held = hold(bytes.slice(HEADER_LEN..));
+        let shared = pool::SharedBuf::new(buf);
+        let held = hold(shared, HEADER_LEN);
         let served = held.encoded().unwrap();
         assert_eq!(served.as_ptr(), data_ptr, "the same memory, never copied");
         assert_eq!(decode::<Sum<f64>>(&served).unwrap().0, vec![0.5, 0.25]);

@@ -155,10 +155,16 @@ pub trait ReduceValue: Send + 'static {
     fn encoded(&self) -> Option<Bytes> {
         None
     }
-    /// Trades this value for one held as `archive`, its own serialised form
-    /// (without header), if it can be held that way (its type folds
-    /// archives); otherwise returns itself. Frees the native value's memory.
-    fn into_archived(self: Box<Self>, archive: Bytes) -> Box<dyn ReduceValue>;
+    /// Trades this value for one held as `buf[offset..]`, its own
+    /// serialised form, if it can be held that way (its type folds
+    /// archives); otherwise returns itself. Frees the native value's
+    /// memory. The held value folds into `buf` in place whenever no
+    /// [`Bytes`] of it is alive.
+    fn into_archived(
+        self: Box<Self>,
+        buf: crate::pool::SharedBuf,
+        offset: usize,
+    ) -> Box<dyn ReduceValue>;
     /// Folds this value into the peer's archive at `buf[offset..]` (`offset`
     /// a multiple of 16), in place: see [`FoldInto`].
     fn fold_into(self: Box<Self>, buf: AlignedVec, offset: usize) -> FoldInto;
@@ -176,9 +182,9 @@ pub trait ReduceValue: Send + 'static {
 /// A serialised value's buffer (an rkyv archive, 16-byte aligned).
 pub type EncodedBuf = AlignedVec;
 
-/// Makes the value a rank holds from its shared archive (see
-/// [`ReduceValue::into_encoded`]).
-pub type Hold = fn(Bytes) -> Box<dyn ReduceValue>;
+/// Makes the value a rank holds from its buffer and the archive's offset
+/// in it (see [`ReduceValue::into_encoded`]).
+pub type Hold = fn(crate::pool::SharedBuf, usize) -> Box<dyn ReduceValue>;
 
 /// Decodes an archive into a boxed value of the type that made the decoder.
 pub type Decoder = fn(&[u8]) -> Result<Box<dyn ReduceValue>, FoldError>;
@@ -228,9 +234,13 @@ where
         self
     }
 
-    fn into_archived(self: Box<Self>, archive: Bytes) -> Box<dyn ReduceValue> {
+    fn into_archived(
+        self: Box<Self>,
+        buf: crate::pool::SharedBuf,
+        offset: usize,
+    ) -> Box<dyn ReduceValue> {
         if T::FOLDS_ARCHIVES {
-            Box::new(crate::archived::Archived::<T>::new(archive))
+            Box::new(crate::archived::Archived::<T>::new(buf, offset))
         } else {
             self
         }

@@ -141,7 +141,9 @@ impl Worker {
             .get(&key)
             .is_some_and(|l| l.durability != Durability::Off);
         let small = inline(value.encoded_len_hint());
-        // The original, as a replica buffer: header, then archive.
+        // The original, as a replica buffer: header, then archive. The
+        // value is held in the same buffer (no copy), and folds into it in
+        // place once nothing else refers to it (see `Prepared`).
         let seal = move |mut buf: taskfold_core::reducer::EncodedBuf| {
             let (head, payload) = buf.split_at_mut(HEADER_LEN);
             if checksum {
@@ -149,7 +151,9 @@ impl Worker {
             } else {
                 replica::write_unchecked_header(head, payload);
             }
-            taskfold_core::pool::bytes(buf)
+            let shared = taskfold_core::pool::SharedBuf::new(buf);
+            let bytes = shared.bytes();
+            (shared, bytes)
         };
         // From now on this rank only folds and serves the value (it is not
         // the root): it holds the original's archive if it can, and the
@@ -160,10 +164,10 @@ impl Worker {
             match value.into_encoded(HEADER_LEN) {
                 Ok((buf, hold)) => {
                     let job = move || {
-                        let bytes = seal(buf);
+                        let (shared, bytes) = seal(buf);
                         Prepared {
                             key,
-                            value: hold(bytes.slice(HEADER_LEN..)),
+                            value: hold(shared, HEADER_LEN),
                             encoded: Some(Ok(bytes)),
                             done,
                         }
@@ -186,8 +190,8 @@ impl Worker {
             let (value, encoded) = if first {
                 match value.encode_after(HEADER_LEN) {
                     Ok(buf) => {
-                        let bytes = seal(buf);
-                        (value.into_archived(bytes.slice(HEADER_LEN..)), Ok(bytes))
+                        let (shared, bytes) = seal(buf);
+                        (value.into_archived(shared, HEADER_LEN), Ok(bytes))
                     }
                     Err(e) => (value, Err(e)),
                 }
@@ -322,20 +326,40 @@ impl Handler<Prepared> for Worker {
         // Expose `O_i` before announcing it: a task may fetch it as soon as
         // the master has the ready message. The data key serves the archive
         // inside the replica buffer (no copy).
-        t.expose(BufferKey(original_key(key)), original.clone());
         t.expose(BufferKey(key), original.slice(HEADER_LEN..));
         let durability = local.durability;
-        // Kept in memory either way: if another rank fails, recovery may
-        // ask this rank to reload its own original.
-        local.original = Some(original.clone());
         if durability == Durability::Off {
+            // No copies: a failure of any rank whose data is still needed
+            // ends the reduction (its own original is gone with it), so
+            // this rank's original is never asked for again. Nothing but the
+            // exposure refers to the buffer, and the first fold here goes
+            // into it in place.
             local.join.disk = None;
             return self.send_join(key, None, ctx);
         }
+        // Kept until the disk copy replaces it: if another rank fails,
+        // recovery may ask this rank for its original.
+        t.expose(BufferKey(original_key(key)), original.clone());
+        local.original = Some(original.clone());
         let disk = self.disk.clone();
         let live = local.disk_live.clone();
         let write = actix_rt::task::spawn_blocking(move || {
-            disk.write_original(key, rank.0, &original, &live)
+            let written = disk.write_original(key, rank.0, &original, &live)?;
+            // Once written, the file's pages (mapped read-only) stand in
+            // for the original in memory: the buffer is then the value's
+            // alone, and the first fold goes into it without a copy.
+            let mapped = written
+                .then(|| {
+                    let path = disk.path(key, rank.0);
+                    taskfold_transports::shared_file::map(&path, original.len() as u64)
+                        .inspect_err(|e| tracing::debug!(rank = rank.0, error = %e, "cannot map the disk copy; keeping the original in memory"))
+                        .ok()
+                })
+                .flatten()
+                // The same length was checked; the header (which holds
+                // the checksum) must match too.
+                .filter(|m| m.get(..HEADER_LEN) == original.get(..HEADER_LEN));
+            Ok::<_, std::io::Error>((written, mapped))
         });
         let id = local.join.id.clone();
         // The local copy is written (to the page cache: about a memcpy)
@@ -352,9 +376,16 @@ impl Handler<Prepared> for Worker {
                         return; // ended meanwhile
                     };
                     match res {
-                        Ok(true) => l.disk_copy = true,
+                        Ok((true, mapped)) => {
+                            l.disk_copy = true;
+                            if let Some(m) = mapped {
+                                let t = act.out.transport();
+                                t.expose(BufferKey(original_key(key)), m.clone());
+                                l.original = Some(m);
+                            }
+                        }
                         // Its directory was emptied under it: no copy to name.
-                        Ok(false) => l.join.disk = None,
+                        Ok((false, _)) => l.join.disk = None,
                         Err(e) => {
                             // The buddy copy still protects the original; a
                             // full disk is reported, not fatal.

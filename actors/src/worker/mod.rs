@@ -58,7 +58,11 @@ pub(crate) struct Local {
     pub(crate) slot: Arc<Slot>,
     pub(crate) is_root: bool,
     pub(crate) decode: Decoder,
-    /// `O_i` as a replica buffer (header + archive); `None` at the root.
+    /// `O_i` as a replica buffer (header + archive), kept for recovery:
+    /// the contribution's own buffer until the local disk copy is written,
+    /// then a read-only mapping of that copy (so that the buffer is the
+    /// value's alone and folds go into it in place). `None` at the root and
+    /// with durability off.
     pub(crate) original: Option<Bytes>,
     pub(crate) durability: Durability,
     /// The buddy the original was offered to.
