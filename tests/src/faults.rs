@@ -44,6 +44,15 @@ const SYNC_ROOT_1: Setup = Setup {
     env: &[],
 };
 
+/// The usual scenario without the shared heap: a same-node receiver must
+/// then ask the provider for its data (a provider that is stopped answers
+/// nothing), instead of reading it in place where the provider said it is.
+const SYNC_ROOT_1_NO_HEAP: Setup = Setup {
+    durability: "sync",
+    root: 1,
+    env: &[("TASKFOLD_SHARED_HEAP", "0")],
+};
+
 /// As `taskfold bench faults`: asynchronous durability, root 0; the
 /// master's warnings are printed, to see what it did with disk copies.
 const ASYNC_ROOT_0: Setup = Setup {
@@ -409,11 +418,15 @@ fn state(pid: i32) -> char {
 
 /// A rank SIGSTOPped past the failure timeout is declared failed and
 /// fenced; resumed, it learns so and its late messages change nothing.
+///
+/// Without the shared heap: with it, the others read the stopped rank's
+/// data in place, without it, and finish before the failure timeout (the
+/// stopped rank then completes too when it resumes, and is fenced after).
 pub fn stopped_rank_fenced(job: &Job) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let log = d.join("stats.json");
-    let child = job.start(
+    let child = job.start_with(
         d,
         "",
         3,
@@ -425,6 +438,7 @@ pub fn stopped_rank_fenced(job: &Job) {
             "--task-log",
             log.to_str().unwrap(),
         ],
+        &SYNC_ROOT_1_NO_HEAP,
     );
     let pid = wait_for_pid(&d.join("rank-2.pid"), Duration::from_secs(30));
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -141,12 +141,15 @@ fn mpiexec_8_ranks() {
 #[derive(serde::Deserialize)]
 struct Stats {
     task_log: Vec<Task>,
+    dead: Vec<u32>,
 }
 
 #[derive(serde::Deserialize)]
 struct Task {
     reduction: String,
     task_id: u64,
+    receiver: u32,
+    provider: u32,
     receiver_path: Vec<u32>,
     provider_path: Vec<u32>,
 }
@@ -157,6 +160,67 @@ fn state(pid: i32) -> char {
         .ok()
         .and_then(|s| s.rsplit(')').next().and_then(|r| r.trim().chars().next()))
         .unwrap_or('?')
+}
+
+/// A one-sided get: a rank stopped (SIGSTOP) right after it contributed is
+/// read in place by the root, in its shared heap, without a request it
+/// would have to answer. The others finish while it is still stopped (the
+/// failure timeout is far away: it is not declared failed), and it finds
+/// its reduction complete when it resumes.
+#[test]
+fn a_stopped_provider_is_read_in_place_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let log = d.join("tasks.json");
+    // Rank 2 joins first and stops; root 1 joins next and is given the
+    // task (the root always receives); rank 0 joins last.
+    let mut cmd = launch(
+        3,
+        &[
+            "--reductions",
+            "1",
+            "--root",
+            "1",
+            "--stop-after-join",
+            "2",
+            "--delay",
+            "1:600/0:1200",
+            "--pid-dir",
+            d.to_str().unwrap(),
+            "--task-log",
+            log.to_str().unwrap(),
+        ],
+    );
+    cmd.env("TASKFOLD_FAILURE_TIMEOUT_MS", "60000")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let pid = wait_for_pid(&d.join("rank-2.pid"), Duration::from_secs(60));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !(d.join("rank-0.done").exists() && d.join("rank-1.done").exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ranks 0 and 1 did not finish while rank 2 was stopped (state {})",
+            state(pid)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(state(pid), 'T', "rank 2 was still stopped");
+    signal(pid, taskfold_tests::Signal::CONT).unwrap();
+    let out = wait_bounded(child, LIMIT);
+    assert_all_ok(&out, 3);
+    let stats: Stats = serde_json::from_slice(&std::fs::read(&log).unwrap()).unwrap();
+    assert!(stats.dead.is_empty(), "nobody was declared failed");
+    let first = stats
+        .task_log
+        .iter()
+        .find(|t| t.task_id == 0)
+        .expect("a first task");
+    assert_eq!(
+        (first.receiver, first.provider),
+        (1, 2),
+        "the root read rank 2's data"
+    );
 }
 
 #[test]

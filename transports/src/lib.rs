@@ -36,6 +36,7 @@ pub mod tcp;
 pub use bytes::Bytes;
 use std::future::Future;
 use std::pin::Pin;
+pub use taskfold_core::wire::Direct;
 pub use taskfold_core::Rank;
 
 /// A receive buffer: aligned so that an rkyv archive can be read in place.
@@ -238,6 +239,27 @@ pub trait Transport: Send + Sync + 'static {
     fn get_loan(&self, from: Rank, key: BufferKey) -> LoanFuture {
         let f = self.get(from, key);
         Box::pin(async move { f.await.map(Received::Owned) })
+    }
+    /// Where a peer on this node may read `data` in place without asking
+    /// this rank ([`Transport::view`]), if this transport has such a path
+    /// (the default: none). `data` must be bytes this rank exposes and
+    /// keeps unchanged until it withdraws them; the caller names the place
+    /// to its peers (the master forwards it in tasks).
+    fn locate(&self, data: &[u8]) -> Option<Direct> {
+        let _ = data;
+        None
+    }
+    /// A read-only view of `from`'s bytes at `at` (which `from`'s
+    /// [`Transport::locate`] gave), read in place: no request to `from`,
+    /// which takes no part (a one-sided get through shared memory).
+    /// `None` if this process cannot read them there (another node, no
+    /// shared heap, the kernel refuses, the link to `from` is down): fetch
+    /// with [`Transport::get_loan`] instead. The owner keeps the bytes
+    /// unchanged by protocol, not by a loan: hold the view only for the
+    /// read that needs it.
+    fn view(&self, from: Rank, at: &Direct) -> Option<Received> {
+        let _ = (from, at);
+        None
     }
     /// The stream of incoming frames and link events (one consumer).
     fn events(&self) -> flume::Receiver<Event>;

@@ -141,3 +141,49 @@ fn a_peer_heap_is_checked_before_it_is_mapped_and_bounded_when_read() {
     assert!(heap.slice(r.len as usize - 10, 11).is_none());
     assert!(heap.slice(usize::MAX, 2).is_none());
 }
+
+/// A one-sided get through shared memory: the owner says where its bytes
+/// lie (`locate`), a same-node peer reads them there (`view`) without a
+/// request, a loan or a return; what is not in the heap, too small to
+/// lend, of another node or outside the heap is refused.
+#[test]
+fn located_bytes_are_read_in_place_without_a_request() {
+    let ts = tcp_ranks(2, &|_| {});
+    let (t0, t1) = (ts[0].clone(), ts[1].clone());
+    let data = pattern(4 << 20);
+    t1.expose(BufferKey(9), data.clone());
+    let at = t1.locate(&data).expect("a heap buffer of a lendable size");
+    assert_eq!(at.len, data.len() as u64);
+    assert_eq!(at.pid, std::process::id());
+    let got = t0.view(Rank(1), &at).expect("read in place");
+    let Received::Shared(view) = &got else {
+        panic!("a view, not {got:?}");
+    };
+    assert!(view[..] == data[..], "the owner's bytes");
+    assert_ne!(view.as_ptr(), data.as_ptr(), "through the peer's mapping");
+    assert_eq!(
+        t1.loans_out(),
+        0,
+        "nothing was lent: the owner took no part"
+    );
+    // A sub-range of a located buffer reads those bytes only.
+    let part = t1.locate(&data[1 << 20..]).expect("still in the heap");
+    let got = t0.view(Rank(1), &part).expect("read in place");
+    assert!(got[..] == data[1 << 20..]);
+    // Refused: small buffers, memory outside the heap, another node, a
+    // range past the heap's end, a rank that is not in the job.
+    assert!(t1.locate(&data[..1000]).is_none(), "too small to lend");
+    let outside = vec![1u8; 100 << 10];
+    assert!(t1.locate(&outside).is_none(), "not in the shared heap");
+    let elsewhere = taskfold_transports::Direct {
+        node: at.node ^ 2,
+        ..at.clone()
+    };
+    assert!(t0.view(Rank(1), &elsewhere).is_none(), "another node");
+    let past = taskfold_transports::Direct {
+        offset: at.heap_len - 10,
+        ..at.clone()
+    };
+    assert!(t0.view(Rank(1), &past).is_none(), "past the heap's end");
+    assert!(t0.view(Rank(7), &at).is_none(), "no such rank");
+}

@@ -128,6 +128,12 @@ impl Handler<ReadyIn> for Master {
         if ready.join.is_some() {
             r.announced.insert(index);
         }
+        // Each ready message names the sender's current data: a place it
+        // gave before belongs to data that was folded or released since.
+        match ready.direct.clone() {
+            Some(d) => r.directs.insert(index, d),
+            None => r.directs.remove(&index),
+        };
         if let (Some(_), Some(holder)) = (&ready.join, ready.replica) {
             r.replicas.insert(index, holder);
         }

@@ -265,6 +265,10 @@ impl Master {
                             }
                         },
                     };
+                    let direct = match source {
+                        DataSource::Data => r.directs.get(&a.provider.index).cloned(),
+                        _ => None,
+                    };
                     let record = TaskRecord::new(&r.id, &a, &r.group);
                     let msg = Msg::Task(taskfold_core::wire::Task {
                         key,
@@ -274,6 +278,7 @@ impl Master {
                         receiver_path: a.receiver.path,
                         restore: a.restore,
                         source,
+                        direct,
                     });
                     self.stats.record_task(record, self.task_log_limit);
                     if !self.send(receiver, &msg) {

@@ -27,6 +27,9 @@ pub(crate) struct Reduction {
     pub(crate) disk_checked: HashSet<usize>,
     /// Fetches that failed although the provider lived (bounded retries).
     pub(crate) fetch_failures: u32,
+    /// Group position → where a same-node receiver reads its current data
+    /// in place (from its last ready message), forwarded in its tasks.
+    pub(crate) directs: HashMap<usize, taskfold_core::wire::Direct>,
 }
 
 impl Reduction {
@@ -57,6 +60,7 @@ impl Reduction {
             announced: HashSet::new(),
             disk_checked: HashSet::new(),
             fetch_failures: 0,
+            directs: HashMap::new(),
         })
     }
 }

@@ -65,6 +65,7 @@ impl Handler<StartReduce> for Worker {
                 disk_copy: false,
                 disk_live: Arc::new(std::sync::atomic::AtomicBool::new(true)),
                 buddy_acked: false,
+                direct: None,
                 held: None,
                 fetch: None,
             },
@@ -229,6 +230,7 @@ impl Worker {
             join: Some(local.join.clone()),
             done: None,
             replica: replica.map(|r| r.0),
+            direct: local.direct.take(),
         });
         if let Some(wait) = hooks::hold(&self.hooks, rank.0, Point::AfterJoin, &local.join.id) {
             local.held = Some(Vec::new());
@@ -306,9 +308,11 @@ impl Handler<Prepared> for Worker {
         };
         local.value = Some(m.value);
         if let Some(done) = m.done {
-            if let Some(b) = bytes {
+            let direct = bytes.and_then(|b| {
+                let direct = t.locate(&b);
                 t.expose(BufferKey(key), b);
-            }
+                direct
+            });
             let ready = Msg::Ready(Ready {
                 key,
                 rank: rank.0,
@@ -316,6 +320,7 @@ impl Handler<Prepared> for Worker {
                 join: None,
                 done: Some(done),
                 replica: None,
+                direct,
             });
             self.to_master(&ready);
             return;
@@ -326,7 +331,9 @@ impl Handler<Prepared> for Worker {
         // Expose `O_i` before announcing it: a task may fetch it as soon as
         // the master has the ready message. The data key serves the archive
         // inside the replica buffer (no copy).
-        t.expose(BufferKey(key), original.slice(HEADER_LEN..));
+        let data = original.slice(HEADER_LEN..);
+        local.direct = t.locate(&data);
+        t.expose(BufferKey(key), data);
         let durability = local.durability;
         if durability == Durability::Off {
             // No copies: a failure of any rank whose data is still needed
@@ -539,8 +546,18 @@ impl Worker {
                         })
                 }) as taskfold_transports::LoanFuture
             }
-            // A same-node peer's data may come back as a view of its
-            // memory: the fold reads it in place.
+            // A same-node provider's data is read in place where the
+            // master says it lies, without a request to the provider (a
+            // one-sided get through shared memory)...
+            DataSource::Data if task.direct.is_some() => {
+                let t = self.out.transport();
+                match task.direct.as_ref().and_then(|d| t.view(from, d)) {
+                    Some(view) => Box::pin(async move { Ok(view) }),
+                    None => t.get_loan(from, BufferKey(bkey)),
+                }
+            }
+            // ...else asked for: a same-node peer's data may still come
+            // back as a view of its memory (a loan), read in place too.
             _ => self.out.transport().get_loan(from, BufferKey(bkey)),
         };
         let started = Instant::now();

@@ -79,6 +79,8 @@ pub(crate) struct Local {
     pub(crate) disk_live: Arc<std::sync::atomic::AtomicBool>,
     /// The buddy acknowledged its copy.
     pub(crate) buddy_acked: bool,
+    /// Where same-node peers read the original in place, for the join.
+    pub(crate) direct: Option<taskfold_transports::Direct>,
     /// Tasks wait while an `after-join` test hook holds the reduction.
     pub(crate) held: Option<Vec<Task>>,
     pub(crate) fetch: Option<Fetching>,

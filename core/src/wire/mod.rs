@@ -19,7 +19,7 @@ use rkyv::util::AlignedVec;
 /// First two bytes of every control frame.
 pub const MAGIC: [u8; 2] = *b"TF";
 /// Version of the control protocol; a peer speaking another is refused.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Length of the envelope header.
 pub const HEADER_LEN: usize = 8;
 
@@ -90,6 +90,15 @@ mod tests {
             }),
             done: None,
             replica: None,
+            direct: Some(Direct {
+                node: 5,
+                pid: 77,
+                fd: 3,
+                ino: 12,
+                heap_len: 1 << 30,
+                offset: 65536,
+                len: 4096,
+            }),
         });
         assert_eq!(decode(&encode(&m)).unwrap(), m);
     }
@@ -102,8 +111,10 @@ mod tests {
             Err(WireError::BadMagic(_))
         ));
         assert_eq!(decode(b"TF\x09\0\0\0\0\0"), Err(WireError::Version(9)));
-        // A peer of the previous protocol (before replica offers named files).
+        // Peers of earlier protocols (before replica offers named files,
+        // before ready messages said where their data lies).
         assert_eq!(decode(b"TF\x01\0\0\0\0\0"), Err(WireError::Version(1)));
+        assert_eq!(decode(b"TF\x02\0\0\0\0\0"), Err(WireError::Version(2)));
         let mut f = encode(&Msg::Ping { seq: 1 });
         let n = f.len();
         f[n - 1] ^= 0xff;
@@ -111,7 +122,7 @@ mod tests {
         // Either refused or decoded to something else, never a panic.
         let _ = decode(&f);
         assert!(matches!(
-            decode(b"TF\x02\0\0\0\0\0\x01"),
+            decode(b"TF\x03\0\0\0\0\0\x01"),
             Err(WireError::Invalid(_))
         ));
     }
@@ -119,7 +130,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn random_bytes_never_panic(bytes in proptest::collection::vec(0u8..=255, 0..256)) {
-            let mut f = b"TF\x01\0\0\0\0\0".to_vec();
+            let mut f = b"TF\x03\0\0\0\0\0".to_vec();
             f.extend_from_slice(&bytes);
             let _ = decode(&f);
         }

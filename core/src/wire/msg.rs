@@ -104,6 +104,36 @@ pub struct Ready {
     /// With synchronous durability: the buddy that acknowledged a copy of
     /// the sender's original.
     pub replica: Option<u32>,
+    /// Where a receiver on the sender's node can read the sender's data in
+    /// place, without asking the sender (see [`Direct`]).
+    pub direct: Option<Direct>,
+}
+
+/// Where a rank's data lies in its shared heap, so that a receiver on the
+/// same node reads it in place without a request to its owner: a one-sided
+/// get through shared memory. The owner keeps the bytes unchanged until the
+/// master releases them (the fold that consumed them was reported), or the
+/// reduction ends.
+///
+/// Untrusted like every field of a message: the receiver maps the named
+/// heap only if the node matches its own and the process's descriptor is a
+/// heap of that inode and length, and reads only inside it.
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct Direct {
+    /// The owner's node token (same kernel and PID namespace).
+    pub node: u64,
+    /// The owner's process id.
+    pub pid: u32,
+    /// The owner's descriptor of its heap.
+    pub fd: u32,
+    /// The heap's inode.
+    pub ino: u64,
+    /// The heap's length.
+    pub heap_len: u64,
+    /// The data's offset in the heap.
+    pub offset: u64,
+    /// The data's length.
+    pub len: u64,
 }
 
 /// What a rank says about a reduction when it joins it.
@@ -154,6 +184,9 @@ pub struct Task {
     pub restore: bool,
     /// Where the provider's data is.
     pub source: DataSource,
+    /// With [`DataSource::Data`]: where a receiver on the provider's node
+    /// reads it in place, as the provider announced it.
+    pub direct: Option<Direct>,
 }
 
 /// Where a task's receiver fetches the provider's data.

@@ -29,7 +29,8 @@ struct Args {
     /// resumes it. Its pid goes to `--pid-dir`.
     #[arg(long)]
     stop_rank: Option<u32>,
-    /// Where `rank-N.pid` files are written.
+    /// Where `rank-N.pid` files are written, and `rank-N.done` once all
+    /// of this rank's reductions ended (before the shutdown barrier).
     #[arg(long)]
     pid_dir: Option<PathBuf>,
     /// Rank 0 writes the master's task log here (JSON).
@@ -43,7 +44,8 @@ struct Args {
     /// must then see its contribution reported lost.
     #[arg(long)]
     exit_rank: Option<u32>,
-    /// Ranks that wait before contributing: `RANK,RANK:MILLISECONDS`.
+    /// Ranks that wait before contributing: `RANK,RANK:MILLISECONDS`,
+    /// several groups separated by `/` (`1:500/0:1000`).
     #[arg(long)]
     delay: Option<String>,
     /// Failures that end reductions with `RanksLost`/`RootLost` are expected.
@@ -56,11 +58,13 @@ struct Args {
 }
 
 fn delayed(spec: &Option<String>, rank: u32) -> Option<Duration> {
-    let (ranks, ms) = spec.as_deref()?.split_once(':')?;
-    ranks
-        .split(',')
-        .any(|r| r.trim().parse() == Ok(rank))
-        .then(|| Duration::from_millis(ms.trim().parse().unwrap_or(0)))
+    spec.as_deref()?.split('/').find_map(|group| {
+        let (ranks, ms) = group.split_once(':')?;
+        ranks
+            .split(',')
+            .any(|r| r.trim().parse() == Ok(rank))
+            .then(|| Duration::from_millis(ms.trim().parse().unwrap_or(0)))
+    })
 }
 
 /// Stops this process with SIGSTOP (the test resumes it, or not).
@@ -169,6 +173,9 @@ fn main() {
                 failed += 1;
             }
         }
+    }
+    if let Some(dir) = &args.pid_dir {
+        std::fs::write(dir.join(format!("rank-{rank}.done")), ok.to_string()).unwrap();
     }
     if rank == 0 {
         if let (Some(path), Some(stats)) = (&args.task_log, rt.master_stats()) {

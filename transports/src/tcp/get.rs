@@ -201,6 +201,57 @@ fn view(
     SharedView::new(mapped, heap.offset as usize, total, Box::new(loan))
 }
 
+/// Where a same-node peer can read `data` in place: in this process's
+/// shared heap, and lendable (loans on, at least [`cma::MIN_LOAN`] bytes).
+pub(crate) fn locate(shared: &Shared, data: &[u8]) -> Option<crate::Direct> {
+    if shared.node_token == 0 || data.len() < cma::MIN_LOAN || shared.is_closed() {
+        return None;
+    }
+    let h = crate::shm::locate(data.as_ptr(), data.len())?;
+    Some(crate::Direct {
+        node: shared.node_token,
+        pid: std::process::id(),
+        fd: h.fd,
+        ino: h.ino,
+        heap_len: h.len,
+        offset: h.offset,
+        len: data.len() as u64,
+    })
+}
+
+/// A view of `peer`'s bytes at `at`, read in place through the mapping of
+/// its heap (made once per peer): no request, no loan to return. `None`
+/// unless `at` names this node, the link to `peer` is up and the heap maps.
+///
+/// Nothing at the owner records the read: the owner keeps the bytes by
+/// protocol (until the master releases them). If the owner dies meanwhile,
+/// the mapping keeps its pages, and the read completes on the bytes it
+/// announced.
+pub(crate) fn direct(shared: &Arc<Shared>, peer: u32, at: &crate::Direct) -> Option<Received> {
+    if shared.node_token == 0
+        || at.node != shared.node_token
+        || shared.is_closed()
+        || !shared.loans_ok.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return None;
+    }
+    if Shared::link_error(peer, &shared.slot(peer).link).is_some() {
+        return None;
+    }
+    let heap = crate::shm::HeapRef {
+        fd: at.fd,
+        ino: at.ino,
+        len: at.heap_len,
+        offset: at.offset,
+    };
+    let len = usize::try_from(at.len).ok()?;
+    let mapped = shared.peer_heap(peer, at.pid, &heap)?;
+    let view = SharedView::new(mapped, at.offset as usize, len, Box::new(()))?;
+    metrics::received(at.len, 0);
+    metrics::mapped(at.len);
+    Some(Received::Shared(view))
+}
+
 /// A loan arrived: read it from the owner's memory off the reader task,
 /// return it, and complete the get; if the kernel refuses, ask again for a
 /// stream.

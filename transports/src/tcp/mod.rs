@@ -410,6 +410,17 @@ impl Transport for TcpTransport {
         self.fetch(from, key, true)
     }
 
+    /// A buffer in this process's shared heap, if loans are on and it is
+    /// large enough to be lent (see [`get::direct`]).
+    fn locate(&self, data: &[u8]) -> Option<crate::Direct> {
+        get::locate(&self.shared, data)
+    }
+
+    fn view(&self, from: Rank, at: &crate::Direct) -> Option<Received> {
+        self.check_peer(from).ok()?;
+        get::direct(&self.shared, from.0, at)
+    }
+
     fn events(&self) -> flume::Receiver<Event> {
         self.shared.events_rx.clone()
     }

@@ -129,6 +129,9 @@ fn run_point(
                 .iter()
                 .any(|r| !matches!(r, Some(v) if v.as_slice().iter().all(|&x| x == expected)));
         }
+        if std::env::var_os("TF_STAMPS").is_some() && rank == root {
+            eprintln!("STAMP {stamp:.6} {done:.6}");
+        }
         if rep >= a.warmup {
             reps.times.push(dt);
             reps.stamps.push(stamp);
