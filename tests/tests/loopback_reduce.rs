@@ -482,3 +482,46 @@ fn in_place_arrays_reduce_like_vectors() {
         cluster.shutdown().unwrap();
     }
 }
+
+/// The root's future completes when its last fold makes its value whole,
+/// before the master's completion notice reaches it. A root that reuses
+/// the id at once must get a new reduction that the old notice does not
+/// end: every round's result is exact.
+#[test]
+fn a_root_that_reuses_an_id_at_once_is_not_ended_by_the_old_notice() {
+    let p = 4u32;
+    let root = 2u32;
+    let cluster = LocalCluster::new(p).unwrap();
+    let start = |rank: u32, round: i64| {
+        let v: Vec<i64> = contribution(rank, 300)
+            .into_iter()
+            .map(|x| x + round)
+            .collect();
+        cluster
+            .rank(rank)
+            .reduce(Sum(v), Reduce::root(root).id("again"))
+            .unwrap()
+    };
+    let all: Vec<u32> = (0..p).collect();
+    let mut futures: Vec<_> = (0..p).map(|r| start(r, 0)).collect();
+    for round in 0..30i64 {
+        let got = futures[root as usize].wait_timeout(WAIT).unwrap().unwrap();
+        let want: Vec<i64> = expected(&all, 300)
+            .into_iter()
+            .map(|x| x + round * i64::from(p))
+            .collect();
+        assert_eq!(got.0, want, "round {round}");
+        // The root goes on at once; the others once their round ended.
+        let last = round == 29;
+        if !last {
+            futures[root as usize] = start(root, round + 1);
+        }
+        for r in (0..p).filter(|&r| r != root) {
+            assert!(futures[r as usize].wait_timeout(WAIT).unwrap().is_none());
+            if !last {
+                futures[r as usize] = start(r, round + 1);
+            }
+        }
+    }
+    cluster.shutdown().unwrap();
+}

@@ -322,7 +322,17 @@ impl Handler<Prepared> for Worker {
                 replica: None,
                 direct,
             });
+            let whole = local.is_root && local.path.is_full(local.group.len());
             self.to_master(&ready);
+            if whole {
+                // The root holds every original, each folded once (its path
+                // is the union of disjoint paths, checked at every task): the
+                // result is final. The application has it now, two messages
+                // sooner than the master's completion notice, which is still
+                // what ends the reduction everywhere else.
+                self.ended_early.insert(key);
+                self.finish(key, None);
+            }
             return;
         }
         let Some(original) = bytes else {
@@ -817,6 +827,11 @@ impl Handler<CompleteIn> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: CompleteIn, _: &mut Context<Self>) {
+        if self.ended_early.remove(&m.key) {
+            // This root ended the reduction when its last fold made it whole
+            // (a later reduction with the same id may be live here now).
+            return;
+        }
         self.finish(m.key, m.error);
     }
 }

@@ -103,6 +103,10 @@ pub struct Worker {
     /// that a duplicate id is refused at once, on the caller's thread.
     live: Arc<Mutex<HashSet<u64>>>,
     finalize: Vec<flume::Sender<Result<(), ReduceError>>>,
+    /// Reductions this rank, their root, ended when its value became whole,
+    /// whose completion notice from the master is still to come (it is
+    /// then ignored: the key may name a new reduction by then).
+    ended_early: HashSet<u64>,
 }
 
 /// What a worker is built from.
@@ -132,6 +136,7 @@ impl Worker {
             fenced: false,
             live: p.live,
             finalize: Vec::new(),
+            ended_early: HashSet::new(),
         }
     }
 
@@ -185,6 +190,8 @@ impl Worker {
 
     /// Fails every live reduction (the master is gone, fenced, shutdown).
     fn fail_all(&mut self, error: ReduceError) {
+        // No completion notice will come for them any more.
+        self.ended_early.clear();
         let keys: Vec<u64> = self.locals.keys().copied().collect();
         for k in keys {
             self.finish(k, Some(error.clone()));
