@@ -193,6 +193,8 @@ fn measure(exe: &Path, transport: &str, args: &TransportArgs) -> Row {
         "2".into(),
         "--out".into(),
         out.display().to_string(),
+        "--values".into(),
+        "in-place".into(),
     ];
     eprintln!(
         "bench: {transport}: reduction of {} over {} ranks",
