@@ -16,7 +16,7 @@ use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -60,14 +60,116 @@ pub(crate) enum OutFrame {
         req: u64,
         key: u64,
     },
+    /// Bytes of frames already encoded: the rest of a frame that a sender
+    /// began to write itself (see [`Writer::send`]).
+    Raw(Bytes),
     /// Write a goodbye, then close our direction.
     Goodbye,
     /// Close our direction (after the peer's goodbye).
     Close,
 }
 
-/// Feeds a connection's writer task; sending never blocks.
-pub(crate) type Writer = mpsc::UnboundedSender<OutFrame>;
+/// Feeds a connection: sending never blocks.
+///
+/// A small frame goes straight to the socket from the sender's thread
+/// (a non-blocking write) when nothing is queued before it on this
+/// connection; otherwise, or for what such a write leaves, it goes to the
+/// connection's writer task, which writes in queue order. The direct path
+/// spares every control message a wake-up of the writer's thread, which
+/// on a busy node is a wait for a core (one-way latency of a 64 B frame:
+/// see the book's Transports chapter).
+#[derive(Clone)]
+pub(crate) struct Writer {
+    tx: mpsc::UnboundedSender<OutFrame>,
+    line: Arc<std::sync::Mutex<Line>>,
+}
+
+/// What senders and the writer task share about a connection.
+#[derive(Default)]
+struct Line {
+    /// The socket's write half, once connected and until the writer ends.
+    half: Option<Arc<OwnedWriteHalf>>,
+    /// Frames handed to the writer task and not yet written: a sender may
+    /// write directly only when this is 0, so that frames keep their order.
+    queued: u64,
+}
+
+/// The writer task's end of a connection: the frames it must write and the
+/// state it shares with senders.
+pub(crate) struct WriterEnd {
+    rx: mpsc::UnboundedReceiver<OutFrame>,
+    line: Arc<std::sync::Mutex<Line>>,
+}
+
+/// The connection's writer task is gone (the connection is closed).
+#[derive(Debug)]
+pub(crate) struct WriterClosed;
+
+impl Writer {
+    /// A writer and the end its task reads.
+    pub(crate) fn new() -> (Writer, WriterEnd) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let line = Arc::new(std::sync::Mutex::new(Line::default()));
+        (
+            Writer {
+                tx,
+                line: line.clone(),
+            },
+            WriterEnd { rx, line },
+        )
+    }
+
+    /// Queues `f` (or writes it at once, see [`Writer`]).
+    pub(crate) fn send(&self, f: OutFrame) -> Result<(), WriterClosed> {
+        // Consistent after any panic: a counter and an option.
+        let mut line = self.line.lock().unwrap_or_else(|e| e.into_inner());
+        let f = match (&line.half, line.queued) {
+            (Some(half), 0) if direct(&f) => match write_now(half, f) {
+                Ok(()) => return Ok(()),
+                Err(rest) => rest,
+            },
+            _ => f,
+        };
+        line.queued += 1;
+        self.tx.send(f).map_err(|_| WriterClosed)
+    }
+}
+
+/// Frames a sender may write itself: small control frames and get
+/// protocol frames; data chunks and the end of a connection go through the
+/// writer task.
+fn direct(f: &OutFrame) -> bool {
+    match f {
+        OutFrame::Control(p) => p.len() <= COPY_MAX,
+        OutFrame::GetReq { .. }
+        | OutFrame::Lend { .. }
+        | OutFrame::Return { .. }
+        | OutFrame::GetErr { .. } => true,
+        OutFrame::Chunk { .. } | OutFrame::Raw(_) | OutFrame::Goodbye | OutFrame::Close => false,
+    }
+}
+
+/// Writes `f` with one non-blocking write; gives back what must still be
+/// queued (all of it if the socket is full, the rest if it took a part).
+/// An error other than a full socket is left to the writer task, which
+/// meets it again and ends the connection.
+fn write_now(half: &OwnedWriteHalf, f: OutFrame) -> Result<(), OutFrame> {
+    let mut b = Batch::default();
+    b.push(f);
+    let bytes = b.small.split().freeze();
+    match half.try_write(&bytes) {
+        Ok(n) if n == bytes.len() => {
+            metrics::sent(b.bytes as u64, b.frames);
+            Ok(())
+        }
+        Ok(n) => {
+            // The frame is counted here; its rest counts as bytes only.
+            metrics::sent(n as u64, 1);
+            Err(OutFrame::Raw(bytes.slice(n..)))
+        }
+        Err(_) => Err(OutFrame::Raw(bytes)),
+    }
+}
 
 /// Frames gathered for one vectored write.
 #[derive(Default)]
@@ -149,6 +251,13 @@ impl Batch {
                 None,
                 false,
             ),
+            OutFrame::Raw(bytes) => {
+                // Counted as a frame when it was begun (its rest is bytes).
+                self.bytes += bytes.len();
+                self.segs.push_back(self.small.split().freeze());
+                self.segs.push_back(bytes);
+                return false;
+            }
             OutFrame::Goodbye => (Header::new(kind::GOODBYE, 0), None, true),
             OutFrame::Close => return true,
         };
@@ -168,7 +277,7 @@ impl Batch {
         end
     }
 
-    async fn write<W: AsyncWrite + Unpin>(&mut self, w: &mut W) -> io::Result<()> {
+    async fn write(&mut self, w: &OwnedWriteHalf) -> io::Result<()> {
         if !self.small.is_empty() {
             self.segs.push_back(self.small.split().freeze());
         }
@@ -185,7 +294,14 @@ impl Batch {
                     self.segs.clear();
                     break;
                 }
-                w.write_vectored(&iov).await?
+                // The half is shared with senders (see `Writer`): written
+                // through `&self`, waiting for room when the socket is full.
+                w.writable().await?;
+                match w.try_write_vectored(&iov) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
             };
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
@@ -207,7 +323,6 @@ impl Batch {
                 self.segs.pop_front();
             }
         }
-        w.flush().await?;
         metrics::sent(self.bytes as u64, self.frames);
         self.bytes = 0;
         self.frames = 0;
@@ -217,23 +332,28 @@ impl Batch {
 
 /// The writer task of a connection: the only task writing to it, so frames
 /// leave in the order they were queued.
-pub(crate) async fn run_writer(
-    shared: Arc<Shared>,
-    mut w: OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<OutFrame>,
-    peer: u32,
-) {
+pub(crate) async fn run_writer(shared: Arc<Shared>, w: OwnedWriteHalf, end: WriterEnd, peer: u32) {
     let _live = shared.live_guard();
+    let WriterEnd { mut rx, line } = end;
+    let w = Arc::new(w);
+    // Senders may write directly from now on; when this task ends (or is
+    // aborted), they may not, and the last reference to the half goes,
+    // which shuts our direction down.
+    let _closed = LineGuard::open(line.clone(), w.clone());
     let mut batch = Batch::default();
     while let Some(first) = rx.recv().await {
+        let mut taken = 1;
         let mut end = batch.push(first);
         while !end && batch.bytes < BATCH_MAX {
             match rx.try_recv() {
-                Ok(f) => end = batch.push(f),
+                Ok(f) => {
+                    taken += 1;
+                    end = batch.push(f);
+                }
                 Err(_) => break,
             }
         }
-        if let Err(e) = batch.write(&mut w).await {
+        if let Err(e) = batch.write(&w).await {
             // The reader of this connection sees the failure and reports it.
             tracing::debug!(rank = shared.rank, peer, error = %e, "write failed");
             return;
@@ -241,8 +361,29 @@ pub(crate) async fn run_writer(
         if end {
             break;
         }
+        let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
+        l.queued = l.queued.saturating_sub(taken);
     }
-    let _ = w.shutdown().await;
+}
+
+/// Lends a connection's write half to its senders while the writer task
+/// lives.
+struct LineGuard(Arc<std::sync::Mutex<Line>>);
+
+impl LineGuard {
+    fn open(line: Arc<std::sync::Mutex<Line>>, half: Arc<OwnedWriteHalf>) -> LineGuard {
+        line.lock().unwrap_or_else(|e| e.into_inner()).half = Some(half);
+        LineGuard(line)
+    }
+}
+
+impl Drop for LineGuard {
+    fn drop(&mut self) {
+        let mut l = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        l.half = None;
+        // No direct writes after the end, whatever is still queued.
+        l.queued = u64::MAX / 2;
+    }
 }
 
 /// Why a reader stopped.
@@ -439,7 +580,7 @@ async fn accept_peer(
         } else if slot.incoming.is_some() {
             Verdict::Refuse(rd, wr, format!("rank {peer} is already connected"))
         } else {
-            let (tx, rx) = mpsc::unbounded_channel();
+            let (tx, rx) = Writer::new();
             slot.incoming = Some(tx.clone());
             let w = tokio::spawn(run_writer(shared.clone(), wr, rx, peer));
             let r = tokio::spawn(in_reader(shared.clone(), peer, rd, tx));
@@ -506,11 +647,7 @@ fn ended(shared: &Shared, peer: u32, err: ReadError) {
 }
 
 /// Our connection to `peer`: connect, hello, then write what is queued.
-pub(crate) async fn run_outgoing(
-    shared: Arc<Shared>,
-    peer: u32,
-    rx: mpsc::UnboundedReceiver<OutFrame>,
-) {
+pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, rx: WriterEnd) {
     let live = shared.live_guard();
     let Some(addr) = shared
         .addrs

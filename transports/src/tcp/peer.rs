@@ -261,7 +261,7 @@ impl Shared {
         if let Some(w) = &slot.out {
             return w.clone();
         }
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = Writer::new();
         let task = self
             .handle
             .spawn(conn::run_outgoing(self.clone(), peer, rx));
