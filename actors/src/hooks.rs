@@ -28,6 +28,10 @@ pub enum Point {
     BeforeGet,
     /// The data arrived; before folding it.
     BeforeFold,
+    /// A streamed get handed over its first segment, which is being folded;
+    /// the transport reads no more of it until released (held on the
+    /// transport's thread).
+    MidGet,
     /// The join was sent: only writes the marker, never holds (used by
     /// `taskfold bench faults` to time its kills).
     Joined,
@@ -41,6 +45,7 @@ impl Point {
             Point::AfterJoin => "after-join",
             Point::BeforeGet => "before-get",
             Point::BeforeFold => "before-fold",
+            Point::MidGet => "mid-get",
             Point::Joined => "joined",
         }
     }
@@ -72,6 +77,7 @@ pub fn parse(s: &str) -> Vec<Hook> {
                 "after-join" => Point::AfterJoin,
                 "before-get" => Point::BeforeGet,
                 "before-fold" => Point::BeforeFold,
+                "mid-get" => Point::MidGet,
                 "joined" => Point::Joined,
                 other => {
                     tracing::warn!("unknown test hook point {other:?}");
@@ -112,6 +118,33 @@ pub fn hold(
         let deadline = Instant::now() + Duration::from_secs(120);
         while !release.exists() && Instant::now() < deadline {
             actix_rt::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+}
+
+/// If a hook matches, marks it held and returns a function that blocks the
+/// calling thread until it is released (or for two minutes): for holds on
+/// threads that are not the actor's (a transport's).
+pub fn hold_blocking(
+    hooks: &[Hook],
+    rank: u32,
+    point: Point,
+    id: &str,
+) -> Option<impl FnOnce() + Send + 'static> {
+    let h = hooks
+        .iter()
+        .find(|h| h.rank == rank && h.point == point && h.id == id)?;
+    let tag = format!("{}-{}", rank, point.name());
+    let (held, release) = (
+        h.dir.join(format!("held-{tag}")),
+        h.dir.join(format!("release-{tag}")),
+    );
+    Some(move || {
+        let _ = std::fs::write(held, b"");
+        tracing::warn!(rank, point = point.name(), "test hook: holding");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !release.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
         }
     })
 }

@@ -59,6 +59,10 @@ pub use master::{MasterStats, TaskRecord};
 pub use options::Reduce;
 pub use perf::LocalStats;
 pub use runtime::{Builder, Runtime};
+/// Folding a peer's data piece by piece as it arrives: what a reducer
+/// implements in [`ReducerBody::piecewise`] ([`pieces::Piecewise`],
+/// [`pieces::combine`]) to have its streamed gets folded while they arrive.
+pub use taskfold_core::pieces;
 pub use taskfold_core::{
     FoldError, InPlace, Max, Min, Prod, ReduceError, ReduceValue, ReducerBody, Sum,
 };

@@ -55,6 +55,9 @@ pub const BUFFER_POOL_BYTES: &str = "taskfold_buffer_pool_bytes";
 /// needed a fresh allocation (label `outcome` = `hit` | `miss`; updated on
 /// every ping from the master).
 pub const BUFFER_POOL_REQUESTS: &str = "taskfold_buffer_pool_requests_total";
+/// Segments of streamed gets folded as they arrived, while the rest of
+/// the peer's data was still on its way (per rank).
+pub const FOLD_SEGMENTS: &str = "taskfold_fold_segments_total";
 /// Control frames refused as invalid.
 pub const BAD_FRAMES: &str = "taskfold_bad_frames_total";
 
@@ -62,6 +65,10 @@ pub const BAD_FRAMES: &str = "taskfold_bad_frames_total";
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(TASKS, "Tasks executed by this rank");
+    describe_counter!(
+        FOLD_SEGMENTS,
+        "Segments of streamed gets folded as they arrived"
+    );
     describe_counter!(BYTES_FETCHED, Unit::Bytes, "Bytes fetched by tasks");
     describe_histogram!(TASK_SECONDS, Unit::Seconds, "Fetch + fold time of a task");
     describe_histogram!(REDUCTION_SECONDS, Unit::Seconds, "First join to completion");

@@ -40,6 +40,25 @@ impl FoldPool {
             let _ = tx.send(Box::new(job));
         }
     }
+
+    /// A handle that queues jobs from any thread (a transport's, for the
+    /// segments of a get).
+    pub fn submitter(&self) -> Submitter {
+        Submitter(self.tx.clone())
+    }
+}
+
+/// Queues jobs on a [`FoldPool`] from any thread.
+#[derive(Clone)]
+pub struct Submitter(Option<flume::Sender<Job>>);
+
+impl Submitter {
+    /// Queues a job (dropped if the pool is gone).
+    pub fn submit(&self, job: impl FnOnce() + Send + 'static) {
+        if let Some(tx) = &self.0 {
+            let _ = tx.send(Box::new(job));
+        }
+    }
 }
 
 impl Drop for FoldPool {

@@ -146,6 +146,19 @@ where
         Err(self)
     }
 
+    fn fold_pieces(
+        self: Box<Self>,
+    ) -> Result<Box<dyn crate::pieces::PieceFold>, Box<dyn ReduceValue>> {
+        crate::pieces::Pieces::new::<T>(
+            self,
+            |v| v.bytes(),
+            |b| rkyv::access::<T::Archived, rancor::Error>(b).ok(),
+            |_old, out| Box::new(Archived::<T>::in_buffer(out, 0)),
+            0,
+        )
+        .map_err(|v| v as Box<dyn ReduceValue>)
+    }
+
     fn fold_into(self: Box<Self>, mut buf: AlignedVec, offset: usize) -> FoldInto {
         let Some(target) = buf.get_mut(offset..) else {
             let e = FoldError::Corrupt(format!("offset {offset} beyond the buffer"));

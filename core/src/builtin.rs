@@ -67,6 +67,21 @@ macro_rules! array_op {
 
             const FOLDS_ARCHIVES: bool = true;
 
+            fn piecewise() -> Option<crate::pieces::Piecewise<$archived<$t>>> {
+                // Archived numbers are little-endian: combined as native
+                // ones only where they are the same.
+                cfg!(target_endian = "little").then_some(crate::pieces::Piecewise {
+                    elem: std::mem::size_of::<$t>(),
+                    elements: |a| {
+                        let s = a.0.as_slice();
+                        (s.as_ptr() as usize, std::mem::size_of_val(s))
+                    },
+                    combine: |out, mine, theirs| {
+                        crate::pieces::combine::<$t>(out, mine, theirs, |$a, $b| $e)
+                    },
+                })
+            }
+
             fn fold_archived(
                 mine: Seal<'_, $archived<$t>>,
                 other: &$archived<$t>,

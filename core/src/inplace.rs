@@ -201,6 +201,24 @@ where
         FoldInto::Unsupported(self, buf)
     }
 
+    fn fold_pieces(
+        self: Box<Self>,
+    ) -> Result<Box<dyn crate::pieces::PieceFold>, Box<dyn ReduceValue>> {
+        crate::pieces::Pieces::new::<R>(
+            self,
+            |v| v.archive(),
+            |b| rkyv::access::<R::Archived, rancor::Error>(b).ok(),
+            |_old, buf| {
+                Box::new(InPlace::<R> {
+                    buf,
+                    _op: PhantomData,
+                })
+            },
+            HEADER_LEN,
+        )
+        .map_err(|v| v as Box<dyn ReduceValue>)
+    }
+
     fn into_encoded(
         self: Box<Self>,
         header: usize,

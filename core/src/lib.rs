@@ -17,6 +17,8 @@
 //! - [`builtin`]: sum / min / max / product over numeric arrays.
 //! - [`inplace`]: array contributions built in their wire form (no
 //!   serialising copy).
+//! - [`pieces`]: folding a peer's archive piece by piece as it arrives
+//!   (fetch and fold overlap).
 //! - [`wire`]: versioned rkyv control messages, validated on receipt.
 //! - [`schedule`]: the master's per-reduction queue and the pairing rules.
 //! - [`replica`]: replica buffers (checksummed), their keys, buddy placement.
@@ -32,6 +34,7 @@ pub mod error;
 pub mod id;
 pub mod inplace;
 pub mod perf;
+pub mod pieces;
 pub mod pool;
 pub mod rank;
 pub mod rankset;

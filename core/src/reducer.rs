@@ -110,6 +110,65 @@ pub trait ReducerBody: Archive + Send + Sized + 'static {
             std::any::type_name::<Self>()
         )))
     }
+
+    /// For element-wise arrays: where the elements lie in the archive and
+    /// how element bytes combine, so that a peer's archive is folded piece
+    /// by piece while the rest of it is still on the network (see
+    /// [`crate::pieces`]). Default: `None`, folded once it is whole.
+    ///
+    /// Only for types whose archive holds all their data as one array of
+    /// plain little-endian elements whose fold is element by element (a
+    /// newtype of a `Vec` of numbers, as the built-ins), with the rest of
+    /// the archive the same for any two values that may be folded together
+    /// (checked: a piece that differs there is an error). Requires
+    /// [`ReducerBody::FOLDS_ARCHIVES`] on ranks other than the root.
+    ///
+    /// ```
+    /// use rkyv::{munge::munge, seal::Seal, vec::ArchivedVec, Archive, Deserialize, Serialize};
+    /// use taskfold_core::pieces::{combine, Piecewise};
+    /// use taskfold_core::{FoldError, ReducerBody};
+    ///
+    /// /// Counts per bin.
+    /// #[derive(Archive, Serialize, Deserialize)]
+    /// struct Histogram(Vec<u64>);
+    ///
+    /// impl ReducerBody for Histogram {
+    ///     fn fold(&mut self, other: &ArchivedHistogram) -> Result<(), FoldError> {
+    ///         for (m, t) in self.0.iter_mut().zip(other.0.iter()) {
+    ///             *m += t.to_native();
+    ///         }
+    ///         Ok(())
+    ///     }
+    ///
+    ///     const FOLDS_ARCHIVES: bool = true;
+    ///
+    ///     fn fold_archived(
+    ///         mine: Seal<'_, ArchivedHistogram>,
+    ///         other: &ArchivedHistogram,
+    ///     ) -> Result<(), FoldError> {
+    ///         munge!(let ArchivedHistogram(bins) = mine);
+    ///         let mut bins = ArchivedVec::as_slice_seal(bins);
+    ///         for (m, t) in bins.iter_mut().zip(other.0.iter()) {
+    ///             *m = (m.to_native() + t.to_native()).into();
+    ///         }
+    ///         Ok(())
+    ///     }
+    ///
+    ///     fn piecewise() -> Option<Piecewise<ArchivedHistogram>> {
+    ///         cfg!(target_endian = "little").then_some(Piecewise {
+    ///             elem: 8,
+    ///             elements: |a| {
+    ///                 let bins = a.0.as_slice();
+    ///                 (bins.as_ptr() as usize, std::mem::size_of_val(bins))
+    ///             },
+    ///             combine: |out, mine, theirs| combine::<u64>(out, mine, theirs, |a, b| a + b),
+    ///         })
+    ///     }
+    /// }
+    /// ```
+    fn piecewise() -> Option<crate::pieces::Piecewise<Self::Archived>> {
+        None
+    }
 }
 
 /// The outcome of [`ReduceValue::fold_into`].
@@ -177,6 +236,14 @@ pub trait ReduceValue: Send + 'static {
         self: Box<Self>,
         header: usize,
     ) -> Result<(AlignedVec, Hold), Box<dyn ReduceValue>>;
+    /// A fold of a peer's archive that arrives in pieces (see
+    /// [`crate::pieces`]), if this value can do one (an archive or an
+    /// [`crate::InPlace`] of a type with [`ReducerBody::piecewise`]);
+    /// otherwise the value comes back.
+    #[allow(clippy::type_complexity)]
+    fn fold_pieces(
+        self: Box<Self>,
+    ) -> Result<Box<dyn crate::pieces::PieceFold>, Box<dyn ReduceValue>>;
 }
 
 /// A serialised value's buffer (an rkyv archive, 16-byte aligned).
@@ -255,6 +322,13 @@ where
         self: Box<Self>,
         _header: usize,
     ) -> Result<(AlignedVec, Hold), Box<dyn ReduceValue>> {
+        Err(self)
+    }
+
+    fn fold_pieces(
+        self: Box<Self>,
+    ) -> Result<Box<dyn crate::pieces::PieceFold>, Box<dyn ReduceValue>> {
+        // A native value (held only by a root) is folded whole.
         Err(self)
     }
 }

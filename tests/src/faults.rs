@@ -35,6 +35,8 @@ struct Setup {
     root: u32,
     /// Extra environment (after the job's own).
     env: &'static [(&'static str, &'static str)],
+    /// Bytes per contribution.
+    size: usize,
 }
 
 /// The usual scenario: synchronous durability, root 1.
@@ -42,6 +44,7 @@ const SYNC_ROOT_1: Setup = Setup {
     durability: "sync",
     root: 1,
     env: &[],
+    size: 1 << 20,
 };
 
 /// The usual scenario without the shared heap: a same-node receiver must
@@ -51,6 +54,17 @@ const SYNC_ROOT_1_NO_HEAP: Setup = Setup {
     durability: "sync",
     root: 1,
     env: &[("TASKFOLD_SHARED_HEAP", "0")],
+    size: 1 << 20,
+};
+
+/// The usual scenario with every get streamed over the socket, as between
+/// nodes (no shared heap, no cross-memory reads): gets are folded segment
+/// by segment as they arrive.
+const SYNC_ROOT_1_STREAMED: Setup = Setup {
+    durability: "sync",
+    root: 1,
+    env: &[("TASKFOLD_SHARED_HEAP", "0"), ("TASKFOLD_TCP_CMA", "0")],
+    size: 32 << 20,
 };
 
 /// As `taskfold bench faults`: asynchronous durability, root 0; the
@@ -59,6 +73,7 @@ const ASYNC_ROOT_0: Setup = Setup {
     durability: "async",
     root: 0,
     env: &[("RUST_LOG", "taskfold::master=warn")],
+    size: 1 << 20,
 };
 
 impl Job {
@@ -79,7 +94,7 @@ impl Job {
             .arg(&self.tf_check)
             .args([
                 "--size",
-                "1048576",
+                &setup.size.to_string(),
                 "--root",
                 &setup.root.to_string(),
                 "--reductions",
@@ -215,6 +230,28 @@ pub fn place_3_provider_killed_while_the_receiver_fetches(job: &Job) {
     kill(d, provider);
     std::thread::sleep(Duration::from_millis(200));
     release(d, receiver, "before-get");
+    recovered(&wait_bounded(child, LIMIT), provider);
+}
+
+/// Place 3 in the middle of a streamed get: the receiver has folded the
+/// first segment of the provider's 32 MiB (more than the loopback's socket
+/// buffers hold) when the provider dies. The receiver's value must come
+/// back unchanged, and the provider's original is recovered from its copy.
+pub fn place_3_provider_killed_in_the_middle_of_a_streamed_get(job: &Job) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let child = job.start_with(
+        d,
+        &hooks(d, &[2, 3], "mid-get"),
+        1,
+        &["--delay", "0,1:1500"],
+        &SYNC_ROOT_1_STREAMED,
+    );
+    let receiver = held(d, &[2, 3], "mid-get");
+    let provider = 5 - receiver;
+    kill(d, provider);
+    std::thread::sleep(Duration::from_millis(200));
+    release(d, receiver, "mid-get");
     recovered(&wait_bounded(child, LIMIT), provider);
 }
 

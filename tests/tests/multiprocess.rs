@@ -79,14 +79,50 @@ fn taskfold_run_4_ranks_without_the_shared_heap() {
     assert_eq!(bytes_read_in_place(&out), 0, "{}", text(&out));
 }
 
-/// The bytes all ranks report having read in place.
-fn bytes_read_in_place(out: &std::process::Output) -> u64 {
+/// Gets streamed over the sockets, as between nodes (no shared heap, no
+/// cross-memory reads): every contribution of 3 MiB arrives in 1 MiB
+/// chunks, each folded while the next is read (`InPlace` values fold in
+/// pieces at the root too); the results are exact.
+#[test]
+fn streamed_gets_are_folded_piece_by_piece() {
+    let mut cmd = launch(
+        4,
+        &[
+            "--size",
+            "3145728",
+            "--reductions",
+            "6",
+            "--root",
+            "3",
+            "--in-place",
+        ],
+    );
+    cmd.env("TASKFOLD_SHARED_HEAP", "0")
+        .env("TASKFOLD_TCP_CMA", "0");
+    let out = run_bounded(cmd, LIMIT);
+    assert_all_ok(&out, 4);
+    assert_eq!(bytes_read_in_place(&out), 0, "{}", text(&out));
+    // 6 reductions of 4 ranks: 18 fetches of 3 chunks, each folded alone.
+    assert!(
+        reported(&out, ": folded ", " pieces as they arrived") >= 18 * 3,
+        "{}",
+        text(&out)
+    );
+}
+
+/// The sum over ranks of `N` in lines `...{before}N{after}`.
+fn reported(out: &std::process::Output, before: &str, after: &str) -> u64 {
     text(out)
         .lines()
-        .filter_map(|l| l.split(": read ").nth(1))
-        .filter_map(|l| l.strip_suffix(" bytes in place"))
-        .map(|n| n.trim().parse::<u64>().expect("a byte count"))
+        .filter_map(|l| l.split(before).nth(1))
+        .filter_map(|l| l.strip_suffix(after))
+        .map(|n| n.trim().parse::<u64>().expect("a count"))
         .sum()
+}
+
+/// The bytes all ranks report having read in place.
+fn bytes_read_in_place(out: &std::process::Output) -> u64 {
+    reported(out, ": read ", " bytes in place")
 }
 
 /// MPICH's Hydra launcher, if installed (CI installs `mpich`).

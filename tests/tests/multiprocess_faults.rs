@@ -27,6 +27,11 @@ fn place_3_sigkill_of_a_provider_while_the_receiver_fetches() {
 }
 
 #[test]
+fn place_3_sigkill_of_a_provider_in_the_middle_of_a_streamed_get() {
+    faults::place_3_provider_killed_in_the_middle_of_a_streamed_get(&job());
+}
+
+#[test]
 fn place_1_sigkill_before_the_task_reaches_its_receiver() {
     faults::place_1_killed_before_the_task_reaches_it(&job());
 }

@@ -355,6 +355,67 @@ pub fn loans(f: Factory<'_>) {
     }
 }
 
+/// A segmented get hands over the exposed bytes in order, in segments that
+/// start at 0, follow each other and add up to the whole, each 16-byte
+/// aligned, for the sizes of [`get_sizes`]; from a peer and from oneself.
+/// A key that is not exposed fails with `NotExposed` and hands over
+/// nothing.
+pub fn segmented_gets(f: Factory<'_>) {
+    let c = f(2);
+    let (t0, t1) = (&c.transports[0], &c.transports[1]);
+    let sizes = [0usize, 1, 4096 + 3, (3 << 20) + 64];
+    for (i, &len) in sizes.iter().enumerate() {
+        t1.expose(BufferKey(300 + i as u64), pattern(len, i as u8));
+    }
+    for (i, &len) in sizes.iter().enumerate() {
+        let want = pattern(len, i as u8);
+        for t in [t0, t1] {
+            let got = segments(t, 1, 300 + i as u64).expect("segmented get");
+            assert!(!got.is_empty(), "at least one segment, even when empty");
+            let mut at = 0;
+            for s in &got {
+                assert_eq!(s.offset, at, "segments in order, without gaps");
+                assert_eq!(s.total, len, "total of buffer {i}");
+                assert!(
+                    s.bytes[..] == want[at..at + s.bytes.len()],
+                    "bytes of buffer {i}"
+                );
+                if !s.bytes.is_empty() {
+                    assert_aligned(&s.bytes);
+                }
+                at += s.bytes.len();
+            }
+            assert_eq!(at, len, "segments of buffer {i} add up to it");
+        }
+    }
+    let got = segments(t0, 1, 399);
+    assert_eq!(
+        got.err(),
+        Some(TransportError::NotExposed { peer: 1, key: 399 })
+    );
+}
+
+/// The segments of a get of `from`'s `key`, in the order handed over.
+pub fn segments(
+    t: &Arc<dyn Transport>,
+    from: u32,
+    key: u64,
+) -> Result<Vec<crate::Segment>, TransportError> {
+    let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = got.clone();
+    let t = t.clone();
+    wait("get_segments", async move {
+        t.get_segments(
+            Rank(from),
+            BufferKey(key),
+            Box::new(move |s| sink.lock().unwrap().push(s)),
+        )
+        .await
+    })?;
+    let v = std::mem::take(&mut *got.lock().unwrap());
+    Ok(v)
+}
+
 /// A get of a key that is not exposed fails with `NotExposed`.
 pub fn get_not_exposed(f: Factory<'_>) {
     let c = f(2);

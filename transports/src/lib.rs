@@ -48,6 +48,25 @@ pub type GetFuture = Pin<Box<dyn Future<Output = Result<RecvBuf, TransportError>
 /// The result of [`Transport::get_loan`].
 pub type LoanFuture = Pin<Box<dyn Future<Output = Result<Received, TransportError>> + Send>>;
 
+/// A piece of a segmented get ([`Transport::get_segments`]).
+#[derive(Debug)]
+pub struct Segment {
+    /// Where the piece starts in the owner's buffer.
+    pub offset: usize,
+    /// Length of the whole buffer.
+    pub total: usize,
+    /// The piece's bytes.
+    pub bytes: RecvBuf,
+}
+
+/// Receives the segments of a get in order, as they arrive, on a thread of
+/// the transport (hand heavy work elsewhere).
+pub type SegmentSink = Box<dyn FnMut(Segment) + Send>;
+
+/// The end of a segmented get: every segment was handed over, or the error
+/// that ended it (the segments handed over before are then incomplete).
+pub type SegmentsFuture = Pin<Box<dyn Future<Output = Result<(), TransportError>> + Send>>;
+
 /// Fetched bytes: a private copy, or a read-only view of the owner's memory.
 #[derive(Debug)]
 pub enum Received {
@@ -239,6 +258,24 @@ pub trait Transport: Send + Sync + 'static {
     fn get_loan(&self, from: Rank, key: BufferKey) -> LoanFuture {
         let f = self.get(from, key);
         Box::pin(async move { f.await.map(Received::Owned) })
+    }
+    /// Like [`Transport::get`], but hands the bytes to `sink` in segments as
+    /// they arrive, so that the caller works on the first ones while the
+    /// rest is in flight (a fold overlaps the fetch). The default hands over
+    /// one segment, the whole buffer, once it is here; a streaming transport
+    /// (TCP) hands over each chunk as it is read.
+    fn get_segments(&self, from: Rank, key: BufferKey, mut sink: SegmentSink) -> SegmentsFuture {
+        let f = self.get(from, key);
+        Box::pin(async move {
+            let bytes = f.await?;
+            let total = bytes.len();
+            sink(Segment {
+                offset: 0,
+                total,
+                bytes,
+            });
+            Ok(())
+        })
     }
     /// Where a peer on this node may read `data` in place without asking
     /// this rank ([`Transport::view`]), if this transport has such a path

@@ -62,6 +62,7 @@ macro_rules! provider {
                 send_to_self,
                 send_to_unknown_rank,
                 get_sizes,
+    segmented_gets,
                 loans,
                 get_not_exposed,
                 withdraw_then_get,

@@ -18,6 +18,7 @@ cases!(
     send_to_self,
     send_to_unknown_rank,
     get_sizes,
+    segmented_gets,
     loans,
     get_not_exposed,
     withdraw_then_get,

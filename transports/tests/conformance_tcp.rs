@@ -29,6 +29,7 @@ cases!(
     send_to_self,
     send_to_unknown_rank,
     get_sizes,
+    segmented_gets,
     loans,
     get_not_exposed,
     withdraw_then_get,
@@ -37,3 +38,17 @@ cases!(
     crash_reports_link_down,
     graceful_shutdown,
 );
+
+/// Streamed, a segmented get hands over each chunk (1 MiB by default) as it
+/// is read: 3 MiB + 64 bytes come in four segments.
+#[test]
+fn streamed_gets_come_in_chunks() {
+    let c = tcp_streamed_cluster(2);
+    let data: Vec<u8> = (0..(3 << 20) + 64).map(|i| (i % 251) as u8).collect();
+    c.transports[1].expose(taskfold_transports::BufferKey(7), data.clone().into());
+    let got = conformance::segments(&c.transports[0], 1, 7).expect("segmented get");
+    let lens: Vec<usize> = got.iter().map(|s| s.bytes.len()).collect();
+    assert_eq!(lens, vec![1 << 20, 1 << 20, 1 << 20, 64]);
+    let joined: Vec<u8> = got.iter().flat_map(|s| s.bytes.iter().copied()).collect();
+    assert!(joined == data);
+}

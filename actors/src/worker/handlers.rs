@@ -510,8 +510,58 @@ impl Worker {
         }));
     }
 
-    fn start_task(&mut self, task: Task, ctx: &mut Context<Self>) {
+    /// Whether a test hook holds this rank before its folds of `id`.
+    fn holds_before_fold(&self, id: &str) -> bool {
+        self.hooks
+            .iter()
+            .any(|h| h.rank == self.rank.0 && h.point == Point::BeforeFold && h.id == id)
+    }
+
+    /// A fold ended (on the pool, or piecewise): as [`Folded`].
+    pub(super) fn folded(
+        &mut self,
+        task: Task,
+        value: Box<dyn ReduceValue>,
+        result: Result<(), FoldError>,
+        started: Instant,
+        bytes: u64,
+        ctx: &mut Context<Self>,
+    ) {
+        self.handle(
+            Folded {
+                task,
+                value,
+                result,
+                started,
+                bytes,
+            },
+            ctx,
+        );
+    }
+
+    fn start_task(&mut self, mut task: Task, ctx: &mut Context<Self>) {
         let key = task.key;
+        let Some(local) = self.locals.get(&key) else {
+            return;
+        };
+        // A provider's data: read in place where the master says it lies, if
+        // it is on this node (a one-sided get through shared memory); else
+        // streamed and folded segment by segment as it arrives, if the value
+        // can (unless a test holds this rank before its fold).
+        let mut view = None;
+        if task.source == DataSource::Data && !task.restore {
+            let from = Rank(task.provider);
+            view = task
+                .direct
+                .as_ref()
+                .and_then(|d| self.out.transport().view(from, d));
+            if view.is_none() && !self.holds_before_fold(&local.join.id) {
+                match self.start_pieces(task, from, ctx) {
+                    None => return,
+                    Some(t) => task = t,
+                }
+            }
+        }
         let Some(local) = self.locals.get_mut(&key) else {
             return;
         };
@@ -557,18 +607,13 @@ impl Worker {
                         })
                 }) as taskfold_transports::LoanFuture
             }
-            // A same-node provider's data is read in place where the
-            // master says it lies, without a request to the provider (a
-            // one-sided get through shared memory)...
-            DataSource::Data if task.direct.is_some() => {
-                let t = self.out.transport();
-                match task.direct.as_ref().and_then(|d| t.view(from, d)) {
-                    Some(view) => Box::pin(async move { Ok(view) }),
-                    None => t.get_loan(from, BufferKey(bkey)),
-                }
+            // Read in place (above).
+            _ if view.is_some() => {
+                let view = view.take().expect("checked");
+                Box::pin(async move { Ok(view) })
             }
-            // ...else asked for: a same-node peer's data may still come
-            // back as a view of its memory (a loan), read in place too.
+            // Else asked for: a same-node peer's data may still come back
+            // as a view of its memory (a loan), read in place too.
             _ => self.out.transport().get_loan(from, BufferKey(bkey)),
         };
         let started = Instant::now();
@@ -593,7 +638,12 @@ impl Worker {
             );
         }));
         if let Some(local) = self.locals.get_mut(&key) {
-            local.fetch = Some(Fetching { task, from, handle });
+            local.fetch = Some(Fetching {
+                task,
+                from,
+                handle,
+                pieces: None,
+            });
         }
     }
 

@@ -13,6 +13,7 @@
 //! their replicas, or ends the reduction with a typed error naming them.
 
 mod handlers;
+mod pieces;
 mod recovery;
 
 pub(crate) use handlers::{
@@ -43,6 +44,8 @@ pub(crate) struct Fetching {
     /// The rank the data comes from (provider, or the replica's holder).
     pub(crate) from: Rank,
     pub(crate) handle: SpawnHandle,
+    /// A piecewise fold in progress (the value is in there meanwhile).
+    pub(crate) pieces: Option<pieces::Shared>,
 }
 
 /// This rank's part in one live reduction.

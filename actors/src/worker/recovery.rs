@@ -51,6 +51,10 @@ impl Handler<RankFailedIn> for Worker {
             // same turn still runs its continuation, which then finds no
             // fetch of its task and drops the data (`Worker::fetched`).
             ctx.cancel_future(f.handle);
+            if let Some(p) = &f.pieces {
+                // A piecewise fold held the value: it comes back unchanged.
+                self.cancel_pieces(key, p);
+            }
             let reason = TaskFailure::Fetch {
                 reason: format!("{rank} was declared failed"),
                 peer_down: true,

@@ -7,7 +7,7 @@
 use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
-use taskfold::{Reduce, ReduceError, Runtime, Sum};
+use taskfold::{InPlace, Reduce, ReduceError, ReduceFuture, Runtime, Sum};
 
 /// Ranks on one node read each other's contributions in place (unless
 /// `TASKFOLD_SHARED_HEAP=0`): the fault tests kill ranks on that path.
@@ -55,6 +55,28 @@ struct Args {
     /// expects to have been fenced meanwhile.
     #[arg(long)]
     stop_after_join: Option<u32>,
+    /// Contributions are `InPlace` arrays (the root too holds its value in
+    /// wire form) instead of `Sum(Vec<f32>)`.
+    #[arg(long)]
+    in_place: bool,
+}
+
+/// A reduction of either kind of contribution.
+enum Pending {
+    Vec(ReduceFuture<Sum<f32>>),
+    InPlace(ReduceFuture<InPlace<Sum<f32>>>),
+}
+
+impl Pending {
+    /// The root's sum, as a vector.
+    fn wait(&mut self, limit: Duration) -> Result<Option<Vec<f32>>, ReduceError> {
+        match self {
+            Pending::Vec(f) => f.wait_timeout(limit).map(|r| r.map(|s| s.0)),
+            Pending::InPlace(f) => f
+                .wait_timeout(limit)
+                .map(|r| r.map(|s| s.as_slice().to_vec())),
+        }
+    }
 }
 
 fn delayed(spec: &Option<String>, rank: u32) -> Option<Duration> {
@@ -118,8 +140,13 @@ fn main() {
                 n
             };
             let v: Vec<f32> = (0..len).map(|i| value(rank, k, i)).collect();
-            rt.reduce(Sum(v), Reduce::root(args.root).id(format!("check-{k}")))
-                .expect("reduce")
+            let opts = Reduce::root(args.root).id(format!("check-{k}"));
+            if args.in_place {
+                let v = InPlace::<Sum<f32>>::from_slice(&v);
+                Pending::InPlace(rt.reduce(v, opts).expect("reduce"))
+            } else {
+                Pending::Vec(rt.reduce(Sum(v), opts).expect("reduce"))
+            }
         })
         .collect();
     if args.stop_after_join == Some(rank) {
@@ -131,16 +158,15 @@ fn main() {
     let mut ok = 0;
     let mut failed = 0;
     for (k, mut f) in futures.into_iter().enumerate() {
-        match f.wait_timeout(Duration::from_secs(120)) {
+        match f.wait(Duration::from_secs(120)) {
             Ok(Some(sum)) => {
                 let want = |i: usize| (0..size).map(|r| value(r, k as u32, i)).sum::<f32>();
                 let bad = sum
-                    .0
                     .iter()
                     .enumerate()
                     .filter(|(i, &x)| x != want(*i))
                     .count();
-                if bad == 0 && sum.0.len() == n {
+                if bad == 0 && sum.len() == n {
                     ok += 1;
                 } else {
                     eprintln!("reduction {k}: {bad} wrong elements");
@@ -186,6 +212,10 @@ fn main() {
     println!(
         "rank {rank}: read {} bytes in place",
         taskfold_transports::tcp::metrics::mapped_bytes()
+    );
+    println!(
+        "rank {rank}: folded {} pieces as they arrived",
+        taskfold::pieces::pieces_folded()
     );
     if let Err(e) = rt.shutdown() {
         if args.stop_after_join != Some(rank) {

@@ -102,7 +102,7 @@ pub(crate) async fn on_chunk(
     };
     let bad = if total > MAX_GET {
         Some(format!("get of {total} bytes"))
-    } else if p.buf.is_some() && total != p.total {
+    } else if (p.buf.is_some() || p.done > 0) && total != p.total {
         Some(format!("get total changed from {} to {total}", p.total))
     } else if offset != p.done || len > total - offset {
         Some(format!(
@@ -120,14 +120,35 @@ pub(crate) async fn on_chunk(
         return Err(ReadError::Protocol(detail));
     }
     p.total = total;
-    let buf = p.buf.get_or_insert_with(|| {
-        // `total <= isize::MAX` was checked above.
-        let mut b = taskfold_core::pool::take(total as usize);
-        b.resize(total as usize, 0);
-        b
-    });
-    let range = offset as usize..(offset + len) as usize;
-    if let Err(e) = rd.read_exact(&mut buf[range]).await {
+    let segmented = p.sink.is_some();
+    let piece = if segmented {
+        // A segmented get: each chunk in a buffer of its own, handed over
+        // as soon as it is read, while the next one arrives.
+        let mut b = taskfold_core::pool::take(len as usize);
+        b.resize(len as usize, 0);
+        Some(b)
+    } else {
+        None
+    };
+    let target = match piece {
+        Some(_) => None,
+        None => Some(p.buf.get_or_insert_with(|| {
+            // `total <= isize::MAX` was checked above.
+            let mut b = taskfold_core::pool::take(total as usize);
+            b.resize(total as usize, 0);
+            b
+        })),
+    };
+    let mut piece = piece;
+    let read = match (target, piece.as_mut()) {
+        (Some(buf), _) => {
+            rd.read_exact(&mut buf[offset as usize..(offset + len) as usize])
+                .await
+        }
+        (None, Some(b)) => rd.read_exact(b).await,
+        (None, None) => unreachable!("a chunk is read into the buffer or into a piece"),
+    };
+    if let Err(e) = read {
         let _ = p.tx.send(Err(TransportError::LinkDown {
             peer,
             reason: format!("connection failed during a get: {e}"),
@@ -136,9 +157,21 @@ pub(crate) async fn on_chunk(
     }
     metrics::received(HEADER_LEN as u64 + len, 1);
     p.done += len;
+    if let (Some(sink), Some(bytes)) = (p.sink.as_mut(), piece) {
+        sink(crate::Segment {
+            offset: offset as usize,
+            total: total as usize,
+            bytes,
+        });
+    }
     if p.done == p.total {
-        let buf = p.buf.take().unwrap_or_default();
-        let _ = p.tx.send(Ok(Received::Owned(buf)));
+        if segmented {
+            // Every segment is with the caller: the empty buffer says so.
+            let _ = p.tx.send(Ok(Received::Owned(crate::RecvBuf::new())));
+        } else {
+            let buf = p.buf.take().unwrap_or_default();
+            p.complete(Ok(Received::Owned(buf)));
+        }
         return Ok(());
     }
     let mut slot = shared.slot(peer);
@@ -289,7 +322,7 @@ pub(crate) fn on_lend(
         {
             metrics::received(total, 0);
             metrics::mapped(total);
-            let _ = p.tx.send(Ok(Received::Shared(v)));
+            p.complete(Ok(Received::Shared(v)));
             return Ok(());
         }
     }
@@ -304,7 +337,7 @@ pub(crate) fn on_lend(
             } else {
                 Received::Owned(Received::Shared(v).into_owned())
             };
-            let _ = p.tx.send(Ok(got));
+            p.complete(Ok(got));
             return;
         }
         let res = cma::read(pid as u32, addr, total as usize);
@@ -317,7 +350,7 @@ pub(crate) fn on_lend(
         match res {
             Ok(buf) => {
                 metrics::received(total, 0);
-                let _ = p.tx.send(Ok(Received::Owned(buf)));
+                p.complete(Ok(Received::Owned(buf)));
             }
             Err(cma::ReadFailure::NotPermitted(e)) => {
                 tracing::warn!(rank = shared.rank, peer, error = %e, "same-node reads refused by the kernel; streaming gets instead");
@@ -385,6 +418,7 @@ pub(crate) fn request(
     peer: u32,
     key: BufferKey,
     view: bool,
+    sink: Option<crate::SegmentSink>,
 ) -> Result<tokio::sync::oneshot::Receiver<Result<Received, TransportError>>, TransportError> {
     let mut slot = shared.slot(peer);
     if shared.is_closed() {
@@ -405,6 +439,7 @@ pub(crate) fn request(
             done: 0,
             view,
             tx,
+            sink,
         },
     );
     let token = shared.request_token();

@@ -116,7 +116,11 @@ pub struct TcpConfig {
     /// Largest control frame, sent or received (at most `u32::MAX`).
     /// Default 64 MiB.
     pub max_frame: u64,
-    /// Payload bytes per get response frame. Default 4 MiB.
+    /// Payload bytes per get response frame, rounded down to a multiple of
+    /// 64 (a chunk never splits an array element). Default 1 MiB: a
+    /// segmented get ([`Transport::get_segments`]) hands over a chunk at a
+    /// time, so that the caller's fold of one overlaps the transfer of the
+    /// next.
     pub chunk: usize,
     /// How long to wait for the master, and for all ranks to register, and
     /// to connect to a peer. Default 30 s.
@@ -136,7 +140,7 @@ impl TcpConfig {
             master,
             bind_host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             max_frame: 64 << 20,
-            chunk: 4 << 20,
+            chunk: 1 << 20,
             connect_timeout: Duration::from_secs(30),
             loans: cma::enabled_by_env(),
         }
@@ -324,10 +328,21 @@ impl TcpTransport {
                 });
             return Box::pin(async move { r });
         }
-        match get::request(s, from.0, key, view) {
+        self.requested(from, key, view, None)
+    }
+
+    /// A get sent to another rank; with a sink, a segmented one.
+    fn requested(
+        &self,
+        from: Rank,
+        key: BufferKey,
+        view: bool,
+        sink: Option<crate::SegmentSink>,
+    ) -> LoanFuture {
+        match get::request(&self.shared, from.0, key, view, sink) {
             Err(e) => Box::pin(async move { Err(e) }),
             Ok(rx) => {
-                let shared = s.clone();
+                let shared = self.shared.clone();
                 Box::pin(async move {
                     match rx.await {
                         Ok(r) => r,
@@ -408,6 +423,32 @@ impl Transport for TcpTransport {
 
     fn get_loan(&self, from: Rank, key: BufferKey) -> LoanFuture {
         self.fetch(from, key, true)
+    }
+
+    /// Streamed gets hand over each chunk as it is read (chunks are
+    /// [`TcpConfig::chunk`] bytes of the owner's); a same-node loan, or a
+    /// get from this rank, is one segment.
+    fn get_segments(
+        &self,
+        from: Rank,
+        key: BufferKey,
+        mut sink: crate::SegmentSink,
+    ) -> crate::SegmentsFuture {
+        if self.check_peer(from).is_err() || from.0 == self.shared.rank {
+            let f = self.fetch(from, key, false);
+            return Box::pin(async move {
+                let bytes = f.await?.into_owned();
+                let total = bytes.len();
+                sink(crate::Segment {
+                    offset: 0,
+                    total,
+                    bytes,
+                });
+                Ok(())
+            });
+        }
+        let f = self.requested(from, key, false, Some(sink));
+        Box::pin(async move { f.await.map(|_| ()) })
     }
 
     /// A buffer in this process's shared heap, if loans are on and it is

@@ -45,6 +45,30 @@ pub(crate) struct Pending {
     pub view: bool,
     /// Completes the caller's future.
     pub tx: oneshot::Sender<Result<Received, TransportError>>,
+    /// A segmented get ([`crate::Transport::get_segments`]): chunks go here
+    /// as they are read, and the future completes with an empty buffer.
+    pub sink: Option<crate::SegmentSink>,
+}
+
+impl Pending {
+    /// Completes the get with `r`; the bytes of a segmented get go to its
+    /// sink first, as one segment.
+    pub fn complete(mut self, r: Result<Received, TransportError>) {
+        match (self.sink.take(), r) {
+            (Some(mut sink), Ok(data)) => {
+                let bytes = data.into_owned();
+                sink(crate::Segment {
+                    offset: 0,
+                    total: bytes.len(),
+                    bytes,
+                });
+                let _ = self.tx.send(Ok(Received::Owned(crate::RecvBuf::new())));
+            }
+            (_, r) => {
+                let _ = self.tx.send(r);
+            }
+        }
+    }
 }
 
 /// Everything about one peer.
@@ -119,7 +143,7 @@ impl Shared {
             size: cfg.size,
             job: cfg.job,
             max_frame: cfg.max_frame.min(u64::from(u32::MAX)),
-            chunk: cfg.chunk.clamp(1, u32::MAX as usize),
+            chunk: cfg.chunk.clamp(64, u32::MAX as usize) / 64 * 64,
             connect_timeout: cfg.connect_timeout,
             events_tx,
             events_rx,
