@@ -19,11 +19,78 @@ pub fn memcpy_median(bytes: usize, reps: u32) -> f64 {
     crate::stats::median(&mut times)
 }
 
+/// Median seconds of `folds` in-place pairwise folds (`mine += theirs`,
+/// `f32`) of `bytes` each, spread over `threads` threads at once, with the
+/// data in memory rather than in cache (each thread folds around a ring of
+/// buffers larger than the caches): the memory-bandwidth floor of `folds`
+/// pairwise folds on this machine.
+///
+/// K concurrent reductions of p contributions need (p − 1)·K such folds
+/// whatever schedules them; each reads two arrays and writes one, so no
+/// transport or scheduler can finish them faster than this.
+pub fn fold_floor(bytes: usize, folds: u32, threads: usize, reps: u32) -> f64 {
+    // 8 buffers of each thread: 64 MiB per thread at 8 MiB, above the
+    // caches' share of any current CPU.
+    const RING: usize = 8;
+    let n = (bytes / 4).max(1);
+    let threads = threads.max(1);
+    let mut rings: Vec<Vec<Vec<f32>>> = (0..threads)
+        .map(|t| (0..RING).map(|i| vec![(t + i) as f32; n]).collect())
+        .collect();
+    let share = |t: usize| {
+        let (q, r) = (folds as usize / threads, folds as usize % threads);
+        q + usize::from(t < r)
+    };
+    let mut times: Vec<f64> = (0..reps.max(1))
+        .map(|_| {
+            let start = std::sync::Barrier::new(threads + 1);
+            std::thread::scope(|s| {
+                for (t, ring) in rings.iter_mut().enumerate() {
+                    let (start, count) = (&start, share(t));
+                    s.spawn(move || {
+                        start.wait();
+                        for f in 0..count {
+                            let i = f % RING;
+                            let j = (i + 1) % RING;
+                            let (mine, theirs) = if i < j {
+                                let (a, b) = ring.split_at_mut(j);
+                                (&mut a[i], &b[0])
+                            } else {
+                                let (a, b) = ring.split_at_mut(i);
+                                (&mut b[0], &a[j])
+                            };
+                            for (m, t) in mine.iter_mut().zip(theirs.iter()) {
+                                *m += *t;
+                            }
+                            std::hint::black_box(&mut *mine);
+                        }
+                    });
+                }
+                start.wait();
+                let t0 = Instant::now();
+                // The scope joins every thread before it returns.
+                t0
+            })
+            .elapsed()
+            .as_secs_f64()
+        })
+        .collect();
+    crate::stats::median(&mut times)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn memcpy_is_measured() {
         let t = super::memcpy_median(1 << 20, 3);
         assert!(t > 0.0 && t < 1.0, "{t}");
+    }
+
+    #[test]
+    fn the_fold_floor_grows_with_the_folds() {
+        // Smaller than the caches here: only the accounting is checked.
+        let one = super::fold_floor(1 << 16, 2, 2, 3);
+        let many = super::fold_floor(1 << 16, 400, 2, 3);
+        assert!(one > 0.0 && many > one, "{one} {many}");
     }
 }

@@ -24,6 +24,11 @@ pub struct Report {
     pub fetch_fold_alone: Vec<(usize, f64)>,
     /// Plot files written next to the report.
     pub plots: Vec<String>,
+    /// `(p, size, K, seconds)`: the (p − 1)·K pairwise folds of scenario e
+    /// run alone on every core at once ([`crate::baseline::fold_floor`]),
+    /// the memory-bandwidth floor of K concurrent reductions.
+    #[serde(default)]
+    pub fold_floor: Vec<(u32, usize, u32, f64)>,
 }
 
 /// Bytes as `128 KiB`, `8 MiB`.
@@ -213,8 +218,27 @@ impl Report {
                 }
             }
         }
+        if let (Some(floor), Some(base)) = (
+            self.floor_of(8, 28),
+            self.records.iter().find(|r| {
+                r.side == "openmpi" && r.scenario == "concurrent" && r.np == 8 && r.k == 28
+            }),
+        ) {
+            k28.measured.push(format!(
+                "memory-bandwidth floor (the 7 × 28 folds alone on every core): {:.2}",
+                floor / base.median_s
+            ));
+        }
         t.push(k28);
         t
+    }
+
+    /// The fold floor of K reductions of p ranks, if measured.
+    fn floor_of(&self, np: u32, k: u32) -> Option<f64> {
+        self.fold_floor
+            .iter()
+            .find(|f| f.0 == np && f.2 == k)
+            .map(|f| f.3)
     }
 
     fn scenario_table(&self, out: &mut String, title: &str, scenario: &str, tails: bool) {
@@ -361,7 +385,8 @@ impl Report {
             for s in sides.iter().copied().chain(["Open MPI", "MPICH"]) {
                 let _ = write!(head, " {s} |");
             }
-            let _ = writeln!(out, "{head}\n|{}", "---|".repeat(sides.len() + 4));
+            let _ = write!(head, " fold floor | floor / Open MPI |");
+            let _ = writeln!(out, "{head}\n|{}", "---|".repeat(sides.len() + 6));
             for r in conc {
                 let per = |side: &str| {
                     find(&self.records, side, "concurrent", r.np, r.size, r.k)
@@ -371,8 +396,22 @@ impl Report {
                 for s in sides.iter().copied().chain(["openmpi", "mpich"]) {
                     let _ = write!(row, " {} |", per(s));
                 }
+                let floor = self.floor_of(r.np, r.k);
+                let base = find(&self.records, "openmpi", "concurrent", r.np, r.size, r.k);
+                let _ = write!(
+                    row,
+                    " {} | {} |",
+                    floor.map_or("–".into(), |f| ms(f / f64::from(r.k))),
+                    opt_ratio(floor.zip(base).map(|(f, b)| f / b.median_s))
+                );
                 let _ = writeln!(out, "{row}");
             }
+            let _ = writeln!(
+                out,
+                "\nThe fold floor is the (p − 1)·K pairwise folds of K reductions, run \
+                 alone on every core at once, per reduction: the memory bandwidth they need \
+                 bounds any schedule from below."
+            );
         }
         let master: Vec<&Record> = self
             .taskfold_sides()
@@ -458,6 +497,20 @@ mod tests {
         assert_eq!(t[0].measured, vec!["2 MiB: 0.50, 8 MiB: 1.50"]);
         assert_eq!(t[1].met, None);
         assert_eq!(t[4].met, Some(true));
+        // The floor of scenario e is quoted against Open MPI's time.
+        let mut rf = r.clone();
+        rf.fold_floor = vec![(8, 8 << 20, 28, 0.5)];
+        let k28 = &rf.targets()[4].measured;
+        assert!(
+            k28.iter().any(|m| m.ends_with("on every core): 0.50")),
+            "{k28:?}"
+        );
+        assert!(
+            rf.markdown()
+                .contains("| 8 | 28 | 3.571 | 35.7 | – | 17.9 | 0.50 |"),
+            "{}",
+            rf.markdown()
+        );
         let md = r.markdown();
         assert!(
             md.contains("| 8 | 8 MiB | 1 | – | 30.0 | 20.0 | – | 1.50 | – |"),

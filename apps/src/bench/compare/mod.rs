@@ -489,6 +489,10 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
                 vec![k],
                 a.reps_concurrent,
             ))?;
+            // The floor below any schedule: the same folds, alone.
+            let folds = (p.max(1) - 1) * k;
+            let floor = taskfold_benches::baseline::fold_floor(a.concurrent_size, folds, cores, 3);
+            h.report.fold_floor.push((p, a.concurrent_size, k, floor));
         }
     }
     h.plots(&a.out, a);
