@@ -133,6 +133,24 @@ impl Report {
                 measured.push(label(side, &sides, line.join(", ")));
             }
         }
+        if scenario.starts_with("slow") {
+            // No schedule ends before the slow rank has contributed, D in.
+            let bound: Vec<String> = self
+                .points_of("openmpi", scenario)
+                .into_iter()
+                .filter(|r| r.np == 8 && r.size >= min_size && r.median_s > 0.0)
+                .filter_map(|r| {
+                    r.param_s
+                        .map(|d| format!("{}: {:.2}", human(r.size), d / r.median_s))
+                })
+                .collect();
+            if !bound.is_empty() {
+                measured.push(format!(
+                    "lower bound, D / Open MPI (nothing ends before the slow rank contributes): {}",
+                    bound.join(", ")
+                ));
+            }
+        }
         Target {
             what: what.into(),
             measured,
@@ -497,6 +515,22 @@ mod tests {
         assert_eq!(t[0].measured, vec!["2 MiB: 0.50, 8 MiB: 1.50"]);
         assert_eq!(t[1].met, None);
         assert_eq!(t[4].met, Some(true));
+        // A slow rank's D bounds any schedule from below.
+        let mut rs = r.clone();
+        let mut slow = rec("openmpi", "slow-20ms", 2 << 20, 0.025);
+        slow.param_s = Some(0.020);
+        rs.records.push(slow);
+        rs.records
+            .push(rec("taskfold", "slow-20ms", 2 << 20, 0.030));
+        let t = rs.targets();
+        assert_eq!(t[2].met, Some(false));
+        assert!(
+            t[2].measured
+                .iter()
+                .any(|m| m.starts_with("lower bound") && m.ends_with("2 MiB: 0.80")),
+            "{:?}",
+            t[2].measured
+        );
         // The floor of scenario e is quoted against Open MPI's time.
         let mut rf = r.clone();
         rf.fold_floor = vec![(8, 8 << 20, 28, 0.5)];
