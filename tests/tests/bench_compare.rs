@@ -80,7 +80,7 @@ fn small_comparison_writes_json_report_and_plots() {
         assert!(times.iter().all(|t| t.as_f64().unwrap() > 0.0), "{r}");
         assert!(r["median_s"].as_f64().unwrap() > 0.0, "{r}");
     }
-    // Scenario e runs each K in a job of its own.
+    // Every size, and each K of scenario e, runs in a job of its own.
     let commands: Vec<&str> = json["commands"]
         .as_array()
         .unwrap()
@@ -88,8 +88,14 @@ fn small_comparison_writes_json_report_and_plots() {
         .map(|c| c[0].as_str().unwrap())
         .collect();
     for k in [2, 3] {
-        let label = format!("taskfold, concurrent p=3-k{k}");
+        let label = format!("taskfold, concurrent p=3-s262144-k{k}");
         assert!(commands.contains(&label.as_str()), "{commands:?}");
+    }
+    for side in sides.iter().filter(|s| s.starts_with("taskfold")) {
+        for size in [65536, 1048576] {
+            let label = format!("{side}, quiet p=2-s{size}");
+            assert!(commands.contains(&label.as_str()), "{commands:?}");
+        }
     }
     // The slow rank's delay is applied: D = 20 ms shows in every side.
     for r in records.iter().filter(|r| r["scenario"] == "slow-20ms") {

@@ -77,6 +77,12 @@ pub struct CompareArgs {
     /// Seed of the staggered arrivals.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
+    /// Run every scenario's sizes one after the other in one job per side,
+    /// as published figures before 2026-11-25 did, instead of each size in
+    /// a job of its own (an MPI job that ran smaller sizes first is slower:
+    /// see the book's Benchmarks chapter).
+    #[arg(long)]
+    pub sizes_in_one_job: bool,
     /// Kill a run (one side, one scenario) after this many seconds.
     #[arg(long, default_value_t = 1800)]
     pub timeout: u64,
@@ -96,12 +102,37 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// `-kK` for a run of one K > 1 (scenario e runs each K on its own).
-    fn k_suffix(&self) -> String {
-        match self.ks[..] {
-            [k] if k > 1 => format!("-k{k}"),
-            _ => String::new(),
+    /// `-sSIZE` for a run of one size of several, `-kK` for a run of one
+    /// K > 1: what tells this job's files and command lines apart.
+    fn suffix(&self) -> String {
+        let mut s = String::new();
+        if let [size] = self.sizes[..] {
+            s += &format!("-s{size}");
         }
+        if let [k] = self.ks[..] {
+            if k > 1 {
+                s += &format!("-k{k}");
+            }
+        }
+        s
+    }
+
+    /// This run's sizes, each as a run of its own.
+    fn per_size(&self) -> Vec<Run<'_>> {
+        self.sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &size)| Run {
+                label: self.label,
+                driver: self.driver,
+                np: self.np,
+                sizes: vec![size],
+                params: self.params.get(i).map(|&p| vec![p]).unwrap_or_default(),
+                ks: self.ks.clone(),
+                reps: self.reps,
+                args: self.args,
+            })
+            .collect()
     }
 
     fn driver_args(&self) -> Vec<String> {
@@ -165,7 +196,7 @@ impl Harness {
             "taskfold-{durability}-{}-p{}{}.jsonl",
             r.label,
             r.np,
-            r.k_suffix()
+            r.suffix()
         ));
         let mut args = vec!["compare-rank".to_string()];
         args.extend(r.driver_args());
@@ -177,10 +208,9 @@ impl Harness {
             self.exe.display(),
             args.join(" ")
         );
-        self.report.commands.push((
-            format!("{side}, {} p={}{}", r.label, r.np, r.k_suffix()),
-            cmd,
-        ));
+        self.report
+            .commands
+            .push((format!("{side}, {} p={}{}", r.label, r.np, r.suffix()), cmd));
         let launch = Launch {
             ranks: r.np,
             program: self.exe.clone().into_os_string(),
@@ -213,7 +243,7 @@ impl Harness {
         let args = r.driver_args();
         for m in &self.mpis {
             self.report.commands.push((
-                format!("{}, {} p={}{}", m.name, r.label, r.np, r.k_suffix()),
+                format!("{}, {} p={}{}", m.name, r.label, r.np, r.suffix()),
                 m.command_line(r.np, &args),
             ));
             let samples = m
@@ -227,7 +257,23 @@ impl Harness {
         Ok(())
     }
 
+    /// Runs `r` on every side: each size in a job of its own, unless
+    /// `--sizes-in-one-job`. An MPI job that ran smaller sizes first is not
+    /// the same baseline: Open MPI at p = 8 took 2.5-2.7 ms for 2 MiB alone
+    /// and 7-9 ms after 128 and 512 KiB in the same job, 12-15 ms for 8 MiB
+    /// alone and 26-31 ms after the smaller sizes.
     fn run(&mut self, r: &Run) -> Result<(), String> {
+        if r.sizes.len() > 1 && !r.args.sizes_in_one_job {
+            for one in r.per_size() {
+                self.run_job(&one)?;
+            }
+            return Ok(());
+        }
+        self.run_job(r)
+    }
+
+    /// Runs `r` as one job on every side.
+    fn run_job(&mut self, r: &Run) -> Result<(), String> {
         self.step += 1;
         eprintln!(
             "[compare {}] {} p={} sizes={:?} k={:?}",
@@ -375,7 +421,11 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
                     same_node_gets()
                 ),
                 "D and J are Open MPI's quiet median at the same p and size (else MPICH's, else taskfold's)".into(),
-                "scenario e runs each K in a job of its own, on every side".into(),
+                if a.sizes_in_one_job {
+                    "scenarios a-d run their sizes one after the other in one job per side (--sizes-in-one-job); scenario e runs each K in a job of its own, on every side".into()
+                } else {
+                    "every size and every K runs in a job of its own, on every side".into()
+                },
             ],
             ..Report::default()
         },
