@@ -217,20 +217,7 @@ pub fn place_2_receiver_killed_while_it_folds(job: &Job) {
 
 /// Place 3: the provider dies while the receiver fetches from it.
 pub fn place_3_provider_killed_while_the_receiver_fetches(job: &Job) {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let child = job.start(
-        d,
-        &hooks(d, &[2, 3], "before-get"),
-        1,
-        &["--delay", "0,1:1500"],
-    );
-    let receiver = held(d, &[2, 3], "before-get");
-    let provider = 5 - receiver;
-    kill(d, provider);
-    std::thread::sleep(Duration::from_millis(200));
-    release(d, receiver, "before-get");
-    recovered(&wait_bounded(child, LIMIT), provider);
+    provider_killed_while_the_receiver_is_held(job, "before-get", &SYNC_ROOT_1);
 }
 
 /// Place 3 in the middle of a streamed get: the receiver has folded the
@@ -238,20 +225,26 @@ pub fn place_3_provider_killed_while_the_receiver_fetches(job: &Job) {
 /// buffers hold) when the provider dies. The receiver's value must come
 /// back unchanged, and the provider's original is recovered from its copy.
 pub fn place_3_provider_killed_in_the_middle_of_a_streamed_get(job: &Job) {
+    provider_killed_while_the_receiver_is_held(job, "mid-get", &SYNC_ROOT_1_STREAMED);
+}
+
+/// Ranks 2 and 3 contribute first and are paired; the receiver is held at
+/// `point`, the provider is killed, then the receiver goes on.
+fn provider_killed_while_the_receiver_is_held(job: &Job, point: &str, setup: &Setup) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let child = job.start_with(
         d,
-        &hooks(d, &[2, 3], "mid-get"),
+        &hooks(d, &[2, 3], point),
         1,
         &["--delay", "0,1:1500"],
-        &SYNC_ROOT_1_STREAMED,
+        setup,
     );
-    let receiver = held(d, &[2, 3], "mid-get");
+    let receiver = held(d, &[2, 3], point);
     let provider = 5 - receiver;
     kill(d, provider);
     std::thread::sleep(Duration::from_millis(200));
-    release(d, receiver, "mid-get");
+    release(d, receiver, point);
     recovered(&wait_bounded(child, LIMIT), provider);
 }
 

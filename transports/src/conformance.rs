@@ -310,11 +310,8 @@ pub fn get_sizes(f: Factory<'_>) {
     let c = f(2);
     let (t0, t1) = (&c.transports[0], &c.transports[1]);
     let sizes = [0usize, 1, 4096 + 3, 9 << 20];
-    for (i, &len) in sizes.iter().enumerate() {
-        t1.expose(BufferKey(100 + i as u64), pattern(len, i as u8));
-    }
-    for (i, &len) in sizes.iter().enumerate() {
-        let want = pattern(len, i as u8);
+    for (i, want) in expose_patterns(t1, 100, &sizes) {
+        let len = want.len();
         for t in [t0, t1] {
             let got = fetch(t, 1, 100 + i as u64).expect("get of an exposed buffer");
             assert_eq!(got.len(), len, "length of buffer {i}");
@@ -364,11 +361,8 @@ pub fn segmented_gets(f: Factory<'_>) {
     let c = f(2);
     let (t0, t1) = (&c.transports[0], &c.transports[1]);
     let sizes = [0usize, 1, 4096 + 3, (3 << 20) + 64];
-    for (i, &len) in sizes.iter().enumerate() {
-        t1.expose(BufferKey(300 + i as u64), pattern(len, i as u8));
-    }
-    for (i, &len) in sizes.iter().enumerate() {
-        let want = pattern(len, i as u8);
+    for (i, want) in expose_patterns(t1, 300, &sizes) {
+        let len = want.len();
         for t in [t0, t1] {
             let got = segments(t, 1, 300 + i as u64).expect("segmented get");
             assert!(!got.is_empty(), "at least one segment, even when empty");
@@ -393,6 +387,20 @@ pub fn segmented_gets(f: Factory<'_>) {
         got.err(),
         Some(TransportError::NotExposed { peer: 1, key: 399 })
     );
+}
+
+/// Exposes a pattern of each of `sizes` on `t` under keys `base`,
+/// `base + 1`, ...; returns each buffer's index and its bytes.
+fn expose_patterns(t: &Arc<dyn Transport>, base: u64, sizes: &[usize]) -> Vec<(usize, Bytes)> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| {
+            let bytes = pattern(len, i as u8);
+            t.expose(BufferKey(base + i as u64), bytes.clone());
+            (i, bytes)
+        })
+        .collect()
 }
 
 /// The segments of a get of `from`'s `key`, in the order handed over.
