@@ -79,6 +79,30 @@ fn taskfold_run_4_ranks_without_the_shared_heap() {
     assert_eq!(bytes_read_in_place(&out), 0, "{}", text(&out));
 }
 
+/// The TCP transport on one thread (`TASKFOLD_TCP_THREADS=1`) gives the
+/// same results; a thread count that is not one is refused at start with
+/// an error naming the variable, by every rank.
+#[test]
+fn one_transport_thread_works_and_a_bad_count_is_a_clear_error() {
+    let mut cmd = launch(
+        4,
+        &["--size", "2097152", "--reductions", "8", "--root", "2"],
+    );
+    cmd.env("TASKFOLD_TCP_THREADS", "1");
+    assert_all_ok(&run_bounded(cmd, LIMIT), 4);
+    let mut cmd = launch(2, &["--reductions", "1"]);
+    cmd.env("TASKFOLD_TCP_THREADS", "zero");
+    let out = run_bounded(cmd, LIMIT);
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert_eq!(
+        t.matches("cannot start").count(),
+        2,
+        "every rank says why it cannot start:\n{t}"
+    );
+    assert!(t.contains("TASKFOLD_TCP_THREADS=\"zero\""), "{t}");
+}
+
 /// Gets streamed over the sockets, as between nodes (no shared heap, no
 /// cross-memory reads): every contribution of 3 MiB arrives in 1 MiB
 /// chunks, each folded while the next is read (`InPlace` values fold in

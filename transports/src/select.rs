@@ -128,14 +128,41 @@ pub fn bind_host_from_vars(
     Ok(Some(ip))
 }
 
+/// Threads of the TCP transport's runtime ([`TcpConfig::threads`]).
+pub const TCP_THREADS_ENV: &str = "TASKFOLD_TCP_THREADS";
+
+/// The TCP transport's thread count from `TASKFOLD_TCP_THREADS` (unset or
+/// empty: `None`, the default); anything but a count from 1 to 64 is an
+/// error that names the variable.
+pub fn tcp_threads_from_vars(
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Option<usize>, TransportError> {
+    let Some(v) = get(TCP_THREADS_ENV).map(|v| v.trim().to_string()) else {
+        return Ok(None);
+    };
+    if v.is_empty() {
+        return Ok(None);
+    }
+    match v.parse::<usize>() {
+        Ok(n) if (1..=64).contains(&n) => Ok(Some(n)),
+        _ => Err(TransportError::Io(format!(
+            "{TCP_THREADS_ENV}={v:?}: expected a number of threads from 1 to 64"
+        ))),
+    }
+}
+
 /// Starts the transport the environment asks for (`TASKFOLD_TRANSPORT`,
-/// `TASKFOLD_FI_PROVIDER`, `TASKFOLD_FI_WAIT`, `TASKFOLD_BIND_HOST`), with
+/// `TASKFOLD_FI_PROVIDER`, `TASKFOLD_FI_WAIT`, `TASKFOLD_BIND_HOST`,
+/// `TASKFOLD_TCP_THREADS`), with
 /// `tcp` as the TCP transport's configuration (the libfabric transport
 /// bootstraps over it).
 pub fn from_env_config(mut tcp: TcpConfig) -> Result<Arc<dyn Transport>, TransportError> {
     let choice = Choice::from_env()?;
     if let Some(ip) = bind_host_from_vars(|k| std::env::var(k).ok())? {
         tcp.bind_host = ip;
+    }
+    if let Some(n) = tcp_threads_from_vars(|k| std::env::var(k).ok())? {
+        tcp.threads = n;
     }
     choice.start(tcp)
 }
@@ -150,6 +177,22 @@ mod tests {
                 .iter()
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn parses_the_tcp_thread_count() {
+        let get = |v: &'static str| tcp_threads_from_vars(vars(&[(TCP_THREADS_ENV, v)]));
+        assert_eq!(tcp_threads_from_vars(vars(&[])), Ok(None));
+        assert_eq!(get(""), Ok(None));
+        assert_eq!(get(" 1 "), Ok(Some(1)));
+        assert_eq!(get("4"), Ok(Some(4)));
+        for bad in ["0", "65", "two", "-1"] {
+            let e = get(bad).unwrap_err().to_string();
+            assert!(
+                e.contains(TCP_THREADS_ENV) && e.contains("1 to 64"),
+                "{bad}: {e}"
+            );
         }
     }
 

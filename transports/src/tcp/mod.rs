@@ -128,6 +128,12 @@ pub struct TcpConfig {
     /// Serve and ask for same-node loans (one `process_vm_readv` copy
     /// instead of a TCP stream). Default: on unless `TASKFOLD_TCP_CMA=0`.
     pub loans: bool,
+    /// Threads of the transport's runtime (at least 1; default 2,
+    /// `TASKFOLD_TCP_THREADS`). On a node with more ranks than cores, one
+    /// thread wakes fewer threads per message and single reductions get
+    /// faster; two keep many concurrent reductions moving (see the book's
+    /// Transports chapter for the measurements).
+    pub threads: usize,
 }
 
 impl TcpConfig {
@@ -143,6 +149,7 @@ impl TcpConfig {
             chunk: 1 << 20,
             connect_timeout: Duration::from_secs(30),
             loans: cma::enabled_by_env(),
+            threads: 2,
         }
     }
 }
@@ -182,7 +189,7 @@ impl TcpTransport {
         }
         let started = Instant::now();
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(cfg.threads.max(1))
             .thread_name(format!("taskfold-tcp-r{}", cfg.rank))
             .enable_all()
             .build()
