@@ -96,6 +96,19 @@ pub fn parse(s: &str) -> Vec<Hook> {
         .collect()
 }
 
+/// The hook of `rank` at `point` in reduction `id`, if any.
+fn find<'a>(hooks: &'a [Hook], rank: u32, point: Point, id: &str) -> Option<&'a Hook> {
+    hooks
+        .iter()
+        .find(|h| h.rank == rank && h.point == point && h.id == id)
+}
+
+/// Whether a hook of `rank` at `point` in reduction `id` exists (without
+/// marking it held).
+pub fn armed(hooks: &[Hook], rank: u32, point: Point, id: &str) -> bool {
+    find(hooks, rank, point, id).is_some()
+}
+
 /// If a hook matches, marks it held and returns a future that resolves once
 /// it is released (or after two minutes).
 pub fn hold(
@@ -104,9 +117,7 @@ pub fn hold(
     point: Point,
     id: &str,
 ) -> Option<impl std::future::Future<Output = ()>> {
-    let h = hooks
-        .iter()
-        .find(|h| h.rank == rank && h.point == point && h.id == id)?;
+    let h = find(hooks, rank, point, id)?;
     let tag = format!("{}-{}", rank, point.name());
     let _ = std::fs::write(h.dir.join(format!("held-{tag}")), b"");
     if point == Point::Joined {
@@ -131,9 +142,7 @@ pub fn hold_blocking(
     point: Point,
     id: &str,
 ) -> Option<impl FnOnce() + Send + 'static> {
-    let h = hooks
-        .iter()
-        .find(|h| h.rank == rank && h.point == point && h.id == id)?;
+    let h = find(hooks, rank, point, id)?;
     let tag = format!("{}-{}", rank, point.name());
     let (held, release) = (
         h.dir.join(format!("held-{tag}")),

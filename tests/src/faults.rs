@@ -51,20 +51,17 @@ const SYNC_ROOT_1: Setup = Setup {
 /// then ask the provider for its data (a provider that is stopped answers
 /// nothing), instead of reading it in place where the provider said it is.
 const SYNC_ROOT_1_NO_HEAP: Setup = Setup {
-    durability: "sync",
-    root: 1,
     env: &[("TASKFOLD_SHARED_HEAP", "0")],
-    size: 1 << 20,
+    ..SYNC_ROOT_1
 };
 
 /// The usual scenario with every get streamed over the socket, as between
 /// nodes (no shared heap, no cross-memory reads): gets are folded segment
 /// by segment as they arrive.
 const SYNC_ROOT_1_STREAMED: Setup = Setup {
-    durability: "sync",
-    root: 1,
     env: &[("TASKFOLD_SHARED_HEAP", "0"), ("TASKFOLD_TCP_CMA", "0")],
     size: 32 << 20,
+    ..SYNC_ROOT_1
 };
 
 /// As `taskfold bench faults`: asynchronous durability, root 0; the

@@ -174,7 +174,7 @@ impl Worker {
                             done,
                         }
                     };
-                    if !checksum || checksum_inline(buf_len) {
+                    if !checksum || original_inline(buf_len) {
                         let m = job();
                         self.handle(m, ctx);
                     } else {
@@ -368,7 +368,7 @@ impl Handler<Prepared> for Worker {
         // synchronous durability the join also waits for the buddy. The
         // offer to the buddy follows the disk write, so that a buddy on
         // this node can map the file instead of copying the bytes.
-        if write_inline(original.len()) {
+        if original_inline(original.len()) {
             let res = write_and_map(&disk, key, rank, &original, &live);
             return self.original_written(key, id, res, ctx);
         }
@@ -539,13 +539,6 @@ impl Worker {
         }));
     }
 
-    /// Whether a test hook holds this rank before its folds of `id`.
-    fn holds_before_fold(&self, id: &str) -> bool {
-        self.hooks
-            .iter()
-            .any(|h| h.rank == self.rank.0 && h.point == Point::BeforeFold && h.id == id)
-    }
-
     /// A fold ended (on the pool, or piecewise): as [`Folded`].
     pub(super) fn folded(
         &mut self,
@@ -584,7 +577,8 @@ impl Worker {
                 .direct
                 .as_ref()
                 .and_then(|d| self.out.transport().view(from, d));
-            if view.is_none() && !self.holds_before_fold(&local.join.id) {
+            let held = hooks::armed(&self.hooks, self.rank.0, Point::BeforeFold, &local.join.id);
+            if view.is_none() && !held {
                 match self.start_pieces(task, from, ctx) {
                     None => return,
                     Some(t) => task = t,
@@ -777,28 +771,21 @@ fn inline(len: usize) -> bool {
     len > 0 && len <= INLINE_BYTES
 }
 
-/// Checksums of originals up to this size are computed on the actor's own
-/// thread: at about 30 GB/s (crc32fast with carry-less multiplication) that
-/// is at most about 130 µs, less than the two thread hops to the pool and
-/// back cost on a busy node, and the join waits for it either way.
-const CHECKSUM_INLINE_BYTES: usize = 4 << 20;
+/// Originals up to this size (replica header and archive included, so a
+/// 4 MiB array itself is just over it) have their checksum computed and
+/// their disk copy written on the actor's own thread: crc32fast runs at
+/// about 30 GB/s here (about 36 µs for 2 MiB) and a copy into the page
+/// cache of a recycled file took about 60 µs for 2 MiB and 0.5 ms for
+/// 8 MiB, less at the small end than the two thread hops to the pool or a
+/// blocking thread and back cost on a busy node; the join waits for both
+/// either way. Larger ones go elsewhere, so that control messages are not
+/// held up.
+const ORIGINAL_INLINE_BYTES: usize = 4 << 20;
 
-/// Whether the checksum of an original of `len` bytes runs inline.
-fn checksum_inline(len: usize) -> bool {
-    len <= CHECKSUM_INLINE_BYTES
-}
-
-/// Disk copies of originals up to this size (header included) are written
-/// on the actor's own thread, for the same reason: into the page cache a
-/// 2 MiB copy takes about 60 µs here and a 4 MiB one about 250 µs (the
-/// files are recycled, so their pages exist), while the hops to a blocking
-/// thread and back delay the join by more on a busy node. Larger ones go
-/// to a blocking thread, so that control messages are not held up.
-const WRITE_INLINE_BYTES: usize = (4 << 20) + HEADER_LEN;
-
-/// Whether the disk copy of an original of `len` bytes is written inline.
-fn write_inline(len: usize) -> bool {
-    len <= WRITE_INLINE_BYTES
+/// Whether the checksum and the disk copy of an original of `len` bytes
+/// are made inline.
+fn original_inline(len: usize) -> bool {
+    len <= ORIGINAL_INLINE_BYTES
 }
 
 /// Folds the peer's data in `buf` (its archive at `offset`, after a replica

@@ -77,6 +77,13 @@ fn take_pending(shared: &Shared, peer: u32, req: u64) -> Option<Pending> {
 }
 
 /// A chunk arrived: read its payload into the request's buffer.
+/// A recycled buffer of `n` zeroed bytes, to read into.
+fn zeroed(n: usize) -> taskfold_core::reducer::EncodedBuf {
+    let mut b = taskfold_core::pool::take(n);
+    b.resize(n, 0);
+    b
+}
+
 pub(crate) async fn on_chunk(
     shared: &Shared,
     peer: u32,
@@ -121,32 +128,16 @@ pub(crate) async fn on_chunk(
     }
     p.total = total;
     let segmented = p.sink.is_some();
-    let piece = if segmented {
+    let mut piece = None;
+    let read = if segmented {
         // A segmented get: each chunk in a buffer of its own, handed over
         // as soon as it is read, while the next one arrives.
-        let mut b = taskfold_core::pool::take(len as usize);
-        b.resize(len as usize, 0);
-        Some(b)
+        rd.read_exact(piece.insert(zeroed(len as usize))).await
     } else {
-        None
-    };
-    let target = match piece {
-        Some(_) => None,
-        None => Some(p.buf.get_or_insert_with(|| {
-            // `total <= isize::MAX` was checked above.
-            let mut b = taskfold_core::pool::take(total as usize);
-            b.resize(total as usize, 0);
-            b
-        })),
-    };
-    let mut piece = piece;
-    let read = match (target, piece.as_mut()) {
-        (Some(buf), _) => {
-            rd.read_exact(&mut buf[offset as usize..(offset + len) as usize])
-                .await
-        }
-        (None, Some(b)) => rd.read_exact(b).await,
-        (None, None) => unreachable!("a chunk is read into the buffer or into a piece"),
+        // `total <= isize::MAX` was checked above.
+        let buf = p.buf.get_or_insert_with(|| zeroed(total as usize));
+        rd.read_exact(&mut buf[offset as usize..(offset + len) as usize])
+            .await
     };
     if let Err(e) = read {
         let _ = p.tx.send(Err(TransportError::LinkDown {
