@@ -260,7 +260,7 @@ impl Harness {
     /// Runs `r` on every side: each size in a job of its own, unless
     /// `--sizes-in-one-job`. An MPI job that ran smaller sizes first is not
     /// the same baseline: Open MPI at p = 8 took 2.5-2.7 ms for 2 MiB alone
-    /// and 7-9 ms after 128 and 512 KiB in the same job, 12-15 ms for 8 MiB
+    /// and 7-9 ms after 128 and 512 KiB in the same job, 12-19 ms for 8 MiB
     /// alone and 26-31 ms after the smaller sizes.
     fn run(&mut self, r: &Run) -> Result<(), String> {
         if r.sizes.len() > 1 && !r.args.sizes_in_one_job {
