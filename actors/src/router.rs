@@ -117,9 +117,17 @@ impl Router {
                 node,
                 file,
             }),
-            Msg::ReplicaAck { key, owner, ok } if owner == self.rank.0 => {
-                self.worker.do_send(ReplicaAckIn { from, key, ok })
-            }
+            Msg::ReplicaAck {
+                key,
+                owner,
+                ok,
+                same_node,
+            } if owner == self.rank.0 => self.worker.do_send(ReplicaAckIn {
+                from,
+                key,
+                ok,
+                same_node,
+            }),
             Msg::Task(t) if from_master => self.worker.do_send(TaskIn(t)),
             Msg::Release { key } if from_master => self.worker.do_send(ReleaseIn { key }),
             Msg::Complete { key, error } if from_master => {

@@ -261,6 +261,30 @@ pub fn place_1_killed_before_the_task_reaches_it(job: &Job) {
     recovered(&wait_bounded(child, LIMIT), 2);
 }
 
+/// Place 1 with the buddy on the rank's node, in a long run: after a
+/// warm-up reduction the rank knows its buddy reads its memory in place,
+/// so it writes no disk copy; its buddy's copy is a view of the rank's own
+/// buffer. The rank dies after joining (synchronous durability: the buddy
+/// holds the view by then), and its original is recovered from that view,
+/// which kept the dead process's pages.
+pub fn place_1_killed_with_its_original_only_in_memory(job: &Job) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let child = job.start(
+        d,
+        &hooks(d, &[2], "after-join"),
+        1,
+        &["--warmup", "--in-place", "--delay", "0,1,3:1500"],
+    );
+    held(d, &[2], "after-join");
+    assert!(
+        !disk_copy(d, 2).exists(),
+        "with its buddy on its node, rank 2 writes no disk copy after the warm-up"
+    );
+    kill(d, 2);
+    recovered(&wait_bounded(child, LIMIT), 2);
+}
+
 /// A rank and its buddy die together, with their disks: a typed error
 /// naming the lost ranks on every survivor.
 pub fn rank_and_buddy_killed(job: &Job) {

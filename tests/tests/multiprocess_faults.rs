@@ -37,6 +37,11 @@ fn place_1_sigkill_before_the_task_reaches_its_receiver() {
 }
 
 #[test]
+fn place_1_sigkill_of_a_rank_whose_original_is_only_in_memory() {
+    faults::place_1_killed_with_its_original_only_in_memory(&job());
+}
+
+#[test]
 fn sigkill_of_a_rank_and_its_buddy_is_a_typed_error_everywhere() {
     faults::rank_and_buddy_killed(&job());
 }

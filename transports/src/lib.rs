@@ -88,6 +88,17 @@ impl std::ops::Deref for Received {
 }
 
 impl Received {
+    /// The bytes as [`Bytes`], with no copy: a private copy becomes a
+    /// pooled buffer; a view stays a view (the loan is returned when the
+    /// last clone of the [`Bytes`] is dropped, so hold them only as long as
+    /// the owner may be asked to keep its bytes unchanged).
+    pub fn into_bytes(self) -> Bytes {
+        match self {
+            Received::Owned(b) => taskfold_core::pool::bytes(b),
+            Received::Shared(v) => Bytes::from_owner(v),
+        }
+    }
+
     /// A private copy (no copy if it is one already); returns a loan at once.
     pub fn into_owned(self) -> RecvBuf {
         match self {
@@ -127,6 +138,12 @@ impl SharedView {
             len,
             _loan: loan,
         })
+    }
+}
+
+impl AsRef<[u8]> for SharedView {
+    fn as_ref(&self) -> &[u8] {
+        self
     }
 }
 

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use taskfold_core::replica::{self, original_key, replica_key, HEADER_LEN};
 use taskfold_core::wire::Msg;
 use taskfold_core::Rank;
-use taskfold_transports::{shared_file, BufferKey, TransportError};
+use taskfold_transports::{shared_file, BufferKey, Received, TransportError};
 
 /// The replica store of one rank.
 pub struct ReplicaStore {
@@ -95,22 +95,16 @@ impl Handler<OfferIn> for ReplicaStore {
         let (key, owner) = (m.key, m.owner);
         if self.bytes + m.len > self.limit {
             tracing::warn!(rank = self.rank, %owner, "replica store full; offer refused");
-            let _ = self.out.send(
-                owner,
-                &Msg::ReplicaAck {
-                    key,
-                    owner: owner.0,
-                    ok: false,
-                },
-            );
+            self.ack(key, owner, false, false);
             return;
         }
-        if let Some(path) = m.file.as_deref() {
-            if m.node != 0 && m.node == shared_file::node_token() {
+        let same_node = m.node != 0 && m.node == shared_file::node_token();
+        if let Some(path) = m.file.as_deref().filter(|_| same_node) {
+            {
                 match map_copy(path, m.len, m.crc) {
                     Ok(bytes) => {
                         metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
-                        return self.keep(key, owner, bytes);
+                        return self.keep(key, owner, bytes, true);
                     }
                     // Gone (the reduction ended there) or not the one
                     // offered: copy the bytes as from another node.
@@ -123,10 +117,13 @@ impl Handler<OfferIn> for ReplicaStore {
         self.next_offer += 1;
         let offer = self.next_offer;
         self.pending.insert((key, owner.0), offer);
+        // On the owner's node with no disk copy named, the owner's buffer
+        // itself is asked for: a transport that can (TCP with the shared
+        // heap) lends a read-only view of it instead of copying it.
         let fetch = self
             .out
             .transport()
-            .get(owner, BufferKey(original_key(key)));
+            .get_loan(owner, BufferKey(original_key(key)));
         ctx.spawn(fetch.into_actor(self).map(move |res, act, _| {
             if act.pending.get(&(key, owner.0)) != Some(&offer) {
                 return; // the reduction ended meanwhile
@@ -137,21 +134,36 @@ impl Handler<OfferIn> for ReplicaStore {
                 // before this rank heard of it. Nothing is lost (it no longer
                 // needs a copy); say so, and nothing more.
                 tracing::debug!(rank = act.rank, %owner, key, "the original was withdrawn before it was copied");
-                let _ = act.out.send(owner, &Msg::ReplicaAck { key, owner: owner.0, ok: false });
+                act.ack(key, owner, false, same_node);
                 return;
             }
-            let checked = res.map_err(|e| e.to_string()).and_then(|buf| {
-                replica::verify(&buf).map_err(|e| e.to_string())?;
-                if replica::stored_crc(&buf) != Some(m.crc) {
+            let checked = res.map_err(|e| e.to_string()).and_then(|got| {
+                if replica::stored_crc(&got) != Some(m.crc) || got.len() as u64 != m.len {
                     return Err("the copy is not the one offered".into());
                 }
-                Ok(taskfold_core::pool::bytes(buf))
+                match got {
+                    // The owner's own bytes (which it keeps unchanged while
+                    // the view lives; if it dies, the view keeps its pages):
+                    // nothing was moved that could have been damaged, and
+                    // the checksum is verified whenever recovery reads them.
+                    Received::Shared(view) => {
+                        metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
+                        replica::announced_len(&view)
+                            .filter(|l| l + HEADER_LEN as u64 == m.len)
+                            .ok_or("the view is not a replica buffer")?;
+                        Ok(Bytes::from_owner(view))
+                    }
+                    Received::Owned(buf) => {
+                        replica::verify(&buf).map_err(|e| e.to_string())?;
+                        Ok(taskfold_core::pool::bytes(buf))
+                    }
+                }
             });
             match checked {
-                Ok(bytes) => act.keep(key, owner, bytes),
+                Ok(bytes) => act.keep(key, owner, bytes, same_node),
                 Err(e) => {
                     tracing::warn!(rank = act.rank, %owner, error = %e, "could not copy an original");
-                    let _ = act.out.send(owner, &Msg::ReplicaAck { key, owner: owner.0, ok: false });
+                    act.ack(key, owner, false, same_node);
                 }
             }
         }));
@@ -161,7 +173,7 @@ impl Handler<OfferIn> for ReplicaStore {
 impl ReplicaStore {
     /// Keeps `bytes` as the copy of `owner`'s original of `key`: exposed for
     /// recovery, counted, and announced to the master and the owner.
-    fn keep(&mut self, key: u64, owner: Rank, bytes: Bytes) {
+    fn keep(&mut self, key: u64, owner: Rank, bytes: Bytes, same_node: bool) {
         let len = bytes.len() as u64;
         self.out
             .transport()
@@ -177,14 +189,19 @@ impl ReplicaStore {
                 owner: owner.0,
             },
         );
-        let _ = self.out.send(
-            owner,
-            &Msg::ReplicaAck {
-                key,
-                owner: owner.0,
-                ok: true,
-            },
-        );
+        self.ack(key, owner, true, same_node);
+    }
+
+    /// Tells `owner` whether its original of `key` is stored here, and
+    /// whether this rank is on its node.
+    fn ack(&self, key: u64, owner: Rank, ok: bool, same_node: bool) {
+        let msg = Msg::ReplicaAck {
+            key,
+            owner: owner.0,
+            ok,
+            same_node,
+        };
+        let _ = self.out.send(owner, &msg);
     }
 }
 
@@ -221,14 +238,7 @@ impl Handler<DropKey> for ReplicaStore {
             .collect();
         for owner in waiting {
             self.pending.remove(&(m.key, owner));
-            let _ = self.out.send(
-                Rank(owner),
-                &Msg::ReplicaAck {
-                    key: m.key,
-                    owner,
-                    ok: false,
-                },
-            );
+            self.ack(m.key, Rank(owner), false, false);
         }
         let owners: Vec<u32> = self
             .held

@@ -359,6 +359,20 @@ impl Handler<Prepared> for Worker {
         // recovery may ask this rank for its original.
         t.expose(BufferKey(original_key(key)), original.clone());
         local.original = Some(original.clone());
+        let buddy = replica::buddy(&local.group, rank, &self.dead);
+        if buddy.is_some() && buddy == self.same_node_buddy && t.locate(&original).is_some() {
+            // The buddy is on this node and reads this rank's shared heap
+            // in place: its copy is a view of this very buffer, which its
+            // mapping keeps if this process dies, as a disk copy would be
+            // kept. No disk copy then (the copy into the page cache was
+            // most of what durability cost on one node): the offer goes at
+            // once, and the join with it (or on the buddy's answer, with
+            // synchronous durability). The buffer stays the original until
+            // the reduction ends; the first fold here goes into a new one.
+            local.join.disk = None;
+            self.offer(key);
+            return self.disk_written(key, ctx);
+        }
         let disk = self.disk.clone();
         let live = local.disk_live.clone();
         let id = local.join.id.clone();

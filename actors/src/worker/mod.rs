@@ -64,8 +64,10 @@ pub(crate) struct Local {
     /// `O_i` as a replica buffer (header + archive), kept for recovery:
     /// the contribution's own buffer until the local disk copy is written,
     /// then a read-only mapping of that copy (so that the buffer is the
-    /// value's alone and folds go into it in place). `None` at the root and
-    /// with durability off.
+    /// value's alone and folds go into it in place). With a buddy on this
+    /// node and no disk copy, the buffer itself, for the whole reduction:
+    /// the buddy's copy is a view of it, so the first fold goes into a new
+    /// buffer. `None` at the root and with durability off.
     pub(crate) original: Option<Bytes>,
     pub(crate) durability: Durability,
     /// The buddy the original was offered to.
@@ -110,6 +112,11 @@ pub struct Worker {
     /// whose completion notice from the master is still to come (it is
     /// then ignored: the key may name a new reduction by then).
     ended_early: HashSet<u64>,
+    /// The buddy that last said it is on this rank's node and keeps its
+    /// copy as a view of this rank's own buffer: while it is still the
+    /// buddy, originals in the shared heap get no disk copy (the view
+    /// keeps them if this process dies).
+    same_node_buddy: Option<Rank>,
 }
 
 /// What a worker is built from.
@@ -140,6 +147,7 @@ impl Worker {
             live: p.live,
             finalize: Vec::new(),
             ended_early: HashSet::new(),
+            same_node_buddy: None,
         }
     }
 

@@ -20,6 +20,9 @@ impl Handler<RankFailedIn> for Worker {
     fn handle(&mut self, m: RankFailedIn, ctx: &mut Context<Self>) {
         let rank = m.rank;
         self.dead.insert(rank.0 as usize);
+        if self.same_node_buddy == Some(rank) {
+            self.same_node_buddy = None;
+        }
         if rank == self.rank {
             tracing::error!(rank = %self.rank, "this rank was declared failed: fenced");
             self.fenced = true;
@@ -84,12 +87,19 @@ pub(crate) struct ReplicaAckIn {
     pub(crate) from: Rank,
     pub(crate) key: u64,
     pub(crate) ok: bool,
+    /// The buddy is on this rank's node and reads its memory in place.
+    pub(crate) same_node: bool,
 }
 
 impl Handler<ReplicaAckIn> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: ReplicaAckIn, ctx: &mut Context<Self>) {
+        if m.ok && m.same_node {
+            self.same_node_buddy = Some(m.from);
+        } else if self.same_node_buddy == Some(m.from) {
+            self.same_node_buddy = None;
+        }
         let Some(local) = self.locals.get(&m.key) else {
             return;
         };

@@ -69,6 +69,11 @@ pub enum Msg {
         owner: u32,
         /// True if stored.
         ok: bool,
+        /// The buddy is on the owner's node (same node token) and reads the
+        /// owner's memory in place: the owner's later originals need no
+        /// disk copy to outlive its process (the buddy's view of the
+        /// owner's buffer keeps it, see the replica store).
+        same_node: bool,
     },
     /// Buddy → master: `holder` keeps a copy of `owner`'s original.
     Replicated {

@@ -59,6 +59,11 @@ struct Args {
     /// wire form) instead of `Sum(Vec<f32>)`.
     #[arg(long)]
     in_place: bool,
+    /// Every rank first takes part in one reduction (`warmup`, not
+    /// hooked, not counted) and waits for it: ranks then know which of
+    /// their buddies are on their node, as in a long run.
+    #[arg(long)]
+    warmup: bool,
 }
 
 /// A reduction of either kind of contribution.
@@ -127,6 +132,20 @@ fn main() {
     }
     if args.exit_rank == Some(rank) {
         std::process::exit(7);
+    }
+    if args.warmup {
+        let v: Vec<f32> = (0..args.size / 4).map(|i| value(rank, 0, i)).collect();
+        let opts = Reduce::root(args.root).id("warmup");
+        let got = if args.in_place {
+            let v = InPlace::<Sum<f32>>::from_slice(&v);
+            Pending::InPlace(rt.reduce(v, opts).expect("reduce")).wait(Duration::from_secs(120))
+        } else {
+            Pending::Vec(rt.reduce(Sum(v), opts).expect("reduce")).wait(Duration::from_secs(120))
+        };
+        if let Err(e) = got {
+            eprintln!("warm-up reduction: error: {e}");
+            std::process::exit(1);
+        }
     }
     if let Some(d) = delayed(&args.delay, rank) {
         std::thread::sleep(d);
