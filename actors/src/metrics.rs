@@ -46,8 +46,12 @@ pub const DISK_COPIES_INFERRED: &str = "taskfold_disk_copies_inferred_total";
 pub const DISK_COPIES_REFUSED: &str = "taskfold_disk_copies_refused_total";
 /// Replicas that could not be stored (disk full, buddy refused).
 pub const REPLICA_ERRORS: &str = "taskfold_replica_errors_total";
-/// Buddy copies made by mapping the owner's disk copy (same node).
+/// Buddy copies made without copying bytes (same node): a mapping of the
+/// owner's disk copy, or a view of the owner's own buffer.
 pub const REPLICAS_MAPPED: &str = "taskfold_replicas_mapped_total";
+/// Originals given no disk copy: the buddy, on this rank's node, keeps a
+/// view of the original's own buffer, which outlives this process.
+pub const ORIGINALS_IN_MEMORY: &str = "taskfold_originals_in_memory_total";
 /// Bytes of free buffers kept for reuse in this process (updated on every
 /// ping from the master).
 pub const BUFFER_POOL_BYTES: &str = "taskfold_buffer_pool_bytes";
@@ -131,7 +135,11 @@ pub fn describe() {
     );
     describe_counter!(
         REPLICAS_MAPPED,
-        "Buddy copies made by mapping the owner's disk copy (same node)"
+        "Buddy copies made without copying bytes: a mapping of the owner's disk copy or a view of its buffer (same node)"
+    );
+    describe_counter!(
+        ORIGINALS_IN_MEMORY,
+        "Originals given no disk copy, their same-node buddy keeping a view of their buffer"
     );
 }
 

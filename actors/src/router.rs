@@ -109,6 +109,8 @@ impl Router {
                 crc,
                 node,
                 file,
+                heap,
+                wants_ack,
             } if owner == from.0 => self.store.do_send(OfferIn {
                 key,
                 owner: from,
@@ -116,6 +118,8 @@ impl Router {
                 crc,
                 node,
                 file,
+                heap,
+                wants_ack,
             }),
             Msg::ReplicaAck {
                 key,

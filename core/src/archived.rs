@@ -104,7 +104,15 @@ where
             return T::fold_archived(mine, other);
         }
         // The held bytes may be seen by others (an original kept for
-        // recovery, a buffer still exposed or lent): fold into a copy.
+        // recovery, a buffer still exposed or lent): fold into a new
+        // buffer, in one pass if the type combines piecewise, else into a
+        // copy.
+        let mine_bytes = self.bytes();
+        let mine = rkyv::access::<T::Archived, rancor::Error>(mine_bytes).map_err(corrupt)?;
+        if let Some(out) = crate::pieces::fold_into_new::<T>(mine_bytes, mine, bytes) {
+            *self = Archived::in_buffer(out?, 0);
+            return Ok(());
+        }
         let mut copy = self.encode_after(0)?;
         let mine = rkyv::access_mut::<T::Archived, rancor::Error>(&mut copy).map_err(corrupt)?;
         T::fold_archived(mine, other)?;
@@ -239,6 +247,32 @@ mod tests {
         let now = v.encoded().unwrap();
         assert_eq!(now.as_ptr(), at, "folded in place");
         assert_eq!(decode::<Sum<i64>>(&now).unwrap().0, vec![1111, 2222]);
+    }
+
+    #[test]
+    fn a_value_others_see_folds_into_a_new_buffer_in_one_pass() {
+        let (mut v, original) = held(Sum(vec![1.0f32, 2.0, 3.0]));
+        v.fold_bytes(&Sum(vec![10.0f32, 20.0, 30.0]).encode().unwrap())
+            .unwrap();
+        // The original, which a buddy may be reading, is unchanged...
+        assert_eq!(
+            decode::<Sum<f32>>(&original).unwrap().0,
+            vec![1.0, 2.0, 3.0]
+        );
+        // ...and the value is the sum, in a buffer of its own.
+        let now = v.encoded().unwrap();
+        assert_ne!(now.as_ptr(), original.as_ptr());
+        assert_eq!(decode::<Sum<f32>>(&now).unwrap().0, vec![11.0, 22.0, 33.0]);
+        // A peer of another length is a mismatch, and changes nothing.
+        let (mut v, _original) = held(Sum(vec![1.0f32, 2.0, 3.0]));
+        let e = v
+            .fold_bytes(&Sum(vec![1.0f32; 4]).encode().unwrap())
+            .unwrap_err();
+        assert_eq!(e, FoldError::Mismatch { mine: 3, theirs: 4 });
+        assert_eq!(
+            decode::<Sum<f32>>(&v.encoded().unwrap()).unwrap().0,
+            vec![1.0, 2.0, 3.0]
+        );
     }
 
     #[test]

@@ -72,6 +72,106 @@ pub trait PieceFold: Send {
     fn abort(self: Box<Self>) -> Box<dyn ReduceValue>;
 }
 
+/// Where an archive's elements lie and how they combine.
+struct Span {
+    /// The element bytes within the archive.
+    elems: Range<usize>,
+    /// Bytes of one element.
+    elem: usize,
+    combine: fn(&mut [u8], &[u8], &[u8]),
+}
+
+impl Span {
+    /// The span of `T`'s archive `bytes` (`archived`, the same bytes
+    /// accessed), if `T` combines piecewise and says sensible things.
+    fn of<T: ReducerBody>(bytes: &[u8], archived: &T::Archived) -> Option<Span> {
+        let p = T::piecewise()?;
+        let (addr, n) = (p.elements)(archived);
+        let start = addr.wrapping_sub(bytes.as_ptr() as usize);
+        let len = bytes.len();
+        if start > len || n > len - start || p.elem == 0 || !n.is_multiple_of(p.elem) {
+            return None;
+        }
+        Some(Span {
+            elems: start..start + n,
+            elem: p.elem,
+            combine: p.combine,
+        })
+    }
+
+    /// Writes `out[offset..offset + theirs.len()]` = `mine ⊕ theirs` over
+    /// that range of the archive (`out` and `mine` are whole archives;
+    /// `theirs` is the peer's bytes of the range). Bytes outside the
+    /// elements must be the same on both sides, and the range must not
+    /// split an element.
+    fn fold(
+        &self,
+        out: &mut [u8],
+        mine: &[u8],
+        offset: usize,
+        theirs: &[u8],
+    ) -> Result<(), FoldError> {
+        let (len, end) = (mine.len(), offset + theirs.len());
+        // Three parts: before the elements, the elements, after them.
+        let cut = |a: usize, b: usize| (a.max(offset), b.min(end));
+        for (a, b, elements) in [
+            (0, self.elems.start, false),
+            (self.elems.start, self.elems.end, true),
+            (self.elems.end, len, false),
+        ] {
+            let (a, b) = cut(a, b);
+            if a >= b {
+                continue;
+            }
+            let t = &theirs[a - offset..b - offset];
+            let o = &mut out[a..b];
+            if elements {
+                if !(a - self.elems.start).is_multiple_of(self.elem)
+                    || !(b - self.elems.start).is_multiple_of(self.elem)
+                {
+                    return Err(FoldError::Corrupt(format!(
+                        "a piece of the peer's archive ({offset}+{}) splits an element",
+                        theirs.len()
+                    )));
+                }
+                (self.combine)(o, &mine[a..b], t);
+            } else if t != &mine[a..b] {
+                return Err(FoldError::Corrupt(
+                    "the peer's archive is laid out unlike this value's".into(),
+                ));
+            } else {
+                o.copy_from_slice(t);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `mine ⊕ theirs` written into a new buffer from the pool, in one pass
+/// (read both, write one), for a type that combines piecewise: how a value
+/// whose bytes others still see (an original kept for recovery, which a
+/// buddy may be reading in place) folds, instead of copying itself first
+/// and folding the copy. `None` if `T` does not combine piecewise or the
+/// archives differ in length.
+/// `theirs` must be a validated archive of a `T`.
+pub(crate) fn fold_into_new<T: ReducerBody>(
+    mine: &[u8],
+    archived: &T::Archived,
+    theirs: &[u8],
+) -> Option<Result<AlignedVec, FoldError>> {
+    if theirs.len() != mine.len() {
+        // Arrays of different lengths: the type's own fold says so in its
+        // terms (a mismatch of element counts).
+        return None;
+    }
+    let span = Span::of::<T>(mine, archived)?;
+    let mut out = pool::take(mine.len());
+    // Zeroing the recycled buffer is a write pass the fold then repeats
+    // while the lines are hot; filling it without would need unsafe code.
+    out.resize(mine.len(), 0);
+    Some(span.fold(&mut out, mine, 0, theirs).map(|()| out))
+}
+
 /// The piece fold of a value whose archive is `mine(value)`.
 pub(crate) struct Pieces<V> {
     /// Unchanged until [`PieceFold::finish`].
@@ -86,11 +186,8 @@ pub(crate) struct Pieces<V> {
     out: AlignedVec,
     /// Length of the archive.
     len: usize,
-    /// Its element bytes.
-    elems: Range<usize>,
-    combine: fn(&mut [u8], &[u8], &[u8]),
-    /// Bytes of one element.
-    elem: usize,
+    /// Where its elements lie and how they combine.
+    span: Span,
     folded: usize,
 }
 
@@ -104,19 +201,11 @@ impl<V: ReduceValue> Pieces<V> {
         make: fn(Box<V>, AlignedVec) -> Box<dyn ReduceValue>,
         head: usize,
     ) -> Result<Box<dyn PieceFold>, Box<V>> {
-        let Some(p) = T::piecewise() else {
-            return Err(value);
-        };
         let bytes = mine(&value);
-        let Some(a) = archived(bytes) else {
+        let Some(span) = archived(bytes).and_then(|a| Span::of::<T>(bytes, a)) else {
             return Err(value);
         };
-        let (addr, n) = (p.elements)(a);
-        let start = addr.wrapping_sub(bytes.as_ptr() as usize);
         let len = bytes.len();
-        if start > len || n > len - start || p.elem == 0 || !n.is_multiple_of(p.elem) {
-            return Err(value);
-        }
         let mut out = pool::take(head + len);
         out.resize(head, 0);
         Ok(Box::new(Pieces {
@@ -126,9 +215,7 @@ impl<V: ReduceValue> Pieces<V> {
             head,
             out,
             len,
-            elems: start..start + n,
-            combine: p.combine,
-            elem: p.elem,
+            span,
             folded: 0,
         }))
     }
@@ -152,37 +239,7 @@ impl<V: ReduceValue> PieceFold for Pieces<V> {
             // piece's room, which the fold then overwrites while it is hot.
             self.out.resize(head + end, 0);
         }
-        // Three parts: before the elements, the elements, after them.
-        let cut = |a: usize, b: usize| (a.max(offset), b.min(end));
-        for (a, b, elements) in [
-            (0, self.elems.start, false),
-            (self.elems.start, self.elems.end, true),
-            (self.elems.end, self.len, false),
-        ] {
-            let (a, b) = cut(a, b);
-            if a >= b {
-                continue;
-            }
-            let theirs = &bytes[a - offset..b - offset];
-            let out = &mut self.out[head + a..head + b];
-            if elements {
-                if !(a - self.elems.start).is_multiple_of(self.elem)
-                    || !(b - self.elems.start).is_multiple_of(self.elem)
-                {
-                    return Err(FoldError::Corrupt(format!(
-                        "a piece of the peer's archive ({offset}+{}) splits an element",
-                        bytes.len()
-                    )));
-                }
-                (self.combine)(out, &mine[a..b], theirs);
-            } else if theirs != &mine[a..b] {
-                return Err(FoldError::Corrupt(
-                    "the peer's archive is laid out unlike this value's".into(),
-                ));
-            } else {
-                out.copy_from_slice(theirs);
-            }
-        }
+        self.span.fold(&mut self.out[head..], mine, offset, bytes)?;
         self.folded += bytes.len();
         FOLDED.fetch_add(1, Ordering::Relaxed);
         Ok(())

@@ -86,6 +86,10 @@ pub(crate) struct OfferIn {
     pub(crate) node: u64,
     /// The owner's disk copy, if written.
     pub(crate) file: Option<String>,
+    /// Where the original lies in the owner's shared memory.
+    pub(crate) heap: Option<taskfold_transports::Direct>,
+    /// Whether the owner wants a positive answer.
+    pub(crate) wants_ack: bool,
 }
 
 impl Handler<OfferIn> for ReplicaStore {
@@ -104,7 +108,7 @@ impl Handler<OfferIn> for ReplicaStore {
                 match map_copy(path, m.len, m.crc) {
                     Ok(bytes) => {
                         metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
-                        return self.keep(key, owner, bytes, true);
+                        return self.keep(key, owner, bytes, true, m.wants_ack);
                     }
                     // Gone (the reduction ended there) or not the one
                     // offered: copy the bytes as from another node.
@@ -112,6 +116,21 @@ impl Handler<OfferIn> for ReplicaStore {
                         tracing::debug!(rank = self.rank, %owner, error = %e, "cannot map the owner's disk copy")
                     }
                 }
+            }
+        }
+        if let Some(at) = m.heap.as_ref().filter(|_| same_node) {
+            // The owner's buffer, read in place through the mapping of its
+            // heap: no request, no copy. The mapping keeps the pages if the
+            // owner dies; the owner keeps them unchanged meanwhile.
+            match self.out.transport().view(owner, at) {
+                Some(view) if is_offered(&view, m.len, m.crc) => {
+                    metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
+                    return self.keep(key, owner, view.into_bytes(), true, m.wants_ack);
+                }
+                Some(_) => {
+                    tracing::debug!(rank = self.rank, %owner, "the owner's buffer is not the original offered")
+                }
+                None => {}
             }
         }
         self.next_offer += 1;
@@ -138,19 +157,16 @@ impl Handler<OfferIn> for ReplicaStore {
                 return;
             }
             let checked = res.map_err(|e| e.to_string()).and_then(|got| {
-                if replica::stored_crc(&got) != Some(m.crc) || got.len() as u64 != m.len {
+                if !is_offered(&got, m.len, m.crc) {
                     return Err("the copy is not the one offered".into());
                 }
                 match got {
-                    // The owner's own bytes (which it keeps unchanged while
-                    // the view lives; if it dies, the view keeps its pages):
+                    // The owner's own bytes, lent (kept unchanged while the
+                    // view lives; if it dies, the view keeps its pages):
                     // nothing was moved that could have been damaged, and
                     // the checksum is verified whenever recovery reads them.
                     Received::Shared(view) => {
                         metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
-                        replica::announced_len(&view)
-                            .filter(|l| l + HEADER_LEN as u64 == m.len)
-                            .ok_or("the view is not a replica buffer")?;
                         Ok(Bytes::from_owner(view))
                     }
                     Received::Owned(buf) => {
@@ -160,7 +176,7 @@ impl Handler<OfferIn> for ReplicaStore {
                 }
             });
             match checked {
-                Ok(bytes) => act.keep(key, owner, bytes, same_node),
+                Ok(bytes) => act.keep(key, owner, bytes, same_node, m.wants_ack),
                 Err(e) => {
                     tracing::warn!(rank = act.rank, %owner, error = %e, "could not copy an original");
                     act.ack(key, owner, false, same_node);
@@ -173,7 +189,7 @@ impl Handler<OfferIn> for ReplicaStore {
 impl ReplicaStore {
     /// Keeps `bytes` as the copy of `owner`'s original of `key`: exposed for
     /// recovery, counted, and announced to the master and the owner.
-    fn keep(&mut self, key: u64, owner: Rank, bytes: Bytes, same_node: bool) {
+    fn keep(&mut self, key: u64, owner: Rank, bytes: Bytes, same_node: bool, ack: bool) {
         let len = bytes.len() as u64;
         self.out
             .transport()
@@ -189,7 +205,9 @@ impl ReplicaStore {
                 owner: owner.0,
             },
         );
-        self.ack(key, owner, true, same_node);
+        if ack {
+            self.ack(key, owner, true, same_node);
+        }
     }
 
     /// Tells `owner` whether its original of `key` is stored here, and
@@ -205,13 +223,20 @@ impl ReplicaStore {
     }
 }
 
+/// Whether `got` is the replica buffer offered: `len` bytes in all, as its
+/// header says, and the checksum `crc` in that header.
+fn is_offered(got: &[u8], len: u64, crc: u32) -> bool {
+    got.len() as u64 == len
+        && replica::announced_len(got).map(|l| l + HEADER_LEN as u64) == Some(len)
+        && replica::stored_crc(got) == Some(crc)
+}
+
 /// Maps the owner's disk copy at `path` if it is the offered one (its
 /// header names `len` bytes in all and the checksum `crc`). The payload's
 /// checksum is verified when the copy is read for recovery.
 fn map_copy(path: &str, len: u64, crc: u32) -> Result<Bytes, String> {
     let bytes = shared_file::map(std::path::Path::new(path), len).map_err(|e| e.to_string())?;
-    let announced = replica::announced_len(&bytes).map(|l| l + HEADER_LEN as u64);
-    if announced != Some(len) || replica::stored_crc(&bytes) != Some(crc) {
+    if !is_offered(&bytes, len, crc) {
         return Err(format!("{path} is not the copy offered"));
     }
     Ok(bytes)
@@ -222,6 +247,10 @@ fn map_copy(path: &str, len: u64, crc: u32) -> Result<Bytes, String> {
 #[rtype(result = "()")]
 pub(crate) struct DropKey {
     pub(crate) key: u64,
+    /// This rank may have written a disk copy of its original of `key`
+    /// (else there is no file to remove, and no blocking task is spent
+    /// looking).
+    pub(crate) disk: bool,
 }
 
 impl Handler<DropKey> for ReplicaStore {
@@ -255,7 +284,9 @@ impl Handler<DropKey> for ReplicaStore {
                 .withdraw(BufferKey(replica_key(m.key, o)));
         }
         self.gauge();
-        let disk = self.disk.clone();
-        actix_rt::task::spawn_blocking(move || disk.remove_key(m.key));
+        if m.disk {
+            let disk = self.disk.clone();
+            actix_rt::task::spawn_blocking(move || disk.remove_key(m.key));
+        }
     }
 }

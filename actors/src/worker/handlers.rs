@@ -65,6 +65,8 @@ impl Handler<StartReduce> for Worker {
                 disk_copy: false,
                 disk_live: Arc::new(std::sync::atomic::AtomicBool::new(true)),
                 buddy_acked: false,
+                in_memory: false,
+                heap_offered: false,
                 direct: None,
                 held: None,
                 fetch: None,
@@ -264,6 +266,14 @@ impl Worker {
                 .to_string_lossy()
                 .into_owned()
         });
+        // Without a disk copy to map, a buddy on this node may view the
+        // original where it lies in this rank's shared heap.
+        let heap = if file.is_none() {
+            self.out.transport().locate(original)
+        } else {
+            None
+        };
+        local.heap_offered |= heap.is_some();
         let msg = Msg::ReplicaOffer {
             key,
             owner: self.rank.0,
@@ -271,6 +281,10 @@ impl Worker {
             crc: replica::stored_crc(original).unwrap_or(0),
             node: taskfold_transports::shared_file::node_token(),
             file,
+            heap,
+            // The join waits for the answer, or the answer says whether
+            // the buddy is on this node (a refusal is always answered).
+            wants_ack: local.durability == Durability::Sync || self.same_node_buddy != Some(buddy),
         };
         match self.out.send(buddy, &msg) {
             Ok(_) => {
@@ -370,6 +384,8 @@ impl Handler<Prepared> for Worker {
             // synchronous durability). The buffer stays the original until
             // the reduction ends; the first fold here goes into a new one.
             local.join.disk = None;
+            local.in_memory = true;
+            metrics::counter!(crate::metrics::ORIGINALS_IN_MEMORY).increment(1);
             self.offer(key);
             return self.disk_written(key, ctx);
         }

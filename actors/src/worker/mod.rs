@@ -84,6 +84,14 @@ pub(crate) struct Local {
     pub(crate) disk_live: Arc<std::sync::atomic::AtomicBool>,
     /// The buddy acknowledged its copy.
     pub(crate) buddy_acked: bool,
+    /// No disk copy was attempted: the buddy, on this node, keeps a view
+    /// of `original` (so there is no file to remove at the end).
+    pub(crate) in_memory: bool,
+    /// `original`'s place in the shared heap was offered to the buddy,
+    /// which may hold a view of it: if the reduction ends here abnormally
+    /// (fenced, master lost), the buffer is never reused (see
+    /// [`Worker::fail_all`]).
+    pub(crate) heap_offered: bool,
     /// Where same-node peers read the original in place, for the join.
     pub(crate) direct: Option<taskfold_transports::Direct>,
     /// Tasks wait while an `after-join` test hook holds the reduction.
@@ -117,6 +125,9 @@ pub struct Worker {
     /// buddy, originals in the shared heap get no disk copy (the view
     /// keeps them if this process dies).
     same_node_buddy: Option<Rank>,
+    /// Originals a buddy may still be reading in place after their
+    /// reductions ended here abnormally: kept until the process ends.
+    stranded: Vec<Bytes>,
 }
 
 /// What a worker is built from.
@@ -148,6 +159,7 @@ impl Worker {
             finalize: Vec::new(),
             ended_early: HashSet::new(),
             same_node_buddy: None,
+            stranded: Vec::new(),
         }
     }
 
@@ -167,7 +179,10 @@ impl Worker {
             // with the same key.
             self.disk.seal(&l.disk_live);
         }
-        self.store.do_send(DropKey { key });
+        let disk = local
+            .as_ref()
+            .is_some_and(|l| l.durability != Durability::Off && !l.in_memory);
+        self.store.do_send(DropKey { key, disk });
         let Some(mut local) = local else {
             return;
         };
@@ -200,9 +215,20 @@ impl Worker {
     }
 
     /// Fails every live reduction (the master is gone, fenced, shutdown).
+    ///
+    /// The reductions may go on elsewhere without this rank, which may
+    /// have been declared failed: a buddy may then be recovering an
+    /// original of this rank from its view of the original's own buffer.
+    /// Such buffers are kept, unchanged, until the process ends, never
+    /// reused for other data that could pass for the original.
     fn fail_all(&mut self, error: ReduceError) {
         // No completion notice will come for them any more.
         self.ended_early.clear();
+        for l in self.locals.values().filter(|l| l.heap_offered) {
+            if let Some(o) = &l.original {
+                self.stranded.push(o.clone());
+            }
+        }
         let keys: Vec<u64> = self.locals.keys().copied().collect();
         for k in keys {
             self.finish(k, Some(error.clone()));

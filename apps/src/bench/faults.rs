@@ -2,9 +2,11 @@
 //!
 //! For each durability mode: a calibration job measures the mean duration
 //! `t` of one reduction of `S` bytes on `p` ranks; then `R` trials each run
-//! one reduction, and SIGKILL the chosen rank (never the root, never the
-//! master) at a uniformly random instant in `[0, t]` after that rank
-//! announced its contribution. The root records whether it got the correct
+//! `--warmup` reductions to completion (default 1, as in a long run: ranks
+//! then know whether their buddies are on their node) and one more, and
+//! SIGKILL the chosen rank (never the root, never the master) at a
+//! uniformly random instant in `[0, t]` after that rank announced its
+//! contribution to the last one. The root records whether it got the correct
 //! result, a typed error, or nothing within the timeout (a hang), and when.
 
 use crate::launcher::{self, Launch};
@@ -55,6 +57,13 @@ pub struct FaultArgs {
     /// Seed of the kill instants.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Reductions every trial runs to completion before the one whose
+    /// rank is killed, as in a long run: after one, each rank knows
+    /// whether its buddy is on its node (and then writes no disk copy,
+    /// its buddy holding a view of its memory). 0 measures a job's first
+    /// reduction, which always writes its disk copies.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: u32,
     /// Also write the figures here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -74,6 +83,9 @@ pub struct FaultRankArgs {
     calibrate: Option<u32>,
     #[arg(long)]
     timeout: u64,
+    /// Reductions run to completion first (see [`FaultArgs::warmup`]).
+    #[arg(long, default_value_t = 0)]
+    warmup: u32,
 }
 
 /// The figures of one durability mode.
@@ -155,6 +167,8 @@ fn job(
         dir.as_os_str().into(),
         "--timeout".into(),
         args.timeout.to_string().into(),
+        "--warmup".into(),
+        args.warmup.to_string().into(),
     ];
     if let Some(n) = calibrate {
         a.extend(["--calibrate".into(), n.to_string().into()]);
@@ -369,6 +383,17 @@ pub fn rank_main(args: FaultRankArgs) -> ExitCode {
         args.dir.join(format!("rank-{rank}.pid")),
         std::process::id().to_string(),
     );
+    for w in 0..args.warmup {
+        let done = rt
+            .reduce(
+                Sum(data.clone()),
+                Reduce::root(args.root).id(format!("warmup-{w}")),
+            )
+            .map(|mut f| f.wait_timeout(timeout));
+        if !matches!(done, Ok(Ok(_))) {
+            eprintln!("fault rank {rank}: the warm-up reduction failed: {done:?}");
+        }
+    }
     let _ = rt.barrier();
     let res = rt
         .reduce(Sum(data), Reduce::root(args.root).id("fault"))

@@ -60,6 +60,15 @@ pub enum Msg {
         /// The owner's disk copy of the same buffer, if written: a buddy on
         /// the same node (same token) may map it instead of copying.
         file: Option<String>,
+        /// Where the original lies in the owner's shared memory, if it
+        /// does: a buddy on the same node may keep a view of it there, with
+        /// no request to the owner, which keeps it unchanged until the
+        /// reduction ends (and forever if it ends abnormally there).
+        heap: Option<Direct>,
+        /// Whether the owner wants to hear that the copy is stored (a
+        /// refusal is always answered): not when its join does not wait
+        /// for the copy and it already knows its buddy is on its node.
+        wants_ack: bool,
     },
     /// Buddy → owner: the copy is stored (`ok`), or refused (store full).
     ReplicaAck {
