@@ -45,13 +45,17 @@ pub struct Config {
 pub enum Durability {
     /// The replica is stored concurrently with the reduction (default):
     /// no added latency, but a rank that dies before its replica left it
-    /// ends the reduction with an error.
+    /// ends the reduction with an error, unless its disk copy (written
+    /// before the announcement, when there is one) can be read. With a
+    /// buddy on the rank's node, after the first reduction, there is none:
+    /// the buddy's view of the rank's buffer is the copy.
     #[default]
     Async,
     /// A rank announces its contribution only after its buddy acknowledged
     /// the replica: every single failure of a non-root rank is recovered,
     /// at the cost of one transfer of the contribution before the first task
-    /// (on one node, the buddy maps the rank's disk copy instead).
+    /// (on one node, the buddy maps the rank's disk copy, or views the
+    /// rank's buffer in its shared heap, instead: one message each way).
     Sync,
     /// No copies at all: nothing is written to disk or sent to a buddy, so
     /// a reduction costs only its tasks. A rank that dies before its

@@ -10,12 +10,20 @@
 //! which recovery never read, cost a copy of every original.
 //!
 //! A buddy on the owner's node (same node token) does not copy the bytes:
-//! the owner offers once its disk copy is written, naming the file, and the
-//! buddy maps it read-only ([`taskfold_transports::shared_file`]) after
-//! checking its header against the offer. A node's failure takes both with
-//! it either way; a process's death leaves the file and the mapping. If the
-//! file cannot be mapped, the buddy copies the bytes with a get. Copies are deleted when their
-//! reduction completes. Memory held by copies is bounded by
+//! - the owner offers once its disk copy is written, naming the file, and
+//!   the buddy maps it read-only ([`taskfold_transports::shared_file`])
+//!   after checking its header against the offer;
+//! - or, once the owner knows its buddy is on its node (the answer to an
+//!   earlier offer said so), it writes no disk copy of an original in its
+//!   shared heap and names the original's place there: the buddy keeps a
+//!   view of the owner's own buffer ([`taskfold_transports::Transport::view`]),
+//!   which the owner keeps unchanged (see the worker's `fail_all` for the
+//!   abnormal ends). The view's mapping keeps the pages if the owner dies.
+//!
+//! A node's failure takes both with it either way; a process's death leaves
+//! the file or the mapping. If neither works, the buddy copies the bytes
+//! with a get (a loan, read in place, where the transport can). Copies are
+//! deleted when their reduction completes. Memory held by copies is bounded by
 //! [`crate::Config::replica_limit`]: offers beyond it are refused, and the
 //! owner's original is then not recoverable (a typed error if it is needed).
 //!
