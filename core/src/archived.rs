@@ -276,6 +276,27 @@ mod tests {
     }
 
     #[test]
+    fn a_long_shared_value_folds_across_many_stages() {
+        // 80 KB of f64 and 20 004 bytes of u32 (not a whole number of
+        // stages): every stage boundary and the last partial stage.
+        let a: Vec<f64> = (0..10_000).map(|i| i as f64 * 0.5).collect();
+        let b: Vec<f64> = (0..10_000).map(|i| 1.0 - i as f64).collect();
+        let (mut v, original) = held(Sum(a.clone()));
+        v.fold_bytes(&Sum(b.clone()).encode().unwrap()).unwrap();
+        let want: Vec<f64> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+        assert_eq!(decode::<Sum<f64>>(&v.encoded().unwrap()).unwrap().0, want);
+        assert_eq!(decode::<Sum<f64>>(&original).unwrap().0, a);
+        let (mut v, _o) = held(crate::Max((0..5_001u32).collect::<Vec<_>>()));
+        v.fold_bytes(&crate::Max(vec![2_500u32; 5_001]).encode().unwrap())
+            .unwrap();
+        let want: Vec<u32> = (0..5_001u32).map(|i| i.max(2_500)).collect();
+        assert_eq!(
+            decode::<crate::Max<u32>>(&v.encoded().unwrap()).unwrap().0,
+            want
+        );
+    }
+
+    #[test]
     fn mismatched_and_corrupt_peers_are_errors() {
         let (mine, _) = held(Sum(vec![1u32; 4]));
         let short = Sum(vec![1u32; 3]).encode().unwrap();

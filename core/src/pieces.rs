@@ -99,6 +99,53 @@ impl Span {
         })
     }
 
+    /// Appends `mine ⊕ theirs` over whole archives to the empty `out`.
+    ///
+    /// The elements are combined a stage at a time into a buffer on the
+    /// stack and appended from there: the output is written once, with no
+    /// zeroing pass before (which writing into it in place would need
+    /// without unsafe code), and the stage stays in the L1 cache.
+    fn fold_append(
+        &self,
+        out: &mut AlignedVec,
+        mine: &[u8],
+        theirs: &[u8],
+    ) -> Result<(), FoldError> {
+        let len = mine.len();
+        let same = |a: usize, b: usize| {
+            if theirs[a..b] == mine[a..b] {
+                Ok(())
+            } else {
+                Err(FoldError::Corrupt(
+                    "the peer's archive is laid out unlike this value's".into(),
+                ))
+            }
+        };
+        same(0, self.elems.start)?;
+        same(self.elems.end, len)?;
+        out.extend_from_slice(&mine[..self.elems.start]);
+        // A whole number of elements per stage.
+        let step = (STAGE / self.elem).max(1) * self.elem;
+        let mut stage = Stage([0; STAGE]);
+        let mut at = self.elems.start;
+        while at < self.elems.end {
+            let n = step.min(self.elems.end - at);
+            if n <= STAGE {
+                let s = &mut stage.0[..n];
+                (self.combine)(s, &mine[at..at + n], &theirs[at..at + n]);
+                out.extend_from_slice(s);
+            } else {
+                // An element larger than the stage: combine in the output.
+                let from = out.len();
+                out.resize(from + n, 0);
+                (self.combine)(&mut out[from..], &mine[at..at + n], &theirs[at..at + n]);
+            }
+            at += n;
+        }
+        out.extend_from_slice(&mine[self.elems.end..]);
+        Ok(())
+    }
+
     /// Writes `out[offset..offset + theirs.len()]` = `mine ⊕ theirs` over
     /// that range of the archive (`out` and `mine` are whole archives;
     /// `theirs` is the peer's bytes of the range). Bytes outside the
@@ -166,11 +213,16 @@ pub(crate) fn fold_into_new<T: ReducerBody>(
     }
     let span = Span::of::<T>(mine, archived)?;
     let mut out = pool::take(mine.len());
-    // Zeroing the recycled buffer is a write pass the fold then repeats
-    // while the lines are hot; filling it without would need unsafe code.
-    out.resize(mine.len(), 0);
-    Some(span.fold(&mut out, mine, 0, theirs).map(|()| out))
+    Some(span.fold_append(&mut out, mine, theirs).map(|()| out))
 }
+
+/// Bytes of elements combined at a time on the stack before they are
+/// appended to the output: small enough to stay in the L1 cache.
+const STAGE: usize = 16 << 10;
+
+/// A stage aligned for any element type (the combine casts it).
+#[repr(C, align(64))]
+struct Stage([u8; STAGE]);
 
 /// The piece fold of a value whose archive is `mine(value)`.
 pub(crate) struct Pieces<V> {
