@@ -380,12 +380,15 @@ impl PeerHeap {
         let file = std::fs::File::open(format!("/proc/{pid}/fd/{}", r.fd))?;
         let meta = file.metadata()?;
         if meta.ino() != r.ino || meta.len() != r.len {
-            return Err(std::io::Error::other(format!(
-                "process {pid}'s descriptor {} is not its heap (inode {}, {} bytes)",
-                r.fd,
-                meta.ino(),
-                meta.len()
-            )));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "process {pid}'s descriptor {} is not its heap (inode {}, {} bytes)",
+                    r.fd,
+                    meta.ino(),
+                    meta.len()
+                ),
+            ));
         }
         let len = usize::try_from(r.len).map_err(std::io::Error::other)?;
         // SAFETY: maps `len` bytes (the file's length, checked above) of a
@@ -409,6 +412,18 @@ impl PeerHeap {
             pid,
             ino: r.ino,
         })
+    }
+
+    /// Whether an error of [`PeerHeap::open`] says that this kernel refuses
+    /// to map peers' heaps (permissions, resources), rather than that this
+    /// peer's heap is gone: the process exited or died (its `/proc` entry
+    /// or descriptor no longer exists), or its pid or descriptor now names
+    /// something else. Only a refusal is worth giving up shared reads for.
+    pub fn refused(e: &std::io::Error) -> bool {
+        !matches!(
+            e.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidData
+        )
     }
 
     /// Whether this is the heap `r` names in process `pid`.
@@ -436,5 +451,40 @@ impl Drop for PeerHeap {
         // SAFETY: unmaps exactly the mapping made in `open`; no slice of it
         // outlives `self`.
         unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn heap_ref(fd: u32) -> HeapRef {
+        HeapRef {
+            fd,
+            ino: 1,
+            len: 4096,
+            offset: 0,
+        }
+    }
+
+    #[test]
+    fn a_peer_that_is_gone_is_not_a_refusal() {
+        // A process that exited: its /proc entry is gone.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let e = PeerHeap::open(pid, &heap_ref(3))
+            .map(|_| ())
+            .expect_err("no such process");
+        assert!(!PeerHeap::refused(&e), "{e}");
+        // A descriptor that is not the heap it was said to be (this
+        // process's stdin has another inode and length).
+        let e = PeerHeap::open(std::process::id(), &heap_ref(0))
+            .map(|_| ())
+            .expect_err("not a heap");
+        assert!(!PeerHeap::refused(&e), "{e}");
+        // The kernel saying no is one.
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert!(PeerHeap::refused(&denied));
     }
 }

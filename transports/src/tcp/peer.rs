@@ -228,6 +228,12 @@ impl Shared {
                 heaps.insert(peer, h.clone());
                 Some(h)
             }
+            // The peer is gone (it died before we first mapped its heap):
+            // nothing to read there, but other peers' heaps still map.
+            Err(e) if !crate::shm::PeerHeap::refused(&e) => {
+                tracing::debug!(rank = self.rank, peer, error = %e, "a same-node peer's heap is gone");
+                None
+            }
             Err(e) => {
                 tracing::warn!(rank = self.rank, peer, error = %e, "cannot map a same-node peer's heap; copying loans instead");
                 self.heaps_ok.store(false, Ordering::Relaxed);
