@@ -99,6 +99,15 @@ pub(crate) struct Local {
     pub(crate) fetch: Option<Fetching>,
 }
 
+impl Local {
+    /// Whether the join waits for the buddy's answer: with synchronous
+    /// durability, and for an original kept only in memory (the buddy's
+    /// view is then its only copy that outlives this process).
+    pub(crate) fn waits_for_buddy(&self) -> bool {
+        self.durability == Durability::Sync || self.in_memory
+    }
+}
+
 /// The worker of one rank.
 pub struct Worker {
     rank: Rank,

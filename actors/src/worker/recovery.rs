@@ -2,7 +2,6 @@
 //! the buddy's acknowledgement of a replica.
 
 use super::Worker;
-use crate::config::Durability;
 use actix::prelude::*;
 use taskfold_core::wire::TaskFailure;
 use taskfold_core::{Rank, ReduceError};
@@ -64,11 +63,11 @@ impl Handler<RankFailedIn> for Worker {
             };
             self.fail_task(&f.task, reason);
         }
-        // Synchronous durability waiting on a dead buddy: offer to the next.
+        // A join waiting on a dead buddy: offer to the next.
         let waiting: Vec<u64> = self
             .locals
             .iter()
-            .filter(|(_, l)| !l.joined && l.durability == Durability::Sync && l.buddy == Some(rank))
+            .filter(|(_, l)| !l.joined && l.waits_for_buddy() && l.buddy == Some(rank))
             .map(|(k, _)| *k)
             .collect();
         for key in waiting {
@@ -103,7 +102,7 @@ impl Handler<ReplicaAckIn> for Worker {
         let Some(local) = self.locals.get(&m.key) else {
             return;
         };
-        if local.joined || local.durability != Durability::Sync || local.buddy != Some(m.from) {
+        if local.joined || !local.waits_for_buddy() || local.buddy != Some(m.from) {
             return;
         }
         if m.ok {
