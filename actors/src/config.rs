@@ -48,7 +48,8 @@ pub enum Durability {
     /// ends the reduction with an error, unless its disk copy (written
     /// before the announcement, when there is one) can be read. With a
     /// buddy on the rank's node, after the first reduction, there is none:
-    /// the buddy's view of the rank's buffer is the copy.
+    /// the buddy's view of the rank's buffer is the copy, and the
+    /// announcement waits for it (one message each way).
     #[default]
     Async,
     /// A rank announces its contribution only after its buddy acknowledged
