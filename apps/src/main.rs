@@ -78,6 +78,7 @@ fn main() -> ExitCode {
                 args: program[1..].to_vec(),
                 timeout: timeout.map(Duration::from_secs),
                 env: Vec::new(),
+                log: None,
             };
             match launcher::run(&launch) {
                 Ok(exits) if exits.iter().all(|e| e.success()) => ExitCode::SUCCESS,

@@ -35,6 +35,16 @@ fn twenty_trials_per_mode_no_wrong_results_no_hangs() {
         assert_eq!(n("wrong_results"), 0, "{r}");
         assert_eq!(n("hangs"), 0, "{r}");
         assert_eq!(n("recovered") + n("typed_errors"), 20, "{r}");
+        // A trial that was not recovered keeps its ranks' output.
+        for t in r["per_trial"].as_array().unwrap() {
+            if t["outcome"] != "recovered" {
+                let log = t["log"].as_str().expect("a kept log");
+                assert!(
+                    std::fs::read_to_string(log).unwrap().contains("[0] "),
+                    "{log}"
+                );
+            }
+        }
         if r["durability"] == "sync" {
             assert_eq!(
                 n("typed_errors"),

@@ -128,6 +128,9 @@ pub struct TrialRecord {
     pub kill_delay_s: f64,
     /// `recovered`, `error`, `wrong` or `hang`.
     pub outcome: String,
+    /// The ranks' output, kept for a trial that was not recovered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<PathBuf>,
 }
 
 fn now_s() -> f64 {
@@ -175,8 +178,9 @@ fn job(
     }
     let mut env = vec![("TASKFOLD_DURABILITY".to_string(), mode.to_string())];
     if std::env::var_os("RUST_LOG").is_none() {
-        // Every trial kills a rank: the survivors' warnings are expected.
-        env.push(("RUST_LOG".into(), "error".into()));
+        // Every trial kills a rank: the survivors' warnings are expected,
+        // and go to the trial's log, kept if it was not recovered.
+        env.push(("RUST_LOG".into(), "taskfold=info,warn".into()));
     }
     if let Some(h) = hooks {
         env.push(("TASKFOLD_TEST_HOOK".into(), h));
@@ -187,6 +191,7 @@ fn job(
         args: a,
         timeout: Some(Duration::from_secs(args.timeout + 30)),
         env,
+        log: Some(dir.join("ranks.log")),
     }
 }
 
@@ -247,9 +252,13 @@ pub fn main(args: FaultArgs) -> ExitCode {
                 words.next().unwrap_or("hang"),
                 words.next().and_then(|w| w.parse::<f64>().ok()),
             );
+            let log = (kind != "recovered")
+                .then(|| keep_log(&tdir, mode, trial))
+                .flatten();
             report.per_trial.push(TrialRecord {
                 kill_delay_s: delay,
                 outcome: kind.to_string(),
+                log,
             });
             match kind {
                 "recovered" => report.recovered += 1,
@@ -307,6 +316,29 @@ pub fn main(args: FaultArgs) -> ExitCode {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// Keeps the ranks' output of a trial that was not recovered, for a look
+/// at what happened: `<temp>/taskfold-faults-<pid>-kept/<mode>-trial-<n>.log`
+/// (the trials' directories are removed). Says where.
+fn keep_log(tdir: &Path, mode: &str, trial: u32) -> Option<PathBuf> {
+    let kept = std::env::temp_dir().join(format!("taskfold-faults-{}-kept", std::process::id()));
+    let to = kept.join(format!("{mode}-trial-{trial}.log"));
+    let copied =
+        std::fs::create_dir_all(&kept).and_then(|()| std::fs::copy(tdir.join("ranks.log"), &to));
+    match copied {
+        Ok(_) => {
+            eprintln!(
+                "bench faults: {mode}: trial {trial} was not recovered; its ranks' output: {}",
+                to.display()
+            );
+            Some(to)
+        }
+        Err(e) => {
+            eprintln!("bench faults: {mode}: trial {trial}: cannot keep its ranks' output: {e}");
+            None
+        }
     }
 }
 

@@ -102,6 +102,7 @@ pub fn main(args: BenchArgs) -> ExitCode {
             ],
             timeout: Some(Duration::from_secs(3600)),
             env: Vec::new(),
+            log: None,
         };
         match launcher::run(&launch) {
             Ok(exits) if exits.iter().all(|e| e.success()) => {}

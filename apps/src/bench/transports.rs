@@ -121,6 +121,7 @@ fn launch(
         args: args.into_iter().map(Into::into).collect(),
         timeout: Some(Duration::from_secs(600)),
         env,
+        log: None,
     };
     match launcher::run(&l) {
         Ok(exits) if exits.iter().all(|e| e.success()) => Ok(()),

@@ -38,6 +38,9 @@ pub struct Launch {
     pub timeout: Option<Duration>,
     /// Extra environment for every rank.
     pub env: Vec<(String, String)>,
+    /// Where the ranks' output goes, prefixed with their ranks: this file
+    /// (created or truncated) instead of our own stdout and stderr.
+    pub log: Option<std::path::PathBuf>,
 }
 
 /// How a rank ended.
@@ -91,6 +94,12 @@ pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
     let rendezvous = dir.join("master.addr");
     let job = format!("run-{nonce}");
     let progress = Arc::new(progress::Progress::new());
+    let log = match &launch.log {
+        Some(path) => Some(Arc::new(std::sync::Mutex::new(std::fs::File::create(
+            path,
+        )?))),
+        None => None,
+    };
     let mut children: Vec<(u32, Child)> = Vec::new();
     let mut pumps = Vec::new();
     for rank in 0..launch.ranks {
@@ -124,7 +133,12 @@ pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
                 )));
             }
         };
-        pumps.extend(output::pump(rank, &mut child, progress.clone()));
+        pumps.extend(output::pump(
+            rank,
+            &mut child,
+            progress.clone(),
+            log.clone(),
+        ));
         children.push((rank, child));
     }
     let exits = watch(children, launch, &rendezvous, &job);
@@ -198,5 +212,33 @@ fn report(exit: &RankExit, rendezvous: &Path, job: &str) {
     );
     if let Err(e) = res {
         tracing::debug!(rank = exit.rank, error = %e, "could not report an exit to the master");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_output_goes_to_the_log_prefixed_with_their_ranks() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("ranks.log");
+        let launch = Launch {
+            ranks: 2,
+            program: "sh".into(),
+            args: vec![
+                "-c".into(),
+                "echo out-$TASKFOLD_RANK; echo err-$TASKFOLD_RANK >&2".into(),
+            ],
+            timeout: Some(Duration::from_secs(60)),
+            env: Vec::new(),
+            log: Some(log.clone()),
+        };
+        let exits = run(&launch).unwrap();
+        assert!(exits.iter().all(|e| e.success()));
+        let text = std::fs::read_to_string(&log).unwrap();
+        for line in ["[0] out-0", "[0] err-0", "[1] out-1", "[1] err-1"] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
     }
 }

@@ -1,20 +1,30 @@
-//! Copies each rank's output to ours, line by line, prefixed with its rank.
+//! Copies each rank's output to ours (or to a log file), line by line,
+//! prefixed with its rank.
 
 use super::progress::Progress;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Child;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-/// Starts one thread per output stream of `child`.
-pub(super) fn pump(rank: u32, child: &mut Child, progress: Arc<Progress>) -> Vec<JoinHandle<()>> {
+/// A log file shared by every rank's pumps.
+pub(super) type Log = Arc<Mutex<std::fs::File>>;
+
+/// Starts one thread per output stream of `child`; its lines go to `log`
+/// if there is one.
+pub(super) fn pump(
+    rank: u32,
+    child: &mut Child,
+    progress: Arc<Progress>,
+    log: Option<Log>,
+) -> Vec<JoinHandle<()>> {
     let mut threads = Vec::new();
     if let Some(out) = child.stdout.take() {
         let p = progress.clone();
-        threads.push(spawn(out, rank, false, p));
+        threads.push(spawn(out, rank, false, p, log.clone()));
     }
     if let Some(err) = child.stderr.take() {
-        threads.push(spawn(err, rank, true, progress));
+        threads.push(spawn(err, rank, true, progress, log));
     }
     threads
 }
@@ -24,6 +34,7 @@ fn spawn(
     rank: u32,
     is_err: bool,
     progress: Arc<Progress>,
+    log: Option<Log>,
 ) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let reader = BufReader::new(stream);
@@ -32,6 +43,11 @@ fn spawn(
             let text = String::from_utf8_lossy(&line);
             if let Some(rest) = text.strip_prefix("@taskfold-progress ") {
                 progress.update(rest);
+                continue;
+            }
+            if let Some(f) = &log {
+                let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
+                let _ = writeln!(f, "[{rank}] {text}");
                 continue;
             }
             progress.suspend(|| {

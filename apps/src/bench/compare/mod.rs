@@ -217,6 +217,7 @@ impl Harness {
             args: args.into_iter().map(Into::into).collect(),
             timeout: Some(Duration::from_secs(r.args.timeout)),
             env: vec![("TASKFOLD_DURABILITY".into(), durability.into())],
+            log: None,
         };
         let fail = |detail: String| format!("{side} {} p={}: {detail}", r.label, r.np);
         match launcher::run(&launch) {
