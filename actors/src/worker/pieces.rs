@@ -173,11 +173,10 @@ impl Worker {
 
     /// The fetch of a piecewise task was cancelled: the value comes back,
     /// unchanged, unless the task already ended.
-    pub(super) fn cancel_pieces(&mut self, key: u64, shared: &Shared) {
-        let fold = lock(shared).fold.take();
-        if let (Some(fold), Some(local)) = (fold, self.locals.get_mut(&key)) {
-            local.value = Some(fold.abort());
-        }
+    /// Takes the piece fold (and with it the value) from its jobs, unless
+    /// the job that ends it has it already.
+    pub(super) fn take_pieces(shared: &Shared) -> Option<Box<dyn PieceFold>> {
+        lock(shared).fold.take()
     }
 }
 

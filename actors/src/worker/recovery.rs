@@ -44,6 +44,23 @@ impl Handler<RankFailedIn> for Worker {
             .map(|(k, _)| *k)
             .collect();
         for key in stuck {
+            let pieces = self
+                .locals
+                .get(&key)
+                .and_then(|l| l.fetch.as_ref())
+                .and_then(|f| f.pieces.clone());
+            // A piecewise fold holds the value: it comes back unchanged if
+            // it can be taken from the fold now. If not, the job that ends
+            // the fold has it (the get already ended, and its last pieces
+            // are being folded): that job's answer settles the task, with
+            // the value unchanged or folded whole, so it is not cancelled.
+            let fold = match &pieces {
+                Some(p) => match Self::take_pieces(p) {
+                    Some(fold) => Some(fold),
+                    None => continue,
+                },
+                None => None,
+            };
             let f = self
                 .locals
                 .get_mut(&key)
@@ -53,9 +70,8 @@ impl Handler<RankFailedIn> for Worker {
             // same turn still runs its continuation, which then finds no
             // fetch of its task and drops the data (`Worker::fetched`).
             ctx.cancel_future(f.handle);
-            if let Some(p) = &f.pieces {
-                // A piecewise fold held the value: it comes back unchanged.
-                self.cancel_pieces(key, p);
+            if let (Some(fold), Some(local)) = (fold, self.locals.get_mut(&key)) {
+                local.value = Some(fold.abort());
             }
             let reason = TaskFailure::Fetch {
                 reason: format!("{rank} was declared failed"),
