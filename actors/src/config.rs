@@ -36,6 +36,15 @@ pub struct Config {
     /// pool is per process: with several runtimes in one process, the last
     /// one started sets it.
     pub buffer_pool: u64,
+    /// Whether the pool may also keep as many bytes as this process had in
+    /// flight in reductions at once, when that is more than
+    /// [`Config::buffer_pool`] (default: yes, unless `TASKFOLD_BUFFER_POOL`
+    /// is set). Many concurrent reductions need about two buffers each (an
+    /// original kept for recovery, and the value folded beside it): with
+    /// this, the next batch finds them again instead of faulting in fresh
+    /// pages, and the pool never keeps more than the process has shown it
+    /// uses at once.
+    pub buffer_pool_follows_peak: bool,
     /// Test hooks (`TASKFOLD_TEST_HOOK`), see [`crate::hooks`].
     pub hooks: Vec<crate::hooks::Hook>,
 }
@@ -79,6 +88,7 @@ impl Default for Config {
             replica_limit: 4 << 30,
             durability: Durability::Async,
             buffer_pool: taskfold_core::pool::DEFAULT_LIMIT as u64,
+            buffer_pool_follows_peak: true,
             hooks: Vec::new(),
         }
     }
@@ -107,7 +117,9 @@ impl Config {
             c.replica_limit = b;
         }
         if let Some(b) = env_u64("TASKFOLD_BUFFER_POOL") {
+            // An explicit bound is a bound.
             c.buffer_pool = b;
+            c.buffer_pool_follows_peak = false;
         }
         if let Ok(d) = std::env::var("TASKFOLD_DURABILITY") {
             match d.trim() {

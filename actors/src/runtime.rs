@@ -150,6 +150,7 @@ impl Runtime {
         let size = transport.size();
         crate::metrics::describe();
         taskfold_core::pool::set_limit(usize::try_from(config.buffer_pool).unwrap_or(usize::MAX));
+        taskfold_core::pool::follow_peak(config.buffer_pool_follows_peak);
         let (cmd_tx, cmd_rx) = flume::unbounded::<Command>();
         let (ready_tx, ready_rx) = flume::bounded::<Result<(), StartError>>(1);
         let live = Arc::new(Mutex::new(HashSet::new()));

@@ -41,8 +41,37 @@ struct Inner {
     free: Vec<AlignedVec>,
     bytes: usize,
     limit: usize,
+    /// The most bytes of reduction data in flight at once in this process
+    /// (see [`Pool::in_flight`]).
+    peak: usize,
+    /// Whether the bound grows to `peak`.
+    follow: bool,
     hits: u64,
     misses: u64,
+}
+
+impl Inner {
+    /// The bound in force: the limit, or the peak in flight if larger and
+    /// followed.
+    fn bound(&self) -> usize {
+        if self.follow {
+            self.limit.max(self.peak)
+        } else {
+            self.limit
+        }
+    }
+
+    /// Drops the oldest buffers beyond the bound; returns them (unmapped by
+    /// the caller, outside the lock).
+    fn trim(&mut self) -> Vec<AlignedVec> {
+        let mut evicted = Vec::new();
+        while self.bytes > self.bound() {
+            let old = self.free.remove(0);
+            self.bytes -= old.capacity();
+            evicted.push(old);
+        }
+        evicted
+    }
 }
 
 /// What a pool holds and how often it served a request.
@@ -66,6 +95,8 @@ impl Pool {
                 free: Vec::new(),
                 bytes: 0,
                 limit,
+                peak: 0,
+                follow: false,
                 hits: 0,
                 misses: 0,
             }),
@@ -109,42 +140,54 @@ impl Pool {
             return;
         }
         buf.clear();
-        let mut evicted = Vec::new();
-        {
+        let evicted = {
             let mut p = self.lock();
-            if cap > p.limit {
+            if cap > p.bound() {
                 return;
             }
             p.bytes += cap;
             p.free.push(buf);
-            while p.bytes > p.limit {
-                let old = p.free.remove(0);
-                p.bytes -= old.capacity();
-                evicted.push(old);
-            }
-        }
+            p.trim()
+        };
         // Unmapping happens here, outside the lock.
         drop(evicted);
     }
 
     /// Changes the bound, dropping the oldest buffers beyond it.
     pub fn set_limit(&self, limit: usize) {
-        let mut evicted = Vec::new();
-        {
+        let evicted = {
             let mut p = self.lock();
             p.limit = limit;
-            while p.bytes > p.limit {
-                let old = p.free.remove(0);
-                p.bytes -= old.capacity();
-                evicted.push(old);
-            }
-        }
+            p.trim()
+        };
         drop(evicted);
     }
 
-    /// The bound in bytes.
+    /// Whether the bound grows, beyond the limit, to the most bytes of
+    /// reduction data this process had in flight at once: a burst of many
+    /// concurrent reductions then finds its buffers again in the next
+    /// burst, instead of faulting in fresh pages, and the pool never keeps
+    /// more than the process has shown it uses at once.
+    pub fn follow_peak(&self, on: bool) {
+        let evicted = {
+            let mut p = self.lock();
+            p.follow = on;
+            p.trim()
+        };
+        drop(evicted);
+    }
+
+    /// `bytes` of reduction data are in flight in this process now (the
+    /// runtime reports it as reductions start): raises the peak.
+    pub fn in_flight(&self, bytes: usize) {
+        let mut p = self.lock();
+        p.peak = p.peak.max(bytes);
+    }
+
+    /// The bound in bytes now (the limit, or the peak in flight if it is
+    /// followed and larger).
     pub fn limit(&self) -> usize {
-        self.lock().limit
+        self.lock().bound()
     }
 
     /// What the pool holds now.
@@ -175,6 +218,18 @@ pub fn give(buf: AlignedVec) {
 /// Sets the process-wide pool's bound in bytes (0 turns recycling off).
 pub fn set_limit(limit: usize) {
     GLOBAL.set_limit(limit)
+}
+
+/// Whether the process-wide pool's bound follows the peak of reduction
+/// data in flight ([`Pool::follow_peak`]).
+pub fn follow_peak(on: bool) {
+    GLOBAL.follow_peak(on)
+}
+
+/// Reports the reduction data in flight in this process
+/// ([`Pool::in_flight`]).
+pub fn in_flight(bytes: usize) {
+    GLOBAL.in_flight(bytes)
 }
 
 /// The process-wide pool's bound in bytes.
@@ -332,6 +387,29 @@ mod tests {
         assert_eq!(pool.stats().bytes, 0);
         pool.give(AlignedVec::with_capacity(4 * MIB));
         assert_eq!(pool.stats().buffers, 0, "a zero bound keeps nothing");
+    }
+
+    #[test]
+    fn the_bound_follows_the_peak_in_flight_only_when_asked() {
+        let pool = Pool::new(4 * MIB);
+        pool.in_flight(16 * MIB);
+        let give = |n| {
+            for _ in 0..n {
+                pool.give(AlignedVec::with_capacity(4 * MIB));
+            }
+        };
+        give(4);
+        assert_eq!(pool.stats().buffers, 1, "the limit alone: one buffer");
+        pool.follow_peak(true);
+        assert_eq!(pool.limit(), 16 * MIB);
+        give(4);
+        assert_eq!(pool.stats().bytes, 16 * MIB, "up to the peak in flight");
+        // The peak only rises.
+        pool.in_flight(8 * MIB);
+        assert_eq!(pool.limit(), 16 * MIB);
+        // Turned off, the pool shrinks to its limit at once.
+        pool.follow_peak(false);
+        assert_eq!(pool.stats().bytes, 4 * MIB);
     }
 
     #[test]

@@ -45,6 +45,12 @@ impl Handler<StartReduce> for Worker {
         }
         let is_root = m.join.root == self.rank.0;
         let key = m.key;
+        // About two buffers of its size while it lives: the original kept
+        // for recovery and the value folded beside it (the buffer pool may
+        // keep that much for the next reductions, see `Config`).
+        let flight = m.value.encoded_len_hint().saturating_mul(2);
+        self.in_flight = self.in_flight.saturating_add(flight);
+        taskfold_core::pool::in_flight(self.in_flight);
         let hold = hooks::hold(&self.hooks, self.rank.0, Point::BeforeJoin, &m.join.id);
         self.locals.insert(
             key,
@@ -70,6 +76,7 @@ impl Handler<StartReduce> for Worker {
                 direct: None,
                 held: None,
                 fetch: None,
+                flight,
             },
         );
         if let Some(l) = self.locals.get_mut(&key) {

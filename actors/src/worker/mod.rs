@@ -96,6 +96,8 @@ pub(crate) struct Local {
     pub(crate) direct: Option<taskfold_transports::Direct>,
     /// Tasks wait while an `after-join` test hook holds the reduction.
     pub(crate) held: Option<Vec<Task>>,
+    /// Bytes this reduction counts in [`Worker::in_flight`].
+    pub(crate) flight: usize,
     pub(crate) fetch: Option<Fetching>,
 }
 
@@ -137,6 +139,9 @@ pub struct Worker {
     /// Originals a buddy may still be reading in place after their
     /// reductions ended here abnormally: kept until the process ends.
     stranded: Vec<Bytes>,
+    /// Bytes of reduction data in flight here (about two buffers per live
+    /// reduction), reported to the buffer pool.
+    in_flight: usize,
 }
 
 /// What a worker is built from.
@@ -169,6 +174,7 @@ impl Worker {
             ended_early: HashSet::new(),
             same_node_buddy: None,
             stranded: Vec::new(),
+            in_flight: 0,
         }
     }
 
@@ -195,6 +201,7 @@ impl Worker {
         let Some(mut local) = local else {
             return;
         };
+        self.in_flight = self.in_flight.saturating_sub(local.flight);
         if let Some(f) = local.fetch.take() {
             let _ = f.handle; // the future ends with the actor's context
         }
