@@ -394,12 +394,21 @@ impl Handler<Prepared> for Worker {
             // after the join), and the answer costs one message each way.
             // The buffer stays the original until the reduction ends; the
             // first fold here goes into a new one.
-            local.join.disk = None;
+            let dir = local.join.disk.take();
             local.in_memory = true;
-            metrics::counter!(crate::metrics::ORIGINALS_IN_MEMORY).increment(1);
-            self.offer(key);
-            return self.disk_written(key, ctx);
+            if self.offer(key).is_some() {
+                metrics::counter!(crate::metrics::ORIGINALS_IN_MEMORY).increment(1);
+                return self.disk_written(key, ctx);
+            }
+            // The buddy cannot be told: a disk copy after all.
+            if let Some(l) = self.locals.get_mut(&key) {
+                l.in_memory = false;
+                l.join.disk = dir;
+            }
         }
+        let Some(local) = self.locals.get(&key) else {
+            return;
+        };
         let disk = self.disk.clone();
         let live = local.disk_live.clone();
         let id = local.join.id.clone();
