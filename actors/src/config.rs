@@ -53,12 +53,12 @@ pub struct Config {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Durability {
     /// The replica is stored concurrently with the reduction (default):
-    /// no added latency, but a rank that dies before its replica left it
-    /// ends the reduction with an error, unless its disk copy (written
-    /// before the announcement, when there is one) can be read. With a
-    /// buddy on the rank's node, after the first reduction, there is none:
-    /// the buddy's view of the rank's buffer is the copy, and the
-    /// announcement waits for it (one message each way).
+    /// the announcement waits only for the rank's disk copy, but a rank
+    /// that dies before its replica left it ends the reduction with an
+    /// error, unless that disk copy can be read. With a buddy on the rank's
+    /// node, after the first reduction, there is no disk copy: the buddy's
+    /// view of the rank's buffer is the copy, and the announcement waits
+    /// for it instead (one message each way).
     #[default]
     Async,
     /// A rank announces its contribution only after its buddy acknowledged

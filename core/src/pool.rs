@@ -153,14 +153,20 @@ impl Pool {
         drop(evicted);
     }
 
-    /// Changes the bound, dropping the oldest buffers beyond it.
-    pub fn set_limit(&self, limit: usize) {
+    /// Applies `change` to the settings, then drops the oldest buffers
+    /// beyond the bound (unmapped outside the lock).
+    fn reconfigure(&self, change: impl FnOnce(&mut Inner)) {
         let evicted = {
             let mut p = self.lock();
-            p.limit = limit;
+            change(&mut p);
             p.trim()
         };
         drop(evicted);
+    }
+
+    /// Changes the bound, dropping the oldest buffers beyond it.
+    pub fn set_limit(&self, limit: usize) {
+        self.reconfigure(|p| p.limit = limit);
     }
 
     /// Whether the bound grows, beyond the limit, to the most bytes of
@@ -169,12 +175,7 @@ impl Pool {
     /// burst, instead of faulting in fresh pages, and the pool never keeps
     /// more than the process has shown it uses at once.
     pub fn follow_peak(&self, on: bool) {
-        let evicted = {
-            let mut p = self.lock();
-            p.follow = on;
-            p.trim()
-        };
-        drop(evicted);
+        self.reconfigure(|p| p.follow = on);
     }
 
     /// `bytes` of reduction data are in flight in this process now (the

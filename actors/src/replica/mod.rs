@@ -112,17 +112,15 @@ impl Handler<OfferIn> for ReplicaStore {
         }
         let same_node = m.node != 0 && m.node == shared_file::node_token();
         if let Some(path) = m.file.as_deref().filter(|_| same_node) {
-            {
-                match map_copy(path, m.len, m.crc) {
-                    Ok(bytes) => {
-                        metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
-                        return self.keep(key, owner, bytes, true, m.wants_ack);
-                    }
-                    // Gone (the reduction ended there) or not the one
-                    // offered: copy the bytes as from another node.
-                    Err(e) => {
-                        tracing::debug!(rank = self.rank, %owner, error = %e, "cannot map the owner's disk copy")
-                    }
+            match map_copy(path, m.len, m.crc) {
+                Ok(bytes) => {
+                    metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
+                    return self.keep(key, owner, bytes, true, m.wants_ack);
+                }
+                // Gone (the reduction ended there) or not the one offered:
+                // copy the bytes as from another node.
+                Err(e) => {
+                    tracing::debug!(rank = self.rank, %owner, error = %e, "cannot map the owner's disk copy")
                 }
             }
         }

@@ -171,8 +171,6 @@ impl Worker {
         None
     }
 
-    /// The fetch of a piecewise task was cancelled: the value comes back,
-    /// unchanged, unless the task already ended.
     /// Takes the piece fold (and with it the value) from its jobs, unless
     /// the job that ends it has it already.
     pub(super) fn take_pieces(shared: &Shared) -> Option<Box<dyn PieceFold>> {

@@ -110,10 +110,14 @@ impl Handler<ReplicaAckIn> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: ReplicaAckIn, ctx: &mut Context<Self>) {
-        if m.ok && m.same_node {
-            self.same_node_buddy = Some(m.from);
-        } else if self.same_node_buddy == Some(m.from) {
-            self.same_node_buddy = None;
+        // Only a stored copy says where the buddy is: a refusal (store
+        // full, reduction ended) may not know.
+        if m.ok {
+            if m.same_node {
+                self.same_node_buddy = Some(m.from);
+            } else if self.same_node_buddy == Some(m.from) {
+                self.same_node_buddy = None;
+            }
         }
         let Some(local) = self.locals.get(&m.key) else {
             return;
