@@ -344,13 +344,22 @@ impl Runtime {
 
     /// Blocks until every rank of the job called `barrier` (a reduction of
     /// an empty array; barriers are numbered in call order).
+    ///
+    /// A barrier carries no data, so it keeps no copies
+    /// ([`Durability::Off`](crate::Durability::Off)): a rank that dies
+    /// during it makes it fail on the others with
+    /// [`ReduceError::RanksLost`] naming that rank. (With copies, each
+    /// barrier created and removed a file per rank, work that ran on every
+    /// rank just as the barrier released it.)
     pub fn barrier(&self) -> Result<(), ReduceError> {
         let seq = self
             .barriers
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.reduce(
             taskfold_core::Sum(Vec::<u32>::new()),
-            Reduce::root(0).id(format!("barrier-{seq}")),
+            Reduce::root(0)
+                .id(format!("barrier-{seq}"))
+                .durability(crate::config::Durability::Off),
         )?
         .get()
         .map(|_| ())
