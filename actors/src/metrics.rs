@@ -52,6 +52,9 @@ pub const REPLICAS_MAPPED: &str = "taskfold_replicas_mapped_total";
 /// Originals given no disk copy: the buddy, on this rank's node, keeps a
 /// view of the original's own buffer, which outlives this process.
 pub const ORIGINALS_IN_MEMORY: &str = "taskfold_originals_in_memory_total";
+/// Views of a dead rank's originals (kept in its memory, so with a tag
+/// instead of a checksum) replaced by checksummed copies for recovery.
+pub const REPLICAS_CHECKSUMMED: &str = "taskfold_replicas_checksummed_total";
 /// Bytes of free buffers kept for reuse in this process (updated on every
 /// ping from the master).
 pub const BUFFER_POOL_BYTES: &str = "taskfold_buffer_pool_bytes";
@@ -140,6 +143,10 @@ pub fn describe() {
     describe_counter!(
         ORIGINALS_IN_MEMORY,
         "Originals given no disk copy, their same-node buddy keeping a view of their buffer"
+    );
+    describe_counter!(
+        REPLICAS_CHECKSUMMED,
+        "Views of a dead rank's originals replaced by checksummed copies for recovery"
     );
 }
 

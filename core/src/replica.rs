@@ -5,6 +5,15 @@
 //! payload (u32 LE), the payload's length (u64 LE) — followed by the
 //! original's rkyv archive. The header keeps the payload 16-byte aligned,
 //! and the checksum is verified on every read (disk or network).
+//!
+//! Two other headers mark originals that are never written to a file:
+//! `b"TFRU"` (no durability: never copied at all) and `b"TFRV"` (kept in
+//! the owner's memory, which its buddy on the same node views in place;
+//! [`write_view_header`]). A view copies nothing that a checksum could
+//! catch damaged, so a `TFRV` header holds a tag naming the reduction and
+//! the owner instead of a CRC, and costs no pass over the data. Files are
+//! always checksummed: [`verify`] refuses both; [`verify_held`] accepts a
+//! `TFRV` buffer (length checked) read from memory.
 
 use crate::rank::{Group, Rank};
 use crate::rankset::RankSet;
@@ -13,6 +22,7 @@ use crate::rankset::RankSet;
 pub const HEADER_LEN: usize = 16;
 const MAGIC: [u8; 4] = *b"TFRP";
 const UNCHECKED: [u8; 4] = *b"TFRU";
+const VIEWED: [u8; 4] = *b"TFRV";
 
 /// Why a replica buffer is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,7 +57,44 @@ pub fn write_unchecked_header(out: &mut [u8], payload: &[u8]) {
     out[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
 }
 
-/// The checksum stored in a replica buffer's header.
+/// Writes the header of an original kept in memory and viewed in place by
+/// its buddy: `tag` ([`view_tag`]) instead of a checksum, so no pass over
+/// the payload. Such a buffer must never reach a file: [`with_checksum`]
+/// gives the checksummed buffer to write instead.
+pub fn write_view_header(out: &mut [u8], payload: &[u8], tag: u32) {
+    out[..4].copy_from_slice(&VIEWED);
+    out[4..8].copy_from_slice(&tag.to_le_bytes());
+    out[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+}
+
+/// The tag of `owner`'s original of reduction `key` in a `TFRV` header:
+/// what a buddy compares with the offer, in place of a checksum, to know
+/// that the bytes it views are the original offered.
+pub fn view_tag(key: u64, owner: u32) -> u32 {
+    let h = (key ^ u64::from(owner).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .wrapping_mul(0xff51_afd7_ed55_8ccd);
+    (h >> 32) as u32
+}
+
+/// Whether `buf` starts with a `TFRV` header ([`write_view_header`]).
+pub fn is_viewed(buf: &[u8]) -> bool {
+    buf.len() >= HEADER_LEN && buf[..4] == VIEWED
+}
+
+/// A copy of `buf` with a checksummed header, if it has a `TFRV` one (for
+/// a file); `None` if its header is already fit for one.
+pub fn with_checksum(buf: &[u8]) -> Option<Vec<u8>> {
+    if !is_viewed(buf) {
+        return None;
+    }
+    let mut out = buf.to_vec();
+    let (head, payload) = out.split_at_mut(HEADER_LEN);
+    write_header(head, payload);
+    Some(out)
+}
+
+/// The checksum stored in a replica buffer's header (the tag of a `TFRV`
+/// header).
 pub fn stored_crc(buf: &[u8]) -> Option<u32> {
     buf.get(4..8)
         .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
@@ -61,6 +108,14 @@ pub fn announced_len(buf: &[u8]) -> Option<u64> {
         return None;
     }
     Some(u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes")))
+}
+
+/// Like [`announced_len`], for a buffer in memory: a `TFRV` header counts.
+pub fn held_len(buf: &[u8]) -> Option<u64> {
+    if is_viewed(buf) {
+        return Some(u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes")));
+    }
+    announced_len(buf)
 }
 
 /// The payload after a header that starts `buf`, if its length is the
@@ -82,6 +137,17 @@ fn payload_of(buf: &[u8]) -> Result<&[u8], ReplicaError> {
 /// ([`write_unchecked_header`]) is accepted as it is, its length checked.
 pub fn original_payload(buf: &[u8]) -> Result<&[u8], ReplicaError> {
     if buf.len() >= HEADER_LEN && buf[..4] == UNCHECKED {
+        return payload_of(buf);
+    }
+    verify_held(buf)
+}
+
+/// Like [`verify`], for a replica held in memory rather than read from a
+/// file: the original kept by its owner and viewed by its buddy (a `TFRV`
+/// header) is accepted with its length checked (it carries no checksum;
+/// see the module documentation).
+pub fn verify_held(buf: &[u8]) -> Result<&[u8], ReplicaError> {
+    if is_viewed(buf) {
         return payload_of(buf);
     }
     verify(buf)
@@ -182,6 +248,27 @@ mod tests {
             original_payload(&checked),
             Err(ReplicaError::Checksum { .. })
         ));
+    }
+
+    #[test]
+    fn viewed_headers_name_their_original_and_never_reach_a_file() {
+        let payload = vec![9u8; 64];
+        let mut buf = vec![0u8; HEADER_LEN];
+        write_view_header(&mut buf, &payload, view_tag(5, 2));
+        buf.extend_from_slice(&payload);
+        assert!(is_viewed(&buf));
+        assert_eq!(stored_crc(&buf), Some(view_tag(5, 2)));
+        assert_ne!(view_tag(5, 2), view_tag(5, 3));
+        assert_ne!(view_tag(5, 2), view_tag(6, 2));
+        assert!(verify(&buf).is_err(), "a file is always checksummed");
+        assert_eq!(announced_len(&buf), None, "never taken for a disk copy");
+        assert_eq!(held_len(&buf), Some(64));
+        assert_eq!(verify_held(&buf).unwrap(), &payload[..]);
+        assert_eq!(original_payload(&buf).unwrap(), &payload[..]);
+        assert!(verify_held(&buf[..40]).is_err(), "truncated");
+        let file = with_checksum(&buf).expect("converted");
+        assert_eq!(verify(&file).unwrap(), &payload[..]);
+        assert_eq!(with_checksum(&file), None, "already checksummed");
     }
 
     #[test]

@@ -267,14 +267,22 @@ pub fn place_1_killed_before_the_task_reaches_it(job: &Job) {
 /// buffer. The rank dies after joining (synchronous durability: the buddy
 /// holds the view by then), and its original is recovered from that view,
 /// which kept the dead process's pages.
+///
+/// Being kept in memory, the original carries a tag instead of a
+/// checksum; the buddy replaces its view by a checksummed copy once the
+/// rank is declared failed (its log says so).
 pub fn place_1_killed_with_its_original_only_in_memory(job: &Job) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let child = job.start(
+    let child = job.start_with(
         d,
         &hooks(d, &[2], "after-join"),
         1,
         &["--warmup", "--in-place", "--delay", "0,1,3:1500"],
+        &Setup {
+            env: &[("RUST_LOG", "taskfold::replica=info,warn")],
+            ..SYNC_ROOT_1
+        },
     );
     held(d, &[2], "after-join");
     assert!(
@@ -282,7 +290,14 @@ pub fn place_1_killed_with_its_original_only_in_memory(job: &Job) {
         "with its buddy on its node, rank 2 writes no disk copy after the warm-up"
     );
     kill(d, 2);
-    recovered(&wait_bounded(child, LIMIT), 2);
+    let out = wait_bounded(child, LIMIT);
+    recovered(&out, 2);
+    let t = text(&out);
+    assert!(
+        t.lines().any(|l| l.starts_with("[3]")
+            && l.contains("the view of a dead rank's original is now a checksummed copy")),
+        "rank 2's buddy checksums its view once rank 2 is declared failed:\n{t}"
+    );
 }
 
 /// A rank and its buddy die together, with their disks: a typed error

@@ -51,6 +51,9 @@ pub struct ReplicaStore {
     disk: Arc<ReplicaDisk>,
     limit: u64,
     held: HashMap<(u64, u32), u64>,
+    /// Copies that are views of their owner's buffer, with a tag instead of
+    /// a checksum (`TFRV`): given one when their owner dies (`OwnerDied`).
+    viewed: HashMap<(u64, u32), Bytes>,
     bytes: u64,
     /// Offers being fetched: (key, owner) → offer number, so that a copy
     /// that arrives after its reduction ended (or was re-offered) is dropped.
@@ -66,6 +69,7 @@ impl ReplicaStore {
             disk,
             limit,
             held: HashMap::new(),
+            viewed: HashMap::new(),
             bytes: 0,
             pending: HashMap::new(),
             next_offer: 0,
@@ -175,8 +179,11 @@ impl Handler<OfferIn> for ReplicaStore {
                         metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
                         Ok(Bytes::from_owner(view))
                     }
+                    // A copy: checked against its checksum (an original
+                    // sealed to be viewed carries a tag instead; its bytes
+                    // came over a checksummed stream).
                     Received::Owned(buf) => {
-                        replica::verify(&buf).map_err(|e| e.to_string())?;
+                        replica::verify_held(&buf).map_err(|e| e.to_string())?;
                         Ok(taskfold_core::pool::bytes(buf))
                     }
                 }
@@ -197,6 +204,9 @@ impl ReplicaStore {
     /// recovery, counted, and announced to the master and the owner.
     fn keep(&mut self, key: u64, owner: Rank, bytes: Bytes, same_node: bool, ack: bool) {
         let len = bytes.len() as u64;
+        if replica::is_viewed(&bytes) {
+            self.viewed.insert((key, owner.0), bytes.clone());
+        }
         self.out
             .transport()
             .expose(BufferKey(replica_key(key, owner.0)), bytes);
@@ -230,10 +240,11 @@ impl ReplicaStore {
 }
 
 /// Whether `got` is the replica buffer offered: `len` bytes in all, as its
-/// header says, and the checksum `crc` in that header.
+/// header says, and the checksum (or the tag of an original kept in
+/// memory) `crc` in that header.
 fn is_offered(got: &[u8], len: u64, crc: u32) -> bool {
     got.len() as u64 == len
-        && replica::announced_len(got).map(|l| l + HEADER_LEN as u64) == Some(len)
+        && replica::held_len(got).map(|l| l + HEADER_LEN as u64) == Some(len)
         && replica::stored_crc(got) == Some(crc)
 }
 
@@ -242,7 +253,7 @@ fn is_offered(got: &[u8], len: u64, crc: u32) -> bool {
 /// checksum is verified when the copy is read for recovery.
 fn map_copy(path: &str, len: u64, crc: u32) -> Result<Bytes, String> {
     let bytes = shared_file::map(std::path::Path::new(path), len).map_err(|e| e.to_string())?;
-    if !is_offered(&bytes, len, crc) {
+    if !is_offered(&bytes, len, crc) || replica::is_viewed(&bytes) {
         return Err(format!("{path} is not the copy offered"));
     }
     Ok(bytes)
@@ -285,6 +296,7 @@ impl Handler<DropKey> for ReplicaStore {
             if let Some(len) = self.held.remove(&(m.key, o)) {
                 self.bytes -= len;
             }
+            self.viewed.remove(&(m.key, o));
             self.out
                 .transport()
                 .withdraw(BufferKey(replica_key(m.key, o)));
@@ -293,6 +305,54 @@ impl Handler<DropKey> for ReplicaStore {
         if m.disk {
             let disk = self.disk.clone();
             actix_rt::task::spawn_blocking(move || disk.remove_key(m.key));
+        }
+    }
+}
+
+/// `owner` was declared failed: the views this rank keeps of its originals
+/// (kept in its memory, so with a tag instead of a checksum) are final now,
+/// and each is replaced by a checksummed copy before ranks read it for
+/// recovery, so that a read from another node is verified end to end like
+/// any other copy. A rank that asks before the copy is made reads the view,
+/// its length checked.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct OwnerDied {
+    pub(crate) owner: Rank,
+}
+
+impl Handler<OwnerDied> for ReplicaStore {
+    type Result = ();
+
+    fn handle(&mut self, m: OwnerDied, ctx: &mut Context<Self>) {
+        let views: Vec<((u64, u32), Bytes)> = self
+            .viewed
+            .iter()
+            .filter(|((_, o), _)| *o == m.owner.0)
+            .map(|(k, b)| (*k, b.clone()))
+            .collect();
+        for ((key, owner), view) in views {
+            let checked = actix_rt::task::spawn_blocking(move || {
+                replica::with_checksum(&view).map(Bytes::from)
+            });
+            ctx.spawn(checked.into_actor(self).map(move |res, act, _| {
+                // Dropped meanwhile (the reduction ended): nothing to replace.
+                if act.viewed.remove(&(key, owner)).is_none() {
+                    return;
+                }
+                if let Ok(Some(copy)) = res {
+                    metrics::counter!(crate::metrics::REPLICAS_CHECKSUMMED).increment(1);
+                    tracing::info!(
+                        rank = act.rank,
+                        owner,
+                        key,
+                        "the view of a dead rank's original is now a checksummed copy"
+                    );
+                    act.out
+                        .transport()
+                        .expose(BufferKey(replica_key(key, owner)), copy);
+                }
+            }));
         }
     }
 }

@@ -150,13 +150,25 @@ impl Worker {
             .locals
             .get(&key)
             .is_some_and(|l| l.durability != Durability::Off);
+        // An original that its buddy on this node will view in place (see
+        // `Prepared`) is not copied either: its header names it with a tag
+        // instead of a checksum (a pass over the data, on the way to the
+        // join). If it ends up with a disk copy after all, that copy gets
+        // its checksum then.
+        let viewed_by = self.locals.get(&key).and_then(|l| {
+            let buddy = replica::buddy(&l.group, self.rank, &self.dead)?;
+            (checksum && Some(buddy) == self.same_node_buddy).then_some(buddy)
+        });
+        let tag = replica::view_tag(key, self.rank.0);
         let small = inline(value.encoded_len_hint());
         // The original, as a replica buffer: header, then archive. The
         // value is held in the same buffer (no copy), and folds into it in
         // place once nothing else refers to it (see `Prepared`).
-        let seal = move |mut buf: taskfold_core::reducer::EncodedBuf| {
+        let seal = move |mut buf: taskfold_core::reducer::EncodedBuf, viewed: bool| {
             let (head, payload) = buf.split_at_mut(HEADER_LEN);
-            if checksum {
+            if viewed {
+                replica::write_view_header(head, payload, tag);
+            } else if checksum {
                 replica::write_header(head, payload);
             } else {
                 replica::write_unchecked_header(head, payload);
@@ -174,8 +186,9 @@ impl Worker {
             match value.into_encoded(HEADER_LEN) {
                 Ok((buf, hold)) => {
                     let buf_len = buf.len();
+                    let viewed = viewed_by.is_some() && self.out.transport().locate(&buf).is_some();
                     let job = move || {
-                        let (shared, bytes) = seal(buf);
+                        let (shared, bytes) = seal(buf, viewed);
                         Prepared {
                             key,
                             value: hold(shared, HEADER_LEN),
@@ -183,7 +196,7 @@ impl Worker {
                             done,
                         }
                     };
-                    if !checksum || original_inline(buf_len) {
+                    if !checksum || viewed || original_inline(buf_len) {
                         let m = job();
                         self.handle(m, ctx);
                     } else {
@@ -197,11 +210,13 @@ impl Worker {
         } else {
             value
         };
+        let t = self.out.transport().clone();
         let job = move || {
             let (value, encoded) = if first {
                 match value.encode_after(HEADER_LEN) {
                     Ok(buf) => {
-                        let (shared, bytes) = seal(buf);
+                        let viewed = viewed_by.is_some() && t.locate(&buf).is_some();
+                        let (shared, bytes) = seal(buf, viewed);
                         (value.into_archived(shared, HEADER_LEN), Ok(bytes))
                     }
                     Err(e) => (value, Err(e)),
@@ -406,8 +421,20 @@ impl Handler<Prepared> for Worker {
                 l.join.disk = dir;
             }
         }
-        let Some(local) = self.locals.get(&key) else {
+        let Some(local) = self.locals.get_mut(&key) else {
             return;
+        };
+        // Sealed to be viewed in place, but its buddy changed meanwhile (or
+        // cannot be told): the disk copy needs a checksum, so this one
+        // original is copied once more to get one.
+        let original = match replica::with_checksum(&original) {
+            None => original,
+            Some(checked) => {
+                let checked = Bytes::from(checked);
+                t.expose(BufferKey(original_key(key)), checked.clone());
+                local.original = Some(checked.clone());
+                checked
+            }
         };
         let disk = self.disk.clone();
         let live = local.disk_live.clone();
@@ -858,10 +885,12 @@ fn fold(
     is_root: bool,
 ) -> (Box<dyn ReduceValue>, Result<(), FoldError>) {
     if offset > 0 {
+        // (From a buddy: its copy in memory, checksummed unless it is a
+        // view of an original kept in memory, which carries a tag.)
         let checked = if from_owner {
             replica::original_payload(&buf)
         } else {
-            replica::verify(&buf)
+            replica::verify_held(&buf)
         };
         if let Err(e) = checked {
             return (value, Err(FoldError::Corrupt(e.to_string())));

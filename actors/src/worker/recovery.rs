@@ -22,6 +22,10 @@ impl Handler<RankFailedIn> for Worker {
         if self.same_node_buddy == Some(rank) {
             self.same_node_buddy = None;
         }
+        if rank != self.rank {
+            self.store
+                .do_send(crate::replica::OwnerDied { owner: rank });
+        }
         if rank == self.rank {
             tracing::error!(rank = %self.rank, "this rank was declared failed: fenced");
             self.fenced = true;
