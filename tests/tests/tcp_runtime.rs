@@ -118,11 +118,14 @@ fn processes_that_are_not_part_of_the_job_are_refused() {
 
 #[test]
 fn an_unreachable_master_is_a_clear_error() {
-    // A port nobody listens on (bound then closed).
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
+    // A port nobody listens on: bound, never listening, and held for the
+    // whole test, so that no other test's listener can take it (a port
+    // bound then closed was once given to another test's rank, whose
+    // listener then answered this one).
+    let held = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    held.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
         .unwrap();
+    let addr = held.local_addr().unwrap().as_socket().unwrap();
     let mut cfg = taskfold_transports::tcp::TcpConfig::new(1, 2, 7, MasterAddr::Addr(addr));
     cfg.connect_timeout = Duration::from_millis(500);
     let t = std::time::Instant::now();

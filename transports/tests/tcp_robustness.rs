@@ -271,10 +271,17 @@ fn missing_ranks_are_named() {
 
 #[test]
 fn unreachable_master_times_out() {
-    // A port nobody listens on any more.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
+    // A port nobody listens on: bound, never listening, and held for the
+    // whole test, so that no other test's listener can take it meanwhile.
+    let held =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("a socket");
+    held.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
         .expect("a free port");
+    let addr = held
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .expect("its address");
     let mut cfg = TcpConfig::new(1, 2, fresh_job(), MasterAddr::Addr(addr));
     cfg.connect_timeout = Duration::from_millis(300);
     assert!(matches!(
