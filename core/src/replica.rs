@@ -107,21 +107,27 @@ pub fn announced_len(buf: &[u8]) -> Option<u64> {
     if buf.len() < HEADER_LEN || buf[..4] != MAGIC {
         return None;
     }
-    Some(u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes")))
+    Some(len_field(buf))
 }
 
 /// Like [`announced_len`], for a buffer in memory: a `TFRV` header counts.
 pub fn held_len(buf: &[u8]) -> Option<u64> {
     if is_viewed(buf) {
-        return Some(u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes")));
+        return Some(len_field(buf));
     }
     announced_len(buf)
+}
+
+/// The payload length in a header that starts `buf` (at least
+/// `HEADER_LEN` bytes).
+fn len_field(buf: &[u8]) -> u64 {
+    u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"))
 }
 
 /// The payload after a header that starts `buf`, if its length is the
 /// header's.
 fn payload_of(buf: &[u8]) -> Result<&[u8], ReplicaError> {
-    let len = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
+    let len = len_field(buf);
     let payload = &buf[HEADER_LEN..];
     if payload.len() as u64 != len {
         return Err(ReplicaError::Malformed(format!(

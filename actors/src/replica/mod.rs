@@ -133,7 +133,7 @@ impl Handler<OfferIn> for ReplicaStore {
             // heap: no request, no copy. The mapping keeps the pages if the
             // owner dies; the owner keeps them unchanged meanwhile.
             match self.out.transport().view(owner, at) {
-                Some(view) if is_offered(&view, m.len, m.crc) => {
+                Some(view) if is_offered(&view, m.len, m.crc, replica::held_len) => {
                     metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
                     return self.keep(key, owner, view.into_bytes(), true, m.wants_ack);
                 }
@@ -167,7 +167,7 @@ impl Handler<OfferIn> for ReplicaStore {
                 return;
             }
             let checked = res.map_err(|e| e.to_string()).and_then(|got| {
-                if !is_offered(&got, m.len, m.crc) {
+                if !is_offered(&got, m.len, m.crc, replica::held_len) {
                     return Err("the copy is not the one offered".into());
                 }
                 match got {
@@ -206,6 +206,8 @@ impl ReplicaStore {
         let len = bytes.len() as u64;
         if replica::is_viewed(&bytes) {
             self.viewed.insert((key, owner.0), bytes.clone());
+        } else {
+            self.viewed.remove(&(key, owner.0));
         }
         self.out
             .transport()
@@ -240,11 +242,12 @@ impl ReplicaStore {
 }
 
 /// Whether `got` is the replica buffer offered: `len` bytes in all, as its
-/// header says, and the checksum (or the tag of an original kept in
-/// memory) `crc` in that header.
-fn is_offered(got: &[u8], len: u64, crc: u32) -> bool {
+/// header says (read by `len_of`: a file's header must be checksummed, a
+/// buffer in memory may carry a tag instead), and the checksum (or tag)
+/// `crc` in that header.
+fn is_offered(got: &[u8], len: u64, crc: u32, len_of: fn(&[u8]) -> Option<u64>) -> bool {
     got.len() as u64 == len
-        && replica::held_len(got).map(|l| l + HEADER_LEN as u64) == Some(len)
+        && len_of(got).map(|l| l + HEADER_LEN as u64) == Some(len)
         && replica::stored_crc(got) == Some(crc)
 }
 
@@ -253,7 +256,7 @@ fn is_offered(got: &[u8], len: u64, crc: u32) -> bool {
 /// checksum is verified when the copy is read for recovery.
 fn map_copy(path: &str, len: u64, crc: u32) -> Result<Bytes, String> {
     let bytes = shared_file::map(std::path::Path::new(path), len).map_err(|e| e.to_string())?;
-    if !is_offered(&bytes, len, crc) || replica::is_viewed(&bytes) {
+    if !is_offered(&bytes, len, crc, replica::announced_len) {
         return Err(format!("{path} is not the copy offered"));
     }
     Ok(bytes)

@@ -155,10 +155,7 @@ impl Worker {
         // instead of a checksum (a pass over the data, on the way to the
         // join). If it ends up with a disk copy after all, that copy gets
         // its checksum then.
-        let viewed_by = self.locals.get(&key).and_then(|l| {
-            let buddy = replica::buddy(&l.group, self.rank, &self.dead)?;
-            (checksum && Some(buddy) == self.same_node_buddy).then_some(buddy)
-        });
+        let viewed_by = self.viewing_buddy(key).filter(|_| checksum);
         let tag = replica::view_tag(key, self.rank.0);
         let small = inline(value.encoded_len_hint());
         // The original, as a replica buffer: header, then archive. The
@@ -395,8 +392,11 @@ impl Handler<Prepared> for Worker {
         // recovery may ask this rank for its original.
         t.expose(BufferKey(original_key(key)), original.clone());
         local.original = Some(original.clone());
-        let buddy = replica::buddy(&local.group, rank, &self.dead);
-        if buddy.is_some() && buddy == self.same_node_buddy && t.locate(&original).is_some() {
+        let viewing = self.viewing_buddy(key).is_some();
+        let Some(local) = self.locals.get_mut(&key) else {
+            return;
+        };
+        if viewing && t.locate(&original).is_some() {
             // The buddy is on this node and reads this rank's shared heap
             // in place: its copy is a view of this very buffer, which its
             // mapping keeps if this process dies, as a disk copy would be

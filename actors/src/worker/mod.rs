@@ -178,6 +178,15 @@ impl Worker {
         }
     }
 
+    /// `key`'s buddy, if it is the one known to be on this node (it views
+    /// originals in this rank's shared heap in place): the same answer
+    /// when the original is sealed and when it is kept.
+    fn viewing_buddy(&self, key: u64) -> Option<Rank> {
+        let l = self.locals.get(&key)?;
+        let buddy = taskfold_core::replica::buddy(&l.group, self.rank, &self.dead)?;
+        (Some(buddy) == self.same_node_buddy).then_some(buddy)
+    }
+
     fn to_master(&self, msg: &Msg) {
         if let Err(e) = self.out.send(Rank(0), msg) {
             tracing::warn!(rank = %self.rank, error = %e, "could not reach the master");

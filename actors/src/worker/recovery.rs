@@ -22,10 +22,6 @@ impl Handler<RankFailedIn> for Worker {
         if self.same_node_buddy == Some(rank) {
             self.same_node_buddy = None;
         }
-        if rank != self.rank {
-            self.store
-                .do_send(crate::replica::OwnerDied { owner: rank });
-        }
         if rank == self.rank {
             tracing::error!(rank = %self.rank, "this rank was declared failed: fenced");
             self.fenced = true;
@@ -35,6 +31,9 @@ impl Handler<RankFailedIn> for Worker {
             }
             return;
         }
+        // Views this rank keeps of the dead rank's originals get checksums.
+        self.store
+            .do_send(crate::replica::OwnerDied { owner: rank });
         // Fetches from the dead rank would hang on a stopped process: cancel
         // them and let the master reschedule (DESIGN.md §2, place 3).
         let stuck: Vec<u64> = self

@@ -4,9 +4,9 @@
 //!
 //! Every repetition: barrier, t0, [delay], contribute, outcome, t1; the
 //! root verifies its result after t1. The contributions of several
-//! repetitions are built at once, between two barriers (see `run_point`). K concurrent reductions are K
-//! futures started back to back and then awaited, like K `MPI_Ireduce`
-//! and one `MPI_Waitall`.
+//! repetitions are built at once, between two barriers (see `run_point`).
+//! K concurrent reductions are K futures started back to back and then
+//! awaited, like K `MPI_Ireduce` and one `MPI_Waitall`.
 
 use clap::Args;
 use std::path::PathBuf;
