@@ -10,9 +10,9 @@
 //! How:
 //! - [`SharedHeap`] is a global allocator that a program opts into (one
 //!   line, below). Blocks of at least [`MIN_SHARED`] bytes come from one
-//!   `memfd` per process, mapped shared; smaller ones go to the system
-//!   allocator. Reduction buffers are all that large or larger (the
-//!   buffer pool keeps only those), and are then all in the heap.
+//!   `memfd` per process, mapped shared, and so do the buffer pool's
+//!   blocks from [`MIN_SHARED_POOLED`] bytes up (reduction buffers, the
+//!   only ones the pool keeps); smaller ones go to the system allocator.
 //! - A transport that lends a buffer names its place in the heap
 //!   ([`locate`]); the reader opens the owner's heap through
 //!   `/proc/<pid>/fd/<fd>` (the same permission as reading the owner's
@@ -48,6 +48,14 @@ use std::sync::{Mutex, OnceLock};
 
 /// Smallest block served from the shared heap (the buffer pool's threshold).
 pub const MIN_SHARED: usize = 1 << 20;
+
+/// Smallest block served from the shared heap when the buffer pool
+/// allocates it ([`taskfold_core::pool::allocating`]): reduction buffers of
+/// 128 KiB and more lie in the heap, where same-node peers read them in
+/// place, while the application's own blocks below [`MIN_SHARED`] stay
+/// with the system allocator (which reuses them without a system call;
+/// a heap block gives its pages back when freed).
+pub const MIN_SHARED_POOLED: usize = taskfold_core::pool::MIN_POOLED;
 
 /// Blocks are whole multiples of this (and aligned to it within the heap).
 const GRANULE: usize = 64 << 10;
@@ -266,7 +274,12 @@ impl Heap {
 }
 
 fn shared_size(layout: Layout) -> bool {
-    layout.size() >= MIN_SHARED && layout.align() <= MAX_ALIGN
+    let min = if layout.size() < MIN_SHARED && taskfold_core::pool::allocating() {
+        MIN_SHARED_POOLED
+    } else {
+        MIN_SHARED
+    };
+    layout.size() >= min && layout.align() <= MAX_ALIGN
 }
 
 // SAFETY: every block comes either from `System` (and goes back to it) or
@@ -320,7 +333,8 @@ unsafe impl GlobalAlloc for SharedHeap {
             // SAFETY: forwarded: `System` allocated `ptr` with `layout`.
             return unsafe { System.realloc(ptr, layout, new_size) };
         }
-        if in_heap && new_size >= MIN_SHARED && round_up(new_size) == round_up(layout.size()) {
+        if in_heap && new_size >= MIN_SHARED_POOLED && round_up(new_size) == round_up(layout.size())
+        {
             return ptr; // still fits its block
         }
         // SAFETY: `new_size` is non-zero and, rounded to the alignment,

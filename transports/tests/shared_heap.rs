@@ -20,6 +20,25 @@ fn large_blocks_come_from_the_heap_small_ones_do_not() {
 }
 
 #[test]
+fn the_pools_buffers_come_from_the_heap_from_a_lower_size_up() {
+    // A reduction buffer of 128 KiB is in the heap (same-node peers read
+    // it in place); the application's own block of that size is not.
+    let n = shm::MIN_SHARED_POOLED;
+    assert!(n < MIN_SHARED);
+    let pooled = taskfold_core::pool::take(n);
+    let own: Vec<u8> = Vec::with_capacity(n);
+    assert!(shm::active(), "the heap was created");
+    assert!(
+        shm::locate(pooled.as_ptr(), n).is_some(),
+        "a pool buffer of {n} bytes is in the heap"
+    );
+    assert!(shm::locate(own.as_ptr(), n).is_none());
+    assert!(!taskfold_core::pool::allocating(), "the mark is cleared");
+    let below = taskfold_core::pool::take(n - 4096);
+    assert!(shm::locate(below.as_ptr(), 1).is_none());
+}
+
+#[test]
 fn blocks_are_disjoint_zeroed_and_reused() {
     // Many threads allocating, filling, checking and freeing blocks of
     // several sizes: a block handed out twice would be overwritten.
