@@ -236,7 +236,8 @@ impl Master {
                     metrics::histogram!(crate::metrics::REDUCTION_SECONDS)
                         .record(r.started.elapsed().as_secs_f64());
                     let msg = Msg::Complete { key, error: None };
-                    for &rank in r.group.members() {
+                    let own = self.out.transport().rank();
+                    for rank in completion_order(r.group.members(), r.root, own) {
                         self.send(rank, &msg);
                     }
                     break;
@@ -381,4 +382,52 @@ impl Master {
 
 impl Actor for Master {
     type Context = Context<Self>;
+}
+
+/// The order in which the master tells a reduction's members that it is
+/// complete: the root first, then the other ranks, and the master's own
+/// rank last.
+///
+/// Why: each send to another rank is a system call that also runs the
+/// loopback's delivery, and the members' futures resolve in the order the
+/// messages go out. The master's own rank hears at once, through its own
+/// mailbox; told first, it started its next operation (a barrier's next
+/// timed reduction, say) while the others still waited, which is the
+/// spread a barrier exists to remove.
+fn completion_order(members: &[Rank], root: Rank, own: Rank) -> impl Iterator<Item = Rank> + '_ {
+    let root_first = members
+        .iter()
+        .copied()
+        .filter(move |&r| r == root && r != own);
+    let others = members
+        .iter()
+        .copied()
+        .filter(move |&r| r != root && r != own);
+    let own_last = members.iter().copied().filter(move |&r| r == own);
+    root_first.chain(others).chain(own_last)
+}
+
+#[cfg(test)]
+mod completion_tests {
+    use super::*;
+
+    #[test]
+    fn the_root_hears_first_and_the_masters_own_rank_last() {
+        let m: Vec<Rank> = (0..5).map(Rank).collect();
+        let order: Vec<u32> = completion_order(&m, Rank(3), Rank(0))
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(order, vec![3, 1, 2, 4, 0]);
+        // The master's rank is the root: still last (it hears at once).
+        let order: Vec<u32> = completion_order(&m, Rank(0), Rank(0))
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(order, vec![1, 2, 3, 4, 0]);
+        // A group without the master's rank.
+        let m: Vec<Rank> = vec![Rank(2), Rank(5), Rank(7)];
+        let order: Vec<u32> = completion_order(&m, Rank(7), Rank(0))
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(order, vec![7, 2, 5]);
+    }
 }
