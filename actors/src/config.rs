@@ -57,8 +57,8 @@ pub enum Durability {
     /// that dies before its replica left it ends the reduction with an
     /// error, unless that disk copy can be read. With a buddy on the rank's
     /// node, after the first reduction, there is no disk copy: the buddy's
-    /// view of the rank's buffer is the copy, and the announcement waits
-    /// for it instead (one message each way).
+    /// view of the rank's buffer is the copy; the announcement goes with
+    /// the offer, and the master counts it once the buddy holds the view.
     #[default]
     Async,
     /// A rank announces its contribution only after its buddy acknowledged

@@ -12,7 +12,7 @@ use crate::master::{
     TaskFailedIn,
 };
 use crate::perf::{GetLocalStats, LocalStats, PerformanceCounter};
-use crate::replica::{OfferIn, ReplicaStore};
+use crate::replica::{OfferIn, PeerGone, ReplicaStore};
 use crate::worker::{
     CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, RankFailedIn, ReleaseIn, ReplicaAckIn,
     StartReduce, TaskIn, Worker,
@@ -66,6 +66,9 @@ impl StreamHandler<Event> for Router {
                     });
                 }
                 self.worker.do_send(PeerDown { peer, reason });
+                // After every offer `peer` sent, which this router handed to
+                // the store before this event.
+                self.store.do_send(PeerGone { peer });
             }
         }
     }
@@ -94,11 +97,12 @@ impl Router {
                     d.do_send(PongIn { from });
                 }
             }
-            Msg::Replicated { key, owner } => self.master_or_drop(from, |m| {
+            Msg::Replicated { key, owner, ok } => self.master_or_drop(from, |m| {
                 m.do_send(ReplicatedIn {
                     holder: from,
                     key,
                     owner,
+                    ok,
                     wire,
                 })
             }),
@@ -110,6 +114,7 @@ impl Router {
                 node,
                 file,
                 heap,
+                warm,
                 wants_ack,
             } if owner == from.0 => self.store.do_send(OfferIn {
                 key,
@@ -119,6 +124,7 @@ impl Router {
                 node,
                 file,
                 heap,
+                warm,
                 wants_ack,
             }),
             Msg::ReplicaAck {

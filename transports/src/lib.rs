@@ -315,6 +315,21 @@ pub trait Transport: Send + Sync + 'static {
         let _ = (from, at);
         None
     }
+    /// As [`Transport::view`], also after the link to `from` went down, as
+    /// long as this process still maps `from`'s memory (until
+    /// [`Transport::forget_memory`]): a buddy reads the original that
+    /// `from` offered it just before it died, which `from` kept unchanged
+    /// (it can no longer change it). Not for data that a live peer may
+    /// have released meanwhile. Default: [`Transport::view`].
+    fn view_retained(&self, from: Rank, at: &Direct) -> Option<Received> {
+        self.view(from, at)
+    }
+    /// Stops mapping the memory of `peer`, whose link went down, once
+    /// nothing more will be read there with [`Transport::view_retained`]
+    /// (views already taken keep what they read). Default: nothing kept.
+    fn forget_memory(&self, peer: Rank) {
+        let _ = peer;
+    }
     /// The stream of incoming frames and link events (one consumer).
     fn events(&self) -> flume::Receiver<Event>;
     /// Closes every link; later calls fail with [`TransportError::Closed`].

@@ -2,9 +2,9 @@
 
 use super::{Master, MasterStats};
 use crate::master::state::has_copy;
-use crate::master::state::Reduction;
+use crate::master::state::{Gated, Reduction};
 use actix::prelude::*;
-use taskfold_core::schedule::Source;
+use taskfold_core::schedule::{ScheduleError, Source};
 use taskfold_core::wire::{Msg, Ready, TaskFailed, TaskFailure};
 use taskfold_core::{Rank, ReduceError};
 
@@ -54,10 +54,15 @@ impl Handler<ReadyIn> for Master {
             if !self.reductions.contains_key(&key) {
                 match Reduction::new(join, self.size) {
                     Ok(mut r) => {
-                        for (owner, holder) in self.early_replicas.remove(&key).unwrap_or_default()
+                        for (owner, holder, ok) in
+                            self.early_replicas.remove(&key).unwrap_or_default()
                         {
                             if let Some(i) = r.group.index_of(Rank(owner)) {
-                                r.replicas.insert(i, holder);
+                                if ok {
+                                    r.replicas.insert(i, holder);
+                                } else {
+                                    r.refused.insert(i);
+                                }
                             }
                         }
                         // Members already dead: recovered from their replicas
@@ -140,6 +145,34 @@ impl Handler<ReadyIn> for Master {
         if let Some(dir) = ready.join.as_ref().and_then(|j| j.disk.clone()) {
             r.disks.insert(index, dir);
         }
+        if ready.join.is_some() && r.gated.contains_key(&index) {
+            // A second join while the first waits for its buddy.
+            let error = protocol(&r.id, from, ScheduleError::DuplicateJoin(index));
+            self.fail(key, error.clone());
+            self.send(
+                from,
+                &Msg::Complete {
+                    key,
+                    error: Some(error),
+                },
+            );
+            return;
+        }
+        if let (Some(join), Some(buddy)) = (&ready.join, ready.gate) {
+            let answered = r.replicas.get(&index) == Some(&buddy) || r.refused.contains(&index);
+            if !answered && !self.dead.contains(&buddy) {
+                r.gated.insert(
+                    index,
+                    Gated {
+                        from,
+                        join: join.clone(),
+                        buddy,
+                        owner_dead: false,
+                    },
+                );
+                return;
+            }
+        }
         let outcome = match (&ready.join, &ready.done) {
             (Some(join), None) => match r.mismatch(join, from) {
                 Some(detail) => Err(ReduceError::Mismatched {
@@ -175,6 +208,61 @@ impl Handler<ReadyIn> for Master {
                 self.fail(key, error.clone());
                 self.send(
                     from,
+                    &Msg::Complete {
+                        key,
+                        error: Some(error),
+                    },
+                );
+            }
+        }
+    }
+}
+
+impl Master {
+    /// Counts the join of position `index` of `key` that waited for its
+    /// buddy's answer (the buddy answered, or was declared failed, or the
+    /// wait for it ran out). If the sender died meanwhile, its original is
+    /// in the reduction from the buddy's copy, if the buddy keeps one.
+    pub(super) fn admit_gated(&mut self, key: u64, index: usize) {
+        let Some(r) = self.reductions.get_mut(&key) else {
+            return;
+        };
+        let Some(g) = r.gated.remove(&index) else {
+            return;
+        };
+        if g.owner_dead {
+            let (dead, replicas, disks) = (&self.dead, &r.replicas, &r.disks);
+            match r
+                .schedule
+                .fail(index, |k| has_copy(replicas, disks, dead, k))
+            {
+                Ok(()) => {
+                    metrics::counter!(crate::metrics::RECOVERIES).increment(1);
+                    self.drive(key);
+                }
+                Err(u) => {
+                    let error = r.lost(&u);
+                    self.fail(key, error);
+                }
+            }
+            return;
+        }
+        let outcome = match r.mismatch(&g.join, g.from) {
+            Some(detail) => Err(ReduceError::Mismatched {
+                id: r.id.clone(),
+                detail,
+            }),
+            None => r
+                .schedule
+                .join(index)
+                .map_err(|e| protocol(&r.id, g.from, e)),
+        };
+        match outcome {
+            Ok(()) => self.drive(key),
+            Err(error) => {
+                self.fail(key, error.clone());
+                self.send(
+                    g.from,
                     &Msg::Complete {
                         key,
                         error: Some(error),
@@ -273,13 +361,15 @@ impl Handler<TaskFailedIn> for Master {
     }
 }
 
-/// A buddy stored a copy of `owner`'s original of `key`.
+/// A buddy stored a copy of `owner`'s original of `key` (`ok`), or
+/// refused to.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct ReplicatedIn {
     pub(crate) holder: Rank,
     pub(crate) key: u64,
     pub(crate) owner: u32,
+    pub(crate) ok: bool,
     pub(crate) wire: usize,
 }
 
@@ -293,8 +383,20 @@ impl Handler<ReplicatedIn> for Master {
         }
         match self.reductions.get_mut(&m.key) {
             Some(r) => {
-                if let Some(i) = r.group.index_of(Rank(m.owner)) {
+                let Some(i) = r.group.index_of(Rank(m.owner)) else {
+                    return;
+                };
+                if m.ok {
                     r.replicas.insert(i, m.holder.0);
+                } else {
+                    r.refused.insert(i);
+                }
+                if r.gated.get(&i).is_some_and(|g| g.buddy == m.holder.0) {
+                    if !m.ok {
+                        metrics::counter!(crate::metrics::REPLICA_ERRORS).increment(1);
+                        tracing::error!(owner = m.owner, buddy = %m.holder, "buddy refused the replica; continuing without it");
+                    }
+                    self.admit_gated(m.key, i);
                 }
             }
             None if !self.ended.contains_key(&m.key) => {
@@ -306,9 +408,38 @@ impl Handler<ReplicatedIn> for Master {
                 self.early_replicas
                     .entry(m.key)
                     .or_default()
-                    .push((m.owner, m.holder.0));
+                    .push((m.owner, m.holder.0, m.ok));
             }
             None => {}
+        }
+    }
+}
+
+/// The wait for a buddy's answer about the original of a rank that died
+/// while its join waited ([`super::VERDICT_WAIT`]) ran out.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct VerdictDue {
+    pub(crate) key: u64,
+    pub(crate) index: usize,
+}
+
+impl Handler<VerdictDue> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: VerdictDue, _: &mut Context<Self>) {
+        let waiting = self
+            .reductions
+            .get(&m.key)
+            .and_then(|r| r.gated.get(&m.index))
+            .is_some_and(|g| g.owner_dead);
+        if waiting {
+            tracing::warn!(
+                key = m.key,
+                index = m.index,
+                "no answer from the buddy of a dead rank; its original is taken as lost"
+            );
+            self.admit_gated(m.key, m.index);
         }
     }
 }

@@ -42,7 +42,9 @@ pub struct Master {
     ended: HashMap<u64, (ReduceError, HashSet<u32>)>,
     ended_order: std::collections::VecDeque<u64>,
     /// Replica notices for reductions the master has not seen yet.
-    early_replicas: HashMap<u64, Vec<(u32, u32)>>,
+    early_replicas: HashMap<u64, Vec<(u32, u32, bool)>>,
+    /// This actor's address (for its own timers).
+    me: Option<Addr<Master>>,
     dead: HashSet<u32>,
     /// When each dead rank was declared failed.
     dead_at: HashMap<u32, SystemTime>,
@@ -119,6 +121,7 @@ impl Master {
             ended: HashMap::new(),
             ended_order: Default::default(),
             early_replicas: HashMap::new(),
+            me: None,
             dead: HashSet::new(),
             dead_at: HashMap::new(),
             infer: None,
@@ -346,16 +349,42 @@ impl Master {
             };
             let dead = &self.dead;
             let member = r.group.index_of(rank);
+            // A join of this rank still waiting for its buddy: the buddy's
+            // answer (most likely on its way) says whether the original is
+            // in, from its copy. The scheduler hears of this death then,
+            // or when the wait runs out.
+            let verdict = member.filter(|i| r.gated.contains_key(i));
+            if let Some(g) = verdict.and_then(|i| r.gated.get_mut(&i)) {
+                g.owner_dead = true;
+            }
+            // Joins waiting for this rank, as their buddy: it can no longer
+            // answer, so they count now, without a copy.
+            let released: Vec<usize> = r
+                .gated
+                .iter()
+                .filter(|(_, g)| g.buddy == rank.0)
+                .map(|(i, _)| *i)
+                .collect();
             let (replicas, disks) = (&r.replicas, &r.disks);
             let has = |k: usize| state::has_copy(replicas, disks, dead, k);
             let outcome = match member {
-                Some(i) => r.schedule.fail(i, has),
-                None => r.schedule.check_recoverable(has),
+                Some(i) if verdict.is_none() => r.schedule.fail(i, has),
+                _ => r.schedule.check_recoverable(has),
             };
+            if let (Some(index), Some(me)) = (verdict, &self.me) {
+                let me = me.clone();
+                actix::spawn(async move {
+                    actix_rt::time::sleep(VERDICT_WAIT).await;
+                    me.do_send(handlers::VerdictDue { key, index });
+                });
+            }
             match outcome {
                 Ok(()) => {
-                    if member.is_some() {
+                    if member.is_some() && verdict.is_none() {
                         metrics::counter!(crate::metrics::RECOVERIES).increment(1);
+                    }
+                    for i in released {
+                        self.admit_gated(key, i);
                     }
                     self.drive(key);
                 }
@@ -382,7 +411,20 @@ impl Master {
 
 impl Actor for Master {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.me = Some(ctx.address());
+    }
 }
+
+/// How long the master waits for the answer of a dead rank's buddy about
+/// that rank's original, when the rank died while its join waited for that
+/// answer (see `Ready::gate`). The answer normally comes within
+/// milliseconds (the buddy viewed the original as the rank joined); it
+/// never comes only if the offer never reached the buddy, and then the
+/// original is lost: the reduction ends with `RanksLost` after this wait
+/// instead of waiting forever.
+pub(crate) const VERDICT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The order in which the master tells a reduction's members that it is
 /// complete: the root first, then the other ranks, and the master's own
@@ -429,5 +471,238 @@ mod completion_tests {
             .map(|r| r.0)
             .collect();
         assert_eq!(order, vec![7, 2, 5]);
+    }
+}
+
+#[cfg(test)]
+mod gate_tests {
+    //! A join gated on its buddy (`Ready::gate`), driven message by message
+    //! over the serialising loopback.
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use taskfold_core::wire::{self, Join, Ready};
+    use taskfold_core::RankSet;
+    use taskfold_transports::loopback::{LoopbackHub, LoopbackTransport};
+    use taskfold_transports::{Event, Transport};
+
+    const KEY: u64 = 11;
+
+    fn join(rank: u32, gate: Option<u32>) -> ReadyIn {
+        ReadyIn {
+            from: Rank(rank),
+            ready: Ready {
+                key: KEY,
+                rank,
+                path: RankSet::single(rank as usize),
+                join: Some(Join {
+                    id: "gated".into(),
+                    group: vec![0, 1, 2, 3],
+                    root: 1,
+                    type_tag: 7,
+                    shape: None,
+                    disk: None,
+                }),
+                done: None,
+                replica: None,
+                gate,
+                direct: None,
+            },
+            wire: 0,
+        }
+    }
+
+    fn replicated(owner: u32, holder: u32, ok: bool) -> ReplicatedIn {
+        ReplicatedIn {
+            holder: Rank(holder),
+            key: KEY,
+            owner,
+            ok,
+            wire: 0,
+        }
+    }
+
+    /// Every message sent to the four ranks so far: (to, message).
+    fn sent(ts: &[Arc<LoopbackTransport>]) -> Vec<(u32, Msg)> {
+        let mut out = Vec::new();
+        for (r, t) in ts.iter().enumerate() {
+            for e in t.events().try_iter() {
+                if let Event::Message { frame, .. } = e {
+                    out.push((r as u32, wire::decode(&frame).expect("a valid frame")));
+                }
+            }
+        }
+        out
+    }
+
+    fn tasks_naming(msgs: &[(u32, Msg)], rank: u32) -> usize {
+        msgs.iter()
+            .filter(|(to, m)| matches!(m, Msg::Task(t) if t.provider == rank || *to == rank))
+            .count()
+    }
+
+    async fn settle() {
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    fn master(ts: &[Arc<LoopbackTransport>]) -> Addr<Master> {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+        Master::new(4, Outbox::new(t), 1000).start()
+    }
+
+    #[test]
+    fn a_gated_join_counts_once_its_buddy_keeps_the_copy() {
+        let (_hub, ts) = LoopbackHub::new(4);
+        actix_rt::System::new().block_on(async move {
+            let m = master(&ts);
+            for j in [
+                join(0, None),
+                join(1, None),
+                join(2, Some(3)),
+                join(3, None),
+            ] {
+                m.send(j).await.unwrap();
+            }
+            settle().await;
+            let before = sent(&ts);
+            assert_eq!(
+                tasks_naming(&before, 2),
+                0,
+                "rank 2 is not scheduled before its buddy answers: {before:?}"
+            );
+            assert!(
+                before.iter().any(|(_, m)| matches!(m, Msg::Task(_))),
+                "the others are"
+            );
+            m.send(replicated(2, 3, true)).await.unwrap();
+            settle().await;
+            let after = sent(&ts);
+            assert_eq!(tasks_naming(&after, 2), 1, "{after:?}");
+        });
+    }
+
+    #[test]
+    fn a_rank_that_dies_while_its_join_waits_is_recovered_from_its_buddys_copy() {
+        let (_hub, ts) = LoopbackHub::new(4);
+        actix_rt::System::new().block_on(async move {
+            let m = master(&ts);
+            for j in [
+                join(0, None),
+                join(1, None),
+                join(2, Some(3)),
+                join(3, None),
+            ] {
+                m.send(j).await.unwrap();
+            }
+            m.send(RankDown {
+                rank: Rank(2),
+                reason: "killed".into(),
+                latency: None,
+            })
+            .await
+            .unwrap();
+            settle().await;
+            let before = sent(&ts);
+            assert!(
+                !before
+                    .iter()
+                    .any(|(_, m)| matches!(m, Msg::Complete { error: Some(_), .. })),
+                "the reduction waits for the buddy's answer: {before:?}"
+            );
+            // The buddy's answer, sent before it heard of the death.
+            m.send(replicated(2, 3, true)).await.unwrap();
+            settle().await;
+            let after = sent(&ts);
+            assert!(
+                after.iter().any(|(_, m)| matches!(
+                    m,
+                    Msg::Task(t) if t.provider == 2 && t.source == DataSource::Replica { holder: 3 }
+                )),
+                "rank 2's original comes from its buddy's copy: {after:?}"
+            );
+        });
+    }
+
+    #[test]
+    fn a_refusal_or_no_answer_about_a_dead_ranks_original_is_a_typed_error() {
+        for answer in [Some(false), None] {
+            let (_hub, ts) = LoopbackHub::new(4);
+            actix_rt::System::new().block_on(async move {
+                let m = master(&ts);
+                for j in [
+                    join(0, None),
+                    join(1, None),
+                    join(2, Some(3)),
+                    join(3, None),
+                ] {
+                    m.send(j).await.unwrap();
+                }
+                m.send(RankDown {
+                    rank: Rank(2),
+                    reason: "killed".into(),
+                    latency: None,
+                })
+                .await
+                .unwrap();
+                match answer {
+                    Some(ok) => m.send(replicated(2, 3, ok)).await.unwrap(),
+                    // Bounded: the wait runs out.
+                    None => actix_rt::time::sleep(VERDICT_WAIT).await,
+                }
+                settle().await;
+                let msgs = sent(&ts);
+                for r in [0, 1, 3] {
+                    assert!(
+                        msgs.iter().any(|(to, m)| *to == r
+                            && matches!(
+                                m,
+                                Msg::Complete {
+                                    error: Some(ReduceError::RanksLost { .. }),
+                                    ..
+                                }
+                            )),
+                        "rank {r} hears that rank 2's original is lost ({answer:?}): {msgs:?}"
+                    );
+                }
+            });
+        }
+    }
+
+    #[test]
+    fn a_gated_join_counts_without_a_copy_when_its_buddy_dies() {
+        let (_hub, ts) = LoopbackHub::new(4);
+        actix_rt::System::new().block_on(async move {
+            let m = master(&ts);
+            for j in [
+                join(0, None),
+                join(1, None),
+                join(2, Some(3)),
+                join(3, None),
+            ] {
+                m.send(j).await.unwrap();
+            }
+            // Rank 3's own original has a copy (on rank 0): its death loses
+            // nothing of its own.
+            m.send(replicated(3, 0, true)).await.unwrap();
+            m.send(RankDown {
+                rank: Rank(3),
+                reason: "killed".into(),
+                latency: None,
+            })
+            .await
+            .unwrap();
+            settle().await;
+            let msgs = sent(&ts);
+            assert!(
+                !msgs
+                    .iter()
+                    .any(|(_, m)| matches!(m, Msg::Complete { error: Some(_), .. })),
+                "{msgs:?}"
+            );
+            assert!(
+                tasks_naming(&msgs, 2) >= 1,
+                "rank 2's join counts: {msgs:?}"
+            );
+        });
     }
 }

@@ -30,6 +30,25 @@ pub(crate) struct Reduction {
     /// Group position → where a same-node receiver reads its current data
     /// in place (from its last ready message), forwarded in its tasks.
     pub(crate) directs: HashMap<usize, taskfold_core::wire::Direct>,
+    /// Group position → a join held until the buddy named in it answers
+    /// (`Ready::gate`): the original is not in the reduction before a
+    /// second copy of it exists, or is known not to.
+    pub(crate) gated: HashMap<usize, Gated>,
+    /// Group positions whose buddy refused to keep a copy.
+    pub(crate) refused: HashSet<usize>,
+}
+
+/// A join waiting for the sender's buddy.
+pub(crate) struct Gated {
+    /// The sender.
+    pub(crate) from: Rank,
+    /// Its join.
+    pub(crate) join: Join,
+    /// The buddy whose answer it waits for.
+    pub(crate) buddy: u32,
+    /// The sender died while its join waited: on the buddy's answer, its
+    /// original is recovered from the buddy's copy, or lost.
+    pub(crate) owner_dead: bool,
 }
 
 impl Reduction {
@@ -61,6 +80,8 @@ impl Reduction {
             disk_checked: HashSet::new(),
             fetch_failures: 0,
             directs: HashMap::new(),
+            gated: HashMap::new(),
+            refused: HashSet::new(),
         })
     }
 }

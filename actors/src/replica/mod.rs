@@ -59,6 +59,12 @@ pub struct ReplicaStore {
     /// that arrives after its reduction ended (or was re-offered) is dropped.
     pending: HashMap<(u64, u32), u64>,
     next_offer: u64,
+    /// Owners declared failed (`OwnerDied`): a view of one of their
+    /// originals made after that (an offer read after its owner died) is
+    /// given a checksum at once.
+    dead_owners: std::collections::HashSet<u32>,
+    /// This actor's address (to send itself `OwnerDied`).
+    me: Option<Addr<ReplicaStore>>,
 }
 
 impl ReplicaStore {
@@ -73,6 +79,8 @@ impl ReplicaStore {
             bytes: 0,
             pending: HashMap::new(),
             next_offer: 0,
+            dead_owners: std::collections::HashSet::new(),
+            me: None,
         }
     }
 
@@ -84,6 +92,10 @@ impl ReplicaStore {
 
 impl Actor for ReplicaStore {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.me = Some(ctx.address());
+    }
 }
 
 /// An owner offers a copy of its original.
@@ -100,6 +112,8 @@ pub(crate) struct OfferIn {
     pub(crate) file: Option<String>,
     /// Where the original lies in the owner's shared memory.
     pub(crate) heap: Option<taskfold_transports::Direct>,
+    /// A place in the owner's heap, to map it ahead (see the message).
+    pub(crate) warm: Option<taskfold_transports::Direct>,
     /// Whether the owner wants a positive answer.
     pub(crate) wants_ack: bool,
 }
@@ -111,7 +125,7 @@ impl Handler<OfferIn> for ReplicaStore {
         let (key, owner) = (m.key, m.owner);
         if self.bytes + m.len > self.limit {
             tracing::warn!(rank = self.rank, %owner, "replica store full; offer refused");
-            self.ack(key, owner, false, false);
+            self.refuse(key, owner, false);
             return;
         }
         let same_node = m.node != 0 && m.node == shared_file::node_token();
@@ -119,6 +133,13 @@ impl Handler<OfferIn> for ReplicaStore {
             match map_copy(path, m.len, m.crc) {
                 Ok(bytes) => {
                     metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
+                    if let Some(at) = m.warm.as_ref().or(m.heap.as_ref()) {
+                        // Maps the owner's heap now (the view itself is not
+                        // needed): its later originals are viewed there,
+                        // and one offered just before the owner dies can
+                        // then still be read (`view_retained`).
+                        drop(self.out.transport().view(owner, at));
+                    }
                     return self.keep(key, owner, bytes, true, m.wants_ack);
                 }
                 // Gone (the reduction ended there) or not the one offered:
@@ -131,8 +152,12 @@ impl Handler<OfferIn> for ReplicaStore {
         if let Some(at) = m.heap.as_ref().filter(|_| same_node) {
             // The owner's buffer, read in place through the mapping of its
             // heap: no request, no copy. The mapping keeps the pages if the
-            // owner dies; the owner keeps them unchanged meanwhile.
-            match self.out.transport().view(owner, at) {
+            // owner dies; the owner keeps them unchanged meanwhile. Read
+            // also if the owner died since it sent the offer (its join
+            // waits at the master for this answer, `Ready::gate`): its
+            // heap stays mapped here until this rank has read every offer
+            // it sent (`PeerGone`), and a dead owner changes nothing.
+            match self.out.transport().view_retained(owner, at) {
                 Some(view) if is_offered(&view, m.len, m.crc, replica::held_len) => {
                     metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
                     return self.keep(key, owner, view.into_bytes(), true, m.wants_ack);
@@ -163,7 +188,7 @@ impl Handler<OfferIn> for ReplicaStore {
                 // before this rank heard of it. Nothing is lost (it no longer
                 // needs a copy); say so, and nothing more.
                 tracing::debug!(rank = act.rank, %owner, key, "the original was withdrawn before it was copied");
-                act.ack(key, owner, false, same_node);
+                act.refuse(key, owner, same_node);
                 return;
             }
             let checked = res.map_err(|e| e.to_string()).and_then(|got| {
@@ -192,7 +217,7 @@ impl Handler<OfferIn> for ReplicaStore {
                 Ok(bytes) => act.keep(key, owner, bytes, same_node, m.wants_ack),
                 Err(e) => {
                     tracing::warn!(rank = act.rank, %owner, error = %e, "could not copy an original");
-                    act.ack(key, owner, false, same_node);
+                    act.refuse(key, owner, same_node);
                 }
             }
         }));
@@ -206,6 +231,13 @@ impl ReplicaStore {
         let len = bytes.len() as u64;
         if replica::is_viewed(&bytes) {
             self.viewed.insert((key, owner.0), bytes.clone());
+            if self.dead_owners.contains(&owner.0) {
+                // Read after its owner was declared failed: checksummed
+                // now, as the views made before were then.
+                if let Some(me) = &self.me {
+                    me.do_send(OwnerDied { owner });
+                }
+            }
         } else {
             self.viewed.remove(&(key, owner.0));
         }
@@ -221,11 +253,27 @@ impl ReplicaStore {
             &Msg::Replicated {
                 key,
                 owner: owner.0,
+                ok: true,
             },
         );
         if ack {
             self.ack(key, owner, true, same_node);
         }
+    }
+
+    /// Refuses a copy of `owner`'s original of `key`: tells the owner, and
+    /// the master (which may hold the owner's join until this buddy
+    /// answers, see `Ready::gate`).
+    fn refuse(&self, key: u64, owner: Rank, same_node: bool) {
+        let _ = self.out.send(
+            Rank(0),
+            &Msg::Replicated {
+                key,
+                owner: owner.0,
+                ok: false,
+            },
+        );
+        self.ack(key, owner, false, same_node);
     }
 
     /// Tells `owner` whether its original of `key` is stored here, and
@@ -328,6 +376,7 @@ impl Handler<OwnerDied> for ReplicaStore {
     type Result = ();
 
     fn handle(&mut self, m: OwnerDied, ctx: &mut Context<Self>) {
+        self.dead_owners.insert(m.owner.0);
         let views: Vec<((u64, u32), Bytes)> = self
             .viewed
             .iter()
@@ -357,5 +406,22 @@ impl Handler<OwnerDied> for ReplicaStore {
                 }
             }));
         }
+    }
+}
+
+/// The link to `peer` went down, and every frame it sent before has been
+/// handed to this store: nothing more is read from its memory (see
+/// `taskfold_transports::Transport::view_retained`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct PeerGone {
+    pub(crate) peer: Rank,
+}
+
+impl Handler<PeerGone> for ReplicaStore {
+    type Result = ();
+
+    fn handle(&mut self, m: PeerGone, _: &mut Context<Self>) {
+        self.out.transport().forget_memory(m.peer);
     }
 }

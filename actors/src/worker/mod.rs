@@ -103,10 +103,11 @@ pub(crate) struct Local {
 
 impl Local {
     /// Whether the join waits for the buddy's answer: with synchronous
-    /// durability, and for an original kept only in memory (the buddy's
-    /// view is then its only copy that outlives this process).
+    /// durability. (An original kept only in memory, whose buddy's view
+    /// is its only copy that outlives this process, has its join gated at
+    /// the master instead: see `Ready::gate`.)
     pub(crate) fn waits_for_buddy(&self) -> bool {
-        self.durability == Durability::Sync || self.in_memory
+        self.durability == Durability::Sync
     }
 }
 

@@ -90,6 +90,7 @@ mod tests {
             }),
             done: None,
             replica: None,
+            gate: Some(2),
             direct: Some(Direct {
                 node: 5,
                 pid: 77,

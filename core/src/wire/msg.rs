@@ -65,6 +65,11 @@ pub enum Msg {
         /// no request to the owner, which keeps it unchanged until the
         /// reduction ends (and forever if it ends abnormally there).
         heap: Option<Direct>,
+        /// A place in the owner's shared heap when `heap` is not given (the
+        /// owner's data, say): a buddy on the same node maps that heap now,
+        /// once, ahead of the originals it will view there, so that it can
+        /// still read one offered just before the owner died.
+        warm: Option<Direct>,
         /// Whether the owner wants to hear that the copy is stored (a
         /// refusal is always answered): not when its join does not wait
         /// for the copy and it already knows its buddy is on its node.
@@ -84,12 +89,17 @@ pub enum Msg {
         /// owner's buffer keeps it, see the replica store).
         same_node: bool,
     },
-    /// Buddy → master: `holder` keeps a copy of `owner`'s original.
+    /// Buddy → master: `holder` keeps a copy of `owner`'s original (`ok`),
+    /// or refused to (`!ok`: store full, or the original could not be
+    /// read). A join gated on this buddy ([`Ready::gate`]) counts once
+    /// this arrives.
     Replicated {
         /// The reduction.
         key: u64,
         /// The original's owner.
         owner: u32,
+        /// True if the copy is kept.
+        ok: bool,
     },
     /// Launcher → master: a rank's process exited.
     RankExited {
@@ -118,6 +128,13 @@ pub struct Ready {
     /// With synchronous durability: the buddy that acknowledged a copy of
     /// the sender's original.
     pub replica: Option<u32>,
+    /// On a join: the buddy that was just offered the sender's original
+    /// kept in memory (a view of its buffer, no disk copy). The master
+    /// counts the join only once that buddy said whether it keeps the copy
+    /// ([`Msg::Replicated`]) or was declared failed, so that the original
+    /// is never in the reduction without a second copy it could have had;
+    /// the sender does not wait for the buddy's answer itself.
+    pub gate: Option<u32>,
     /// Where a receiver on the sender's node can read the sender's data in
     /// place, without asking the sender (see [`Direct`]).
     pub direct: Option<Direct>,

@@ -252,14 +252,22 @@ pub(crate) fn locate(shared: &Shared, data: &[u8]) -> Option<crate::Direct> {
 /// the mapping keeps its pages, and the read completes on the bytes it
 /// announced.
 pub(crate) fn direct(shared: &Arc<Shared>, peer: u32, at: &crate::Direct) -> Option<Received> {
+    direct_from(shared, peer, at, false)
+}
+
+/// As [`direct`]; with `retained`, also from the heap of a peer whose link
+/// went down, if it was mapped then (`Transport::view_retained`).
+pub(crate) fn direct_from(
+    shared: &Arc<Shared>,
+    peer: u32,
+    at: &crate::Direct,
+    retained: bool,
+) -> Option<Received> {
     if shared.node_token == 0
         || at.node != shared.node_token
         || shared.is_closed()
         || !shared.loans_ok.load(std::sync::atomic::Ordering::Relaxed)
     {
-        return None;
-    }
-    if Shared::link_error(peer, &shared.slot(peer).link).is_some() {
         return None;
     }
     let heap = crate::shm::HeapRef {
@@ -269,7 +277,14 @@ pub(crate) fn direct(shared: &Arc<Shared>, peer: u32, at: &crate::Direct) -> Opt
         offset: at.offset,
     };
     let len = usize::try_from(at.len).ok()?;
-    let mapped = shared.peer_heap(peer, at.pid, &heap)?;
+    let mapped = if Shared::link_error(peer, &shared.slot(peer).link).is_some() {
+        if !retained {
+            return None;
+        }
+        shared.retained_heap(peer, at.pid, &heap)?
+    } else {
+        shared.peer_heap(peer, at.pid, &heap)?
+    };
     let view = SharedView::new(mapped, at.offset as usize, len, Box::new(()))?;
     metrics::received(at.len, 0);
     metrics::mapped(at.len);

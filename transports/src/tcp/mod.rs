@@ -469,6 +469,15 @@ impl Transport for TcpTransport {
         get::direct(&self.shared, from.0, at)
     }
 
+    fn view_retained(&self, from: Rank, at: &crate::Direct) -> Option<Received> {
+        self.check_peer(from).ok()?;
+        get::direct_from(&self.shared, from.0, at, true)
+    }
+
+    fn forget_memory(&self, peer: Rank) {
+        self.shared.forget_heap(peer.0);
+    }
+
     fn events(&self) -> flume::Receiver<Event> {
         self.shared.events_rx.clone()
     }

@@ -119,9 +119,14 @@ pub(crate) struct Shared {
     /// still be reading a view of them, so they are kept (unchanged, never
     /// recycled) until the transport is dropped.
     stranded: Mutex<Vec<Bytes>>,
-    /// Same-node peers' shared heaps, mapped once, by peer rank; dropped
-    /// when the peer's link goes down (views in use keep theirs).
+    /// Same-node peers' shared heaps, mapped once, by peer rank; moved to
+    /// `retained` when the peer's link goes down (views in use keep
+    /// theirs).
     heaps: Mutex<HashMap<u32, Arc<crate::shm::PeerHeap>>>,
+    /// Heaps of peers whose link went down, kept mapped until the runtime
+    /// forgets them: an original offered just before its owner died is
+    /// still read there (`Transport::view_retained`).
+    retained: Mutex<HashMap<u32, Arc<crate::shm::PeerHeap>>>,
     /// Cleared when a peer's heap cannot be mapped: copy loans instead.
     heaps_ok: AtomicBool,
 }
@@ -164,6 +169,7 @@ impl Shared {
             lent: Mutex::new(HashMap::new()),
             stranded: Mutex::new(Vec::new()),
             heaps: Mutex::new(HashMap::new()),
+            retained: Mutex::new(HashMap::new()),
             heaps_ok: AtomicBool::new(true),
         }
     }
@@ -240,6 +246,33 @@ impl Shared {
                 None
             }
         }
+    }
+
+    /// `peer`'s heap as mapped when its link went down, if it was mapped
+    /// then and is the heap `heap` names in process `pid`.
+    pub fn retained_heap(
+        &self,
+        peer: u32,
+        pid: u32,
+        heap: &crate::shm::HeapRef,
+    ) -> Option<Arc<crate::shm::PeerHeap>> {
+        self.retained
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&peer)
+            .filter(|h| h.is(pid, heap))
+            .cloned()
+    }
+
+    /// Unmaps the heap of `peer` kept since its link went down (views in
+    /// use keep theirs).
+    pub fn forget_heap(&self, peer: u32) {
+        let gone = self
+            .retained
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&peer);
+        drop(gone);
     }
 
     pub fn is_closed(&self) -> bool {
@@ -345,10 +378,17 @@ impl Shared {
                 *p != peer
             });
         }
-        self.heaps
+        let heap = self
+            .heaps
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&peer);
+        if let Some(h) = heap {
+            self.retained
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(peer, h);
+        }
         for t in slot.tasks.drain(..) {
             t.abort();
         }
