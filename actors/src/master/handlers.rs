@@ -198,10 +198,15 @@ impl Handler<ReadyIn> for Master {
         };
         match outcome {
             Ok(release) => {
-                if let Some(provider) = release {
-                    self.send(provider, &Msg::Release { key });
-                }
+                // The next task (or the completion) first: it is on the
+                // reduction's path, the release is not. A completion
+                // releases everything, so no release goes with it.
                 self.drive(key);
+                if let Some(provider) = release {
+                    if self.reductions.contains_key(&key) {
+                        self.send(provider, &Msg::Release { key });
+                    }
+                }
             }
             Err(error) => {
                 // A second join after the reduction failed: still answer it.
