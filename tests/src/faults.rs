@@ -272,6 +272,19 @@ pub fn place_1_killed_before_the_task_reaches_it(job: &Job) {
 /// checksum; the buddy replaces its view by a checksummed copy once the
 /// rank is declared failed (its log says so).
 pub fn place_1_killed_with_its_original_only_in_memory(job: &Job) {
+    killed_with_its_original_only_in_memory(job, "sync");
+}
+
+/// As [`place_1_killed_with_its_original_only_in_memory`], with the
+/// default (asynchronous) durability: the rank's join goes with its offer,
+/// gated at the master on the buddy's answer (`Ready::gate`), and the rank
+/// is killed once the join went. Its original is recovered from the
+/// buddy's view of it.
+pub fn place_1_killed_after_a_gated_join(job: &Job) {
+    killed_with_its_original_only_in_memory(job, "async");
+}
+
+fn killed_with_its_original_only_in_memory(job: &Job, durability: &'static str) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let child = job.start_with(
@@ -280,6 +293,7 @@ pub fn place_1_killed_with_its_original_only_in_memory(job: &Job) {
         1,
         &["--warmup", "--in-place", "--delay", "0,1,3:1500"],
         &Setup {
+            durability,
             env: &[("RUST_LOG", "taskfold::replica=info,warn")],
             ..SYNC_ROOT_1
         },
@@ -298,35 +312,6 @@ pub fn place_1_killed_with_its_original_only_in_memory(job: &Job) {
             && l.contains("the view of a dead rank's original is now a checksummed copy")),
         "rank 2's buddy checksums its view once rank 2 is declared failed:\n{t}"
     );
-}
-
-/// As [`place_1_killed_with_its_original_only_in_memory`], with the
-/// default (asynchronous) durability: the rank's join goes with its offer,
-/// gated at the master on the buddy's answer (`Ready::gate`), and the rank
-/// is killed once the join went. Its original is recovered from the
-/// buddy's view of it.
-pub fn place_1_killed_after_a_gated_join(job: &Job) {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let child = job.start_with(
-        d,
-        &hooks(d, &[2], "after-join"),
-        1,
-        &["--warmup", "--in-place", "--delay", "0,1,3:1500"],
-        &Setup {
-            durability: "async",
-            env: &[("RUST_LOG", "taskfold::replica=info,warn")],
-            ..SYNC_ROOT_1
-        },
-    );
-    held(d, &[2], "after-join");
-    assert!(
-        !disk_copy(d, 2).exists(),
-        "with its buddy on its node, rank 2 writes no disk copy after the warm-up"
-    );
-    kill(d, 2);
-    let out = wait_bounded(child, LIMIT);
-    recovered(&out, 2);
 }
 
 /// A rank and its buddy die together, with their disks: a typed error

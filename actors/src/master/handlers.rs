@@ -90,14 +90,7 @@ impl Handler<ReadyIn> for Master {
                         }
                         self.reductions.insert(key, r);
                         if let Err(error) = outcome {
-                            self.fail(key, error.clone());
-                            self.send(
-                                from,
-                                &Msg::Complete {
-                                    key,
-                                    error: Some(error),
-                                },
-                            );
+                            self.fail_and_tell(key, from, error);
                             return;
                         }
                     }
@@ -148,14 +141,7 @@ impl Handler<ReadyIn> for Master {
         if ready.join.is_some() && r.gated.contains_key(&index) {
             // A second join while the first waits for its buddy.
             let error = protocol(&r.id, from, ScheduleError::DuplicateJoin(index));
-            self.fail(key, error.clone());
-            self.send(
-                from,
-                &Msg::Complete {
-                    key,
-                    error: Some(error),
-                },
-            );
+            self.fail_and_tell(key, from, error);
             return;
         }
         if let (Some(join), Some(buddy)) = (&ready.join, ready.gate) {
@@ -210,20 +196,26 @@ impl Handler<ReadyIn> for Master {
             }
             Err(error) => {
                 // A second join after the reduction failed: still answer it.
-                self.fail(key, error.clone());
-                self.send(
-                    from,
-                    &Msg::Complete {
-                        key,
-                        error: Some(error),
-                    },
-                );
+                self.fail_and_tell(key, from, error);
             }
         }
     }
 }
 
 impl Master {
+    /// Ends reduction `key` with `error` and tells `to`, whose message
+    /// showed it (a member that may not be told otherwise).
+    fn fail_and_tell(&mut self, key: u64, to: Rank, error: ReduceError) {
+        self.fail(key, error.clone());
+        self.send(
+            to,
+            &Msg::Complete {
+                key,
+                error: Some(error),
+            },
+        );
+    }
+
     /// Counts the join of position `index` of `key` that waited for its
     /// buddy's answer (the buddy answered, or was declared failed, or the
     /// wait for it ran out). If the sender died meanwhile, its original is
@@ -265,14 +257,7 @@ impl Master {
         match outcome {
             Ok(()) => self.drive(key),
             Err(error) => {
-                self.fail(key, error.clone());
-                self.send(
-                    g.from,
-                    &Msg::Complete {
-                        key,
-                        error: Some(error),
-                    },
-                );
+                self.fail_and_tell(key, g.from, error);
             }
         }
     }

@@ -541,6 +541,28 @@ mod gate_tests {
             .count()
     }
 
+    /// Ranks 0, 1 and 3 join; rank 2's join is gated on its buddy, 3.
+    async fn joined(m: &Addr<Master>) {
+        for j in [
+            join(0, None),
+            join(1, None),
+            join(2, Some(3)),
+            join(3, None),
+        ] {
+            m.send(j).await.unwrap();
+        }
+    }
+
+    async fn down(m: &Addr<Master>, rank: u32) {
+        m.send(RankDown {
+            rank: Rank(rank),
+            reason: "killed".into(),
+            latency: None,
+        })
+        .await
+        .unwrap();
+    }
+
     async fn settle() {
         actix_rt::time::sleep(Duration::from_millis(50)).await;
     }
@@ -555,14 +577,7 @@ mod gate_tests {
         let (_hub, ts) = LoopbackHub::new(4);
         actix_rt::System::new().block_on(async move {
             let m = master(&ts);
-            for j in [
-                join(0, None),
-                join(1, None),
-                join(2, Some(3)),
-                join(3, None),
-            ] {
-                m.send(j).await.unwrap();
-            }
+            joined(&m).await;
             settle().await;
             let before = sent(&ts);
             assert_eq!(
@@ -586,21 +601,8 @@ mod gate_tests {
         let (_hub, ts) = LoopbackHub::new(4);
         actix_rt::System::new().block_on(async move {
             let m = master(&ts);
-            for j in [
-                join(0, None),
-                join(1, None),
-                join(2, Some(3)),
-                join(3, None),
-            ] {
-                m.send(j).await.unwrap();
-            }
-            m.send(RankDown {
-                rank: Rank(2),
-                reason: "killed".into(),
-                latency: None,
-            })
-            .await
-            .unwrap();
+            joined(&m).await;
+            down(&m, 2).await;
             settle().await;
             let before = sent(&ts);
             assert!(
@@ -629,21 +631,8 @@ mod gate_tests {
             let (_hub, ts) = LoopbackHub::new(4);
             actix_rt::System::new().block_on(async move {
                 let m = master(&ts);
-                for j in [
-                    join(0, None),
-                    join(1, None),
-                    join(2, Some(3)),
-                    join(3, None),
-                ] {
-                    m.send(j).await.unwrap();
-                }
-                m.send(RankDown {
-                    rank: Rank(2),
-                    reason: "killed".into(),
-                    latency: None,
-                })
-                .await
-                .unwrap();
+                joined(&m).await;
+                down(&m, 2).await;
                 match answer {
                     Some(ok) => m.send(replicated(2, 3, ok)).await.unwrap(),
                     // Bounded: the wait runs out.
@@ -673,24 +662,11 @@ mod gate_tests {
         let (_hub, ts) = LoopbackHub::new(4);
         actix_rt::System::new().block_on(async move {
             let m = master(&ts);
-            for j in [
-                join(0, None),
-                join(1, None),
-                join(2, Some(3)),
-                join(3, None),
-            ] {
-                m.send(j).await.unwrap();
-            }
+            joined(&m).await;
             // Rank 3's own original has a copy (on rank 0): its death loses
             // nothing of its own.
             m.send(replicated(3, 0, true)).await.unwrap();
-            m.send(RankDown {
-                rank: Rank(3),
-                reason: "killed".into(),
-                latency: None,
-            })
-            .await
-            .unwrap();
+            down(&m, 3).await;
             settle().await;
             let msgs = sent(&ts);
             assert!(

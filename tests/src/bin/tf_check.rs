@@ -60,8 +60,8 @@ struct Args {
     #[arg(long)]
     in_place: bool,
     /// Every rank first takes part in one reduction (`warmup`, not
-    /// hooked, not counted) and waits for it: ranks then know which of
-    /// their buddies are on their node, as in a long run.
+    /// hooked, not counted) and a barrier, and waits for both: ranks then
+    /// know which of their buddies are on their node, as in a long run.
     #[arg(long)]
     warmup: bool,
 }
@@ -144,6 +144,14 @@ fn main() {
         };
         if let Err(e) = got {
             eprintln!("warm-up reduction: error: {e}");
+            std::process::exit(1);
+        }
+        // The buddy's answer to the warm-up's offer (which says it is on
+        // this node) is not ordered with the reduction's end: with
+        // asynchronous durability no join waits for it. A barrier's round
+        // trip lets it arrive before the next offer.
+        if let Err(e) = rt.barrier() {
+            eprintln!("warm-up barrier: error: {e}");
             std::process::exit(1);
         }
     }
