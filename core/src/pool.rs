@@ -29,7 +29,7 @@ use std::sync::{Mutex, MutexGuard};
 /// [`allocating`]), so that a same-node buddy and same-node receivers read
 /// contributions of this size in place too. Below 1 MiB they used to get a
 /// disk copy and a copy over the loopback per reduction: quiet 512 KiB
-/// reductions over 8 ranks took 4.0-4.6 ms, and 2.0-2.1 ms in the heap.
+/// reductions over 8 ranks took 4.3-5.0 ms, and 2.0-2.2 ms in the heap.
 pub const MIN_POOLED: usize = 128 << 10;
 
 thread_local! {

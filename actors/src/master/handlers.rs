@@ -5,7 +5,7 @@ use crate::master::state::has_copy;
 use crate::master::state::{Gated, Reduction};
 use actix::prelude::*;
 use taskfold_core::schedule::{ScheduleError, Source};
-use taskfold_core::wire::{Msg, Ready, TaskFailed, TaskFailure};
+use taskfold_core::wire::{Join, Msg, Ready, TaskFailed, TaskFailure};
 use taskfold_core::{Rank, ReduceError};
 
 /// A ready message from a rank (`wire` bytes long).
@@ -150,7 +150,6 @@ impl Handler<ReadyIn> for Master {
                 r.gated.insert(
                     index,
                     Gated {
-                        from,
                         join: join.clone(),
                         buddy,
                         owner_dead: false,
@@ -160,17 +159,7 @@ impl Handler<ReadyIn> for Master {
             }
         }
         let outcome = match (&ready.join, &ready.done) {
-            (Some(join), None) => match r.mismatch(join, from) {
-                Some(detail) => Err(ReduceError::Mismatched {
-                    id: r.id.clone(),
-                    detail,
-                }),
-                None => r
-                    .schedule
-                    .join(index)
-                    .map(|_| None)
-                    .map_err(|e| protocol(&r.id, from, e)),
-            },
+            (Some(join), None) => admit_join(r, join, from, index).map(|()| None),
             (None, Some(done)) => match r.schedule.task_done(done.task_id, index, &ready.path) {
                 Ok(provider) => {
                     self.perf.record(from, done.nanos, done.bytes);
@@ -229,38 +218,30 @@ impl Master {
         };
         if g.owner_dead {
             let (dead, replicas, disks) = (&self.dead, &r.replicas, &r.disks);
-            match r
+            let outcome = r
                 .schedule
-                .fail(index, |k| has_copy(replicas, disks, dead, k))
-            {
-                Ok(()) => {
-                    metrics::counter!(crate::metrics::RECOVERIES).increment(1);
-                    self.drive(key);
-                }
-                Err(u) => {
-                    let error = r.lost(&u);
-                    self.fail(key, error);
-                }
-            }
+                .fail(index, |k| has_copy(replicas, disks, dead, k));
+            self.settle(key, outcome, true);
             return;
         }
-        let outcome = match r.mismatch(&g.join, g.from) {
-            Some(detail) => Err(ReduceError::Mismatched {
-                id: r.id.clone(),
-                detail,
-            }),
-            None => r
-                .schedule
-                .join(index)
-                .map_err(|e| protocol(&r.id, g.from, e)),
-        };
-        match outcome {
+        let from = r.group.rank_at(index);
+        match admit_join(r, &g.join, from, index) {
             Ok(()) => self.drive(key),
-            Err(error) => {
-                self.fail_and_tell(key, g.from, error);
-            }
+            Err(error) => self.fail_and_tell(key, from, error),
         }
     }
+}
+
+/// Counts `from`'s join at position `index` of `r`, unless it contradicts
+/// the joins before it or breaks the protocol.
+fn admit_join(r: &mut Reduction, join: &Join, from: Rank, index: usize) -> Result<(), ReduceError> {
+    if let Some(detail) = r.mismatch(join, from) {
+        return Err(ReduceError::Mismatched {
+            id: r.id.clone(),
+            detail,
+        });
+    }
+    r.schedule.join(index).map_err(|e| protocol(&r.id, from, e))
 }
 
 fn protocol(id: &str, from: Rank, e: impl std::fmt::Display) -> ReduceError {

@@ -378,23 +378,39 @@ impl Master {
                     me.do_send(handlers::VerdictDue { key, index });
                 });
             }
-            match outcome {
-                Ok(()) => {
-                    if member.is_some() && verdict.is_none() {
-                        metrics::counter!(crate::metrics::RECOVERIES).increment(1);
-                    }
-                    for i in released {
-                        self.admit_gated(key, i);
-                    }
-                    self.drive(key);
+            if outcome.is_ok() {
+                for i in released {
+                    self.admit_gated(key, i);
                 }
-                Err(u) => {
+            }
+            self.settle(key, outcome, member.is_some() && verdict.is_none());
+        }
+        self.check_finalize();
+    }
+
+    /// Goes on with reduction `key` after the scheduler took in a death
+    /// (`recovered`: of one of its members), or ends it if an original
+    /// is lost.
+    fn settle(
+        &mut self,
+        key: u64,
+        outcome: Result<(), taskfold_core::schedule::Unrecoverable>,
+        recovered: bool,
+    ) {
+        match outcome {
+            Ok(()) => {
+                if recovered {
+                    metrics::counter!(crate::metrics::RECOVERIES).increment(1);
+                }
+                self.drive(key);
+            }
+            Err(u) => {
+                if let Some(r) = self.reductions.get(&key) {
                     let error = r.lost(&u);
                     self.fail(key, error);
                 }
             }
         }
-        self.check_finalize();
     }
 
     /// Sends the finalize acknowledgement once every live rank finalized.

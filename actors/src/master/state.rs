@@ -38,11 +38,10 @@ pub(crate) struct Reduction {
     pub(crate) refused: HashSet<usize>,
 }
 
-/// A join waiting for the sender's buddy.
+/// A join waiting for the sender's buddy (the sender is the member at its
+/// position).
 pub(crate) struct Gated {
-    /// The sender.
-    pub(crate) from: Rank,
-    /// Its join.
+    /// The join.
     pub(crate) join: Join,
     /// The buddy whose answer it waits for.
     pub(crate) buddy: u32,

@@ -298,12 +298,15 @@ impl Worker {
         } else {
             None
         };
-        // With one, the buddy still maps this rank's heap (through the
-        // place of its data), ahead of the originals it will view there.
-        let warm = if heap.is_none() {
-            local.direct.clone()
-        } else {
-            None
+        // With one, the buddy still maps this rank's heap (named by the
+        // place of its data, with no bytes to read), ahead of the originals
+        // it will view there.
+        let warm = match heap {
+            None => local
+                .direct
+                .clone()
+                .map(|d| taskfold_transports::Direct { len: 0, ..d }),
+            Some(_) => None,
         };
         local.heap_offered |= heap.is_some();
         let msg = Msg::ReplicaOffer {
