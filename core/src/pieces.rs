@@ -99,53 +99,6 @@ impl Span {
         })
     }
 
-    /// Appends `mine ⊕ theirs` over whole archives to the empty `out`.
-    ///
-    /// The elements are combined a stage at a time into a buffer on the
-    /// stack and appended from there: the output is written once, with no
-    /// zeroing pass before (which writing into it in place would need
-    /// without unsafe code), and the stage stays in the L1 cache.
-    fn fold_append(
-        &self,
-        out: &mut AlignedVec,
-        mine: &[u8],
-        theirs: &[u8],
-    ) -> Result<(), FoldError> {
-        let len = mine.len();
-        let same = |a: usize, b: usize| {
-            if theirs[a..b] == mine[a..b] {
-                Ok(())
-            } else {
-                Err(FoldError::Corrupt(
-                    "the peer's archive is laid out unlike this value's".into(),
-                ))
-            }
-        };
-        same(0, self.elems.start)?;
-        same(self.elems.end, len)?;
-        out.extend_from_slice(&mine[..self.elems.start]);
-        // A whole number of elements per stage.
-        let step = (STAGE / self.elem).max(1) * self.elem;
-        let mut stage = Stage([0; STAGE]);
-        let mut at = self.elems.start;
-        while at < self.elems.end {
-            let n = step.min(self.elems.end - at);
-            if n <= STAGE {
-                let s = &mut stage.0[..n];
-                (self.combine)(s, &mine[at..at + n], &theirs[at..at + n]);
-                out.extend_from_slice(s);
-            } else {
-                // An element larger than the stage: combine in the output.
-                let from = out.len();
-                out.resize(from + n, 0);
-                (self.combine)(&mut out[from..], &mine[at..at + n], &theirs[at..at + n]);
-            }
-            at += n;
-        }
-        out.extend_from_slice(&mine[self.elems.end..]);
-        Ok(())
-    }
-
     /// Writes `out[offset..offset + theirs.len()]` = `mine ⊕ theirs` over
     /// that range of the archive (`out` and `mine` are whole archives;
     /// `theirs` is the peer's bytes of the range). Bytes outside the
@@ -195,7 +148,8 @@ impl Span {
 }
 
 /// `mine ⊕ theirs` written into a new buffer from the pool, in one pass
-/// (read both, write one), for a type that combines piecewise: how a value
+/// (read both, write one; the buffer is not zeroed first when the pool
+/// recycles it, see [`pool::take_filled`]), for a type that combines piecewise: how a value
 /// whose bytes others still see (an original kept for recovery, which a
 /// buddy may be reading in place) folds, instead of copying itself first
 /// and folding the copy. `None` if `T` does not combine piecewise or the
@@ -212,17 +166,15 @@ pub(crate) fn fold_into_new<T: ReducerBody>(
         return None;
     }
     let span = Span::of::<T>(mine, archived)?;
-    let mut out = pool::take(mine.len());
-    Some(span.fold_append(&mut out, mine, theirs).map(|()| out))
+    let mut out = pool::take_filled(mine.len());
+    match span.fold(&mut out, mine, 0, theirs) {
+        Ok(()) => Some(Ok(out)),
+        Err(e) => {
+            pool::give(out);
+            Some(Err(e))
+        }
+    }
 }
-
-/// Bytes of elements combined at a time on the stack before they are
-/// appended to the output: small enough to stay in the L1 cache.
-const STAGE: usize = 16 << 10;
-
-/// A stage aligned for any element type (the combine casts it).
-#[repr(C, align(64))]
-struct Stage([u8; STAGE]);
 
 /// The piece fold of a value whose archive is `mine(value)`.
 pub(crate) struct Pieces<V> {

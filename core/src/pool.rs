@@ -144,6 +144,31 @@ impl Pool {
 
     /// An empty buffer with at least `capacity` bytes of room.
     pub fn take(&self, capacity: usize) -> AlignedVec {
+        let mut b = self.recycle(capacity);
+        b.clear();
+        b
+    }
+
+    /// A buffer of exactly `len` bytes whose contents are unspecified: for
+    /// a caller that overwrites every byte.
+    ///
+    /// Why: writing into a buffer in place needs it initialised, and safe
+    /// code initialises by zeroing (`resize`), a pass over memory the
+    /// caller then writes again. A recycled buffer is served with what it
+    /// held (free buffers keep their length), so only bytes beyond its old
+    /// length are zeroed; a fresh one is zeroed whole. The fold of an
+    /// original kept for recovery into a new buffer writes its result
+    /// straight into it: 28 concurrent 8 MiB reductions spent about 45 ms
+    /// of CPU per repetition copying that result from a stack stage.
+    pub fn take_filled(&self, len: usize) -> AlignedVec {
+        let mut b = self.recycle(len);
+        b.resize(len, 0);
+        b
+    }
+
+    /// A free buffer with room for `capacity` bytes, as it was given back,
+    /// or a fresh, empty one.
+    fn recycle(&self, capacity: usize) -> AlignedVec {
         if capacity >= MIN_POOLED {
             let mut p = self.lock();
             let best = p
@@ -166,13 +191,13 @@ impl Pool {
         fresh(capacity)
     }
 
-    /// Gives `buf` back (its contents are discarded).
-    pub fn give(&self, mut buf: AlignedVec) {
+    /// Gives `buf` back (its contents are never read again; they are kept,
+    /// so that [`Pool::take_filled`] need not zero them).
+    pub fn give(&self, buf: AlignedVec) {
         let cap = buf.capacity();
         if cap < MIN_POOLED {
             return;
         }
-        buf.clear();
         let evicted = {
             let mut p = self.lock();
             if cap > p.bound() {
@@ -242,6 +267,12 @@ static GLOBAL: Pool = Pool::new(DEFAULT_LIMIT);
 /// process-wide pool has one.
 pub fn take(capacity: usize) -> AlignedVec {
     GLOBAL.take(capacity)
+}
+
+/// A buffer of exactly `len` bytes with unspecified contents, recycled if
+/// the process-wide pool has one ([`Pool::take_filled`]).
+pub fn take_filled(len: usize) -> AlignedVec {
+    GLOBAL.take_filled(len)
 }
 
 /// Gives a buffer back to the process-wide pool.
@@ -377,6 +408,26 @@ mod tests {
         assert!(b.is_empty(), "its old contents are discarded");
         assert_eq!(pool.stats().hits, 1);
         assert_eq!(pool.stats().bytes, 0);
+    }
+
+    #[test]
+    fn a_filled_buffer_zeroes_only_beyond_the_recycled_length() {
+        let pool = Pool::new(64 * MIB);
+        let mut a = pool.take(2 * MIB);
+        a.resize(MIB, 7);
+        let ptr = a.as_ptr();
+        pool.give(a);
+        let b = pool.take_filled(MIB + 10);
+        assert_eq!(b.as_ptr(), ptr, "the freed buffer is served again");
+        assert_eq!(b.len(), MIB + 10);
+        assert!(b[..MIB].iter().all(|&x| x == 7), "kept as it was");
+        assert!(b[MIB..].iter().all(|&x| x == 0), "zeroed beyond");
+        pool.give(b);
+        assert_eq!(pool.take_filled(MIB).len(), MIB, "cut to the length asked");
+        assert!(
+            pool.take_filled(3 * MIB).iter().all(|&x| x == 0),
+            "fresh: zeroed"
+        );
     }
 
     #[test]
