@@ -29,6 +29,13 @@ pub struct Report {
     /// the memory-bandwidth floor of K concurrent reductions.
     #[serde(default)]
     pub fold_floor: Vec<(u32, usize, u32, f64)>,
+    /// `(p, size, K, seconds)`: the same folds with the first fold of each
+    /// receiving rank (p / 2 per reduction, as in a balanced pairing) into
+    /// a new buffer ([`crate::baseline::fold_floor_kept`]): the floor of a
+    /// durability that keeps every original unchanged until its reduction
+    /// ends.
+    #[serde(default)]
+    pub fold_floor_kept: Vec<(u32, usize, u32, f64)>,
 }
 
 /// Bytes as `128 KiB`, `8 MiB`.
@@ -246,6 +253,12 @@ impl Report {
                 "memory-bandwidth floor (the 7 × 28 folds alone on every core): {:.2}",
                 floor / base.median_s
             ));
+            if let Some(kept) = self.floor_kept_of(8, 28) {
+                k28.measured.push(format!(
+                    "the same with originals kept (4 of each reduction's 7 folds into a new buffer): {:.2}",
+                    kept / base.median_s
+                ));
+            }
         }
         t.push(k28);
         t
@@ -253,10 +266,16 @@ impl Report {
 
     /// The fold floor of K reductions of p ranks, if measured.
     fn floor_of(&self, np: u32, k: u32) -> Option<f64> {
-        self.fold_floor
-            .iter()
-            .find(|f| f.0 == np && f.2 == k)
-            .map(|f| f.3)
+        Self::floor_in(&self.fold_floor, np, k)
+    }
+
+    /// The fold floor with originals kept of K reductions of p ranks.
+    fn floor_kept_of(&self, np: u32, k: u32) -> Option<f64> {
+        Self::floor_in(&self.fold_floor_kept, np, k)
+    }
+
+    fn floor_in(floors: &[(u32, usize, u32, f64)], np: u32, k: u32) -> Option<f64> {
+        floors.iter().find(|f| f.0 == np && f.2 == k).map(|f| f.3)
     }
 
     fn scenario_table(&self, out: &mut String, title: &str, scenario: &str, tails: bool) {
@@ -403,8 +422,11 @@ impl Report {
             for s in sides.iter().copied().chain(["Open MPI", "MPICH"]) {
                 let _ = write!(head, " {s} |");
             }
-            let _ = write!(head, " fold floor | floor / Open MPI |");
-            let _ = writeln!(out, "{head}\n|{}", "---|".repeat(sides.len() + 6));
+            let _ = write!(
+                head,
+                " fold floor | floor / Open MPI | kept floor | kept / Open MPI |"
+            );
+            let _ = writeln!(out, "{head}\n|{}", "---|".repeat(sides.len() + 8));
             for r in conc {
                 let per = |side: &str| {
                     find(&self.records, side, "concurrent", r.np, r.size, r.k)
@@ -414,21 +436,25 @@ impl Report {
                 for s in sides.iter().copied().chain(["openmpi", "mpich"]) {
                     let _ = write!(row, " {} |", per(s));
                 }
-                let floor = self.floor_of(r.np, r.k);
                 let base = find(&self.records, "openmpi", "concurrent", r.np, r.size, r.k);
-                let _ = write!(
-                    row,
-                    " {} | {} |",
-                    floor.map_or("–".into(), |f| ms(f / f64::from(r.k))),
-                    opt_ratio(floor.zip(base).map(|(f, b)| f / b.median_s))
-                );
+                for floor in [self.floor_of(r.np, r.k), self.floor_kept_of(r.np, r.k)] {
+                    let _ = write!(
+                        row,
+                        " {} | {} |",
+                        floor.map_or("–".into(), |f| ms(f / f64::from(r.k))),
+                        opt_ratio(floor.zip(base).map(|(f, b)| f / b.median_s))
+                    );
+                }
                 let _ = writeln!(out, "{row}");
             }
             let _ = writeln!(
                 out,
                 "\nThe fold floor is the (p − 1)·K pairwise folds of K reductions, run \
                  alone on every core at once, per reduction: the memory bandwidth they need \
-                 bounds any schedule from below."
+                 bounds any schedule from below. The kept floor is the same with p / 2 folds \
+                 of each reduction into a new buffer instead of in place (each receiving rank's \
+                 first fold, in a balanced pairing), as a durability that keeps every original \
+                 unchanged until its reduction ends must do."
             );
         }
         let master: Vec<&Record> = self
@@ -534,14 +560,19 @@ mod tests {
         // The floor of scenario e is quoted against Open MPI's time.
         let mut rf = r.clone();
         rf.fold_floor = vec![(8, 8 << 20, 28, 0.5)];
+        rf.fold_floor_kept = vec![(8, 8 << 20, 28, 0.6)];
         let k28 = &rf.targets()[4].measured;
         assert!(
             k28.iter().any(|m| m.ends_with("on every core): 0.50")),
             "{k28:?}"
         );
         assert!(
+            k28.iter().any(|m| m.ends_with("into a new buffer): 0.60")),
+            "{k28:?}"
+        );
+        assert!(
             rf.markdown()
-                .contains("| 8 | 28 | 3.571 | 35.7 | – | 17.9 | 0.50 |"),
+                .contains("| 8 | 28 | 3.571 | 35.7 | – | 17.9 | 0.50 | 21.4 | 0.60 |"),
             "{}",
             rf.markdown()
         );

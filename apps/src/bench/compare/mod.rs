@@ -544,6 +544,19 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
             let folds = (p.max(1) - 1) * k;
             let floor = taskfold_benches::baseline::fold_floor(a.concurrent_size, folds, cores, 3);
             h.report.fold_floor.push((p, a.concurrent_size, k, floor));
+            // With originals kept, each receiving rank's first fold writes a
+            // new buffer: p / 2 of the p − 1 folds in a balanced pairing.
+            let fresh = p / 2 * k;
+            let kept = taskfold_benches::baseline::fold_floor_kept(
+                a.concurrent_size,
+                folds,
+                fresh,
+                cores,
+                3,
+            );
+            h.report
+                .fold_floor_kept
+                .push((p, a.concurrent_size, k, kept));
         }
     }
     h.plots(&a.out, a);
