@@ -43,7 +43,8 @@ pub struct Config {
     /// original kept for recovery, and the value folded beside it): with
     /// this, the next batch finds them again instead of faulting in fresh
     /// pages, and the pool never keeps more than the process has shown it
-    /// uses at once.
+    /// uses at once (and a quarter more: buffers are a little larger than
+    /// the data they hold).
     pub buffer_pool_follows_peak: bool,
     /// Test hooks (`TASKFOLD_TEST_HOOK`), see [`crate::hooks`].
     pub hooks: Vec<crate::hooks::Hook>,
