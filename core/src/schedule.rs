@@ -166,14 +166,14 @@ impl Schedule {
     }
 
     /// The receiver of `task_id` finished it and reports `path`; its data is
-    /// ready again. Returns the provider's position (whose data may now be
-    /// released).
+    /// ready again. Returns the provider's ready message (whose data may now
+    /// be released).
     pub fn task_done(
         &mut self,
         task_id: u64,
         index: usize,
         path: &RankSet,
-    ) -> Result<usize, ScheduleError> {
+    ) -> Result<Entry, ScheduleError> {
         let task = match self.in_flight.get(&task_id) {
             Some(t) if t.receiver.index == index => self.in_flight.remove(&task_id).unwrap(),
             _ => return Err(ScheduleError::UnknownTask(task_id, index)),
@@ -191,7 +191,7 @@ impl Schedule {
             path: expected,
             recovering: false,
         });
-        Ok(task.provider.index)
+        Ok(task.provider)
     }
 
     /// Position `index` died (DESIGN.md §2). What it held is recovered:

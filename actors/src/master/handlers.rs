@@ -163,7 +163,12 @@ impl Handler<ReadyIn> for Master {
             (None, Some(done)) => match r.schedule.task_done(done.task_id, index, &ready.path) {
                 Ok(provider) => {
                     self.perf.record(from, done.nanos, done.bytes);
-                    Ok(Some(r.group.rank_at(provider)))
+                    // A provider of a single original keeps it until the
+                    // reduction ends anyway (recovery may ask for it; with
+                    // no copies it is the rank's only data, and its buffer
+                    // is in flight until then): a release frees nothing
+                    // early, and was one message in eight of a reduction.
+                    Ok((provider.path.len() > 1).then(|| r.group.rank_at(provider.index)))
                 }
                 Err(e) => Err(protocol(&r.id, from, e)),
             },

@@ -63,7 +63,8 @@ fn completion_needs_the_full_path() {
     };
     assert_eq!(s.next(never), None, "nothing to do while the task runs");
     let provider = s.task_done(t.task_id, 1, &RankSet::full(2)).unwrap();
-    assert_eq!(provider, 0);
+    assert_eq!(provider.index, 0);
+    assert_eq!(provider.path, RankSet::single(0));
     assert!(!s.needs(0), "the provider's data was consumed");
     assert_eq!(s.next(never), Some(Step::Complete));
 }
