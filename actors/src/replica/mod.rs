@@ -123,6 +123,7 @@ impl Handler<OfferIn> for ReplicaStore {
 
     fn handle(&mut self, m: OfferIn, ctx: &mut Context<Self>) {
         let (key, owner) = (m.key, m.owner);
+        tracing::debug!(rank = self.rank, %owner, key, heap = m.heap.is_some(), "replica offer");
         if self.bytes + m.len > self.limit {
             tracing::warn!(rank = self.rank, %owner, "replica store full; offer refused");
             self.refuse(key, owner, false);

@@ -273,6 +273,7 @@ impl Worker {
                 }
             }));
         }
+        tracing::debug!(rank = %rank, key, ?gate, "joined");
         self.to_master(&ready);
         if let Some(l) = self.locals.get(&key) {
             let _ = hooks::hold(&self.hooks, rank.0, Point::Joined, &l.join.id);
@@ -324,6 +325,7 @@ impl Worker {
         };
         match self.out.send(buddy, &msg) {
             Ok(_) => {
+                tracing::debug!(rank = %self.rank, %buddy, key, "replica offered");
                 local.buddy = Some(buddy);
                 Some(buddy)
             }

@@ -631,11 +631,12 @@ async fn in_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf, wtx: W
             k => break ReadError::Protocol(format!("unexpected frame kind {k} from a caller")),
         }
     };
-    ended(&shared, peer, err);
+    ended(&shared, peer, err, true);
 }
 
-/// Reports the end of a connection that did not say goodbye.
-fn ended(shared: &Shared, peer: u32, err: ReadError) {
+/// Reports the end of a connection that did not say goodbye (`incoming`:
+/// the peer's connection to us).
+fn ended(shared: &Arc<Shared>, peer: u32, err: ReadError, incoming: bool) {
     if shared.is_closed() {
         return;
     }
@@ -643,7 +644,7 @@ fn ended(shared: &Shared, peer: u32, err: ReadError) {
         tracing::error!(rank = shared.rank, peer, detail = %d, "protocol error, dropping the link");
         metrics::bad_connection();
     }
-    shared.link_lost(peer, err.describe(peer));
+    shared.link_lost(peer, err.describe(peer), incoming);
 }
 
 /// Our connection to `peer`: connect, hello, then write what is queued.
@@ -655,14 +656,18 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, rx: WriterEnd) 
         .and_then(|t| t.get(peer as usize))
         .copied()
     else {
-        return shared.link_lost(peer, format!("no address for rank {peer}"));
+        return shared.link_lost(peer, format!("no address for rank {peer}"), false);
     };
     let stream =
         match tokio::time::timeout(shared.connect_timeout, super::sock::connect(addr)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 if !shared.is_closed() {
-                    shared.link_lost(peer, format!("connecting to rank {peer} at {addr}: {e}"));
+                    shared.link_lost(
+                        peer,
+                        format!("connecting to rank {peer} at {addr}: {e}"),
+                        false,
+                    );
                 }
                 return;
             }
@@ -671,6 +676,7 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, rx: WriterEnd) 
                     shared.link_lost(
                         peer,
                         format!("connecting to rank {peer} at {addr} timed out"),
+                        false,
                     );
                 }
                 return;
@@ -687,7 +693,7 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, rx: WriterEnd) 
     });
     if let Err(e) = wr.write_all(&hello).await {
         if !shared.is_closed() {
-            shared.link_lost(peer, format!("hello to rank {peer} failed: {e}"));
+            shared.link_lost(peer, format!("hello to rank {peer} failed: {e}"), false);
         }
         return;
     }
@@ -758,5 +764,5 @@ async fn out_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf) {
             k => break ReadError::Protocol(format!("unexpected frame kind {k} from a server")),
         }
     };
-    ended(&shared, peer, err);
+    ended(&shared, peer, err, false);
 }

@@ -27,9 +27,25 @@ pub(crate) enum Link {
     Up,
     /// The peer said goodbye: it left gracefully.
     Gone,
+    /// Our connection to the peer broke; the peer's connection to us is
+    /// still read, so that the control frames it sent before are delivered
+    /// (see [`Shared::link_lost`]). Nothing more can be sent.
+    Draining(String),
     /// The link failed; the reason was reported once as `Event::LinkDown`.
     Down(String),
 }
+
+/// How long the peer's connection to us is still read after our connection
+/// to it broke, at most, before the link is reported down anyway.
+///
+/// Why: a dead peer's kernel closes both connections at once, but they are
+/// read by different tasks; the one that carries responses to our gets may
+/// see the end first, while the other still holds frames the peer wrote
+/// before it died (its join, an offer of its original to its buddy). Those
+/// frames must come before the `LinkDown`. The other connection ends
+/// within microseconds then; the bound is for a peer whose process lives
+/// on with one connection broken.
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
 /// A get waiting for its response chunks.
 pub(crate) struct Pending {
@@ -308,6 +324,10 @@ impl Shared {
     pub fn link_error(peer: u32, link: &Link) -> Option<TransportError> {
         match link {
             Link::Up => None,
+            Link::Draining(reason) => Some(TransportError::LinkDown {
+                peer,
+                reason: reason.clone(),
+            }),
             Link::Gone => Some(TransportError::LinkDown {
                 peer,
                 reason: format!("rank {peer} shut down"),
@@ -334,7 +354,8 @@ impl Shared {
     }
 
     /// Delivers a control frame from `peer`, unless its link already went
-    /// down (so nothing from a peer follows its `LinkDown`).
+    /// down (so nothing from a peer follows its `LinkDown`). A link that is
+    /// draining still delivers: the frame was sent before the failure.
     pub fn deliver(&self, peer: u32, frame: Bytes) {
         let slot = self.slot(peer);
         if !matches!(slot.link, Link::Down(_)) && !self.is_closed() {
@@ -346,26 +367,60 @@ impl Shared {
         drop(slot);
     }
 
-    /// A connection to or from `peer` broke without a goodbye. The first call
-    /// for a peer reports `Event::LinkDown`, fails its gets and closes its
-    /// other connection; later calls do nothing.
-    pub fn link_lost(&self, peer: u32, reason: String) {
+    /// A connection to or from `peer` broke without a goodbye (`incoming`:
+    /// the one the peer opened to us, which carries its control frames).
+    /// The link goes down once: `Event::LinkDown` is reported, gets fail
+    /// and the other connection is closed; later calls do nothing.
+    ///
+    /// If our own connection broke first while the peer's is still read,
+    /// the link drains instead: gets and sends fail at once, but the
+    /// peer's connection is read to its end (at most [`DRAIN_GRACE`]), so
+    /// that every control frame the peer sent before the failure is
+    /// delivered before the `LinkDown`.
+    pub fn link_lost(self: &Arc<Self>, peer: u32, reason: String, incoming: bool) {
         let mut slot = self.slot(peer);
-        if slot.link != Link::Up {
-            return;
-        }
+        let reason = match &slot.link {
+            Link::Up if !incoming && slot.incoming.is_some() && !self.is_closed() => {
+                slot.link = Link::Draining(reason.clone());
+                Self::fail_gets(&mut slot, peer, &reason, false);
+                slot.out = None;
+                tracing::debug!(rank = self.rank, peer, %reason, "link draining");
+                let shared = self.clone();
+                self.handle.spawn(async move {
+                    tokio::time::sleep(DRAIN_GRACE).await;
+                    shared.link_lost(peer, String::new(), true);
+                });
+                return;
+            }
+            Link::Up => reason,
+            // The peer's connection ended (or the grace ran out): the
+            // failure first seen is the one reported.
+            Link::Draining(first) if incoming => first.clone(),
+            _ => return,
+        };
         let closed = self.is_closed();
         slot.link = Link::Down(reason.clone());
+        Self::fail_gets(&mut slot, peer, &reason, closed);
+        self.down(slot, peer, reason, closed);
+    }
+
+    /// Fails every pending get to `peer`.
+    fn fail_gets(slot: &mut PeerSlot, peer: u32, reason: &str, closed: bool) {
         for (_, p) in slot.pending.drain() {
             let _ = p.tx.send(Err(if closed {
                 TransportError::Closed
             } else {
                 TransportError::LinkDown {
                     peer,
-                    reason: reason.clone(),
+                    reason: reason.to_string(),
                 }
             }));
         }
+    }
+
+    /// The rest of a link going down: its connections closed, its loans
+    /// stranded, its heap retained, `Event::LinkDown` reported.
+    fn down(&self, mut slot: MutexGuard<'_, PeerSlot>, peer: u32, reason: String, closed: bool) {
         slot.out = None;
         slot.incoming = None;
         {
@@ -405,7 +460,7 @@ impl Shared {
     /// closed once the frames already queued are written.
     pub fn peer_gone(&self, peer: u32) {
         let mut slot = self.slot(peer);
-        if slot.link == Link::Up {
+        if matches!(slot.link, Link::Up | Link::Draining(_)) {
             tracing::debug!(rank = self.rank, peer, "peer left gracefully");
             slot.link = Link::Gone;
             let closed = self.is_closed();
@@ -445,5 +500,78 @@ impl Shared {
         (0..self.size)
             .flat_map(|p| std::mem::take(&mut self.slot(p).tasks))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tcp::{MasterAddr, TcpConfig};
+
+    fn shared() -> Arc<Shared> {
+        let cfg = TcpConfig::new(0, 2, 1, MasterAddr::Addr(([127, 0, 0, 1], 1).into()));
+        Arc::new(Shared::new(&cfg, Handle::current()))
+    }
+
+    fn next(s: &Shared) -> Event {
+        s.events_rx.try_recv().expect("an event")
+    }
+
+    /// Our connection to a peer ends while the peer's connection to us
+    /// still holds frames it sent before it died: they are delivered, then
+    /// the link goes down, with the failure first seen.
+    #[tokio::test]
+    async fn frames_read_after_our_connection_broke_come_before_the_link_down() {
+        let s = shared();
+        s.slot(1).incoming = Some(Writer::new().0);
+        s.link_lost(1, "our connection ended".into(), false);
+        assert!(
+            s.events_rx.is_empty(),
+            "no LinkDown while the peer's frames are read"
+        );
+        assert!(matches!(s.slot(1).link, Link::Draining(_)));
+        assert!(
+            Shared::link_error(1, &s.slot(1).link).is_some(),
+            "nothing more is sent"
+        );
+        s.deliver(1, Bytes::from_static(b"join"));
+        s.link_lost(1, "the peer's connection ended".into(), true);
+        match next(&s) {
+            Event::Message { from, frame } => {
+                assert_eq!((from, &frame[..]), (Rank(1), &b"join"[..]));
+            }
+            e => panic!("{e:?}"),
+        }
+        match next(&s) {
+            Event::LinkDown { peer, reason } => {
+                assert_eq!((peer, reason.as_str()), (Rank(1), "our connection ended"));
+            }
+            e => panic!("{e:?}"),
+        }
+        s.deliver(1, Bytes::from_static(b"late"));
+        s.link_lost(1, "again".into(), true);
+        assert!(s.events_rx.is_empty(), "nothing follows the LinkDown");
+    }
+
+    /// A peer that lives on with our connection to it broken is reported
+    /// down after the grace.
+    #[tokio::test(start_paused = true)]
+    async fn a_draining_link_goes_down_after_the_grace() {
+        let s = shared();
+        s.slot(1).incoming = Some(Writer::new().0);
+        s.link_lost(1, "our connection ended".into(), false);
+        tokio::time::sleep(DRAIN_GRACE / 2).await;
+        assert!(s.events_rx.is_empty());
+        tokio::time::sleep(DRAIN_GRACE).await;
+        assert!(matches!(next(&s), Event::LinkDown { .. }));
+        assert!(matches!(s.slot(1).link, Link::Down(_)));
+    }
+
+    /// Without a connection from the peer there is nothing to drain.
+    #[tokio::test]
+    async fn a_link_with_no_connection_from_the_peer_goes_down_at_once() {
+        let s = shared();
+        s.link_lost(1, "connect failed".into(), false);
+        assert!(matches!(next(&s), Event::LinkDown { .. }));
     }
 }
