@@ -68,8 +68,11 @@ pub struct CompareArgs {
     /// Timed repetitions per point.
     #[arg(long, default_value_t = 10)]
     pub reps: u32,
-    /// Timed repetitions per point of scenario e.
-    #[arg(long, default_value_t = 5)]
+    /// Timed repetitions per point of scenario e. Each rank's buffer pool
+    /// grows over the first repetitions of many concurrent reductions (to
+    /// the most buffers the rank needs at once), so fewer repetitions
+    /// measure that growth as much as the reductions.
+    #[arg(long, default_value_t = 15)]
     pub reps_concurrent: u32,
     /// Untimed repetitions first.
     #[arg(long, default_value_t = 2)]
