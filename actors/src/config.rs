@@ -46,6 +46,14 @@ pub struct Config {
     /// uses at once (and a quarter more: buffers are a little larger than
     /// the data they hold).
     pub buffer_pool_follows_peak: bool,
+    /// Whether buffers are made ahead when more reductions are in flight
+    /// at once than ever before (`TASKFOLD_POOL_PREFILL=0` turns it off;
+    /// default on): about two per reduction, on a thread of the runtime's
+    /// own, within the pool's bound, so that the folds of a larger batch
+    /// than the last find their buffers instead of faulting fresh pages
+    /// in (see `taskfold_core::pool::reserve`). The memory is what the pool
+    /// may keep anyway; made ahead, it is held from the first such batch.
+    pub buffer_pool_prefill: bool,
     /// Test hooks (`TASKFOLD_TEST_HOOK`), see [`crate::hooks`].
     pub hooks: Vec<crate::hooks::Hook>,
 }
@@ -90,6 +98,7 @@ impl Default for Config {
             durability: Durability::Async,
             buffer_pool: taskfold_core::pool::DEFAULT_LIMIT as u64,
             buffer_pool_follows_peak: true,
+            buffer_pool_prefill: true,
             hooks: Vec::new(),
         }
     }
@@ -121,6 +130,9 @@ impl Config {
             // An explicit bound is a bound.
             c.buffer_pool = b;
             c.buffer_pool_follows_peak = false;
+        }
+        if let Some(on) = env_u64("TASKFOLD_POOL_PREFILL") {
+            c.buffer_pool_prefill = on != 0;
         }
         if let Ok(d) = std::env::var("TASKFOLD_DURABILITY") {
             match d.trim() {

@@ -62,6 +62,9 @@ pub const BUFFER_POOL_BYTES: &str = "taskfold_buffer_pool_bytes";
 /// needed a fresh allocation (label `outcome` = `hit` | `miss`; updated on
 /// every ping from the master).
 pub const BUFFER_POOL_REQUESTS: &str = "taskfold_buffer_pool_requests_total";
+/// Buffers made ahead of the requests, when more reductions were in flight
+/// at once than ever before (updated on every ping from the master).
+pub const BUFFER_POOL_PREFILLED: &str = "taskfold_buffer_pool_prefilled_total";
 /// Segments of streamed gets folded as they arrived, while the rest of
 /// the peer's data was still on its way (per rank).
 pub const FOLD_SEGMENTS: &str = "taskfold_fold_segments_total";
@@ -137,6 +140,10 @@ pub fn describe() {
         "Large-buffer requests served by a recycled buffer (hit) or not (miss)"
     );
     describe_counter!(
+        BUFFER_POOL_PREFILLED,
+        "Large buffers made ahead of the requests, when more reductions were in flight at once than ever before"
+    );
+    describe_counter!(
         REPLICAS_MAPPED,
         "Buddy copies made without copying bytes: a mapping of the owner's disk copy or a view of its buffer (same node)"
     );
@@ -156,4 +163,5 @@ pub(crate) fn record_buffer_pool() {
     metrics::gauge!(BUFFER_POOL_BYTES).set(s.bytes as f64);
     metrics::counter!(BUFFER_POOL_REQUESTS, "outcome" => "hit").absolute(s.hits);
     metrics::counter!(BUFFER_POOL_REQUESTS, "outcome" => "miss").absolute(s.misses);
+    metrics::counter!(BUFFER_POOL_PREFILLED).absolute(s.prefilled);
 }

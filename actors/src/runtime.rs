@@ -151,6 +151,7 @@ impl Runtime {
         crate::metrics::describe();
         taskfold_core::pool::set_limit(usize::try_from(config.buffer_pool).unwrap_or(usize::MAX));
         taskfold_core::pool::follow_peak(config.buffer_pool_follows_peak);
+        taskfold_core::pool::set_prefill(config.buffer_pool_prefill);
         let (cmd_tx, cmd_rx) = flume::unbounded::<Command>();
         let (ready_tx, ready_rx) = flume::bounded::<Result<(), StartError>>(1);
         let live = Arc::new(Mutex::new(HashSet::new()));
