@@ -103,6 +103,9 @@ struct Inner {
     out: usize,
     /// Capacity reserved by [`Pool::reserve`] and not made yet.
     filling: usize,
+    /// The most bytes in flight [`Pool::reserve`] was asked about: it asks
+    /// for buffers only beyond it.
+    reserved_peak: usize,
     /// Whether [`Pool::reserve`] asks for buffers ahead.
     prefill: bool,
     hits: u64,
@@ -162,6 +165,7 @@ impl Pool {
                 follow: false,
                 out: 0,
                 filling: 0,
+                reserved_peak: 0,
                 prefill: false,
                 hits: 0,
                 misses: 0,
@@ -292,8 +296,11 @@ impl Pool {
     /// buffers of `capacity` bytes: how many such buffers to make ahead
     /// ([`Pool::fill_one`] each), so that this many exist, free or in use.
     /// They are counted as made from now on (a second call does not ask
-    /// for them again). Never more than the bound leaves room for; none
-    /// unless prefill is on, and none below [`MIN_POOLED`].
+    /// for them again). Only a new peak of `in_flight` asks for any: the
+    /// count of buffers in use is an estimate (a buffer the pool never
+    /// handed out may be given to it), and a pool that kept refilling to
+    /// it would churn against its bound. Never more than the bound leaves
+    /// room for; none unless prefill is on, and none below [`MIN_POOLED`].
     ///
     /// Why: each rank's share of the folds changes from batch to batch, so
     /// a pool that grows only on misses meets a new largest batch again and
@@ -306,9 +313,10 @@ impl Pool {
             return 0;
         }
         let mut p = self.lock();
-        if !p.prefill {
+        if !p.prefill || in_flight <= p.reserved_peak {
             return 0;
         }
+        p.reserved_peak = in_flight;
         let have = p.bytes + p.out + p.filling;
         let room = p.bound().saturating_sub(p.bytes + p.filling);
         let want = in_flight.saturating_sub(have).min(room);
@@ -645,14 +653,31 @@ mod tests {
         let c = pool.take_filled(4 * MIB);
         assert_eq!(c.len(), 4 * MIB);
         assert_eq!(pool.stats().misses, 2, "only the first two missed");
-        // Given back, a buffer is free again, not out: nothing to ask for.
+        // Given back, a buffer is free again, not out: 16 MiB exist, and
+        // more in flight asks for the difference, rounded up.
         pool.give(a);
-        assert_eq!(pool.reserve(16 * MIB, 4 * MIB), 0);
-        // More in flight asks for the difference, rounded up.
         assert_eq!(pool.reserve(22 * MIB, 4 * MIB), 2);
         pool.unreserve(2, 4 * MIB);
-        assert_eq!(pool.reserve(22 * MIB, 4 * MIB), 2, "given up: asked again");
+        assert_eq!(pool.reserve(22 * MIB, 4 * MIB), 0, "not a new peak");
+        assert_eq!(pool.reserve(23 * MIB, 4 * MIB), 2, "given up: asked again");
         drop((b, c));
+    }
+
+    #[test]
+    fn reserve_asks_only_at_a_new_peak() {
+        let pool = Pool::new(64 * MIB);
+        pool.set_prefill(true);
+        assert_eq!(pool.reserve(8 * MIB, 4 * MIB), 2);
+        pool.fill_one(4 * MIB);
+        pool.fill_one(4 * MIB);
+        // The buffers are lost (dropped elsewhere, evicted): the same
+        // demand does not make them again and again.
+        drop(pool.take(4 * MIB));
+        drop(pool.take(4 * MIB));
+        pool.set_limit(0);
+        pool.set_limit(64 * MIB);
+        assert_eq!(pool.reserve(8 * MIB, 4 * MIB), 0);
+        assert_eq!(pool.reserve(6 * MIB, 4 * MIB), 0);
     }
 
     #[test]
@@ -666,8 +691,8 @@ mod tests {
         assert_eq!(pool.stats().bytes, 8 * MIB);
         // Following the peak, the bound is the peak and a quarter.
         pool.follow_peak(true);
-        pool.in_flight(24 * MIB);
-        assert_eq!(pool.reserve(24 * MIB, 4 * MIB), 4, "24 MiB, 8 free");
+        pool.in_flight(80 * MIB);
+        assert_eq!(pool.reserve(80 * MIB, 4 * MIB), 18, "80 MiB, 8 free");
     }
 
     #[test]
