@@ -95,6 +95,9 @@ struct Inner {
     /// The most bytes of reduction data in flight at once in this process
     /// (see [`Pool::in_flight`]).
     peak: usize,
+    /// Bytes of reduction data in flight now, over every runtime of the
+    /// process ([`Pool::start_flight`]).
+    flight: usize,
     /// Whether the bound grows to `peak`.
     follow: bool,
     /// Capacity of the buffers handed out and not given back (an estimate:
@@ -162,6 +165,7 @@ impl Pool {
                 bytes: 0,
                 limit,
                 peak: 0,
+                flight: 0,
                 follow: false,
                 out: 0,
                 filling: 0,
@@ -287,6 +291,24 @@ impl Pool {
         p.peak = p.peak.max(bytes);
     }
 
+    /// A reduction holding about `bytes` of data at once started (about
+    /// two buffers of its size: the original kept for recovery and the
+    /// value folded beside it); returns the bytes in flight in the process
+    /// now, and raises the peak. Counted over every runtime of the process
+    /// (several ranks in one process share one pool).
+    pub fn start_flight(&self, bytes: usize) -> usize {
+        let mut p = self.lock();
+        p.flight = p.flight.saturating_add(bytes);
+        p.peak = p.peak.max(p.flight);
+        p.flight
+    }
+
+    /// A reduction counted by [`Pool::start_flight`] ended.
+    pub fn end_flight(&self, bytes: usize) {
+        let mut p = self.lock();
+        p.flight = p.flight.saturating_sub(bytes);
+    }
+
     /// Whether [`Pool::reserve`] asks for buffers ahead (off by default).
     pub fn set_prefill(&self, on: bool) {
         self.lock().prefill = on;
@@ -407,6 +429,17 @@ pub fn follow_peak(on: bool) {
 /// ([`Pool::in_flight`]).
 pub fn in_flight(bytes: usize) {
     GLOBAL.in_flight(bytes)
+}
+
+/// A reduction started in this process ([`Pool::start_flight`]): returns
+/// the bytes of reduction data in flight now.
+pub fn start_flight(bytes: usize) -> usize {
+    GLOBAL.start_flight(bytes)
+}
+
+/// A reduction ended in this process ([`Pool::end_flight`]).
+pub fn end_flight(bytes: usize) {
+    GLOBAL.end_flight(bytes)
 }
 
 /// Whether the process-wide pool asks for buffers ahead
@@ -627,6 +660,13 @@ mod tests {
         // The peak only rises.
         pool.in_flight(8 * MIB);
         assert_eq!(pool.limit(), 20 * MIB);
+        // Reductions in flight add up, and raise it too.
+        assert_eq!(pool.start_flight(12 * MIB), 12 * MIB);
+        assert_eq!(pool.start_flight(12 * MIB), 24 * MIB);
+        assert_eq!(pool.limit(), 30 * MIB);
+        pool.end_flight(12 * MIB);
+        assert_eq!(pool.start_flight(4 * MIB), 16 * MIB);
+        assert_eq!(pool.limit(), 30 * MIB);
         // Turned off, the pool shrinks to its limit at once.
         pool.follow_peak(false);
         assert_eq!(pool.stats().bytes, 4 * MIB);

@@ -10,7 +10,9 @@ use taskfold::{Config, InPlace, LocalCluster, Reduce, Sum};
 /// pooled.
 const LEN: usize = 1 << 18;
 
-/// `k` concurrent reductions on every rank of `c`, each checked at its root.
+/// `k` concurrent reductions on every rank of `c`, each checked at its
+/// root. Rank 0 starts all of its `k` before rank 1 starts any, so that
+/// none ends before all of rank 0's are in flight.
 fn burst(c: &LocalCluster, tag: &str, k: usize) {
     let futures: Vec<_> = c
         .ranks()
@@ -42,14 +44,16 @@ fn buffers_are_made_ahead_only_when_asked() {
         },
     )
     .unwrap();
-    burst(&off, "off", 4);
+    burst(&off, "off", 2);
     off.shutdown().unwrap();
     assert_eq!(taskfold_core::pool::stats().prefilled, 0, "not asked to");
 
-    // More in flight than the first burst left in the pool: the rank
-    // reserves the difference and its filler makes it.
+    // Far more in flight than the first burst left in the pool (24
+    // reductions of about two 1 MiB buffers each on rank 0 alone, against
+    // at most 8 MiB kept and 24 MiB of contributions): the difference is
+    // reserved and made.
     let on = LocalCluster::new(2).unwrap();
-    burst(&on, "on", 16);
+    burst(&on, "on", 24);
     let deadline = Instant::now() + Duration::from_secs(20);
     while taskfold_core::pool::stats().prefilled == 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));

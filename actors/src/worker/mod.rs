@@ -96,7 +96,8 @@ pub(crate) struct Local {
     pub(crate) direct: Option<taskfold_transports::Direct>,
     /// Tasks wait while an `after-join` test hook holds the reduction.
     pub(crate) held: Option<Vec<Task>>,
-    /// Bytes this reduction counts in [`Worker::in_flight`].
+    /// Bytes this reduction counts in the buffer pool's reduction data in
+    /// flight (`taskfold_core::pool::start_flight`).
     pub(crate) flight: usize,
     pub(crate) fetch: Option<Fetching>,
 }
@@ -140,9 +141,6 @@ pub struct Worker {
     /// Originals a buddy may still be reading in place after their
     /// reductions ended here abnormally: kept until the process ends.
     stranded: Vec<Bytes>,
-    /// Bytes of reduction data in flight here (about two buffers per live
-    /// reduction), reported to the buffer pool.
-    in_flight: usize,
 }
 
 /// What a worker is built from.
@@ -175,7 +173,6 @@ impl Worker {
             ended_early: HashSet::new(),
             same_node_buddy: None,
             stranded: Vec::new(),
-            in_flight: 0,
         }
     }
 
@@ -211,7 +208,7 @@ impl Worker {
         let Some(mut local) = local else {
             return;
         };
-        self.in_flight = self.in_flight.saturating_sub(local.flight);
+        taskfold_core::pool::end_flight(local.flight);
         if let Some(f) = local.fetch.take() {
             let _ = f.handle; // the future ends with the actor's context
         }
