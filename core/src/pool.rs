@@ -93,7 +93,7 @@ struct Inner {
     bytes: usize,
     limit: usize,
     /// The most bytes of reduction data in flight at once in this process
-    /// (see [`Pool::in_flight`]).
+    /// (see [`Pool::start_flight`]).
     peak: usize,
     /// Bytes of reduction data in flight now, over every runtime of the
     /// process ([`Pool::start_flight`]).
@@ -284,13 +284,6 @@ impl Pool {
         self.reconfigure(|p| p.follow = on);
     }
 
-    /// `bytes` of reduction data are in flight in this process now (the
-    /// runtime reports it as reductions start): raises the peak.
-    pub fn in_flight(&self, bytes: usize) {
-        let mut p = self.lock();
-        p.peak = p.peak.max(bytes);
-    }
-
     /// A reduction holding about `bytes` of data at once started (about
     /// two buffers of its size: the original kept for recovery and the
     /// value folded beside it); returns the bytes in flight in the process
@@ -423,12 +416,6 @@ pub fn set_limit(limit: usize) {
 /// data in flight ([`Pool::follow_peak`]).
 pub fn follow_peak(on: bool) {
     GLOBAL.follow_peak(on)
-}
-
-/// Reports the reduction data in flight in this process
-/// ([`Pool::in_flight`]).
-pub fn in_flight(bytes: usize) {
-    GLOBAL.in_flight(bytes)
 }
 
 /// A reduction started in this process ([`Pool::start_flight`]): returns
@@ -645,7 +632,7 @@ mod tests {
     #[test]
     fn the_bound_follows_the_peak_in_flight_only_when_asked() {
         let pool = Pool::new(4 * MIB);
-        pool.in_flight(16 * MIB);
+        pool.start_flight(16 * MIB);
         let give = |n| {
             for _ in 0..n {
                 pool.give(AlignedVec::with_capacity(4 * MIB));
@@ -658,14 +645,12 @@ mod tests {
         give(5);
         assert_eq!(pool.stats().bytes, 20 * MIB, "up to the peak in flight");
         // The peak only rises.
-        pool.in_flight(8 * MIB);
+        pool.end_flight(8 * MIB);
         assert_eq!(pool.limit(), 20 * MIB);
-        // Reductions in flight add up, and raise it too.
-        assert_eq!(pool.start_flight(12 * MIB), 12 * MIB);
+        // Reductions in flight add up.
+        assert_eq!(pool.start_flight(4 * MIB), 12 * MIB);
+        assert_eq!(pool.limit(), 20 * MIB);
         assert_eq!(pool.start_flight(12 * MIB), 24 * MIB);
-        assert_eq!(pool.limit(), 30 * MIB);
-        pool.end_flight(12 * MIB);
-        assert_eq!(pool.start_flight(4 * MIB), 16 * MIB);
         assert_eq!(pool.limit(), 30 * MIB);
         // Turned off, the pool shrinks to its limit at once.
         pool.follow_peak(false);
@@ -731,7 +716,7 @@ mod tests {
         assert_eq!(pool.stats().bytes, 8 * MIB);
         // Following the peak, the bound is the peak and a quarter.
         pool.follow_peak(true);
-        pool.in_flight(80 * MIB);
+        pool.start_flight(80 * MIB);
         assert_eq!(pool.reserve(80 * MIB, 4 * MIB), 18, "80 MiB, 8 free");
     }
 
