@@ -15,7 +15,7 @@
 //! and is at most twice its size, so that a small request never pins a huge
 //! block.
 //!
-//! [`bytes`] wraps a buffer as [`Bytes`] that gives it back when its last
+//! [`bytes()`] wraps a buffer as [`Bytes`] that gives it back when its last
 //! clone is dropped; [`give`] gives back a buffer that is owned outright.
 //!
 //! **Prefill.** A process that starts more reductions at once than ever
