@@ -26,7 +26,7 @@
 //! - [`runtime`]: [`Runtime`] (`from_env`, the builder, `reduce`, shutdown).
 //! - [`future`]: [`ReduceFuture`] (`get`, `is_done`, `wait_timeout`, `.await`).
 //! - [`options`]: [`Reduce`] (root, id, group).
-//! - [`env`]: rank, size and master from `taskfold run`, `mpiexec`, `srun`.
+//! - [`mod@env`]: rank, size and master from `taskfold run`, `mpiexec`, `srun`.
 //! - [`local`]: [`LocalCluster`], many ranks in one process over the loopback.
 //! - actors, one module each with its messages and handlers: [`master`]
 //!   (queues and scheduling, rank 0), [`worker`] (tasks: get, fold, ready),

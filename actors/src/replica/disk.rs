@@ -195,7 +195,7 @@ impl ReplicaDisk {
     }
 
     /// Removes every replica file of reduction `key` (keeping large ones,
-    /// renamed and up to [`SPARE_BYTES`], to be written over later).
+    /// renamed and up to `SPARE_BYTES`, to be written over later).
     ///
     /// A buddy on this node that mapped such a file would see it change
     /// when it is reused; the reduction has ended by then, and a buddy's

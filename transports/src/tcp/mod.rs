@@ -459,7 +459,7 @@ impl Transport for TcpTransport {
     }
 
     /// A buffer in this process's shared heap, if loans are on and it is
-    /// large enough to be lent (see [`get::direct`]).
+    /// large enough to be lent (see `get::direct`).
     fn locate(&self, data: &[u8]) -> Option<crate::Direct> {
         get::locate(&self.shared, data)
     }
