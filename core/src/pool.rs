@@ -307,11 +307,11 @@ impl Pool {
         self.lock().prefill = on;
     }
 
-    /// `in_flight` bytes of reduction data may be held at once now, in
-    /// buffers of `capacity` bytes: how many such buffers to make ahead
-    /// ([`Pool::fill_one`] each), so that this many exist, free or in use.
-    /// They are counted as made from now on (a second call does not ask
-    /// for them again). Only a new peak of `in_flight` asks for any: the
+    /// The reduction data in flight now ([`Pool::start_flight`]) may be
+    /// held in buffers of `capacity` bytes: how many such buffers to make
+    /// ahead ([`Pool::fill_one`] each), so that that many bytes exist, free
+    /// or in use. They are counted as made from now on (a second call does
+    /// not ask for them again). Only a new peak in flight asks for any: the
     /// count of buffers in use is an estimate (a buffer the pool never
     /// handed out may be given to it), and a pool that kept refilling to
     /// it would churn against its bound. Never more than the bound leaves
@@ -323,18 +323,18 @@ impl Pool {
     /// concurrent 8 MiB reductions over 8 ranks still missed 3-11 buffers
     /// per repetition after 15 repetitions, and spent about a sixth of the
     /// CPU time of a repetition in the kernel zeroing their pages.
-    pub fn reserve(&self, in_flight: usize, capacity: usize) -> usize {
-        if capacity < MIN_POOLED || capacity == 0 {
+    pub fn reserve(&self, capacity: usize) -> usize {
+        if capacity < MIN_POOLED {
             return 0;
         }
         let mut p = self.lock();
-        if !p.prefill || in_flight <= p.reserved_peak {
+        if !p.prefill || p.flight <= p.reserved_peak {
             return 0;
         }
-        p.reserved_peak = in_flight;
+        p.reserved_peak = p.flight;
         let have = p.bytes + p.out + p.filling;
         let room = p.bound().saturating_sub(p.bytes + p.filling);
-        let want = in_flight.saturating_sub(have).min(room);
+        let want = p.flight.saturating_sub(have).min(room);
         let n = want.div_ceil(capacity).min(room / capacity);
         p.filling += n * capacity;
         n
@@ -342,24 +342,18 @@ impl Pool {
 
     /// Makes one buffer of `capacity` bytes that [`Pool::reserve`] asked
     /// for, its pages touched (zeroed, so that a take of up to `capacity`
-    /// bytes zeroes nothing), and keeps it.
+    /// bytes zeroes nothing), and keeps it (as [`Pool::give`] keeps a
+    /// buffer handed out).
     pub fn fill_one(&self, capacity: usize) {
         let mut b = fresh(capacity);
         b.resize(capacity, 0);
-        let evicted = {
+        {
             let mut p = self.lock();
             p.filling = p.filling.saturating_sub(capacity);
             p.prefilled += 1;
-            let cap = b.capacity();
-            if cap > p.bound() {
-                Vec::new()
-            } else {
-                p.bytes += cap;
-                p.free.push(b);
-                p.trim()
-            }
-        };
-        drop(evicted);
+            p.out += b.capacity();
+        }
+        self.give(b);
     }
 
     /// Gives up `count` buffers of `capacity` bytes that [`Pool::reserve`]
@@ -436,9 +430,9 @@ pub fn set_prefill(on: bool) {
 }
 
 /// How many buffers of `capacity` bytes the process-wide pool wants made
-/// ahead for `in_flight` bytes of reduction data ([`Pool::reserve`]).
-pub fn reserve(in_flight: usize, capacity: usize) -> usize {
-    GLOBAL.reserve(in_flight, capacity)
+/// ahead for the reduction data in flight now ([`Pool::reserve`]).
+pub fn reserve(capacity: usize) -> usize {
+    GLOBAL.reserve(capacity)
 }
 
 /// Makes one buffer that [`reserve`] asked for ([`Pool::fill_one`]).
@@ -660,19 +654,20 @@ mod tests {
     #[test]
     fn reserve_asks_for_what_is_missing_once() {
         let pool = Pool::new(64 * MIB);
-        assert_eq!(pool.reserve(16 * MIB, 4 * MIB), 0, "prefill is off");
+        pool.start_flight(16 * MIB);
+        assert_eq!(pool.reserve(4 * MIB), 0, "prefill is off");
         pool.set_prefill(true);
-        assert_eq!(pool.reserve(16 * MIB, MIN_POOLED / 2), 0, "too small");
+        assert_eq!(pool.reserve(MIN_POOLED / 2), 0, "too small");
         // Two buffers are out (the contributions), none free.
         let a = pool.take(4 * MIB);
         let b = pool.take(4 * MIB);
-        assert_eq!(pool.reserve(16 * MIB, 4 * MIB), 2, "16 MiB wanted, 8 out");
-        assert_eq!(pool.reserve(16 * MIB, 4 * MIB), 0, "already asked for");
+        assert_eq!(pool.reserve(4 * MIB), 2, "16 MiB wanted, 8 out");
+        assert_eq!(pool.reserve(4 * MIB), 0, "already asked for");
         pool.fill_one(4 * MIB);
         pool.fill_one(4 * MIB);
         let s = pool.stats();
         assert_eq!((s.buffers, s.prefilled), (2, 2));
-        assert_eq!(pool.reserve(16 * MIB, 4 * MIB), 0, "made now");
+        assert_eq!(pool.reserve(4 * MIB), 0, "made now");
         // Taken, the made buffers serve requests without zeroing anything:
         // they hold their whole capacity already.
         let c = pool.take_filled(4 * MIB);
@@ -681,10 +676,12 @@ mod tests {
         // Given back, a buffer is free again, not out: 16 MiB exist, and
         // more in flight asks for the difference, rounded up.
         pool.give(a);
-        assert_eq!(pool.reserve(22 * MIB, 4 * MIB), 2);
+        pool.start_flight(6 * MIB);
+        assert_eq!(pool.reserve(4 * MIB), 2);
         pool.unreserve(2, 4 * MIB);
-        assert_eq!(pool.reserve(22 * MIB, 4 * MIB), 0, "not a new peak");
-        assert_eq!(pool.reserve(23 * MIB, 4 * MIB), 2, "given up: asked again");
+        assert_eq!(pool.reserve(4 * MIB), 0, "not a new peak");
+        pool.start_flight(MIB);
+        assert_eq!(pool.reserve(4 * MIB), 2, "given up: asked again");
         drop((b, c));
     }
 
@@ -692,7 +689,8 @@ mod tests {
     fn reserve_asks_only_at_a_new_peak() {
         let pool = Pool::new(64 * MIB);
         pool.set_prefill(true);
-        assert_eq!(pool.reserve(8 * MIB, 4 * MIB), 2);
+        pool.start_flight(8 * MIB);
+        assert_eq!(pool.reserve(4 * MIB), 2);
         pool.fill_one(4 * MIB);
         pool.fill_one(4 * MIB);
         // The buffers are lost (dropped elsewhere, evicted): the same
@@ -701,23 +699,25 @@ mod tests {
         drop(pool.take(4 * MIB));
         pool.set_limit(0);
         pool.set_limit(64 * MIB);
-        assert_eq!(pool.reserve(8 * MIB, 4 * MIB), 0);
-        assert_eq!(pool.reserve(6 * MIB, 4 * MIB), 0);
+        assert_eq!(pool.reserve(4 * MIB), 0);
+        pool.end_flight(2 * MIB);
+        assert_eq!(pool.reserve(4 * MIB), 0);
     }
 
     #[test]
     fn reserve_stays_within_the_bound() {
         let pool = Pool::new(10 * MIB);
         pool.set_prefill(true);
-        assert_eq!(pool.reserve(64 * MIB, 4 * MIB), 2, "room for two");
+        pool.start_flight(64 * MIB);
+        assert_eq!(pool.reserve(4 * MIB), 2, "room for two");
         pool.fill_one(4 * MIB);
         pool.fill_one(4 * MIB);
-        assert_eq!(pool.reserve(64 * MIB, 4 * MIB), 0, "full");
+        assert_eq!(pool.reserve(4 * MIB), 0, "full");
         assert_eq!(pool.stats().bytes, 8 * MIB);
         // Following the peak, the bound is the peak and a quarter.
         pool.follow_peak(true);
-        pool.start_flight(80 * MIB);
-        assert_eq!(pool.reserve(80 * MIB, 4 * MIB), 18, "80 MiB, 8 free");
+        pool.start_flight(16 * MIB);
+        assert_eq!(pool.reserve(4 * MIB), 18, "80 MiB, 8 free");
     }
 
     #[test]

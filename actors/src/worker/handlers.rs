@@ -50,12 +50,12 @@ impl Handler<StartReduce> for Worker {
         // keep that much for the next reductions, see `Config`).
         let hint = m.value.encoded_len_hint();
         let flight = hint.saturating_mul(2);
-        let in_flight = taskfold_core::pool::start_flight(flight);
+        taskfold_core::pool::start_flight(flight);
         // More in flight than ever before: the buffers it may need are made
         // now, off the folds' path (each buffer holds an archive after a
         // replica header; see `taskfold_core::pool::reserve`).
         let capacity = hint.saturating_add(HEADER_LEN);
-        let ahead = taskfold_core::pool::reserve(in_flight, capacity);
+        let ahead = taskfold_core::pool::reserve(capacity);
         self.pool.prefill(ahead, capacity);
         let hold = hooks::hold(&self.hooks, self.rank.0, Point::BeforeJoin, &m.join.id);
         self.locals.insert(

@@ -1,8 +1,8 @@
 //! The worker actor (every rank): holds this rank's contributions, executes
 //! tasks (one-sided get, fold, ready message) and completes futures.
 //!
-//! CPU work (serialising a contribution, folding) runs on
-//! the fold pool (`crate::pool::FoldPool`); the actor's thread only routes messages.
+//! CPU work (serialising a contribution, folding) runs on the fold pool
+//! (`crate::pool::FoldPool`); the actor's thread only routes messages.
 //!
 //! Each non-root contribution is kept as a replica buffer (its original,
 //! checksummed), exposed for gets, written to the local replica directory
