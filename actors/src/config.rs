@@ -29,6 +29,10 @@ pub struct Config {
     pub replica_limit: u64,
     /// Default durability of reductions (`TASKFOLD_DURABILITY=sync|async|off`).
     pub durability: Durability,
+    /// When a member other than the root gets its future back, unless the
+    /// reduction says ([`crate::Reduce::completion`];
+    /// `TASKFOLD_COMPLETION=result|contributed`, default `result`).
+    pub completion: Completion,
     /// Most bytes of free large buffers kept for reuse
     /// (`TASKFOLD_BUFFER_POOL`, default 256 MiB; 0 keeps none). Recycled
     /// buffers spare the kernel mapping and zeroing fresh pages for every
@@ -85,6 +89,34 @@ pub enum Durability {
     Off,
 }
 
+/// When the future of a member other than the root completes.
+///
+/// At the root nothing changes: its future completes with the result, or
+/// with the reduction's error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Completion {
+    /// Once the root holds the result (`Ok(None)`), or with the reduction's
+    /// error: every member learns how the reduction ended (default). Costs
+    /// one notice from the master to every member after the root's last
+    /// fold, on the way to every member's future.
+    #[default]
+    Result,
+    /// As soon as this member's data was folded in by another member
+    /// (`Ok(None)`), as `MPI_Reduce` returns on a rank other than the root
+    /// once its send buffer is free. The runtime keeps the member's
+    /// original until the reduction ends everywhere, for recovery, so a
+    /// later failure of any rank is recovered as with [`Completion::Result`];
+    /// but a failure that cannot be recovered is reported at the root (and
+    /// at members still waiting) only, not to a member whose future has
+    /// completed. Until the reduction ends everywhere its id stays taken
+    /// on this rank: calling `reduce` again with the same id before then is
+    /// refused with [`crate::ReduceError::DuplicateId`] (ids numbered by the
+    /// runtime never collide). Costs one message from the master per
+    /// member whose single contribution was folded (the default sends none
+    /// for those).
+    Contributed,
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -96,6 +128,7 @@ impl Default for Config {
             replica_dir: None,
             replica_limit: 4 << 30,
             durability: Durability::Async,
+            completion: Completion::Result,
             buffer_pool: taskfold_core::pool::DEFAULT_LIMIT as u64,
             buffer_pool_follows_peak: true,
             buffer_pool_prefill: true,
@@ -141,6 +174,15 @@ impl Config {
                 "off" | "none" => c.durability = Durability::Off,
                 other => tracing::warn!(
                     "TASKFOLD_DURABILITY={other:?} is not sync, async or off; using async"
+                ),
+            }
+        }
+        if let Ok(d) = std::env::var("TASKFOLD_COMPLETION") {
+            match d.trim() {
+                "result" => c.completion = Completion::Result,
+                "contributed" => c.completion = Completion::Contributed,
+                other => tracing::warn!(
+                    "TASKFOLD_COMPLETION={other:?} is not result or contributed; using result"
                 ),
             }
         }

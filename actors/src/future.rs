@@ -52,7 +52,10 @@ impl Slot {
 ///
 /// The root gets `Ok(Some(value))`; every other participant `Ok(None)` once
 /// the root holds the result; everyone gets the same typed error if it
-/// failed. Dropping the handle does not cancel the reduction.
+/// failed. A participant that chose
+/// [`Completion::Contributed`](crate::Completion::Contributed) gets
+/// `Ok(None)` as soon as its data was folded in, and hears of no failure
+/// after that. Dropping the handle does not cancel the reduction.
 pub struct ReduceFuture<T> {
     slot: Arc<Slot>,
     id: String,

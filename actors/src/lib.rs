@@ -52,7 +52,7 @@ mod router;
 pub mod runtime;
 pub mod worker;
 
-pub use config::{Config, Durability};
+pub use config::{Completion, Config, Durability};
 pub use future::ReduceFuture;
 pub use local::LocalCluster;
 pub use master::{MasterStats, TaskRecord};

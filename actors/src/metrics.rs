@@ -15,6 +15,9 @@ pub const REDUCTION_SECONDS: &str = "taskfold_reduction_seconds";
 pub const REDUCTIONS_COMPLETED: &str = "taskfold_reductions_completed_total";
 /// Reductions ended with an error.
 pub const REDUCTIONS_FAILED: &str = "taskfold_reductions_failed_total";
+/// Futures of members other than the root completed once their data was
+/// folded in (`Completion::Contributed`), before the reduction ended.
+pub const REDUCTIONS_CONTRIBUTED: &str = "taskfold_reductions_contributed_total";
 /// Ready messages waiting in the master's queues.
 pub const MASTER_QUEUE_DEPTH: &str = "taskfold_master_queue_depth";
 /// Live reductions at the master.
@@ -84,6 +87,10 @@ pub fn describe() {
     describe_histogram!(REDUCTION_SECONDS, Unit::Seconds, "First join to completion");
     describe_counter!(REDUCTIONS_COMPLETED, "Reductions completed");
     describe_counter!(REDUCTIONS_FAILED, "Reductions ended with an error");
+    describe_counter!(
+        REDUCTIONS_CONTRIBUTED,
+        "Futures completed once this rank's data was folded in (Completion::Contributed)"
+    );
     describe_gauge!(MASTER_QUEUE_DEPTH, "Ready messages queued at the master");
     describe_gauge!(LIVE_REDUCTIONS, "Live reductions at the master");
     describe_counter!(MASTER_MSGS_IN, "Control messages into the master");

@@ -15,6 +15,7 @@ pub struct Reduce {
     pub(crate) id: Option<String>,
     pub(crate) group: Option<Vec<u32>>,
     pub(crate) durability: Option<crate::config::Durability>,
+    pub(crate) completion: Option<crate::config::Completion>,
 }
 
 impl Reduce {
@@ -45,6 +46,21 @@ impl Reduce {
     /// [`crate::Config::durability`]).
     pub fn durability(mut self, d: crate::config::Durability) -> Self {
         self.durability = Some(d);
+        self
+    }
+
+    /// When this member's future completes if it is not the root (default:
+    /// the runtime's [`crate::Config::completion`]). With
+    /// [`Completion::Contributed`](crate::Completion::Contributed) it
+    /// completes once this member's data was folded in, like `MPI_Reduce`
+    /// on a rank other than the root; each member chooses for itself.
+    ///
+    /// ```
+    /// use taskfold::{Completion, Reduce};
+    /// let opts = Reduce::root(0).completion(Completion::Contributed);
+    /// ```
+    pub fn completion(mut self, c: crate::config::Completion) -> Self {
+        self.completion = Some(c);
         self
     }
 

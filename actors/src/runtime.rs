@@ -322,6 +322,9 @@ impl Runtime {
             type_tag: type_tag::<T>(),
             shape: value.shape_hint(),
             disk: None, // filled in by the worker, which owns the replica store
+            early: root.0 != self.rank
+                && opts.completion.unwrap_or(self.config.completion)
+                    == crate::config::Completion::Contributed,
         };
         let slot = Arc::new(Slot::default());
         let start = StartReduce {

@@ -123,8 +123,11 @@ impl Handler<ReadyIn> for Master {
             );
             return;
         };
-        if ready.join.is_some() {
+        if let Some(join) = &ready.join {
             r.announced.insert(index);
+            if join.early && index != r.group.index_of(r.root).unwrap_or(usize::MAX) {
+                r.early.insert(index);
+            }
         }
         // Each ready message names the sender's current data: a place it
         // gave before belongs to data that was folded or released since.
@@ -168,7 +171,12 @@ impl Handler<ReadyIn> for Master {
                     // no copies it is the rank's only data, and its buffer
                     // is in flight until then): a release frees nothing
                     // early, and was one message in eight of a reduction.
-                    Ok((provider.path.len() > 1).then(|| r.group.rank_at(provider.index)))
+                    // Unless the provider's future waits for it
+                    // (`Completion::Contributed`). A dead provider's
+                    // original came from a copy: nobody to tell.
+                    let rank = r.group.rank_at(provider.index);
+                    let tell = provider.path.len() > 1 || r.early.contains(&provider.index);
+                    Ok((tell && !self.dead.contains(&rank.0)).then_some(rank))
                 }
                 Err(e) => Err(protocol(&r.id, from, e)),
             },

@@ -492,8 +492,9 @@ mod completion_tests {
 
 #[cfg(test)]
 mod gate_tests {
-    //! A join gated on its buddy (`Ready::gate`), driven message by message
-    //! over the serialising loopback.
+    //! A join gated on its buddy (`Ready::gate`), and the releases of
+    //! consumed data, driven message by message over the serialising
+    //! loopback.
     use super::*;
     use std::sync::Arc;
     use std::time::Duration;
@@ -505,6 +506,10 @@ mod gate_tests {
     const KEY: u64 = 11;
 
     fn join(rank: u32, gate: Option<u32>) -> ReadyIn {
+        join_as(rank, gate, false)
+    }
+
+    fn join_as(rank: u32, gate: Option<u32>, early: bool) -> ReadyIn {
         ReadyIn {
             from: Rank(rank),
             ready: Ready {
@@ -518,6 +523,7 @@ mod gate_tests {
                     type_tag: 7,
                     shape: None,
                     disk: None,
+                    early,
                 }),
                 done: None,
                 replica: None,
@@ -586,6 +592,74 @@ mod gate_tests {
     fn master(ts: &[Arc<LoopbackTransport>]) -> Addr<Master> {
         let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
         Master::new(4, Outbox::new(t), 1000).start()
+    }
+
+    /// Every member joins (`early` as given), then every task of the first
+    /// round is reported done: the ranks released, as (rank, whether its
+    /// data was a single original).
+    fn releases_after_first_round(early: bool) -> Vec<u32> {
+        let (_hub, ts) = LoopbackHub::new(4);
+        actix_rt::System::new().block_on(async move {
+            let m = master(&ts);
+            for r in 0..4 {
+                m.send(join_as(r, None, early)).await.unwrap();
+            }
+            settle().await;
+            let tasks: Vec<(u32, wire::Task)> = sent(&ts)
+                .into_iter()
+                .filter_map(|(to, m)| match m {
+                    Msg::Task(t) => Some((to, t)),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(tasks.len(), 2, "two pairs of single originals: {tasks:?}");
+            for (to, t) in &tasks {
+                assert_eq!(t.provider_path.len(), 1);
+                let done = Ready {
+                    key: KEY,
+                    rank: *to,
+                    path: t.receiver_path.union(&t.provider_path),
+                    join: None,
+                    done: Some(wire::TaskDone {
+                        task_id: t.task_id,
+                        nanos: 1,
+                        bytes: 1,
+                    }),
+                    replica: None,
+                    gate: None,
+                    direct: None,
+                };
+                m.send(ReadyIn {
+                    from: Rank(*to),
+                    ready: done,
+                    wire: 0,
+                })
+                .await
+                .unwrap();
+            }
+            settle().await;
+            let mut released: Vec<u32> = sent(&ts)
+                .into_iter()
+                .filter_map(|(to, m)| matches!(m, Msg::Release { .. }).then_some(to))
+                .collect();
+            released.sort_unstable();
+            let mut providers: Vec<u32> = tasks.iter().map(|(_, t)| t.provider).collect();
+            providers.sort_unstable();
+            if early {
+                assert_eq!(released, providers, "every consumed original is released");
+            }
+            released
+        })
+    }
+
+    #[test]
+    fn a_single_original_is_released_only_to_a_member_that_waits_for_it() {
+        assert_eq!(
+            releases_after_first_round(false),
+            Vec::<u32>::new(),
+            "by default a single original is kept without a message"
+        );
+        assert_eq!(releases_after_first_round(true).len(), 2);
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub(crate) struct Reduction {
     pub(crate) gated: HashMap<usize, Gated>,
     /// Group positions whose buddy refused to keep a copy.
     pub(crate) refused: HashSet<usize>,
+    /// Group positions whose future completes once their data was folded
+    /// in (`Join::early`): released even when that data is one original.
+    pub(crate) early: HashSet<usize>,
 }
 
 /// A join waiting for the sender's buddy (the sender is the member at its
@@ -81,6 +84,7 @@ impl Reduction {
             directs: HashMap::new(),
             gated: HashMap::new(),
             refused: HashSet::new(),
+            early: HashSet::new(),
         })
     }
 }

@@ -1024,10 +1024,24 @@ impl Handler<ReleaseIn> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: ReleaseIn, _: &mut Context<Self>) {
-        // The original stays exposed: recovery may still need it.
-        self.out.transport().withdraw(BufferKey(m.key));
-        if let Some(l) = self.locals.get_mut(&m.key) {
+        let Some(l) = self.locals.get_mut(&m.key) else {
+            // Ended here already (its places were withdrawn then).
+            return;
+        };
+        // A single original is kept as it is until the reduction ends
+        // (the master releases one only for a member that asked, below).
+        if l.path.len() > 1 {
+            // The original stays exposed: recovery may still need it.
+            self.out.transport().withdraw(BufferKey(m.key));
             l.value = None;
+        }
+        if l.join.early {
+            // `Completion::Contributed`: this member's part is done. The
+            // reduction goes on here (originals kept for recovery) until
+            // the master's completion notice, whose outcome then finds the
+            // future filled and is dropped.
+            l.slot.fill(Ok(None));
+            metrics::counter!(crate::metrics::REDUCTIONS_CONTRIBUTED).increment(1);
         }
     }
 }

@@ -87,6 +87,7 @@ mod tests {
                 type_tag: 9,
                 shape: Some(100),
                 disk: None,
+                early: true,
             }),
             done: None,
             replica: None,

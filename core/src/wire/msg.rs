@@ -184,6 +184,10 @@ pub struct Join {
     /// may be able to read it (same node, or a shared file system): a dead
     /// rank's original can then be read from its disk copy.
     pub disk: Option<String>,
+    /// This member's future completes once its data was folded in (it is
+    /// not the root): the master tells it so with a release even when that
+    /// data is its single original.
+    pub early: bool,
 }
 
 /// Timing of a finished task (feeds the performance counter).
