@@ -8,13 +8,13 @@
 
 use crate::detector::{FailureDetector, PongIn};
 use crate::master::{
-    ExitReport, FinalizeIn, GetStats, Master, MasterStats, RankDown, ReadyIn, ReplicatedIn,
+    BarrierIn, ExitReport, FinalizeIn, GetStats, Master, MasterStats, RankDown, ReadyIn, ReplicatedIn,
     TaskFailedIn,
 };
 use crate::perf::{GetLocalStats, LocalStats, PerformanceCounter};
 use crate::replica::{OfferIn, PeerGone, ReplicaStore};
 use crate::worker::{
-    CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, RankFailedIn, ReleaseIn, ReplicaAckIn,
+    BarrierDoneIn, BarrierReq, CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, RankFailedIn, ReleaseIn, ReplicaAckIn,
     StartReduce, TaskIn, Worker,
 };
 use actix::prelude::*;
@@ -26,6 +26,7 @@ use taskfold_transports::{Event, LAUNCHER};
 pub(crate) enum Command {
     Start(StartReduce),
     Finalize(FinalizeReq),
+    Barrier(BarrierReq),
     MasterStats(flume::Sender<MasterStats>),
     LocalStats(flume::Sender<LocalStats>),
     Stop,
@@ -89,6 +90,9 @@ impl Router {
                 self.master_or_drop(from, |m| m.do_send(TaskFailedIn { from, failed, wire }))
             }
             Msg::Finalize => self.master_or_drop(from, |m| m.do_send(FinalizeIn { from })),
+            Msg::Barrier { seq } => {
+                self.master_or_drop(from, |m| m.do_send(BarrierIn { from, seq, wire }))
+            }
             Msg::RankExited { rank, code, signal } if from == LAUNCHER => {
                 self.master_or_drop(from, |m| m.do_send(ExitReport { rank, code, signal }))
             }
@@ -144,6 +148,9 @@ impl Router {
                 self.worker.do_send(CompleteIn { key, error })
             }
             Msg::FinalizeAck if from_master => self.worker.do_send(FinalizeAckIn),
+            Msg::BarrierDone { seq, error } if from_master => {
+                self.worker.do_send(BarrierDoneIn { seq, error })
+            }
             Msg::RankFailed { rank } if from_master => {
                 tracing::warn!(rank = %self.rank, failed = rank, "the master declared a rank failed");
                 self.worker.do_send(RankFailedIn { rank: Rank(rank) });
@@ -176,6 +183,7 @@ impl StreamHandler<Command> for Router {
         match cmd {
             Command::Start(s) => self.worker.do_send(s),
             Command::Finalize(f) => self.worker.do_send(f),
+            Command::Barrier(b) => self.worker.do_send(b),
             Command::MasterStats(reply) => match &self.master {
                 Some(m) => {
                     let req = m.send(GetStats);

@@ -346,27 +346,26 @@ impl Runtime {
         Ok(ReduceFuture::new(slot, id.to_string()))
     }
 
-    /// Blocks until every rank of the job called `barrier` (a reduction of
-    /// an empty array; barriers are numbered in call order).
+    /// Blocks until every rank of the job called `barrier` (barriers are
+    /// numbered in call order).
     ///
-    /// A barrier carries no data, so it keeps no copies
-    /// ([`Durability::Off`](crate::Durability::Off)): a rank that dies
-    /// during it makes it fail on the others with
-    /// [`ReduceError::RanksLost`] naming that rank. (With copies, each
-    /// barrier created and removed a file per rank, work that ran on every
-    /// rank just as the barrier released it.)
+    /// Each rank tells the master and waits for its answer: one message
+    /// each way per rank. A barrier carries no data: a rank declared
+    /// failed before or during it makes it fail on the others with
+    /// [`ReduceError::RanksLost`] naming the dead ranks (a barrier cannot
+    /// wait for a rank that will never come). Fails with
+    /// [`ReduceError::MasterLost`] if the master is gone, and
+    /// [`ReduceError::Fenced`] on a rank declared failed.
     pub fn barrier(&self) -> Result<(), ReduceError> {
         let seq = self
             .barriers
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.reduce(
-            taskfold_core::Sum(Vec::<u32>::new()),
-            Reduce::root(0)
-                .id(format!("barrier-{seq}"))
-                .durability(crate::config::Durability::Off),
-        )?
-        .get()
-        .map(|_| ())
+        let (tx, rx) = flume::bounded(1);
+        self.cmd
+            .send(Command::Barrier(crate::worker::BarrierReq { seq, reply: tx }))
+            .map_err(|_| ReduceError::Shutdown)?;
+        // No answer at all (the runtime stopped): shut down.
+        rx.recv().unwrap_or(Err(ReduceError::Shutdown))
     }
 
     /// A snapshot of the master's counters and task log (rank 0 only).

@@ -8,6 +8,7 @@
 //! the performance table). Every rank then fails its live reductions with
 //! [`taskfold_core::ReduceError::MasterLost`]; the master is not replicated.
 
+mod barrier;
 mod handlers;
 mod infer;
 mod state;
@@ -26,6 +27,7 @@ use taskfold_core::schedule::Source;
 use taskfold_core::wire::DataSource;
 use taskfold_core::{wire::Msg, Rank, ReduceError};
 
+pub(crate) use barrier::BarrierIn;
 pub(crate) use handlers::{
     ExitReport, FinalizeIn, GetStats, RankDown, ReadyIn, ReplicatedIn, TaskFailedIn,
 };
@@ -52,6 +54,8 @@ pub struct Master {
     /// (only with a shared replica directory).
     infer: Option<infer::DiskInference>,
     finalized: HashSet<u32>,
+    /// Barrier number → the ranks that reached it (see `barrier`).
+    barriers: std::collections::BTreeMap<u64, std::collections::BTreeSet<u32>>,
     perf: PerfTable,
     stats: MasterStats,
     task_log_limit: usize,
@@ -126,6 +130,7 @@ impl Master {
             dead_at: HashMap::new(),
             infer: None,
             finalized: HashSet::new(),
+            barriers: Default::default(),
             perf: PerfTable::new(),
             stats: MasterStats::new(size),
             task_log_limit,
@@ -339,6 +344,7 @@ impl Master {
         // Tell the fenced rank too: if it was only stopped, it learns on
         // resuming that it is out of the run.
         let _ = self.out.send(rank, &notice);
+        self.fail_barriers();
         let keys: Vec<u64> = self.reductions.keys().copied().collect();
         for key in keys {
             // Before the scheduler decides whether the lost originals can be

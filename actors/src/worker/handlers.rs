@@ -1082,9 +1082,7 @@ impl Handler<PeerDown> for Worker {
         if m.peer == Rank(0) && self.rank != Rank(0) {
             let error = ReduceError::MasterLost(m.reason);
             self.fail_all(error.clone());
-            for tx in self.finalize.drain(..) {
-                let _ = tx.send(Err(error.clone()));
-            }
+            self.fail_waiters(&error);
         }
     }
 }

@@ -12,6 +12,7 @@
 //! copies it held. The master recovers the originals its data held from
 //! their replicas, or ends the reduction with a typed error naming them.
 
+mod barrier;
 mod handlers;
 mod pieces;
 mod recovery;
@@ -19,6 +20,7 @@ mod recovery;
 pub(crate) use handlers::{
     CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, ReleaseIn, StartReduce, TaskIn,
 };
+pub(crate) use barrier::{BarrierDoneIn, BarrierReq};
 pub(crate) use recovery::{RankFailedIn, ReplicaAckIn};
 
 use crate::config::Durability;
@@ -129,6 +131,8 @@ pub struct Worker {
     /// that a duplicate id is refused at once, on the caller's thread.
     live: Arc<Mutex<HashSet<u64>>>,
     finalize: Vec<flume::Sender<Result<(), ReduceError>>>,
+    /// Barriers this rank is in, by number, waiting for the master.
+    barriers: HashMap<u64, flume::Sender<Result<(), ReduceError>>>,
     /// Reductions this rank, their root, ended when its value became whole,
     /// whose completion notice from the master is still to come (it is
     /// then ignored: the key may name a new reduction by then).
@@ -170,6 +174,7 @@ impl Worker {
             fenced: false,
             live: p.live,
             finalize: Vec::new(),
+            barriers: HashMap::new(),
             ended_early: HashSet::new(),
             same_node_buddy: None,
             stranded: Vec::new(),

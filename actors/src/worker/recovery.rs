@@ -26,9 +26,7 @@ impl Handler<RankFailedIn> for Worker {
             tracing::error!(rank = %self.rank, "this rank was declared failed: fenced");
             self.fenced = true;
             self.fail_all(ReduceError::Fenced);
-            for tx in self.finalize.drain(..) {
-                let _ = tx.send(Err(ReduceError::Fenced));
-            }
+            self.fail_waiters(&ReduceError::Fenced);
             return;
         }
         // Views this rank keeps of the dead rank's originals get checksums.

@@ -45,6 +45,21 @@ pub enum Msg {
     Finalize,
     /// Master → rank: every live rank reached finalize.
     FinalizeAck,
+    /// Rank → master: this rank reached barrier number `seq` (barriers are
+    /// numbered in call order on every rank).
+    Barrier {
+        /// The barrier's number.
+        seq: u64,
+    },
+    /// Master → every rank that reached barrier `seq`: every rank reached
+    /// it (`error: None`), or a rank of the job was declared failed, which
+    /// no barrier can wait for (`ReduceError::RanksLost`).
+    BarrierDone {
+        /// The barrier's number.
+        seq: u64,
+        /// `None` once every rank reached it.
+        error: Option<ReduceError>,
+    },
     /// Owner → buddy: fetch my original of `key` and keep a copy.
     ReplicaOffer {
         /// The reduction.

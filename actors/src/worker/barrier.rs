@@ -1,0 +1,72 @@
+//! This rank's side of barriers: tell the master, wait for its answer
+//! (see `crate::master` for the protocol and its cost).
+
+use super::Worker;
+use actix::prelude::*;
+use taskfold_core::wire::Msg;
+use taskfold_core::{Rank, ReduceError};
+
+/// The application reached barrier `seq` (answered through `reply`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct BarrierReq {
+    pub(crate) seq: u64,
+    pub(crate) reply: flume::Sender<Result<(), ReduceError>>,
+}
+
+impl Handler<BarrierReq> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, m: BarrierReq, _: &mut Context<Self>) {
+        if self.fenced {
+            let _ = m.reply.send(Err(ReduceError::Fenced));
+            return;
+        }
+        if let Err(e) = self.out.send(Rank(0), &Msg::Barrier { seq: m.seq }) {
+            // A dead transport cannot reach the master: do not wait.
+            let _ = m.reply.send(Err(ReduceError::Transport(e.to_string())));
+            return;
+        }
+        if let Some(old) = self.barriers.insert(m.seq, m.reply) {
+            // Numbers come from one counter per runtime: never twice.
+            let _ = old.send(Err(ReduceError::InvalidOptions(format!(
+                "barrier {} entered twice on one rank",
+                m.seq
+            ))));
+        }
+    }
+}
+
+/// The master's answer about barrier `seq`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct BarrierDoneIn {
+    pub(crate) seq: u64,
+    pub(crate) error: Option<ReduceError>,
+}
+
+impl Handler<BarrierDoneIn> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, m: BarrierDoneIn, _: &mut Context<Self>) {
+        match self.barriers.remove(&m.seq) {
+            Some(tx) => {
+                let _ = tx.send(m.error.map_or(Ok(()), Err));
+            }
+            None => tracing::warn!(rank = %self.rank, seq = m.seq, "answer to a barrier this rank is not in; dropped"),
+        }
+    }
+}
+
+impl Worker {
+    /// Answers everyone waiting for the master (finalize, barriers) with
+    /// `error`: no answer will come.
+    pub(super) fn fail_waiters(&mut self, error: &ReduceError) {
+        for tx in self.finalize.drain(..) {
+            let _ = tx.send(Err(error.clone()));
+        }
+        for (_, tx) in self.barriers.drain() {
+            let _ = tx.send(Err(error.clone()));
+        }
+    }
+}
