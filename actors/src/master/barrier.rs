@@ -90,3 +90,104 @@ impl Master {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Barriers driven message by message over the serialising loopback.
+    use super::*;
+    use crate::master::RankDown;
+    use crate::outbox::Outbox;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use taskfold_core::wire;
+    use taskfold_transports::loopback::{LoopbackHub, LoopbackTransport};
+    use taskfold_transports::{Event, Transport};
+
+    fn master(ts: &[Arc<LoopbackTransport>]) -> Addr<Master> {
+        let t: Arc<dyn Transport> = ts[0].clone();
+        Master::new(ts.len() as u32, Outbox::new(t), 1000).start()
+    }
+
+    /// The barrier answers sent so far: (to, seq, error).
+    fn answers(ts: &[Arc<LoopbackTransport>]) -> Vec<(u32, u64, Option<ReduceError>)> {
+        let mut out = Vec::new();
+        for (r, t) in ts.iter().enumerate() {
+            for e in t.events().try_iter() {
+                if let Event::Message { frame, .. } = e {
+                    if let Msg::BarrierDone { seq, error } = wire::decode(&frame).unwrap() {
+                        out.push((r as u32, seq, error));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    async fn reach(m: &Addr<Master>, from: u32, seq: u64) {
+        m.send(BarrierIn {
+            from: Rank(from),
+            seq,
+            wire: 0,
+        })
+        .await
+        .unwrap();
+    }
+
+    async fn settle() {
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    #[test]
+    fn a_barrier_answers_every_rank_once_the_last_arrives() {
+        let (_hub, ts) = LoopbackHub::new(3);
+        actix_rt::System::new().block_on(async move {
+            let m = master(&ts);
+            reach(&m, 2, 0).await;
+            reach(&m, 0, 0).await;
+            // The next barrier's early arrival is kept apart.
+            reach(&m, 0, 1).await;
+            settle().await;
+            assert_eq!(answers(&ts), vec![], "rank 1 has not arrived");
+            reach(&m, 1, 0).await;
+            settle().await;
+            let mut got = answers(&ts);
+            got.sort_by_key(|a| a.0);
+            assert_eq!(got, vec![(0, 0, None), (1, 0, None), (2, 0, None)]);
+        });
+    }
+
+    #[test]
+    fn a_dead_rank_fails_the_waiting_barrier_and_the_later_ones() {
+        let (_hub, ts) = LoopbackHub::new(3);
+        actix_rt::System::new().block_on(async move {
+            let m = master(&ts);
+            reach(&m, 0, 0).await;
+            reach(&m, 1, 0).await;
+            m.send(RankDown {
+                rank: Rank(2),
+                reason: "killed".into(),
+                latency: None,
+            })
+            .await
+            .unwrap();
+            settle().await;
+            let lost = Some(ReduceError::RanksLost {
+                id: "barrier-0".into(),
+                ranks: vec![2],
+            });
+            let mut got = answers(&ts);
+            got.sort_by_key(|a| a.0);
+            assert_eq!(got, vec![(0, 0, lost.clone()), (1, 0, lost)]);
+            // A later barrier cannot wait for rank 2 either; its frames are
+            // ignored.
+            reach(&m, 2, 1).await;
+            reach(&m, 1, 1).await;
+            settle().await;
+            let lost = Some(ReduceError::RanksLost {
+                id: "barrier-1".into(),
+                ranks: vec![2],
+            });
+            assert_eq!(answers(&ts), vec![(1, 1, lost)]);
+        });
+    }
+}
