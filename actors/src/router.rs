@@ -8,14 +8,14 @@
 
 use crate::detector::{FailureDetector, PongIn};
 use crate::master::{
-    BarrierIn, ExitReport, FinalizeIn, GetStats, Master, MasterStats, RankDown, ReadyIn, ReplicatedIn,
-    TaskFailedIn,
+    BarrierIn, ExitReport, FinalizeIn, GetStats, Master, MasterStats, RankDown, ReadyIn,
+    ReplicatedIn, TaskFailedIn,
 };
 use crate::perf::{GetLocalStats, LocalStats, PerformanceCounter};
 use crate::replica::{OfferIn, PeerGone, ReplicaStore};
 use crate::worker::{
-    BarrierDoneIn, BarrierReq, CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, RankFailedIn, ReleaseIn, ReplicaAckIn,
-    StartReduce, TaskIn, Worker,
+    BarrierDoneIn, BarrierReq, CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, RankFailedIn,
+    ReleaseIn, ReplicaAckIn, StartReduce, TaskIn, Worker,
 };
 use actix::prelude::*;
 use taskfold_core::wire::{self, Msg};

@@ -362,7 +362,10 @@ impl Runtime {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = flume::bounded(1);
         self.cmd
-            .send(Command::Barrier(crate::worker::BarrierReq { seq, reply: tx }))
+            .send(Command::Barrier(crate::worker::BarrierReq {
+                seq,
+                reply: tx,
+            }))
             .map_err(|_| ReduceError::Shutdown)?;
         // No answer at all (the runtime stopped): shut down.
         rx.recv().unwrap_or(Err(ReduceError::Shutdown))

@@ -486,6 +486,11 @@ impl Report {
                     (m.msgs_in + m.msgs_out) as f64 / m.reductions.max(1) as f64
                 );
             }
+            let _ = writeln!(
+                out,
+                "\nThe counts include each repetition's two barriers (one message each way \
+                 per rank); barriers are not counted as reductions."
+            );
         }
         if !self.plots.is_empty() {
             let _ = writeln!(out, "\n## Plots\n");

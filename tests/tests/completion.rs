@@ -100,8 +100,7 @@ fn the_original_of_a_member_that_is_done_still_recovers_a_dead_receiver() {
     let c = cluster();
     let f2 = start(&c, 2, Completion::Contributed);
     let f3 = start(&c, 3, Completion::Contributed);
-    let (provider, receiver) =
-        provider_done(&f2, &f3, WAIT).expect("the provider completes early");
+    let (provider, receiver) = provider_done(&f2, &f3, WAIT).expect("the provider completes early");
     // The receiver holds the only live data with the provider's original
     // in it: its death needs that original again, from the provider's
     // runtime (or its copy), although the provider's future is done.
@@ -112,7 +111,10 @@ fn the_original_of_a_member_that_is_done_still_recovers_a_dead_receiver() {
         .master_stats()
         .is_some_and(|s| s.dead.contains(&receiver))
     {
-        assert!(Instant::now() < deadline, "rank {receiver} not declared failed");
+        assert!(
+            Instant::now() < deadline,
+            "rank {receiver} not declared failed"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let mut f0 = start(&c, 0, Completion::Result);
@@ -139,8 +141,7 @@ fn a_member_that_is_done_hears_of_no_later_failure_while_the_root_does() {
     .unwrap();
     let f2 = start(&c, 2, Completion::Contributed);
     let f3 = start(&c, 3, Completion::Contributed);
-    let (provider, receiver) =
-        provider_done(&f2, &f3, WAIT).expect("the provider completes early");
+    let (provider, receiver) = provider_done(&f2, &f3, WAIT).expect("the provider completes early");
     let mut fp = if provider == 2 { f2 } else { f3 };
     // Without copies, the receiver's death loses both originals.
     c.kill(receiver);

@@ -53,7 +53,9 @@ impl Handler<BarrierDoneIn> for Worker {
             Some(tx) => {
                 let _ = tx.send(m.error.map_or(Ok(()), Err));
             }
-            None => tracing::warn!(rank = %self.rank, seq = m.seq, "answer to a barrier this rank is not in; dropped"),
+            None => {
+                tracing::warn!(rank = %self.rank, seq = m.seq, "answer to a barrier this rank is not in; dropped")
+            }
         }
     }
 }

@@ -17,10 +17,10 @@ mod handlers;
 mod pieces;
 mod recovery;
 
+pub(crate) use barrier::{BarrierDoneIn, BarrierReq};
 pub(crate) use handlers::{
     CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, ReleaseIn, StartReduce, TaskIn,
 };
-pub(crate) use barrier::{BarrierDoneIn, BarrierReq};
 pub(crate) use recovery::{RankFailedIn, ReplicaAckIn};
 
 use crate::config::Durability;

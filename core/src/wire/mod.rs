@@ -19,7 +19,7 @@ use rkyv::util::AlignedVec;
 /// First two bytes of every control frame.
 pub const MAGIC: [u8; 2] = *b"TF";
 /// Version of the control protocol; a peer speaking another is refused.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 /// Length of the envelope header.
 pub const HEADER_LEN: usize = 8;
 
@@ -114,9 +114,12 @@ mod tests {
         ));
         assert_eq!(decode(b"TF\x09\0\0\0\0\0"), Err(WireError::Version(9)));
         // Peers of earlier protocols (before replica offers named files,
-        // before ready messages said where their data lies).
+        // before ready messages said where their data lies, before joins
+        // said whether the member completes early and barriers had their
+        // own messages).
         assert_eq!(decode(b"TF\x01\0\0\0\0\0"), Err(WireError::Version(1)));
         assert_eq!(decode(b"TF\x02\0\0\0\0\0"), Err(WireError::Version(2)));
+        assert_eq!(decode(b"TF\x03\0\0\0\0\0"), Err(WireError::Version(3)));
         let mut f = encode(&Msg::Ping { seq: 1 });
         let n = f.len();
         f[n - 1] ^= 0xff;
@@ -124,7 +127,7 @@ mod tests {
         // Either refused or decoded to something else, never a panic.
         let _ = decode(&f);
         assert!(matches!(
-            decode(b"TF\x03\0\0\0\0\0\x01"),
+            decode(b"TF\x04\0\0\0\0\0\x01"),
             Err(WireError::Invalid(_))
         ));
     }
@@ -132,7 +135,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn random_bytes_never_panic(bytes in proptest::collection::vec(0u8..=255, 0..256)) {
-            let mut f = b"TF\x03\0\0\0\0\0".to_vec();
+            let mut f = b"TF\x04\0\0\0\0\0".to_vec();
             f.extend_from_slice(&bytes);
             let _ = decode(&f);
         }

@@ -424,6 +424,13 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
                     std::env::var("TASKFOLD_TRANSPORT").unwrap_or_else(|_| "tcp".into()),
                     same_node_gets()
                 ),
+                format!(
+                    "taskfold's futures of members other than the root complete {}",
+                    match std::env::var("TASKFOLD_COMPLETION").as_deref().map(str::trim) {
+                        Ok("contributed") => "once their data was folded in (`TASKFOLD_COMPLETION=contributed`, like MPI_Reduce on a non-root rank)",
+                        _ => "once the root holds the result (the default completion; MPI_Reduce returns on a non-root rank once its send buffer is free)",
+                    }
+                ),
                 "D and J are Open MPI's quiet median at the same p and size (else MPICH's, else taskfold's)".into(),
                 if a.sizes_in_one_job {
                     "scenarios a-d run their sizes one after the other in one job per side (--sizes-in-one-job); scenario e runs each K in a job of its own, on every side".into()
