@@ -569,3 +569,17 @@ pub fn assert_rank_3_exited_early(out: &Output) {
         );
     }
 }
+
+/// Rank `rank`'s contribution of `len` elements in the loopback fault
+/// tests: distinct per rank and per element, so that an original missing
+/// from the result, or folded in twice, shows.
+pub fn contribution(rank: u32, len: usize) -> taskfold::Sum<i64> {
+    taskfold::Sum((0..len as i64).map(|i| i * 10 + rank as i64 + 1).collect())
+}
+
+/// The sum of [`contribution`] over ranks `0..p`.
+pub fn full_sum(p: u32, len: usize) -> Vec<i64> {
+    (0..len as i64)
+        .map(|i| (0..p as i64).map(|r| i * 10 + r + 1).sum())
+        .collect()
+}

@@ -7,19 +7,10 @@ use std::time::{Duration, Instant};
 use taskfold::{
     Completion, Config, Durability, LocalCluster, Reduce, ReduceError, ReduceFuture, Sum,
 };
+use taskfold_tests::faults::{contribution, full_sum};
 
 const WAIT: Duration = Duration::from_secs(30);
 const LEN: usize = 10_000;
-
-fn value(rank: u32) -> Sum<i64> {
-    Sum((0..LEN as i64).map(|i| i * 10 + rank as i64 + 1).collect())
-}
-
-fn expected(p: u32) -> Vec<i64> {
-    (0..LEN as i64)
-        .map(|i| (0..p as i64).map(|r| i * 10 + r + 1).sum())
-        .collect()
-}
 
 fn cluster() -> LocalCluster {
     LocalCluster::with_config(
@@ -36,7 +27,7 @@ fn cluster() -> LocalCluster {
 fn start(c: &LocalCluster, rank: u32, completion: Completion) -> ReduceFuture<Sum<i64>> {
     c.rank(rank)
         .reduce(
-            value(rank),
+            contribution(rank, LEN),
             Reduce::root(1).id("early").completion(completion),
         )
         .unwrap()
@@ -73,7 +64,7 @@ fn a_member_whose_data_was_folded_in_is_done_before_the_root_contributes() {
     // Ranks 0 and 1 have not even called reduce: the reduction goes on.
     let mut f0 = start(&c, 0, Completion::Result);
     let mut f1 = start(&c, 1, Completion::Result);
-    assert_eq!(f1.wait_timeout(WAIT).unwrap().unwrap().0, expected(4));
+    assert_eq!(f1.wait_timeout(WAIT).unwrap().unwrap().0, full_sum(4, LEN));
     assert_eq!(f0.wait_timeout(WAIT), Ok(None));
     assert_eq!(fr.wait_timeout(WAIT), Ok(None));
     c.shutdown().unwrap();
@@ -88,7 +79,7 @@ fn by_default_no_member_is_done_before_the_root_holds_the_result() {
     assert_eq!(provider_done(&f2, &f3, Duration::from_millis(500)), None);
     let f0 = start(&c, 0, Completion::Result);
     let mut f1 = start(&c, 1, Completion::Result);
-    assert_eq!(f1.wait_timeout(WAIT).unwrap().unwrap().0, expected(4));
+    assert_eq!(f1.wait_timeout(WAIT).unwrap().unwrap().0, full_sum(4, LEN));
     for mut f in [f0, f2, f3] {
         assert_eq!(f.wait_timeout(WAIT), Ok(None));
     }
@@ -121,7 +112,7 @@ fn the_original_of_a_member_that_is_done_still_recovers_a_dead_receiver() {
     let mut f1 = start(&c, 1, Completion::Result);
     assert_eq!(
         f1.wait_timeout(WAIT).unwrap().unwrap().0,
-        expected(4),
+        full_sum(4, LEN),
         "rank {provider}'s original and rank {receiver}'s copy are folded in again"
     );
     assert_eq!(f0.wait_timeout(WAIT), Ok(None));

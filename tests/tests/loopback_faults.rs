@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use taskfold::hooks::{Hook, Point};
 use taskfold::{Config, Durability, LocalCluster, Reduce, ReduceError, ReduceFuture, Sum};
-use taskfold_tests::faults::{held, release, root_result};
+use taskfold_tests::faults::{contribution, full_sum, held, release, root_result};
 
 const WAIT: Duration = Duration::from_secs(30);
 const LEN: usize = 10_000;
@@ -29,19 +29,9 @@ fn hook(rank: u32, point: Point, id: &str, dir: &Path) -> Hook {
     }
 }
 
-fn value(rank: u32) -> Sum<i64> {
-    Sum((0..LEN as i64).map(|i| i * 10 + rank as i64 + 1).collect())
-}
-
-fn expected(p: u32) -> Vec<i64> {
-    (0..LEN as i64)
-        .map(|i| (0..p as i64).map(|r| i * 10 + r + 1).sum())
-        .collect()
-}
-
 fn start(c: &LocalCluster, rank: u32, id: &str) -> ReduceFuture<Sum<i64>> {
     c.rank(rank)
-        .reduce(value(rank), Reduce::root(1).id(id))
+        .reduce(contribution(rank, LEN), Reduce::root(1).id(id))
         .unwrap()
 }
 
@@ -67,7 +57,7 @@ fn survivors_get_the_full_sum(
     dead: u32,
 ) {
     let sum = root_result(futures, dead, 1, WAIT);
-    assert_eq!(sum.0, expected(4), "the recovered result is exact");
+    assert_eq!(sum.0, full_sum(4, LEN), "the recovered result is exact");
     let _ = c;
 }
 
@@ -287,7 +277,11 @@ fn with_a_shared_replica_directory_an_unannounced_disk_copy_is_inferred() {
     for (i, g) in got.into_iter().enumerate() {
         let g = g.unwrap_or_else(|e| panic!("survivor {i}: {e}"));
         if i == 1 {
-            assert_eq!(g.unwrap().0, expected(4), "the recovered result is exact");
+            assert_eq!(
+                g.unwrap().0,
+                full_sum(4, LEN),
+                "the recovered result is exact"
+            );
         }
     }
     assert_eq!(inferred, 1);
@@ -326,7 +320,7 @@ fn in_place_contributions_recover_like_vectors() {
     let start = |r: u32| {
         c.rank(r)
             .reduce(
-                InPlace::<Sum<i64>>::from_slice(&value(r).0),
+                InPlace::<Sum<i64>>::from_slice(&contribution(r, LEN).0),
                 Reduce::root(1).id("ip"),
             )
             .unwrap()
@@ -339,7 +333,7 @@ fn in_place_contributions_recover_like_vectors() {
     fs.push((1, start(1)));
     assert_eq!(
         root_result(fs, victim, 1, WAIT).to_vec(),
-        expected(4),
+        full_sum(4, LEN),
         "the recovered result is exact"
     );
 }
