@@ -46,13 +46,23 @@ impl Handler<BarrierIn> for Master {
         let arrived = self.barriers.entry(m.seq).or_default();
         arrived.insert(m.from.0);
         if arrived.len() as u32 == self.size {
-            let arrived = self.barriers.remove(&m.seq).unwrap_or_default();
+            let arrived: Vec<Rank> = self
+                .barriers
+                .remove(&m.seq)
+                .unwrap_or_default()
+                .into_iter()
+                .map(Rank)
+                .collect();
             let done = Msg::BarrierDone {
                 seq: m.seq,
                 error: None,
             };
-            for r in arrived {
-                self.send(Rank(r), &done);
+            // The master's own rank last: it hears at once, through its own
+            // mailbox, and would start its next operation while the others
+            // still wait (see `completion_order`).
+            let own = self.out.transport().rank();
+            for r in super::completion_order(&arrived, own, own) {
+                self.send(r, &done);
             }
         }
     }
