@@ -23,13 +23,15 @@
 //!
 //! # Layout
 //!
-//! - [`runtime`]: [`Runtime`] (`from_env`, the builder, `reduce`, shutdown).
+//! - [`runtime`]: [`Runtime`] (`from_env`, the builder, `reduce`, `barrier`,
+//!   shutdown).
 //! - [`future`]: [`ReduceFuture`] (`get`, `is_done`, `wait_timeout`, `.await`).
-//! - [`options`]: [`Reduce`] (root, id, group).
+//! - [`options`]: [`Reduce`] (root, id, group, durability, completion).
 //! - [`mod@env`]: rank, size and master from `taskfold run`, `mpiexec`, `srun`.
 //! - [`local`]: [`LocalCluster`], many ranks in one process over the loopback.
 //! - actors, one module each with its messages and handlers: [`master`]
-//!   (queues and scheduling, rank 0), [`worker`] (tasks: get, fold, ready),
+//!   (queues and scheduling, barriers, rank 0), [`worker`] (tasks: get,
+//!   fold, ready; barriers),
 //!   [`perf`] (performance counter), [`detector`] (failure detector,
 //!   rank 0), [`replica`] (replica store), `router` (transport ↔ actors).
 //! - [`hooks`]: test hooks that hold a rank at an exact point.

@@ -1,11 +1,12 @@
 //! The master actor (rank 0): membership, one queue + scheduler per live
-//! reduction, completion notices (DESIGN.md §1, §3).
+//! reduction, completion notices, barriers (DESIGN.md §1, §3).
 //!
 //! Only control messages reach the master: ready messages in, tasks and
 //! completions out. Data moves between workers.
 //!
 //! What a crash of the master loses: everything here (queues, the task log,
-//! the performance table). Every rank then fails its live reductions with
+//! the performance table, the barriers in progress). Every rank then fails
+//! its live reductions and barriers with
 //! [`taskfold_core::ReduceError::MasterLost`]; the master is not replicated.
 
 mod barrier;
