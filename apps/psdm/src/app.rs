@@ -35,7 +35,7 @@ pub fn describe(job: &Job, size: u32) -> String {
     let bytes = m.nx * m.nz * 4;
     format!(
         "psdm: {}x{} image ({:.1} x {:.1} km), {} shots x {} receivers = {} traces of {} samples, \
-         {} reflectors (seed {}), {} ranks, {} batch reductions of {} KiB, up to {} in flight per rank",
+         {} reflectors (seed {}), {} ranks, {} batch reductions of {} KiB, up to {} in flight per rank, completion {}",
         m.nx,
         m.nz,
         m.width() / 1e3,
@@ -49,7 +49,8 @@ pub fn describe(job: &Job, size: u32) -> String {
         size,
         job.batches(size),
         bytes.div_ceil(1024),
-        job.args.in_flight
+        job.args.in_flight,
+        job.args.completion
     )
 }
 

@@ -45,6 +45,12 @@ pub struct JobArgs {
     /// Reductions a rank keeps in flight before it waits for the oldest.
     #[arg(long, default_value_t = 4)]
     pub in_flight: usize,
+    /// When a rank other than the root is done with a batch reduction:
+    /// `contributed`, once its partial image was folded in (it needs
+    /// nothing back; the root alone hears of a failure after that), or
+    /// `result`, once the root holds the batch's image.
+    #[arg(long, default_value = "contributed", value_parser = ["contributed", "result"])]
+    pub completion: String,
     /// Each rank sleeps a seeded random 0..J ms after every batch (a noisy
     /// node): changes the order contributions arrive in.
     #[arg(long, default_value_t = 0)]
@@ -58,6 +64,16 @@ pub struct JobArgs {
     /// Also write the true reflectivity model as a PNG, for comparison.
     #[arg(long)]
     pub model_png: Option<PathBuf>,
+}
+
+impl JobArgs {
+    /// `--completion` as the runtime's option.
+    pub fn completion(&self) -> taskfold::Completion {
+        match self.completion.as_str() {
+            "result" => taskfold::Completion::Result,
+            _ => taskfold::Completion::Contributed,
+        }
+    }
 }
 
 /// Wraps [`JobArgs`] to parse them on their own.

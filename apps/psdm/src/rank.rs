@@ -155,7 +155,10 @@ pub fn run_rank(
             std::thread::sleep(Duration::from_millis(ms));
             t.jitter += Duration::from_millis(ms);
         }
-        let future = rt.reduce(partial, Reduce::root(ROOT).id(format!("psdm-batch-{b}")))?;
+        let opts = Reduce::root(ROOT)
+            .id(format!("psdm-batch-{b}"))
+            .completion(job.args.completion());
+        let future = rt.reduce(partial, opts)?;
         t.reductions += 1;
         pending.push_back(Pending {
             issued: Instant::now(),
