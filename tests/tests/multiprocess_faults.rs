@@ -21,6 +21,17 @@ fn place_2_sigkill_of_a_receiver_while_it_folds() {
     faults::place_2_receiver_killed_while_it_folds(&job());
 }
 
+/// The same with `Completion::Contributed` on every rank: the provider's
+/// future completes once its data is folded in, the runtime keeps serving
+/// its original, and shutdown waits for the reduction to end everywhere.
+#[test]
+fn place_2_sigkill_with_early_completion() {
+    let mut job = job();
+    job.env
+        .push(("TASKFOLD_COMPLETION".into(), "contributed".into()));
+    faults::place_2_receiver_killed_while_it_folds(&job);
+}
+
 #[test]
 fn place_3_sigkill_of_a_provider_while_the_receiver_fetches() {
     faults::place_3_provider_killed_while_the_receiver_fetches(&job());
