@@ -53,6 +53,16 @@ fn provider_done(
     None
 }
 
+/// Ranks 0 and 1 (the root) contribute last, with the default completion:
+/// (the root's outcome, rank 0's).
+fn the_rest_contribute(c: &LocalCluster) -> (Outcome, Outcome) {
+    let mut f0 = start(c, 0, Completion::Result);
+    let mut f1 = start(c, 1, Completion::Result);
+    (f1.wait_timeout(WAIT), f0.wait_timeout(WAIT))
+}
+
+type Outcome = Result<Option<Sum<i64>>, ReduceError>;
+
 #[test]
 fn a_member_whose_data_was_folded_in_is_done_before_the_root_contributes() {
     let c = cluster();
@@ -62,10 +72,9 @@ fn a_member_whose_data_was_folded_in_is_done_before_the_root_contributes() {
     let (mut fp, mut fr) = if provider == 2 { (f2, f3) } else { (f3, f2) };
     assert_eq!(fp.wait_timeout(WAIT), Ok(None));
     // Ranks 0 and 1 have not even called reduce: the reduction goes on.
-    let mut f0 = start(&c, 0, Completion::Result);
-    let mut f1 = start(&c, 1, Completion::Result);
-    assert_eq!(f1.wait_timeout(WAIT).unwrap().unwrap().0, full_sum(4, LEN));
-    assert_eq!(f0.wait_timeout(WAIT), Ok(None));
+    let (root, r0) = the_rest_contribute(&c);
+    assert_eq!(root.unwrap().unwrap().0, full_sum(4, LEN));
+    assert_eq!(r0, Ok(None));
     assert_eq!(fr.wait_timeout(WAIT), Ok(None));
     c.shutdown().unwrap();
 }
@@ -77,10 +86,10 @@ fn by_default_no_member_is_done_before_the_root_holds_the_result() {
     let f3 = start(&c, 3, Completion::Result);
     // Bounded: the pair's fold takes well under a millisecond here.
     assert_eq!(provider_done(&f2, &f3, Duration::from_millis(500)), None);
-    let f0 = start(&c, 0, Completion::Result);
-    let mut f1 = start(&c, 1, Completion::Result);
-    assert_eq!(f1.wait_timeout(WAIT).unwrap().unwrap().0, full_sum(4, LEN));
-    for mut f in [f0, f2, f3] {
+    let (root, r0) = the_rest_contribute(&c);
+    assert_eq!(root.unwrap().unwrap().0, full_sum(4, LEN));
+    assert_eq!(r0, Ok(None));
+    for mut f in [f2, f3] {
         assert_eq!(f.wait_timeout(WAIT), Ok(None));
     }
     c.shutdown().unwrap();
@@ -108,14 +117,13 @@ fn the_original_of_a_member_that_is_done_still_recovers_a_dead_receiver() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    let mut f0 = start(&c, 0, Completion::Result);
-    let mut f1 = start(&c, 1, Completion::Result);
+    let (root, r0) = the_rest_contribute(&c);
     assert_eq!(
-        f1.wait_timeout(WAIT).unwrap().unwrap().0,
+        root.unwrap().unwrap().0,
         full_sum(4, LEN),
         "rank {provider}'s original and rank {receiver}'s copy are folded in again"
     );
-    assert_eq!(f0.wait_timeout(WAIT), Ok(None));
+    assert_eq!(r0, Ok(None));
     drop((f2, f3));
 }
 
@@ -136,15 +144,11 @@ fn a_member_that_is_done_hears_of_no_later_failure_while_the_root_does() {
     let mut fp = if provider == 2 { f2 } else { f3 };
     // Without copies, the receiver's death loses both originals.
     c.kill(receiver);
-    let mut f0 = start(&c, 0, Completion::Result);
-    let mut f1 = start(&c, 1, Completion::Result);
-    match f1.wait_timeout(WAIT) {
+    let (root, r0) = the_rest_contribute(&c);
+    match root {
         Err(ReduceError::RanksLost { ranks, .. }) => assert!(ranks.contains(&receiver)),
         other => panic!("the root must hear what was lost: {other:?}"),
     }
-    assert!(matches!(
-        f0.wait_timeout(WAIT),
-        Err(ReduceError::RanksLost { .. })
-    ));
+    assert!(matches!(r0, Err(ReduceError::RanksLost { .. })));
     assert_eq!(fp.wait_timeout(WAIT), Ok(None), "done before the loss");
 }
