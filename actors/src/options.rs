@@ -2,7 +2,7 @@
 
 use taskfold_core::{Group, GroupError};
 
-/// How to run a reduction: root, id and group.
+/// How to run a reduction: root, id, group, durability and completion.
 ///
 /// ```
 /// use taskfold::Reduce;
