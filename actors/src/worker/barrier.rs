@@ -23,8 +23,9 @@ impl Handler<BarrierReq> for Worker {
             return;
         }
         if let Err(e) = self.out.send(Rank(0), &Msg::Barrier { seq: m.seq }) {
-            // A dead transport cannot reach the master: do not wait.
-            let _ = m.reply.send(Err(ReduceError::Transport(e.to_string())));
+            // The master cannot be reached (its link broke, or this
+            // transport is closed): no answer will come.
+            let _ = m.reply.send(Err(ReduceError::MasterLost(e.to_string())));
             return;
         }
         if let Some(old) = self.barriers.insert(m.seq, m.reply) {

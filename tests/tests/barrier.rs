@@ -1,0 +1,87 @@
+//! `Runtime::barrier` end to end over the serialising loopback: every rank
+//! tells the master and waits for its answer; a dead rank or a lost master
+//! ends the wait with a typed error, never a hang.
+
+use std::time::Duration;
+use taskfold::{Config, LocalCluster, ReduceError};
+
+fn cluster(n: u32) -> LocalCluster {
+    LocalCluster::with_config(
+        n,
+        Config {
+            finalize_timeout: Duration::from_secs(5),
+            ..Config::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Runs `barrier` on `ranks` of `c` at once, on threads of their own.
+fn barrier_on(c: &LocalCluster, ranks: &[u32]) -> Vec<Result<(), ReduceError>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = ranks
+            .iter()
+            .map(|&r| {
+                let rt = c.rank(r);
+                s.spawn(move || rt.barrier())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn barriers_in_a_row_release_every_rank() {
+    let c = cluster(4);
+    for _ in 0..10 {
+        assert_eq!(barrier_on(&c, &[0, 1, 2, 3]), vec![Ok(()); 4]);
+    }
+    c.shutdown().unwrap();
+}
+
+#[test]
+fn a_rank_that_dies_fails_the_barrier_on_the_others() {
+    let c = cluster(4);
+    assert_eq!(barrier_on(&c, &[0, 1, 2, 3]), vec![Ok(()); 4]);
+    let results = std::thread::scope(|s| {
+        let waiting = s.spawn(|| barrier_on(&c, &[0, 1, 2]));
+        // Rank 3 never comes: it dies while the others wait.
+        std::thread::sleep(Duration::from_millis(50));
+        c.kill(3);
+        waiting.join().unwrap()
+    });
+    for r in results {
+        match r {
+            Err(ReduceError::RanksLost { id, ranks }) => {
+                assert_eq!((id.as_str(), ranks), ("barrier-1", vec![3]))
+            }
+            other => panic!("expected RanksLost naming rank 3: {other:?}"),
+        }
+    }
+    // And the next one fails at once: no barrier can wait for rank 3.
+    assert!(barrier_on(&c, &[1])
+        .iter()
+        .all(|r| matches!(r, Err(ReduceError::RanksLost { .. }))));
+}
+
+#[test]
+fn a_lost_master_fails_the_barrier() {
+    let c = cluster(3);
+    let results = std::thread::scope(|s| {
+        let waiting = s.spawn(|| barrier_on(&c, &[1, 2]));
+        // Whether the ranks reached the barrier before the master died
+        // or after, the answer is the same.
+        std::thread::sleep(Duration::from_millis(50));
+        c.kill(0);
+        waiting.join().unwrap()
+    });
+    for r in results {
+        assert!(
+            matches!(r, Err(ReduceError::MasterLost(_))),
+            "expected MasterLost: {r:?}"
+        );
+    }
+    // A barrier after the master's death fails at once.
+    let late = c.rank(1).barrier();
+    assert!(matches!(late, Err(ReduceError::MasterLost(_))), "{late:?}");
+}
