@@ -32,6 +32,8 @@ fn small_comparison_writes_json_report_and_plots() {
         "2",
         "--timeout",
         "120",
+        "--completion",
+        "result,contributed",
         "--out",
     ])
     .arg(&out);
@@ -46,6 +48,14 @@ fn small_comparison_writes_json_report_and_plots() {
         .collect();
     assert!(sides.contains("taskfold"), "{sides:?}");
     assert!(sides.contains("taskfold (durability off)"), "{sides:?}");
+    assert!(
+        sides.contains("taskfold (completion contributed)"),
+        "{sides:?}"
+    );
+    assert!(
+        sides.contains("taskfold (durability off, completion contributed)"),
+        "{sides:?}"
+    );
     if std::env::var_os("CI").is_some() {
         assert!(
             sides.contains("openmpi") && sides.contains("mpich"),
@@ -97,6 +107,16 @@ fn small_comparison_writes_json_report_and_plots() {
             assert!(commands.contains(&label.as_str()), "{commands:?}");
         }
     }
+    // Each completion side ran with its setting.
+    assert!(json["commands"].as_array().unwrap().iter().any(|c| {
+        c[0].as_str()
+            .unwrap()
+            .starts_with("taskfold (completion contributed), ")
+            && c[1]
+                .as_str()
+                .unwrap()
+                .contains("TASKFOLD_COMPLETION=contributed")
+    }));
     // The slow rank's delay is applied: D = 20 ms shows in every side.
     for r in records.iter().filter(|r| r["scenario"] == "slow-20ms") {
         assert!(r["median_s"].as_f64().unwrap() >= 0.019, "{r}");

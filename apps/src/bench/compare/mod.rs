@@ -62,6 +62,13 @@ pub struct CompareArgs {
     /// `off`); the first one is the side the targets are judged on.
     #[arg(long, value_delimiter = ',', default_value = "async,off")]
     pub durability: Vec<String>,
+    /// When taskfold's futures of ranks other than the root complete, one
+    /// side per value and durability: `result` (once the root holds it,
+    /// the default) or `contributed` (once the rank's data was folded in,
+    /// as MPI_Reduce returns on a rank other than the root). The first is
+    /// the side the targets are judged on.
+    #[arg(long, value_delimiter = ',', default_value = "result")]
+    pub completion: Vec<String>,
     /// Baselines to run, if installed.
     #[arg(long, value_delimiter = ',', default_value = "openmpi,mpich")]
     pub mpi: Vec<String>,
@@ -188,15 +195,17 @@ impl Harness {
 
     fn taskfold(&mut self, r: &Run) -> Result<(), String> {
         for d in &r.args.durability {
-            self.taskfold_with(r, d)?;
+            for c in &r.args.completion {
+                self.taskfold_with(r, d, c)?;
+            }
         }
         Ok(())
     }
 
-    fn taskfold_with(&mut self, r: &Run, durability: &str) -> Result<(), String> {
-        let side = side_name(durability);
+    fn taskfold_with(&mut self, r: &Run, durability: &str, completion: &str) -> Result<(), String> {
+        let side = side_name(durability, completion);
         let out = r.args.out.join(format!(
-            "taskfold-{durability}-{}-p{}{}.jsonl",
+            "taskfold-{durability}-{completion}-{}-p{}{}.jsonl",
             r.label,
             r.np,
             r.suffix()
@@ -205,7 +214,7 @@ impl Harness {
         args.extend(r.driver_args());
         args.extend(["--out".into(), out.display().to_string()]);
         let cmd = format!(
-            "TASKFOLD_DURABILITY={durability} {} run -n {} -- {} {}",
+            "TASKFOLD_DURABILITY={durability} TASKFOLD_COMPLETION={completion} {} run -n {} -- {} {}",
             self.exe.display(),
             r.np,
             self.exe.display(),
@@ -219,7 +228,10 @@ impl Harness {
             program: self.exe.clone().into_os_string(),
             args: args.into_iter().map(Into::into).collect(),
             timeout: Some(Duration::from_secs(r.args.timeout)),
-            env: vec![("TASKFOLD_DURABILITY".into(), durability.into())],
+            env: vec![
+                ("TASKFOLD_DURABILITY".into(), durability.into()),
+                ("TASKFOLD_COMPLETION".into(), completion.into()),
+            ],
             log: None,
         };
         let fail = |detail: String| format!("{side} {} p={}: {detail}", r.label, r.np);
@@ -363,12 +375,20 @@ impl Harness {
     }
 }
 
-/// The report's name for taskfold under `durability`.
-fn side_name(durability: &str) -> String {
-    if durability == "async" {
+/// The report's name for taskfold under `durability` and `completion`:
+/// `taskfold` for the defaults, else what differs from them.
+fn side_name(durability: &str, completion: &str) -> String {
+    let mut differs = Vec::new();
+    if durability != "async" {
+        differs.push(format!("durability {durability}"));
+    }
+    if completion != "result" {
+        differs.push(format!("completion {completion}"));
+    }
+    if differs.is_empty() {
         "taskfold".into()
     } else {
-        format!("taskfold (durability {durability})")
+        format!("taskfold ({})", differs.join(", "))
     }
 }
 
@@ -410,7 +430,15 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
             return Err(format!("--durability {d}: expected async, sync or off"));
         }
     }
-    let first = side_name(a.durability.first().map_or("async", |d| d.as_str()));
+    for c in &a.completion {
+        if !matches!(c.as_str(), "result" | "contributed") {
+            return Err(format!("--completion {c}: expected result or contributed"));
+        }
+    }
+    let first = side_name(
+        a.durability.first().map_or("async", |d| d.as_str()),
+        a.completion.first().map_or("result", |c| c.as_str()),
+    );
     let mut h = Harness {
         exe: exe.clone(),
         mpis,
@@ -424,13 +452,7 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
                     std::env::var("TASKFOLD_TRANSPORT").unwrap_or_else(|_| "tcp".into()),
                     same_node_gets()
                 ),
-                format!(
-                    "taskfold's futures of members other than the root complete {}",
-                    match std::env::var("TASKFOLD_COMPLETION").as_deref().map(str::trim) {
-                        Ok("contributed") => "once their data was folded in (`TASKFOLD_COMPLETION=contributed`, like MPI_Reduce on a non-root rank)",
-                        _ => "once the root holds the result (the default completion; MPI_Reduce returns on a non-root rank once its send buffer is free)",
-                    }
-                ),
+                "taskfold's futures of ranks other than the root complete once the root holds the result (the default completion), or, on the sides named `completion contributed`, once their data was folded in, as MPI_Reduce returns on a rank other than the root once its send buffer is free".into(),
                 "D and J are Open MPI's quiet median at the same p and size (else MPICH's, else taskfold's)".into(),
                 if a.sizes_in_one_job {
                     "scenarios a-d run their sizes one after the other in one job per side (--sizes-in-one-job); scenario e runs each K in a job of its own, on every side".into()
