@@ -40,6 +40,15 @@ fn barriers_in_a_row_release_every_rank() {
 }
 
 #[test]
+fn a_job_of_one_rank_passes_its_barriers() {
+    let c = cluster(1);
+    for _ in 0..3 {
+        assert_eq!(c.rank(0).barrier(), Ok(()));
+    }
+    c.shutdown().unwrap();
+}
+
+#[test]
 fn a_rank_that_dies_fails_the_barrier_on_the_others() {
     let c = cluster(4);
     assert_eq!(barrier_on(&c, &[0, 1, 2, 3]), vec![Ok(()); 4]);
