@@ -181,23 +181,22 @@ mod tests {
             .await
             .unwrap();
             settle().await;
-            let lost = Some(ReduceError::RanksLost {
-                id: "barrier-0".into(),
-                ranks: vec![2],
-            });
+            // Rank 2's loss, as barrier `seq` reports it.
+            let lost = |seq: u64| {
+                Some(ReduceError::RanksLost {
+                    id: format!("barrier-{seq}"),
+                    ranks: vec![2],
+                })
+            };
             let mut got = answers(&ts);
             got.sort_by_key(|a| a.0);
-            assert_eq!(got, vec![(0, 0, lost.clone()), (1, 0, lost)]);
+            assert_eq!(got, vec![(0, 0, lost(0)), (1, 0, lost(0))]);
             // A later barrier cannot wait for rank 2 either; its frames are
             // ignored.
             reach(&m, 2, 1).await;
             reach(&m, 1, 1).await;
             settle().await;
-            let lost = Some(ReduceError::RanksLost {
-                id: "barrier-1".into(),
-                ranks: vec![2],
-            });
-            assert_eq!(answers(&ts), vec![(1, 1, lost)]);
+            assert_eq!(answers(&ts), vec![(1, 1, lost(1))]);
         });
     }
 }

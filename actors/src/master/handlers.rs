@@ -125,7 +125,9 @@ impl Handler<ReadyIn> for Master {
         };
         if let Some(join) = &ready.join {
             r.announced.insert(index);
-            if join.early && index != r.group.index_of(r.root).unwrap_or(usize::MAX) {
+            // (The root never provides: its flag, if a peer sets it, is
+            // never read.)
+            if join.early {
                 r.early.insert(index);
             }
         }
@@ -172,11 +174,10 @@ impl Handler<ReadyIn> for Master {
                     // is in flight until then): a release frees nothing
                     // early, and was one message in eight of a reduction.
                     // Unless the provider's future waits for it
-                    // (`Completion::Contributed`). A dead provider's
-                    // original came from a copy: nobody to tell.
-                    let rank = r.group.rank_at(provider.index);
+                    // (`Completion::Contributed`). (`send` skips a dead
+                    // provider, whose original came from a copy.)
                     let tell = provider.path.len() > 1 || r.early.contains(&provider.index);
-                    Ok((tell && !self.dead.contains(&rank.0)).then_some(rank))
+                    Ok(tell.then(|| r.group.rank_at(provider.index)))
                 }
                 Err(e) => Err(protocol(&r.id, from, e)),
             },
