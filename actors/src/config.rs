@@ -58,6 +58,14 @@ pub struct Config {
     /// in (see `taskfold_core::pool::reserve`). The memory is what the pool
     /// may keep anyway; made ahead, it is held from the first such batch.
     pub buffer_pool_prefill: bool,
+    /// Whether the master posts released barriers on a notice board in
+    /// shared memory, where the application threads of the ranks on its
+    /// node wait for them (`TASKFOLD_NOTICE_BOARD=0` turns it off; default
+    /// on). The message still follows; the board wakes the application
+    /// thread at once instead of after the transport's and the actors'
+    /// threads (see `taskfold_transports::board`). Set it the same on every
+    /// rank: it is the master's setting that decides.
+    pub notice_board: bool,
     /// Test hooks (`TASKFOLD_TEST_HOOK`), see [`crate::hooks`].
     pub hooks: Vec<crate::hooks::Hook>,
 }
@@ -132,6 +140,7 @@ impl Default for Config {
             buffer_pool: taskfold_core::pool::DEFAULT_LIMIT as u64,
             buffer_pool_follows_peak: true,
             buffer_pool_prefill: true,
+            notice_board: true,
             hooks: Vec::new(),
         }
     }
@@ -166,6 +175,9 @@ impl Config {
         }
         if let Some(on) = env_u64("TASKFOLD_POOL_PREFILL") {
             c.buffer_pool_prefill = on != 0;
+        }
+        if let Some(on) = env_u64("TASKFOLD_NOTICE_BOARD") {
+            c.notice_board = on != 0;
         }
         if let Ok(d) = std::env::var("TASKFOLD_DURABILITY") {
             match d.trim() {

@@ -34,6 +34,8 @@
 //!   fold, ready; barriers),
 //!   [`perf`] (performance counter), [`detector`] (failure detector,
 //!   rank 0), [`replica`] (replica store), `router` (transport ↔ actors).
+//! - `notices`: where application threads wait on the master's notice
+//!   board (released barriers) beside their own answer.
 //! - [`hooks`]: test hooks that hold a rank at an exact point.
 //! - [`metrics`]: metric names. [`config`]: tunables.
 
@@ -45,6 +47,7 @@ pub mod hooks;
 pub mod local;
 pub mod master;
 pub mod metrics;
+mod notices;
 pub mod options;
 mod outbox;
 pub mod perf;

@@ -18,6 +18,9 @@ pub const REDUCTIONS_FAILED: &str = "taskfold_reductions_failed_total";
 /// Futures of members other than the root completed once their data was
 /// folded in (`Completion::Contributed`), before the reduction ended.
 pub const REDUCTIONS_CONTRIBUTED: &str = "taskfold_reductions_contributed_total";
+/// Barriers whose release this rank's application thread read on the
+/// master's notice board, before the master's message came.
+pub const BARRIERS_BY_BOARD: &str = "taskfold_barriers_by_board_total";
 /// Ready messages waiting in the master's queues.
 pub const MASTER_QUEUE_DEPTH: &str = "taskfold_master_queue_depth";
 /// Live reductions at the master.
@@ -90,6 +93,10 @@ pub fn describe() {
     describe_counter!(
         REDUCTIONS_CONTRIBUTED,
         "Futures completed once this rank's data was folded in (Completion::Contributed)"
+    );
+    describe_counter!(
+        BARRIERS_BY_BOARD,
+        "Barriers released through the master's notice board (same node)"
     );
     describe_gauge!(MASTER_QUEUE_DEPTH, "Ready messages queued at the master");
     describe_gauge!(LIVE_REDUCTIONS, "Live reductions at the master");

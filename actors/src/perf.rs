@@ -62,6 +62,10 @@ pub struct LocalStats {
     pub bytes_fetched: u64,
     /// Total fetch + fold time, nanoseconds.
     pub task_nanos: u64,
+    /// Barriers whose release this rank's application threads read on the
+    /// master's notice board, before the master's message came (see
+    /// [`crate::Config::notice_board`]).
+    pub barriers_by_board: u64,
 }
 
 /// Asks for [`LocalStats`].
@@ -77,6 +81,7 @@ impl Handler<GetLocalStats> for PerformanceCounter {
             tasks: self.tasks,
             bytes_fetched: self.bytes,
             task_nanos: self.nanos,
+            barriers_by_board: 0,
         })
     }
 }

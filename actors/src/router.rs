@@ -41,6 +41,8 @@ pub(crate) struct Router {
     pub(crate) store: Addr<ReplicaStore>,
     pub(crate) detector: Option<Addr<FailureDetector>>,
     pub(crate) out: crate::outbox::Outbox,
+    /// The master's notice board, mapped when it says where it lies.
+    pub(crate) notices: crate::notices::Notices,
 }
 
 impl Actor for Router {
@@ -146,6 +148,20 @@ impl Router {
             Msg::Release { key } if from_master => self.worker.do_send(ReleaseIn { key }),
             Msg::Complete { key, error } if from_master => {
                 self.worker.do_send(CompleteIn { key, error })
+            }
+            Msg::Board { pid, fd, ino, node } if from_master => {
+                if self.notices.get().is_some() {
+                    return;
+                }
+                let r = taskfold_transports::board::BoardRef { pid, fd, ino, node };
+                match taskfold_transports::board::Board::open(&r) {
+                    Ok(b) => self.notices.set(std::sync::Arc::new(b)),
+                    // Another node, or a kernel that refuses: barriers are
+                    // answered by message alone, as without a board.
+                    Err(e) => {
+                        tracing::debug!(rank = %self.rank, error = %e, "the master's notice board is not mapped here")
+                    }
+                }
             }
             Msg::FinalizeAck if from_master => self.worker.do_send(FinalizeAckIn),
             Msg::BarrierDone { seq, error } if from_master => {

@@ -35,6 +35,7 @@ pub struct Runtime {
     live: Arc<Mutex<HashSet<u64>>>,
     auto_ids: Mutex<HashMap<u64, u64>>,
     barriers: std::sync::atomic::AtomicU64,
+    notices: crate::notices::Notices,
     thread: Option<JoinHandle<()>>,
     transport: Arc<dyn Transport>,
     config: Config,
@@ -155,7 +156,17 @@ impl Runtime {
         let (cmd_tx, cmd_rx) = flume::unbounded::<Command>();
         let (ready_tx, ready_rx) = flume::bounded::<Result<(), StartError>>(1);
         let live = Arc::new(Mutex::new(HashSet::new()));
+        let notices = crate::notices::Notices::default();
+        if rank == 0 && config.notice_board {
+            match taskfold_transports::board::Board::create() {
+                Ok(b) => notices.set(Arc::new(b)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no notice board; barriers are answered by message only")
+                }
+            }
+        }
         let (t2, live2, c2) = (transport.clone(), live.clone(), config.clone());
+        let notices2 = notices.clone();
         let thread = std::thread::Builder::new()
             .name(format!("taskfold-rt-{rank}"))
             .spawn(move || {
@@ -185,6 +196,9 @@ impl Runtime {
                         .start();
                         let mut m = Master::new(size, out.clone(), c2.task_log_limit);
                         m.set_detector(detector.clone());
+                        if let Some(b) = notices2.get() {
+                            m.set_board(b.clone());
+                        }
                         if let (Some(root), Some(own)) = (&c2.replica_dir, disk.shared_dir()) {
                             // Every rank's directory is under the same root
                             // (the layout of `ReplicaDisk::open`).
@@ -221,6 +235,7 @@ impl Runtime {
                             store,
                             detector,
                             out,
+                            notices: notices2,
                         }
                     });
                     Ok(())
@@ -249,6 +264,7 @@ impl Runtime {
             live,
             auto_ids: Mutex::new(HashMap::new()),
             barriers: Default::default(),
+            notices,
             thread: Some(thread),
             transport,
             config,
@@ -364,11 +380,10 @@ impl Runtime {
         self.cmd
             .send(Command::Barrier(crate::worker::BarrierReq {
                 seq,
-                reply: tx,
+                reply: crate::notices::Reply::new(tx, self.notices.clone()),
             }))
             .map_err(|_| ReduceError::Shutdown)?;
-        // No answer at all (the runtime stopped): shut down.
-        rx.recv().unwrap_or(Err(ReduceError::Shutdown))
+        self.notices.wait_barrier(seq, &rx)
     }
 
     /// A snapshot of the master's counters and task log (rank 0 only).
@@ -381,11 +396,14 @@ impl Runtime {
     /// This rank's task counters.
     pub fn local_stats(&self) -> LocalStats {
         let (tx, rx) = flume::bounded(1);
-        if self.cmd.send(Command::LocalStats(tx)).is_err() {
-            return LocalStats::default();
-        }
-        rx.recv_timeout(std::time::Duration::from_secs(10))
-            .unwrap_or_default()
+        let mut stats = if self.cmd.send(Command::LocalStats(tx)).is_err() {
+            LocalStats::default()
+        } else {
+            rx.recv_timeout(std::time::Duration::from_secs(10))
+                .unwrap_or_default()
+        };
+        stats.barriers_by_board = self.notices.barriers_by_board();
+        stats
     }
 
     /// Starts finalizing: tells the master this rank is done. Ranks keep

@@ -94,3 +94,37 @@ fn a_lost_master_fails_the_barrier() {
     let late = c.rank(1).barrier();
     assert!(matches!(late, Err(ReduceError::MasterLost(_))), "{late:?}");
 }
+
+/// Ten barriers on every rank of `c`; returns how many of the ranks'
+/// releases were read on the master's notice board.
+fn releases_by_board(c: &LocalCluster) -> u64 {
+    for _ in 0..10 {
+        assert_eq!(barrier_on(c, &[0, 1, 2, 3]), vec![Ok(()); 4]);
+    }
+    (0..4)
+        .map(|r| c.rank(r).local_stats().barriers_by_board)
+        .sum()
+}
+
+#[test]
+fn the_notice_board_releases_ranks_and_can_be_turned_off() {
+    // On (the default): the master posts each release on its board before
+    // it sends the messages, so most releases are read there (the first
+    // barriers may come before a rank has mapped the board).
+    let c = cluster(4);
+    let on = releases_by_board(&c);
+    c.shutdown().unwrap();
+    assert!(on > 0, "no release was read on the notice board");
+    // Off: every release comes by message, and barriers work the same.
+    let c = LocalCluster::with_config(
+        4,
+        Config {
+            finalize_timeout: Duration::from_secs(5),
+            notice_board: false,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(releases_by_board(&c), 0);
+    c.shutdown().unwrap();
+}

@@ -60,6 +60,11 @@ impl Handler<BarrierIn> for Master {
             // The master's own rank last: it hears at once, through its own
             // mailbox, and would start its next operation while the others
             // still wait (see `completion_order`).
+            // The board first: the application threads of this node wake
+            // at once, before the messages that follow wake the rest.
+            if let Some(b) = &self.board {
+                b.post_barrier(m.seq);
+            }
             let own = self.out.transport().rank();
             for r in super::completion_order(&arrived, own, own) {
                 self.send(r, &done);
@@ -163,6 +168,48 @@ mod tests {
             let mut got = answers(&ts);
             got.sort_by_key(|a| a.0);
             assert_eq!(got, vec![(0, 0, None), (1, 0, None), (2, 0, None)]);
+        });
+    }
+
+    #[test]
+    fn only_released_barriers_are_posted_on_the_board() {
+        use taskfold_transports::board::Board;
+        let (_hub, ts) = LoopbackHub::new(3);
+        let board = Arc::new(Board::create().unwrap());
+        let b = board.clone();
+        actix_rt::System::new().block_on(async move {
+            let t: Arc<dyn Transport> = ts[0].clone();
+            let mut master = Master::new(3, Outbox::new(t), 1000);
+            master.set_board(b);
+            let m = master.start();
+            settle().await;
+            // Every other rank is told where the board lies, at start.
+            for t in &ts[1..] {
+                let told = t.events().try_iter().any(|e| {
+                    matches!(e, Event::Message { frame, .. }
+                        if matches!(wire::decode(&frame), Ok(Msg::Board { .. })))
+                });
+                assert!(told);
+            }
+            for r in [0, 1, 2] {
+                assert!(!board.barrier_released(0));
+                reach(&m, r, 0).await;
+            }
+            assert!(board.barrier_released(0));
+            // A barrier that fails (rank 2 died) is never posted: its
+            // waiters hear the loss by message.
+            reach(&m, 0, 1).await;
+            m.send(RankDown {
+                rank: Rank(2),
+                reason: "killed".into(),
+                latency: None,
+            })
+            .await
+            .unwrap();
+            reach(&m, 1, 1).await;
+            settle().await;
+            assert!(!board.barrier_released(1));
+            assert_eq!(answers(&ts).len(), 5, "three releases and two losses");
         });
     }
 

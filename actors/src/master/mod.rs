@@ -61,12 +61,20 @@ pub struct Master {
     stats: MasterStats,
     task_log_limit: usize,
     detector: Option<Addr<crate::detector::FailureDetector>>,
+    /// The notice board where released barriers are posted, if any.
+    board: Option<std::sync::Arc<taskfold_transports::board::Board>>,
 }
 
 impl Master {
     /// Connects the failure detector (it needs the master's address first).
     pub(crate) fn set_detector(&mut self, d: Addr<crate::detector::FailureDetector>) {
         self.detector = Some(d);
+    }
+
+    /// Posts released barriers on `board` too; every other rank is told
+    /// where it lies when the master starts.
+    pub(crate) fn set_board(&mut self, board: std::sync::Arc<taskfold_transports::board::Board>) {
+        self.board = Some(board);
     }
 
     /// Lets the master infer the disk copies of ranks that died before
@@ -136,6 +144,7 @@ impl Master {
             stats: MasterStats::new(size),
             task_log_limit,
             detector: None,
+            board: None,
         }
     }
 
@@ -437,6 +446,19 @@ impl Actor for Master {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.me = Some(ctx.address());
+        if let Some(b) = &self.board {
+            let r = b.reference();
+            let msg = Msg::Board {
+                pid: r.pid,
+                fd: r.fd,
+                ino: r.ino,
+                node: r.node,
+            };
+            let own = self.out.transport().rank().0;
+            for rank in (0..self.size).filter(|&x| x != own) {
+                self.send(Rank(rank), &msg);
+            }
+        }
     }
 }
 

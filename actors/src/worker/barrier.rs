@@ -11,7 +11,7 @@ use taskfold_core::{Rank, ReduceError};
 #[rtype(result = "()")]
 pub(crate) struct BarrierReq {
     pub(crate) seq: u64,
-    pub(crate) reply: flume::Sender<Result<(), ReduceError>>,
+    pub(crate) reply: crate::notices::Reply<Result<(), ReduceError>>,
 }
 
 impl Handler<BarrierReq> for Worker {
@@ -19,13 +19,13 @@ impl Handler<BarrierReq> for Worker {
 
     fn handle(&mut self, m: BarrierReq, _: &mut Context<Self>) {
         if self.fenced {
-            let _ = m.reply.send(Err(ReduceError::Fenced));
+            m.reply.send(Err(ReduceError::Fenced));
             return;
         }
         if let Err(e) = self.out.send(Rank(0), &Msg::Barrier { seq: m.seq }) {
             // The master cannot be reached (its link broke, or this
             // transport is closed): no answer will come.
-            let _ = m.reply.send(Err(ReduceError::MasterLost(e.to_string())));
+            m.reply.send(Err(ReduceError::MasterLost(e.to_string())));
             return;
         }
         let replaced = self.barriers.insert(m.seq, m.reply);
@@ -48,7 +48,7 @@ impl Handler<BarrierDoneIn> for Worker {
     fn handle(&mut self, m: BarrierDoneIn, _: &mut Context<Self>) {
         match self.barriers.remove(&m.seq) {
             Some(tx) => {
-                let _ = tx.send(m.error.map_or(Ok(()), Err));
+                tx.send(m.error.map_or(Ok(()), Err));
             }
             None => {
                 tracing::warn!(rank = %self.rank, seq = m.seq, "answer to a barrier this rank is not in; dropped")
@@ -65,7 +65,7 @@ impl Worker {
             let _ = tx.send(Err(error.clone()));
         }
         for (_, tx) in self.barriers.drain() {
-            let _ = tx.send(Err(error.clone()));
+            tx.send(Err(error.clone()));
         }
     }
 }

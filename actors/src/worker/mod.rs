@@ -132,7 +132,7 @@ pub struct Worker {
     live: Arc<Mutex<HashSet<u64>>>,
     finalize: Vec<flume::Sender<Result<(), ReduceError>>>,
     /// Barriers this rank is in, by number, waiting for the master.
-    barriers: HashMap<u64, flume::Sender<Result<(), ReduceError>>>,
+    barriers: HashMap<u64, crate::notices::Reply<Result<(), ReduceError>>>,
     /// Reductions this rank, their root, ended when its value became whole,
     /// whose completion notice from the master is still to come (it is
     /// then ignored: the key may name a new reduction by then).

@@ -19,7 +19,7 @@ use rkyv::util::AlignedVec;
 /// First two bytes of every control frame.
 pub const MAGIC: [u8; 2] = *b"TF";
 /// Version of the control protocol; a peer speaking another is refused.
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
 /// Length of the envelope header.
 pub const HEADER_LEN: usize = 8;
 
@@ -106,6 +106,17 @@ mod tests {
     }
 
     #[test]
+    fn the_board_message_round_trips() {
+        let m = Msg::Board {
+            pid: 4242,
+            fd: 7,
+            ino: 99,
+            node: 0xfeed,
+        };
+        assert_eq!(decode(&encode(&m)).unwrap(), m);
+    }
+
+    #[test]
     fn garbage_is_refused() {
         assert_eq!(decode(b"TF"), Err(WireError::Short(2)));
         assert!(matches!(
@@ -116,10 +127,11 @@ mod tests {
         // Peers of earlier protocols (before replica offers named files,
         // before ready messages said where their data lies, before joins
         // said whether the member completes early and barriers had their
-        // own messages).
+        // own messages, before the master's notice board).
         assert_eq!(decode(b"TF\x01\0\0\0\0\0"), Err(WireError::Version(1)));
         assert_eq!(decode(b"TF\x02\0\0\0\0\0"), Err(WireError::Version(2)));
         assert_eq!(decode(b"TF\x03\0\0\0\0\0"), Err(WireError::Version(3)));
+        assert_eq!(decode(b"TF\x04\0\0\0\0\0"), Err(WireError::Version(4)));
         let mut f = encode(&Msg::Ping { seq: 1 });
         let n = f.len();
         f[n - 1] ^= 0xff;
@@ -127,7 +139,7 @@ mod tests {
         // Either refused or decoded to something else, never a panic.
         let _ = decode(&f);
         assert!(matches!(
-            decode(b"TF\x04\0\0\0\0\0\x01"),
+            decode(b"TF\x05\0\0\0\0\0\x01"),
             Err(WireError::Invalid(_))
         ));
     }

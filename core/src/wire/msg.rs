@@ -60,6 +60,20 @@ pub enum Msg {
         /// `None` once every rank reached it.
         error: Option<ReduceError>,
     },
+    /// Master → every rank, once at start: where the master's notice
+    /// board lies (`taskfold_transports::board`). A rank on the master's
+    /// node maps it and waits there for released barriers; any other rank
+    /// ignores it. Every notice is also sent as a message.
+    Board {
+        /// The master's process.
+        pid: u32,
+        /// Its descriptor of the board.
+        fd: i32,
+        /// The board's inode.
+        ino: u64,
+        /// The master's node token.
+        node: u64,
+    },
     /// Owner → buddy: fetch my original of `key` and keep a copy.
     ReplicaOffer {
         /// The reduction.

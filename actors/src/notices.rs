@@ -1,0 +1,106 @@
+//! The runtime's side of the master's notice board
+//! ([`taskfold_transports::board`]): where application threads wait for
+//! released barriers, woken by the master's post or by their own answer.
+//!
+//! Every notice on the board is also sent as a message; the board only
+//! spares a rank on the master's node the three thread wake-ups of that
+//! message (transport reader, actors, application), one rank after the
+//! other. Without a board (another node, `Config::notice_board` off, or a
+//! kernel that refuses the mapping) waiters use their message alone.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use taskfold_core::ReduceError;
+use taskfold_transports::board::Board;
+
+/// The board, once known (set at most once: by the master's process at
+/// start, by any other rank when the master's `Msg::Board` arrives).
+#[derive(Clone, Default)]
+pub(crate) struct Notices(Arc<Inner>);
+
+#[derive(Default)]
+struct Inner {
+    board: OnceLock<Arc<Board>>,
+    /// Barriers released through the board (`LocalStats`).
+    by_board: AtomicU64,
+}
+
+/// How long a waiter sleeps on the bell before it looks again for an
+/// answer that rang no bell (a runtime that stopped drops its senders).
+const RECHECK: Duration = Duration::from_millis(50);
+
+impl Notices {
+    /// The board, if this rank has one.
+    pub(crate) fn get(&self) -> Option<&Arc<Board>> {
+        self.0.board.get()
+    }
+
+    /// Barriers this rank's threads saw released on the board.
+    pub(crate) fn barriers_by_board(&self) -> u64 {
+        self.0.by_board.load(Ordering::Relaxed)
+    }
+
+    /// Installs the board (a second one is ignored).
+    pub(crate) fn set(&self, board: Arc<Board>) {
+        let _ = self.0.board.set(board);
+    }
+
+    /// Rings the bell, if there is a board: an answer was sent through a
+    /// channel that an application thread may be waiting on beside it.
+    pub(crate) fn ring(&self) {
+        if let Some(b) = self.get() {
+            b.ring();
+        }
+    }
+
+    /// Waits for barrier `seq`: its answer on `rx`, or its release on the
+    /// board, whichever comes first (both say the same; failures only
+    /// come on `rx`).
+    pub(crate) fn wait_barrier(
+        &self,
+        seq: u64,
+        rx: &flume::Receiver<Result<(), ReduceError>>,
+    ) -> Result<(), ReduceError> {
+        let Some(board) = self.get() else {
+            // No answer at all (the runtime stopped): shut down.
+            return rx.recv().unwrap_or(Err(ReduceError::Shutdown));
+        };
+        loop {
+            // The bell first: an answer or post after this read moves it,
+            // and the wait below returns at once.
+            let seen = board.bell();
+            match rx.try_recv() {
+                Ok(answer) => return answer,
+                Err(flume::TryRecvError::Disconnected) => return Err(ReduceError::Shutdown),
+                Err(flume::TryRecvError::Empty) => {}
+            }
+            if board.barrier_released(seq) {
+                self.0.by_board.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!(crate::metrics::BARRIERS_BY_BOARD).increment(1);
+                return Ok(());
+            }
+            board.wait(seen, RECHECK);
+        }
+    }
+}
+
+/// An answer to a waiting application thread: sent on its channel, then
+/// the bell rung so that a thread waiting on the board sees it.
+pub(crate) struct Reply<T> {
+    tx: flume::Sender<T>,
+    notices: Notices,
+}
+
+impl<T> Reply<T> {
+    pub(crate) fn new(tx: flume::Sender<T>, notices: Notices) -> Self {
+        Reply { tx, notices }
+    }
+
+    /// Sends `v` (dropped if the waiter is gone: it was answered by the
+    /// board) and rings.
+    pub(crate) fn send(self, v: T) {
+        let _ = self.tx.send(v);
+        self.notices.ring();
+    }
+}

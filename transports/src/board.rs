@@ -1,0 +1,335 @@
+//! The node's notice board: a page of shared memory where the master posts
+//! what every rank on its node waits for (released barriers), and a futex
+//! word, the bell, that wakes their waiting application threads at once.
+//!
+//! Why: a notice sent as a message wakes three threads on every rank (the
+//! transport's reader, the actors' thread, then the application thread),
+//! one rank after the other. On a node with more ranks than cores the last
+//! rank heard of a released barrier 0.4 ms after the first (8 ranks, 2
+//! cores), so their next operations started that much apart. Through the
+//! board, the master writes the notice once and one system call wakes
+//! every application thread that waits on it, with no other thread in
+//! between.
+//!
+//! How:
+//! - The master's process creates the board ([`Board::create`], a `memfd`
+//!   of [`BOARD_LEN`] bytes) and sends every rank its [`BoardRef`]. A rank
+//!   on the same node (same [`crate::shared_file::node_token`]) maps it
+//!   through `/proc/<pid>/fd/<fd>` ([`Board::open`]), the same permission
+//!   as reading the master's memory; a rank elsewhere ignores it.
+//! - Notices are only ever *successes* that the usual message confirms
+//!   later: a failure always travels as a message. A waiter therefore
+//!   checks its own answer (from the message) and the board, and whichever
+//!   comes first wins; both say the same.
+//! - The bell is a counter: whoever posts a notice, or answers a waiter
+//!   through its usual channel, adds one and wakes every thread waiting on
+//!   it (`FUTEX_WAKE`). A waiter reads the bell before it looks for its
+//!   answer and sleeps only if the bell has not moved since
+//!   ([`Board::wait`]), so no wake-up is lost.
+//!
+//! **What a crash loses**: nothing. The board only repeats what messages
+//! say. If the master dies, its mapping stays valid in every rank (the
+//! pages live while mapped) and no new notice appears: waiters get the
+//! master's loss through their usual channel, whose answer rings the bell.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Bytes of a board.
+pub const BOARD_LEN: usize = 4096;
+
+/// First word of every board: tells a board from any other file.
+const MAGIC: u64 = u64::from_le_bytes(*b"tfboard1");
+
+/// Offset of the bell (its own cache line).
+const BELL: usize = 64;
+
+/// Offset of the ring of released barriers: [`BARRIERS`] slots, barrier
+/// `seq` in slot `seq % BARRIERS`, holding `seq + 1` once released.
+const BARRIER_RING: usize = 128;
+
+/// Slots of the barrier ring. A slot is overwritten only by a barrier
+/// [`BARRIERS`] numbers later; a waiter that misses its notice so gets
+/// its answer as a message, as without a board.
+pub const BARRIERS: u64 = 64;
+
+/// Where a board lies: enough for a process on the same node to map it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BoardRef {
+    /// The creating process.
+    pub pid: u32,
+    /// Its descriptor of the board.
+    pub fd: i32,
+    /// The board's inode (checked when mapping: the descriptor may have
+    /// been closed and reused).
+    pub ino: u64,
+    /// The node's token ([`crate::shared_file::node_token`]).
+    pub node: u64,
+}
+
+/// A mapped board (see the module docs).
+pub struct Board {
+    ptr: *mut u8,
+    reference: BoardRef,
+    /// The creator keeps its descriptor open: it is how others find it.
+    _fd: Option<OwnedFd>,
+}
+
+// SAFETY: the mapping lives until `drop` and is only accessed through
+// atomics (see `word32` / `word64`), which are safe to share.
+unsafe impl Send for Board {}
+// SAFETY: as above.
+unsafe impl Sync for Board {}
+
+impl std::fmt::Debug for Board {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Board")
+            .field("reference", &self.reference)
+            .finish()
+    }
+}
+
+fn map(fd: i32) -> io::Result<*mut u8> {
+    // SAFETY: maps BOARD_LEN bytes of a descriptor open for the call, whose
+    // length was set (create) or checked (open) to be BOARD_LEN; the
+    // result is checked.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            BOARD_LEN,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
+
+impl Board {
+    /// Creates a board in this process (the master's).
+    pub fn create() -> io::Result<Board> {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: a constant, NUL-terminated name; the result is checked.
+        let raw = unsafe { libc::memfd_create(c"taskfold-board".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a descriptor we just opened and own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let file = std::fs::File::from(fd);
+        file.set_len(BOARD_LEN as u64)?;
+        let ino = file.metadata()?.ino();
+        let ptr = map(file.as_raw_fd())?;
+        let board = Board {
+            ptr,
+            reference: BoardRef {
+                pid: std::process::id(),
+                fd: raw,
+                ino,
+                node: crate::shared_file::node_token(),
+            },
+            _fd: Some(OwnedFd::from(file)),
+        };
+        board.word64(0).store(MAGIC, Ordering::Release);
+        Ok(board)
+    }
+
+    /// Maps the board `r` names, if it is on this node.
+    pub fn open(r: &BoardRef) -> io::Result<Board> {
+        use std::os::unix::fs::MetadataExt;
+        let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+        if r.node != crate::shared_file::node_token() {
+            return Err(invalid("the board is on another node".into()));
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{}/fd/{}", r.pid, r.fd))?;
+        let meta = file.metadata()?;
+        if meta.ino() != r.ino || meta.len() != BOARD_LEN as u64 {
+            return Err(invalid(format!(
+                "process {}'s descriptor {} is not its board",
+                r.pid, r.fd
+            )));
+        }
+        let board = Board {
+            ptr: map(file.as_raw_fd())?,
+            reference: *r,
+            _fd: None,
+        };
+        if board.word64(0).load(Ordering::Acquire) != MAGIC {
+            return Err(invalid("not a taskfold board".into()));
+        }
+        Ok(board)
+    }
+
+    /// Where this board lies.
+    pub fn reference(&self) -> BoardRef {
+        self.reference
+    }
+
+    fn word64(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= BOARD_LEN);
+        // SAFETY: `offset` is 8-aligned and inside the live mapping (a
+        // page-aligned region of BOARD_LEN bytes), which outlives `&self`;
+        // every access to board memory is atomic.
+        unsafe { &*self.ptr.add(offset).cast::<AtomicU64>() }
+    }
+
+    fn bell_word(&self) -> &AtomicU32 {
+        // SAFETY: as in `word64`; BELL is 4-aligned and in bounds.
+        unsafe { &*self.ptr.add(BELL).cast::<AtomicU32>() }
+    }
+
+    /// The bell's count, read before looking for an answer (see
+    /// [`Board::wait`]).
+    pub fn bell(&self) -> u32 {
+        self.bell_word().load(Ordering::Acquire)
+    }
+
+    /// Rings the bell: every thread waiting on it (in any process that
+    /// maps the board) wakes and looks for its answer again.
+    pub fn ring(&self) {
+        self.bell_word().fetch_add(1, Ordering::AcqRel);
+        // SAFETY: FUTEX_WAKE on a live, aligned word of a shared mapping;
+        // it only wakes waiters and reads no memory of ours.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.bell_word().as_ptr(),
+                libc::FUTEX_WAKE,
+                i32::MAX,
+                std::ptr::null::<libc::timespec>(),
+                std::ptr::null::<u32>(),
+                0,
+            );
+        }
+    }
+
+    /// Sleeps until the bell moves from `seen` or `timeout` passes
+    /// (returns at once if it already moved). Spurious returns happen;
+    /// callers loop.
+    pub fn wait(&self, seen: u32, timeout: Duration) {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: FUTEX_WAIT on a live, aligned word of a shared mapping,
+        // with a valid timeout; the kernel compares the word with `seen`
+        // atomically and returns at once if it differs.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.bell_word().as_ptr(),
+                libc::FUTEX_WAIT,
+                seen,
+                &ts as *const libc::timespec,
+                std::ptr::null::<u32>(),
+                0,
+            );
+        }
+    }
+
+    /// Posts barrier `seq` as released and rings the bell.
+    pub fn post_barrier(&self, seq: u64) {
+        let slot = BARRIER_RING + 8 * (seq % BARRIERS) as usize;
+        self.word64(slot).store(seq + 1, Ordering::Release);
+        self.ring();
+    }
+
+    /// Whether barrier `seq` was posted as released (and its slot not yet
+    /// reused).
+    pub fn barrier_released(&self, seq: u64) -> bool {
+        let slot = BARRIER_RING + 8 * (seq % BARRIERS) as usize;
+        self.word64(slot).load(Ordering::Acquire) == seq + 1
+    }
+}
+
+impl Drop for Board {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `map`; no reference
+        // into it outlives `self`.
+        unsafe {
+            libc::munmap(self.ptr.cast(), BOARD_LEN);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    #[test]
+    fn a_posted_barrier_is_seen_through_another_mapping() {
+        let owner = Board::create().unwrap();
+        let other = Board::open(&owner.reference()).unwrap();
+        assert!(!other.barrier_released(3));
+        owner.post_barrier(3);
+        assert!(other.barrier_released(3));
+        assert!(!other.barrier_released(4));
+        // The slot is reused 64 barriers later: the old one no longer reads
+        // as released (its waiter falls back to its message).
+        owner.post_barrier(3 + BARRIERS);
+        assert!(!other.barrier_released(3));
+        assert!(other.barrier_released(3 + BARRIERS));
+    }
+
+    #[test]
+    fn ringing_wakes_a_waiter_in_another_mapping() {
+        let owner = Arc::new(Board::create().unwrap());
+        let other = Board::open(&owner.reference()).unwrap();
+        let seen = other.bell();
+        let o = owner.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            o.post_barrier(0);
+        });
+        let start = Instant::now();
+        while !other.barrier_released(0) {
+            assert!(start.elapsed() < Duration::from_secs(10), "never woken");
+            other.wait(seen, Duration::from_secs(10));
+        }
+        t.join().unwrap();
+        // Woken by the bell, long before the wait's own timeout.
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert_ne!(other.bell(), seen);
+    }
+
+    #[test]
+    fn a_wait_on_a_moved_bell_returns_at_once_and_a_quiet_one_times_out() {
+        let b = Board::create().unwrap();
+        let seen = b.bell();
+        b.ring();
+        let start = Instant::now();
+        b.wait(seen, Duration::from_secs(10));
+        assert!(start.elapsed() < Duration::from_secs(5));
+        let start = Instant::now();
+        b.wait(b.bell(), Duration::from_millis(20));
+        assert!(start.elapsed() >= Duration::from_millis(15));
+    }
+
+    #[test]
+    fn a_board_elsewhere_or_a_wrong_descriptor_is_refused() {
+        let b = Board::create().unwrap();
+        let mut r = b.reference();
+        r.node ^= 1;
+        assert_eq!(
+            Board::open(&r).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+        let mut r = b.reference();
+        r.ino ^= 1;
+        assert_eq!(
+            Board::open(&r).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+    }
+}
