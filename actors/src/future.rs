@@ -1,9 +1,11 @@
 //! [`ReduceFuture`]: the handle an application holds on a live reduction.
 
 use std::any::Any;
+use std::collections::HashSet;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -17,17 +19,51 @@ pub(crate) type Outcome = Result<Option<Box<dyn Any + Send>>, ReduceError>;
 struct State {
     outcome: Option<Outcome>,
     taken: bool,
+    /// Taken through the master's notice board, before the worker filled
+    /// it (see [`BoardLink`]).
+    by_board: bool,
     waker: Option<Waker>,
 }
 
-/// The runtime's side of a future: filled exactly once by the worker.
+/// The runtime's side of a future: filled exactly once by the worker, or
+/// (a member other than the root, on the master's node) taken first
+/// through the master's notice board.
 #[derive(Default)]
 pub(crate) struct Slot {
     state: Mutex<State>,
     cond: Condvar,
+    board: Option<BoardLink>,
+    /// 0 until the worker arms the board path; then 1 + the board's count
+    /// of completions when the reduction started here.
+    armed: AtomicU64,
+}
+
+/// What a future needs to complete through the master's notice board: a
+/// member other than the root, waiting for `Completion::Result`, reads
+/// its reduction's completion there (posted by the master before its
+/// completion notices go out), one `FUTEX_WAKE` after the master saw it,
+/// instead of three thread wake-ups later.
+///
+/// The board only ever says "completed"; failures come as usual. The
+/// future then gives its id back itself (`live`), so that the application
+/// can reuse it at once; the worker ends the reduction here when the
+/// master's notice comes, or when a reduction with the same id starts
+/// here first (the notice of the old one is then dropped).
+pub(crate) struct BoardLink {
+    pub(crate) notices: crate::notices::Notices,
+    pub(crate) live: Arc<Mutex<HashSet<u64>>>,
+    pub(crate) key: u64,
 }
 
 impl Slot {
+    /// A slot whose future may complete through the notice board.
+    pub(crate) fn with_board(link: BoardLink) -> Self {
+        Slot {
+            board: Some(link),
+            ..Slot::default()
+        }
+    }
+
     pub(crate) fn fill(&self, outcome: Outcome) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.outcome.is_some() || s.taken {
@@ -38,11 +74,75 @@ impl Slot {
             w.wake();
         }
         self.cond.notify_all();
+        drop(s);
+        if let Some(link) = &self.board {
+            // A waiter on the board sleeps on its bell, not on `cond`.
+            link.notices.ring();
+        }
     }
 
     pub(crate) fn is_filled(&self) -> bool {
         let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.outcome.is_some()
+    }
+
+    /// Arms the board path: completions of this key posted from now on
+    /// are this reduction's. The worker calls it when the reduction starts
+    /// here, before its join (so before the master can post it), and only
+    /// if no earlier reduction with the same key may still be posted.
+    pub(crate) fn arm(&self) {
+        if let Some(b) = self.board.as_ref().and_then(|l| l.notices.get()) {
+            self.armed.store(b.completions() + 1, Ordering::Release);
+        }
+    }
+
+    /// Whether the future was completed through the board.
+    pub(crate) fn by_board(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_board
+    }
+
+    /// Gives the reduction's key back to `live` unless the future did so
+    /// itself (taken through the board: the key may already name a new
+    /// reduction). Under `live`'s lock, as the future's own claim is, so
+    /// that exactly one of the two removes it, before the application can
+    /// reuse the id.
+    pub(crate) fn release_key(&self, live: &Mutex<HashSet<u64>>, key: u64) {
+        let mut live = live.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.by_board() {
+            live.remove(&key);
+        }
+    }
+
+    /// Whether the board says this reduction completed.
+    fn completed_on_board(&self) -> bool {
+        let (Some(link), since) = (&self.board, self.armed.load(Ordering::Acquire)) else {
+            return false;
+        };
+        since > 0
+            && link
+                .notices
+                .get()
+                .is_some_and(|b| b.completed_since(link.key, since - 1) == Some(true))
+    }
+
+    /// Takes the outcome `Ok(None)` through the board, unless the worker
+    /// filled the slot meanwhile (then that outcome).
+    fn claim(&self, link: &BoardLink) -> Outcome {
+        let mut live = link.live.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(o) = take(&mut s) {
+            return o;
+        }
+        s.taken = true;
+        s.by_board = true;
+        drop(s);
+        live.remove(&link.key);
+        drop(live);
+        link.notices.count_reduction();
+        Ok(None)
     }
 }
 
@@ -78,7 +178,7 @@ impl<T: 'static> ReduceFuture<T> {
 
     /// True once the outcome is known (never blocks).
     pub fn is_done(&self) -> bool {
-        self.slot.is_filled()
+        self.slot.is_filled() || self.slot.completed_on_board()
     }
 
     /// Blocks until the reduction ends.
@@ -94,6 +194,11 @@ impl<T: 'static> ReduceFuture<T> {
 
     fn wait(&mut self, d: Option<Duration>) -> Result<Option<T>, ReduceError> {
         let deadline = d.map(|d| Instant::now() + d);
+        if let Some(link) = &self.slot.board {
+            if let Some(board) = link.notices.get() {
+                return self.wait_on_board(link, board, deadline, d);
+            }
+        }
         let mut s = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(o) = take(&mut s) {
@@ -114,6 +219,43 @@ impl<T: 'static> ReduceFuture<T> {
                         .0;
                 }
             }
+        }
+    }
+}
+
+impl<T: 'static> ReduceFuture<T> {
+    /// [`ReduceFuture::wait`] on the master's notice board: sleeps on its
+    /// bell, which rings for every post and for every fill of a linked
+    /// slot, and looks at both after each ring.
+    fn wait_on_board(
+        &self,
+        link: &BoardLink,
+        board: &taskfold_transports::board::Board,
+        deadline: Option<Instant>,
+        d: Option<Duration>,
+    ) -> Result<Option<T>, ReduceError> {
+        loop {
+            // The bell first: a post or fill after this read moves it, and
+            // the wait below returns at once.
+            let seen = board.bell();
+            {
+                let mut s = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(o) = take(&mut s) {
+                    return o.and_then(downcast::<T>);
+                }
+            }
+            if self.slot.completed_on_board() {
+                return self.slot.claim(link).and_then(downcast::<T>);
+            }
+            let mut sleep = crate::notices::RECHECK;
+            if let Some(dl) = deadline {
+                let now = Instant::now();
+                if now >= dl {
+                    return Err(ReduceError::Timeout(d.unwrap_or_default()));
+                }
+                sleep = sleep.min(dl - now);
+            }
+            board.wait(seen, sleep);
         }
     }
 }
@@ -157,6 +299,7 @@ impl<T: 'static> Future for ReduceFuture<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use taskfold_transports::board::Board;
 
     #[test]
     fn fill_then_get() {
@@ -188,6 +331,75 @@ mod tests {
             ReduceFuture::<u32>::new(slot, "x".into()).get(),
             Err(ReduceError::Decode(_))
         ));
+    }
+
+    /// A slot linked to a fresh board, for reduction `key` (live).
+    fn linked(key: u64) -> (Arc<Slot>, Arc<Board>, Arc<Mutex<HashSet<u64>>>) {
+        let board = Arc::new(Board::create().unwrap());
+        let notices = crate::notices::Notices::default();
+        notices.set(board.clone());
+        let live = Arc::new(Mutex::new(HashSet::from([key])));
+        let slot = Arc::new(Slot::with_board(BoardLink {
+            notices,
+            live: live.clone(),
+            key,
+        }));
+        (slot, board, live)
+    }
+
+    #[test]
+    fn a_post_completes_an_armed_future_and_frees_its_id() {
+        let (slot, board, live) = linked(5);
+        slot.arm();
+        let f = ReduceFuture::<u32>::new(slot.clone(), "x".into());
+        let b = board.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            b.post_complete(4); // another reduction: not this one
+            std::thread::sleep(Duration::from_millis(30));
+            b.post_complete(5);
+        });
+        assert_eq!(f.get(), Ok(None));
+        t.join().unwrap();
+        assert!(slot.by_board());
+        assert!(!live.lock().unwrap().contains(&5), "the id is free again");
+        // The worker's own end comes later: it neither fills the taken
+        // slot nor frees the id a second time (it may name a new
+        // reduction by then).
+        live.lock().unwrap().insert(5);
+        slot.release_key(&live, 5);
+        assert!(live.lock().unwrap().contains(&5));
+        slot.fill(Err(ReduceError::Shutdown));
+        assert!(!slot.is_filled());
+    }
+
+    #[test]
+    fn posts_before_arming_are_not_this_futures_and_a_fill_still_wakes_it() {
+        let (slot, board, live) = linked(5);
+        // An earlier reduction with the same key, posted before this one
+        // started here.
+        board.post_complete(5);
+        slot.arm();
+        let mut f = ReduceFuture::<u32>::new(slot.clone(), "x".into());
+        assert!(!f.is_done());
+        assert!(matches!(
+            f.wait_timeout(Duration::from_millis(20)),
+            Err(ReduceError::Timeout(_))
+        ));
+        // The worker's answer (here a failure) wakes the waiter on the
+        // board, which rings for every fill of a linked slot.
+        let s2 = slot.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            s2.fill(Err(ReduceError::Shutdown));
+        });
+        let start = Instant::now();
+        assert_eq!(f.get(), Err(ReduceError::Shutdown));
+        assert!(start.elapsed() < Duration::from_secs(5));
+        t.join().unwrap();
+        assert!(!slot.by_board());
+        slot.release_key(&live, 5);
+        assert!(!live.lock().unwrap().contains(&5));
     }
 
     #[test]

@@ -21,6 +21,9 @@ pub const REDUCTIONS_CONTRIBUTED: &str = "taskfold_reductions_contributed_total"
 /// Barriers whose release this rank's application thread read on the
 /// master's notice board, before the master's message came.
 pub const BARRIERS_BY_BOARD: &str = "taskfold_barriers_by_board_total";
+/// Futures of members other than the root that read their reduction's
+/// completion on the master's notice board, before the master's message.
+pub const REDUCTIONS_BY_BOARD: &str = "taskfold_reductions_by_board_total";
 /// Ready messages waiting in the master's queues.
 pub const MASTER_QUEUE_DEPTH: &str = "taskfold_master_queue_depth";
 /// Live reductions at the master.
@@ -97,6 +100,10 @@ pub fn describe() {
     describe_counter!(
         BARRIERS_BY_BOARD,
         "Barriers released through the master's notice board (same node)"
+    );
+    describe_counter!(
+        REDUCTIONS_BY_BOARD,
+        "Futures completed through the master's notice board (same node)"
     );
     describe_gauge!(MASTER_QUEUE_DEPTH, "Ready messages queued at the master");
     describe_gauge!(LIVE_REDUCTIONS, "Live reductions at the master");

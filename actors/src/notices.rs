@@ -1,11 +1,12 @@
 //! The runtime's side of the master's notice board
 //! ([`taskfold_transports::board`]): where application threads wait for
-//! released barriers, woken by the master's post or by their own answer.
+//! released barriers and completed reductions, woken by the master's post
+//! or by their own answer (see also `future::BoardLink`).
 //!
 //! Every notice on the board is also sent as a message; the board only
 //! spares a rank on the master's node the three thread wake-ups of that
 //! message (transport reader, actors, application), one rank after the
-//! other. Without a board (another node, `Config::notice_board` off, or a
+//! other, before its application thread goes on. Without a board (another node, `Config::notice_board` off, or a
 //! kernel that refuses the mapping) waiters use their message alone.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,11 +25,13 @@ struct Inner {
     board: OnceLock<Arc<Board>>,
     /// Barriers released through the board (`LocalStats`).
     by_board: AtomicU64,
+    /// Futures completed through the board (`LocalStats`).
+    reductions_by_board: AtomicU64,
 }
 
 /// How long a waiter sleeps on the bell before it looks again for an
 /// answer that rang no bell (a runtime that stopped drops its senders).
-const RECHECK: Duration = Duration::from_millis(50);
+pub(crate) const RECHECK: Duration = Duration::from_millis(50);
 
 impl Notices {
     /// The board, if this rank has one.
@@ -39,6 +42,17 @@ impl Notices {
     /// Barriers this rank's threads saw released on the board.
     pub(crate) fn barriers_by_board(&self) -> u64 {
         self.0.by_board.load(Ordering::Relaxed)
+    }
+
+    /// Futures of this rank completed through the board.
+    pub(crate) fn reductions_by_board(&self) -> u64 {
+        self.0.reductions_by_board.load(Ordering::Relaxed)
+    }
+
+    /// Counts a future completed through the board.
+    pub(crate) fn count_reduction(&self) {
+        self.0.reductions_by_board.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(crate::metrics::REDUCTIONS_BY_BOARD).increment(1);
     }
 
     /// Installs the board (a second one is ignored).
@@ -97,10 +111,11 @@ impl<T> Reply<T> {
         Reply { tx, notices }
     }
 
-    /// Sends `v` (dropped if the waiter is gone: it was answered by the
-    /// board) and rings.
+    /// Sends `v` and rings, unless the waiter is gone (it was answered by
+    /// the board): then there is no one to wake.
     pub(crate) fn send(self, v: T) {
-        let _ = self.tx.send(v);
-        self.notices.ring();
+        if self.tx.send(v).is_ok() {
+            self.notices.ring();
+        }
     }
 }

@@ -66,6 +66,10 @@ pub struct LocalStats {
     /// master's notice board, before the master's message came (see
     /// [`crate::Config::notice_board`]).
     pub barriers_by_board: u64,
+    /// Futures of this rank (a member other than the root, waiting for the
+    /// result) that read their reduction's completion on the master's
+    /// notice board, before the master's message came.
+    pub reductions_by_board: u64,
 }
 
 /// Asks for [`LocalStats`].
@@ -82,6 +86,7 @@ impl Handler<GetLocalStats> for PerformanceCounter {
             bytes_fetched: self.bytes,
             task_nanos: self.nanos,
             barriers_by_board: 0,
+            reductions_by_board: 0,
         })
     }
 }

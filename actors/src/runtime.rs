@@ -342,7 +342,18 @@ impl Runtime {
                 && opts.completion.unwrap_or(self.config.completion)
                     == crate::config::Completion::Contributed,
         };
-        let slot = Arc::new(Slot::default());
+        // A member that waits for the result may take it from the master's
+        // notice board (if this rank has mapped it; see `BoardLink`).
+        let slot = match self.notices.get() {
+            Some(_) if root.0 != self.rank && !join.early => {
+                Arc::new(Slot::with_board(crate::future::BoardLink {
+                    notices: self.notices.clone(),
+                    live: self.live.clone(),
+                    key,
+                }))
+            }
+            _ => Arc::new(Slot::default()),
+        };
         let start = StartReduce {
             key,
             join,
@@ -403,6 +414,7 @@ impl Runtime {
                 .unwrap_or_default()
         };
         stats.barriers_by_board = self.notices.barriers_by_board();
+        stats.reductions_by_board = self.notices.reductions_by_board();
         stats
     }
 

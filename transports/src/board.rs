@@ -1,6 +1,7 @@
-//! The node's notice board: a page of shared memory where the master posts
-//! what every rank on its node waits for (released barriers), and a futex
-//! word, the bell, that wakes their waiting application threads at once.
+//! The node's notice board: a few pages of shared memory where the master
+//! posts what every rank on its node waits for (released barriers,
+//! completed reductions), and a futex word, the bell, that wakes their
+//! waiting application threads at once.
 //!
 //! Why: a notice sent as a message wakes three threads on every rank (the
 //! transport's reader, the actors' thread, then the application thread),
@@ -38,7 +39,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Bytes of a board.
-pub const BOARD_LEN: usize = 4096;
+pub const BOARD_LEN: usize = 16 << 10;
 
 /// First word of every board: tells a board from any other file.
 const MAGIC: u64 = u64::from_le_bytes(*b"tfboard1");
@@ -54,6 +55,18 @@ const BARRIER_RING: usize = 128;
 /// [`BARRIERS`] numbers later; a waiter that misses its notice so gets
 /// its answer as a message, as without a board.
 pub const BARRIERS: u64 = 64;
+
+/// Offset of the count of completions ever posted.
+const COMPLETION_HEAD: usize = 1024;
+
+/// Offset of the ring of completed reductions: the `n`-th completion
+/// posted (from 0) holds its key in slot `n % COMPLETIONS`.
+const COMPLETION_RING: usize = 1088;
+
+/// Slots of the completion ring. A waiter whose reduction started more
+/// than this many completions ago cannot tell from the board whether it
+/// completed: it gets its answer as a message.
+pub const COMPLETIONS: u64 = 1024;
 
 /// Where a board lies: enough for a process on the same node to map it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,6 +249,47 @@ impl Board {
         }
     }
 
+    /// How many completions were ever posted: a waiter records it when its
+    /// reduction starts, and looks for its key only among later posts.
+    pub fn completions(&self) -> u64 {
+        self.word64(COMPLETION_HEAD).load(Ordering::Acquire)
+    }
+
+    /// Posts the reduction `key` as completed and rings the bell. Only the
+    /// master posts (one writer), and only successes.
+    pub fn post_complete(&self, key: u64) {
+        let head = self.word64(COMPLETION_HEAD);
+        let n = head.load(Ordering::Relaxed);
+        let slot = COMPLETION_RING + 8 * (n % COMPLETIONS) as usize;
+        self.word64(slot).store(key, Ordering::Release);
+        head.store(n + 1, Ordering::Release);
+        self.ring();
+    }
+
+    /// Whether `key` was posted as completed since the count was `since`
+    /// ([`Board::completions`]): `Some(true)` if so, `Some(false)` if not
+    /// yet, `None` if the board cannot tell (its ring went round since).
+    ///
+    /// Never a false `Some(true)`: a slot only ever holds the key of the
+    /// post it was written for or of a later one, and only posts from
+    /// `since` on are read.
+    pub fn completed_since(&self, key: u64, since: u64) -> Option<bool> {
+        let head = self.completions();
+        if head.saturating_sub(since) > COMPLETIONS {
+            return None;
+        }
+        let found = (since..head).any(|n| {
+            let slot = COMPLETION_RING + 8 * (n % COMPLETIONS) as usize;
+            self.word64(slot).load(Ordering::Acquire) == key
+        });
+        if found {
+            return Some(true);
+        }
+        // Posts during the scan may have overwritten slots before they
+        // were read: then this scan says nothing.
+        (self.completions().saturating_sub(since) <= COMPLETIONS).then_some(false)
+    }
+
     /// Posts barrier `seq` as released and rings the bell.
     pub fn post_barrier(&self, seq: u64) {
         let slot = BARRIER_RING + 8 * (seq % BARRIERS) as usize;
@@ -280,6 +334,29 @@ mod tests {
         owner.post_barrier(3 + BARRIERS);
         assert!(!other.barrier_released(3));
         assert!(other.barrier_released(3 + BARRIERS));
+    }
+
+    #[test]
+    fn completions_are_seen_only_after_the_count_a_waiter_started_from() {
+        let owner = Board::create().unwrap();
+        let other = Board::open(&owner.reference()).unwrap();
+        owner.post_complete(7);
+        let since = other.completions();
+        assert_eq!(since, 1);
+        // Key 7 completed before this waiter started: not its reduction.
+        assert_eq!(other.completed_since(7, since), Some(false));
+        owner.post_complete(8);
+        owner.post_complete(7);
+        assert_eq!(other.completed_since(7, since), Some(true));
+        assert_eq!(other.completed_since(9, since), Some(false));
+        // Once the ring went round past `since`, the board cannot tell.
+        for k in 100..100 + COMPLETIONS {
+            owner.post_complete(k);
+        }
+        assert_eq!(other.completed_since(9, since), None);
+        let now = other.completions();
+        owner.post_complete(9);
+        assert_eq!(other.completed_since(9, now), Some(true));
     }
 
     #[test]

@@ -253,6 +253,12 @@ impl Master {
                     metrics::counter!(crate::metrics::REDUCTIONS_COMPLETED).increment(1);
                     metrics::histogram!(crate::metrics::REDUCTION_SECONDS)
                         .record(r.started.elapsed().as_secs_f64());
+                    // The board first: the members on this node waiting for
+                    // it wake at once (their futures take it there), before
+                    // the notices below wake the rest.
+                    if let Some(b) = &self.board {
+                        b.post_complete(key);
+                    }
                     let msg = Msg::Complete { key, error: None };
                     let own = self.out.transport().rank();
                     for rank in completion_order(r.group.members(), r.root, own) {

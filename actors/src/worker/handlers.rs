@@ -45,6 +45,27 @@ impl Handler<StartReduce> for Worker {
         }
         let is_root = m.join.root == self.rank.0;
         let key = m.key;
+        if self.locals.get(&key).is_some_and(|l| l.slot.by_board()) {
+            // The last reduction with this id: its future took its
+            // completion from the master's notice board and gave the id
+            // back, and its notice has not come yet. It ended (the master
+            // posts only completions): end it here as the notice would,
+            // which is dropped when it comes, as after a root's early end.
+            self.ended_early.insert(key);
+            self.finish(key, None);
+        }
+        // The notice board may complete this future (a member waiting for
+        // the result; see `BoardLink`) unless an earlier reduction with this
+        // key may still be posted: one this rank ended early as its root,
+        // or whose future took it from the board, until the master's
+        // notice of it arrives.
+        if !is_root
+            && !m.join.early
+            && !self.ended_early.contains(&key)
+            && !self.locals.contains_key(&key)
+        {
+            m.slot.arm();
+        }
         // About two buffers of its size while it lives: the original kept
         // for recovery and the value folded beside it (the buffer pool may
         // keep that much for the next reductions, see `Config`).

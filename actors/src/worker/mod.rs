@@ -220,10 +220,7 @@ impl Worker {
         let t = self.out.transport();
         t.withdraw(BufferKey(key));
         t.withdraw(BufferKey(original_key(key)));
-        self.live
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&key);
+        local.slot.release_key(&self.live, key);
         let outcome = match error {
             Some(e) => Err(e),
             None if local.is_root => match local.value.take() {
