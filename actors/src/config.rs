@@ -58,13 +58,15 @@ pub struct Config {
     /// in (see `taskfold_core::pool::reserve`). The memory is what the pool
     /// may keep anyway; made ahead, it is held from the first such batch.
     pub buffer_pool_prefill: bool,
-    /// Whether the master posts released barriers on a notice board in
-    /// shared memory, where the application threads of the ranks on its
-    /// node wait for them (`TASKFOLD_NOTICE_BOARD=0` turns it off; default
-    /// on). The message still follows; the board wakes the application
-    /// thread at once instead of after the transport's and the actors'
-    /// threads (see `taskfold_transports::board`). Set it the same on every
-    /// rank: it is the master's setting that decides.
+    /// Whether the master posts released barriers and completed
+    /// reductions on a notice board in shared memory, where the
+    /// application threads of the ranks on its node wait for them
+    /// (`TASKFOLD_NOTICE_BOARD=0` turns it off; default on). The message
+    /// still follows; the board wakes the application thread at once
+    /// instead of after the transport's and the actors' threads (see
+    /// `taskfold_transports::board`). It is the master's setting that
+    /// decides whether there is a board; a rank with it off still maps it
+    /// if the master has one.
     pub notice_board: bool,
     /// Test hooks (`TASKFOLD_TEST_HOOK`), see [`crate::hooks`].
     pub hooks: Vec<crate::hooks::Hook>,

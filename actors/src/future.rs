@@ -156,6 +156,12 @@ impl Slot {
 /// [`Completion::Contributed`](crate::Completion::Contributed) gets
 /// `Ok(None)` as soon as its data was folded in, and hears of no failure
 /// after that. Dropping the handle does not cancel the reduction.
+///
+/// On the master's node, a member other than the root that waits for the
+/// result in [`ReduceFuture::get`] or [`ReduceFuture::wait_timeout`] reads
+/// the completion on the master's notice board (see
+/// [`crate::Config::notice_board`]) as soon as the master saw it, without
+/// waiting for the master's message; `.await` waits for the message.
 pub struct ReduceFuture<T> {
     slot: Arc<Slot>,
     id: String,

@@ -35,7 +35,8 @@
 //!   [`perf`] (performance counter), [`detector`] (failure detector,
 //!   rank 0), [`replica`] (replica store), `router` (transport ↔ actors).
 //! - `notices`: where application threads wait on the master's notice
-//!   board (released barriers) beside their own answer.
+//!   board (released barriers, completed reductions) beside their own
+//!   answer.
 //! - [`hooks`]: test hooks that hold a rank at an exact point.
 //! - [`metrics`]: metric names. [`config`]: tunables.
 

@@ -20,8 +20,9 @@
 //!   place ([`Transport::get_loan`], [`Received::Shared`]).
 //! - [`shared_file`]: read-only mappings of same-node replica files, exposed
 //!   like any buffer (a buddy's copy without copying).
-//! - [`board`]: the master's notice board, a page of shared memory where
-//!   the ranks of its node read released barriers, woken by one futex.
+//! - [`board`]: the master's notice board, shared memory where the ranks
+//!   of its node read released barriers and completed reductions, woken
+//!   by one futex.
 //! - [`conformance`]: the test suite every transport must pass.
 
 pub mod board;

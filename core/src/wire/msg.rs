@@ -62,8 +62,9 @@ pub enum Msg {
     },
     /// Master → every rank, once at start: where the master's notice
     /// board lies (`taskfold_transports::board`). A rank on the master's
-    /// node maps it and waits there for released barriers; any other rank
-    /// ignores it. Every notice is also sent as a message.
+    /// node maps it and waits there for released barriers and completed
+    /// reductions; any other rank ignores it. Every notice is also sent as
+    /// a message.
     Board {
         /// The master's process.
         pid: u32,
