@@ -53,6 +53,9 @@ pub(crate) struct BoardLink {
     pub(crate) notices: crate::notices::Notices,
     pub(crate) live: Arc<Mutex<HashSet<u64>>>,
     pub(crate) key: u64,
+    /// This rank: once the master declared it failed, it takes nothing
+    /// from the board (it hears it was fenced by message).
+    pub(crate) rank: u32,
 }
 
 impl Slot {
@@ -122,10 +125,9 @@ impl Slot {
             return false;
         };
         since > 0
-            && link
-                .notices
-                .get()
-                .is_some_and(|b| b.completed_since(link.key, since - 1) == Some(true))
+            && link.notices.get().is_some_and(|b| {
+                b.completed_since(link.key, since - 1) == Some(true) && !b.is_fenced(link.rank)
+            })
     }
 
     /// Takes the outcome `Ok(None)` through the board, unless the worker
@@ -349,6 +351,7 @@ mod tests {
             notices,
             live: live.clone(),
             key,
+            rank: 3,
         }));
         (slot, board, live)
     }
@@ -377,6 +380,22 @@ mod tests {
         assert!(live.lock().unwrap().contains(&5));
         slot.fill(Err(ReduceError::Shutdown));
         assert!(!slot.is_filled());
+    }
+
+    #[test]
+    fn a_fenced_rank_takes_nothing_from_the_board() {
+        let (slot, board, _live) = linked(5);
+        slot.arm();
+        board.fence(3); // this rank (see `linked`)
+        board.post_complete(5);
+        let mut f = ReduceFuture::<u32>::new(slot.clone(), "x".into());
+        assert!(!f.is_done());
+        assert!(matches!(
+            f.wait_timeout(Duration::from_millis(20)),
+            Err(ReduceError::Timeout(_))
+        ));
+        slot.fill(Err(ReduceError::Fenced));
+        assert_eq!(f.get(), Err(ReduceError::Fenced));
     }
 
     #[test]

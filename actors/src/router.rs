@@ -219,7 +219,17 @@ impl StreamHandler<Command> for Router {
                     }
                 }));
             }
-            Command::Stop => System::current().stop(),
+            Command::Stop => match self.out.transport().shutdown_on_driver() {
+                // The transport runs on this thread: it says goodbye to its
+                // peers here, before the thread stops.
+                Some(close) => {
+                    ctx.spawn(actix::fut::wrap_future(async move {
+                        close.await;
+                        System::current().stop();
+                    }));
+                }
+                None => System::current().stop(),
+            },
         }
     }
 

@@ -68,6 +68,13 @@ const COMPLETION_RING: usize = 1088;
 /// completed: it gets its answer as a message.
 pub const COMPLETIONS: u64 = 1024;
 
+/// Offset of the bitmap of ranks the master declared failed (fenced).
+const FENCED: usize = COMPLETION_RING + 8 * COMPLETIONS as usize;
+
+/// Ranks the fenced bitmap can name; a rank beyond reads as fenced, so it
+/// never takes a completion from the board.
+pub const FENCED_RANKS: u32 = ((BOARD_LEN - FENCED) * 8) as u32;
+
 /// Where a board lies: enough for a process on the same node to map it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BoardRef {
@@ -290,6 +297,27 @@ impl Board {
         (self.completions().saturating_sub(since) <= COMPLETIONS).then_some(false)
     }
 
+    /// Marks `rank` as declared failed, before any later post: a fenced
+    /// rank learns so by message, and must not take completions of
+    /// reductions that went on without it from the board meanwhile.
+    pub fn fence(&self, rank: u32) {
+        if rank < FENCED_RANKS {
+            let word = FENCED + 8 * (rank / 64) as usize;
+            self.word64(word)
+                .fetch_or(1 << (rank % 64), Ordering::Release);
+        }
+    }
+
+    /// Whether `rank` was marked failed (or lies beyond the bitmap). Read
+    /// after a post, it sees every mark made before that post.
+    pub fn is_fenced(&self, rank: u32) -> bool {
+        if rank >= FENCED_RANKS {
+            return true;
+        }
+        let word = FENCED + 8 * (rank / 64) as usize;
+        self.word64(word).load(Ordering::Acquire) & (1 << (rank % 64)) != 0
+    }
+
     /// Posts barrier `seq` as released and rings the bell.
     pub fn post_barrier(&self, seq: u64) {
         let slot = BARRIER_RING + 8 * (seq % BARRIERS) as usize;
@@ -357,6 +385,19 @@ mod tests {
         let now = other.completions();
         owner.post_complete(9);
         assert_eq!(other.completed_since(9, now), Some(true));
+    }
+
+    #[test]
+    fn fenced_ranks_are_marked_for_every_mapping() {
+        let owner = Board::create().unwrap();
+        let other = Board::open(&owner.reference()).unwrap();
+        assert!(!other.is_fenced(2) && !other.is_fenced(70));
+        owner.fence(70);
+        owner.fence(2);
+        assert!(other.is_fenced(2) && other.is_fenced(70));
+        assert!(!other.is_fenced(3) && !other.is_fenced(66));
+        assert!(other.is_fenced(FENCED_RANKS), "beyond the bitmap");
+        assert!(!other.is_fenced(FENCED_RANKS - 1));
     }
 
     #[test]

@@ -51,6 +51,22 @@ pub fn tcp_streamed_cluster(n: u32) -> Cluster {
     tcp_cluster_with(n, &|c| c.loans = false)
 }
 
+/// TCP ranks with no threads of their own (`threads: 0`), each run by a
+/// thread of this test (as the runtime's actors run theirs), forever.
+pub fn tcp_driven_cluster(n: u32) -> Cluster {
+    let ts = tcp_ranks(n, &|c| c.threads = 0);
+    for t in &ts {
+        let rt = t
+            .take_driver()
+            .expect("a transport with no threads has a driver");
+        std::thread::Builder::new()
+            .name("tcp-driver".into())
+            .spawn(move || rt.block_on(std::future::pending::<()>()))
+            .expect("spawning a driver thread");
+    }
+    cluster_of(ts, TcpTransport::abort)
+}
+
 fn tcp_cluster_with(n: u32, tweak: &(dyn Fn(&mut TcpConfig) + Sync)) -> Cluster {
     cluster_of(tcp_ranks(n, tweak), TcpTransport::abort)
 }

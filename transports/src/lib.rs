@@ -340,7 +340,24 @@ pub trait Transport: Send + Sync + 'static {
     fn shutdown(&self);
     /// Short name for logs and metrics (`"tcp"`, `"loopback"`).
     fn name(&self) -> &'static str;
+    /// The runtime this transport's tasks run on, if the caller is to run
+    /// it on a thread of its own (a single-threaded runtime shared with
+    /// the caller's tasks, so that an incoming frame wakes that thread
+    /// alone). Taken once; `None` for a transport that runs itself.
+    fn take_driver(&self) -> Option<tokio::runtime::Runtime> {
+        None
+    }
+    /// For a transport whose driver the caller runs: [`Transport::shutdown`]
+    /// as a future to run on that driver before it stops (the goodbyes need
+    /// it). `None` for a transport that runs itself.
+    fn shutdown_on_driver(&self) -> Option<DriverClose> {
+        None
+    }
 }
+
+/// A transport's graceful close, run on its driver
+/// ([`Transport::shutdown_on_driver`]).
+pub type DriverClose = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// The exposed-buffer table shared by a transport's serving side.
 #[derive(Default, Debug)]

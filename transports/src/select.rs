@@ -84,6 +84,10 @@ impl Choice {
             #[cfg(feature = "libfabric")]
             Choice::Libfabric { provider, sread } => {
                 use crate::libfabric::{LibfabricConfig, LibfabricTransport, WaitMode};
+                // Its bootstrap transport runs itself: the libfabric
+                // transport does not hand a driver on.
+                let mut tcp = tcp;
+                tcp.threads = tcp.threads.max(1);
                 let mut cfg = LibfabricConfig::new(tcp, provider.clone());
                 if *sread {
                     cfg.wait = WaitMode::Auto;
@@ -132,8 +136,9 @@ pub fn bind_host_from_vars(
 pub const TCP_THREADS_ENV: &str = "TASKFOLD_TCP_THREADS";
 
 /// The TCP transport's thread count from `TASKFOLD_TCP_THREADS` (unset or
-/// empty: `None`, the default); anything but a count from 1 to 64 is an
-/// error that names the variable.
+/// empty: `None`, the default); anything but a count from 0 (run by the
+/// caller: see [`TcpConfig::threads`]) to 64 is an error that names the
+/// variable.
 pub fn tcp_threads_from_vars(
     get: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<usize>, TransportError> {
@@ -144,9 +149,9 @@ pub fn tcp_threads_from_vars(
         return Ok(None);
     }
     match v.parse::<usize>() {
-        Ok(n) if (1..=64).contains(&n) => Ok(Some(n)),
+        Ok(n) if (0..=64).contains(&n) => Ok(Some(n)),
         _ => Err(TransportError::Io(format!(
-            "{TCP_THREADS_ENV}={v:?}: expected a number of threads from 1 to 64"
+            "{TCP_THREADS_ENV}={v:?}: expected a number of threads from 0 to 64"
         ))),
     }
 }
@@ -187,10 +192,11 @@ mod tests {
         assert_eq!(get(""), Ok(None));
         assert_eq!(get(" 1 "), Ok(Some(1)));
         assert_eq!(get("4"), Ok(Some(4)));
-        for bad in ["0", "65", "two", "-1"] {
+        assert_eq!(get("0"), Ok(Some(0)));
+        for bad in ["65", "two", "-1"] {
             let e = get(bad).unwrap_err().to_string();
             assert!(
-                e.contains(TCP_THREADS_ENV) && e.contains("1 to 64"),
+                e.contains(TCP_THREADS_ENV) && e.contains("0 to 64"),
                 "{bad}: {e}"
             );
         }

@@ -1,8 +1,12 @@
 //! The conformance suite against the tcp transport: with same-node loans
 //! (the default between processes of one node; here all ranks share a
-//! process, which reads its own memory) and with every get streamed.
+//! process, which reads its own memory), with every get streamed, and
+//! with no threads of its own (run by a caller's thread, as the runtime
+//! runs it).
 
-use taskfold_transports::conformance::{self, tcp_cluster, tcp_streamed_cluster};
+use taskfold_transports::conformance::{
+    self, tcp_cluster, tcp_driven_cluster, tcp_streamed_cluster,
+};
 
 macro_rules! cases {
     ($($case:ident),* $(,)?) => {
@@ -18,6 +22,15 @@ macro_rules! cases {
                 #[test]
                 fn $case() {
                     conformance::$case(&tcp_streamed_cluster);
+                }
+            )*
+        }
+        mod driven {
+            use super::*;
+            $(
+                #[test]
+                fn $case() {
+                    conformance::$case(&tcp_driven_cluster);
                 }
             )*
         }

@@ -343,6 +343,11 @@ impl Master {
         }
         self.dead_at.insert(rank.0, SystemTime::now());
         tracing::error!(%rank, %reason, "rank declared failed");
+        if let Some(b) = &self.board {
+            // Before any completion posted from now on, which may go on
+            // without it: it hears it was fenced by message.
+            b.fence(rank.0);
+        }
         if let Some(d) = &self.detector {
             d.do_send(crate::detector::Forget { rank });
         }

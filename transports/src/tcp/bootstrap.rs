@@ -369,16 +369,25 @@ pub(crate) async fn coordinate(
     .encode()
     .to_vec();
     msg.extend_from_slice(&payload);
-    for (rd, mut wr) in conns {
-        let msg = msg.clone();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(5), async {
-                let _ = wr.write_all(&msg).await;
-                let _ = wr.shutdown().await;
+    let sends: Vec<_> = conns
+        .into_iter()
+        .map(|(rd, mut wr)| {
+            let msg = msg.clone();
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                    let _ = wr.write_all(&msg).await;
+                    let _ = wr.shutdown().await;
+                })
+                .await;
+                drop(rd);
             })
-            .await;
-            drop(rd);
-        });
+        })
+        .collect();
+    // Sent before returning: a transport with no threads of its own
+    // (`TcpConfig::threads` 0) runs nothing more until its caller drives
+    // it, which may wait for the other ranks to start.
+    for s in sends {
+        let _ = s.await;
     }
     tracing::info!(size = n, "all ranks registered");
     Ok(table)

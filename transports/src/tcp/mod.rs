@@ -128,11 +128,19 @@ pub struct TcpConfig {
     /// Serve and ask for same-node loans (one `process_vm_readv` copy
     /// instead of a TCP stream). Default: on unless `TASKFOLD_TCP_CMA=0`.
     pub loans: bool,
-    /// Threads of the transport's runtime (at least 1; default 2,
+    /// Threads of the transport's runtime (default 2,
     /// `TASKFOLD_TCP_THREADS`). On a node with more ranks than cores, one
     /// thread wakes fewer threads per message and single reductions get
     /// faster; two keep many concurrent reductions moving (see the book's
     /// Transports chapter for the measurements).
+    ///
+    /// 0: no thread of its own. The transport's tasks run on a
+    /// single-threaded runtime that the caller takes with
+    /// [`Transport::take_driver`] and runs on a thread of its own (the
+    /// runtime's actors do: an incoming frame then wakes their thread
+    /// alone), closing it with [`Transport::shutdown_on_driver`] before
+    /// that thread stops. Nothing moves until the caller runs it. Rank 0's
+    /// bootstrap runs it itself while it waits for the ranks to register.
     pub threads: usize,
 }
 
@@ -157,6 +165,9 @@ impl TcpConfig {
 /// One rank's TCP endpoint. See the [module documentation](self).
 pub struct TcpTransport {
     shared: Arc<Shared>,
+    /// `threads == 0`: the runtime is a single-threaded one that the
+    /// caller takes ([`Transport::take_driver`]) and runs.
+    driven: bool,
     runtime: Mutex<Option<Runtime>>,
     master_addr: SocketAddr,
     listen_addr: SocketAddr,
@@ -188,12 +199,19 @@ impl TcpTransport {
             return Err(TransportError::NoSuchRank(cfg.rank));
         }
         let started = Instant::now();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(cfg.threads.max(1))
-            .thread_name(format!("taskfold-tcp-r{}", cfg.rank))
-            .enable_all()
-            .build()
-            .map_err(|e| TransportError::Io(format!("starting the runtime: {e}")))?;
+        let driven = cfg.threads == 0;
+        let runtime = if driven {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(cfg.threads.max(1))
+                .thread_name(format!("taskfold-tcp-r{}", cfg.rank))
+                .enable_all()
+                .build()
+        }
+        .map_err(|e| TransportError::Io(format!("starting the runtime: {e}")))?;
         let shared = Arc::new(Shared::new(&cfg, runtime.handle().clone()));
         let bind = match (&cfg.master, cfg.rank) {
             (MasterAddr::Addr(a), 0) => *a,
@@ -237,16 +255,28 @@ impl TcpTransport {
                         );
                     }
                 }
-                let deadline = tokio::time::Instant::from_std(started + cfg.connect_timeout);
-                let (tx, done) = flume::bounded(1);
-                runtime.spawn({
-                    let shared = shared.clone();
-                    async move {
-                        let r = bootstrap::coordinate(shared, rx, listen_addr, deadline).await;
-                        let _ = tx.send(r);
-                    }
-                });
-                let r = done.recv().unwrap_or(Err(TransportError::Closed));
+                let deadline = {
+                    let _guard = runtime.enter();
+                    tokio::time::Instant::from_std(started + cfg.connect_timeout)
+                };
+                let r = if driven {
+                    runtime.block_on(bootstrap::coordinate(
+                        shared.clone(),
+                        rx,
+                        listen_addr,
+                        deadline,
+                    ))
+                } else {
+                    let (tx, done) = flume::bounded(1);
+                    runtime.spawn({
+                        let shared = shared.clone();
+                        async move {
+                            let r = bootstrap::coordinate(shared, rx, listen_addr, deadline).await;
+                            let _ = tx.send(r);
+                        }
+                    });
+                    done.recv().unwrap_or(Err(TransportError::Closed))
+                };
                 if r.is_err() {
                     if let MasterAddr::Rendezvous(path) = &cfg.master {
                         let _ = std::fs::remove_file(path);
@@ -264,6 +294,7 @@ impl TcpTransport {
         tracing::info!(rank = cfg.rank, size = cfg.size, %listen_addr, "tcp transport up");
         Ok(Arc::new(TcpTransport {
             shared,
+            driven,
             runtime: Mutex::new(Some(runtime)),
             master_addr,
             listen_addr,
@@ -484,7 +515,10 @@ impl Transport for TcpTransport {
 
     /// Graceful: flushes what is queued, says goodbye on every connection
     /// and waits (at most 2 s) for the peers to close their side, so that
-    /// they report no failure. Blocking.
+    /// they report no failure. Blocking. A transport whose driver the
+    /// caller runs is closed on it ([`Transport::shutdown_on_driver`]);
+    /// here it only says goodbye, without waiting for tasks that nothing
+    /// may run any more.
     fn shutdown(&self) {
         if !self.shared.close() {
             return;
@@ -494,7 +528,7 @@ impl Transport for TcpTransport {
             let _ = w.send(conn::OutFrame::Goodbye);
         }
         let deadline = Instant::now() + GOODBYE_WAIT;
-        while self.shared.live_tasks() > 0 && Instant::now() < deadline {
+        while !self.driven && self.shared.live_tasks() > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(2));
         }
         if let Some(rt) = self.take_runtime() {
@@ -505,6 +539,37 @@ impl Transport for TcpTransport {
 
     fn name(&self) -> &'static str {
         "tcp"
+    }
+
+    fn take_driver(&self) -> Option<Runtime> {
+        if self.driven {
+            self.take_runtime()
+        } else {
+            None
+        }
+    }
+
+    fn shutdown_on_driver(&self) -> Option<crate::DriverClose> {
+        if !self.driven {
+            return None;
+        }
+        let shared = self.shared.clone();
+        Some(Box::pin(async move {
+            // As `shutdown`, with the waiting done on the driver, which
+            // runs the writers that say goodbye.
+            if !shared.close() {
+                return;
+            }
+            shared.exposed.map_clear();
+            for w in shared.drain_for_close() {
+                let _ = w.send(conn::OutFrame::Goodbye);
+            }
+            let deadline = Instant::now() + GOODBYE_WAIT;
+            while shared.live_tasks() > 0 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            tracing::debug!(rank = shared.rank, "tcp transport shut down on its driver");
+        }))
     }
 }
 
