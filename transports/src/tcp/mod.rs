@@ -12,7 +12,10 @@
 //! never blocks and per-peer order is kept. A frame to oneself goes straight
 //! to one's own event channel (copied). Sockets use `TCP_NODELAY` and 4 MiB
 //! kernel buffers. The transport runs its own two-thread tokio runtime, so
-//! the caller needs none, and its get futures complete on any executor.
+//! the caller needs none, and its get futures complete on any executor;
+//! or, with [`TcpConfig::threads`] 0, a single-threaded one that the
+//! caller takes ([`Transport::take_driver`]) and runs on a thread of its
+//! own, beside its own tasks (the runtime's actors do).
 //!
 //! # Frame format
 //!
