@@ -110,7 +110,7 @@ impl Master {
 mod tests {
     //! Barriers driven message by message over the serialising loopback.
     use super::*;
-    use crate::master::RankDown;
+    use crate::master::gate_tests::down;
     use crate::outbox::Outbox;
     use std::sync::Arc;
     use std::time::Duration;
@@ -199,13 +199,7 @@ mod tests {
             // A barrier that fails (rank 2 died) is never posted: its
             // waiters hear the loss by message.
             reach(&m, 0, 1).await;
-            m.send(RankDown {
-                rank: Rank(2),
-                reason: "killed".into(),
-                latency: None,
-            })
-            .await
-            .unwrap();
+            down(&m, 2).await;
             reach(&m, 1, 1).await;
             settle().await;
             assert!(!board.barrier_released(1));
@@ -220,13 +214,7 @@ mod tests {
             let m = master(&ts);
             reach(&m, 0, 0).await;
             reach(&m, 1, 0).await;
-            m.send(RankDown {
-                rank: Rank(2),
-                reason: "killed".into(),
-                latency: None,
-            })
-            .await
-            .unwrap();
+            down(&m, 2).await;
             settle().await;
             // Rank 2's loss, as barrier `seq` reports it.
             let lost = |seq: u64| {

@@ -531,7 +531,7 @@ mod completion_tests {
 }
 
 #[cfg(test)]
-mod gate_tests {
+pub(super) mod gate_tests {
     //! A join gated on its buddy (`Ready::gate`), and the releases of
     //! consumed data, driven message by message over the serialising
     //! loopback.
@@ -615,7 +615,8 @@ mod gate_tests {
         }
     }
 
-    async fn down(m: &Addr<Master>, rank: u32) {
+    /// The master declares `rank` failed.
+    pub(in crate::master) async fn down(m: &Addr<Master>, rank: u32) {
         m.send(RankDown {
             rank: Rank(rank),
             reason: "killed".into(),
