@@ -1,7 +1,7 @@
 //! The interference of `bench compare`, identical on both sides: seeded
 //! arrival delays, a busy rank, and the background load's compute kernel.
 //! The MPI driver (`benches/mpi/reduce_bench.c`) implements the same
-//! functions in C; [`tests`] pins the values both must produce.
+//! functions in C; the `tests` module pins the values both must produce.
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! printed as the same [`Sample`] lines.
 //!
 //! Every repetition: barrier, build the contributions, barrier, t0,
-//! [delay], contribute, outcome, t1; the root verifies its result after
+//! \[delay\], contribute, outcome, t1; the root verifies its result after
 //! t1 (see `run_point` for why the contributions are built there).
 //! K concurrent reductions are K futures started back to back and then
 //! awaited, like K `MPI_Ireduce` and one `MPI_Waitall`.
