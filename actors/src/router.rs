@@ -156,8 +156,9 @@ impl Router {
                 let r = taskfold_transports::board::BoardRef { pid, fd, ino, node };
                 match taskfold_transports::board::Board::open(&r) {
                     Ok(b) => self.notices.set(std::sync::Arc::new(b)),
-                    // Another node, or a kernel that refuses: barriers are
-                    // answered by message alone, as without a board.
+                    // Another node, or a kernel that refuses: released
+                    // barriers and completions come by message alone, as
+                    // without a board.
                     Err(e) => {
                         tracing::debug!(rank = %self.rank, error = %e, "the master's notice board is not mapped here")
                     }

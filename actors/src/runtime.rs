@@ -173,7 +173,7 @@ impl Runtime {
             match taskfold_transports::board::Board::create() {
                 Ok(b) => notices.set(Arc::new(b)),
                 Err(e) => {
-                    tracing::warn!(error = %e, "no notice board; barriers are answered by message only")
+                    tracing::warn!(error = %e, "no notice board; released barriers and completions come by message only")
                 }
             }
         }
