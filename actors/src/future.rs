@@ -204,7 +204,21 @@ impl<T: 'static> ReduceFuture<T> {
         let deadline = d.map(|d| Instant::now() + d);
         if let Some(link) = &self.slot.board {
             if let Some(board) = link.notices.get() {
-                return self.wait_on_board(link, board, deadline, d);
+                // On the board's bell, which rings for every post and for
+                // every fill of a linked slot: both are looked at after
+                // each ring.
+                let slot = &self.slot;
+                let got = crate::notices::watch(board, deadline, || {
+                    let mut s = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+                    take(&mut s).or_else(|| {
+                        drop(s);
+                        slot.completed_on_board().then(|| slot.claim(link))
+                    })
+                });
+                return match got {
+                    Some(o) => o.and_then(downcast::<T>),
+                    None => Err(ReduceError::Timeout(d.unwrap_or_default())),
+                };
             }
         }
         let mut s = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -227,43 +241,6 @@ impl<T: 'static> ReduceFuture<T> {
                         .0;
                 }
             }
-        }
-    }
-}
-
-impl<T: 'static> ReduceFuture<T> {
-    /// [`ReduceFuture::wait`] on the master's notice board: sleeps on its
-    /// bell, which rings for every post and for every fill of a linked
-    /// slot, and looks at both after each ring.
-    fn wait_on_board(
-        &self,
-        link: &BoardLink,
-        board: &taskfold_transports::board::Board,
-        deadline: Option<Instant>,
-        d: Option<Duration>,
-    ) -> Result<Option<T>, ReduceError> {
-        loop {
-            // The bell first: a post or fill after this read moves it, and
-            // the wait below returns at once.
-            let seen = board.bell();
-            {
-                let mut s = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(o) = take(&mut s) {
-                    return o.and_then(downcast::<T>);
-                }
-            }
-            if self.slot.completed_on_board() {
-                return self.slot.claim(link).and_then(downcast::<T>);
-            }
-            let mut sleep = crate::notices::RECHECK;
-            if let Some(dl) = deadline {
-                let now = Instant::now();
-                if now >= dl {
-                    return Err(ReduceError::Timeout(d.unwrap_or_default()));
-                }
-                sleep = sleep.min(dl - now);
-            }
-            board.wait(seen, sleep);
         }
     }
 }

@@ -6,12 +6,13 @@
 //! Every notice on the board is also sent as a message; the board only
 //! spares a rank on the master's node the three thread wake-ups of that
 //! message (transport reader, actors, application), one rank after the
-//! other, before its application thread goes on. Without a board (another node, `Config::notice_board` off, or a
-//! kernel that refuses the mapping) waiters use their message alone.
+//! other, before its application thread goes on. Without a board (another
+//! node, `Config::notice_board` off, or a kernel that refuses the mapping)
+//! waiters use their message alone.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use taskfold_core::ReduceError;
 use taskfold_transports::board::Board;
 
@@ -31,7 +32,34 @@ struct Inner {
 
 /// How long a waiter sleeps on the bell before it looks again for an
 /// answer that rang no bell (a runtime that stopped drops its senders).
-pub(crate) const RECHECK: Duration = Duration::from_millis(50);
+const RECHECK: Duration = Duration::from_millis(50);
+
+/// Calls `look` until it finds an answer, sleeping on `board`'s bell in
+/// between; `None` once `deadline` passed. `look` reads a waiter's own
+/// answer and the board; whoever gives either rings the bell.
+pub(crate) fn watch<R>(
+    board: &Board,
+    deadline: Option<Instant>,
+    mut look: impl FnMut() -> Option<R>,
+) -> Option<R> {
+    loop {
+        // The bell first: an answer or post after this read moves it, and
+        // the wait below returns at once.
+        let seen = board.bell();
+        if let Some(r) = look() {
+            return Some(r);
+        }
+        let mut sleep = RECHECK;
+        if let Some(dl) = deadline {
+            let now = Instant::now();
+            if now >= dl {
+                return None;
+            }
+            sleep = sleep.min(dl - now);
+        }
+        board.wait(seen, sleep);
+    }
+}
 
 impl Notices {
     /// The board, if this rank has one.
@@ -80,22 +108,17 @@ impl Notices {
             // No answer at all (the runtime stopped): shut down.
             return rx.recv().unwrap_or(Err(ReduceError::Shutdown));
         };
-        loop {
-            // The bell first: an answer or post after this read moves it,
-            // and the wait below returns at once.
-            let seen = board.bell();
-            match rx.try_recv() {
-                Ok(answer) => return answer,
-                Err(flume::TryRecvError::Disconnected) => return Err(ReduceError::Shutdown),
-                Err(flume::TryRecvError::Empty) => {}
-            }
-            if board.barrier_released(seq) {
+        let answer = watch(board, None, || match rx.try_recv() {
+            Ok(answer) => Some(answer),
+            Err(flume::TryRecvError::Disconnected) => Some(Err(ReduceError::Shutdown)),
+            Err(flume::TryRecvError::Empty) => board.barrier_released(seq).then(|| {
                 self.0.by_board.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!(crate::metrics::BARRIERS_BY_BOARD).increment(1);
-                return Ok(());
-            }
-            board.wait(seen, RECHECK);
-        }
+                Ok(())
+            }),
+        });
+        // (With no deadline, `watch` only returns an answer.)
+        answer.unwrap_or(Err(ReduceError::Shutdown))
     }
 }
 

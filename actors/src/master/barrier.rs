@@ -57,14 +57,14 @@ impl Handler<BarrierIn> for Master {
                 seq: m.seq,
                 error: None,
             };
-            // The master's own rank last: it hears at once, through its own
-            // mailbox, and would start its next operation while the others
-            // still wait (see `completion_order`).
             // The board first: the application threads of this node wake
             // at once, before the messages that follow wake the rest.
             if let Some(b) = &self.board {
                 b.post_barrier(m.seq);
             }
+            // The master's own rank last: it hears at once, through its own
+            // mailbox, and would start its next operation while the others
+            // still wait (see `completion_order`).
             let own = self.out.transport().rank();
             for r in super::completion_order(&arrived, own, own) {
                 self.send(r, &done);

@@ -209,7 +209,7 @@ impl TcpTransport {
                 .build()
         } else {
             tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(cfg.threads.max(1))
+                .worker_threads(cfg.threads)
                 .thread_name(format!("taskfold-tcp-r{}", cfg.rank))
                 .enable_all()
                 .build()
@@ -262,24 +262,16 @@ impl TcpTransport {
                     let _guard = runtime.enter();
                     tokio::time::Instant::from_std(started + cfg.connect_timeout)
                 };
-                let r = if driven {
-                    runtime.block_on(bootstrap::coordinate(
-                        shared.clone(),
-                        rx,
-                        listen_addr,
-                        deadline,
-                    ))
-                } else {
-                    let (tx, done) = flume::bounded(1);
-                    runtime.spawn({
-                        let shared = shared.clone();
-                        async move {
-                            let r = bootstrap::coordinate(shared, rx, listen_addr, deadline).await;
-                            let _ = tx.send(r);
-                        }
-                    });
-                    done.recv().unwrap_or(Err(TransportError::Closed))
-                };
+                // Run by a thread of its own, which also drives a runtime
+                // with no threads (the caller may itself be on a runtime,
+                // where it could not).
+                let r = std::thread::scope(|s| {
+                    let coordinate =
+                        bootstrap::coordinate(shared.clone(), rx, listen_addr, deadline);
+                    s.spawn(|| runtime.block_on(coordinate))
+                        .join()
+                        .unwrap_or(Err(TransportError::Closed))
+                });
                 if r.is_err() {
                     if let MasterAddr::Rendezvous(path) = &cfg.master {
                         let _ = std::fs::remove_file(path);
@@ -523,12 +515,8 @@ impl Transport for TcpTransport {
     /// here it only says goodbye, without waiting for tasks that nothing
     /// may run any more.
     fn shutdown(&self) {
-        if !self.shared.close() {
+        if !say_goodbye(&self.shared) {
             return;
-        }
-        self.shared.exposed.map_clear();
-        for w in self.shared.drain_for_close() {
-            let _ = w.send(conn::OutFrame::Goodbye);
         }
         let deadline = Instant::now() + GOODBYE_WAIT;
         while !self.driven && self.shared.live_tasks() > 0 && Instant::now() < deadline {
@@ -560,12 +548,8 @@ impl Transport for TcpTransport {
         Some(Box::pin(async move {
             // As `shutdown`, with the waiting done on the driver, which
             // runs the writers that say goodbye.
-            if !shared.close() {
+            if !say_goodbye(&shared) {
                 return;
-            }
-            shared.exposed.map_clear();
-            for w in shared.drain_for_close() {
-                let _ = w.send(conn::OutFrame::Goodbye);
             }
             let deadline = Instant::now() + GOODBYE_WAIT;
             while shared.live_tasks() > 0 && Instant::now() < deadline {
@@ -574,6 +558,19 @@ impl Transport for TcpTransport {
             tracing::debug!(rank = shared.rank, "tcp transport shut down on its driver");
         }))
     }
+}
+
+/// Closes the transport and queues a goodbye on every connection; false if
+/// it was closed already.
+fn say_goodbye(shared: &Shared) -> bool {
+    if !shared.close() {
+        return false;
+    }
+    shared.exposed.map_clear();
+    for w in shared.drain_for_close() {
+        let _ = w.send(conn::OutFrame::Goodbye);
+    }
+    true
 }
 
 impl Drop for TcpTransport {
