@@ -122,9 +122,11 @@ impl Router {
                 heap,
                 warm,
                 wants_ack,
-            } if owner == from.0 => self.store.do_send(OfferIn {
+            } if owner == from.0 || from_master => self.store.do_send(OfferIn {
+                // From the master: on behalf of an owner that died with a
+                // standing copy here (`Ready::standing`).
                 key,
-                owner: from,
+                owner: Rank(owner),
                 len,
                 crc,
                 node,

@@ -276,11 +276,12 @@ pub fn place_1_killed_with_its_original_only_in_memory(job: &Job) {
 }
 
 /// As [`place_1_killed_with_its_original_only_in_memory`], with the
-/// default (asynchronous) durability: the rank's join goes with its offer,
-/// gated at the master on the buddy's answer (`Ready::gate`), and the rank
-/// is killed once the join went. Its original is recovered from the
+/// default (asynchronous) durability: the rank's join names a standing
+/// copy (`Ready::standing`: its buddy maps its heap, and is offered
+/// nothing), and the rank is killed once the join went. The master offers
+/// the original to the buddy on its behalf, and it is recovered from the
 /// buddy's view of it.
-pub fn place_1_killed_after_a_gated_join(job: &Job) {
+pub fn place_1_killed_after_a_join_with_a_standing_copy(job: &Job) {
     killed_with_its_original_only_in_memory(job, "async");
 }
 

@@ -53,8 +53,8 @@ fn place_1_sigkill_of_a_rank_whose_original_is_only_in_memory() {
 }
 
 #[test]
-fn async_sigkill_after_a_join_gated_on_the_buddy_is_recovered_from_the_buddys_view() {
-    faults::place_1_killed_after_a_gated_join(&job());
+fn async_sigkill_after_a_join_with_a_standing_copy_is_recovered_from_the_buddys_view() {
+    faults::place_1_killed_after_a_join_with_a_standing_copy(&job());
 }
 
 #[test]

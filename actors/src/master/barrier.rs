@@ -110,7 +110,7 @@ impl Master {
 mod tests {
     //! Barriers driven message by message over the serialising loopback.
     use super::*;
-    use crate::master::gate_tests::down;
+    use crate::master::standing_tests::down;
     use crate::outbox::Outbox;
     use std::sync::Arc;
     use std::time::Duration;

@@ -2,9 +2,9 @@
 
 use super::{Master, MasterStats};
 use crate::master::state::has_copy;
-use crate::master::state::{Gated, Reduction};
+use crate::master::state::Reduction;
 use actix::prelude::*;
-use taskfold_core::schedule::{ScheduleError, Source};
+use taskfold_core::schedule::Source;
 use taskfold_core::wire::{Join, Msg, Ready, TaskFailed, TaskFailure};
 use taskfold_core::{Rank, ReduceError};
 
@@ -143,24 +143,12 @@ impl Handler<ReadyIn> for Master {
         if let Some(dir) = ready.join.as_ref().and_then(|j| j.disk.clone()) {
             r.disks.insert(index, dir);
         }
-        if ready.join.is_some() && r.gated.contains_key(&index) {
-            // A second join while the first waits for its buddy.
-            let error = protocol(&r.id, from, ScheduleError::DuplicateJoin(index));
-            self.fail_and_tell(key, from, error);
-            return;
-        }
-        if let (Some(join), Some(buddy)) = (&ready.join, ready.gate) {
-            let answered = r.replicas.get(&index) == Some(&buddy) || r.refused.contains(&index);
-            if !answered && !self.dead.contains(&buddy) {
-                r.gated.insert(
-                    index,
-                    Gated {
-                        join: join.clone(),
-                        buddy,
-                        owner_dead: false,
-                    },
-                );
-                return;
+        if let (Some(_), Some(s)) = (&ready.join, &ready.standing) {
+            // A copy the master may have to ask for later, if the buddy is
+            // another live member (untrusted: anything else is no copy).
+            let member = r.group.index_of(Rank(s.buddy)).is_some() && s.buddy != from.0;
+            if member && !self.dead.contains(&s.buddy) {
+                r.standing.insert(index, s.clone());
             }
         }
         let outcome = match (&ready.join, &ready.done) {
@@ -219,30 +207,31 @@ impl Master {
         );
     }
 
-    /// Counts the join of position `index` of `key` that waited for its
-    /// buddy's answer (the buddy answered, or was declared failed, or the
-    /// wait for it ran out). If the sender died meanwhile, its original is
-    /// in the reduction from the buddy's copy, if the buddy keeps one.
-    pub(super) fn admit_gated(&mut self, key: u64, index: usize) {
+    /// The buddy of the member at position `index` of `key`, dead with a
+    /// standing copy of its original, answered (or died, or the wait for
+    /// it ran out): the scheduler hears of the death now, with the copy if
+    /// the buddy keeps one, and once no other answer is awaited the
+    /// reduction goes on with the fetch failures held meanwhile.
+    pub(super) fn decide(&mut self, key: u64, index: usize) {
         let Some(r) = self.reductions.get_mut(&key) else {
             return;
         };
-        let Some(g) = r.gated.remove(&index) else {
-            return;
-        };
-        if g.owner_dead {
-            let (dead, replicas, disks) = (&self.dead, &r.replicas, &r.disks);
-            let outcome = r
-                .schedule
-                .fail(index, |k| has_copy(replicas, disks, dead, k));
-            self.settle(key, outcome, true);
+        if r.awaiting.remove(&index).is_none() {
             return;
         }
-        let from = r.group.rank_at(index);
-        match admit_join(r, &g.join, from, index) {
-            Ok(()) => self.drive(key),
-            Err(error) => self.fail_and_tell(key, from, error),
+        let (dead, replicas, disks) = (&self.dead, &r.replicas, &r.disks);
+        let outcome = r
+            .schedule
+            .fail(index, |k| has_copy(replicas, disks, dead, k));
+        if outcome.is_ok() {
+            if !r.awaiting.is_empty() {
+                return; // still held for another dead member's buddy
+            }
+            for m in std::mem::take(&mut r.held_failures) {
+                self.task_failed(m);
+            }
         }
+        self.settle(key, outcome, true);
     }
 }
 
@@ -266,7 +255,7 @@ fn protocol(id: &str, from: Rank, e: impl std::fmt::Display) -> ReduceError {
 }
 
 /// A task that could not be carried out.
-#[derive(Message)]
+#[derive(Message, Clone)]
 #[rtype(result = "()")]
 pub(crate) struct TaskFailedIn {
     pub(crate) from: Rank,
@@ -279,14 +268,27 @@ impl Handler<TaskFailedIn> for Master {
 
     fn handle(&mut self, m: TaskFailedIn, _: &mut Context<Self>) {
         self.count_in(m.wire);
+        self.task_failed(m);
+    }
+}
+
+impl Master {
+    /// Handles a task's failure report (also one held while the reduction
+    /// waited for a buddy's answer, see `Reduction::awaiting`).
+    fn task_failed(&mut self, m: TaskFailedIn) {
         if self.dead.contains(&m.from.0) {
             return;
         }
         let key = m.failed.key;
-        let Some(r) = self.reductions.get(&key) else {
+        let Some(r) = self.reductions.get_mut(&key) else {
             return;
         };
+        if !r.awaiting.is_empty() {
+            r.held_failures.push(m);
+            return;
+        }
         let id = r.id.clone();
+        let held = m.clone();
         let error = match m.failed.reason {
             TaskFailure::Fold(error) => ReduceError::Fold { id, error },
             TaskFailure::Unknown => ReduceError::Mismatched {
@@ -311,6 +313,12 @@ impl Handler<TaskFailedIn> for Master {
                 let Some(r) = self.reductions.get_mut(&key) else {
                     return; // ended by that failure
                 };
+                if !r.awaiting.is_empty() {
+                    // The provider died with a standing copy: this report
+                    // is read once its buddy said whether it keeps it.
+                    r.held_failures.push(held);
+                    return;
+                }
                 if let (Some(None), Some((_, p))) = (source, task) {
                     // The dead rank's disk copy cannot be read from here.
                     r.disks.remove(&p);
@@ -376,12 +384,12 @@ impl Handler<ReplicatedIn> for Master {
                 } else {
                     r.refused.insert(i);
                 }
-                if r.gated.get(&i).is_some_and(|g| g.buddy == m.holder.0) {
+                if r.awaiting.get(&i) == Some(&m.holder.0) {
                     if !m.ok {
                         metrics::counter!(crate::metrics::REPLICA_ERRORS).increment(1);
-                        tracing::error!(owner = m.owner, buddy = %m.holder, "buddy refused the replica; continuing without it");
+                        tracing::error!(owner = m.owner, buddy = %m.holder, "the buddy of a dead rank could not keep its original");
                     }
-                    self.admit_gated(m.key, i);
+                    self.decide(m.key, i);
                 }
             }
             None if !self.ended.contains_key(&m.key) => {
@@ -400,8 +408,8 @@ impl Handler<ReplicatedIn> for Master {
     }
 }
 
-/// The wait for a buddy's answer about the original of a rank that died
-/// while its join waited ([`super::VERDICT_WAIT`]) ran out.
+/// The wait for a buddy's answer about the standing copy of a rank that
+/// died ([`super::VERDICT_WAIT`]) ran out.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct VerdictDue {
@@ -416,15 +424,14 @@ impl Handler<VerdictDue> for Master {
         let waiting = self
             .reductions
             .get(&m.key)
-            .and_then(|r| r.gated.get(&m.index))
-            .is_some_and(|g| g.owner_dead);
+            .is_some_and(|r| r.awaiting.contains_key(&m.index));
         if waiting {
             tracing::warn!(
                 key = m.key,
                 index = m.index,
                 "no answer from the buddy of a dead rank; its original is taken as lost"
             );
-            self.admit_gated(m.key, m.index);
+            self.decide(m.key, m.index);
         }
     }
 }

@@ -234,6 +234,15 @@ impl Master {
     /// Hands out every task the queue of `key` allows, and completes it when
     /// the root holds every original.
     fn drive(&mut self, key: u64) {
+        if self
+            .reductions
+            .get(&key)
+            .is_some_and(|r| !r.awaiting.is_empty())
+        {
+            // Held: a dead member's buddy has yet to say whether it keeps
+            // that member's original (see `Reduction::awaiting`).
+            return;
+        }
         let mut unreachable_receiver = None;
         loop {
             let Some(r) = self.reductions.get_mut(&key) else {
@@ -356,6 +365,12 @@ impl Master {
         if let Some(l) = latency {
             metrics::histogram!(crate::metrics::DETECTION_SECONDS).record(l.as_secs_f64());
         }
+        // Before the notice that the rank failed: a buddy holding a
+        // standing copy of one of its originals is offered it first, on
+        // the same ordered link, so that it still maps the dead rank's
+        // memory when it reads the offer (it lets go of that mapping once
+        // it hears of the death).
+        self.offer_standing_copies(rank);
         let notice = Msg::RankFailed { rank: rank.0 };
         for r in 0..self.size {
             if r != rank.0 {
@@ -376,20 +391,20 @@ impl Master {
             };
             let dead = &self.dead;
             let member = r.group.index_of(rank);
-            // A join of this rank still waiting for its buddy: the buddy's
-            // answer (most likely on its way) says whether the original is
-            // in, from its copy. The scheduler hears of this death then,
-            // or when the wait runs out.
-            let verdict = member.filter(|i| r.gated.contains_key(i));
-            if let Some(g) = verdict.and_then(|i| r.gated.get_mut(&i)) {
-                g.owner_dead = true;
-            }
-            // Joins waiting for this rank, as their buddy: it can no longer
-            // answer, so they count now, without a copy.
+            // This rank's original has a standing copy whose buddy was just
+            // offered it: the buddy's answer says whether the original can
+            // be had, and the scheduler hears of this death then (or when
+            // the wait runs out).
+            let verdict = member.filter(|i| r.awaiting.contains_key(i));
+            // The standing copies this rank held as buddy are gone; their
+            // owners go on without one.
+            r.standing.retain(|_, s| s.buddy != rank.0);
+            // Dead members whose buddy this rank was: it can no longer
+            // answer, so they are decided now, without a copy.
             let released: Vec<usize> = r
-                .gated
+                .awaiting
                 .iter()
-                .filter(|(_, g)| g.buddy == rank.0)
+                .filter(|(_, &buddy)| buddy == rank.0)
                 .map(|(i, _)| *i)
                 .collect();
             let (replicas, disks) = (&r.replicas, &r.disks);
@@ -398,21 +413,58 @@ impl Master {
                 Some(i) if verdict.is_none() => r.schedule.fail(i, has),
                 _ => r.schedule.check_recoverable(has),
             };
-            if let (Some(index), Some(me)) = (verdict, &self.me) {
+            if outcome.is_ok() {
+                for i in released {
+                    self.decide(key, i);
+                }
+            }
+            self.settle(key, outcome, member.is_some() && verdict.is_none());
+        }
+        self.check_finalize();
+    }
+
+    /// Offers every standing copy of `rank`'s originals (`Ready::standing`)
+    /// to the buddy that maps it, on behalf of `rank`, which was just
+    /// declared failed, and holds those reductions until the buddy answers
+    /// (at most [`VERDICT_WAIT`]).
+    fn offer_standing_copies(&mut self, rank: Rank) {
+        let mut offers = Vec::new();
+        for (&key, r) in self.reductions.iter_mut() {
+            let Some(i) = r.group.index_of(rank) else {
+                continue;
+            };
+            let Some(s) = r.standing.remove(&i) else {
+                continue;
+            };
+            if !self.dead.contains(&s.buddy) {
+                r.awaiting.insert(i, s.buddy);
+                offers.push((key, i, s));
+            }
+        }
+        for (key, index, s) in offers {
+            tracing::warn!(%rank, buddy = s.buddy, key, "offering a dead rank's original to the buddy that maps it");
+            let offer = Msg::ReplicaOffer {
+                key,
+                owner: rank.0,
+                len: s.len,
+                crc: s.crc,
+                node: s.heap.node,
+                file: None,
+                heap: Some(s.heap),
+                warm: None,
+                wants_ack: false,
+            };
+            // If it cannot be sent, the buddy's link is down: its death, or
+            // the wait, decides.
+            self.send(Rank(s.buddy), &offer);
+            if let Some(me) = &self.me {
                 let me = me.clone();
                 actix::spawn(async move {
                     actix_rt::time::sleep(VERDICT_WAIT).await;
                     me.do_send(handlers::VerdictDue { key, index });
                 });
             }
-            if outcome.is_ok() {
-                for i in released {
-                    self.admit_gated(key, i);
-                }
-            }
-            self.settle(key, outcome, member.is_some() && verdict.is_none());
         }
-        self.check_finalize();
     }
 
     /// Goes on with reduction `key` after the scheduler took in a death
@@ -474,12 +526,12 @@ impl Actor for Master {
 }
 
 /// How long the master waits for the answer of a dead rank's buddy about
-/// that rank's original, when the rank died while its join waited for that
-/// answer (see `Ready::gate`). The answer normally comes within
-/// milliseconds (the buddy viewed the original as the rank joined); it
-/// never comes only if the offer never reached the buddy, and then the
-/// original is lost: the reduction ends with `RanksLost` after this wait
-/// instead of waiting forever.
+/// the standing copy of that rank's original (see `Ready::standing`). The
+/// answer normally comes within a millisecond (the buddy maps the
+/// original where it lies); it does not come if the buddy is stopped
+/// without being declared failed, and then the original is taken as lost:
+/// the reduction ends with `RanksLost` after this wait instead of waiting
+/// forever.
 pub(crate) const VERDICT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The order in which the master tells a reduction's members that it is
@@ -531,25 +583,43 @@ mod completion_tests {
 }
 
 #[cfg(test)]
-pub(super) mod gate_tests {
-    //! A join gated on its buddy (`Ready::gate`), and the releases of
-    //! consumed data, driven message by message over the serialising
-    //! loopback.
+pub(super) mod standing_tests {
+    //! Joins naming a standing copy (`Ready::standing`), the deaths that
+    //! make the master ask the buddy for it, and the releases of consumed
+    //! data, driven message by message over the serialising loopback.
     use super::*;
     use std::sync::Arc;
     use std::time::Duration;
-    use taskfold_core::wire::{self, Join, Ready};
+    use taskfold_core::wire::{self, Direct, Join, Ready, Standing, TaskFailed, TaskFailure};
     use taskfold_core::RankSet;
     use taskfold_transports::loopback::{LoopbackHub, LoopbackTransport};
     use taskfold_transports::{Event, Transport};
 
     const KEY: u64 = 11;
 
-    fn join(rank: u32, gate: Option<u32>) -> ReadyIn {
-        join_as(rank, gate, false)
+    fn join(rank: u32, buddy: Option<u32>) -> ReadyIn {
+        join_as(rank, buddy, false)
     }
 
-    fn join_as(rank: u32, gate: Option<u32>, early: bool) -> ReadyIn {
+    /// The standing copy of `rank`'s original that `buddy` maps.
+    fn standing(rank: u32, buddy: u32) -> Standing {
+        Standing {
+            buddy,
+            len: 4160,
+            crc: 0x5446_0000 | rank,
+            heap: Direct {
+                node: 9,
+                pid: 1000 + rank,
+                fd: 5,
+                ino: 77,
+                heap_len: 1 << 30,
+                offset: 1 << 16,
+                len: 4160,
+            },
+        }
+    }
+
+    fn join_as(rank: u32, buddy: Option<u32>, early: bool) -> ReadyIn {
         ReadyIn {
             from: Rank(rank),
             ready: Ready {
@@ -557,7 +627,7 @@ pub(super) mod gate_tests {
                 rank,
                 path: RankSet::single(rank as usize),
                 join: Some(Join {
-                    id: "gated".into(),
+                    id: "standing".into(),
                     group: vec![0, 1, 2, 3],
                     root: 1,
                     type_tag: 7,
@@ -567,7 +637,7 @@ pub(super) mod gate_tests {
                 }),
                 done: None,
                 replica: None,
-                gate,
+                standing: buddy.map(|b| standing(rank, b)),
                 direct: None,
             },
             wire: 0,
@@ -603,7 +673,8 @@ pub(super) mod gate_tests {
             .count()
     }
 
-    /// Ranks 0, 1 and 3 join; rank 2's join is gated on its buddy, 3.
+    /// Ranks 0, 1 and 3 join; rank 2's join names a standing copy on its
+    /// buddy, 3.
     async fn joined(m: &Addr<Master>) {
         for j in [
             join(0, None),
@@ -667,7 +738,7 @@ pub(super) mod gate_tests {
                         bytes: 1,
                     }),
                     replica: None,
-                    gate: None,
+                    standing: None,
                     direct: None,
                 };
                 m.send(ReadyIn {
@@ -704,45 +775,61 @@ pub(super) mod gate_tests {
     }
 
     #[test]
-    fn a_gated_join_counts_once_its_buddy_keeps_the_copy() {
+    fn a_join_with_a_standing_copy_counts_at_once() {
         let (_hub, ts) = LoopbackHub::new(4);
         actix_rt::System::new().block_on(async move {
             let m = master(&ts);
             joined(&m).await;
             settle().await;
-            let before = sent(&ts);
-            assert_eq!(
-                tasks_naming(&before, 2),
-                0,
-                "rank 2 is not scheduled before its buddy answers: {before:?}"
-            );
+            let msgs = sent(&ts);
+            assert_eq!(tasks_naming(&msgs, 2), 1, "{msgs:?}");
             assert!(
-                before.iter().any(|(_, m)| matches!(m, Msg::Task(_))),
-                "the others are"
+                !msgs
+                    .iter()
+                    .any(|(_, m)| matches!(m, Msg::ReplicaOffer { .. })),
+                "nothing is offered while rank 2 lives: {msgs:?}"
             );
-            m.send(replicated(2, 3, true)).await.unwrap();
-            settle().await;
-            let after = sent(&ts);
-            assert_eq!(tasks_naming(&after, 2), 1, "{after:?}");
         });
     }
 
+    /// Rank 2 (standing copy on 3) is declared failed after every member
+    /// joined: what was sent until then, and what the master sent then.
+    async fn rank_2_dies(m: &Addr<Master>, ts: &[Arc<LoopbackTransport>]) -> Vec<(u32, Msg)> {
+        joined(m).await;
+        settle().await;
+        let _ = sent(ts);
+        down(m, 2).await;
+        settle().await;
+        sent(ts)
+    }
+
     #[test]
-    fn a_rank_that_dies_while_its_join_waits_is_recovered_from_its_buddys_copy() {
+    fn a_rank_that_dies_with_a_standing_copy_is_recovered_from_its_buddy() {
         let (_hub, ts) = LoopbackHub::new(4);
         actix_rt::System::new().block_on(async move {
             let m = master(&ts);
-            joined(&m).await;
-            down(&m, 2).await;
-            settle().await;
-            let before = sent(&ts);
+            let at_death = rank_2_dies(&m, &ts).await;
+            // The buddy is offered the original first, then told of the
+            // death (it lets go of rank 2's memory then).
+            let to_3: Vec<&Msg> = at_death
+                .iter()
+                .filter(|(to, _)| *to == 3)
+                .map(|(_, m)| m)
+                .collect();
             assert!(
-                !before
-                    .iter()
-                    .any(|(_, m)| matches!(m, Msg::Complete { error: Some(_), .. })),
-                "the reduction waits for the buddy's answer: {before:?}"
+                matches!(
+                    to_3.as_slice(),
+                    [Msg::ReplicaOffer { owner: 2, heap: Some(h), wants_ack: false, .. }, Msg::RankFailed { rank: 2 }, ..]
+                        if *h == standing(2, 3).heap
+                ),
+                "{to_3:?}"
             );
-            // The buddy's answer, sent before it heard of the death.
+            assert!(
+                !at_death
+                    .iter()
+                    .any(|(_, m)| matches!(m, Msg::Task(_) | Msg::Complete { .. })),
+                "the reduction waits for the buddy's answer: {at_death:?}"
+            );
             m.send(replicated(2, 3, true)).await.unwrap();
             settle().await;
             let after = sent(&ts);
@@ -753,6 +840,148 @@ pub(super) mod gate_tests {
                 )),
                 "rank 2's original comes from its buddy's copy: {after:?}"
             );
+            assert!(
+                !after
+                    .iter()
+                    .any(|(_, m)| matches!(m, Msg::Complete { error: Some(_), .. })),
+                "{after:?}"
+            );
+        });
+    }
+
+    /// Reports every task in `msgs` whose receiver is not `except` done.
+    async fn report_done(m: &Addr<Master>, msgs: &[(u32, Msg)], except: u32) {
+        for (to, msg) in msgs {
+            let Msg::Task(t) = msg else { continue };
+            if *to == except {
+                continue;
+            }
+            let done = Ready {
+                key: KEY,
+                rank: *to,
+                path: t.receiver_path.union(&t.provider_path),
+                join: None,
+                done: Some(wire::TaskDone {
+                    task_id: t.task_id,
+                    nanos: 1,
+                    bytes: 1,
+                }),
+                replica: None,
+                standing: None,
+                direct: None,
+            };
+            m.send(ReadyIn {
+                from: Rank(*to),
+                ready: done,
+                wire: 0,
+            })
+            .await
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn no_task_goes_out_while_a_dead_ranks_buddy_is_asked() {
+        let (_hub, ts) = LoopbackHub::new(4);
+        actix_rt::System::new().block_on(async move {
+            let m = master(&ts);
+            // Rank 2 first, then the root: rank 2's data goes to the root.
+            for j in [
+                join(2, Some(3)),
+                join(1, None),
+                join(0, None),
+                join(3, None),
+            ] {
+                m.send(j).await.unwrap();
+            }
+            settle().await;
+            let first = sent(&ts);
+            assert!(
+                first
+                    .iter()
+                    .any(|(to, m)| *to == 1 && matches!(m, Msg::Task(t) if t.provider == 2)),
+                "{first:?}"
+            );
+            // Rank 2 dies after the root read its data; both tasks of the
+            // first round end.
+            down(&m, 2).await;
+            report_done(&m, &first, 2).await;
+            settle().await;
+            let held = sent(&ts);
+            assert!(
+                !held.iter().any(|(_, m)| matches!(m, Msg::Task(_))),
+                "two partial results wait for the buddy's answer: {held:?}"
+            );
+            m.send(replicated(2, 3, true)).await.unwrap();
+            settle().await;
+            let after = sent(&ts);
+            assert!(
+                after
+                    .iter()
+                    .any(|(to, m)| *to == 1 && matches!(m, Msg::Task(t) if t.provider != 2)),
+                "then they are paired (rank 2's original is already in the root's): {after:?}"
+            );
+        });
+    }
+
+    #[test]
+    fn a_fetch_failure_from_the_dead_rank_meanwhile_ends_nothing() {
+        let (_hub, ts) = LoopbackHub::new(4);
+        actix_rt::System::new().block_on(async move {
+            let m = master(&ts);
+            joined(&m).await;
+            settle().await;
+            // The task that reads rank 2's data (or gives rank 2 data).
+            let task = sent(&ts)
+                .into_iter()
+                .find_map(|(to, m)| match m {
+                    Msg::Task(t) if t.provider == 2 || to == 2 => Some((to, t)),
+                    _ => None,
+                })
+                .expect("rank 2 is in a task");
+            down(&m, 2).await;
+            if task.0 != 2 {
+                // Its receiver's fetch from rank 2 fails, before the
+                // buddy answers.
+                m.send(TaskFailedIn {
+                    from: Rank(task.0),
+                    failed: TaskFailed {
+                        key: KEY,
+                        task_id: task.1.task_id,
+                        reason: TaskFailure::Fetch {
+                            reason: "link down".into(),
+                            peer_down: true,
+                        },
+                    },
+                    wire: 0,
+                })
+                .await
+                .unwrap();
+            }
+            settle().await;
+            let held = sent(&ts);
+            assert!(
+                !held
+                    .iter()
+                    .any(|(_, m)| matches!(m, Msg::Task(_) | Msg::Complete { .. })),
+                "{held:?}"
+            );
+            m.send(replicated(2, 3, true)).await.unwrap();
+            settle().await;
+            let after = sent(&ts);
+            assert!(
+                !after
+                    .iter()
+                    .any(|(_, m)| matches!(m, Msg::Complete { error: Some(_), .. })),
+                "the failure is read with the copy known: {after:?}"
+            );
+            assert!(
+                after.iter().any(|(_, m)| matches!(
+                    m,
+                    Msg::Task(t) if t.provider == 2 && t.source == DataSource::Replica { holder: 3 }
+                )),
+                "{after:?}"
+            );
         });
     }
 
@@ -762,8 +991,7 @@ pub(super) mod gate_tests {
             let (_hub, ts) = LoopbackHub::new(4);
             actix_rt::System::new().block_on(async move {
                 let m = master(&ts);
-                joined(&m).await;
-                down(&m, 2).await;
+                rank_2_dies(&m, &ts).await;
                 match answer {
                     Some(ok) => m.send(replicated(2, 3, ok)).await.unwrap(),
                     // Bounded: the wait runs out.
@@ -789,7 +1017,7 @@ pub(super) mod gate_tests {
     }
 
     #[test]
-    fn a_gated_join_counts_without_a_copy_when_its_buddy_dies() {
+    fn a_standing_copy_is_gone_with_its_buddy() {
         let (_hub, ts) = LoopbackHub::new(4);
         actix_rt::System::new().block_on(async move {
             let m = master(&ts);
@@ -806,10 +1034,51 @@ pub(super) mod gate_tests {
                     .any(|(_, m)| matches!(m, Msg::Complete { error: Some(_), .. })),
                 "{msgs:?}"
             );
+            // Rank 2 then dies: its copy went with rank 3, nobody is asked.
+            down(&m, 2).await;
+            settle().await;
+            let msgs = sent(&ts);
             assert!(
-                tasks_naming(&msgs, 2) >= 1,
-                "rank 2's join counts: {msgs:?}"
+                !msgs
+                    .iter()
+                    .any(|(_, m)| matches!(m, Msg::ReplicaOffer { .. })),
+                "{msgs:?}"
             );
+            assert!(
+                msgs.iter().any(|(_, m)| matches!(
+                    m,
+                    Msg::Complete {
+                        error: Some(ReduceError::RanksLost { .. }),
+                        ..
+                    }
+                )),
+                "{msgs:?}"
+            );
+        });
+    }
+
+    #[test]
+    fn a_dead_ranks_buddy_that_dies_before_answering_loses_the_original() {
+        let (_hub, ts) = LoopbackHub::new(4);
+        actix_rt::System::new().block_on(async move {
+            let m = master(&ts);
+            rank_2_dies(&m, &ts).await;
+            down(&m, 3).await;
+            settle().await;
+            let msgs = sent(&ts);
+            for r in [0, 1] {
+                assert!(
+                    msgs.iter().any(|(to, m)| *to == r
+                        && matches!(
+                            m,
+                            Msg::Complete {
+                                error: Some(ReduceError::RanksLost { .. }),
+                                ..
+                            }
+                        )),
+                    "rank {r}: {msgs:?}"
+                );
+            }
         });
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 use taskfold_core::schedule::Schedule;
-use taskfold_core::wire::Join;
+use taskfold_core::wire::{Join, Standing};
 use taskfold_core::{Group, Rank};
 
 /// One live reduction at the master.
@@ -30,27 +30,26 @@ pub(crate) struct Reduction {
     /// Group position → where a same-node receiver reads its current data
     /// in place (from its last ready message), forwarded in its tasks.
     pub(crate) directs: HashMap<usize, taskfold_core::wire::Direct>,
-    /// Group position → a join held until the buddy named in it answers
-    /// (`Ready::gate`): the original is not in the reduction before a
-    /// second copy of it exists, or is known not to.
-    pub(crate) gated: HashMap<usize, Gated>,
+    /// Group position → the standing copy its join named
+    /// (`Ready::standing`): its buddy maps the original where it lies, and
+    /// is offered it on the member's behalf if the member dies. Dropped
+    /// when the buddy dies.
+    pub(crate) standing: HashMap<usize, Standing>,
+    /// Group position → the buddy whose answer about the standing copy of
+    /// that member, dead since, the reduction waits for: no task goes out
+    /// and no completion is sent while any is awaited, and the scheduler
+    /// hears of the death once the answer says whether the original can
+    /// be had.
+    pub(crate) awaiting: HashMap<usize, u32>,
+    /// Fetch failures reported while the reduction waited for such an
+    /// answer (a fetch from the dead member, most likely): handled once
+    /// the scheduler knows whether its original can be had.
+    pub(crate) held_failures: Vec<super::handlers::TaskFailedIn>,
     /// Group positions whose buddy refused to keep a copy.
     pub(crate) refused: HashSet<usize>,
     /// Group positions whose future completes once their data was folded
     /// in (`Join::early`): released even when that data is one original.
     pub(crate) early: HashSet<usize>,
-}
-
-/// A join waiting for the sender's buddy (the sender is the member at its
-/// position).
-pub(crate) struct Gated {
-    /// The join.
-    pub(crate) join: Join,
-    /// The buddy whose answer it waits for.
-    pub(crate) buddy: u32,
-    /// The sender died while its join waited: on the buddy's answer, its
-    /// original is recovered from the buddy's copy, or lost.
-    pub(crate) owner_dead: bool,
 }
 
 impl Reduction {
@@ -82,7 +81,9 @@ impl Reduction {
             disk_checked: HashSet::new(),
             fetch_failures: 0,
             directs: HashMap::new(),
-            gated: HashMap::new(),
+            standing: HashMap::new(),
+            awaiting: HashMap::new(),
+            held_failures: Vec::new(),
             refused: HashSet::new(),
             early: HashSet::new(),
         })

@@ -65,6 +65,12 @@ pub struct ReplicaStore {
     dead_owners: std::collections::HashSet<u32>,
     /// This actor's address (to send itself `OwnerDied`).
     me: Option<Addr<ReplicaStore>>,
+    /// Owners told that this rank maps their shared heap: their later
+    /// originals there are standing copies (`Ready::standing`), never
+    /// offered unless they die, when the master offers them on their
+    /// behalf. Their heap stays mapped after their link goes down until
+    /// they are declared failed (`OwnerDied`).
+    standing_owners: std::collections::HashSet<u32>,
 }
 
 impl ReplicaStore {
@@ -81,6 +87,7 @@ impl ReplicaStore {
             next_offer: 0,
             dead_owners: std::collections::HashSet::new(),
             me: None,
+            standing_owners: std::collections::HashSet::new(),
         }
     }
 
@@ -134,14 +141,16 @@ impl Handler<OfferIn> for ReplicaStore {
             match map_copy(path, m.len, m.crc) {
                 Ok(bytes) => {
                     metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
-                    if let Some(at) = m.warm.as_ref().or(m.heap.as_ref()) {
-                        // Maps the owner's heap now (the view itself is not
-                        // needed): its later originals are viewed there,
-                        // and one offered just before the owner dies can
-                        // then still be read (`view_retained`).
-                        drop(self.out.transport().view(owner, at));
-                    }
-                    return self.keep(key, owner, bytes, true, m.wants_ack);
+                    // Maps the owner's heap now (the view itself is not
+                    // needed): its later originals are standing copies
+                    // there, which can still be read after the owner died
+                    // (`view_retained`).
+                    let mapped = m
+                        .warm
+                        .as_ref()
+                        .or(m.heap.as_ref())
+                        .is_some_and(|at| self.out.transport().view(owner, at).is_some());
+                    return self.keep(key, owner, bytes, mapped, m.wants_ack);
                 }
                 // Gone (the reduction ended there) or not the one offered:
                 // copy the bytes as from another node.
@@ -154,10 +163,12 @@ impl Handler<OfferIn> for ReplicaStore {
             // The owner's buffer, read in place through the mapping of its
             // heap: no request, no copy. The mapping keeps the pages if the
             // owner dies; the owner keeps them unchanged meanwhile. Read
-            // also if the owner died since it sent the offer (its join
-            // waits at the master for this answer, `Ready::gate`): its
-            // heap stays mapped here until this rank has read every offer
-            // it sent (`PeerGone`), and a dead owner changes nothing.
+            // also if the owner died since it sent the offer, or if the
+            // master makes the offer on behalf of a dead owner whose
+            // standing copy this is (`Ready::standing`): its heap stays
+            // mapped here until this rank has read every offer it sent
+            // (`PeerGone`), and, for an owner with standing copies here,
+            // until it is declared failed (`OwnerDied`).
             match self.out.transport().view_retained(owner, at) {
                 Some(view) if is_offered(&view, m.len, m.crc, replica::held_len) => {
                     metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
@@ -203,19 +214,19 @@ impl Handler<OfferIn> for ReplicaStore {
                     // the checksum is verified whenever recovery reads them.
                     Received::Shared(view) => {
                         metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
-                        Ok(Bytes::from_owner(view))
+                        Ok((Bytes::from_owner(view), same_node))
                     }
                     // A copy: checked against its checksum (an original
                     // sealed to be viewed carries a tag instead; its bytes
                     // came over a checksummed stream).
                     Received::Owned(buf) => {
                         replica::verify_held(&buf).map_err(|e| e.to_string())?;
-                        Ok(taskfold_core::pool::bytes(buf))
+                        Ok((taskfold_core::pool::bytes(buf), false))
                     }
                 }
             });
             match checked {
-                Ok(bytes) => act.keep(key, owner, bytes, same_node, m.wants_ack),
+                Ok((bytes, mapped)) => act.keep(key, owner, bytes, mapped, m.wants_ack),
                 Err(e) => {
                     tracing::warn!(rank = act.rank, %owner, error = %e, "could not copy an original");
                     act.refuse(key, owner, same_node);
@@ -227,8 +238,10 @@ impl Handler<OfferIn> for ReplicaStore {
 
 impl ReplicaStore {
     /// Keeps `bytes` as the copy of `owner`'s original of `key`: exposed for
-    /// recovery, counted, and announced to the master and the owner.
-    fn keep(&mut self, key: u64, owner: Rank, bytes: Bytes, same_node: bool, ack: bool) {
+    /// recovery, counted, and announced to the master and the owner (with
+    /// `mapped`: this rank maps the owner's heap, so the owner's later
+    /// originals there are standing copies).
+    fn keep(&mut self, key: u64, owner: Rank, bytes: Bytes, mapped: bool, ack: bool) {
         let len = bytes.len() as u64;
         if replica::is_viewed(&bytes) {
             self.viewed.insert((key, owner.0), bytes.clone());
@@ -258,13 +271,16 @@ impl ReplicaStore {
             },
         );
         if ack {
-            self.ack(key, owner, true, same_node);
+            if mapped {
+                self.standing_owners.insert(owner.0);
+            }
+            self.ack(key, owner, true, mapped);
         }
     }
 
     /// Refuses a copy of `owner`'s original of `key`: tells the owner, and
-    /// the master (which may hold the owner's join until this buddy
-    /// answers, see `Ready::gate`).
+    /// the master (which may hold the reduction until this buddy answers,
+    /// see `Ready::standing`).
     fn refuse(&self, key: u64, owner: Rank, same_node: bool) {
         let _ = self.out.send(
             Rank(0),
@@ -278,7 +294,7 @@ impl ReplicaStore {
     }
 
     /// Tells `owner` whether its original of `key` is stored here, and
-    /// whether this rank is on its node.
+    /// whether this rank maps its heap (`same_node`).
     fn ack(&self, key: u64, owner: Rank, ok: bool, same_node: bool) {
         let msg = Msg::ReplicaAck {
             key,
@@ -378,6 +394,12 @@ impl Handler<OwnerDied> for ReplicaStore {
 
     fn handle(&mut self, m: OwnerDied, ctx: &mut Context<Self>) {
         self.dead_owners.insert(m.owner.0);
+        // The master offered this rank the owner's standing copies before it
+        // declared the owner failed, and those offers were read before this
+        // notice: the views taken keep what they need of the owner's heap.
+        if self.standing_owners.remove(&m.owner.0) {
+            self.out.transport().forget_memory(m.owner);
+        }
         let views: Vec<((u64, u32), Bytes)> = self
             .viewed
             .iter()
@@ -423,6 +445,10 @@ impl Handler<PeerGone> for ReplicaStore {
     type Result = ();
 
     fn handle(&mut self, m: PeerGone, _: &mut Context<Self>) {
-        self.out.transport().forget_memory(m.peer);
+        // An owner with standing copies here: the master may still offer
+        // them on its behalf, until it declares it failed (`OwnerDied`).
+        if !self.standing_owners.contains(&m.peer.0) {
+            self.out.transport().forget_memory(m.peer);
+        }
     }
 }

@@ -99,6 +99,7 @@ impl Handler<StartReduce> for Worker {
                 disk_live: Arc::new(std::sync::atomic::AtomicBool::new(true)),
                 buddy_acked: false,
                 in_memory: false,
+                standing: None,
                 heap_offered: false,
                 direct: None,
                 held: None,
@@ -272,11 +273,9 @@ impl Worker {
             return;
         };
         local.joined = true;
-        // An original kept in memory, whose buddy has not answered yet.
-        let gate = match replica {
-            None if local.in_memory => local.buddy.map(|b| b.0),
-            _ => None,
-        };
+        // An original kept in memory, whose copy is the buddy's mapping of
+        // this rank's heap.
+        let standing = local.standing.take();
         let ready = Msg::Ready(Ready {
             key,
             rank: rank.0,
@@ -284,7 +283,7 @@ impl Worker {
             join: Some(local.join.clone()),
             done: None,
             replica: replica.map(|r| r.0),
-            gate,
+            standing,
             direct: local.direct.take(),
         });
         if let Some(wait) = hooks::hold(&self.hooks, rank.0, Point::AfterJoin, &local.join.id) {
@@ -300,7 +299,7 @@ impl Worker {
                 }
             }));
         }
-        tracing::debug!(rank = %rank, key, ?gate, "joined");
+        tracing::debug!(rank = %rank, key, "joined");
         self.to_master(&ready);
         if let Some(l) = self.locals.get(&key) {
             let _ = hooks::hold(&self.hooks, rank.0, Point::Joined, &l.join.id);
@@ -400,7 +399,7 @@ impl Handler<Prepared> for Worker {
                 join: None,
                 done: Some(done),
                 replica: None,
-                gate: None,
+                standing: None,
                 direct,
             });
             let whole = local.is_root && local.path.is_full(local.group.len());
@@ -443,25 +442,44 @@ impl Handler<Prepared> for Worker {
         let Some(local) = self.locals.get_mut(&key) else {
             return;
         };
-        if viewing && t.locate(&original).is_some() {
-            // The buddy is on this node and reads this rank's shared heap
-            // in place: its copy is a view of this very buffer, which its
-            // mapping keeps if this process dies, as a disk copy would be
-            // kept. No disk copy then (the copy into the page cache was
-            // most of what durability cost on one node): the offer and the
-            // join go at once, the join gated on the buddy (`Ready::gate`):
-            // the master counts it only once the buddy said it keeps the
-            // copy. With no disk copy to fall back on, a join counted
-            // before the buddy's view would lose the original if this rank
-            // died in between (one trial in a hundred of `bench faults`,
-            // 85 µs after the join). The gate used to be this rank waiting
-            // for the buddy's answer before it sent the join: one message
-            // more and one hop more before every join. With synchronous
-            // durability the join still waits for the answer. The buffer
-            // stays the original until the reduction ends; the first fold
-            // here goes into a new one.
+        let heap = if viewing { t.locate(&original) } else { None };
+        if let Some(heap) = heap {
+            // The buddy is on this node and maps this rank's shared heap
+            // (it said so when it stored an earlier original here): its
+            // mapping keeps this very buffer if this process dies, as a
+            // disk copy would be kept, and this rank keeps the buffer
+            // unchanged until the reduction ends (and for good if it ends
+            // abnormally here, see `fail_all`). No disk copy then (the copy
+            // into the page cache was most of what durability cost on one
+            // node), and with asynchronous durability no offer either: the
+            // join names the original's place (`Ready::standing`), and only
+            // if this rank dies while the original is still needed does the
+            // master offer it to the buddy on its behalf, holding the
+            // reduction until the buddy answers. Until 2026-11-26 every
+            // such original was offered, and the buddy told the master and
+            // the owner: two messages and a wake-up of the buddy in every
+            // reduction, which took 6 % of a quiet 2 MiB reduction over 8
+            // ranks and 12-15 % at 128 KiB (see the book's benchmarks).
+            // With synchronous durability the join still waits for the
+            // buddy's answer to an offer. The first fold here goes into a
+            // new buffer.
             let dir = local.join.disk.take();
             local.in_memory = true;
+            local.heap_offered = true;
+            let waits = local.waits_for_buddy();
+            let buddy = self.viewing_buddy(key);
+            if let (Some(buddy), false) = (buddy, waits) {
+                if let Some(l) = self.locals.get_mut(&key) {
+                    l.standing = Some(taskfold_core::wire::Standing {
+                        buddy: buddy.0,
+                        len: original.len() as u64,
+                        crc: replica::stored_crc(&original).unwrap_or(0),
+                        heap,
+                    });
+                }
+                metrics::counter!(crate::metrics::ORIGINALS_IN_MEMORY).increment(1);
+                return self.disk_written(key, ctx);
+            }
             if self.offer(key).is_some() {
                 metrics::counter!(crate::metrics::ORIGINALS_IN_MEMORY).increment(1);
                 return self.disk_written(key, ctx);

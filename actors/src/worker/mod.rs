@@ -86,9 +86,12 @@ pub(crate) struct Local {
     pub(crate) disk_live: Arc<std::sync::atomic::AtomicBool>,
     /// The buddy acknowledged its copy.
     pub(crate) buddy_acked: bool,
-    /// No disk copy was attempted: the buddy, on this node, keeps a view
-    /// of `original` (so there is no file to remove at the end).
+    /// No disk copy was attempted: the buddy, on this node, maps
+    /// `original` where it lies (so there is no file to remove at the end).
     pub(crate) in_memory: bool,
+    /// The standing copy the join names (`Ready::standing`): asynchronous
+    /// durability with the buddy on this node.
+    pub(crate) standing: Option<taskfold_core::wire::Standing>,
     /// `original`'s place in the shared heap was offered to the buddy,
     /// which may hold a view of it: if the reduction ends here abnormally
     /// (fenced, master lost), the buffer is never reused (see
@@ -107,8 +110,8 @@ pub(crate) struct Local {
 impl Local {
     /// Whether the join waits for the buddy's answer: with synchronous
     /// durability. (An original kept only in memory, whose buddy's view
-    /// is its only copy that outlives this process, has its join gated at
-    /// the master instead: see `Ready::gate`.)
+    /// is its only copy that outlives this process, names that copy in
+    /// its join instead: see `Ready::standing`.)
     pub(crate) fn waits_for_buddy(&self) -> bool {
         self.durability == Durability::Sync
     }

@@ -19,7 +19,7 @@ use rkyv::util::AlignedVec;
 /// First two bytes of every control frame.
 pub const MAGIC: [u8; 2] = *b"TF";
 /// Version of the control protocol; a peer speaking another is refused.
-pub const VERSION: u16 = 5;
+pub const VERSION: u16 = 6;
 /// Length of the envelope header.
 pub const HEADER_LEN: usize = 8;
 
@@ -91,7 +91,20 @@ mod tests {
             }),
             done: None,
             replica: None,
-            gate: Some(2),
+            standing: Some(Standing {
+                buddy: 2,
+                len: 4160,
+                crc: 0xdead_beef,
+                heap: Direct {
+                    node: 5,
+                    pid: 77,
+                    fd: 3,
+                    ino: 12,
+                    heap_len: 1 << 30,
+                    offset: 0,
+                    len: 4160,
+                },
+            }),
             direct: Some(Direct {
                 node: 5,
                 pid: 77,

@@ -75,7 +75,9 @@ pub enum Msg {
         /// The master's node token.
         node: u64,
     },
-    /// Owner → buddy: fetch my original of `key` and keep a copy.
+    /// Owner → buddy: fetch my original of `key` and keep a copy. Also
+    /// master → buddy, on behalf of an owner that died with a standing
+    /// copy ([`Ready::standing`]).
     ReplicaOffer {
         /// The reduction.
         key: u64,
@@ -113,16 +115,16 @@ pub enum Msg {
         owner: u32,
         /// True if stored.
         ok: bool,
-        /// The buddy is on the owner's node (same node token) and reads the
-        /// owner's memory in place: the owner's later originals need no
-        /// disk copy to outlive its process (the buddy's view of the
-        /// owner's buffer keeps it, see the replica store).
+        /// The buddy is on the owner's node (same node token) and maps the
+        /// owner's shared heap: the owner's later originals in that heap
+        /// need neither a disk copy nor an offer to outlive its process
+        /// (the buddy's mapping keeps them: [`Ready::standing`]).
         same_node: bool,
     },
     /// Buddy → master: `holder` keeps a copy of `owner`'s original (`ok`),
     /// or refused to (`!ok`: store full, or the original could not be
-    /// read). A join gated on this buddy ([`Ready::gate`]) counts once
-    /// this arrives.
+    /// read). A reduction held for the buddy's answer about a dead owner's
+    /// standing copy ([`Ready::standing`]) goes on once this arrives.
     Replicated {
         /// The reduction.
         key: u64,
@@ -158,16 +160,35 @@ pub struct Ready {
     /// With synchronous durability: the buddy that acknowledged a copy of
     /// the sender's original.
     pub replica: Option<u32>,
-    /// On a join: the buddy that was just offered the sender's original
-    /// kept in memory (a view of its buffer, no disk copy). The master
-    /// counts the join only once that buddy said whether it keeps the copy
-    /// ([`Msg::Replicated`]) or was declared failed, so that the original
-    /// is never in the reduction without a second copy it could have had;
-    /// the sender does not wait for the buddy's answer itself.
-    pub gate: Option<u32>,
+    /// On a join: the sender's original lies in its shared heap, which
+    /// its buddy on the same node maps (it said so when it stored an
+    /// earlier original there): that mapping is the second copy, and no
+    /// offer goes to the buddy. If the sender dies while its original is
+    /// still needed, the master offers the original to that buddy on the
+    /// sender's behalf ([`Msg::ReplicaOffer`] from the master) and holds
+    /// the reduction until the buddy answers ([`Msg::Replicated`]).
+    pub standing: Option<Standing>,
     /// Where a receiver on the sender's node can read the sender's data in
     /// place, without asking the sender (see [`Direct`]).
     pub direct: Option<Direct>,
+}
+
+/// A copy of a rank's original that its buddy on the same node holds
+/// without being offered it: the buddy maps the rank's shared heap, where
+/// the original lies unchanged until the reduction ends (see
+/// [`Ready::standing`]). The fields are those of the offer the master makes
+/// on the rank's behalf if it dies.
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct Standing {
+    /// The buddy (global rank).
+    pub buddy: u32,
+    /// Bytes of the original's replica buffer (header included).
+    pub len: u64,
+    /// The tag in its header (an original kept in memory carries a tag
+    /// instead of a checksum).
+    pub crc: u32,
+    /// Where the replica buffer lies in the sender's heap.
+    pub heap: Direct,
 }
 
 /// Where a rank's data lies in its shared heap, so that a receiver on the

@@ -265,19 +265,21 @@ impl Shared {
     }
 
     /// `peer`'s heap as mapped when its link went down, if it was mapped
-    /// then and is the heap `heap` names in process `pid`.
+    /// then and is the heap `heap` names in process `pid`. Also while the
+    /// link is going down: its error is recorded before the heap moves to
+    /// the retained ones, and a buddy asked for a dead owner's original in
+    /// between must still find it.
     pub fn retained_heap(
         &self,
         peer: u32,
         pid: u32,
         heap: &crate::shm::HeapRef,
     ) -> Option<Arc<crate::shm::PeerHeap>> {
-        self.retained
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&peer)
-            .filter(|h| h.is(pid, heap))
-            .cloned()
+        let kept = |m: &HashMap<u32, Arc<crate::shm::PeerHeap>>| {
+            m.get(&peer).filter(|h| h.is(pid, heap)).cloned()
+        };
+        let retained = kept(&self.retained.lock().unwrap_or_else(|e| e.into_inner()));
+        retained.or_else(|| kept(&self.heaps.lock().unwrap_or_else(|e| e.into_inner())))
     }
 
     /// Unmaps the heap of `peer` kept since its link went down (views in
