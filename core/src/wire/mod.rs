@@ -140,11 +140,13 @@ mod tests {
         // Peers of earlier protocols (before replica offers named files,
         // before ready messages said where their data lies, before joins
         // said whether the member completes early and barriers had their
-        // own messages, before the master's notice board).
+        // own messages, before the master's notice board, before joins
+        // named standing copies).
         assert_eq!(decode(b"TF\x01\0\0\0\0\0"), Err(WireError::Version(1)));
         assert_eq!(decode(b"TF\x02\0\0\0\0\0"), Err(WireError::Version(2)));
         assert_eq!(decode(b"TF\x03\0\0\0\0\0"), Err(WireError::Version(3)));
         assert_eq!(decode(b"TF\x04\0\0\0\0\0"), Err(WireError::Version(4)));
+        assert_eq!(decode(b"TF\x05\0\0\0\0\0"), Err(WireError::Version(5)));
         let mut f = encode(&Msg::Ping { seq: 1 });
         let n = f.len();
         f[n - 1] ^= 0xff;
@@ -152,7 +154,7 @@ mod tests {
         // Either refused or decoded to something else, never a panic.
         let _ = decode(&f);
         assert!(matches!(
-            decode(b"TF\x05\0\0\0\0\0\x01"),
+            decode(b"TF\x06\0\0\0\0\0\x01"),
             Err(WireError::Invalid(_))
         ));
     }
