@@ -13,12 +13,18 @@
 //! - the owner offers once its disk copy is written, naming the file, and
 //!   the buddy maps it read-only ([`taskfold_transports::shared_file`])
 //!   after checking its header against the offer;
-//! - or, once the owner knows its buddy is on its node (the answer to an
-//!   earlier offer said so), it writes no disk copy of an original in its
-//!   shared heap and names the original's place there: the buddy keeps a
-//!   view of the owner's own buffer ([`taskfold_transports::Transport::view`]),
-//!   which the owner keeps unchanged (see the worker's `fail_all` for the
-//!   abnormal ends). The view's mapping keeps the pages if the owner dies.
+//! - or, once the owner knows that its buddy maps its shared heap (the
+//!   answer to an earlier offer said so), it writes no disk copy of an
+//!   original in that heap, and the buddy's mapping is the second copy: a
+//!   *standing copy*, which the owner keeps unchanged (see the worker's
+//!   `fail_all` for the abnormal ends) and the mapping keeps if the owner
+//!   dies. With synchronous durability the owner still offers it (the
+//!   buddy keeps a view, [`taskfold_transports::Transport::view`], and
+//!   answers). With asynchronous durability nothing is offered: the join
+//!   names the copy (`Ready::standing`), and only if the owner dies does
+//!   the master offer the original to this store on its behalf, before it
+//!   declares the owner failed. The owner's heap stays mapped here until
+//!   then, even after its link went down (`PeerGone`, `OwnerDied`).
 //!
 //! A node's failure takes both with it either way; a process's death leaves
 //! the file or the mapping. If neither works, the buddy copies the bytes
