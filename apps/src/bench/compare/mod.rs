@@ -448,7 +448,7 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
             notes: vec![
                 format!("{cores} cores; root 1; f32 sum; {} timed repetitions after {} warm-up ({} for scenario e)", a.reps, a.warmup, a.reps_concurrent),
                 format!(
-                    "taskfold: `taskfold` is the default durability (async: a disk copy and a buddy copy of every contribution, or, with the buddy on the same node, a view of the original kept in memory); `taskfold (durability off)` makes no copies, like MPI; contributions are `InPlace<Sum<f32>>` arrays filled before the clock starts, like MPI's send buffers (each repetition's right before it, between two barriers, so that no rank copies data while another rank's clock runs); transport {}{}",
+                    "taskfold: `taskfold` is the default durability (async: a disk copy and a buddy copy of every contribution, or, with the buddy on the same node, the original kept in memory where the buddy maps it); `taskfold (durability off)` makes no copies, like MPI; contributions are `InPlace<Sum<f32>>` arrays filled before the clock starts, like MPI's send buffers (each repetition's right before it, between two barriers, so that no rank copies data while another rank's clock runs); transport {}{}",
                     std::env::var("TASKFOLD_TRANSPORT").unwrap_or_else(|_| "tcp".into()),
                     same_node_gets()
                 ),
