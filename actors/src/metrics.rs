@@ -58,9 +58,14 @@ pub const REPLICA_ERRORS: &str = "taskfold_replica_errors_total";
 /// Buddy copies made without copying bytes (same node): a mapping of the
 /// owner's disk copy, or a view of the owner's own buffer.
 pub const REPLICAS_MAPPED: &str = "taskfold_replicas_mapped_total";
-/// Originals given no disk copy: the buddy, on this rank's node, keeps a
-/// view of the original's own buffer, which outlives this process.
+/// Originals given no disk copy: the buddy, on this rank's node, maps the
+/// original's own buffer, which outlives this process (a standing copy,
+/// or with synchronous durability a view it was offered).
 pub const ORIGINALS_IN_MEMORY: &str = "taskfold_originals_in_memory_total";
+/// Originals of dead ranks that the master offered to the buddy mapping
+/// them (standing copies, `Ready::standing`), holding their reductions
+/// until the buddy answered.
+pub const STANDING_COPIES_OFFERED: &str = "taskfold_standing_copies_offered_total";
 /// Views of a dead rank's originals (kept in its memory, so with a tag
 /// instead of a checksum) replaced by checksummed copies for recovery.
 pub const REPLICAS_CHECKSUMMED: &str = "taskfold_replicas_checksummed_total";
@@ -170,7 +175,11 @@ pub fn describe() {
     );
     describe_counter!(
         ORIGINALS_IN_MEMORY,
-        "Originals given no disk copy, their same-node buddy keeping a view of their buffer"
+        "Originals given no disk copy, their same-node buddy mapping their buffer"
+    );
+    describe_counter!(
+        STANDING_COPIES_OFFERED,
+        "Originals of dead ranks offered by the master to the buddy mapping them"
     );
     describe_counter!(
         REPLICAS_CHECKSUMMED,

@@ -443,6 +443,7 @@ impl Master {
         }
         for (key, index, s) in offers {
             tracing::warn!(%rank, buddy = s.buddy, key, "offering a dead rank's original to the buddy that maps it");
+            metrics::counter!(crate::metrics::STANDING_COPIES_OFFERED).increment(1);
             let offer = Msg::ReplicaOffer {
                 key,
                 owner: rank.0,
