@@ -263,11 +263,7 @@ pub(crate) fn direct_from(
     at: &crate::Direct,
     retained: bool,
 ) -> Option<Received> {
-    if shared.node_token == 0
-        || at.node != shared.node_token
-        || shared.is_closed()
-        || !shared.loans_ok.load(std::sync::atomic::Ordering::Relaxed)
-    {
+    if shared.node_token == 0 || at.node != shared.node_token || shared.is_closed() {
         return None;
     }
     let heap = crate::shm::HeapRef {
@@ -277,13 +273,16 @@ pub(crate) fn direct_from(
         offset: at.offset,
     };
     let len = usize::try_from(at.len).ok()?;
-    let mapped = if Shared::link_error(peer, &shared.slot(peer).link).is_some() {
-        if !retained {
-            return None;
-        }
-        shared.retained_heap(peer, at.pid, &heap)?
-    } else {
-        shared.peer_heap(peer, at.pid, &heap)?
+    let usable = Shared::link_error(peer, &shared.slot(peer).link).is_none()
+        && shared.loans_ok.load(std::sync::atomic::Ordering::Relaxed);
+    let mapped = match retained.then(|| shared.retained_heap(peer, at.pid, &heap)) {
+        // A buddy reading a dead owner's original (an offer read late, or
+        // the master's on behalf of an owner with a standing copy here):
+        // the mapping it holds serves whatever happened since (the link
+        // went down, reads in place were turned off for other peers).
+        Some(Some(kept)) => kept,
+        _ if !usable => return None,
+        _ => shared.peer_heap(peer, at.pid, &heap)?,
     };
     let view = SharedView::new(mapped, at.offset as usize, len, Box::new(()))?;
     metrics::received(at.len, 0);

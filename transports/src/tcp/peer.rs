@@ -265,10 +265,12 @@ impl Shared {
     }
 
     /// `peer`'s heap as mapped when its link went down, if it was mapped
-    /// then and is the heap `heap` names in process `pid`. Also while the
-    /// link is going down: its error is recorded before the heap moves to
-    /// the retained ones, and a buddy asked for a dead owner's original in
-    /// between must still find it.
+    /// then and is the heap `heap` names in process `pid`; or as mapped
+    /// now, if the link is up or still going down (its error is recorded
+    /// before the heap moves to the retained ones, and a buddy asked for a
+    /// dead owner's original in between must still find it). Never maps
+    /// anything new, and serves a mapping made before reads in place were
+    /// turned off.
     pub fn retained_heap(
         &self,
         peer: u32,
