@@ -206,3 +206,58 @@ fn located_bytes_are_read_in_place_without_a_request() {
     assert!(t0.view(Rank(1), &past).is_none(), "past the heap's end");
     assert!(t0.view(Rank(7), &at).is_none(), "no such rank");
 }
+
+/// A buddy keeps reading a dead owner's bytes through the mapping of its
+/// heap it made while the owner lived (`view_retained`), where a plain
+/// `view` is refused once the link is down, until it forgets that memory;
+/// and it maps nothing new for a dead peer.
+#[test]
+fn a_dead_owners_heap_serves_its_buddy_until_forgotten() {
+    let ts = tcp_ranks(3, &|_| {});
+    let (buddy, owner) = (ts[0].clone(), ts[1].clone());
+    let data = pattern(2 << 20);
+    owner.expose(BufferKey(3), data.clone());
+    let at = owner
+        .locate(&data)
+        .expect("a heap buffer of a lendable size");
+    // The owner talks to both (links are made by the first frame), and
+    // the buddy maps the owner's heap while it lives (its first offer).
+    for r in [0, 2] {
+        owner.send(Rank(r), Bytes::from_static(b"offer")).unwrap();
+        match conformance::next_event(&*ts[r as usize], "the owner's frame") {
+            taskfold_transports::Event::Message { from, .. } => assert_eq!(from, Rank(1)),
+            e => panic!("expected a frame, got {e:?}"),
+        }
+    }
+    assert!(buddy.view(Rank(1), &at).is_some());
+    // The owner crashes: no goodbye.
+    owner.abort();
+    match conformance::next_event(&*buddy, "the owner's link goes down") {
+        taskfold_transports::Event::LinkDown { peer, .. } => assert_eq!(peer, Rank(1)),
+        e => panic!("expected a link down, got {e:?}"),
+    }
+    assert!(
+        buddy.view(Rank(1), &at).is_none(),
+        "a plain view needs the link"
+    );
+    let got = buddy
+        .view_retained(Rank(1), &at)
+        .expect("the mapping made while the owner lived still serves");
+    assert!(got[..] == data[..], "the owner's bytes");
+    // Rank 2 never mapped the owner's heap: nothing is mapped for a dead
+    // peer, even where its memory could still be opened.
+    match conformance::next_event(&*ts[2], "rank 2 sees the link go down") {
+        taskfold_transports::Event::LinkDown { .. } => {}
+        e => panic!("expected a link down, got {e:?}"),
+    }
+    assert!(ts[2].view_retained(Rank(1), &at).is_none());
+    buddy.forget_memory(Rank(1));
+    assert!(
+        buddy.view_retained(Rank(1), &at).is_none(),
+        "forgotten: nothing more is read there"
+    );
+    assert!(
+        got[..] == data[..],
+        "a view taken before keeps what it read"
+    );
+}
