@@ -674,6 +674,31 @@ pub(super) mod standing_tests {
             .count()
     }
 
+    /// Rank `to` reports task `t` done.
+    async fn report(m: &Addr<Master>, to: u32, t: &wire::Task) {
+        let done = Ready {
+            key: KEY,
+            rank: to,
+            path: t.receiver_path.union(&t.provider_path),
+            join: None,
+            done: Some(wire::TaskDone {
+                task_id: t.task_id,
+                nanos: 1,
+                bytes: 1,
+            }),
+            replica: None,
+            standing: None,
+            direct: None,
+        };
+        m.send(ReadyIn {
+            from: Rank(to),
+            ready: done,
+            wire: 0,
+        })
+        .await
+        .unwrap();
+    }
+
     /// Ranks 0, 1 and 3 join; rank 2's join names a standing copy on its
     /// buddy, 3.
     async fn joined(m: &Addr<Master>) {
@@ -728,27 +753,7 @@ pub(super) mod standing_tests {
             assert_eq!(tasks.len(), 2, "two pairs of single originals: {tasks:?}");
             for (to, t) in &tasks {
                 assert_eq!(t.provider_path.len(), 1);
-                let done = Ready {
-                    key: KEY,
-                    rank: *to,
-                    path: t.receiver_path.union(&t.provider_path),
-                    join: None,
-                    done: Some(wire::TaskDone {
-                        task_id: t.task_id,
-                        nanos: 1,
-                        bytes: 1,
-                    }),
-                    replica: None,
-                    standing: None,
-                    direct: None,
-                };
-                m.send(ReadyIn {
-                    from: Rank(*to),
-                    ready: done,
-                    wire: 0,
-                })
-                .await
-                .unwrap();
+                report(&m, *to, t).await;
             }
             settle().await;
             let mut released: Vec<u32> = sent(&ts)
@@ -853,31 +858,10 @@ pub(super) mod standing_tests {
     /// Reports every task in `msgs` whose receiver is not `except` done.
     async fn report_done(m: &Addr<Master>, msgs: &[(u32, Msg)], except: u32) {
         for (to, msg) in msgs {
-            let Msg::Task(t) = msg else { continue };
-            if *to == except {
-                continue;
+            match msg {
+                Msg::Task(t) if *to != except => report(m, *to, t).await,
+                _ => {}
             }
-            let done = Ready {
-                key: KEY,
-                rank: *to,
-                path: t.receiver_path.union(&t.provider_path),
-                join: None,
-                done: Some(wire::TaskDone {
-                    task_id: t.task_id,
-                    nanos: 1,
-                    bytes: 1,
-                }),
-                replica: None,
-                standing: None,
-                direct: None,
-            };
-            m.send(ReadyIn {
-                from: Rank(*to),
-                ready: done,
-                wire: 0,
-            })
-            .await
-            .unwrap();
         }
     }
 
