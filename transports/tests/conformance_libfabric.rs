@@ -24,7 +24,7 @@ fn cluster(n: u32, provider: &str, wait: WaitMode) -> Cluster {
     }
 }
 
-/// Held by every case: one case at a time in this process.
+/// Held by every case: one case at a time.
 ///
 /// Why: with the cases of all providers running at once on the test
 /// harness's threads, the process died of a SIGSEGV inside libfabric
@@ -32,15 +32,67 @@ fn cluster(n: u32, provider: &str, wait: WaitMode) -> Cluster {
 /// of 33 runs of this file (one in CI, one of 20 with both cores busy),
 /// both times early in the run, when cases of different providers start
 /// together; the cases of each provider alone (25 runs per provider, four
-/// threads, both cores busy) passed all 100 runs. A job
-/// uses one provider per process, so this exclusion costs the suite
-/// some seconds and hides nothing a job can meet.
+/// threads, both cores busy) passed all 100 runs.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn run(provider: &str, wait: WaitMode, case: fn(conformance::Factory<'_>)) {
+/// Set in the process that runs one case (see [`run`]).
+const CHILD: &str = "TASKFOLD_CONFORMANCE_CASE";
+
+/// The longest a case's process may take (every wait inside a case is
+/// bounded much lower; this bounds a hang inside the library).
+const CASE_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// Runs `case` over `provider`, in a process of its own: this test binary
+/// again, asked for this one test.
+///
+/// Why a process: run one at a time in one process, the cases still died
+/// of that SIGSEGV twice more (once in 4 CI runs under extra load, at the
+/// second case of the run), a case starting after another had ended; the
+/// library keeps state per process beyond the endpoints a case closes. A
+/// job uses one transport per process, so a process per case hides
+/// nothing a job can meet, and a crash names its case.
+fn run(name: &str, provider: &str, wait: WaitMode, case: fn(conformance::Factory<'_>)) {
+    if std::env::var_os(CHILD).is_some() {
+        return run_here(provider, wait, case);
+    }
     // A case that failed (panicked) holding the lock leaves nothing shared
-    // behind: its cluster is gone.
+    // behind: its process is gone.
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // The harness names a test by its path below the crate.
+    let test = name.split_once("::").map_or(name, |(_, t)| t);
+    let exe = std::env::current_exe().expect("this test binary");
+    let mut child = std::process::Command::new(exe)
+        .args([test, "--exact", "--test-threads=1", "--nocapture"])
+        .env(CHILD, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the case's process");
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait().expect("wait for the case's process") {
+            Some(status) => break status,
+            None if started.elapsed() > CASE_LIMIT => {
+                let _ = child.kill();
+                break child.wait().expect("reap the case's process");
+            }
+            None => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    };
+    let out = child.wait_with_output().expect("the case's output");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        status.success() && text.contains("1 passed"),
+        "case {test} over {provider} failed ({status}, after {:?}):\n{text}",
+        started.elapsed()
+    );
+}
+
+fn run_here(provider: &str, wait: WaitMode, case: fn(conformance::Factory<'_>)) {
     // RUST_LOG=taskfold_transports=debug shows what the transport does.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -62,7 +114,12 @@ macro_rules! cases {
         $(
             #[test]
             fn $case() {
-                super::run($provider, $wait, taskfold_transports::conformance::$case);
+                super::run(
+                    concat!(module_path!(), "::", stringify!($case)),
+                    $provider,
+                    $wait,
+                    taskfold_transports::conformance::$case,
+                );
             }
         )*
     };
