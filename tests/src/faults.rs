@@ -548,6 +548,74 @@ pub fn stopped_rank_fenced(job: &Job) {
     assert_eq!(stats["dead"], serde_json::json!([2]));
 }
 
+/// A rank SIGSTOPped right after its joins, with the default durability
+/// and the shared heap, after a warm-up: its originals are standing copies
+/// (its buddy, rank 3, maps its heap; nothing was offered). The others
+/// contribute only after the failure timeout, so the reductions are still
+/// running when rank 2 is declared failed: the master offers rank 3 the
+/// stopped rank's originals and holds the reductions until it answers,
+/// and they end with the right sums, the originals read from rank 3's
+/// views. Resumed, rank 2 learns it was fenced.
+pub fn stopped_rank_with_standing_copies_fenced(job: &Job) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let child = job.start_with(
+        d,
+        "",
+        3,
+        &[
+            "--warmup",
+            "--in-place",
+            "--stop-after-join",
+            "2",
+            "--delay",
+            "0,1,3:2500",
+        ],
+        &Setup {
+            durability: "async",
+            env: &[(
+                "RUST_LOG",
+                "taskfold::master=warn,taskfold::replica=info,error",
+            )],
+            ..SYNC_ROOT_1
+        },
+    );
+    let pid = wait_for_pid(&d.join("rank-2.pid"), Duration::from_secs(30));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while state(pid) != 'T' && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(state(pid), 'T', "rank 2 did not stop");
+    std::thread::sleep(Duration::from_millis(4000));
+    signal(pid, Signal::CONT).unwrap();
+    let out = wait_bounded(child, LIMIT);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for r in [0, 1, 3] {
+        assert!(
+            t.contains(&format!("[{r}] rank {r}: 3 ok, 0 failed")),
+            "{t}"
+        );
+    }
+    assert_eq!(
+        t.lines()
+            .filter(|l| l.starts_with("[0]")
+                && l.contains("offering a dead rank's original to the buddy that maps it"))
+            .count(),
+        3,
+        "the master offers rank 3 each of rank 2's three originals:\n{t}"
+    );
+    assert!(
+        t.lines().any(|l| l.starts_with("[3]")
+            && l.contains("the view of a dead rank's original is now a checksummed copy")),
+        "rank 3 viewed them:\n{t}"
+    );
+    assert!(
+        t.contains("[2] reduction 0: fenced"),
+        "rank 2 learns it was fenced:\n{t}"
+    );
+}
+
 /// What a 4-rank `tf_check --reductions 3 --exit-rank 3` job must show,
 /// whatever the transport: the launcher reports rank 3's exit, and each of
 /// the three survivors saw all three reductions end with the loss.

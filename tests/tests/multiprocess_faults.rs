@@ -73,6 +73,11 @@ fn a_stopped_rank_is_declared_failed_fenced_and_changes_nothing_when_resumed() {
 }
 
 #[test]
+fn a_stopped_rank_with_standing_copies_is_recovered_from_its_buddys_mapping() {
+    faults::stopped_rank_with_standing_copies_fenced(&job());
+}
+
+#[test]
 fn async_sigkill_after_the_disk_write_before_the_join_is_recovered_from_the_inferred_disk_copy() {
     faults::killed_after_its_disk_write_before_its_join(&job());
 }
