@@ -79,9 +79,11 @@ pub enum Durability {
     /// the announcement waits only for the rank's disk copy, but a rank
     /// that dies before its replica left it ends the reduction with an
     /// error, unless that disk copy can be read. With a buddy on the rank's
-    /// node, after the first reduction, there is no disk copy: the buddy's
-    /// view of the rank's buffer is the copy; the announcement goes with
-    /// the offer, and the master counts it once the buddy holds the view.
+    /// node that maps its shared heap (after the first reduction), there is
+    /// no disk copy and no offer: the buddy's mapping of the rank's buffer
+    /// is the copy (a standing copy), the announcement counts at once, and
+    /// if the rank dies the master offers the original to the buddy on its
+    /// behalf, holding the reduction until the buddy answers.
     #[default]
     Async,
     /// A rank announces its contribution only after its buddy acknowledged
