@@ -77,6 +77,10 @@ pub struct ReplicaStore {
     /// behalf. Their heap stays mapped after their link goes down until
     /// they are declared failed (`OwnerDied`).
     standing_owners: std::collections::HashSet<u32>,
+    /// Standing owners whose link went down and every frame of which was
+    /// read (`PeerGone`): their memory is forgotten once they are declared
+    /// failed.
+    gone: std::collections::HashSet<u32>,
 }
 
 impl ReplicaStore {
@@ -94,6 +98,7 @@ impl ReplicaStore {
             dead_owners: std::collections::HashSet::new(),
             me: None,
             standing_owners: std::collections::HashSet::new(),
+            gone: std::collections::HashSet::new(),
         }
     }
 
@@ -403,7 +408,11 @@ impl Handler<OwnerDied> for ReplicaStore {
         // The master offered this rank the owner's standing copies before it
         // declared the owner failed, and those offers were read before this
         // notice: the views taken keep what they need of the owner's heap.
-        if self.standing_owners.remove(&m.owner.0) {
+        // Its memory is forgotten now if every frame the owner sent was
+        // read too (an offer of its own may still be on its way), else
+        // when that is so (`PeerGone`).
+        self.standing_owners.remove(&m.owner.0);
+        if self.gone.remove(&m.owner.0) {
             self.out.transport().forget_memory(m.owner);
         }
         let views: Vec<((u64, u32), Bytes)> = self
@@ -453,7 +462,9 @@ impl Handler<PeerGone> for ReplicaStore {
     fn handle(&mut self, m: PeerGone, _: &mut Context<Self>) {
         // An owner with standing copies here: the master may still offer
         // them on its behalf, until it declares it failed (`OwnerDied`).
-        if !self.standing_owners.contains(&m.peer.0) {
+        if self.standing_owners.contains(&m.peer.0) {
+            self.gone.insert(m.peer.0);
+        } else {
             self.out.transport().forget_memory(m.peer);
         }
     }
