@@ -77,6 +77,7 @@
 pub mod fi;
 mod progress;
 mod shared;
+mod stale;
 pub mod wire;
 
 use crate::tcp::{TcpConfig, TcpTransport};
@@ -267,6 +268,9 @@ fn open(cfg: &LibfabricConfig) -> Result<Opened, TransportError> {
         Err(e) => return Err(e.into()),
     };
     let av = AddressVector::open(&domain, cfg.tcp.size as usize)?;
+    if provider == "shm" {
+        stale::clear_before_first_endpoint();
+    }
     let ep = Endpoint::open(&domain, info, &cq, &av)?;
     let name = ep.name()?;
     let (cmd_tx, cmd_rx) = flume::unbounded();
