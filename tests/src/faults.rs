@@ -521,29 +521,7 @@ pub fn stopped_rank_fenced(job: &Job) {
         ],
         &SYNC_ROOT_1_NO_HEAP,
     );
-    let pid = wait_for_pid(&d.join("rank-2.pid"), Duration::from_secs(30));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while state(pid) != 'T' && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(state(pid), 'T', "rank 2 did not stop");
-    // Past the 1.5 s failure timeout, the survivors recover rank 2's
-    // originals from its buddy and finish; then rank 2 resumes.
-    std::thread::sleep(Duration::from_millis(4000));
-    signal(pid, Signal::CONT).unwrap();
-    let out = wait_bounded(child, LIMIT);
-    let t = text(&out);
-    assert!(out.status.success(), "{t}");
-    for r in [0, 1, 3] {
-        assert!(
-            t.contains(&format!("[{r}] rank {r}: 3 ok, 0 failed")),
-            "{t}"
-        );
-    }
-    assert!(
-        t.contains("[2] reduction 0: fenced"),
-        "rank 2 learns it was fenced:\n{t}"
-    );
+    stopped_recovered_and_fenced(d, child, Duration::from_millis(4000));
     let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(&log).unwrap()).unwrap();
     assert_eq!(stats["dead"], serde_json::json!([2]));
 }
@@ -568,8 +546,11 @@ pub fn stopped_rank_with_standing_copies_fenced(job: &Job) {
             "--in-place",
             "--stop-after-join",
             "2",
+            // Well past the failure timeout (1.5 s): rank 2 is declared
+            // failed while its originals are still needed, even on a busy
+            // machine (2.5 s was once too little beside another test).
             "--delay",
-            "0,1,3:2500",
+            "0,1,3:4000",
         ],
         &Setup {
             durability: "async",
@@ -580,23 +561,7 @@ pub fn stopped_rank_with_standing_copies_fenced(job: &Job) {
             ..SYNC_ROOT_1
         },
     );
-    let pid = wait_for_pid(&d.join("rank-2.pid"), Duration::from_secs(30));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while state(pid) != 'T' && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(state(pid), 'T', "rank 2 did not stop");
-    std::thread::sleep(Duration::from_millis(4000));
-    signal(pid, Signal::CONT).unwrap();
-    let out = wait_bounded(child, LIMIT);
-    let t = text(&out);
-    assert!(out.status.success(), "{t}");
-    for r in [0, 1, 3] {
-        assert!(
-            t.contains(&format!("[{r}] rank {r}: 3 ok, 0 failed")),
-            "{t}"
-        );
-    }
+    let t = stopped_recovered_and_fenced(d, child, Duration::from_millis(6000));
     assert_eq!(
         t.lines()
             .filter(|l| l.starts_with("[0]")
@@ -610,10 +575,36 @@ pub fn stopped_rank_with_standing_copies_fenced(job: &Job) {
             && l.contains("the view of a dead rank's original is now a checksummed copy")),
         "rank 3 viewed them:\n{t}"
     );
+}
+
+/// Waits until rank 2 of the job in `d` stopped itself, resumes it after
+/// `pause` (past the 1.5 s failure timeout: the survivors recover its
+/// originals and finish meanwhile), and checks that the survivors' three
+/// reductions ended right and that rank 2 learnt it was fenced. Returns
+/// the output.
+fn stopped_recovered_and_fenced(d: &Path, child: Child, pause: Duration) -> String {
+    let pid = wait_for_pid(&d.join("rank-2.pid"), Duration::from_secs(30));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while state(pid) != 'T' && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(state(pid), 'T', "rank 2 did not stop");
+    std::thread::sleep(pause);
+    signal(pid, Signal::CONT).unwrap();
+    let out = wait_bounded(child, LIMIT);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for r in [0, 1, 3] {
+        assert!(
+            t.contains(&format!("[{r}] rank {r}: 3 ok, 0 failed")),
+            "{t}"
+        );
+    }
     assert!(
         t.contains("[2] reduction 0: fenced"),
         "rank 2 learns it was fenced:\n{t}"
     );
+    t
 }
 
 /// What a 4-rank `tf_check --reductions 3 --exit-rank 3` job must show,
