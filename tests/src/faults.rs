@@ -548,7 +548,9 @@ pub fn stopped_rank_with_standing_copies_fenced(job: &Job) {
             "2",
             // Well past the failure timeout (1.5 s): rank 2 is declared
             // failed while its originals are still needed, even on a busy
-            // machine (2.5 s was once too little beside another test).
+            // machine. (With 2.5 s the test failed once, beside another;
+            // its output was not kept, and this margin is the likely
+            // cause: the others could join before the declaration.)
             "--delay",
             "0,1,3:4000",
         ],
