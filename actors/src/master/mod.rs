@@ -396,9 +396,6 @@ impl Master {
             // be had, and the scheduler hears of this death then (or when
             // the wait runs out).
             let verdict = member.filter(|i| r.awaiting.contains_key(i));
-            // The standing copies this rank held as buddy are gone; their
-            // owners go on without one.
-            r.standing.retain(|_, s| s.buddy != rank.0);
             // Dead members whose buddy this rank was: it can no longer
             // answer, so they are decided now, without a copy.
             let released: Vec<usize> = r
@@ -436,6 +433,7 @@ impl Master {
             let Some(s) = r.standing.remove(&i) else {
                 continue;
             };
+            // A copy whose buddy died before went with it: nothing to ask.
             if !self.dead.contains(&s.buddy) {
                 r.awaiting.insert(i, s.buddy);
                 offers.push((key, i, s));
@@ -447,7 +445,7 @@ impl Master {
             let offer = Msg::ReplicaOffer {
                 key,
                 owner: rank.0,
-                len: s.len,
+                len: s.heap.len,
                 crc: s.crc,
                 node: s.heap.node,
                 file: None,
@@ -606,7 +604,6 @@ pub(super) mod standing_tests {
     fn standing(rank: u32, buddy: u32) -> Standing {
         Standing {
             buddy,
-            len: 4160,
             crc: 0x5446_0000 | rank,
             heap: Direct {
                 node: 9,

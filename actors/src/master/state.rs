@@ -32,8 +32,8 @@ pub(crate) struct Reduction {
     pub(crate) directs: HashMap<usize, taskfold_core::wire::Direct>,
     /// Group position → the standing copy its join named
     /// (`Ready::standing`): its buddy maps the original where it lies, and
-    /// is offered it on the member's behalf if the member dies. Dropped
-    /// when the buddy dies.
+    /// is offered it on the member's behalf if the member dies (unless the
+    /// buddy died first: the copy went with it).
     pub(crate) standing: HashMap<usize, Standing>,
     /// Group position → the buddy whose answer about the standing copy of
     /// that member, dead since, the reduction waits for: no task goes out

@@ -473,7 +473,6 @@ impl Handler<Prepared> for Worker {
                 if let Some(l) = self.locals.get_mut(&key) {
                     l.standing = Some(taskfold_core::wire::Standing {
                         buddy: buddy.0,
-                        len: original.len() as u64,
                         crc: replica::stored_crc(&original).unwrap_or(0),
                         heap,
                     });

@@ -93,7 +93,6 @@ mod tests {
             replica: None,
             standing: Some(Standing {
                 buddy: 2,
-                len: 4160,
                 crc: 0xdead_beef,
                 heap: Direct {
                     node: 5,

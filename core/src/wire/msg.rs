@@ -182,12 +182,11 @@ pub struct Ready {
 pub struct Standing {
     /// The buddy (global rank).
     pub buddy: u32,
-    /// Bytes of the original's replica buffer (header included).
-    pub len: u64,
     /// The tag in its header (an original kept in memory carries a tag
     /// instead of a checksum).
     pub crc: u32,
-    /// Where the replica buffer lies in the sender's heap.
+    /// Where the replica buffer (header included) lies in the sender's
+    /// heap, and its length.
     pub heap: Direct,
 }
 
