@@ -3,10 +3,13 @@
 //! released barriers and completed reductions, woken by the master's post
 //! or by their own answer (see also `future::BoardLink`).
 //!
-//! Every notice on the board is also sent as a message; the board only
+//! Every completion on the board is also sent as a message; the board only
 //! spares a rank on the master's node the three thread wake-ups of that
 //! message (transport reader, actors, application), one rank after the
-//! other, before its application thread goes on. Without a board (another
+//! other, before its application thread goes on. A released barrier is
+//! sent only to the ranks that said they do not read the board
+//! (`Msg::Barrier::board`): nothing but the application thread waits for
+//! it. Without a board (another
 //! node, `Config::notice_board` off, or a kernel that refuses the mapping)
 //! waiters use their message alone.
 
@@ -132,6 +135,11 @@ pub(crate) struct Reply<T> {
 impl<T> Reply<T> {
     pub(crate) fn new(tx: flume::Sender<T>, notices: Notices) -> Self {
         Reply { tx, notices }
+    }
+
+    /// The board the waiter also reads, if it has one.
+    pub(crate) fn board(&self) -> Option<&Arc<Board>> {
+        self.notices.get()
     }
 
     /// Sends `v` and rings, unless the waiter is gone (it was answered by

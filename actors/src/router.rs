@@ -92,9 +92,14 @@ impl Router {
                 self.master_or_drop(from, |m| m.do_send(TaskFailedIn { from, failed, wire }))
             }
             Msg::Finalize => self.master_or_drop(from, |m| m.do_send(FinalizeIn { from })),
-            Msg::Barrier { seq } => {
-                self.master_or_drop(from, |m| m.do_send(BarrierIn { from, seq, wire }))
-            }
+            Msg::Barrier { seq, board } => self.master_or_drop(from, |m| {
+                m.do_send(BarrierIn {
+                    from,
+                    seq,
+                    board,
+                    wire,
+                })
+            }),
             Msg::RankExited { rank, code, signal } if from == LAUNCHER => {
                 self.master_or_drop(from, |m| m.do_send(ExitReport { rank, code, signal }))
             }

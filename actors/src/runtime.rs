@@ -394,7 +394,8 @@ impl Runtime {
     /// numbered in call order).
     ///
     /// Each rank tells the master and waits for its answer: one message
-    /// each way per rank. A barrier carries no data: a rank declared
+    /// each way per rank, none back to a rank on the master's node, which
+    /// reads the release on the master's notice board. A barrier carries no data: a rank declared
     /// failed before or during it makes it fail on the others with
     /// [`ReduceError::RanksLost`] naming the dead ranks (a barrier cannot
     /// wait for a rank that will never come). Fails with
@@ -408,6 +409,8 @@ impl Runtime {
         self.cmd
             .send(Command::Barrier(crate::worker::BarrierReq {
                 seq,
+                // Set once, never unset: `wait_barrier` below reads it too.
+                board: self.notices.get().is_some(),
                 reply: crate::notices::Reply::new(tx, self.notices.clone()),
             }))
             .map_err(|_| ReduceError::Shutdown)?;

@@ -18,10 +18,12 @@
 //!   on the same node (same [`crate::shared_file::node_token`]) maps it
 //!   through `/proc/<pid>/fd/<fd>` ([`Board::open`]), the same permission
 //!   as reading the master's memory; a rank elsewhere ignores it.
-//! - Notices are only ever *successes* that the usual message confirms
-//!   later: a failure always travels as a message. A waiter therefore
-//!   checks its own answer (from the message) and the board, and whichever
-//!   comes first wins; both say the same.
+//! - Notices are only ever *successes*: a failure always travels as a
+//!   message. A waiter therefore checks its own answer (from the message)
+//!   and the board, and whichever comes first wins; both say the same. A
+//!   completion is confirmed by a message later (the rank's actors need
+//!   it); a released barrier only to a rank that said it does not read
+//!   the board (the runtime's `Msg::Barrier`).
 //! - The bell is a counter: whoever posts a notice, or answers a waiter
 //!   through its usual channel, adds one and wakes every thread waiting on
 //!   it (`FUTEX_WAKE`). A waiter reads the bell before it looks for its
@@ -52,8 +54,8 @@ const BELL: usize = 64;
 const BARRIER_RING: usize = 128;
 
 /// Slots of the barrier ring. A slot is overwritten only by a barrier
-/// [`BARRIERS`] numbers later; a waiter that misses its notice so gets
-/// its answer as a message, as without a board.
+/// [`BARRIERS`] numbers later, whose release implies this one's (see
+/// [`Board::barrier_released`]).
 pub const BARRIERS: u64 = 64;
 
 /// Offset of the count of completions ever posted.
@@ -325,11 +327,18 @@ impl Board {
         self.ring();
     }
 
-    /// Whether barrier `seq` was posted as released (and its slot not yet
-    /// reused).
+    /// Whether barrier `seq` was posted as released, or a later barrier
+    /// in its slot was.
+    ///
+    /// A later barrier implies this one: a rank calls its barriers one
+    /// after another (their numbers, in call order, would mean nothing
+    /// otherwise) and tells the master in that order, so by the time all
+    /// ranks reached barrier `seq + 64 k` all had reached `seq`, which the
+    /// master released first (a barrier that failed is never posted, nor
+    /// any after it: the failed rank stays failed).
     pub fn barrier_released(&self, seq: u64) -> bool {
         let slot = BARRIER_RING + 8 * (seq % BARRIERS) as usize;
-        self.word64(slot).load(Ordering::Acquire) == seq + 1
+        self.word64(slot).load(Ordering::Acquire) > seq
     }
 }
 
@@ -357,11 +366,12 @@ mod tests {
         owner.post_barrier(3);
         assert!(other.barrier_released(3));
         assert!(!other.barrier_released(4));
-        // The slot is reused 64 barriers later: the old one no longer reads
-        // as released (its waiter falls back to its message).
+        // The slot is reused 64 barriers later, whose release implies the
+        // old one's; the next in that slot is not released yet.
         owner.post_barrier(3 + BARRIERS);
-        assert!(!other.barrier_released(3));
+        assert!(other.barrier_released(3));
         assert!(other.barrier_released(3 + BARRIERS));
+        assert!(!other.barrier_released(3 + 2 * BARRIERS));
     }
 
     #[test]

@@ -55,8 +55,9 @@ pub struct Master {
     /// (only with a shared replica directory).
     infer: Option<infer::DiskInference>,
     finalized: HashSet<u32>,
-    /// Barrier number → the ranks that reached it (see `barrier`).
-    barriers: std::collections::BTreeMap<u64, std::collections::BTreeSet<u32>>,
+    /// Barrier number → the ranks that reached it, each with whether it
+    /// reads the release on the board (see `barrier`).
+    barriers: std::collections::BTreeMap<u64, std::collections::BTreeMap<u32, bool>>,
     perf: PerfTable,
     stats: MasterStats,
     task_log_limit: usize,

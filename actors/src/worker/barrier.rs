@@ -6,11 +6,15 @@ use actix::prelude::*;
 use taskfold_core::wire::Msg;
 use taskfold_core::{Rank, ReduceError};
 
-/// The application reached barrier `seq` (answered through `reply`).
+/// The application reached barrier `seq` (answered through `reply`);
+/// `board`: its thread reads the release on the notice board, which the
+/// master then does not send (decided by the application thread, which
+/// waits on the board only if it had one when it called).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct BarrierReq {
     pub(crate) seq: u64,
+    pub(crate) board: bool,
     pub(crate) reply: crate::notices::Reply<Result<(), ReduceError>>,
 }
 
@@ -22,7 +26,22 @@ impl Handler<BarrierReq> for Worker {
             m.reply.send(Err(ReduceError::Fenced));
             return;
         }
-        if let Err(e) = self.out.send(Rank(0), &Msg::Barrier { seq: m.seq }) {
+        // The answers of barriers released on the board never come: they
+        // are dropped here, each at the next barrier. (A slot of the board
+        // is reused only 64 barriers later, by which one every earlier
+        // barrier was released, see `Board::barrier_released`.)
+        if let Some(board) = m.reply.board() {
+            self.barriers.retain(|&seq, _| !board.barrier_released(seq));
+            debug_assert!(
+                self.barriers.len() < taskfold_transports::board::BARRIERS as usize,
+                "answers of released barriers pile up"
+            );
+        }
+        let msg = Msg::Barrier {
+            seq: m.seq,
+            board: m.board,
+        };
+        if let Err(e) = self.out.send(Rank(0), &msg) {
             // The master cannot be reached (its link broke, or this
             // transport is closed): no answer will come.
             m.reply.send(Err(ReduceError::MasterLost(e.to_string())));

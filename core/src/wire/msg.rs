@@ -50,6 +50,10 @@ pub enum Msg {
     Barrier {
         /// The barrier's number.
         seq: u64,
+        /// The rank's application thread reads the release on the master's
+        /// notice board: it needs no `BarrierDone` for it (a failure still
+        /// comes as one).
+        board: bool,
     },
     /// Master → every rank that reached barrier `seq`: every rank reached
     /// it (`error: None`), or a rank of the job was declared failed, which
