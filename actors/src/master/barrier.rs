@@ -129,12 +129,27 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
     use taskfold_core::wire;
+    use taskfold_transports::board::Board;
     use taskfold_transports::loopback::{LoopbackHub, LoopbackTransport};
     use taskfold_transports::{Event, Transport};
 
     fn master(ts: &[Arc<LoopbackTransport>]) -> Addr<Master> {
         let t: Arc<dyn Transport> = ts[0].clone();
         Master::new(ts.len() as u32, Outbox::new(t), 1000).start()
+    }
+
+    /// A master that posts on `board` (call inside a system).
+    fn master_with_board(ts: &[Arc<LoopbackTransport>], board: Arc<Board>) -> Addr<Master> {
+        let t: Arc<dyn Transport> = ts[0].clone();
+        let mut master = Master::new(ts.len() as u32, Outbox::new(t), 1000);
+        master.set_board(board);
+        master.start()
+    }
+
+    /// `n` ranks over the loopback, and a board for their master.
+    fn ranks_and_board(n: u32) -> (Arc<LoopbackHub>, Vec<Arc<LoopbackTransport>>, Arc<Board>) {
+        let (hub, ts) = LoopbackHub::new(n);
+        (hub, ts, Arc::new(Board::create().unwrap()))
     }
 
     /// The barrier answers sent so far: (to, seq, error).
@@ -194,15 +209,10 @@ mod tests {
 
     #[test]
     fn only_released_barriers_are_posted_on_the_board() {
-        use taskfold_transports::board::Board;
-        let (_hub, ts) = LoopbackHub::new(3);
-        let board = Arc::new(Board::create().unwrap());
+        let (_hub, ts, board) = ranks_and_board(3);
         let b = board.clone();
         actix_rt::System::new().block_on(async move {
-            let t: Arc<dyn Transport> = ts[0].clone();
-            let mut master = Master::new(3, Outbox::new(t), 1000);
-            master.set_board(b);
-            let m = master.start();
+            let m = master_with_board(&ts, b);
             settle().await;
             // Every other rank is told where the board lies, at start.
             for t in &ts[1..] {
@@ -230,18 +240,14 @@ mod tests {
 
     #[test]
     fn ranks_that_read_the_board_get_only_failures_by_message() {
-        use taskfold_transports::board::Board;
-        let (_hub, ts) = LoopbackHub::new(3);
-        let board = Arc::new(Board::create().unwrap());
+        let (_hub, ts, board) = ranks_and_board(3);
         let b = board.clone();
         actix_rt::System::new().block_on(async move {
-            let t: Arc<dyn Transport> = ts[0].clone();
-            let mut master = Master::new(3, Outbox::new(t), 1000);
-            master.set_board(b);
-            let m = master.start();
+            let m = master_with_board(&ts, b);
             settle().await;
-            answers(&ts); // (the board's whereabouts, sent at start)
-                          // Ranks 0 and 2 read the board, rank 1 does not.
+            // (Drops the board's whereabouts, sent at start.)
+            answers(&ts);
+            // Ranks 0 and 2 read the board, rank 1 does not.
             reach_watching(&m, 0, 0, true).await;
             reach_watching(&m, 1, 0, false).await;
             reach_watching(&m, 2, 0, true).await;
