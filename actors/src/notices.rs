@@ -9,9 +9,8 @@
 //! other, before its application thread goes on. A released barrier is
 //! sent only to the ranks that said they do not read the board
 //! (`Msg::Barrier::board`): nothing but the application thread waits for
-//! it. Without a board (another
-//! node, `Config::notice_board` off, or a kernel that refuses the mapping)
-//! waiters use their message alone.
+//! it. Without a board (another node, `Config::notice_board` off, or a
+//! kernel that refuses the mapping) waiters use their message alone.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

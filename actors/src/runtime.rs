@@ -395,8 +395,9 @@ impl Runtime {
     ///
     /// Each rank tells the master and waits for its answer: one message
     /// each way per rank, none back to a rank on the master's node, which
-    /// reads the release on the master's notice board. A barrier carries no data: a rank declared
-    /// failed before or during it makes it fail on the others with
+    /// reads the release on the master's notice board. A barrier carries
+    /// no data: a rank declared failed before or during it makes it fail
+    /// on the others with
     /// [`ReduceError::RanksLost`] naming the dead ranks (a barrier cannot
     /// wait for a rank that will never come). Fails with
     /// [`ReduceError::MasterLost`] if the master is gone, and

@@ -69,6 +69,12 @@ impl Handler<BarrierDoneIn> for Worker {
             Some(tx) => {
                 tx.send(m.error.map_or(Ok(()), Err));
             }
+            // A release sent to a rank that called before it had the board
+            // (so it asked for the message) may come after the next barrier
+            // dropped the answer, once the release was read on the board.
+            None if m.error.is_none() => {
+                tracing::debug!(rank = %self.rank, seq = m.seq, "release of a barrier already read on the board")
+            }
             None => {
                 tracing::warn!(rank = %self.rank, seq = m.seq, "answer to a barrier this rank is not in; dropped")
             }
