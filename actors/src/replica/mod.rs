@@ -38,7 +38,7 @@
 
 pub(crate) mod disk;
 
-pub use disk::ReplicaDisk;
+pub(crate) use disk::ReplicaDisk;
 
 use crate::outbox::Outbox;
 use actix::prelude::*;
