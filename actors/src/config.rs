@@ -75,7 +75,8 @@ pub struct Config {
     pub hooks: Vec<crate::hooks::Hook>,
 }
 
-/// When a reduction's buddy replica must exist (DESIGN.md §2).
+/// When a reduction's buddy replica must exist (see the book's Fault
+/// tolerance chapter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Durability {
     /// The replica is stored concurrently with the reduction (default):
