@@ -68,11 +68,15 @@ pub struct Config {
     /// decides whether there is a board; a rank with it off still maps it
     /// if the master has one.
     pub notice_board: bool,
-    /// Test hooks (`TASKFOLD_TEST_HOOK`), see [`crate::hooks`].
+    /// Test hooks (`TASKFOLD_TEST_HOOK`): hold a rank at an exact point of
+    /// a reduction so that a test can kill it there. Its type is public API
+    /// only with the cargo feature `test-hooks`; leave it empty otherwise.
+    #[cfg_attr(not(feature = "test-hooks"), doc(hidden))]
     pub hooks: Vec<crate::hooks::Hook>,
 }
 
-/// When a reduction's buddy replica must exist (DESIGN.md §2).
+/// When a reduction's buddy replica must exist (see the book's Fault
+/// tolerance chapter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Durability {
     /// The replica is stored concurrently with the reduction (default):

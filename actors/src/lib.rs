@@ -6,7 +6,7 @@
 //! workers by one-sided gets and is folded in place from the receive buffer.
 //!
 //! ```
-//! use taskfold::{LocalCluster, Reduce, Sum};
+//! use taskfold::prelude::*;
 //!
 //! // Four ranks in this process (tests, laptops); over TCP, each process
 //! // would call `Runtime::from_env()` instead.
@@ -37,14 +37,23 @@
 //! - `notices`: where application threads wait on the master's notice
 //!   board (released barriers, completed reductions) beside their own
 //!   answer.
-//! - [`hooks`]: test hooks that hold a rank at an exact point.
-//! - [`metrics`]: metric names. [`config`]: tunables.
+//! - `hooks`: test hooks that hold a rank at an exact point (public API
+//!   only with the cargo feature `test-hooks`, for integration tests).
+//! - [`metrics`]: metric names (and, with the cargo feature `prometheus`,
+//!   `metrics::serve_prometheus`). [`config`]: tunables.
+//! - [`prelude`]: what an application that reduces needs, in one `use`.
 
 pub mod config;
 pub mod detector;
 pub mod env;
 pub mod future;
+// The test hooks are read from `TASKFOLD_TEST_HOOK` in every build; only
+// integration tests that build `Config::hooks` themselves need to name
+// their types, so the module is public API only for them.
+#[cfg(feature = "test-hooks")]
 pub mod hooks;
+#[cfg(not(feature = "test-hooks"))]
+mod hooks;
 pub mod local;
 pub mod master;
 pub mod metrics;
@@ -87,6 +96,16 @@ pub use taskfold_transports::tcp::MasterAddr;
 
 /// Re-export of rkyv, so that user reducers derive with the same version.
 pub use rkyv;
+
+/// What an application that reduces needs, in one `use taskfold::prelude::*`:
+/// the runtime and its options, the future, the reducer trait (with the
+/// error its folds return) and the built-in reducers, and the errors.
+pub mod prelude {
+    pub use crate::{
+        Completion, Durability, FoldError, InPlace, LocalCluster, Max, Min, Prod, Reduce,
+        ReduceError, ReduceFuture, ReducerBody, Runtime, Sum,
+    };
+}
 
 /// Why a runtime could not start.
 #[derive(Debug, thiserror::Error)]

@@ -195,3 +195,68 @@ pub(crate) fn record_buffer_pool() {
     metrics::counter!(BUFFER_POOL_REQUESTS, "outcome" => "miss").absolute(s.misses);
     metrics::counter!(BUFFER_POOL_PREFILLED).absolute(s.prefilled);
 }
+
+/// The environment variable that asks for a Prometheus endpoint:
+/// `TASKFOLD_METRICS_ADDR=127.0.0.1:9100` (each rank adds its rank to the
+/// port, so that ranks on one node do not collide).
+#[cfg(feature = "prometheus")]
+pub const METRICS_ADDR_VAR: &str = "TASKFOLD_METRICS_ADDR";
+
+/// Why the Prometheus endpoint could not be served.
+#[cfg(feature = "prometheus")]
+#[derive(Debug, thiserror::Error)]
+pub enum PrometheusError {
+    /// `TASKFOLD_METRICS_ADDR` is set but is not a socket address.
+    #[error("{METRICS_ADDR_VAR}={0:?} is not an address (e.g. 127.0.0.1:9100)")]
+    Address(String),
+    /// The exporter could not listen there, or a recorder was already
+    /// installed in this process.
+    #[error("cannot serve metrics on {addr}: {source}")]
+    Serve {
+        /// Where it tried to listen.
+        addr: std::net::SocketAddr,
+        /// What the exporter reported.
+        #[source]
+        source: metrics_exporter_prometheus::BuildError,
+    },
+}
+
+/// Installs the Prometheus exporter as this process's metrics recorder and
+/// serves every metric at `http://addr/metrics`. Call it once, before the
+/// runtime starts (which then describes taskfold's metrics to it).
+///
+/// Needs the cargo feature `prometheus`.
+#[cfg(feature = "prometheus")]
+pub fn serve_prometheus(addr: std::net::SocketAddr) -> Result<(), PrometheusError> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|source| PrometheusError::Serve { addr, source })
+}
+
+/// [`serve_prometheus`] at the address in `TASKFOLD_METRICS_ADDR`, its port
+/// plus `rank`, if the variable is set: `Ok(Some(address served))`, or
+/// `Ok(None)` when it is not set.
+///
+/// ```no_run
+/// # let rank = 0;
+/// match taskfold::metrics::serve_prometheus_from_env(rank) {
+///     Ok(Some(addr)) => eprintln!("rank {rank}: metrics at http://{addr}/metrics"),
+///     Ok(None) => {}
+///     Err(e) => eprintln!("rank {rank}: {e}; metrics off"),
+/// }
+/// ```
+#[cfg(feature = "prometheus")]
+pub fn serve_prometheus_from_env(
+    rank: u32,
+) -> Result<Option<std::net::SocketAddr>, PrometheusError> {
+    let Ok(text) = std::env::var(METRICS_ADDR_VAR) else {
+        return Ok(None);
+    };
+    let mut addr: std::net::SocketAddr = text
+        .parse()
+        .map_err(|_| PrometheusError::Address(text.clone()))?;
+    addr.set_port(addr.port().saturating_add(rank as u16));
+    serve_prometheus(addr)?;
+    Ok(Some(addr))
+}

@@ -138,47 +138,10 @@ pub fn rank_main(args: DemoArgs) -> ExitCode {
         }
     };
     crate::observe::init_metrics(rt.rank());
-    let (rank, size) = (rt.rank(), rt.size());
+    let rank = rt.rank();
     let n = (args.size / 4).max(1);
     let started = Instant::now();
-    let mut compute_time = Duration::ZERO;
-    let mut tally = Tally::default();
-    let mut pending: VecDeque<Pending> = VecDeque::new();
-    for step in 0..args.reductions {
-        let t = Instant::now();
-        let v = compute(rank, step, n);
-        compute_time += t.elapsed();
-        let root = step % size;
-        match rt.reduce(Sum(v), Reduce::root(root).id(format!("demo-{step}"))) {
-            Ok(future) => pending.push_back(Pending { step, root, future }),
-            Err(e) => {
-                eprintln!("demo-{step}: {e}");
-                tally.failed += 1;
-            }
-        }
-        // Keep computing while reductions run; settle what is done, and
-        // wait only when too many are in flight.
-        while pending.front().is_some_and(|p| p.future.is_done()) || pending.len() > args.in_flight
-        {
-            let p = pending.pop_front().expect("non-empty");
-            tally.settle(p, rank, size, n);
-            if rank == 0 {
-                println!(
-                    "@taskfold-progress {} {} reductions",
-                    tally.done, args.reductions
-                );
-            }
-        }
-    }
-    while let Some(p) = pending.pop_front() {
-        tally.settle(p, rank, size, n);
-        if rank == 0 {
-            println!(
-                "@taskfold-progress {} {} reductions",
-                tally.done, args.reductions
-            );
-        }
-    }
+    let (tally, compute_time) = reduce_all(&rt, &args, n);
     let elapsed = started.elapsed();
     // Gather every root's verdicts with one more reduction.
     let verdict = rt
@@ -219,6 +182,52 @@ pub fn rank_main(args: DemoArgs) -> ExitCode {
         eprintln!("shutdown: {e}");
     }
     ExitCode::from(code)
+}
+
+/// Computes and starts `args.reductions` reductions of `n` values, at most
+/// `args.in_flight` waiting at once, and settles every one; returns the
+/// tally and the time spent computing.
+fn reduce_all(rt: &Runtime, args: &DemoArgs, n: usize) -> (Tally, Duration) {
+    let (rank, size) = (rt.rank(), rt.size());
+    let mut compute_time = Duration::ZERO;
+    let mut tally = Tally::default();
+    let mut pending: VecDeque<Pending> = VecDeque::new();
+    for step in 0..args.reductions {
+        let t = Instant::now();
+        let v = compute(rank, step, n);
+        compute_time += t.elapsed();
+        let root = step % size;
+        match rt.reduce(Sum(v), Reduce::root(root).id(format!("demo-{step}"))) {
+            Ok(future) => pending.push_back(Pending { step, root, future }),
+            Err(e) => {
+                eprintln!("demo-{step}: {e}");
+                tally.failed += 1;
+            }
+        }
+        // Keep computing while reductions run; settle what is done, and
+        // wait only when too many are in flight.
+        while pending.front().is_some_and(|p| p.future.is_done()) || pending.len() > args.in_flight
+        {
+            let p = pending.pop_front().expect("non-empty");
+            tally.settle(p, rank, size, n);
+            progress(rank, &tally, args);
+        }
+    }
+    while let Some(p) = pending.pop_front() {
+        tally.settle(p, rank, size, n);
+        progress(rank, &tally, args);
+    }
+    (tally, compute_time)
+}
+
+/// Rank 0 tells the launcher's progress bar how far the demo is.
+fn progress(rank: u32, tally: &Tally, args: &DemoArgs) {
+    if rank == 0 {
+        println!(
+            "@taskfold-progress {} {} reductions",
+            tally.done, args.reductions
+        );
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -12,21 +12,12 @@ pub fn init_logging() {
         .try_init();
 }
 
-/// Starts the Prometheus exporter if `TASKFOLD_METRICS_ADDR` is set.
+/// Serves Prometheus metrics if `TASKFOLD_METRICS_ADDR` is set (see
+/// [`taskfold::metrics::serve_prometheus_from_env`]).
 pub fn init_metrics(rank: u32) {
-    let Ok(addr) = std::env::var("TASKFOLD_METRICS_ADDR") else {
-        return;
-    };
-    let Ok(mut addr) = addr.parse::<std::net::SocketAddr>() else {
-        eprintln!("TASKFOLD_METRICS_ADDR={addr:?} is not an address; metrics off");
-        return;
-    };
-    addr.set_port(addr.port().saturating_add(rank as u16));
-    let res = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install();
-    match res {
-        Ok(()) => eprintln!("rank {rank}: metrics at http://{addr}/metrics"),
-        Err(e) => eprintln!("rank {rank}: cannot serve metrics on {addr}: {e}"),
+    match taskfold::metrics::serve_prometheus_from_env(rank) {
+        Ok(Some(addr)) => eprintln!("rank {rank}: metrics at http://{addr}/metrics"),
+        Ok(None) => {}
+        Err(e) => eprintln!("rank {rank}: {e}; metrics off"),
     }
 }

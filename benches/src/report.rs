@@ -2,9 +2,10 @@
 //! table per scenario with ratios taskfold / Open MPI and taskfold / MPICH,
 //! the master's load, the exact command lines, and the plots.
 
+mod markdown;
+
 use crate::compare::{find, ratio, Record};
 use serde::{Deserialize, Serialize};
-use std::fmt::Write;
 
 /// Everything one `bench compare` run measured.
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
@@ -186,8 +187,14 @@ impl Report {
                 2 << 20,
             ),
         ];
-        // Staggered tail: against Open MPI's tail, and against one fetch +
-        // fold measured alone.
+        t.push(self.stagger_target());
+        t.push(self.k28_target());
+        t
+    }
+
+    /// The staggered tail at p = 8: against Open MPI's tail, and against
+    /// one fetch + fold measured alone.
+    fn stagger_target(&self) -> Target {
         let mut measured = Vec::new();
         let mut met = None;
         let sides = self.taskfold_sides();
@@ -218,19 +225,21 @@ impl Report {
                 met = Some(met.unwrap_or(true) && tr <= 0.3 && ar <= 2.0);
             }
         }
-        t.push(Target {
+        Target {
             what: "staggered tail, p = 8: ≤ 0.3, and ≤ 2× one fetch + fold alone".into(),
             measured,
             met,
-        });
-        let mut k28 = self.ratio_target(
-            "K = 28 concurrent 8 MiB, total: ≤ 0.25",
-            "concurrent",
-            0.25,
-            0,
-        );
-        k28.measured.clear();
-        k28.met = None;
+        }
+    }
+
+    /// K = 28 concurrent reductions, with the floors no schedule beats.
+    fn k28_target(&self) -> Target {
+        let sides = self.taskfold_sides();
+        let mut k28 = Target {
+            what: "K = 28 concurrent 8 MiB, total: ≤ 0.25".into(),
+            measured: Vec::new(),
+            met: None,
+        };
         for r in sides
             .iter()
             .flat_map(|s| self.points_of(s, "concurrent"))
@@ -260,8 +269,7 @@ impl Report {
                 ));
             }
         }
-        t.push(k28);
-        t
+        k28
     }
 
     /// The fold floor of K reductions of p ranks, if measured.
@@ -277,334 +285,7 @@ impl Report {
     fn floor_in(floors: &[(u32, usize, u32, f64)], np: u32, k: u32) -> Option<f64> {
         floors.iter().find(|f| f.0 == np && f.2 == k).map(|f| f.3)
     }
-
-    fn scenario_table(&self, out: &mut String, title: &str, scenario: &str, tails: bool) {
-        let pts = self.points(scenario);
-        if pts.is_empty() {
-            return;
-        }
-        let sides = self.taskfold_sides();
-        let _ = writeln!(out, "\n## {title}\n");
-        let mut head = String::from("| p | size | K | param (ms) |");
-        for s in &sides {
-            let _ = write!(head, " {s} (ms) |");
-        }
-        head.push_str(" Open MPI (ms) | MPICH (ms) |");
-        for s in &sides {
-            let _ = write!(head, " {s} / Open MPI | {s} / MPICH |");
-        }
-        let _ = writeln!(out, "{head}");
-        let cols = 6 + 3 * sides.len();
-        let _ = writeln!(out, "|{}", "---|".repeat(cols));
-        for r in &pts {
-            let get = |side: &str| find(&self.records, side, scenario, r.np, r.size, r.k);
-            let (o, m) = (get("openmpi"), get("mpich"));
-            let mut row = format!(
-                "| {} | {} | {} | {} |",
-                r.np,
-                human(r.size),
-                r.k,
-                r.param_s.map_or("–".into(), ms)
-            );
-            for s in &sides {
-                let _ = write!(row, " {} |", get(s).map_or("–".into(), |x| ms(x.median_s)));
-            }
-            let _ = write!(
-                row,
-                " {} | {} |",
-                o.map_or("–".into(), |x| ms(x.median_s)),
-                m.map_or("–".into(), |x| ms(x.median_s))
-            );
-            for s in &sides {
-                let t = get(s);
-                let _ = write!(
-                    row,
-                    " {} | {} |",
-                    opt_ratio(t.and_then(|t| ratio(&self.records, "openmpi", t))),
-                    opt_ratio(t.and_then(|t| ratio(&self.records, "mpich", t)))
-                );
-            }
-            let _ = writeln!(out, "{row}");
-        }
-        if tails {
-            let _ = writeln!(
-                out,
-                "\nTail: from the last contribution to the result at the root.\n"
-            );
-            let _ = writeln!(
-                out,
-                "| side | p | size | tail (ms) | Open MPI tail (ms) | MPICH tail (ms) | / Open MPI | fetch+fold alone (ms) |"
-            );
-            let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
-            for side in &sides {
-                for r in self.points_of(side, scenario) {
-                    let get = |s| find(&self.records, s, scenario, r.np, r.size, r.k);
-                    let (o, m) = (get("openmpi"), get("mpich"));
-                    let alone = self.fetch_fold_alone.iter().find(|(s, _)| *s == r.size);
-                    let _ = writeln!(
-                        out,
-                        "| {side} | {} | {} | {} | {} | {} | {} | {} |",
-                        r.np,
-                        human(r.size),
-                        ms(r.tail_median_s),
-                        o.map_or("–".into(), |x| ms(x.tail_median_s)),
-                        m.map_or("–".into(), |x| ms(x.tail_median_s)),
-                        opt_ratio(o.map(|o| r.tail_median_s / o.tail_median_s)),
-                        alone.map_or("–".into(), |(_, t)| ms(*t)),
-                    );
-                }
-            }
-        }
-    }
-
-    /// The report as Markdown.
-    pub fn markdown(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "# taskfold against MPI_Reduce\n");
-        let _ = writeln!(out, "Produced by `{}`.\n", self.invocation);
-        let _ = writeln!(
-            out,
-            "Each figure is the per-operation time, maximum over ranks, median over repetitions; results are verified outside the timed loop. Ratios below 1 mean taskfold is faster.\n"
-        );
-        for n in &self.notes {
-            let _ = writeln!(out, "- {n}");
-        }
-        for m in &self.missing {
-            let _ = writeln!(out, "- not measured: {m}");
-        }
-        let _ = writeln!(out, "\n## Targets (p = 8, against Open MPI)\n");
-        let _ = writeln!(out, "| target | measured | met |");
-        let _ = writeln!(out, "|---|---|---|");
-        for t in self.targets() {
-            let met = match t.met {
-                Some(true) => "yes",
-                Some(false) => "no",
-                None => "not measured",
-            };
-            let _ = writeln!(out, "| {} | {} | {met} |", t.what, t.measured.join("; "));
-        }
-        self.scenario_table(&mut out, "a. Quiet machine", "quiet", false);
-        self.scenario_table(
-            &mut out,
-            "b. One slow rank (rank 2 busy-spins D = 50% of the quiet time)",
-            "slow-half",
-            false,
-        );
-        self.scenario_table(
-            &mut out,
-            "b. One slow rank (rank 2 busy-spins D = 20 ms)",
-            "slow-20ms",
-            false,
-        );
-        self.scenario_table(
-            &mut out,
-            "c. Staggered arrival (seeded delays in [0, J], J = the quiet time)",
-            "stagger",
-            true,
-        );
-        self.scenario_table(
-            &mut out,
-            "d. Background load (one migration-kernel process per core)",
-            "load",
-            false,
-        );
-        self.scenario_table(
-            &mut out,
-            "e. Concurrent reductions (K at once; time is the total)",
-            "concurrent",
-            false,
-        );
-        let conc = self.points("concurrent");
-        if !conc.is_empty() {
-            let sides = self.taskfold_sides();
-            let _ = writeln!(out, "\nTime per reduction (total / K), ms:\n");
-            let mut head = String::from("| p | K |");
-            for s in sides.iter().copied().chain(["Open MPI", "MPICH"]) {
-                let _ = write!(head, " {s} |");
-            }
-            let _ = write!(
-                head,
-                " fold floor | floor / Open MPI | kept floor | kept / Open MPI |"
-            );
-            let _ = writeln!(out, "{head}\n|{}", "---|".repeat(sides.len() + 8));
-            for r in conc {
-                let per = |side: &str| {
-                    find(&self.records, side, "concurrent", r.np, r.size, r.k)
-                        .map_or("–".into(), |x| ms(x.median_s / f64::from(x.k)))
-                };
-                let mut row = format!("| {} | {} |", r.np, r.k);
-                for s in sides.iter().copied().chain(["openmpi", "mpich"]) {
-                    let _ = write!(row, " {} |", per(s));
-                }
-                let base = find(&self.records, "openmpi", "concurrent", r.np, r.size, r.k);
-                for floor in [self.floor_of(r.np, r.k), self.floor_kept_of(r.np, r.k)] {
-                    let _ = write!(
-                        row,
-                        " {} | {} |",
-                        floor.map_or("–".into(), |f| ms(f / f64::from(r.k))),
-                        opt_ratio(floor.zip(base).map(|(f, b)| f / b.median_s))
-                    );
-                }
-                let _ = writeln!(out, "{row}");
-            }
-            let _ = writeln!(
-                out,
-                "\nThe fold floor is the (p − 1)·K pairwise folds of K reductions, run \
-                 alone on every core at once, per reduction: the memory bandwidth they need \
-                 bounds any schedule from below. The kept floor is the same with p / 2 folds \
-                 of each reduction into a new buffer instead of in place (each receiving rank's \
-                 first fold, in a balanced pairing), as a durability that keeps every original \
-                 unchanged until its reduction ends must do."
-            );
-        }
-        let master: Vec<&Record> = self
-            .taskfold_sides()
-            .first()
-            .map(|s| self.points_of(s, "quiet"))
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|r| r.master.is_some())
-            .collect();
-        if !master.is_empty() {
-            let _ = writeln!(out, "\n## f. Master load (taskfold, quiet)\n");
-            let _ = writeln!(
-                out,
-                "| p | size | reductions | msgs/s in | msgs/s out | KiB/s in | KiB/s out | msgs per reduction |"
-            );
-            let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
-            for r in master {
-                let Some(m) = r.master else { continue };
-                let ((mi, mo), (bi, bo)) = (m.msgs_per_s(), m.bytes_per_s());
-                let _ = writeln!(
-                    out,
-                    "| {} | {} | {} | {mi:.0} | {mo:.0} | {:.1} | {:.1} | {:.1} |",
-                    r.np,
-                    human(r.size),
-                    m.reductions,
-                    bi / 1024.0,
-                    bo / 1024.0,
-                    (m.msgs_in + m.msgs_out) as f64 / m.reductions.max(1) as f64
-                );
-            }
-            let _ = writeln!(
-                out,
-                "\nThe counts include each repetition's two barriers (one message each way \
-                 per rank); barriers are not counted as reductions."
-            );
-        }
-        if !self.plots.is_empty() {
-            let _ = writeln!(out, "\n## Plots\n");
-            for p in &self.plots {
-                let _ = writeln!(out, "![{p}]({p})\n");
-            }
-        }
-        let _ = writeln!(out, "\n## Command lines\n");
-        for (what, cmd) in &self.commands {
-            let _ = writeln!(out, "- {what}: `{cmd}`");
-        }
-        out
-    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::compare::Sample;
-
-    fn rec(side: &str, scenario: &str, size: usize, t: f64) -> Record {
-        Record::new(
-            side,
-            scenario,
-            None,
-            Sample {
-                scenario: scenario.into(),
-                np: 8,
-                size,
-                k: if scenario == "concurrent" { 28 } else { 1 },
-                times_s: vec![t],
-                tails_s: vec![t / 2.0],
-                master: None,
-            },
-        )
-    }
-
-    #[test]
-    fn targets_are_judged_from_the_ratios() {
-        let r = Report {
-            records: vec![
-                rec("taskfold", "quiet", 2 << 20, 0.010),
-                rec("openmpi", "quiet", 2 << 20, 0.020),
-                rec("taskfold", "quiet", 8 << 20, 0.030),
-                rec("openmpi", "quiet", 8 << 20, 0.020),
-                rec("taskfold", "concurrent", 8 << 20, 0.1),
-                rec("openmpi", "concurrent", 8 << 20, 1.0),
-            ],
-            ..Report::default()
-        };
-        let t = r.targets();
-        assert_eq!(t[0].met, Some(false), "{:?}", t[0].measured);
-        assert_eq!(t[0].measured, vec!["2 MiB: 0.50, 8 MiB: 1.50"]);
-        assert_eq!(t[1].met, None);
-        assert_eq!(t[4].met, Some(true));
-        // A slow rank's D bounds any schedule from below.
-        let mut rs = r.clone();
-        let mut slow = rec("openmpi", "slow-20ms", 2 << 20, 0.025);
-        slow.param_s = Some(0.020);
-        rs.records.push(slow);
-        rs.records
-            .push(rec("taskfold", "slow-20ms", 2 << 20, 0.030));
-        let t = rs.targets();
-        assert_eq!(t[2].met, Some(false));
-        assert!(
-            t[2].measured
-                .iter()
-                .any(|m| m.starts_with("lower bound") && m.ends_with("2 MiB: 0.80")),
-            "{:?}",
-            t[2].measured
-        );
-        // The floor of scenario e is quoted against Open MPI's time.
-        let mut rf = r.clone();
-        rf.fold_floor = vec![(8, 8 << 20, 28, 0.5)];
-        rf.fold_floor_kept = vec![(8, 8 << 20, 28, 0.6)];
-        let k28 = &rf.targets()[4].measured;
-        assert!(
-            k28.iter().any(|m| m.ends_with("on every core): 0.50")),
-            "{k28:?}"
-        );
-        assert!(
-            k28.iter().any(|m| m.ends_with("into a new buffer): 0.60")),
-            "{k28:?}"
-        );
-        assert!(
-            rf.markdown()
-                .contains("| 8 | 28 | 3.571 | 35.7 | – | 17.9 | 0.50 | 21.4 | 0.60 |"),
-            "{}",
-            rf.markdown()
-        );
-        let md = r.markdown();
-        assert!(
-            md.contains("| 8 | 8 MiB | 1 | – | 30.0 | 20.0 | – | 1.50 | – |"),
-            "{md}"
-        );
-        assert!(md.contains("not measured"));
-        // A second configuration gets its own columns and target lines;
-        // the targets are judged on the first (the default).
-        let mut r2 = r.clone();
-        r2.records
-            .push(rec("taskfold (durability off)", "quiet", 8 << 20, 0.010));
-        let t = r2.targets();
-        assert_eq!(t[0].met, Some(false));
-        assert_eq!(t[0].measured[1], "taskfold (durability off): 8 MiB: 0.50");
-        let md = r2.markdown();
-        assert!(
-            md.contains("| 8 | 8 MiB | 1 | – | 30.0 | 10.0 | 20.0 | – | 1.50 | – | 0.50 | – |"),
-            "{md}"
-        );
-    }
-
-    #[test]
-    fn sizes_print_in_binary_units() {
-        assert_eq!(human(128 << 10), "128 KiB");
-        assert_eq!(human(3 << 19), "1.50 MiB");
-    }
-}
+mod tests;

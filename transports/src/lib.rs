@@ -23,9 +23,11 @@
 //! - [`board`]: the master's notice board, shared memory where the ranks
 //!   of its node read released barriers and completed reductions, woken
 //!   by one futex.
-//! - [`conformance`]: the test suite every transport must pass.
+//! - `conformance` (cargo feature `conformance`): the test suite every
+//!   transport must pass.
 
 pub mod board;
+#[cfg(feature = "conformance")]
 pub mod conformance;
 #[cfg(feature = "libfabric")]
 pub mod libfabric;
@@ -250,7 +252,8 @@ pub enum TransportError {
 
 /// Moves control frames and data between the ranks of one job.
 ///
-/// Contract (checked by [`conformance`]):
+/// Contract (checked by the conformance suite, `conformance`, cargo feature
+/// `conformance`):
 /// - `send` never blocks; frames from one rank to another arrive in order,
 ///   exactly once, unless the link goes down. Sending to oneself works and
 ///   goes through [`Transport::events`] like any other frame.

@@ -6,8 +6,8 @@
 //! gets under [`taskfold_core::replica::replica_key`], and announced to the
 //! owner (acknowledgement) and to the master (so it knows the original is
 //! recoverable). It is not written to this rank's disk: the owner's own
-//! disk copy is the other of the two copies (DESIGN.md §2), and a third,
-//! which recovery never read, cost a copy of every original.
+//! disk copy is the other of the two copies a single failure needs, and a
+//! third would cost a copy of every original that recovery never reads.
 //!
 //! A buddy on the owner's node (same node token) does not copy the bytes:
 //! - the owner offers once its disk copy is written, naming the file, and
@@ -38,7 +38,7 @@
 
 pub(crate) mod disk;
 
-pub use disk::ReplicaDisk;
+pub(crate) use disk::ReplicaDisk;
 
 use crate::outbox::Outbox;
 use actix::prelude::*;

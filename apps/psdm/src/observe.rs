@@ -15,21 +15,12 @@ pub fn init_logging() {
 
 /// If `TASKFOLD_METRICS_ADDR` is set (e.g. `127.0.0.1:9100`), serves
 /// Prometheus metrics there, on the port plus `rank` (so that ranks on one
-/// node do not collide).
+/// node do not collide), through taskfold's exporter
+/// ([`taskfold::metrics::serve_prometheus_from_env`]).
 pub fn init_metrics(rank: u32) {
-    let Ok(addr) = std::env::var("TASKFOLD_METRICS_ADDR") else {
-        return;
-    };
-    let Ok(mut addr) = addr.parse::<std::net::SocketAddr>() else {
-        eprintln!("psdm: TASKFOLD_METRICS_ADDR={addr:?} is not an address; metrics off");
-        return;
-    };
-    addr.set_port(addr.port().saturating_add(rank as u16));
-    let res = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install();
-    match res {
-        Ok(()) => eprintln!("psdm: rank {rank}: metrics at http://{addr}/metrics"),
-        Err(e) => eprintln!("psdm: rank {rank}: cannot serve metrics on {addr}: {e}"),
+    match taskfold::metrics::serve_prometheus_from_env(rank) {
+        Ok(Some(addr)) => eprintln!("psdm: rank {rank}: metrics at http://{addr}/metrics"),
+        Ok(None) => {}
+        Err(e) => eprintln!("psdm: rank {rank}: {e}; metrics off"),
     }
 }

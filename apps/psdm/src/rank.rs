@@ -131,25 +131,7 @@ pub fn run_rank(
     };
 
     for b in 0..batches {
-        // Migrated straight into the contribution's wire form: `reduce`
-        // sends it without a serialising copy.
-        let mut partial = InPlace::<Sum<f32>>::zeroed(nx * nz);
-        for g in job.batch_traces(rank, size, b) {
-            let c = Instant::now();
-            let trace = job.survey.model_trace(&job.model, g);
-            let (is, ir) = job.survey.geometry(g);
-            job.tables
-                .migrate_trace(partial.as_mut_slice(), &trace, is, ir);
-            t.compute += c.elapsed();
-            t.traces += 1;
-            // Note reductions that finished meanwhile (never blocks).
-            let now = Instant::now();
-            for p in pending.iter_mut().filter(|p| p.done_at.is_none()) {
-                if p.future.is_done() {
-                    p.done_at = Some(now);
-                }
-            }
-        }
+        let partial = migrate_batch(job, (rank, size), b, &mut t, &mut pending);
         if job.args.jitter_ms > 0 {
             let ms = rng.next_u64() % (job.args.jitter_ms + 1);
             std::thread::sleep(Duration::from_millis(ms));
@@ -179,22 +161,62 @@ pub fn run_rank(
     }
     let elapsed = started.elapsed();
 
-    // Every rank's timing, summed and maximised at the root.
+    Ok(Outcome {
+        timing: t,
+        elapsed,
+        root: gather(rt, &t, image)?,
+    })
+}
+
+/// Migrates this rank's traces of batch `b` (`who` = (rank, size)) into a
+/// new partial image, counting its time in `t` and noting, between traces,
+/// which `pending` reductions finished meanwhile (never blocks).
+fn migrate_batch(
+    job: &Job,
+    who: (u32, u32),
+    b: usize,
+    t: &mut Timing,
+    pending: &mut VecDeque<Pending>,
+) -> InPlace<Sum<f32>> {
+    let (nx, nz) = (job.model.nx, job.model.nz);
+    // Migrated straight into the contribution's wire form: `reduce`
+    // sends it without a serialising copy.
+    let mut partial = InPlace::<Sum<f32>>::zeroed(nx * nz);
+    for g in job.batch_traces(who.0, who.1, b) {
+        let c = Instant::now();
+        let trace = job.survey.model_trace(&job.model, g);
+        let (is, ir) = job.survey.geometry(g);
+        job.tables
+            .migrate_trace(partial.as_mut_slice(), &trace, is, ir);
+        t.compute += c.elapsed();
+        t.traces += 1;
+        let now = Instant::now();
+        for p in pending.iter_mut().filter(|p| p.done_at.is_none()) {
+            if p.future.is_done() {
+                p.done_at = Some(now);
+            }
+        }
+    }
+    partial
+}
+
+/// Every rank's timing, summed and maximised at the root, which also
+/// holds the final `image`.
+fn gather(
+    rt: &Runtime,
+    t: &Timing,
+    image: Option<Image>,
+) -> Result<Option<RootResult>, ReduceError> {
     let v = t.to_vec();
     let sum = rt.reduce(Sum(v.clone()), Reduce::root(ROOT).id("psdm-timing-sum"))?;
     let max = rt.reduce(Max(v), Reduce::root(ROOT).id("psdm-timing-max"))?;
     let (sum, max) = (sum.get()?, max.get()?);
-    let root = match (image, sum, max) {
+    Ok(match (image, sum, max) {
         (Some(image), Some(sum), Some(max)) => Some(RootResult {
             image,
             total: Timing::from_slice(&sum.0),
             max: Timing::from_slice(&max.0),
         }),
         _ => None,
-    };
-    Ok(Outcome {
-        timing: t,
-        elapsed,
-        root,
     })
 }

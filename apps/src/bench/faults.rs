@@ -213,94 +213,13 @@ pub fn main(args: FaultArgs) -> ExitCode {
     let mut reports = Vec::new();
     let mut rng = Rng(args.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     for &mode in modes {
-        let dir =
-            std::env::temp_dir().join(format!("taskfold-faults-{}-{mode}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        if let Err(e) = std::fs::create_dir_all(&dir) {
-            eprintln!("bench faults: {e}");
-            return ExitCode::from(2);
+        match run_mode(&args, mode, &mut rng) {
+            Ok(report) => reports.push(report),
+            Err(code) => return code,
         }
-        let cal = job(&args, mode, &dir, Some(5), None);
-        let t = match launcher::run(&cal).map(|_| std::fs::read_to_string(dir.join("calibration")))
-        {
-            Ok(Ok(s)) => s.trim().parse::<f64>().unwrap_or(f64::NAN),
-            other => {
-                eprintln!("bench faults: calibration failed: {other:?}");
-                return ExitCode::from(1);
-            }
-        };
-        let mut report = FaultReport {
-            durability: mode.into(),
-            np: args.np,
-            size: args.size,
-            t_mean_s: t,
-            ..Default::default()
-        };
-        let mut delays = Vec::new();
-        for trial in 0..args.trials {
-            let tdir = dir.join(format!("trial-{trial}"));
-            let _ = std::fs::create_dir_all(&tdir);
-            let hooks = format!("{}:joined:fault:{}", args.kill_rank, tdir.display());
-            let launch = job(&args, mode, &tdir, None, Some(hooks));
-            let runner = std::thread::spawn(move || launcher::run(&launch));
-            let delay = t * rng.unit();
-            let kill_at = trial_kill(&tdir, args.kill_rank, delay, || runner.is_finished());
-            let _ = runner.join();
-            let outcome = std::fs::read_to_string(tdir.join("outcome")).unwrap_or_default();
-            let mut words = outcome.split_whitespace();
-            let (kind, when) = (
-                words.next().unwrap_or("hang"),
-                words.next().and_then(|w| w.parse::<f64>().ok()),
-            );
-            let log = (kind != "recovered")
-                .then(|| keep_log(&tdir, mode, trial))
-                .flatten();
-            report.per_trial.push(TrialRecord {
-                kill_delay_s: delay,
-                outcome: kind.to_string(),
-                log,
-            });
-            match kind {
-                "recovered" => report.recovered += 1,
-                "error" => {
-                    report.typed_errors += 1;
-                    report.errors.push(words.collect::<Vec<_>>().join(" "));
-                }
-                "wrong" => report.wrong_results += 1,
-                _ => report.hangs += 1,
-            }
-            match (kill_at, when) {
-                (Some(k), Some(w)) if w >= k => delays.push(w - k),
-                // The result came first (or the job ended before the kill).
-                _ if kind == "recovered" => report.completed_before_kill += 1,
-                _ => {}
-            }
-            if (trial + 1) % 10 == 0 || trial + 1 == args.trials {
-                eprintln!("bench faults: {mode}: {}/{} trials", trial + 1, args.trials);
-            }
-            let _ = std::fs::remove_dir_all(&tdir);
-        }
-        report.median_kill_to_result_s = median(&mut delays);
-        report.trials = report.trials_run();
-        let _ = std::fs::remove_dir_all(&dir);
-        reports.push(report);
     }
     for r in &reports {
-        println!(
-            "durability {:>5}: {} trials of {} on {} ranks (t = {:.1} ms): {} recovered ({} had completed before the kill), \
-             {} typed errors, {} wrong results, {} hangs; median kill → result {:.1} ms",
-            r.durability,
-            r.trials_run(),
-            human(r.size as f64),
-            r.np,
-            r.t_mean_s * 1e3,
-            r.recovered,
-            r.completed_before_kill,
-            r.typed_errors,
-            r.wrong_results,
-            r.hangs,
-            r.median_kill_to_result_s * 1e3
-        );
+        print_report(r);
     }
     if let Some(path) = &args.json {
         if let Err(e) = std::fs::write(
@@ -317,6 +236,144 @@ pub fn main(args: FaultArgs) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// One durability mode: calibrates the kill window, then runs the trials.
+fn run_mode(args: &FaultArgs, mode: &str, rng: &mut Rng) -> Result<FaultReport, ExitCode> {
+    let dir = std::env::temp_dir().join(format!("taskfold-faults-{}-{mode}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("bench faults: {e}");
+        return Err(ExitCode::from(2));
+    }
+    let cal = job(args, mode, &dir, Some(5), None);
+    let t = match launcher::run(&cal).map(|_| std::fs::read_to_string(dir.join("calibration"))) {
+        Ok(Ok(s)) => s.trim().parse::<f64>().unwrap_or(f64::NAN),
+        other => {
+            eprintln!("bench faults: calibration failed: {other:?}");
+            return Err(ExitCode::from(1));
+        }
+    };
+    let mut report = FaultReport {
+        durability: mode.into(),
+        np: args.np,
+        size: args.size,
+        t_mean_s: t,
+        ..Default::default()
+    };
+    let mut delays = Vec::new();
+    for trial in 0..args.trials {
+        let end = run_trial(args, mode, &dir, trial, t, rng);
+        if let Some(d) = report.add(end) {
+            delays.push(d);
+        }
+        if (trial + 1) % 10 == 0 || trial + 1 == args.trials {
+            eprintln!("bench faults: {mode}: {}/{} trials", trial + 1, args.trials);
+        }
+    }
+    report.median_kill_to_result_s = median(&mut delays);
+    report.trials = report.trials_run();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(report)
+}
+
+/// How one trial ended, as the root saw it.
+struct TrialEnd {
+    record: TrialRecord,
+    /// The typed error, for a trial that ended with one.
+    error: String,
+    /// When the kill came and when the root's outcome did (seconds on the
+    /// same clock), if they did.
+    kill_at: Option<f64>,
+    outcome_at: Option<f64>,
+}
+
+impl FaultReport {
+    /// Counts `end`; returns the seconds from the kill to the root's
+    /// outcome if the outcome came after the kill.
+    fn add(&mut self, end: TrialEnd) -> Option<f64> {
+        let kind = end.record.outcome.as_str();
+        match kind {
+            "recovered" => self.recovered += 1,
+            "error" => {
+                self.typed_errors += 1;
+                self.errors.push(end.error);
+            }
+            "wrong" => self.wrong_results += 1,
+            _ => self.hangs += 1,
+        }
+        let after = match (end.kill_at, end.outcome_at) {
+            (Some(k), Some(w)) if w >= k => Some(w - k),
+            // The result came first (or the job ended before the kill).
+            _ if kind == "recovered" => {
+                self.completed_before_kill += 1;
+                None
+            }
+            _ => None,
+        };
+        self.per_trial.push(end.record);
+        after
+    }
+}
+
+/// Trial `trial` of `mode`: one job whose `--kill-rank` is SIGKILLed at a
+/// random instant in `[0, t]` after it announced its contribution.
+fn run_trial(
+    args: &FaultArgs,
+    mode: &str,
+    dir: &Path,
+    trial: u32,
+    t: f64,
+    rng: &mut Rng,
+) -> TrialEnd {
+    let tdir = dir.join(format!("trial-{trial}"));
+    let _ = std::fs::create_dir_all(&tdir);
+    let hooks = format!("{}:joined:fault:{}", args.kill_rank, tdir.display());
+    let launch = job(args, mode, &tdir, None, Some(hooks));
+    let runner = std::thread::spawn(move || launcher::run(&launch));
+    let delay = t * rng.unit();
+    let kill_at = trial_kill(&tdir, args.kill_rank, delay, || runner.is_finished());
+    let _ = runner.join();
+    let outcome = std::fs::read_to_string(tdir.join("outcome")).unwrap_or_default();
+    let mut words = outcome.split_whitespace();
+    let (kind, when) = (
+        words.next().unwrap_or("hang"),
+        words.next().and_then(|w| w.parse::<f64>().ok()),
+    );
+    let log = (kind != "recovered")
+        .then(|| keep_log(&tdir, mode, trial))
+        .flatten();
+    let end = TrialEnd {
+        record: TrialRecord {
+            kill_delay_s: delay,
+            outcome: kind.to_string(),
+            log,
+        },
+        error: words.collect::<Vec<_>>().join(" "),
+        kill_at,
+        outcome_at: when,
+    };
+    let _ = std::fs::remove_dir_all(&tdir);
+    end
+}
+
+/// Prints one mode's figures.
+fn print_report(r: &FaultReport) {
+    println!(
+        "durability {:>5}: {} trials of {} on {} ranks (t = {:.1} ms): {} recovered ({} had completed before the kill), \
+         {} typed errors, {} wrong results, {} hangs; median kill → result {:.1} ms",
+        r.durability,
+        r.trials_run(),
+        human(r.size as f64),
+        r.np,
+        r.t_mean_s * 1e3,
+        r.recovered,
+        r.completed_before_kill,
+        r.typed_errors,
+        r.wrong_results,
+        r.hangs,
+        r.median_kill_to_result_s * 1e3
+    );
 }
 
 /// Keeps the ranks' output of a trial that was not recovered, for a look

@@ -162,43 +162,10 @@ pub fn rank_main(args: RankArgs) -> ExitCode {
     let mut figures = Vec::new();
     let mut code = 0;
     for &bytes in &args.sizes {
-        let data = vec![1.0f32; (bytes / 4).max(1)];
-        let mut times = Vec::new();
-        let mut last = None;
-        for rep in 0..args.warmup + args.reps {
-            // Built before the clock starts, like an MPI send buffer.
-            let value = match args.values {
-                Values::InPlace => Ok(InPlace::<Sum<f32>>::from_slice(&data)),
-                Values::Vec => Err(Sum(data.clone())),
-            };
-            if let Err(e) = rt.barrier() {
-                eprintln!("barrier: {e}");
-                return ExitCode::from(1);
-            }
-            let t = Instant::now();
-            let id = format!("bench-{bytes}-{rep}");
-            let res = match value {
-                Ok(v) => rt
-                    .reduce(v, Reduce::root(root).id(id))
-                    .and_then(|f| f.get())
-                    .map(|r| r.map(|v| v.to_vec())),
-                Err(v) => rt
-                    .reduce(v, Reduce::root(root).id(id))
-                    .and_then(|f| f.get())
-                    .map(|r| r.map(|v| v.0)),
-            };
-            let dt = t.elapsed().as_secs_f64();
-            match res {
-                Ok(r) => last = r,
-                Err(e) => {
-                    eprintln!("reduction failed: {e}");
-                    return ExitCode::from(1);
-                }
-            }
-            if rep >= args.warmup {
-                times.push(dt);
-            }
-        }
+        let (times, last) = match timed_reps(&rt, &args, bytes, root) {
+            Ok(done) => done,
+            Err(code) => return code,
+        };
         if let Some(v) = last {
             if v.iter().any(|&x| x != size as f32) {
                 eprintln!("WRONG RESULT for {bytes} bytes");
@@ -241,4 +208,52 @@ pub fn rank_main(args: RankArgs) -> ExitCode {
         eprintln!("shutdown: {e}");
     }
     ExitCode::from(code)
+}
+
+/// The warm-up and timed reductions of `bytes` per rank: this rank's time
+/// of each timed one, and the last result (at the root).
+fn timed_reps(
+    rt: &Runtime,
+    args: &RankArgs,
+    bytes: usize,
+    root: u32,
+) -> Result<(Vec<f64>, Option<Vec<f32>>), ExitCode> {
+    let data = vec![1.0f32; (bytes / 4).max(1)];
+    let mut times = Vec::new();
+    let mut last = None;
+    for rep in 0..args.warmup + args.reps {
+        // Built before the clock starts, like an MPI send buffer.
+        let value = match args.values {
+            Values::InPlace => Ok(InPlace::<Sum<f32>>::from_slice(&data)),
+            Values::Vec => Err(Sum(data.clone())),
+        };
+        if let Err(e) = rt.barrier() {
+            eprintln!("barrier: {e}");
+            return Err(ExitCode::from(1));
+        }
+        let t = Instant::now();
+        let id = format!("bench-{bytes}-{rep}");
+        let res = match value {
+            Ok(v) => rt
+                .reduce(v, Reduce::root(root).id(id))
+                .and_then(|f| f.get())
+                .map(|r| r.map(|v| v.to_vec())),
+            Err(v) => rt
+                .reduce(v, Reduce::root(root).id(id))
+                .and_then(|f| f.get())
+                .map(|r| r.map(|v| v.0)),
+        };
+        let dt = t.elapsed().as_secs_f64();
+        match res {
+            Ok(r) => last = r,
+            Err(e) => {
+                eprintln!("reduction failed: {e}");
+                return Err(ExitCode::from(1));
+            }
+        }
+        if rep >= args.warmup {
+            times.push(dt);
+        }
+    }
+    Ok((times, last))
 }

@@ -115,7 +115,9 @@ pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
             .stderr(Stdio::piped());
         if std::env::var_os("TASKFOLD_REPLICA_DIR").is_none() {
             // One node, one directory: a rank that dies leaves its disk
-            // copies where the survivors can read them (DESIGN.md §2).
+            // copies where the survivors can read them, so that the master
+            // can recover from a copy its owner never announced (see the
+            // book's Fault tolerance chapter).
             cmd.env("TASKFOLD_REPLICA_DIR", dir.join("replicas"));
         }
         for (k, v) in &launch.env {

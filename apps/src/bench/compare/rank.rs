@@ -12,7 +12,7 @@ use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use taskfold::{InPlace, Max, Reduce, ReduceError, Runtime, Sum};
+use taskfold::{InPlace, MasterStats, Max, Reduce, ReduceError, Runtime, Sum};
 use taskfold_benches::compare::{MasterLoad, Sample};
 use taskfold_benches::delay::{busy_spin, delay_fraction};
 
@@ -101,8 +101,8 @@ fn run_point(
         // next repetition's contributions beside the ranks still waiting
         // for theirs) and so that they are as recently touched as the MPI
         // driver's send buffer, which every repetition reads again (built
-        // hundreds of repetitions ahead, they were read from memory, not
-        // from the cache: 2 MiB took 3.3-3.8 ms instead of 2.9-3.2 ms).
+        // many repetitions ahead, they would be read from memory, where
+        // the MPI driver reads its buffer from the cache).
         rt.barrier()?;
         let values: Vec<InPlace<Sum<f32>>> = (0..k).map(|_| InPlace::from_slice(&data)).collect();
         rt.barrier()?;
@@ -111,15 +111,7 @@ fn run_point(
             wall = Instant::now();
         }
         let t0 = Instant::now();
-        match a.scenario.as_str() {
-            "slow" if rank == a.slow_rank => busy_spin(per_size(&a.delay_us, si)),
-            "stagger" => std::thread::sleep(per_size(&a.jitter_us, si).mul_f64(delay_fraction(
-                a.seed,
-                u64::from(rep),
-                u64::from(rank),
-            ))),
-            _ => {}
-        }
+        arrive(a, rank, si, rep);
         let stamp = mono_s();
         let futures = values
             .into_iter()
@@ -152,17 +144,37 @@ fn run_point(
     if rank == 0 {
         let seconds = wall.elapsed().as_secs_f64();
         if let (Some(b), Some(e)) = (before, rt.master_stats()) {
-            *master = Some(MasterLoad {
-                msgs_in: e.msgs_in - b.msgs_in,
-                msgs_out: e.msgs_out - b.msgs_out,
-                bytes_in: e.bytes_in - b.bytes_in,
-                bytes_out: e.bytes_out - b.bytes_out,
-                seconds,
-                reductions: e.reductions_completed - b.reductions_completed,
-            });
+            *master = Some(master_load(&b, &e, seconds));
         }
     }
     Ok((reps, wrong))
+}
+
+/// The scenario's delay before this rank contributes to repetition `rep`
+/// of size `si`: the slow rank busy-spins D; with staggered arrivals every
+/// rank sleeps its seeded share of J.
+fn arrive(a: &CompareRankArgs, rank: u32, si: usize, rep: u32) {
+    match a.scenario.as_str() {
+        "slow" if rank == a.slow_rank => busy_spin(per_size(&a.delay_us, si)),
+        "stagger" => std::thread::sleep(per_size(&a.jitter_us, si).mul_f64(delay_fraction(
+            a.seed,
+            u64::from(rep),
+            u64::from(rank),
+        ))),
+        _ => {}
+    }
+}
+
+/// The master's load between two of its counters' readings `seconds` apart.
+fn master_load(b: &MasterStats, e: &MasterStats, seconds: f64) -> MasterLoad {
+    MasterLoad {
+        msgs_in: e.msgs_in - b.msgs_in,
+        msgs_out: e.msgs_out - b.msgs_out,
+        bytes_in: e.bytes_in - b.bytes_in,
+        bytes_out: e.bytes_out - b.bytes_out,
+        seconds,
+        reductions: e.reductions_completed - b.reductions_completed,
+    }
 }
 
 fn gather(rt: &Runtime, v: Vec<f64>, id: String) -> Result<Option<Vec<f64>>, ReduceError> {
