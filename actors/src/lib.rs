@@ -23,8 +23,8 @@
 //!
 //! # Layout
 //!
-//! - [`runtime`]: [`Runtime`] (`from_env`, the builder, `reduce`, `barrier`,
-//!   shutdown).
+//! - [`runtime`]: [`Runtime`] (`from_env`, `reduce`, `barrier`, shutdown);
+//!   [`builder`]: [`Builder`], a runtime from explicit settings.
 //! - [`future`]: [`ReduceFuture`] (`get`, `is_done`, `wait_timeout`, `.await`).
 //! - [`options`]: [`Reduce`] (root, id, group, durability, completion).
 //! - [`mod@env`]: rank, size and master from `taskfold run`, `mpiexec`, `srun`.
@@ -38,8 +38,10 @@
 //!   board (released barriers, completed reductions) beside their own
 //!   answer.
 //! - [`hooks`]: test hooks that hold a rank at an exact point.
-//! - [`metrics`]: metric names. [`config`]: tunables.
+//! - [`metrics`]: metric names. [`config`]: tunables, and [`Settings`]
+//!   (every `TASKFOLD_*` variable, parsed once).
 
+pub mod builder;
 pub mod config;
 pub mod detector;
 pub mod env;
@@ -58,13 +60,14 @@ mod router;
 pub mod runtime;
 pub mod worker;
 
-pub use config::{Completion, Config, Durability};
+pub use builder::Builder;
+pub use config::{Completion, Config, Durability, Settings, SettingsError};
 pub use future::ReduceFuture;
 pub use local::LocalCluster;
 pub use master::{MasterStats, TaskRecord};
 pub use options::Reduce;
 pub use perf::LocalStats;
-pub use runtime::{Builder, Runtime};
+pub use runtime::Runtime;
 /// Folding a peer's data piece by piece as it arrives: what a reducer
 /// implements in [`ReducerBody::piecewise`] ([`pieces::Piecewise`],
 /// [`pieces::combine`]) to have its streamed gets folded while they arrive.
@@ -91,6 +94,9 @@ pub use rkyv;
 /// Why a runtime could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// A setting's value is refused (the error names the variable).
+    #[error(transparent)]
+    Settings(#[from] taskfold_core::settings::SettingsError),
     /// This process's rank or size is unknown or invalid.
     #[error("cannot tell this process's rank: {0}")]
     Identity(String),
