@@ -12,13 +12,10 @@ pub fn init_logging() {
         .try_init();
 }
 
-/// Starts the Prometheus exporter if `TASKFOLD_METRICS_ADDR` is set.
-pub fn init_metrics(rank: u32) {
-    let Ok(addr) = std::env::var("TASKFOLD_METRICS_ADDR") else {
-        return;
-    };
-    let Ok(mut addr) = addr.parse::<std::net::SocketAddr>() else {
-        eprintln!("TASKFOLD_METRICS_ADDR={addr:?} is not an address; metrics off");
+/// Starts the Prometheus exporter at `addr` (the settings'
+/// `TASKFOLD_METRICS_ADDR`) plus `rank` on the port, if there is one.
+pub fn init_metrics(rank: u32, addr: Option<std::net::SocketAddr>) {
+    let Some(mut addr) = addr else {
         return;
     };
     addr.set_port(addr.port().saturating_add(rank as u16));

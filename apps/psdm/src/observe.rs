@@ -13,15 +13,11 @@ pub fn init_logging() {
         .try_init();
 }
 
-/// If `TASKFOLD_METRICS_ADDR` is set (e.g. `127.0.0.1:9100`), serves
-/// Prometheus metrics there, on the port plus `rank` (so that ranks on one
-/// node do not collide).
-pub fn init_metrics(rank: u32) {
-    let Ok(addr) = std::env::var("TASKFOLD_METRICS_ADDR") else {
-        return;
-    };
-    let Ok(mut addr) = addr.parse::<std::net::SocketAddr>() else {
-        eprintln!("psdm: TASKFOLD_METRICS_ADDR={addr:?} is not an address; metrics off");
+/// If `addr` is given (the settings' `TASKFOLD_METRICS_ADDR`, e.g.
+/// `127.0.0.1:9100`), serves Prometheus metrics there, on the port plus
+/// `rank` (so that ranks on one node do not collide).
+pub fn init_metrics(rank: u32, addr: Option<std::net::SocketAddr>) {
+    let Some(mut addr) = addr else {
         return;
     };
     addr.set_port(addr.port().saturating_add(rank as u16));
