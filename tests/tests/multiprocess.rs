@@ -67,13 +67,15 @@ fn taskfold_run_8_ranks_28_concurrent_8mib() {
 
 /// Without the shared heap, same-node gets copy with `process_vm_readv`
 /// (or stream): the results are the same, and nothing is read in place.
+/// `off` turns the heap off as `0` does (the heap reads its switch with
+/// the settings' boolean parser).
 #[test]
 fn taskfold_run_4_ranks_without_the_shared_heap() {
     let mut cmd = launch(
         4,
         &["--size", "4194304", "--reductions", "8", "--root", "2"],
     );
-    cmd.env("TASKFOLD_SHARED_HEAP", "0");
+    cmd.env("TASKFOLD_SHARED_HEAP", "off");
     let out = run_bounded(cmd, LIMIT);
     assert_all_ok(&out, 4);
     assert_eq!(bytes_read_in_place(&out), 0, "{}", text(&out));

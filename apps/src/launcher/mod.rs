@@ -273,4 +273,44 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }
     }
+
+    #[test]
+    fn a_bad_setting_stops_the_job_before_any_rank_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("started");
+        let launch = Launch {
+            ranks: 2,
+            program: "sh".into(),
+            args: vec!["-c".into(), format!("touch {}", marker.display()).into()],
+            timeout: Some(Duration::from_secs(60)),
+            env: vec![("TASKFOLD_DURABILITY".into(), "sometimes".into())],
+            log: None,
+        };
+        let e = run(&launch).expect_err("refused");
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(
+            e.to_string()
+                .starts_with("TASKFOLD_DURABILITY=\"sometimes\""),
+            "{e}"
+        );
+        assert!(!marker.exists(), "a rank started");
+    }
+
+    #[test]
+    fn the_ranks_settings_are_this_environment_and_the_launchers() {
+        let launch = Launch {
+            ranks: 3,
+            program: "true".into(),
+            args: Vec::new(),
+            timeout: None,
+            env: vec![("TASKFOLD_REPLICA_DIR".into(), "/tmp/r".into())],
+            log: None,
+        };
+        let s = ranks_settings(&launch, "job", Path::new("/tmp/m.addr")).unwrap();
+        let id = s.launch.identity.expect("an identity");
+        assert_eq!((id.rank, id.size, id.launcher), (0, 3, "taskfold"));
+        assert_eq!(s.launch.master, None);
+        assert_eq!(s.launch.job.as_deref(), Some("job"));
+        assert_eq!(s.runtime.replica_dir.as_deref(), Some(Path::new("/tmp/r")));
+    }
 }

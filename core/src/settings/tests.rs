@@ -357,7 +357,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             },
             fi_provider: prov,
             fi_wait: if auto { FiWait::Auto } else { FiWait::Poll },
-            bind_host: ip.map(|b| std::net::IpAddr::from(b)),
+            bind_host: ip.map(std::net::IpAddr::from),
             tcp_threads: threads,
             tcp_loans: loans,
         });

@@ -100,7 +100,7 @@ pub fn parse_size(v: &str) -> Option<u64> {
 pub fn format_size(n: u64) -> String {
     for &(c, shift) in UNITS.iter().rev() {
         let unit = 1u64 << shift;
-        if n != 0 && n % unit == 0 {
+        if n != 0 && n.is_multiple_of(unit) {
             return format!("{}{}", n / unit, c as char);
         }
     }
