@@ -63,7 +63,7 @@ pub const REPLICAS_MAPPED: &str = "taskfold_replicas_mapped_total";
 /// or with synchronous durability a view it was offered).
 pub const ORIGINALS_IN_MEMORY: &str = "taskfold_originals_in_memory_total";
 /// Originals of dead ranks that the master offered to the buddy mapping
-/// them (standing copies, `Ready::standing`), holding their reductions
+/// them (standing copies, `Joining::standing`), holding their reductions
 /// until the buddy answered.
 pub const STANDING_COPIES_OFFERED: &str = "taskfold_standing_copies_offered_total";
 /// Views of a dead rank's originals (kept in its memory, so with a tag

@@ -8,8 +8,8 @@
 
 use crate::detector::{FailureDetector, PongIn};
 use crate::master::{
-    BarrierIn, ExitReport, FinalizeIn, GetStats, Master, MasterStats, RankDown, ReadyIn,
-    ReplicatedIn, TaskFailedIn,
+    BarrierIn, ExitReport, FinalizeIn, GetStats, JoinIn, Master, MasterStats, RankDown,
+    ReplicatedIn, TaskDoneIn, TaskFailedIn,
 };
 use crate::perf::{GetLocalStats, LocalStats, PerformanceCounter};
 use crate::replica::{OfferIn, PeerGone, ReplicaStore};
@@ -85,8 +85,15 @@ impl Router {
     fn route(&mut self, from: Rank, msg: Msg, wire: usize) {
         let from_master = from == Rank(0);
         match msg {
-            Msg::Ready(ready) => {
-                self.master_or_drop(from, |m| m.do_send(ReadyIn { from, ready, wire }))
+            Msg::Join(joining) => self.master_or_drop(from, |m| {
+                m.do_send(JoinIn {
+                    from,
+                    joining,
+                    wire,
+                })
+            }),
+            Msg::TaskDone(done) => {
+                self.master_or_drop(from, |m| m.do_send(TaskDoneIn { from, done, wire }))
             }
             Msg::TaskFailed(failed) => {
                 self.master_or_drop(from, |m| m.do_send(TaskFailedIn { from, failed, wire }))
@@ -129,7 +136,7 @@ impl Router {
                 wants_ack,
             } if owner == from.0 || from_master => self.store.do_send(OfferIn {
                 // From the master: on behalf of an owner that died with a
-                // standing copy here (`Ready::standing`).
+                // standing copy here (`Joining::standing`).
                 key,
                 owner: Rank(owner),
                 len,
@@ -153,9 +160,10 @@ impl Router {
             }),
             Msg::Task(t) if from_master => self.worker.do_send(TaskIn(t)),
             Msg::Release { key } if from_master => self.worker.do_send(ReleaseIn { key }),
-            Msg::Complete { key, error } if from_master => {
-                self.worker.do_send(CompleteIn { key, error })
-            }
+            Msg::Complete { key, error } if from_master => self.worker.do_send(CompleteIn {
+                key,
+                error: error.map(Into::into),
+            }),
             Msg::Board { pid, fd, ino, node } if from_master => {
                 if self.notices.get().is_some() {
                     return;
@@ -172,9 +180,10 @@ impl Router {
                 }
             }
             Msg::FinalizeAck if from_master => self.worker.do_send(FinalizeAckIn),
-            Msg::BarrierDone { seq, error } if from_master => {
-                self.worker.do_send(BarrierDoneIn { seq, error })
-            }
+            Msg::BarrierDone { seq, error } if from_master => self.worker.do_send(BarrierDoneIn {
+                seq,
+                error: error.map(Into::into),
+            }),
             Msg::RankFailed { rank } if from_master => {
                 tracing::warn!(rank = %self.rank, failed = rank, "the master declared a rank failed");
                 self.worker.do_send(RankFailedIn { rank: Rank(rank) });

@@ -1,9 +1,7 @@
 //! Typed errors seen by applications.
 
-use rkyv::{Archive, Deserialize, Serialize};
-
 /// Why a fold of two contributions failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Archive, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FoldError {
     /// The two sides have different shapes (e.g. array lengths).
     #[error("mismatched contributions: {mine} elements here, {theirs} from the peer")]
@@ -23,7 +21,7 @@ pub enum FoldError {
 
 /// How a reduction failed. Every participant of a failed reduction receives
 /// the same error.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Archive, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ReduceError {
     /// The options are invalid (bad id, root not in the group, …).
     #[error("invalid reduction options: {0}")]

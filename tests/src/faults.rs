@@ -277,7 +277,7 @@ pub fn place_1_killed_with_its_original_only_in_memory(job: &Job) {
 
 /// As [`place_1_killed_with_its_original_only_in_memory`], with the
 /// default (asynchronous) durability: the rank's join names a standing
-/// copy (`Ready::standing`: its buddy maps its heap, and is offered
+/// copy (`Joining::standing`: its buddy maps its heap, and is offered
 /// nothing), and the rank is killed once the join went. The master offers
 /// the original to the buddy on its behalf, and it is recovered from the
 /// buddy's view of it.

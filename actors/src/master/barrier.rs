@@ -47,7 +47,7 @@ impl Handler<BarrierIn> for Master {
                 m.from,
                 &Msg::BarrierDone {
                     seq: m.seq,
-                    error: Some(error),
+                    error: Some((&error).into()),
                 },
             );
             return;
@@ -109,7 +109,7 @@ impl Master {
             };
             let msg = Msg::BarrierDone {
                 seq,
-                error: Some(error),
+                error: Some((&error).into()),
             };
             // Whether or not they read the board: a failure is never
             // posted. (`send` skips the dead.)
@@ -159,7 +159,7 @@ mod tests {
             for e in t.events().try_iter() {
                 if let Event::Message { frame, .. } = e {
                     if let Msg::BarrierDone { seq, error } = wire::decode(&frame).unwrap() {
-                        out.push((r as u32, seq, error));
+                        out.push((r as u32, seq, error.map(Into::into)));
                     }
                 }
             }

@@ -5,204 +5,20 @@ use crate::master::state::has_copy;
 use crate::master::state::Reduction;
 use actix::prelude::*;
 use taskfold_core::schedule::Source;
-use taskfold_core::wire::{Join, Msg, Ready, TaskFailed, TaskFailure};
+use taskfold_core::wire::{Join, Msg, TaskFailed, TaskFailure};
 use taskfold_core::{Rank, ReduceError};
-
-/// A ready message from a rank (`wire` bytes long).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct ReadyIn {
-    pub(crate) from: Rank,
-    pub(crate) ready: Ready,
-    pub(crate) wire: usize,
-}
-
-impl Handler<ReadyIn> for Master {
-    type Result = ();
-
-    fn handle(&mut self, m: ReadyIn, _: &mut Context<Self>) {
-        self.count_in(m.wire);
-        let ReadyIn { from, ready, .. } = m;
-        if self.dead.contains(&from.0) {
-            tracing::debug!(%from, "ignoring a ready message from a fenced rank");
-            return;
-        }
-        if ready.rank != from.0 {
-            tracing::warn!(%from, claimed = ready.rank, "ready message names another rank; dropped");
-            return;
-        }
-        let key = ready.key;
-        if let Some(join) = &ready.join {
-            if let Some((error, pending)) = self.ended.get_mut(&key) {
-                // This reduction already failed; tell the late member.
-                let msg = Msg::Complete {
-                    key,
-                    error: Some(error.clone()),
-                };
-                pending.remove(&from.0);
-                if pending.is_empty() {
-                    self.ended.remove(&key);
-                }
-                if let Some(inf) = &mut self.infer {
-                    // Its disk write for this key preceded this announcement.
-                    inf.ends
-                        .late_announcement(key, from.0, std::time::SystemTime::now());
-                }
-                self.send(from, &msg);
-                return;
-            }
-            if !self.reductions.contains_key(&key) {
-                match Reduction::new(join, self.size) {
-                    Ok(mut r) => {
-                        for (owner, holder, ok) in
-                            self.early_replicas.remove(&key).unwrap_or_default()
-                        {
-                            if let Some(i) = r.group.index_of(Rank(owner)) {
-                                if ok {
-                                    r.replicas.insert(i, holder);
-                                } else {
-                                    r.refused.insert(i);
-                                }
-                            }
-                        }
-                        // Members already dead: recovered from their replicas
-                        // if they have one, else the reduction cannot complete.
-                        let dead_members: Vec<usize> = (0..r.group.len())
-                            .filter(|&i| self.dead.contains(&r.group.rank_at(i).0))
-                            .collect();
-                        if let (Some(dir), Some(i)) = (&join.disk, r.group.index_of(from)) {
-                            r.disks.insert(i, dir.clone());
-                        }
-                        if let Some(inf) = &self.infer {
-                            // Members that died before anyone joined may have
-                            // left their original on disk unannounced.
-                            let found = inf.infer(key, &mut r, &self.dead, &self.dead_at);
-                            self.stats.disk_copies_inferred += found.len() as u64;
-                        }
-                        let mut outcome = Ok(());
-                        for i in dead_members {
-                            let (dead, replicas, disks) = (&self.dead, &r.replicas, &r.disks);
-                            let res = r.schedule.fail(i, |k| has_copy(replicas, disks, dead, k));
-                            if res.is_err() {
-                                outcome = res.map_err(|u| r.lost(&u));
-                                break;
-                            }
-                        }
-                        self.reductions.insert(key, r);
-                        if let Err(error) = outcome {
-                            self.fail_and_tell(key, from, error);
-                            return;
-                        }
-                    }
-                    Err(detail) => {
-                        let error = ReduceError::InvalidOptions(detail);
-                        self.send(
-                            from,
-                            &Msg::Complete {
-                                key,
-                                error: Some(error),
-                            },
-                        );
-                        return;
-                    }
-                }
-            }
-        }
-        let Some(r) = self.reductions.get_mut(&key) else {
-            tracing::warn!(%from, key, "ready message for an unknown reduction; dropped");
-            return;
-        };
-        let Some(index) = r.group.index_of(from) else {
-            let error = ReduceError::InvalidOptions(format!("{from} is not a member of the group"));
-            self.send(
-                from,
-                &Msg::Complete {
-                    key,
-                    error: Some(error),
-                },
-            );
-            return;
-        };
-        if let Some(join) = &ready.join {
-            r.announced.insert(index);
-            // (The root never provides: its flag, if a peer sets it, is
-            // never read.)
-            if join.early {
-                r.early.insert(index);
-            }
-        }
-        // Each ready message names the sender's current data: a place it
-        // gave before belongs to data that was folded or released since.
-        match ready.direct.clone() {
-            Some(d) => r.directs.insert(index, d),
-            None => r.directs.remove(&index),
-        };
-        if let (Some(_), Some(holder)) = (&ready.join, ready.replica) {
-            r.replicas.insert(index, holder);
-        }
-        if let Some(dir) = ready.join.as_ref().and_then(|j| j.disk.clone()) {
-            r.disks.insert(index, dir);
-        }
-        if let (Some(_), Some(s)) = (&ready.join, &ready.standing) {
-            // A copy the master may have to ask for later, if the buddy is
-            // another live member (untrusted: anything else is no copy).
-            let member = r.group.index_of(Rank(s.buddy)).is_some() && s.buddy != from.0;
-            if member && !self.dead.contains(&s.buddy) {
-                r.standing.insert(index, s.clone());
-            }
-        }
-        let outcome = match (&ready.join, &ready.done) {
-            (Some(join), None) => admit_join(r, join, from, index).map(|()| None),
-            (None, Some(done)) => match r.schedule.task_done(done.task_id, index, &ready.path) {
-                Ok(provider) => {
-                    self.perf.record(from, done.nanos, done.bytes);
-                    // A provider of a single original keeps it until the
-                    // reduction ends anyway (recovery may ask for it; with
-                    // no copies it is the rank's only data, and its buffer
-                    // is in flight until then): a release frees nothing
-                    // early, and was one message in eight of a reduction.
-                    // Unless the provider's future waits for it
-                    // (`Completion::Contributed`). (`send` skips a dead
-                    // provider, whose original came from a copy.)
-                    let tell = provider.path.len() > 1 || r.early.contains(&provider.index);
-                    Ok(tell.then(|| r.group.rank_at(provider.index)))
-                }
-                Err(e) => Err(protocol(&r.id, from, e)),
-            },
-            _ => Err(ReduceError::InvalidOptions(format!(
-                "{from} sent a ready message that is neither a join nor a finished task"
-            ))),
-        };
-        match outcome {
-            Ok(release) => {
-                // The next task (or the completion) first: it is on the
-                // reduction's path, the release is not. A completion
-                // releases everything, so no release goes with it.
-                self.drive(key);
-                if let Some(provider) = release {
-                    if self.reductions.contains_key(&key) {
-                        self.send(provider, &Msg::Release { key });
-                    }
-                }
-            }
-            Err(error) => {
-                // A second join after the reduction failed: still answer it.
-                self.fail_and_tell(key, from, error);
-            }
-        }
-    }
-}
 
 impl Master {
     /// Ends reduction `key` with `error` and tells `to`, whose message
     /// showed it (a member that may not be told otherwise).
-    fn fail_and_tell(&mut self, key: u64, to: Rank, error: ReduceError) {
-        self.fail(key, error.clone());
+    pub(super) fn fail_and_tell(&mut self, key: u64, to: Rank, error: ReduceError) {
+        let failure = (&error).into();
+        self.fail(key, error);
         self.send(
             to,
             &Msg::Complete {
                 key,
-                error: Some(error),
+                error: Some(failure),
             },
         );
     }
@@ -237,7 +53,12 @@ impl Master {
 
 /// Counts `from`'s join at position `index` of `r`, unless it contradicts
 /// the joins before it or breaks the protocol.
-fn admit_join(r: &mut Reduction, join: &Join, from: Rank, index: usize) -> Result<(), ReduceError> {
+pub(super) fn admit_join(
+    r: &mut Reduction,
+    join: &Join,
+    from: Rank,
+    index: usize,
+) -> Result<(), ReduceError> {
     if let Some(detail) = r.mismatch(join, from) {
         return Err(ReduceError::Mismatched {
             id: r.id.clone(),
@@ -247,7 +68,7 @@ fn admit_join(r: &mut Reduction, join: &Join, from: Rank, index: usize) -> Resul
     r.schedule.join(index).map_err(|e| protocol(&r.id, from, e))
 }
 
-fn protocol(id: &str, from: Rank, e: impl std::fmt::Display) -> ReduceError {
+pub(super) fn protocol(id: &str, from: Rank, e: impl std::fmt::Display) -> ReduceError {
     ReduceError::Mismatched {
         id: id.to_string(),
         detail: format!("protocol violation by {from}: {e}"),
@@ -290,7 +111,10 @@ impl Master {
         let id = r.id.clone();
         let held = m.clone();
         let error = match m.failed.reason {
-            TaskFailure::Fold(error) => ReduceError::Fold { id, error },
+            TaskFailure::Fold(error) => ReduceError::Fold {
+                id,
+                error: error.into(),
+            },
             TaskFailure::Unknown => ReduceError::Mismatched {
                 id,
                 detail: format!("{} holds no data for this reduction", m.from),

@@ -12,6 +12,7 @@
 mod barrier;
 mod handlers;
 mod infer;
+mod join;
 mod state;
 mod stats;
 
@@ -29,9 +30,8 @@ use taskfold_core::wire::DataSource;
 use taskfold_core::{wire::Msg, Rank, ReduceError};
 
 pub(crate) use barrier::BarrierIn;
-pub(crate) use handlers::{
-    ExitReport, FinalizeIn, GetStats, RankDown, ReadyIn, ReplicatedIn, TaskFailedIn,
-};
+pub(crate) use handlers::{ExitReport, FinalizeIn, GetStats, RankDown, ReplicatedIn, TaskFailedIn};
+pub(crate) use join::{JoinIn, TaskDoneIn};
 
 /// Reductions that ended in an error while some members had not joined yet:
 /// they get the error when they join. Bounded so it cannot grow forever.
@@ -204,7 +204,7 @@ impl Master {
         metrics::counter!(crate::metrics::REDUCTIONS_FAILED).increment(1);
         let msg = Msg::Complete {
             key,
-            error: Some(error.clone()),
+            error: Some((&error).into()),
         };
         let mut pending = HashSet::new();
         for (i, &rank) in r.group.members().iter().enumerate() {
@@ -421,7 +421,7 @@ impl Master {
         self.check_finalize();
     }
 
-    /// Offers every standing copy of `rank`'s originals (`Ready::standing`)
+    /// Offers every standing copy of `rank`'s originals (`Joining::standing`)
     /// to the buddy that maps it, on behalf of `rank`, which was just
     /// declared failed, and holds those reductions until the buddy answers
     /// (at most [`VERDICT_WAIT`]).
@@ -526,7 +526,7 @@ impl Actor for Master {
 }
 
 /// How long the master waits for the answer of a dead rank's buddy about
-/// the standing copy of that rank's original (see `Ready::standing`). The
+/// the standing copy of that rank's original (see `Joining::standing`). The
 /// answer normally comes within a millisecond (the buddy maps the
 /// original where it lies); it does not come if the buddy is stopped
 /// without being declared failed, and then the original is taken as lost:
@@ -584,20 +584,19 @@ mod completion_tests {
 
 #[cfg(test)]
 pub(super) mod standing_tests {
-    //! Joins naming a standing copy (`Ready::standing`), the deaths that
+    //! Joins naming a standing copy (`Joining::standing`), the deaths that
     //! make the master ask the buddy for it, and the releases of consumed
     //! data, driven message by message over the serialising loopback.
     use super::*;
     use std::sync::Arc;
     use std::time::Duration;
-    use taskfold_core::wire::{self, Direct, Join, Ready, Standing, TaskFailed, TaskFailure};
-    use taskfold_core::RankSet;
+    use taskfold_core::wire::{self, Direct, Join, Joining, Standing, TaskFailed, TaskFailure};
     use taskfold_transports::loopback::{LoopbackHub, LoopbackTransport};
     use taskfold_transports::{Event, Transport};
 
     const KEY: u64 = 11;
 
-    fn join(rank: u32, buddy: Option<u32>) -> ReadyIn {
+    fn join(rank: u32, buddy: Option<u32>) -> JoinIn {
         join_as(rank, buddy, false)
     }
 
@@ -618,14 +617,13 @@ pub(super) mod standing_tests {
         }
     }
 
-    fn join_as(rank: u32, buddy: Option<u32>, early: bool) -> ReadyIn {
-        ReadyIn {
+    fn join_as(rank: u32, buddy: Option<u32>, early: bool) -> JoinIn {
+        JoinIn {
             from: Rank(rank),
-            ready: Ready {
+            joining: Joining {
                 key: KEY,
                 rank,
-                path: RankSet::single(rank as usize),
-                join: Some(Join {
+                join: Join {
                     id: "standing".into(),
                     group: vec![0, 1, 2, 3],
                     root: 1,
@@ -633,8 +631,7 @@ pub(super) mod standing_tests {
                     shape: None,
                     disk: None,
                     early,
-                }),
-                done: None,
+                },
                 replica: None,
                 standing: buddy.map(|b| standing(rank, b)),
                 direct: None,
@@ -674,23 +671,18 @@ pub(super) mod standing_tests {
 
     /// Rank `to` reports task `t` done.
     async fn report(m: &Addr<Master>, to: u32, t: &wire::Task) {
-        let done = Ready {
+        let done = wire::TaskDone {
             key: KEY,
             rank: to,
+            task_id: t.task_id,
             path: t.receiver_path.union(&t.provider_path),
-            join: None,
-            done: Some(wire::TaskDone {
-                task_id: t.task_id,
-                nanos: 1,
-                bytes: 1,
-            }),
-            replica: None,
-            standing: None,
+            nanos: 1,
+            bytes: 1,
             direct: None,
         };
-        m.send(ReadyIn {
+        m.send(TaskDoneIn {
             from: Rank(to),
-            ready: done,
+            done,
             wire: 0,
         })
         .await
@@ -988,7 +980,7 @@ pub(super) mod standing_tests {
                             && matches!(
                                 m,
                                 Msg::Complete {
-                                    error: Some(ReduceError::RanksLost { .. }),
+                                    error: Some(wire::Failure::RanksLost { .. }),
                                     ..
                                 }
                             )),
@@ -1031,7 +1023,7 @@ pub(super) mod standing_tests {
                 msgs.iter().any(|(_, m)| matches!(
                     m,
                     Msg::Complete {
-                        error: Some(ReduceError::RanksLost { .. }),
+                        error: Some(wire::Failure::RanksLost { .. }),
                         ..
                     }
                 )),
@@ -1055,7 +1047,7 @@ pub(super) mod standing_tests {
                         && matches!(
                             m,
                             Msg::Complete {
-                                error: Some(ReduceError::RanksLost { .. }),
+                                error: Some(wire::Failure::RanksLost { .. }),
                                 ..
                             }
                         )),

@@ -31,7 +31,7 @@ pub(crate) struct Reduction {
     /// in place (from its last ready message), forwarded in its tasks.
     pub(crate) directs: HashMap<usize, taskfold_core::wire::Direct>,
     /// Group position → the standing copy its join named
-    /// (`Ready::standing`): its buddy maps the original where it lies, and
+    /// (`Joining::standing`): its buddy maps the original where it lies, and
     /// is offered it on the member's behalf if the member dies (unless the
     /// buddy died first: the copy went with it).
     pub(crate) standing: HashMap<usize, Standing>,

@@ -21,7 +21,7 @@
 //!   dies. With synchronous durability the owner still offers it (the
 //!   buddy keeps a view, [`taskfold_transports::Transport::view`], and
 //!   answers). With asynchronous durability nothing is offered: the join
-//!   names the copy (`Ready::standing`), and only if the owner dies does
+//!   names the copy (`Joining::standing`), and only if the owner dies does
 //!   the master offer the original to this store on its behalf, before it
 //!   declares the owner failed. The owner's heap stays mapped here until
 //!   then, even after its link went down (`PeerGone`, `OwnerDied`).
@@ -72,7 +72,7 @@ pub struct ReplicaStore {
     /// This actor's address (to send itself `OwnerDied`).
     me: Option<Addr<ReplicaStore>>,
     /// Owners told that this rank maps their shared heap: their later
-    /// originals there are standing copies (`Ready::standing`), never
+    /// originals there are standing copies (`Joining::standing`), never
     /// offered unless they die, when the master offers them on their
     /// behalf. Their heap stays mapped after their link goes down until
     /// they are declared failed (`OwnerDied`).
@@ -176,7 +176,7 @@ impl Handler<OfferIn> for ReplicaStore {
             // owner dies; the owner keeps them unchanged meanwhile. Read
             // also if the owner died since it sent the offer, or if the
             // master makes the offer on behalf of a dead owner whose
-            // standing copy this is (`Ready::standing`): its heap stays
+            // standing copy this is (`Joining::standing`): its heap stays
             // mapped here until this rank has read every offer it sent
             // (`PeerGone`), and, for an owner with standing copies here,
             // until it is declared failed (`OwnerDied`).
@@ -291,7 +291,7 @@ impl ReplicaStore {
 
     /// Refuses a copy of `owner`'s original of `key`: tells the owner, and
     /// the master (which may hold the reduction until this buddy answers,
-    /// see `Ready::standing`).
+    /// see `Joining::standing`).
     fn refuse(&self, key: u64, owner: Rank, same_node: bool) {
         let _ = self.out.send(
             Rank(0),

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Instant;
 use taskfold_core::reducer::FoldInto;
 use taskfold_core::replica::{self, original_key, replica_key, HEADER_LEN};
-use taskfold_core::wire::{DataSource, Join, Msg, Ready, Task, TaskDone, TaskFailed, TaskFailure};
+use taskfold_core::wire::{
+    DataSource, Join, Joining, Msg, Task, TaskDone, TaskFailed, TaskFailure,
+};
 use taskfold_core::{FoldError, Group, Rank, RankSet, ReduceError, ReduceValue};
 use taskfold_transports::{BufferKey, Received, TransportError};
 
@@ -135,7 +137,14 @@ struct Prepared {
     key: u64,
     value: Box<dyn ReduceValue>,
     encoded: Option<Result<Bytes, FoldError>>,
-    done: Option<TaskDone>,
+    done: Option<Finished>,
+}
+
+/// A task this rank finished: its id and timing, for the master.
+struct Finished {
+    task_id: u64,
+    nanos: u64,
+    bytes: u64,
 }
 
 impl Worker {
@@ -143,7 +152,7 @@ impl Worker {
         &mut self,
         key: u64,
         value: Box<dyn ReduceValue>,
-        done: Option<TaskDone>,
+        done: Option<Finished>,
         ctx: &mut Context<Self>,
     ) {
         let is_root = self.locals.get(&key).is_some_and(|l| l.is_root);
@@ -276,12 +285,10 @@ impl Worker {
         // An original kept in memory, whose copy is the buddy's mapping of
         // this rank's heap.
         let standing = local.standing.take();
-        let ready = Msg::Ready(Ready {
+        let ready = Msg::Join(Joining {
             key,
             rank: rank.0,
-            path: local.path.clone(),
-            join: Some(local.join.clone()),
-            done: None,
+            join: local.join.clone(),
             replica: replica.map(|r| r.0),
             standing,
             direct: local.direct.take(),
@@ -392,14 +399,13 @@ impl Handler<Prepared> for Worker {
                 t.expose(BufferKey(key), b);
                 direct
             });
-            let ready = Msg::Ready(Ready {
+            let ready = Msg::TaskDone(TaskDone {
                 key,
                 rank: rank.0,
+                task_id: done.task_id,
                 path: local.path.clone(),
-                join: None,
-                done: Some(done),
-                replica: None,
-                standing: None,
+                nanos: done.nanos,
+                bytes: done.bytes,
                 direct,
             });
             let whole = local.is_root && local.path.is_full(local.group.len());
@@ -452,7 +458,7 @@ impl Handler<Prepared> for Worker {
             // abnormally here, see `fail_all`). No disk copy then (the copy
             // into the page cache was most of what durability cost on one
             // node), and with asynchronous durability no offer either: the
-            // join names the original's place (`Ready::standing`), and only
+            // join names the original's place (`Joining::standing`), and only
             // if this rank dies while the original is still needed does the
             // master offer it to the buddy on its behalf, holding the
             // reduction until the buddy answers. Until 2026-11-26 every
@@ -645,7 +651,7 @@ impl Handler<TaskIn> for Worker {
             let e = FoldError::Custom(
                 "the task's paths overlap: an original would be folded twice".into(),
             );
-            return self.fail_task(&task, TaskFailure::Fold(e));
+            return self.fail_task(&task, TaskFailure::Fold((&e).into()));
         }
         let holds = if task.restore {
             task.receiver_path == RankSet::single(local.index)
@@ -839,7 +845,7 @@ impl Worker {
             Some(Err(e)) => {
                 return self.fail_task(
                     &task,
-                    TaskFailure::Fold(FoldError::Corrupt(format!("own original: {e}"))),
+                    TaskFailure::Fold((&FoldError::Corrupt(format!("own original: {e}"))).into()),
                 );
             }
         }
@@ -1034,7 +1040,7 @@ impl Handler<Folded> for Worker {
                     self.out.transport().expose(BufferKey(key), b);
                 }
             }
-            return self.fail_task(&m.task, TaskFailure::Fold(error));
+            return self.fail_task(&m.task, TaskFailure::Fold((&error).into()));
         }
         local.path = local.path.union(&m.task.provider_path);
         let value = local.value.take().expect("just stored");
@@ -1043,7 +1049,7 @@ impl Handler<Folded> for Worker {
             nanos,
             bytes: m.bytes,
         });
-        let done = TaskDone {
+        let done = Finished {
             task_id: m.task.task_id,
             nanos,
             bytes: m.bytes,

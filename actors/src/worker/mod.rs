@@ -89,7 +89,7 @@ pub(crate) struct Local {
     /// No disk copy was attempted: the buddy, on this node, maps
     /// `original` where it lies (so there is no file to remove at the end).
     pub(crate) in_memory: bool,
-    /// The standing copy the join names (`Ready::standing`): asynchronous
+    /// The standing copy the join names (`Joining::standing`): asynchronous
     /// durability with the buddy on this node.
     pub(crate) standing: Option<taskfold_core::wire::Standing>,
     /// `original`'s place in the shared heap was offered to the buddy,
@@ -111,7 +111,7 @@ impl Local {
     /// Whether the join waits for the buddy's answer: with synchronous
     /// durability. (An original kept only in memory, whose buddy's view
     /// is its only copy that outlives this process, names that copy in
-    /// its join instead: see `Ready::standing`.)
+    /// its join instead: see `Joining::standing`.)
     pub(crate) fn waits_for_buddy(&self) -> bool {
         self.durability == Durability::Sync
     }

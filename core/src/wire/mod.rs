@@ -11,6 +11,9 @@
 #[allow(missing_docs)]
 mod msg;
 
+mod failure;
+
+pub use failure::{Failure, FoldFailure};
 pub use msg::*;
 
 use rkyv::rancor;
@@ -19,7 +22,7 @@ use rkyv::util::AlignedVec;
 /// First two bytes of every control frame.
 pub const MAGIC: [u8; 2] = *b"TF";
 /// Version of the control protocol; a peer speaking another is refused.
-pub const VERSION: u16 = 7;
+pub const VERSION: u16 = 8;
 /// Length of the envelope header.
 pub const HEADER_LEN: usize = 8;
 
@@ -76,11 +79,19 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let m = Msg::Ready(Ready {
+        let direct = |offset: u64, len: u64| Direct {
+            node: 5,
+            pid: 77,
+            fd: 3,
+            ino: 12,
+            heap_len: 1 << 30,
+            offset,
+            len,
+        };
+        let join = Msg::Join(Joining {
             key: 7,
             rank: 3,
-            path: RankSet::single(3),
-            join: Some(Join {
+            join: Join {
                 id: "image-7".into(),
                 group: vec![0, 1, 2, 3],
                 root: 1,
@@ -88,31 +99,24 @@ mod tests {
                 shape: Some(100),
                 disk: None,
                 early: true,
-            }),
-            done: None,
+            },
             replica: None,
             standing: Some(Standing {
                 buddy: 2,
                 crc: 0xdead_beef,
-                heap: Direct {
-                    node: 5,
-                    pid: 77,
-                    fd: 3,
-                    ino: 12,
-                    heap_len: 1 << 30,
-                    offset: 0,
-                    len: 4160,
-                },
+                heap: direct(0, 4160),
             }),
-            direct: Some(Direct {
-                node: 5,
-                pid: 77,
-                fd: 3,
-                ino: 12,
-                heap_len: 1 << 30,
-                offset: 65536,
-                len: 4096,
-            }),
+            direct: Some(direct(65536, 4096)),
+        });
+        assert_eq!(decode(&encode(&join)).unwrap(), join);
+        let m = Msg::TaskDone(TaskDone {
+            key: 7,
+            rank: 3,
+            task_id: 11,
+            path: RankSet::single(3).union(&RankSet::single(1)),
+            nanos: 1234,
+            bytes: 4096,
+            direct: None,
         });
         assert_eq!(decode(&encode(&m)).unwrap(), m);
     }
@@ -141,13 +145,15 @@ mod tests {
         // said whether the member completes early and barriers had their
         // own messages, before the master's notice board, before joins
         // named standing copies, before barriers said whether their rank
-        // reads the notice board).
+        // reads the notice board, before joins and finished tasks were
+        // messages of their own).
         assert_eq!(decode(b"TF\x01\0\0\0\0\0"), Err(WireError::Version(1)));
         assert_eq!(decode(b"TF\x02\0\0\0\0\0"), Err(WireError::Version(2)));
         assert_eq!(decode(b"TF\x03\0\0\0\0\0"), Err(WireError::Version(3)));
         assert_eq!(decode(b"TF\x04\0\0\0\0\0"), Err(WireError::Version(4)));
         assert_eq!(decode(b"TF\x05\0\0\0\0\0"), Err(WireError::Version(5)));
         assert_eq!(decode(b"TF\x06\0\0\0\0\0"), Err(WireError::Version(6)));
+        assert_eq!(decode(b"TF\x07\0\0\0\0\0"), Err(WireError::Version(7)));
         let mut f = encode(&Msg::Ping { seq: 1 });
         let n = f.len();
         f[n - 1] ^= 0xff;
@@ -155,7 +161,7 @@ mod tests {
         // Either refused or decoded to something else, never a panic.
         let _ = decode(&f);
         assert!(matches!(
-            decode(b"TF\x07\0\0\0\0\0\x01"),
+            decode(b"TF\x08\0\0\0\0\0\x01"),
             Err(WireError::Invalid(_))
         ));
     }

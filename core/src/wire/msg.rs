@@ -1,14 +1,18 @@
 //! The control messages.
 
-use crate::error::{FoldError, ReduceError};
+use super::failure::{Failure, FoldFailure};
 use crate::rankset::RankSet;
 use rkyv::{Archive, Deserialize, Serialize};
 
 /// Every control message of the protocol.
 #[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
 pub enum Msg {
-    /// Worker → master: `D_rank` with path `path` is ready (DESIGN.md §1).
-    Ready(Ready),
+    /// Worker → master: the sender's original of a reduction is ready
+    /// (its first message of that reduction).
+    Join(Joining),
+    /// Worker → master: the sender finished a task; its data now holds the
+    /// originals of `path`.
+    TaskDone(TaskDone),
     /// Master → worker: fetch the provider's data and fold it into yours.
     Task(Task),
     /// Worker → master: a task could not be carried out.
@@ -23,7 +27,7 @@ pub enum Msg {
         /// The reduction.
         key: u64,
         /// `None` on success (the root holds the result), else the error.
-        error: Option<ReduceError>,
+        error: Option<Failure>,
     },
     /// Master → every rank: `rank` was declared failed and is fenced.
     RankFailed {
@@ -57,12 +61,12 @@ pub enum Msg {
     },
     /// Master → every rank that reached barrier `seq`: every rank reached
     /// it (`error: None`), or a rank of the job was declared failed, which
-    /// no barrier can wait for (`ReduceError::RanksLost`).
+    /// no barrier can wait for ([`Failure::RanksLost`]).
     BarrierDone {
         /// The barrier's number.
         seq: u64,
         /// `None` once every rank reached it.
-        error: Option<ReduceError>,
+        error: Option<Failure>,
     },
     /// Master → every rank, once at start: where the master's notice
     /// board lies (`taskfold_transports::board`). A rank on the master's
@@ -81,7 +85,7 @@ pub enum Msg {
     },
     /// Owner → buddy: fetch my original of `key` and keep a copy. Also
     /// master → buddy, on behalf of an owner that died with a standing
-    /// copy ([`Ready::standing`]).
+    /// copy ([`Joining::standing`]).
     ReplicaOffer {
         /// The reduction.
         key: u64,
@@ -122,13 +126,13 @@ pub enum Msg {
         /// The buddy is on the owner's node (same node token) and maps the
         /// owner's shared heap: the owner's later originals in that heap
         /// need neither a disk copy nor an offer to outlive its process
-        /// (the buddy's mapping keeps them: [`Ready::standing`]).
+        /// (the buddy's mapping keeps them: [`Joining::standing`]).
         same_node: bool,
     },
     /// Buddy → master: `holder` keeps a copy of `owner`'s original (`ok`),
     /// or refused to (`!ok`: store full, or the original could not be
     /// read). A reduction held for the buddy's answer about a dead owner's
-    /// standing copy ([`Ready::standing`]) goes on once this arrives.
+    /// standing copy ([`Joining::standing`]) goes on once this arrives.
     Replicated {
         /// The reduction.
         key: u64,
@@ -148,39 +152,57 @@ pub enum Msg {
     },
 }
 
-/// A ready message `(rank, path)`.
+/// A rank's first message of a reduction: its original is ready, as the
+/// single-original path of its group position.
 #[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
-pub struct Ready {
+pub struct Joining {
     /// The reduction ([`crate::ReductionKey`]).
     pub key: u64,
     /// The sender (global rank).
     pub rank: u32,
-    /// Group positions whose originals are folded into the sender's data.
-    pub path: RankSet,
-    /// Present on a rank's first ready message of a reduction.
-    pub join: Option<Join>,
-    /// Present when this message ends a task.
-    pub done: Option<TaskDone>,
+    /// What the sender says about the reduction.
+    pub join: Join,
     /// With synchronous durability: the buddy that acknowledged a copy of
     /// the sender's original.
     pub replica: Option<u32>,
-    /// On a join: the sender's original lies in its shared heap, which
-    /// its buddy on the same node maps (it said so when it stored an
-    /// earlier original there): that mapping is the second copy, and no
-    /// offer goes to the buddy. If the sender dies while its original is
-    /// still needed, the master offers the original to that buddy on the
-    /// sender's behalf ([`Msg::ReplicaOffer`] from the master) and holds
-    /// the reduction until the buddy answers ([`Msg::Replicated`]).
+    /// The sender's original lies in its shared heap, which its buddy on
+    /// the same node maps (it said so when it stored an earlier original
+    /// there): that mapping is the second copy, and no offer goes to the
+    /// buddy. If the sender dies while its original is still needed, the
+    /// master offers the original to that buddy on the sender's behalf
+    /// ([`Msg::ReplicaOffer`] from the master) and holds the reduction until
+    /// the buddy answers ([`Msg::Replicated`]).
     pub standing: Option<Standing>,
     /// Where a receiver on the sender's node can read the sender's data in
     /// place, without asking the sender (see [`Direct`]).
     pub direct: Option<Direct>,
 }
 
+/// A finished task: the receiver's data now holds `path`.
+#[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
+pub struct TaskDone {
+    /// The reduction ([`crate::ReductionKey`]).
+    pub key: u64,
+    /// The sender, the task's receiver (global rank).
+    pub rank: u32,
+    /// The task's id.
+    pub task_id: u64,
+    /// Group positions whose originals are folded into the sender's data.
+    pub path: RankSet,
+    /// Wall time of fetch + fold, in nanoseconds (feeds the performance
+    /// counter).
+    pub nanos: u64,
+    /// Bytes fetched.
+    pub bytes: u64,
+    /// Where a receiver on the sender's node can read the sender's new
+    /// data in place (see [`Direct`]).
+    pub direct: Option<Direct>,
+}
+
 /// A copy of a rank's original that its buddy on the same node holds
 /// without being offered it: the buddy maps the rank's shared heap, where
 /// the original lies unchanged until the reduction ends (see
-/// [`Ready::standing`]). The fields are those of the offer the master makes
+/// [`Joining::standing`]). The fields are those of the offer the master makes
 /// on the rank's behalf if it dies.
 #[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct Standing {
@@ -244,17 +266,6 @@ pub struct Join {
     pub early: bool,
 }
 
-/// Timing of a finished task (feeds the performance counter).
-#[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
-pub struct TaskDone {
-    /// The task's id.
-    pub task_id: u64,
-    /// Wall time of fetch + fold, in nanoseconds.
-    pub nanos: u64,
-    /// Bytes fetched.
-    pub bytes: u64,
-}
-
 /// A task `(receiver, P_r, provider, P_p)`, sent to the receiver.
 #[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
 pub struct Task {
@@ -313,7 +324,7 @@ pub struct TaskFailed {
 #[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
 pub enum TaskFailure {
     /// The fold refused the data: the reduction cannot succeed.
-    Fold(FoldError),
+    Fold(FoldFailure),
     /// The provider could not be reached.
     Fetch {
         /// What the transport said.

@@ -1,0 +1,258 @@
+//! A member's join and its finished tasks: the two messages that feed a
+//! reduction's scheduler.
+
+use super::handlers::{admit_join, protocol};
+use super::state::{has_copy, Reduction};
+use super::Master;
+use actix::prelude::*;
+use taskfold_core::wire::{Join, Joining, Msg, TaskDone};
+use taskfold_core::{Rank, ReduceError};
+
+/// A rank's join of a reduction (`wire` bytes long).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct JoinIn {
+    pub(crate) from: Rank,
+    pub(crate) joining: Joining,
+    pub(crate) wire: usize,
+}
+
+/// A rank's finished task (`wire` bytes long).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct TaskDoneIn {
+    pub(crate) from: Rank,
+    pub(crate) done: TaskDone,
+    pub(crate) wire: usize,
+}
+
+impl Handler<JoinIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: JoinIn, _: &mut Context<Self>) {
+        self.count_in(m.wire);
+        let JoinIn { from, joining, .. } = m;
+        if !self.accepts(from, joining.rank) {
+            return;
+        }
+        let key = joining.key;
+        if self.answer_late_join(key, from) || !self.open_reduction(key, &joining.join, from) {
+            return;
+        }
+        let Some(index) = self.member_index(key, from) else {
+            return;
+        };
+        let dead_buddy = |b: u32| self.dead.contains(&b);
+        let r = self
+            .reductions
+            .get_mut(&key)
+            .expect("checked by member_index");
+        r.announced.insert(index);
+        // (The root never provides: its flag, if a peer sets it, is never
+        // read.)
+        if joining.join.early {
+            r.early.insert(index);
+        }
+        // Each message names the sender's current data.
+        match joining.direct {
+            Some(d) => r.directs.insert(index, d),
+            None => r.directs.remove(&index),
+        };
+        if let Some(holder) = joining.replica {
+            r.replicas.insert(index, holder);
+        }
+        if let Some(dir) = joining.join.disk.clone() {
+            r.disks.insert(index, dir);
+        }
+        if let Some(s) = joining.standing {
+            // A copy the master may have to ask for later, if the buddy is
+            // another live member (untrusted: anything else is no copy).
+            let member = r.group.index_of(Rank(s.buddy)).is_some() && s.buddy != from.0;
+            if member && !dead_buddy(s.buddy) {
+                r.standing.insert(index, s);
+            }
+        }
+        let outcome = admit_join(r, &joining.join, from, index).map(|()| None);
+        self.after_ready(key, from, outcome);
+    }
+}
+
+impl Handler<TaskDoneIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: TaskDoneIn, _: &mut Context<Self>) {
+        self.count_in(m.wire);
+        let TaskDoneIn { from, done, .. } = m;
+        if !self.accepts(from, done.rank) {
+            return;
+        }
+        let key = done.key;
+        let Some(index) = self.member_index(key, from) else {
+            return;
+        };
+        let r = self
+            .reductions
+            .get_mut(&key)
+            .expect("checked by member_index");
+        match done.direct {
+            Some(d) => r.directs.insert(index, d),
+            None => r.directs.remove(&index),
+        };
+        let outcome = match r.schedule.task_done(done.task_id, index, &done.path) {
+            Ok(provider) => {
+                self.perf.record(from, done.nanos, done.bytes);
+                // A provider of a single original keeps it until the
+                // reduction ends anyway (recovery may ask for it; with no
+                // copies it is the rank's only data, and its buffer is in
+                // flight until then): a release would free nothing early.
+                // Unless the provider's future waits for it
+                // (`Completion::Contributed`). (`send` skips a dead
+                // provider, whose original came from a copy.)
+                let tell = provider.path.len() > 1 || r.early.contains(&provider.index);
+                Ok(tell.then(|| r.group.rank_at(provider.index)))
+            }
+            Err(e) => Err(protocol(&r.id, from, e)),
+        };
+        self.after_ready(key, from, outcome);
+    }
+}
+
+impl Master {
+    /// Whether a message of `from` that names `claimed` as its sender is
+    /// read at all: not from a fenced rank, not in another's name.
+    fn accepts(&self, from: Rank, claimed: u32) -> bool {
+        if self.dead.contains(&from.0) {
+            tracing::debug!(%from, "ignoring a message from a fenced rank");
+            return false;
+        }
+        if claimed != from.0 {
+            tracing::warn!(%from, claimed, "message names another rank; dropped");
+            return false;
+        }
+        true
+    }
+
+    /// A join of a reduction that already failed: the late member is told
+    /// (true), as the failure's notice skipped it.
+    fn answer_late_join(&mut self, key: u64, from: Rank) -> bool {
+        let Some((error, pending)) = self.ended.get_mut(&key) else {
+            return false;
+        };
+        let msg = Msg::Complete {
+            key,
+            error: Some((&*error).into()),
+        };
+        pending.remove(&from.0);
+        if pending.is_empty() {
+            self.ended.remove(&key);
+        }
+        if let Some(inf) = &mut self.infer {
+            // Its disk write for this key preceded this announcement.
+            inf.ends
+                .late_announcement(key, from.0, std::time::SystemTime::now());
+        }
+        self.send(from, &msg);
+        true
+    }
+
+    /// Makes sure reduction `key` exists, opening it from `from`'s join if
+    /// this is the first; false if the join was refused or the reduction
+    /// could not start (`from` was told).
+    fn open_reduction(&mut self, key: u64, join: &Join, from: Rank) -> bool {
+        if self.reductions.contains_key(&key) {
+            return true;
+        }
+        let mut r = match Reduction::new(join, self.size) {
+            Ok(r) => r,
+            Err(detail) => {
+                let error = ReduceError::InvalidOptions(detail);
+                let msg = Msg::Complete {
+                    key,
+                    error: Some((&error).into()),
+                };
+                self.send(from, &msg);
+                return false;
+            }
+        };
+        for (owner, holder, ok) in self.early_replicas.remove(&key).unwrap_or_default() {
+            if let Some(i) = r.group.index_of(Rank(owner)) {
+                if ok {
+                    r.replicas.insert(i, holder);
+                } else {
+                    r.refused.insert(i);
+                }
+            }
+        }
+        if let (Some(dir), Some(i)) = (&join.disk, r.group.index_of(from)) {
+            r.disks.insert(i, dir.clone());
+        }
+        let outcome = self.admit_the_dead(key, &mut r);
+        self.reductions.insert(key, r);
+        match outcome {
+            Ok(()) => true,
+            Err(error) => {
+                self.fail_and_tell(key, from, error);
+                false
+            }
+        }
+    }
+
+    /// Members already dead when reduction `key` opens: recovered from
+    /// their copies if they have one, else the reduction cannot complete.
+    fn admit_the_dead(&mut self, key: u64, r: &mut Reduction) -> Result<(), ReduceError> {
+        let dead_members: Vec<usize> = (0..r.group.len())
+            .filter(|&i| self.dead.contains(&r.group.rank_at(i).0))
+            .collect();
+        if let Some(inf) = &self.infer {
+            // Members that died before anyone joined may have left their
+            // original on disk unannounced.
+            let found = inf.infer(key, r, &self.dead, &self.dead_at);
+            self.stats.disk_copies_inferred += found.len() as u64;
+        }
+        for i in dead_members {
+            let (dead, replicas, disks) = (&self.dead, &r.replicas, &r.disks);
+            r.schedule
+                .fail(i, |k| has_copy(replicas, disks, dead, k))
+                .map_err(|u| r.lost(&u))?;
+        }
+        Ok(())
+    }
+
+    /// `from`'s position in live reduction `key`; `None` (and `from` told,
+    /// if it is no member) if there is none.
+    fn member_index(&mut self, key: u64, from: Rank) -> Option<usize> {
+        let Some(r) = self.reductions.get(&key) else {
+            tracing::warn!(%from, key, "message for an unknown reduction; dropped");
+            return None;
+        };
+        if let Some(index) = r.group.index_of(from) {
+            return Some(index);
+        }
+        let error = ReduceError::InvalidOptions(format!("{from} is not a member of the group"));
+        let msg = Msg::Complete {
+            key,
+            error: Some((&error).into()),
+        };
+        self.send(from, &msg);
+        None
+    }
+
+    /// Goes on after a join or a finished task was counted: the next tasks
+    /// (or the completion) first, as they are on the reduction's path, then
+    /// the provider's release, if one is due (a completion releases
+    /// everything, so none goes with it).
+    fn after_ready(&mut self, key: u64, from: Rank, outcome: Result<Option<Rank>, ReduceError>) {
+        match outcome {
+            Ok(release) => {
+                self.drive(key);
+                if let Some(provider) = release {
+                    if self.reductions.contains_key(&key) {
+                        self.send(provider, &Msg::Release { key });
+                    }
+                }
+            }
+            // A second join after the reduction failed: still answer it.
+            Err(error) => self.fail_and_tell(key, from, error),
+        }
+    }
+}
