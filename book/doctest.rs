@@ -9,7 +9,7 @@
 //! One empty module per page, in the order of `src/SUMMARY.md`:
 //! [`introduction`], [`getting_started`], [`embedding`], [`reducer_body`],
 //! [`non_blocking`], [`fault_tolerance`], [`transports`], [`launching`],
-//! [`metrics`], [`benchmarks`], [`architecture`].
+//! [`configuration`], [`metrics`], [`benchmarks`], [`architecture`].
 
 #[doc = include_str!("src/introduction.md")]
 pub mod introduction {}
@@ -35,6 +35,9 @@ pub mod transports {}
 #[doc = include_str!("src/launching.md")]
 pub mod launching {}
 
+#[doc = include_str!("src/configuration.md")]
+pub mod configuration {}
+
 #[doc = include_str!("src/metrics.md")]
 pub mod metrics {}
 
@@ -57,7 +60,7 @@ mod tests {
             .filter_map(|l| l.split("](").nth(1))
             .filter_map(|rest| rest.split(')').next())
             .collect();
-        assert_eq!(pages.len(), 11, "{pages:?}");
+        assert_eq!(pages.len(), 12, "{pages:?}");
         for page in pages {
             let include = format!("include_str!(\"src/{page}\")");
             assert!(

@@ -1,4 +1,5 @@
-//! Finding this process's place in the job from its environment.
+//! Finding this process's place in the job from its settings' [`Launch`]
+//! part (parsed from the environment by `Settings::from_env`).
 //!
 //! | launcher | rank | size |
 //! | --- | --- | --- |
@@ -16,60 +17,24 @@
 use crate::StartError;
 use std::net::ToSocketAddrs;
 use taskfold_core::id::stable_hash;
+pub use taskfold_core::settings::{Identity, Launch};
 use taskfold_transports::tcp::MasterAddr;
 
-/// Rank and size of this process, and which launcher told us.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Identity {
-    /// This rank.
-    pub rank: u32,
-    /// Ranks in the job.
-    pub size: u32,
-    /// Which variables gave them (`"taskfold"`, `"mpich"`, `"openmpi"`, `"slurm"`).
-    pub launcher: &'static str,
+/// This process's rank and size, or an error saying how to launch it.
+pub fn identity(launch: &Launch) -> Result<Identity, StartError> {
+    launch.identity.ok_or_else(|| {
+        StartError::Identity(
+            "no rank in the environment: launch with `taskfold run`, `mpiexec`, `mpirun` or \
+             `srun`, or set TASKFOLD_RANK and TASKFOLD_SIZE"
+                .into(),
+        )
+    })
 }
 
-const SOURCES: [(&str, &str, &str); 4] = [
-    ("TASKFOLD_RANK", "TASKFOLD_SIZE", "taskfold"),
-    ("PMI_RANK", "PMI_SIZE", "mpich"),
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "openmpi"),
-    ("SLURM_PROCID", "SLURM_NTASKS", "slurm"),
-];
-
-/// Reads the identity with `get` (the environment, in practice).
-pub fn identity_with(get: impl Fn(&str) -> Option<String>) -> Result<Identity, StartError> {
-    for (rank_var, size_var, launcher) in SOURCES {
-        let (Some(rank), Some(size)) = (get(rank_var), get(size_var)) else {
-            continue;
-        };
-        let parse = |var: &str, v: &str| {
-            v.trim()
-                .parse::<u32>()
-                .map_err(|_| StartError::Identity(format!("{var}={v:?} is not a number")))
-        };
-        let rank = parse(rank_var, &rank)?;
-        let size = parse(size_var, &size)?;
-        if size == 0 || rank >= size {
-            return Err(StartError::Identity(format!(
-                "{rank_var}={rank} is not a rank of a job of {size_var}={size}"
-            )));
-        }
-        return Ok(Identity {
-            rank,
-            size,
-            launcher,
-        });
-    }
-    Err(StartError::Identity(
-        "no rank in the environment: launch with `taskfold run`, `mpiexec`, `mpirun` or `srun`, \
-         or set TASKFOLD_RANK and TASKFOLD_SIZE"
-            .into(),
-    ))
-}
-
-/// Reads the master's address and the job id with `get`.
-pub fn master_with(get: impl Fn(&str) -> Option<String>) -> Result<(MasterAddr, u64), StartError> {
-    let (addr, name) = if let Some(m) = get("TASKFOLD_MASTER") {
+/// The master's address (resolving `TASKFOLD_MASTER`'s host name) and the
+/// job's id.
+pub fn master(launch: &Launch) -> Result<(MasterAddr, u64), StartError> {
+    let addr = if let Some(m) = &launch.master {
         let addr = m
             .to_socket_addrs()
             .map_err(|e| StartError::Master(format!("TASKFOLD_MASTER={m:?}: {e}")))?
@@ -77,74 +42,54 @@ pub fn master_with(get: impl Fn(&str) -> Option<String>) -> Result<(MasterAddr, 
             .ok_or_else(|| {
                 StartError::Master(format!("TASKFOLD_MASTER={m:?} resolves to nothing"))
             })?;
-        (MasterAddr::Addr(addr), m)
-    } else if let Some(p) = get("TASKFOLD_RENDEZVOUS") {
-        (MasterAddr::Rendezvous(p.clone().into()), p)
+        MasterAddr::Addr(addr)
+    } else if let Some(p) = &launch.rendezvous {
+        MasterAddr::Rendezvous(p.clone())
     } else {
         return Err(StartError::Master(
             "set TASKFOLD_MASTER=host:port or TASKFOLD_RENDEZVOUS=/shared/path".into(),
         ));
     };
-    let job = stable_hash(&get("TASKFOLD_JOB").unwrap_or(name));
-    Ok((addr, job))
+    Ok((addr, job_id(launch)))
+}
+
+/// The job's id: the hash of its name ([`Launch::job_name`]; 0 without
+/// one).
+pub fn job_id(launch: &Launch) -> u64 {
+    launch.job_name().map_or(0, |name| stable_hash(&name))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use taskfold_core::settings::Settings;
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| m.get(k).cloned()
+    fn launch(pairs: &[(&str, &str)]) -> Launch {
+        Settings::from_pairs(pairs.iter().copied())
+            .expect("valid settings")
+            .launch
     }
 
     #[test]
-    fn every_launcher() {
-        let id = identity_with(env(&[("PMI_RANK", "2"), ("PMI_SIZE", "4")])).unwrap();
+    fn identities() {
+        let id = identity(&launch(&[("PMI_RANK", "2"), ("PMI_SIZE", "4")])).unwrap();
         assert_eq!((id.rank, id.size, id.launcher), (2, 4, "mpich"));
-        let id = identity_with(env(&[
-            ("OMPI_COMM_WORLD_RANK", "0"),
-            ("OMPI_COMM_WORLD_SIZE", "8"),
-        ]))
-        .unwrap();
-        assert_eq!(id.launcher, "openmpi");
-        let id = identity_with(env(&[("SLURM_PROCID", "3"), ("SLURM_NTASKS", "4")])).unwrap();
-        assert_eq!(id.launcher, "slurm");
-        let id = identity_with(env(&[
-            ("TASKFOLD_RANK", "1"),
-            ("TASKFOLD_SIZE", "2"),
-            ("PMI_RANK", "0"),
-            ("PMI_SIZE", "9"),
-        ]))
-        .unwrap();
-        assert_eq!((id.rank, id.launcher), (1, "taskfold"));
-    }
-
-    #[test]
-    fn bad_identities() {
-        assert!(identity_with(env(&[])).is_err());
-        assert!(identity_with(env(&[("PMI_RANK", "4"), ("PMI_SIZE", "4")])).is_err());
-        assert!(identity_with(env(&[("PMI_RANK", "x"), ("PMI_SIZE", "4")])).is_err());
-        assert!(identity_with(env(&[("PMI_RANK", "0"), ("PMI_SIZE", "0")])).is_err());
+        let e = identity(&launch(&[])).unwrap_err().to_string();
+        assert!(e.contains("taskfold run"), "{e}");
     }
 
     #[test]
     fn master_and_job() {
-        let (a, j1) = master_with(env(&[("TASKFOLD_MASTER", "127.0.0.1:7000")])).unwrap();
+        let (a, j1) = master(&launch(&[("TASKFOLD_MASTER", "127.0.0.1:7000")])).unwrap();
         assert!(matches!(a, MasterAddr::Addr(_)));
-        let (_, j2) = master_with(env(&[
+        let (_, j2) = master(&launch(&[
             ("TASKFOLD_MASTER", "127.0.0.1:7000"),
             ("TASKFOLD_JOB", "x"),
         ]))
         .unwrap();
         assert_ne!(j1, j2);
-        let (r, _) = master_with(env(&[("TASKFOLD_RENDEZVOUS", "/tmp/r")])).unwrap();
+        let (r, _) = master(&launch(&[("TASKFOLD_RENDEZVOUS", "/tmp/r")])).unwrap();
         assert!(matches!(r, MasterAddr::Rendezvous(_)));
-        assert!(master_with(env(&[])).is_err());
-        assert!(master_with(env(&[("TASKFOLD_MASTER", "not an address")])).is_err());
+        assert!(master(&launch(&[])).is_err());
     }
 }

@@ -23,8 +23,8 @@
 //!
 //! # Layout
 //!
-//! - [`runtime`]: [`Runtime`] (`from_env`, the builder, `reduce`, `barrier`,
-//!   shutdown).
+//! - [`runtime`]: [`Runtime`] (`from_env`, `reduce`, `barrier`, shutdown);
+//!   [`builder`]: [`Builder`], a runtime from explicit settings.
 //! - [`future`]: [`ReduceFuture`] (`get`, `is_done`, `wait_timeout`, `.await`).
 //! - [`options`]: [`Reduce`] (root, id, group, durability, completion).
 //! - [`mod@env`]: rank, size and master from `taskfold run`, `mpiexec`, `srun`.
@@ -40,9 +40,11 @@
 //! - `hooks`: test hooks that hold a rank at an exact point (public API
 //!   only with the cargo feature `test-hooks`, for integration tests).
 //! - [`metrics`]: metric names (and, with the cargo feature `prometheus`,
-//!   `metrics::serve_prometheus`). [`config`]: tunables.
+//!   `metrics::serve_prometheus`). [`config`]: tunables, and [`Settings`]
+//!   (every `TASKFOLD_*` variable, parsed once).
 //! - [`prelude`]: what an application that reduces needs, in one `use`.
 
+pub mod builder;
 pub mod config;
 pub mod detector;
 pub mod env;
@@ -67,13 +69,14 @@ mod router;
 pub mod runtime;
 pub mod worker;
 
-pub use config::{Completion, Config, Durability};
+pub use builder::Builder;
+pub use config::{Completion, Config, Durability, Settings, SettingsError};
 pub use future::ReduceFuture;
 pub use local::LocalCluster;
 pub use master::{MasterStats, TaskRecord};
 pub use options::Reduce;
 pub use perf::LocalStats;
-pub use runtime::{Builder, Runtime};
+pub use runtime::Runtime;
 /// Folding a peer's data piece by piece as it arrives: what a reducer
 /// implements in [`ReducerBody::piecewise`] ([`pieces::Piecewise`],
 /// [`pieces::combine`]) to have its streamed gets folded while they arrive.
@@ -110,6 +113,9 @@ pub mod prelude {
 /// Why a runtime could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// A setting's value is refused (the error names the variable).
+    #[error(transparent)]
+    Settings(#[from] taskfold_core::settings::SettingsError),
     /// This process's rank or size is unknown or invalid.
     #[error("cannot tell this process's rank: {0}")]
     Identity(String),

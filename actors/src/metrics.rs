@@ -196,19 +196,10 @@ pub(crate) fn record_buffer_pool() {
     metrics::counter!(BUFFER_POOL_PREFILLED).absolute(s.prefilled);
 }
 
-/// The environment variable that asks for a Prometheus endpoint:
-/// `TASKFOLD_METRICS_ADDR=127.0.0.1:9100` (each rank adds its rank to the
-/// port, so that ranks on one node do not collide).
-#[cfg(feature = "prometheus")]
-pub const METRICS_ADDR_VAR: &str = "TASKFOLD_METRICS_ADDR";
-
 /// Why the Prometheus endpoint could not be served.
 #[cfg(feature = "prometheus")]
 #[derive(Debug, thiserror::Error)]
 pub enum PrometheusError {
-    /// `TASKFOLD_METRICS_ADDR` is set but is not a socket address.
-    #[error("{METRICS_ADDR_VAR}={0:?} is not an address (e.g. 127.0.0.1:9100)")]
-    Address(String),
     /// The exporter could not listen there, or a recorder was already
     /// installed in this process.
     #[error("cannot serve metrics on {addr}: {source}")]
@@ -234,28 +225,31 @@ pub fn serve_prometheus(addr: std::net::SocketAddr) -> Result<(), PrometheusErro
         .map_err(|source| PrometheusError::Serve { addr, source })
 }
 
-/// [`serve_prometheus`] at the address in `TASKFOLD_METRICS_ADDR`, its port
-/// plus `rank`, if the variable is set: `Ok(Some(address served))`, or
-/// `Ok(None)` when it is not set.
+/// [`serve_prometheus`] for rank `rank` of a job: at `addr` (the settings'
+/// `TASKFOLD_METRICS_ADDR`, [`crate::Settings::metrics_addr`]) with the
+/// rank added to the port, so that the ranks of one node do not collide.
+/// `Ok(Some(address served))`, or `Ok(None)` without an address.
 ///
 /// ```no_run
-/// # let rank = 0;
-/// match taskfold::metrics::serve_prometheus_from_env(rank) {
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let settings = taskfold::Settings::from_env()?;
+/// let rank = 0;
+/// match taskfold::metrics::serve_prometheus_for_rank(settings.metrics_addr, rank) {
 ///     Ok(Some(addr)) => eprintln!("rank {rank}: metrics at http://{addr}/metrics"),
 ///     Ok(None) => {}
 ///     Err(e) => eprintln!("rank {rank}: {e}; metrics off"),
 /// }
+/// # Ok(())
+/// # }
 /// ```
 #[cfg(feature = "prometheus")]
-pub fn serve_prometheus_from_env(
+pub fn serve_prometheus_for_rank(
+    addr: Option<std::net::SocketAddr>,
     rank: u32,
 ) -> Result<Option<std::net::SocketAddr>, PrometheusError> {
-    let Ok(text) = std::env::var(METRICS_ADDR_VAR) else {
+    let Some(mut addr) = addr else {
         return Ok(None);
     };
-    let mut addr: std::net::SocketAddr = text
-        .parse()
-        .map_err(|_| PrometheusError::Address(text.clone()))?;
     addr.set_port(addr.port().saturating_add(rank as u16));
     serve_prometheus(addr)?;
     Ok(Some(addr))

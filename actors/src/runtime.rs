@@ -1,6 +1,9 @@
 //! [`Runtime`]: the handle an application holds; starts and stops the actors.
 
-use crate::config::Config;
+/// Builds a [`Runtime`] (also at the crate root, `taskfold::Builder`).
+pub use crate::builder::Builder;
+
+use crate::config::{Config, Settings};
 use crate::detector::FailureDetector;
 use crate::future::{ReduceFuture, Slot};
 use crate::master::{Master, MasterStats};
@@ -16,12 +19,9 @@ use actix::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use taskfold_core::id::stable_hash;
 use taskfold_core::reducer::type_tag;
 use taskfold_core::wire::Join;
 use taskfold_core::{Rank, ReduceError, ReduceValue, ReductionId, ReductionKey};
-use taskfold_transports::select;
-use taskfold_transports::tcp::{MasterAddr, TcpConfig};
 use taskfold_transports::Transport;
 
 /// One rank's taskfold runtime: its actors run on their own threads, and
@@ -41,109 +41,25 @@ pub struct Runtime {
     config: Config,
 }
 
-/// Builds a [`Runtime`] from explicit settings.
-#[derive(Default)]
-pub struct Builder {
-    config: Option<Config>,
-    transport: Option<Arc<dyn Transport>>,
-    rank: Option<u32>,
-    size: Option<u32>,
-    master: Option<MasterAddr>,
-    job: Option<u64>,
-}
-
-impl Builder {
-    /// Tunables (default: [`Config::from_env`]).
-    pub fn config(mut self, c: Config) -> Self {
-        self.config = Some(c);
-        self
-    }
-    /// Runs over an existing transport (rank and size come from it).
-    pub fn transport(mut self, t: Arc<dyn Transport>) -> Self {
-        self.transport = Some(t);
-        self
-    }
-    /// This process's rank (TCP).
-    pub fn rank(mut self, r: u32) -> Self {
-        self.rank = Some(r);
-        self
-    }
-    /// Ranks in the job (TCP).
-    pub fn size(mut self, n: u32) -> Self {
-        self.size = Some(n);
-        self
-    }
-    /// Where the master listens, or the rendezvous file (TCP).
-    pub fn master(mut self, m: MasterAddr) -> Self {
-        self.master = Some(m);
-        self
-    }
-    /// The job's id: ranks of other jobs are refused (TCP).
-    pub fn job(mut self, j: impl AsRef<str>) -> Self {
-        self.job = Some(stable_hash(j.as_ref()));
-        self
-    }
-
-    /// Starts the runtime. Over TCP this blocks until every rank registered
-    /// with the master (bounded by the transport's connect timeout).
-    pub fn build(self) -> Result<Runtime, StartError> {
-        // Before the bootstrap: no rank of this job can have written a
-        // replica file yet (the master's stale-file guard relies on it).
-        let epoch = std::time::SystemTime::now();
-        let config = self.config.unwrap_or_else(Config::from_env);
-        let transport = match self.transport {
-            Some(t) => t,
-            None => {
-                let (Some(rank), Some(size), Some(master)) = (self.rank, self.size, self.master)
-                else {
-                    return Err(StartError::Identity(
-                        "a TCP runtime needs rank, size and master (or use Runtime::from_env)"
-                            .into(),
-                    ));
-                };
-                if rank >= size {
-                    return Err(StartError::Identity(format!(
-                        "rank {rank} is not below size {size}"
-                    )));
-                }
-                let job = self.job.unwrap_or(0);
-                // TCP, or libfabric with TASKFOLD_TRANSPORT=libfabric.
-                select::from_env_config(tcp_config(rank, size, job, master))?
-            }
-        };
-        Runtime::start_at(transport, config, epoch)
-    }
-}
-
-/// The TCP transport of a runtime: run on the actors' own thread
-/// (`threads: 0`, unless `TASKFOLD_TCP_THREADS` says otherwise), so that an
-/// incoming frame wakes that one thread, not a transport thread that then
-/// wakes it. On 8 ranks over 2 cores that made quiet reductions 11-26 %
-/// faster (see the book's Transports chapter).
-fn tcp_config(rank: u32, size: u32, job: u64, master: MasterAddr) -> TcpConfig {
-    TcpConfig {
-        threads: 0,
-        ..TcpConfig::new(rank, size, job, master)
-    }
-}
-
 impl Runtime {
     /// A builder for explicit settings.
-    pub fn builder() -> Builder {
+    pub fn builder() -> crate::Builder {
         Builder::default()
     }
 
     /// Starts from the environment set by `taskfold run`, `mpiexec`,
-    /// `mpirun` or `srun` (see [`crate::env`]), over TCP.
+    /// `mpirun` or `srun` (see [`crate::env`]), over the transport the
+    /// settings choose (TCP by default): [`Settings::from_env`], then
+    /// [`Runtime::from_settings`]. A bad `TASKFOLD_*` value is an error
+    /// naming the variable.
     pub fn from_env() -> Result<Runtime, StartError> {
-        // Before the bootstrap, as in `Builder::build`.
-        let epoch = std::time::SystemTime::now();
-        let get = |k: &str| std::env::var(k).ok();
-        let id = crate::env::identity_with(get)?;
-        let (master, job) = crate::env::master_with(get)?;
-        // TCP, or libfabric with TASKFOLD_TRANSPORT=libfabric.
-        let t = select::from_env_config(tcp_config(id.rank, id.size, job, master))?;
-        Runtime::start_at(t, Config::from_env(), epoch)
+        Runtime::builder().build()
+    }
+
+    /// Starts from `settings` (its launch part gives rank, size and
+    /// master); the environment is not read.
+    pub fn from_settings(settings: Settings) -> Result<Runtime, StartError> {
+        Runtime::builder().settings(settings).build()
     }
 
     /// Starts the actors of this rank over `transport`.
@@ -154,7 +70,7 @@ impl Runtime {
     /// [`Runtime::start`], knowing that no rank of the job could write a
     /// replica file before `epoch` (rank 0's master uses it to tell a
     /// dead rank's disk copy from a stale file of an earlier job).
-    fn start_at(
+    pub(crate) fn start_at(
         transport: Arc<dyn Transport>,
         config: Config,
         epoch: std::time::SystemTime,

@@ -130,14 +130,20 @@ impl Tally {
 
 /// One rank of the demo.
 pub fn rank_main(args: DemoArgs) -> ExitCode {
-    let rt = match Runtime::from_env() {
-        Ok(rt) => rt,
+    let started = taskfold::Settings::from_env()
+        .map_err(taskfold::StartError::from)
+        .and_then(|s| {
+            let metrics = s.metrics_addr;
+            Runtime::from_settings(s).map(|rt| (rt, metrics))
+        });
+    let (rt, metrics) = match started {
+        Ok(started) => started,
         Err(e) => {
             eprintln!("demo rank: {e}");
             return ExitCode::from(3);
         }
     };
-    crate::observe::init_metrics(rt.rank());
+    crate::observe::init_metrics(rt.rank(), metrics);
     let rank = rt.rank();
     let n = (args.size / 4).max(1);
     let started = Instant::now();

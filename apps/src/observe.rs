@@ -12,10 +12,12 @@ pub fn init_logging() {
         .try_init();
 }
 
-/// Serves Prometheus metrics if `TASKFOLD_METRICS_ADDR` is set (see
-/// [`taskfold::metrics::serve_prometheus_from_env`]).
-pub fn init_metrics(rank: u32) {
-    match taskfold::metrics::serve_prometheus_from_env(rank) {
+/// If `addr` is given (the settings' `TASKFOLD_METRICS_ADDR`, e.g.
+/// `127.0.0.1:9100`), serves Prometheus metrics there, on the port plus
+/// `rank` (so that ranks on one node do not collide), through taskfold's
+/// exporter ([`taskfold::metrics::serve_prometheus_for_rank`]).
+pub fn init_metrics(rank: u32, addr: Option<std::net::SocketAddr>) {
+    match taskfold::metrics::serve_prometheus_for_rank(addr, rank) {
         Ok(Some(addr)) => eprintln!("rank {rank}: metrics at http://{addr}/metrics"),
         Ok(None) => {}
         Err(e) => eprintln!("rank {rank}: {e}; metrics off"),

@@ -1,9 +1,11 @@
 //! Pure logic of taskfold: everything that can be decided without I/O.
 //!
 //! taskfold splits every reduction into pairwise tasks that a master hands out
-//! as contributions become ready (see `DESIGN.md` §1). This crate holds the
-//! pieces of that algorithm that are plain data and plain functions, so that
-//! they can be unit- and property-tested without sockets, threads or actors.
+//! as contributions become ready (see the book's Architecture chapter). This
+//! crate holds the pieces of that algorithm that are plain data and plain
+//! functions, so that they can be unit- and property-tested without sockets,
+//! threads or actors. One function reads the process (its environment):
+//! [`settings::Settings::from_env`], the one place every setting comes from.
 //!
 //! # Layout
 //!
@@ -24,6 +26,8 @@
 //! - [`replica`]: replica buffers (checksummed), their keys, buddy placement.
 //! - [`perf`]: per-rank task timings behind the "faster rank" rule.
 //! - [`pool`]: recycled large buffers (serialised values, receive buffers).
+//! - [`settings`]: every setting of a process ([`settings::Settings`]),
+//!   parsed from `TASKFOLD_*` variables by one pure parser.
 //! - [`error`]: typed errors shared by every layer.
 
 pub mod archived;
@@ -41,6 +45,7 @@ pub mod rankset;
 pub mod reducer;
 pub mod replica;
 pub mod schedule;
+pub mod settings;
 pub mod wire;
 
 pub use builtin::{Max, Min, Prod, Sum};

@@ -10,7 +10,7 @@
 //!
 //! Only buffers of at least [`MIN_POOLED`] bytes are kept. The pool holds at
 //! most [`limit`] bytes (default [`DEFAULT_LIMIT`], changed with
-//! [`set_limit`]; `TASKFOLD_POOL_MIB` in the runtime's environment), oldest
+//! [`set_limit`]; the runtime sets it from `TASKFOLD_BUFFER_POOL`), oldest
 //! buffer dropped first. A request takes the smallest free buffer that fits
 //! and is at most twice its size, so that a small request never pins a huge
 //! block.

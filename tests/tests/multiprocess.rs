@@ -67,21 +67,23 @@ fn taskfold_run_8_ranks_28_concurrent_8mib() {
 
 /// Without the shared heap, same-node gets copy with `process_vm_readv`
 /// (or stream): the results are the same, and nothing is read in place.
+/// `off` turns the heap off as `0` does (the heap reads its switch with
+/// the settings' boolean parser).
 #[test]
 fn taskfold_run_4_ranks_without_the_shared_heap() {
     let mut cmd = launch(
         4,
         &["--size", "4194304", "--reductions", "8", "--root", "2"],
     );
-    cmd.env("TASKFOLD_SHARED_HEAP", "0");
+    cmd.env("TASKFOLD_SHARED_HEAP", "off");
     let out = run_bounded(cmd, LIMIT);
     assert_all_ok(&out, 4);
     assert_eq!(bytes_read_in_place(&out), 0, "{}", text(&out));
 }
 
 /// The TCP transport on one thread (`TASKFOLD_TCP_THREADS=1`) gives the
-/// same results; a thread count that is not one is refused at start with
-/// an error naming the variable, by every rank.
+/// same results; a thread count that is not one is refused by the launcher
+/// before any rank starts, with an error naming the variable.
 #[test]
 fn one_transport_thread_works_and_a_bad_count_is_a_clear_error() {
     let mut cmd = launch(
@@ -94,13 +96,70 @@ fn one_transport_thread_works_and_a_bad_count_is_a_clear_error() {
     cmd.env("TASKFOLD_TCP_THREADS", "zero");
     let out = run_bounded(cmd, LIMIT);
     let t = text(&out);
-    assert!(!out.status.success(), "{t}");
-    assert_eq!(
-        t.matches("cannot start").count(),
-        2,
-        "every rank says why it cannot start:\n{t}"
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("taskfold run: TASKFOLD_TCP_THREADS=\"zero\": expected"),
+        "{t}"
     );
-    assert!(t.contains("TASKFOLD_TCP_THREADS=\"zero\""), "{t}");
+    assert!(
+        !t.contains("[0]") && !t.contains("[1]"),
+        "a rank started:\n{t}"
+    );
+}
+
+/// A rank started without the launcher (as by `mpiexec`) with a bad value
+/// stops at once, naming the variable: a number that is not one, and a
+/// boolean that is not one (the shared heap's switch, which the heap
+/// itself reads before `main`, with the same parser). `taskfold run`
+/// refuses the same values before starting any rank.
+#[test]
+fn a_bad_setting_stops_a_rank_naming_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, value) in [
+        ("TASKFOLD_PING_MS", "abc"),
+        ("TASKFOLD_SHARED_HEAP", "maybe"),
+    ] {
+        let mut cmd = Command::new(tf_check());
+        cmd.args(["--reductions", "1", "--root", "0"])
+            .env("TASKFOLD_RANK", "0")
+            .env("TASKFOLD_SIZE", "1")
+            .env("TASKFOLD_RENDEZVOUS", dir.path().join("master.addr"))
+            .env(name, value);
+        let out = run_bounded(cmd, LIMIT);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(3), "{name}={value}: {t}");
+        let quoted = format!("tf_check: cannot start: {name}=\"{value}\": expected");
+        assert!(t.contains(&quoted), "{t}");
+        let mut cmd = launch(1, &["--reductions", "1", "--root", "0"]);
+        cmd.env(name, value);
+        let out = run_bounded(cmd, LIMIT);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}={value}: {t}");
+        assert!(
+            t.contains(&format!("taskfold run: {name}=\"{value}\"")),
+            "{t}"
+        );
+    }
+    assert!(
+        !dir.path().join("master.addr").exists(),
+        "a rank started a master"
+    );
+}
+
+/// A misspelt variable is not refused, but every rank warns about it.
+#[test]
+fn an_unknown_variable_is_warned_about() {
+    let mut cmd = launch(2, &["--size", "4096", "--reductions", "1", "--root", "0"]);
+    cmd.env("TASKFOLD_PING_MZ", "100").env("RUST_LOG", "warn");
+    let out = run_bounded(cmd, LIMIT);
+    assert_all_ok(&out, 2);
+    let t = text(&out);
+    assert_eq!(
+        t.matches("TASKFOLD_PING_MZ is set but is no taskfold setting")
+            .count(),
+        2,
+        "{t}"
+    );
 }
 
 /// Gets streamed over the sockets, as between nodes (no shared heap, no

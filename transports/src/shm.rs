@@ -27,7 +27,7 @@
 //! static HEAP: taskfold_transports::shm::SharedHeap = taskfold_transports::shm::SharedHeap;
 //! ```
 //!
-//! Without it (or with `TASKFOLD_SHARED_HEAP=0`, or if the kernel refuses
+//! Without it (or with `TASKFOLD_SHARED_HEAP=off`, or if the kernel refuses
 //! the `memfd`), every block comes from the system allocator and same-node
 //! gets copy as before.
 //!
@@ -45,6 +45,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::os::fd::AsRawFd;
 use std::sync::{Mutex, OnceLock};
+use taskfold_core::settings::{shared_heap_enabled, SHARED_HEAP_VAR};
 
 /// Smallest block served from the shared heap (the buffer pool's threshold).
 pub const MIN_SHARED: usize = 1 << 20;
@@ -116,20 +117,26 @@ fn round_up(n: usize) -> usize {
     n.div_ceil(GRANULE) * GRANULE
 }
 
-/// Whether the environment turns the heap off (`TASKFOLD_SHARED_HEAP=0`).
-/// Read with `getenv`: `std::env` would allocate inside the allocator.
+/// Whether the environment turns the heap off (`TASKFOLD_SHARED_HEAP`).
+///
+/// The one read of the environment outside
+/// `taskfold_core::settings::Settings::from_env`: the heap decides on its
+/// first large allocation, which may come before `main`, and it cannot
+/// wait for the runtime's settings. It reads the value with `getenv`
+/// (`std::env` would allocate inside the allocator) and parses it with
+/// the settings' own boolean parser ([`shared_heap_enabled`], which never
+/// allocates), so `off`, `0`, `false` and `no` all turn it off. A value
+/// that is not a boolean turns it off too; the runtime's settings refuse
+/// that value, so no runtime starts with it.
 fn disabled_by_env() -> bool {
     // SAFETY: the name is a NUL-terminated literal; `getenv` returns null
     // or a NUL-terminated string that stays valid while the environment is
     // not modified, and it is read here at once.
-    unsafe {
-        let v = libc::getenv(c"TASKFOLD_SHARED_HEAP".as_ptr());
-        if v.is_null() {
-            return false;
-        }
-        let first = *v.cast::<u8>();
-        matches!(first, b'0' | b'n' | b'N' | b'f' | b'F') || first == 0
-    }
+    let value = unsafe {
+        let v = libc::getenv(SHARED_HEAP_VAR.as_ptr());
+        (!v.is_null()).then(|| std::ffi::CStr::from_ptr(v).to_bytes())
+    };
+    !shared_heap_enabled(value)
 }
 
 /// Creates the heap, or `None` if it is turned off or the kernel refuses.

@@ -7,13 +7,12 @@ use crate::job::Job;
 use crate::rank::{run_rank, Outcome, Timing};
 use std::process::ExitCode;
 use std::time::Duration;
-use taskfold::{LocalCluster, Runtime};
+use taskfold::{LocalCluster, Runtime, Settings};
 
 /// Reports batch progress at the root: `@taskfold-progress` lines under
-/// `taskfold run` (drawn as a progress bar), plain lines at every quarter
-/// otherwise (mpiexec, srun, `--local`).
-pub fn progress_reporter() -> impl FnMut(usize, usize) {
-    let launcher = std::env::var_os("TASKFOLD_RANK").is_some();
+/// `taskfold run` (`launcher`: drawn as a progress bar), plain lines at
+/// every quarter otherwise (mpiexec, srun, `--local`).
+pub fn progress_reporter(launcher: bool) -> impl FnMut(usize, usize) {
     let mut last_quarter = 0;
     move |done, total| {
         if launcher {
@@ -156,9 +155,19 @@ pub fn reflectivity(job: &Job) -> Image {
     img
 }
 
-/// Runs one rank of a job started by `taskfold run`, `mpiexec` or `srun`.
-pub fn run_launched(job: &Job) -> ExitCode {
-    let rt = match Runtime::from_env() {
+/// Whether `taskfold run` started this process (it draws progress lines).
+fn under_taskfold_run(settings: &Settings) -> bool {
+    settings
+        .launch
+        .identity
+        .is_some_and(|id| id.launcher == "taskfold")
+}
+
+/// Runs one rank of a job started by `taskfold run`, `mpiexec` or `srun`,
+/// with the settings of the environment.
+pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
+    let (metrics, launcher) = (settings.metrics_addr, under_taskfold_run(&settings));
+    let rt = match Runtime::from_settings(settings) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("psdm: {e}");
@@ -166,11 +175,11 @@ pub fn run_launched(job: &Job) -> ExitCode {
         }
     };
     let (rank, size) = (rt.rank(), rt.size());
-    crate::observe::init_metrics(rank);
+    crate::observe::init_metrics(rank, metrics);
     if rank == crate::rank::ROOT {
         println!("{}", describe(job, size));
     }
-    let mut progress = progress_reporter();
+    let mut progress = progress_reporter(launcher);
     let code = match run_rank(&rt, job, &mut progress) {
         Ok(outcome) => {
             println!("{}", rank_line(rank, &outcome.timing));
@@ -193,8 +202,9 @@ pub fn run_launched(job: &Job) -> ExitCode {
     code
 }
 
-/// Runs `n` ranks in this process (threads over the serialising loopback).
-pub fn run_local(n: u32, job: &Job) -> ExitCode {
+/// Runs `n` ranks in this process (threads over the serialising loopback;
+/// of `settings`, only the metrics address and the launcher apply).
+pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
     let cluster = match LocalCluster::new(n) {
         Ok(c) => c,
         Err(e) => {
@@ -203,7 +213,8 @@ pub fn run_local(n: u32, job: &Job) -> ExitCode {
         }
     };
     // One process, one metrics endpoint for all its ranks.
-    crate::observe::init_metrics(0);
+    crate::observe::init_metrics(0, settings.metrics_addr);
+    let launcher = under_taskfold_run(settings);
     println!("{}", describe(job, n));
     let results: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = cluster
@@ -211,7 +222,7 @@ pub fn run_local(n: u32, job: &Job) -> ExitCode {
             .iter()
             .map(|rt| {
                 s.spawn(move || {
-                    let mut progress = progress_reporter();
+                    let mut progress = progress_reporter(launcher);
                     let mut quiet = |_: usize, _: usize| {};
                     let p: &mut dyn FnMut(usize, usize) = if rt.rank() == crate::rank::ROOT {
                         &mut progress

@@ -33,8 +33,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Every TASKFOLD_* variable, parsed once.
+    let settings = match taskfold::Settings::from_env() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("psdm: cannot start: {e}");
+            return ExitCode::from(3);
+        }
+    };
     match cli.local {
-        Some(n) => app::run_local(n, &job),
-        None => app::run_launched(&job),
+        Some(n) => app::run_local(n, &job, &settings),
+        None => app::run_launched(&job, settings),
     }
 }

@@ -365,14 +365,17 @@ fn recv_from(t: &dyn Transport, peer: Rank) -> Result<Bytes, String> {
 }
 
 fn rank_main(args: &TransportArgs, out: &Path) -> Result<(), String> {
-    let get = |k: &str| std::env::var(k).ok();
-    let id = taskfold::env::identity_with(get).map_err(|e| e.to_string())?;
-    let (master, job) = taskfold::env::master_with(get).map_err(|e| e.to_string())?;
+    let settings = taskfold::Settings::from_env().map_err(|e| e.to_string())?;
+    let id = taskfold::env::identity(&settings.launch).map_err(|e| e.to_string())?;
+    let (master, job) = taskfold::env::master(&settings.launch).map_err(|e| e.to_string())?;
     if id.size != 2 {
         return Err(format!("needs 2 ranks, not {}", id.size));
     }
-    let t = select::from_env_config(TcpConfig::new(id.rank, id.size, job, master))
-        .map_err(|e| e.to_string())?;
+    let t = select::start(
+        &settings.transport,
+        TcpConfig::new(id.rank, id.size, job, master),
+    )
+    .map_err(|e| e.to_string())?;
     let r = if id.rank == 0 {
         pinger(&*t, args).and_then(|p| {
             std::fs::write(out, serde_json::to_vec(&p).unwrap_or_default())

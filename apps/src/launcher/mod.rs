@@ -5,8 +5,10 @@
 //! `TASKFOLD_RENDEZVOUS` (a file in a fresh per-job directory where rank 0
 //! writes the master's address) and, unless set already,
 //! `TASKFOLD_REPLICA_DIR` (in the same directory, so that the survivors can
-//! read a dead rank's disk copies; removed with the job). Output lines are prefixed with `[rank]`.
-//! When a rank exits, the launcher tells the master at once (before any
+//! read a dead rank's disk copies; removed with the job). Output lines are
+//! prefixed with `[rank]`. The ranks' settings are parsed before any rank
+//! starts (see `taskfold::Settings`): a bad `TASKFOLD_*` value stops the
+//! job with one error naming it. When a rank exits, the launcher tells the master at once (before any
 //! timeout could notice), so reductions that need that rank end without
 //! waiting. The launcher exits non-zero if any rank failed.
 //!
@@ -16,13 +18,13 @@
 mod output;
 mod progress;
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use taskfold::MasterAddr;
+use taskfold::{MasterAddr, Settings};
 use taskfold_core::id::stable_hash;
 
 /// How to launch.
@@ -76,6 +78,28 @@ impl RankExit {
     }
 }
 
+/// The settings of the ranks about to start (rank 0's: this environment
+/// with the launcher's variables and `launch.env` on top), checked before
+/// any rank starts: a bad value stops the job here, named once, instead
+/// of in every rank.
+fn ranks_settings(launch: &Launch, job: &str, rendezvous: &Path) -> std::io::Result<Settings> {
+    let size = launch.ranks.to_string();
+    let ours = [
+        ("TASKFOLD_RANK", OsStr::new("0")),
+        ("TASKFOLD_SIZE", OsStr::new(&size)),
+        ("TASKFOLD_JOB", OsStr::new(job)),
+        ("TASKFOLD_RENDEZVOUS", rendezvous.as_os_str()),
+        // Removed from the ranks' environment: blank is unset.
+        ("TASKFOLD_MASTER", OsStr::new("")),
+    ];
+    let extra = launch
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), OsStr::new(v.as_str())));
+    Settings::from_env_with(ours.into_iter().chain(extra))
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+}
+
 /// Runs a job to its end; returns every rank's exit.
 pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
     if launch.ranks == 0 {
@@ -93,6 +117,13 @@ pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
     std::fs::create_dir_all(&dir)?;
     let rendezvous = dir.join("master.addr");
     let job = format!("run-{nonce}");
+    let settings = match ranks_settings(launch, &job, &rendezvous) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
     let progress = Arc::new(progress::Progress::new());
     let log = match &launch.log {
         Some(path) => Some(Arc::new(std::sync::Mutex::new(std::fs::File::create(
@@ -113,7 +144,7 @@ pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        if std::env::var_os("TASKFOLD_REPLICA_DIR").is_none() {
+        if settings.runtime.replica_dir.is_none() {
             // One node, one directory: a rank that dies leaves its disk
             // copies where the survivors can read them, so that the master
             // can recover from a copy its owner never announced (see the
@@ -242,5 +273,45 @@ mod tests {
         for line in ["[0] out-0", "[0] err-0", "[1] out-1", "[1] err-1"] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }
+    }
+
+    #[test]
+    fn a_bad_setting_stops_the_job_before_any_rank_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("started");
+        let launch = Launch {
+            ranks: 2,
+            program: "sh".into(),
+            args: vec!["-c".into(), format!("touch {}", marker.display()).into()],
+            timeout: Some(Duration::from_secs(60)),
+            env: vec![("TASKFOLD_DURABILITY".into(), "sometimes".into())],
+            log: None,
+        };
+        let e = run(&launch).expect_err("refused");
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(
+            e.to_string()
+                .starts_with("TASKFOLD_DURABILITY=\"sometimes\""),
+            "{e}"
+        );
+        assert!(!marker.exists(), "a rank started");
+    }
+
+    #[test]
+    fn the_ranks_settings_are_this_environment_and_the_launchers() {
+        let launch = Launch {
+            ranks: 3,
+            program: "true".into(),
+            args: Vec::new(),
+            timeout: None,
+            env: vec![("TASKFOLD_REPLICA_DIR".into(), "/tmp/r".into())],
+            log: None,
+        };
+        let s = ranks_settings(&launch, "job", Path::new("/tmp/m.addr")).unwrap();
+        let id = s.launch.identity.expect("an identity");
+        assert_eq!((id.rank, id.size, id.launcher), (0, 3, "taskfold"));
+        assert_eq!(s.launch.master, None);
+        assert_eq!(s.launch.job.as_deref(), Some("job"));
+        assert_eq!(s.runtime.replica_dir.as_deref(), Some(Path::new("/tmp/r")));
     }
 }

@@ -16,7 +16,7 @@
 //! mean the same process). If the kernel refuses the read (ptrace policy,
 //! e.g. Yama's `ptrace_scope`, or a seccomp filter), the requester falls
 //! back to the streamed get for that request and stops asking for loans.
-//! `TASKFOLD_TCP_CMA=0` turns loans off.
+//! [`super::TcpConfig::loans`] (`TASKFOLD_TCP_CMA=off`) turns loans off.
 
 use crate::RecvBuf;
 use std::os::unix::fs::MetadataExt;
@@ -40,14 +40,6 @@ fn read_node_token() -> u64 {
     };
     let h = taskfold_core::id::stable_hash(&format!("{}/{}:{}", boot.trim(), ns.dev(), ns.ino()));
     h | 1
-}
-
-/// Whether loans are enabled by the environment (`TASKFOLD_TCP_CMA`).
-pub fn enabled_by_env() -> bool {
-    !matches!(
-        std::env::var("TASKFOLD_TCP_CMA").as_deref(),
-        Ok("0" | "off" | "false" | "no")
-    )
 }
 
 /// Why a loan could not be read.

@@ -129,7 +129,8 @@ pub struct TcpConfig {
     /// to connect to a peer. Default 30 s.
     pub connect_timeout: Duration,
     /// Serve and ask for same-node loans (one `process_vm_readv` copy
-    /// instead of a TCP stream). Default: on unless `TASKFOLD_TCP_CMA=0`.
+    /// instead of a TCP stream). Default: on (`TASKFOLD_TCP_CMA=off` turns
+    /// it off in a runtime's transport, see [`crate::select`]).
     pub loans: bool,
     /// Threads of the transport's runtime (default 2,
     /// `TASKFOLD_TCP_THREADS`). On a node with more ranks than cores, one
@@ -159,7 +160,7 @@ impl TcpConfig {
             max_frame: 64 << 20,
             chunk: 1 << 20,
             connect_timeout: Duration::from_secs(30),
-            loans: cma::enabled_by_env(),
+            loans: true,
             threads: 2,
         }
     }

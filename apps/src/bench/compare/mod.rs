@@ -31,6 +31,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use taskfold_benches::mpi::{self, Mpi};
 use taskfold_benches::report::Report;
+use taskfold_core::settings::Named;
 
 /// Options of `bench compare`.
 #[derive(Args, Debug, Clone)]
@@ -136,6 +137,8 @@ pub fn main(a: CompareArgs) -> ExitCode {
 }
 
 fn compare(a: &CompareArgs) -> Result<Report, String> {
+    // The ranks inherit this environment: what it sets is what they run.
+    let settings = taskfold::Settings::from_env().map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let (mpis, missing) = build_mpis(a);
@@ -151,7 +154,7 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
         report: Report {
             invocation: std::env::args().collect::<Vec<_>>().join(" "),
             missing,
-            notes: notes(a, cores),
+            notes: notes(a, &settings, cores),
             ..Report::default()
         },
         step: 0,
@@ -198,13 +201,13 @@ fn check_sides(a: &CompareArgs) -> Result<(), String> {
 }
 
 /// The report's notes on how the run was made.
-fn notes(a: &CompareArgs, cores: usize) -> Vec<String> {
+fn notes(a: &CompareArgs, settings: &taskfold::Settings, cores: usize) -> Vec<String> {
     vec![
         format!("{cores} cores; root 1; f32 sum; {} timed repetitions after {} warm-up ({} for scenario e)", a.reps, a.warmup, a.reps_concurrent),
         format!(
             "taskfold: `taskfold` is the default durability (async: a disk copy and a buddy copy of every contribution, or, with the buddy on the same node, the original kept in memory where the buddy maps it); `taskfold (durability off)` makes no copies, like MPI; contributions are `InPlace<Sum<f32>>` arrays filled before the clock starts, like MPI's send buffers (each repetition's right before it, between two barriers, so that no rank copies data while another rank's clock runs); transport {}{}",
-            std::env::var("TASKFOLD_TRANSPORT").unwrap_or_else(|_| "tcp".into()),
-            same_node_gets()
+            settings.transport.kind.name(),
+            same_node_gets(settings)
         ),
         "taskfold's futures of ranks other than the root complete once the root holds the result (the default completion), or, on the sides named `completion contributed`, once their data was folded in, as MPI_Reduce returns on a rank other than the root once its send buffer is free".into(),
         "D and J are Open MPI's quiet median at the same p and size (else MPICH's, else taskfold's)".into(),
@@ -217,14 +220,11 @@ fn notes(a: &CompareArgs, cores: usize) -> Vec<String> {
 }
 
 /// How same-node gets move data in the ranks this harness starts (its own
-/// binary: the shared heap is installed unless the environment turns it off).
-fn same_node_gets() -> &'static str {
-    let off = |var: &str| {
-        std::env::var(var).is_ok_and(|v| matches!(v.as_str(), "0" | "off" | "false" | "no"))
-    };
-    if off("TASKFOLD_TCP_CMA") {
+/// binary: the shared heap is installed unless the settings turn it off).
+fn same_node_gets(settings: &taskfold::Settings) -> &'static str {
+    if !settings.transport.tcp_loans {
         " (same-node loans off)"
-    } else if off("TASKFOLD_SHARED_HEAP") {
+    } else if !settings.shared_heap {
         " (same-node gets by cross-memory attach)"
     } else {
         " (same-node gets read in place from the owner's shared heap)"

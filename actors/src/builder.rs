@@ -1,0 +1,182 @@
+//! [`Builder`]: a [`Runtime`] from explicit settings, the environment's, or
+//! the environment's with some of them changed.
+
+use crate::config::{Config, Durability, Settings};
+use crate::runtime::Runtime;
+use crate::StartError;
+use std::net::IpAddr;
+use std::sync::Arc;
+use taskfold_core::id::stable_hash;
+use taskfold_core::settings::TransportSettings;
+use taskfold_transports::select;
+use taskfold_transports::tcp::{MasterAddr, TcpConfig};
+use taskfold_transports::Transport;
+
+/// A change to the settings, applied in order at [`Builder::build`].
+type Edit = Box<dyn FnOnce(&mut Settings) + Send>;
+
+/// Builds a [`Runtime`] from explicit settings.
+///
+/// Without [`Builder::settings`], it starts from the environment's
+/// ([`Settings::from_env`]; a bad value is an error of [`Builder::build`]);
+/// the other setters change what they name on top of either. Rank, size
+/// and master not given are the settings' (the launcher's variables).
+#[derive(Default)]
+pub struct Builder {
+    settings: Option<Settings>,
+    edits: Vec<Edit>,
+    transport: Option<Arc<dyn Transport>>,
+    rank: Option<u32>,
+    size: Option<u32>,
+    master: Option<MasterAddr>,
+    job: Option<u64>,
+}
+
+impl Builder {
+    /// Every setting (the environment is not read).
+    pub fn settings(mut self, s: Settings) -> Self {
+        self.settings = Some(s);
+        self
+    }
+    /// Changes the settings with `f` (after [`Builder::settings`] or the
+    /// environment's, and after the setters called before it).
+    pub fn edit(mut self, f: impl FnOnce(&mut Settings) + Send + 'static) -> Self {
+        self.edits.push(Box::new(f));
+        self
+    }
+    /// The runtime's tunables.
+    pub fn config(self, c: Config) -> Self {
+        self.edit(move |s| s.runtime = c)
+    }
+    /// The default durability of reductions ([`Config::durability`]).
+    pub fn durability(self, d: Durability) -> Self {
+        self.edit(move |s| s.runtime.durability = d)
+    }
+    /// Threads that fold ([`Config::fold_threads`]).
+    pub fn fold_threads(self, n: usize) -> Self {
+        self.edit(move |s| s.runtime.fold_threads = n)
+    }
+    /// Which transport, and how it runs (unless [`Builder::transport`]
+    /// gives one).
+    pub fn transport_settings(self, t: TransportSettings) -> Self {
+        self.edit(move |s| s.transport = t)
+    }
+    /// Threads of the TCP transport's own ([`TransportSettings::tcp_threads`]).
+    pub fn tcp_threads(self, n: usize) -> Self {
+        self.edit(move |s| s.transport.tcp_threads = Some(n))
+    }
+    /// The address this rank listens on and is reached at
+    /// ([`TransportSettings::bind_host`]).
+    pub fn bind_host(self, ip: IpAddr) -> Self {
+        self.edit(move |s| s.transport.bind_host = Some(ip))
+    }
+    /// Runs over an existing transport (rank and size come from it).
+    pub fn transport(mut self, t: Arc<dyn Transport>) -> Self {
+        self.transport = Some(t);
+        self
+    }
+    /// This process's rank (TCP).
+    pub fn rank(mut self, r: u32) -> Self {
+        self.rank = Some(r);
+        self
+    }
+    /// Ranks in the job (TCP).
+    pub fn size(mut self, n: u32) -> Self {
+        self.size = Some(n);
+        self
+    }
+    /// Where the master listens, or the rendezvous file (TCP).
+    pub fn master(mut self, m: MasterAddr) -> Self {
+        self.master = Some(m);
+        self
+    }
+    /// The job's id: ranks of other jobs are refused (TCP).
+    pub fn job(mut self, j: impl AsRef<str>) -> Self {
+        self.job = Some(stable_hash(j.as_ref()));
+        self
+    }
+
+    /// Starts the runtime. Over TCP this blocks until every rank registered
+    /// with the master (bounded by the transport's connect timeout).
+    pub fn build(self) -> Result<Runtime, StartError> {
+        // Before the bootstrap: no rank of this job can have written a
+        // replica file yet (the master's stale-file guard relies on it).
+        let epoch = std::time::SystemTime::now();
+        let mut settings = match self.settings {
+            Some(s) => s,
+            None => Settings::from_env()?,
+        };
+        for edit in self.edits {
+            edit(&mut settings);
+        }
+        for name in &settings.unknown {
+            tracing::warn!("{name} is set but is no taskfold setting (a typo?); ignored");
+        }
+        let transport = match self.transport {
+            Some(t) => t,
+            None => {
+                let place = Place {
+                    rank: self.rank,
+                    size: self.size,
+                    master: self.master,
+                    job: self.job,
+                };
+                place.start_transport(&settings)?
+            }
+        };
+        Runtime::start_at(transport, settings.runtime, epoch)
+    }
+}
+
+/// Rank, size, master and job given to the builder (the settings' where
+/// not).
+struct Place {
+    rank: Option<u32>,
+    size: Option<u32>,
+    master: Option<MasterAddr>,
+    job: Option<u64>,
+}
+
+impl Place {
+    /// Starts the transport the settings choose (TCP, or libfabric with
+    /// `TASKFOLD_TRANSPORT=libfabric`).
+    fn start_transport(self, settings: &Settings) -> Result<Arc<dyn Transport>, StartError> {
+        let launch = &settings.launch;
+        let (rank, size) = match (self.rank, self.size) {
+            (Some(r), Some(s)) => (r, s),
+            (r, s) => {
+                let id = crate::env::identity(launch)?;
+                (r.unwrap_or(id.rank), s.unwrap_or(id.size))
+            }
+        };
+        if rank >= size {
+            return Err(StartError::Identity(format!(
+                "rank {rank} is not below size {size}"
+            )));
+        }
+        let (master, job) = match self.master {
+            Some(m) => {
+                let named = launch.job.as_deref().map(stable_hash);
+                (m, self.job.or(named).unwrap_or(0))
+            }
+            None => {
+                let (m, j) = crate::env::master(launch)?;
+                (m, self.job.unwrap_or(j))
+            }
+        };
+        let tcp = tcp_config(rank, size, job, master);
+        Ok(select::start(&settings.transport, tcp)?)
+    }
+}
+
+/// The TCP transport of a runtime: run on the actors' own thread
+/// (`threads: 0`, unless `TASKFOLD_TCP_THREADS` says otherwise), so that an
+/// incoming frame wakes that one thread, not a transport thread that then
+/// wakes it: quiet reductions of many ranks on few cores get faster (see
+/// the book's Transports chapter).
+fn tcp_config(rank: u32, size: u32, job: u64, master: MasterAddr) -> TcpConfig {
+    TcpConfig {
+        threads: 0,
+        ..TcpConfig::new(rank, size, job, master)
+    }
+}

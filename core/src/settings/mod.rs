@@ -1,0 +1,286 @@
+//! Every setting of a taskfold process, in one typed value: [`Settings`].
+//!
+//! The `TASKFOLD_*` environment variables (and the rank and size that
+//! `mpiexec`, `mpirun` and `srun` set) are parsed here, once, by a pure
+//! function of `(name, value)` pairs ([`Settings::from_pairs`]); the
+//! process environment is read in one place only, [`Settings::from_env`].
+//! The runtime, its transports, the launcher and the applications take the
+//! parsed values from there.
+//!
+//! - Booleans accept `1`/`0`, `true`/`false`, `on`/`off`, `yes`/`no` in any
+//!   case; durations are whole milliseconds; sizes are bytes with an
+//!   optional binary unit (`512K`, `4M`, `1G`); choices are named (`sync`,
+//!   `libfabric`, ...), in any case. A value that is empty or only
+//!   whitespace counts as unset.
+//! - A bad value is a [`SettingsError`] naming the variable, the value (its
+//!   first 64 characters) and what was expected: the process does not start.
+//! - A `TASKFOLD_*` variable that no setting reads is not refused (it may
+//!   belong to a newer or older version) but listed in
+//!   [`Settings::unknown`], and the runtime warns about each (a typo
+//!   protection).
+//!
+//! One setting is read before `main` may run: the shared heap, a global
+//! allocator, decides on its first large allocation whether it is on
+//! ([`shared_heap_enabled`], with the same boolean parser, without
+//! allocating). [`Settings::shared_heap`] is the same variable parsed here,
+//! so that a bad value still stops the start.
+//!
+//! The book's Configuration chapter lists every variable with its type and
+//! default.
+
+pub mod config;
+pub mod hooks;
+pub mod launch;
+pub mod values;
+mod vars;
+
+#[cfg(test)]
+mod tests;
+
+pub use config::{Completion, Config, Durability};
+pub use launch::{Identity, Launch};
+pub use values::{parse_bool, Named};
+pub use vars::{variables, Variable, OTHER_KNOWN};
+
+use std::collections::BTreeMap;
+use std::ffi::{CStr, OsStr, OsString};
+use std::net::{IpAddr, SocketAddr};
+
+/// Every setting of a taskfold process (see the [module documentation](self)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Rank, size, master and job.
+    pub launch: Launch,
+    /// The runtime's tunables: durability, failure detection, replicas,
+    /// buffer pool, notice board, test hooks.
+    pub runtime: Config,
+    /// Which transport, and how it runs.
+    pub transport: TransportSettings,
+    /// Where Prometheus metrics are served (`TASKFOLD_METRICS_ADDR`; each
+    /// rank adds its rank to the port). `None`: no exporter.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Whether the shared heap is on (`TASKFOLD_SHARED_HEAP`, default on).
+    /// The heap reads the variable itself, before `main` may run (see
+    /// [`shared_heap_enabled`]): this field reports what it decided for a
+    /// program that installs it, and setting it has no effect on the heap.
+    pub shared_heap: bool,
+    /// `TASKFOLD_*` variables that no setting reads (warned about, never
+    /// refused). Not a setting: [`Settings::to_pairs`] ignores it.
+    pub unknown: Vec<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            launch: Launch::default(),
+            runtime: Config::default(),
+            transport: TransportSettings::default(),
+            metrics_addr: None,
+            shared_heap: true,
+            unknown: Vec::new(),
+        }
+    }
+}
+
+/// Which transport a runtime started from its settings uses, and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransportSettings {
+    /// `TASKFOLD_TRANSPORT`: TCP (default) or libfabric.
+    pub kind: TransportKind,
+    /// `TASKFOLD_FI_PROVIDER`: the libfabric provider (`tcp;ofi_rxm`,
+    /// `shm`, `verbs;ofi_rxm`, ...); `None`: libfabric's choice.
+    pub fi_provider: Option<String>,
+    /// `TASKFOLD_FI_WAIT`: how the libfabric progress thread waits.
+    pub fi_wait: FiWait,
+    /// `TASKFOLD_BIND_HOST`: the address this rank listens on and is
+    /// reached at (`None`: 127.0.0.1, one node; `0.0.0.0` for several).
+    pub bind_host: Option<IpAddr>,
+    /// `TASKFOLD_TCP_THREADS`: threads of the TCP transport's own, 0 to 64
+    /// (`None`: a runtime runs it on its actors' thread).
+    pub tcp_threads: Option<usize>,
+    /// `TASKFOLD_TCP_CMA`: same-node gets by cross-memory attach (loans)
+    /// instead of a stream (default on).
+    pub tcp_loans: bool,
+}
+
+impl Default for TransportSettings {
+    fn default() -> Self {
+        TransportSettings {
+            kind: TransportKind::Tcp,
+            fi_provider: None,
+            fi_wait: FiWait::Poll,
+            bind_host: None,
+            tcp_threads: None,
+            tcp_loans: true,
+        }
+    }
+}
+
+/// The transport between ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TransportKind {
+    /// TCP sockets (and same-node shortcuts).
+    #[default]
+    Tcp,
+    /// libfabric (needs a build with the cargo feature `libfabric`).
+    Libfabric,
+}
+
+impl Named for TransportKind {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("tcp", TransportKind::Tcp),
+        ("libfabric", TransportKind::Libfabric),
+    ];
+    const EXPECTED: &'static str = "tcp or libfabric";
+}
+
+/// How the libfabric progress thread waits when it has nothing to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FiWait {
+    /// It polls with a short backoff (default).
+    #[default]
+    Poll,
+    /// It blocks in `fi_cq_sread` where the provider has wait objects.
+    Auto,
+}
+
+impl Named for FiWait {
+    const NAMES: &'static [(&'static str, Self)] =
+        &[("poll", FiWait::Poll), ("auto", FiWait::Auto)];
+    const EXPECTED: &'static str = "poll or auto";
+}
+
+/// A variable whose value is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{name}={value:?}{}: expected {expected}", if *.truncated { "…" } else { "" })]
+pub struct SettingsError {
+    /// The variable.
+    pub name: String,
+    /// Its value, at most [`SettingsError::QUOTED`] characters of it.
+    pub value: String,
+    /// Whether [`SettingsError::value`] is only the start of the value.
+    pub truncated: bool,
+    /// What the variable accepts.
+    pub expected: String,
+}
+
+impl SettingsError {
+    /// Characters of a refused value quoted in the error.
+    pub const QUOTED: usize = 64;
+
+    /// `name`'s value `value` is refused: `expected` says what it accepts.
+    pub fn new(name: &str, value: &OsStr, expected: &str) -> SettingsError {
+        let text = value.to_string_lossy();
+        let mut chars = text.chars();
+        let quoted: String = chars.by_ref().take(Self::QUOTED).collect();
+        SettingsError {
+            name: name.to_string(),
+            value: quoted,
+            truncated: chars.next().is_some(),
+            expected: expected.to_string(),
+        }
+    }
+}
+
+/// Whether a value counts as unset (empty or whitespace).
+fn is_blank(v: &OsStr) -> bool {
+    v.to_str().is_some_and(|s| s.trim().is_empty())
+}
+
+impl Settings {
+    /// Parses `(name, value)` pairs (an environment); a name given twice
+    /// takes its last value. Variables other than the `TASKFOLD_*` ones and
+    /// the launchers' rank and size are ignored.
+    pub fn from_pairs<I, K, V>(pairs: I) -> Result<Settings, SettingsError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        let launcher_vars = launch::SOURCES.iter().flat_map(|(r, s, _)| [*r, *s]);
+        let ours: Vec<&str> = launcher_vars.collect();
+        let mut vars = BTreeMap::new();
+        for (k, v) in pairs {
+            let Some(name) = k.as_ref().to_str() else {
+                continue;
+            };
+            if name.starts_with("TASKFOLD_") || ours.contains(&name) {
+                vars.insert(name.to_string(), v.as_ref().to_os_string());
+            }
+        }
+        let mut s = Settings::default();
+        for var in variables() {
+            if let Some(v) = vars.get(var.name).filter(|v| !is_blank(v)) {
+                (var.set)(&mut s, v).map_err(|()| SettingsError::new(var.name, v, var.expected))?;
+            }
+        }
+        s.launch.identity = launch::identity(&vars)?;
+        s.unknown = vars
+            .keys()
+            .filter(|k| k.starts_with("TASKFOLD_"))
+            .filter(|k| !variables().iter().any(|v| v.name == k.as_str()))
+            .filter(|k| !OTHER_KNOWN.iter().any(|(n, _)| n == k))
+            .cloned()
+            .collect();
+        Ok(s)
+    }
+
+    /// The pairs [`Settings::from_pairs`] reads back as these settings: a
+    /// variable for every setting that differs from its default. Settings
+    /// no variable can express are left out (a buffer pool bound that
+    /// follows the peak, a task log limit, hooks that cannot be written).
+    pub fn to_pairs(&self) -> Vec<(&'static str, OsString)> {
+        let default = Settings::default();
+        let mut pairs: Vec<_> = variables()
+            .iter()
+            .filter_map(|var| {
+                let v = (var.get)(self)?;
+                ((var.get)(&default).as_ref() != Some(&v)).then_some((var.name, v))
+            })
+            .collect();
+        if let Some(id) = &self.launch.identity {
+            pairs.extend(launch::identity_pairs(id));
+        }
+        pairs
+    }
+
+    /// Parses the process environment: the only place taskfold reads it
+    /// (except the shared heap's own switch, see [`shared_heap_enabled`]).
+    pub fn from_env() -> Result<Settings, SettingsError> {
+        Settings::from_pairs(std::env::vars_os())
+    }
+
+    /// Parses the process environment with `overrides` set on top: the
+    /// settings of a child process started with them.
+    pub fn from_env_with<I, K, V>(overrides: I) -> Result<Settings, SettingsError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        let extra = overrides
+            .into_iter()
+            .map(|(k, v)| (k.as_ref().to_os_string(), v.as_ref().to_os_string()));
+        Settings::from_pairs(std::env::vars_os().chain(extra))
+    }
+}
+
+/// The variable that turns the shared heap off, as a C string (the heap
+/// reads it with `getenv`, inside the allocator).
+pub const SHARED_HEAP_VAR: &CStr = c"TASKFOLD_SHARED_HEAP";
+
+/// Whether the shared heap is on, given `TASKFOLD_SHARED_HEAP`'s value
+/// (`None`: unset). Unset or blank: on; a boolean: that; any other value
+/// (or one not in UTF-8): off, since the heap cannot report an error from
+/// inside the allocator; [`Settings::from_pairs`] refuses that value, so a
+/// runtime does not start with it. Never allocates.
+pub fn shared_heap_enabled(value: Option<&[u8]>) -> bool {
+    let Some(v) = value else {
+        return true;
+    };
+    match std::str::from_utf8(v) {
+        Ok(s) if s.trim().is_empty() => true,
+        Ok(s) => parse_bool(s).unwrap_or(false),
+        Err(_) => false,
+    }
+}

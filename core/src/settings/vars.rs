@@ -1,0 +1,288 @@
+//! The table of variables: each one's name, what it accepts, and how it
+//! sets and prints its field of [`Settings`].
+
+use super::values::{self, Named, BOOL_EXPECTED, SIZE_EXPECTED};
+use super::{hooks, launch, Settings};
+use std::ffi::{OsStr, OsString};
+use std::time::Duration;
+
+/// One `TASKFOLD_*` variable that a setting reads.
+pub struct Variable {
+    /// Its name.
+    pub name: &'static str,
+    /// What it accepts (quoted in errors).
+    pub expected: &'static str,
+    /// Sets the field from a (non-blank) value; `Err` if the value is bad.
+    pub set: fn(&mut Settings, &OsStr) -> Result<(), ()>,
+    /// The value that sets the field as it is in these settings (`None`:
+    /// unset, or not expressible as a value).
+    pub get: fn(&Settings) -> Option<OsString>,
+}
+
+/// `TASKFOLD_*` variables that are not settings of a runtime but are known
+/// (no warning): `(name, who reads it)`.
+pub const OTHER_KNOWN: &[(&str, &str)] = &[
+    ("TASKFOLD_RANK", "the launch identity (with TASKFOLD_SIZE)"),
+    ("TASKFOLD_SIZE", "the launch identity (with TASKFOLD_RANK)"),
+    (
+        "TASKFOLD_CONFORMANCE_CASE",
+        "the libfabric conformance test: marks the child process that runs one case",
+    ),
+];
+
+/// Every variable a setting reads, by concern.
+pub fn variables() -> &'static [Variable] {
+    &VARIABLES
+}
+
+fn text(v: &OsStr) -> Result<&str, ()> {
+    v.to_str().map(str::trim).ok_or(())
+}
+
+fn boolean(v: &OsStr) -> Result<bool, ()> {
+    values::parse_bool(text(v)?).ok_or(())
+}
+
+fn millis(v: &OsStr, min: u64) -> Result<Duration, ()> {
+    values::parse_millis(text(v)?)
+        .filter(|d| d.as_millis() >= u128::from(min))
+        .ok_or(())
+}
+
+fn size(v: &OsStr) -> Result<u64, ()> {
+    values::parse_size(text(v)?).ok_or(())
+}
+
+fn named<T: Named>(v: &OsStr) -> Result<T, ()> {
+    T::parse(text(v)?).ok_or(())
+}
+
+fn show(s: impl ToString) -> Option<OsString> {
+    Some(s.to_string().into())
+}
+
+static VARIABLES: [Variable; 23] = [
+    // Launch (rank and size: see `launch::identity`).
+    Variable {
+        name: "TASKFOLD_MASTER",
+        expected: launch::MASTER_EXPECTED,
+        set: |s, v| {
+            let m = text(v).ok().filter(|m| launch::valid_master(m)).ok_or(())?;
+            s.launch.master = Some(m.to_string());
+            Ok(())
+        },
+        get: |s| s.launch.master.as_ref().and_then(show),
+    },
+    Variable {
+        name: "TASKFOLD_RENDEZVOUS",
+        expected: "a file path",
+        set: |s, v| {
+            s.launch.rendezvous = Some(v.into());
+            Ok(())
+        },
+        get: |s| s.launch.rendezvous.as_ref().map(|p| p.into()),
+    },
+    Variable {
+        name: "TASKFOLD_JOB",
+        expected: "any text in UTF-8",
+        set: |s, v| {
+            s.launch.job = Some(v.to_str().ok_or(())?.to_string());
+            Ok(())
+        },
+        get: |s| s.launch.job.as_ref().and_then(show),
+    },
+    // The runtime: folds, failure detection, durability.
+    Variable {
+        name: "TASKFOLD_FOLD_THREADS",
+        expected: "a number of threads from 1 to 1024",
+        set: |s, v| {
+            let n = values::parse_u64(text(v)?).filter(|n| (1..=1024).contains(n));
+            s.runtime.fold_threads = n.ok_or(())? as usize;
+            Ok(())
+        },
+        get: |s| show(s.runtime.fold_threads),
+    },
+    Variable {
+        name: "TASKFOLD_FINALIZE_TIMEOUT_MS",
+        expected: "a whole number of milliseconds",
+        set: |s, v| {
+            s.runtime.finalize_timeout = millis(v, 0)?;
+            Ok(())
+        },
+        get: |s| show(values::format_millis(s.runtime.finalize_timeout)),
+    },
+    Variable {
+        name: "TASKFOLD_PING_MS",
+        expected: "a whole number of milliseconds, at least 1",
+        set: |s, v| {
+            s.runtime.ping_period = millis(v, 1)?;
+            Ok(())
+        },
+        get: |s| show(values::format_millis(s.runtime.ping_period)),
+    },
+    Variable {
+        name: "TASKFOLD_FAILURE_TIMEOUT_MS",
+        expected: "a whole number of milliseconds, at least 1",
+        set: |s, v| {
+            s.runtime.failure_timeout = millis(v, 1)?;
+            Ok(())
+        },
+        get: |s| show(values::format_millis(s.runtime.failure_timeout)),
+    },
+    Variable {
+        name: "TASKFOLD_DURABILITY",
+        expected: <super::Durability as Named>::EXPECTED,
+        set: |s, v| {
+            s.runtime.durability = named(v)?;
+            Ok(())
+        },
+        get: |s| show(s.runtime.durability.name()),
+    },
+    Variable {
+        name: "TASKFOLD_COMPLETION",
+        expected: <super::Completion as Named>::EXPECTED,
+        set: |s, v| {
+            s.runtime.completion = named(v)?;
+            Ok(())
+        },
+        get: |s| show(s.runtime.completion.name()),
+    },
+    Variable {
+        name: "TASKFOLD_REPLICA_DIR",
+        expected: "a directory path",
+        set: |s, v| {
+            s.runtime.replica_dir = Some(v.into());
+            Ok(())
+        },
+        get: |s| s.runtime.replica_dir.as_ref().map(|p| p.into()),
+    },
+    Variable {
+        name: "TASKFOLD_REPLICA_LIMIT",
+        expected: SIZE_EXPECTED,
+        set: |s, v| {
+            s.runtime.replica_limit = size(v)?;
+            Ok(())
+        },
+        get: |s| show(values::format_size(s.runtime.replica_limit)),
+    },
+    // Buffers and the notice board.
+    Variable {
+        name: "TASKFOLD_BUFFER_POOL",
+        expected: SIZE_EXPECTED,
+        set: |s, v| {
+            // An explicit bound is a bound: it does not follow the peak.
+            s.runtime.buffer_pool = size(v)?;
+            s.runtime.buffer_pool_follows_peak = false;
+            Ok(())
+        },
+        get: |s| {
+            let bound = !s.runtime.buffer_pool_follows_peak;
+            bound.then(|| values::format_size(s.runtime.buffer_pool).into())
+        },
+    },
+    Variable {
+        name: "TASKFOLD_POOL_PREFILL",
+        expected: BOOL_EXPECTED,
+        set: |s, v| {
+            s.runtime.buffer_pool_prefill = boolean(v)?;
+            Ok(())
+        },
+        get: |s| show(values::format_bool(s.runtime.buffer_pool_prefill)),
+    },
+    Variable {
+        name: "TASKFOLD_NOTICE_BOARD",
+        expected: BOOL_EXPECTED,
+        set: |s, v| {
+            s.runtime.notice_board = boolean(v)?;
+            Ok(())
+        },
+        get: |s| show(values::format_bool(s.runtime.notice_board)),
+    },
+    Variable {
+        name: "TASKFOLD_SHARED_HEAP",
+        expected: BOOL_EXPECTED,
+        set: |s, v| {
+            s.shared_heap = boolean(v)?;
+            Ok(())
+        },
+        get: |s| show(values::format_bool(s.shared_heap)),
+    },
+    // The transport.
+    Variable {
+        name: "TASKFOLD_TRANSPORT",
+        expected: <super::TransportKind as Named>::EXPECTED,
+        set: |s, v| {
+            s.transport.kind = named(v)?;
+            Ok(())
+        },
+        get: |s| show(s.transport.kind.name()),
+    },
+    Variable {
+        name: "TASKFOLD_FI_PROVIDER",
+        expected: "a libfabric provider name (e.g. tcp;ofi_rxm, shm)",
+        set: |s, v| {
+            s.transport.fi_provider = Some(text(v)?.to_string());
+            Ok(())
+        },
+        get: |s| s.transport.fi_provider.as_ref().and_then(show),
+    },
+    Variable {
+        name: "TASKFOLD_FI_WAIT",
+        expected: <super::FiWait as Named>::EXPECTED,
+        set: |s, v| {
+            s.transport.fi_wait = named(v)?;
+            Ok(())
+        },
+        get: |s| show(s.transport.fi_wait.name()),
+    },
+    Variable {
+        name: "TASKFOLD_BIND_HOST",
+        expected: "an IP address of this node (e.g. 10.0.0.5, or 0.0.0.0)",
+        set: |s, v| {
+            s.transport.bind_host = Some(text(v)?.parse().map_err(|_| ())?);
+            Ok(())
+        },
+        get: |s| s.transport.bind_host.as_ref().and_then(show),
+    },
+    Variable {
+        name: "TASKFOLD_TCP_THREADS",
+        expected: "a number of threads from 0 to 64",
+        set: |s, v| {
+            let n = values::parse_u64(text(v)?).filter(|n| *n <= 64).ok_or(())?;
+            s.transport.tcp_threads = Some(n as usize);
+            Ok(())
+        },
+        get: |s| s.transport.tcp_threads.and_then(show),
+    },
+    Variable {
+        name: "TASKFOLD_TCP_CMA",
+        expected: BOOL_EXPECTED,
+        set: |s, v| {
+            s.transport.tcp_loans = boolean(v)?;
+            Ok(())
+        },
+        get: |s| show(values::format_bool(s.transport.tcp_loans)),
+    },
+    // Observability and tests.
+    Variable {
+        name: "TASKFOLD_METRICS_ADDR",
+        expected: "an address with a port (e.g. 127.0.0.1:9100)",
+        set: |s, v| {
+            s.metrics_addr = Some(text(v)?.parse().map_err(|_| ())?);
+            Ok(())
+        },
+        get: |s| s.metrics_addr.as_ref().and_then(show),
+    },
+    Variable {
+        name: "TASKFOLD_TEST_HOOK",
+        expected: hooks::EXPECTED,
+        set: |s, v| {
+            s.runtime.hooks = hooks::parse(v.to_str().ok_or(())?).ok_or(())?;
+            Ok(())
+        },
+        get: |s| {
+            let text = hooks::format(&s.runtime.hooks)?;
+            (!text.is_empty()).then(|| text.into())
+        },
+    },
+];
