@@ -12,11 +12,14 @@
 //!
 //! ```text
 //!  Pending ──join──▶ Joined ──death, standing copy at a live buddy──▶ Awaiting
-//!     │                │                                                  │
-//!     │ death          │ death, otherwise            verdict, or the buddy's death
-//!     ▼                ▼                                                  ▼
-//!  Dead (unannounced)  Dead (announced) ◀─────────────────────────────────┘
+//!     │                │                                                 │
+//!     │ death          │ death, otherwise                             verdict
+//!     ▼                ▼                                                 ▼
+//!  Dead (unannounced)  Dead (announced) ◀────────────────────────────────┘
 //! ```
+//!
+//! A verdict is the buddy's answer, or the master's decision that none
+//! can come (the buddy died, or the wait for it ran out).
 //!
 //! A member's copies — its buddy's replica, its own disk copy that others
 //! can read — are recorded in any state: a buddy's acknowledgement may
@@ -28,16 +31,15 @@
 //!
 //! # Verdicts
 //!
-//! A member whose join named a standing copy (its buddy on the same node
-//! maps its original where it lies, [`crate::wire::Joining::standing`]) is
-//! offered, when it dies, to that buddy on its behalf — unless the buddy
-//! died first: the copy went with it. Until the buddy answers (its
-//! verdict), dies, or the wait for it runs out, the member is `Awaiting`:
-//! the scheduler does not hear of its death yet, and the whole reduction is
-//! held — no task goes out, and the fetch failures reported meanwhile are
-//! held too ([`Roster::hold`]) and handed back once no verdict is awaited
-//! ([`Roster::take_held`]), when the scheduler knows whether the original
-//! can be had.
+//! When a member whose join named a standing copy (its buddy on the same
+//! node maps its original where it lies, [`crate::wire::Joining::standing`])
+//! dies, that buddy is offered the original on its behalf — unless the
+//! buddy died first: the copy went with it. Until the verdict, the member
+//! is `Awaiting`: the scheduler does not hear of its death yet, and the
+//! whole reduction is held — no task goes out, and the fetch failures
+//! reported meanwhile are held too ([`Roster::hold`]) and handed back once
+//! no verdict is awaited ([`Roster::take_held`]), when the scheduler knows
+//! whether the original can be had.
 
 use crate::wire::{Direct, Standing};
 use std::collections::HashSet;
