@@ -321,7 +321,13 @@ impl<F> Roster<F> {
 
     /// The members awaiting the verdict of `buddy` (a group position).
     pub fn awaiting_on(&self, buddy: usize) -> impl Iterator<Item = usize> + '_ {
-        self.members
+        // Without a verdict awaited there is nothing to look through.
+        let members = if self.is_held() {
+            &self.members[..]
+        } else {
+            &[]
+        };
+        members
             .iter()
             .enumerate()
             .filter_map(move |(i, m)| (m.state == State::Awaiting { buddy }).then_some(i))
