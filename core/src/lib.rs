@@ -23,6 +23,8 @@
 //!   (fetch and fold overlap).
 //! - [`wire`]: versioned rkyv control messages, validated on receipt.
 //! - [`schedule`]: the master's per-reduction queue and the pairing rules.
+//! - [`roster`]: each member's lifecycle in a reduction, as the master sees
+//!   it (joins, copies, deaths, the verdicts about standing copies).
 //! - [`replica`]: replica buffers (checksummed), their keys, buddy placement.
 //! - [`perf`]: per-rank task timings behind the "faster rank" rule.
 //! - [`pool`]: recycled large buffers (serialised values, receive buffers).
@@ -44,6 +46,7 @@ pub mod rank;
 pub mod rankset;
 pub mod reducer;
 pub mod replica;
+pub mod roster;
 pub mod schedule;
 pub mod settings;
 pub mod wire;

@@ -1,4 +1,5 @@
-//! The master's per-reduction queue and pairing rules (DESIGN.md §1).
+//! The master's per-reduction queue and pairing rules (see the book's
+//! Architecture chapter).
 //!
 //! [`Schedule`] is a pure state machine: ready messages go in, tasks and the
 //! completion come out. It never blocks and does no I/O, so every rule is
@@ -20,8 +21,8 @@ pub struct Entry {
     pub index: usize,
     /// Group positions folded into that data.
     pub path: RankSet,
-    /// A single original re-entering after a failure (DESIGN.md §2 step 3):
-    /// its data must be read from the replica store, not from memory.
+    /// A single original re-entering after a failure: its data must be
+    /// read from the replica store, not from memory.
     pub recovering: bool,
 }
 
@@ -194,7 +195,7 @@ impl Schedule {
         Ok(task.provider)
     }
 
-    /// Position `index` died (DESIGN.md §2). What it held is recovered:
+    /// Position `index` died. What it held is recovered:
     ///
     /// - a queued ready message of it: its path is split into single
     ///   recovering messages;
@@ -405,14 +406,14 @@ impl Schedule {
     }
 }
 
-/// The pairing rule of DESIGN.md §1 step 4: the root always receives
-/// (so the root's data is never fetched away and it ends up holding the
-/// result); otherwise the rank whose last task was faster receives.
+/// The pairing rule: the root always receives (so the root's data is never
+/// fetched away and it ends up holding the result); otherwise the rank whose
+/// last task was faster receives.
 ///
-/// After a failure (DESIGN.md §2 step 4): if one side is dead, the live side
-/// receives (it fetches the dead rank's original from its replica); else if
-/// one side is recovering, that side receives (it reloads its original
-/// locally, then fetches).
+/// After a failure: if one side is dead, the live side receives (it fetches
+/// the dead rank's original from its replica); else if one side is
+/// recovering, that side receives (it reloads its original locally, then
+/// fetches).
 pub fn choose_b(
     a: &Entry,
     b: &Entry,

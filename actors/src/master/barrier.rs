@@ -79,7 +79,7 @@ impl Handler<BarrierIn> for Master {
             // mailbox, and would start its next operation while the others
             // still wait (see `completion_order`).
             let own = self.out.transport().rank();
-            for r in super::completion_order(&arrived, own, own) {
+            for r in super::drive::completion_order(&arrived, own, own) {
                 self.send(r, &done);
             }
         }
@@ -124,7 +124,7 @@ impl Master {
 mod tests {
     //! Barriers driven message by message over the serialising loopback.
     use super::*;
-    use crate::master::standing_tests::down;
+    use crate::master::tests::down;
     use crate::outbox::Outbox;
     use std::sync::Arc;
     use std::time::Duration;

@@ -1,7 +1,6 @@
 //! The master's messages, one type each, and their handlers.
 
 use super::{Master, MasterStats};
-use crate::master::state::has_copy;
 use crate::master::state::Reduction;
 use actix::prelude::*;
 use taskfold_core::schedule::Source;
@@ -21,33 +20,6 @@ impl Master {
                 error: Some(failure),
             },
         );
-    }
-
-    /// The buddy of the member at position `index` of `key`, dead with a
-    /// standing copy of its original, answered (or died, or the wait for
-    /// it ran out): the scheduler hears of the death now, with the copy if
-    /// the buddy keeps one, and once no other answer is awaited the
-    /// reduction goes on with the fetch failures held meanwhile.
-    pub(super) fn decide(&mut self, key: u64, index: usize) {
-        let Some(r) = self.reductions.get_mut(&key) else {
-            return;
-        };
-        if r.awaiting.remove(&index).is_none() {
-            return;
-        }
-        let (dead, replicas, disks) = (&self.dead, &r.replicas, &r.disks);
-        let outcome = r
-            .schedule
-            .fail(index, |k| has_copy(replicas, disks, dead, k));
-        if outcome.is_ok() {
-            if !r.awaiting.is_empty() {
-                return; // still held for another dead member's buddy
-            }
-            for m in std::mem::take(&mut r.held_failures) {
-                self.task_failed(m);
-            }
-        }
-        self.settle(key, outcome, true);
     }
 }
 
@@ -93,10 +65,20 @@ impl Handler<TaskFailedIn> for Master {
     }
 }
 
+impl TaskFailedIn {
+    /// Why the fetch failed, for a failed fetch.
+    fn fetch_reason(&self) -> &str {
+        match &self.failed.reason {
+            TaskFailure::Fetch { reason, .. } => reason,
+            _ => "",
+        }
+    }
+}
+
 impl Master {
     /// Handles a task's failure report (also one held while the reduction
-    /// waited for a buddy's answer, see `Reduction::awaiting`).
-    fn task_failed(&mut self, m: TaskFailedIn) {
+    /// waited for a buddy's verdict, see `taskfold_core::roster`).
+    pub(super) fn task_failed(&mut self, m: TaskFailedIn) {
         if self.dead.contains(&m.from.0) {
             return;
         }
@@ -104,77 +86,76 @@ impl Master {
         let Some(r) = self.reductions.get_mut(&key) else {
             return;
         };
-        if !r.awaiting.is_empty() {
-            r.held_failures.push(m);
-            return;
-        }
-        let id = r.id.clone();
-        let held = m.clone();
+        let Some(m) = r.roster.hold(m) else {
+            return; // read once no verdict is awaited
+        };
         let error = match m.failed.reason {
             TaskFailure::Fold(error) => ReduceError::Fold {
-                id,
+                id: r.id.clone(),
                 error: error.into(),
             },
             TaskFailure::Unknown => ReduceError::Mismatched {
-                id,
+                id: r.id.clone(),
                 detail: format!("{} holds no data for this reduction", m.from),
             },
-            TaskFailure::Fetch { reason, peer_down } => {
-                // Failure place 3: the data's source died (or is unreachable).
-                let task = r
-                    .schedule
-                    .task(m.failed.task_id)
-                    .map(|t| (t.source, t.provider.index));
-                let dead = &self.dead;
-                let source = task.map(|(src, p)| match (src, r.replicas.get(&p)) {
-                    (Source::Replica, Some(&h)) if !dead.contains(&h) => Some(Rank(h)),
-                    (Source::Replica, _) => None, // it was the dead rank's disk copy
-                    _ => Some(r.group.rank_at(p)),
-                });
-                if let (true, Some(Some(src))) = (peer_down, source) {
-                    self.rank_down(src, format!("a fetch from it failed: {reason}"), None);
-                }
-                let Some(r) = self.reductions.get_mut(&key) else {
-                    return; // ended by that failure
-                };
-                if !r.awaiting.is_empty() {
-                    // The provider died with a standing copy: this report
-                    // is read once its buddy said whether it keeps it.
-                    r.held_failures.push(held);
-                    return;
-                }
-                if let (Some(None), Some((_, p))) = (source, task) {
-                    // The dead rank's disk copy cannot be read from here.
-                    r.disks.remove(&p);
-                }
-                let Some(index) = r.group.index_of(m.from) else {
-                    return;
-                };
-                r.fetch_failures += 1;
-                if r.fetch_failures as usize > 4 * r.group.len() + 8 {
-                    let error = ReduceError::Transport(format!("fetches keep failing: {reason}"));
-                    self.fail(key, error);
-                    return;
-                }
-                let (dead, replicas, disks) = (&self.dead, &r.replicas, &r.disks);
-                let has = |k: usize| has_copy(replicas, disks, dead, k);
-                if r.schedule
-                    .fetch_failed(m.failed.task_id, index, has)
-                    .is_err()
-                {
-                    return; // already rescheduled (the receiver's report came late)
-                }
-                match r.schedule.check_recoverable(has) {
-                    Ok(()) => self.drive(key),
-                    Err(u) => {
-                        let error = r.lost(&u);
-                        self.fail(key, error);
-                    }
-                }
-                return;
-            }
+            TaskFailure::Fetch { peer_down, .. } => return self.fetch_failed(m, peer_down),
         };
         self.fail(key, error);
+    }
+
+    /// Failure place 3: a receiver could not fetch its provider's data (the
+    /// data's source died, or is unreachable: `peer_down`).
+    fn fetch_failed(&mut self, m: TaskFailedIn, peer_down: bool) {
+        let (key, task_id) = (m.failed.key, m.failed.task_id);
+        let Some(r) = self.reductions.get(&key) else {
+            return;
+        };
+        let task = r
+            .schedule
+            .task(task_id)
+            .map(|t| (t.source, t.provider.index));
+        let source = task.map(|(src, p)| match src {
+            // `None`: it was the dead rank's disk copy.
+            Source::Replica => r.roster.live_replica(p, &self.dead).map(Rank),
+            _ => Some(r.group.rank_at(p)),
+        });
+        if let (true, Some(Some(src))) = (peer_down, source) {
+            let reason = format!("a fetch from it failed: {}", m.fetch_reason());
+            self.rank_down(src, reason, None);
+        }
+        let Some(r) = self.reductions.get_mut(&key) else {
+            return; // ended by that failure
+        };
+        // The provider died with a standing copy: this report is read once
+        // its buddy said whether it keeps it.
+        let Some(m) = r.roster.hold(m) else {
+            return;
+        };
+        if let (Some(None), Some((_, p))) = (source, task) {
+            // The dead rank's disk copy cannot be read from here.
+            r.roster.disk_unreadable(p);
+        }
+        let Some(index) = r.group.index_of(m.from) else {
+            return;
+        };
+        if !r.roster.count_fetch_failure() {
+            let error =
+                ReduceError::Transport(format!("fetches keep failing: {}", m.fetch_reason()));
+            self.fail(key, error);
+            return;
+        }
+        let (dead, roster) = (&self.dead, &r.roster);
+        let has = |k: usize| roster.has_copy(k, dead);
+        if r.schedule.fetch_failed(task_id, index, has).is_err() {
+            return; // already rescheduled (the receiver's report came late)
+        }
+        match r.schedule.check_recoverable(has) {
+            Ok(()) => self.drive(key),
+            Err(u) => {
+                let error = r.lost(&u);
+                self.fail(key, error);
+            }
+        }
     }
 }
 
@@ -203,12 +184,9 @@ impl Handler<ReplicatedIn> for Master {
                 let Some(i) = r.group.index_of(Rank(m.owner)) else {
                     return;
                 };
-                if m.ok {
-                    r.replicas.insert(i, m.holder.0);
-                } else {
-                    r.refused.insert(i);
-                }
-                if r.awaiting.get(&i) == Some(&m.holder.0) {
+                r.roster.replicated(i, m.holder.0, m.ok);
+                let from_buddy = r.group.index_of(m.holder);
+                if from_buddy.is_some() && r.roster.awaited_buddy(i) == from_buddy {
                     if !m.ok {
                         metrics::counter!(crate::metrics::REPLICA_ERRORS).increment(1);
                         tracing::error!(owner = m.owner, buddy = %m.holder, "the buddy of a dead rank could not keep its original");
@@ -248,7 +226,7 @@ impl Handler<VerdictDue> for Master {
         let waiting = self
             .reductions
             .get(&m.key)
-            .is_some_and(|r| r.awaiting.contains_key(&m.index));
+            .is_some_and(|r| r.roster.awaits(m.index));
         if waiting {
             tracing::warn!(
                 key = m.key,

@@ -1,4 +1,4 @@
-//! Inferring a dead rank's disk copy (DESIGN.md §2, issue #3).
+//! Inferring a dead rank's disk copy.
 //!
 //! A rank writes its original to its replica directory *before* it
 //! announces its contribution, and names that directory in the
@@ -226,9 +226,10 @@ impl DiskInference {
     /// For every dead member of `r` (reduction `key`) whose announcement
     /// never arrived, whose disk directory is unknown and whose original has
     /// no live buddy copy, looks for its disk copy and records its
-    /// directory in `r.disks` if the copy passes the guard. Each member is
-    /// looked at once per reduction. Returns the ranks whose copies were
-    /// inferred.
+    /// directory in `r.roster` if the copy passes the guard. Each member is
+    /// looked at once per reduction
+    /// (`taskfold_core::roster::Roster::look_for_disk`). Returns the ranks
+    /// whose copies were inferred.
     pub(crate) fn infer(
         &self,
         key: u64,
@@ -239,14 +240,9 @@ impl DiskInference {
         let mut inferred = Vec::new();
         for i in 0..r.group.len() {
             let rank = r.group.rank_at(i);
-            let live_copy = r.replicas.get(&i).is_some_and(|h| !dead.contains(h));
-            if !dead.contains(&rank.0)
-                || rank == r.root // never written: a lost root ends the reduction
-                || r.announced.contains(&i)
-                || r.disks.contains_key(&i)
-                || live_copy
-                || !r.disk_checked.insert(i)
-            {
+            // The root's copy is never written: a lost root ends the
+            // reduction.
+            if rank == r.root || !r.roster.look_for_disk(i, dead) {
                 continue;
             }
             let Some(&died) = dead_at.get(&rank.0) else {
@@ -267,7 +263,7 @@ impl DiskInference {
                         "inferred the disk copy of a rank that died before announcing it"
                     );
                     metrics::counter!(crate::metrics::DISK_COPIES_INFERRED).increment(1);
-                    r.disks.insert(i, dir.to_string_lossy().into_owned());
+                    r.roster.found_disk(i, dir.to_string_lossy().into_owned());
                     inferred.push(rank.0);
                 }
                 Err(why) => {
@@ -288,8 +284,8 @@ impl DiskInference {
 
 /// Ranks of `r` whose own announcement never arrived (for [`KeyEnds::ended`]).
 pub(crate) fn unannounced(r: &Reduction) -> Vec<u32> {
-    (0..r.group.len())
-        .filter(|i| !r.announced.contains(i))
+    r.roster
+        .unannounced()
         .map(|i| r.group.rank_at(i).0)
         .filter(|&rank| Rank(rank) != r.root)
         .collect()

@@ -2,9 +2,10 @@
 //! reduction's scheduler.
 
 use super::handlers::{admit_join, protocol};
-use super::state::{has_copy, Reduction};
+use super::state::Reduction;
 use super::Master;
 use actix::prelude::*;
+use taskfold_core::roster::{Announcement, StandingCopy};
 use taskfold_core::wire::{Join, Joining, Msg, TaskDone};
 use taskfold_core::{Rank, ReduceError};
 
@@ -31,7 +32,9 @@ impl Handler<JoinIn> for Master {
 
     fn handle(&mut self, m: JoinIn, _: &mut Context<Self>) {
         self.count_in(m.wire);
-        let JoinIn { from, joining, .. } = m;
+        let JoinIn {
+            from, mut joining, ..
+        } = m;
         if !self.accepts(from, joining.rank) {
             return;
         }
@@ -42,37 +45,29 @@ impl Handler<JoinIn> for Master {
         let Some(index) = self.member_index(key, from) else {
             return;
         };
-        let dead_buddy = |b: u32| self.dead.contains(&b);
         let r = self
             .reductions
             .get_mut(&key)
             .expect("checked by member_index");
-        r.announced.insert(index);
-        // (The root never provides: its flag, if a peer sets it, is never
-        // read.)
-        if joining.join.early {
-            r.early.insert(index);
-        }
-        // Each message names the sender's current data.
-        match joining.direct {
-            Some(d) => r.directs.insert(index, d),
-            None => r.directs.remove(&index),
+        // A standing copy the master may have to ask for later, if the
+        // buddy is another member (untrusted: anything else is no copy).
+        let standing = joining.standing.and_then(|copy| {
+            let buddy = r.group.index_of(Rank(copy.buddy))?;
+            Some(StandingCopy { buddy, copy })
+        });
+        let announcement = Announcement {
+            // (The root never provides: its flag, if a peer sets it, is
+            // never read.)
+            early: joining.join.early,
+            direct: joining.direct,
+            replica: joining.replica,
+            disk: joining.join.disk.take(),
+            standing,
         };
-        if let Some(holder) = joining.replica {
-            r.replicas.insert(index, holder);
-        }
-        if let Some(dir) = joining.join.disk.clone() {
-            r.disks.insert(index, dir);
-        }
-        if let Some(s) = joining.standing {
-            // A copy the master may have to ask for later, if the buddy is
-            // another live member (untrusted: anything else is no copy).
-            let member = r.group.index_of(Rank(s.buddy)).is_some() && s.buddy != from.0;
-            if member && !dead_buddy(s.buddy) {
-                r.standing.insert(index, s);
-            }
-        }
-        let outcome = admit_join(r, &joining.join, from, index).map(|()| None);
+        let recorded = r.roster.join(index, announcement);
+        let outcome = admit_join(r, &joining.join, from, index)
+            .and_then(|()| recorded.map_err(|e| protocol(&r.id, from, e)))
+            .map(|()| None);
         self.after_ready(key, from, outcome);
     }
 }
@@ -94,10 +89,7 @@ impl Handler<TaskDoneIn> for Master {
             .reductions
             .get_mut(&key)
             .expect("checked by member_index");
-        match done.direct {
-            Some(d) => r.directs.insert(index, d),
-            None => r.directs.remove(&index),
-        };
+        r.roster.set_direct(index, done.direct);
         let outcome = match r.schedule.task_done(done.task_id, index, &done.path) {
             Ok(provider) => {
                 self.perf.record(from, done.nanos, done.bytes);
@@ -108,7 +100,7 @@ impl Handler<TaskDoneIn> for Master {
                 // Unless the provider's future waits for it
                 // (`Completion::Contributed`). (`send` skips a dead
                 // provider, whose original came from a copy.)
-                let tell = provider.path.len() > 1 || r.early.contains(&provider.index);
+                let tell = provider.path.len() > 1 || r.roster.early(provider.index);
                 Ok(tell.then(|| r.group.rank_at(provider.index)))
             }
             Err(e) => Err(protocol(&r.id, from, e)),
@@ -176,15 +168,8 @@ impl Master {
         };
         for (owner, holder, ok) in self.early_replicas.remove(&key).unwrap_or_default() {
             if let Some(i) = r.group.index_of(Rank(owner)) {
-                if ok {
-                    r.replicas.insert(i, holder);
-                } else {
-                    r.refused.insert(i);
-                }
+                r.roster.replicated(i, holder, ok);
             }
-        }
-        if let (Some(dir), Some(i)) = (&join.disk, r.group.index_of(from)) {
-            r.disks.insert(i, dir.clone());
         }
         let outcome = self.admit_the_dead(key, &mut r);
         self.reductions.insert(key, r);
@@ -203,6 +188,10 @@ impl Master {
         let dead_members: Vec<usize> = (0..r.group.len())
             .filter(|&i| self.dead.contains(&r.group.rank_at(i).0))
             .collect();
+        for &i in &dead_members {
+            // Never joined: nothing to offer.
+            r.roster.died(i, &self.dead);
+        }
         if let Some(inf) = &self.infer {
             // Members that died before anyone joined may have left their
             // original on disk unannounced.
@@ -210,9 +199,9 @@ impl Master {
             self.stats.disk_copies_inferred += found.len() as u64;
         }
         for i in dead_members {
-            let (dead, replicas, disks) = (&self.dead, &r.replicas, &r.disks);
+            let (dead, roster) = (&self.dead, &r.roster);
             r.schedule
-                .fail(i, |k| has_copy(replicas, disks, dead, k))
+                .fail(i, |k| roster.has_copy(k, dead))
                 .map_err(|u| r.lost(&u))?;
         }
         Ok(())

@@ -1,0 +1,194 @@
+//! A rank declared failed: fencing it, offering its standing copies to
+//! their buddies, and recovering or ending every reduction that needed its
+//! data.
+//!
+//! The rule: the master fences the rank, tells every rank, and for each
+//! live reduction lets its scheduler re-queue what the rank held — from
+//! copies of the originals if they can still be had (a live buddy's
+//! replica, a readable disk copy), else the reduction ends with
+//! `RanksLost`. A member with a standing copy at a live buddy is decided
+//! only once that buddy says whether it keeps the copy (see
+//! `taskfold_core::roster`).
+
+use super::{handlers, Master, VERDICT_WAIT};
+use std::time::{Duration, SystemTime};
+use taskfold_core::roster::Death;
+use taskfold_core::schedule::Unrecoverable;
+use taskfold_core::wire::Msg;
+use taskfold_core::Rank;
+
+impl Master {
+    /// Declares `rank` failed: fences it, tells every rank, and recovers or
+    /// ends every reduction that needed its data.
+    pub(super) fn rank_down(&mut self, rank: Rank, reason: String, latency: Option<Duration>) {
+        if rank.0 >= self.size || rank.0 == 0 || !self.dead.insert(rank.0) {
+            return;
+        }
+        if self.finalized.contains(&rank.0) {
+            return; // it finished its work and left: not a failure
+        }
+        self.fence(rank, &reason, latency);
+        // Before the notice that the rank failed: a buddy holding a
+        // standing copy of one of its originals is offered it first, on
+        // the same ordered link, so that it still maps the dead rank's
+        // memory when it reads the offer (it lets go of that mapping once
+        // it hears of the death).
+        self.offer_standing_copies(rank);
+        let notice = Msg::RankFailed { rank: rank.0 };
+        for r in 0..self.size {
+            if r != rank.0 {
+                self.send(Rank(r), &notice);
+            }
+        }
+        // Tell the fenced rank too: if it was only stopped, it learns on
+        // resuming that it is out of the run.
+        let _ = self.out.send(rank, &notice);
+        self.fail_barriers();
+        let keys: Vec<u64> = self.reductions.keys().copied().collect();
+        for key in keys {
+            self.recover(key, rank);
+        }
+        self.check_finalize();
+    }
+
+    /// Records `rank`'s failure: its time, the board's fence (before any
+    /// completion posted from now on, which may go on without it: it hears
+    /// it was fenced by message), the detector, the counters.
+    fn fence(&mut self, rank: Rank, reason: &str, latency: Option<Duration>) {
+        self.dead_at.insert(rank.0, SystemTime::now());
+        tracing::error!(%rank, %reason, "rank declared failed");
+        if let Some(b) = &self.board {
+            b.fence(rank.0);
+        }
+        if let Some(d) = &self.detector {
+            d.do_send(crate::detector::Forget { rank });
+        }
+        self.stats.dead.push(rank.0);
+        metrics::counter!(crate::metrics::FAILURES_DETECTED).increment(1);
+        if let Some(l) = latency {
+            metrics::histogram!(crate::metrics::DETECTION_SECONDS).record(l.as_secs_f64());
+        }
+    }
+
+    /// Tells every roster that `rank`, just declared failed, died, and
+    /// offers every standing copy of its originals (`Joining::standing`) to
+    /// the buddy that maps it, on its behalf; those reductions are held
+    /// until the buddy answers (at most [`VERDICT_WAIT`]).
+    fn offer_standing_copies(&mut self, rank: Rank) {
+        let mut offers = Vec::new();
+        for (&key, r) in self.reductions.iter_mut() {
+            let Some(i) = r.group.index_of(rank) else {
+                continue;
+            };
+            if let Some(Death::Offer(s)) = r.roster.died(i, &self.dead) {
+                offers.push((key, i, s));
+            }
+        }
+        for (key, index, s) in offers {
+            tracing::warn!(%rank, buddy = s.buddy, key, "offering a dead rank's original to the buddy that maps it");
+            metrics::counter!(crate::metrics::STANDING_COPIES_OFFERED).increment(1);
+            let buddy = Rank(s.buddy);
+            let offer = Msg::ReplicaOffer {
+                key,
+                owner: rank.0,
+                len: s.heap.len,
+                crc: s.crc,
+                node: s.heap.node,
+                file: None,
+                heap: Some(s.heap),
+                warm: None,
+                wants_ack: false,
+            };
+            // If it cannot be sent, the buddy's link is down: its death, or
+            // the wait, decides.
+            self.send(buddy, &offer);
+            if let Some(me) = &self.me {
+                let me = me.clone();
+                actix::spawn(async move {
+                    actix_rt::time::sleep(VERDICT_WAIT).await;
+                    me.do_send(handlers::VerdictDue { key, index });
+                });
+            }
+        }
+    }
+
+    /// Reduction `key` after `rank`'s death: its scheduler hears of it
+    /// (unless its standing copy's verdict is awaited), and the members
+    /// whose verdict `rank` owed are decided without it.
+    fn recover(&mut self, key: u64, rank: Rank) {
+        // Before the scheduler decides whether the lost originals can be
+        // had: a copy found on disk counts.
+        self.infer_disks(key);
+        let Some(r) = self.reductions.get_mut(&key) else {
+            return;
+        };
+        let member = r.group.index_of(rank);
+        // This rank's original has a standing copy whose buddy was just
+        // offered it: the buddy's answer says whether the original can be
+        // had, and the scheduler hears of this death then (or when the wait
+        // runs out).
+        let awaits = member.is_some_and(|i| r.roster.awaits(i));
+        // Dead members whose buddy this rank was: it can no longer answer,
+        // so they are decided now, without a copy.
+        let unanswered: Vec<usize> = member
+            .map(|i| r.roster.awaiting_on(i).collect())
+            .unwrap_or_default();
+        let (dead, roster) = (&self.dead, &r.roster);
+        let has = |k: usize| roster.has_copy(k, dead);
+        let outcome = match member {
+            Some(i) if !awaits => r.schedule.fail(i, has),
+            _ => r.schedule.check_recoverable(has),
+        };
+        if outcome.is_ok() {
+            for i in unanswered {
+                self.decide(key, i);
+            }
+        }
+        self.settle(key, outcome, member.is_some() && !awaits);
+    }
+
+    /// The buddy of the member at position `index` of `key`, dead with a
+    /// standing copy of its original, answered (or died, or the wait for
+    /// it ran out): the scheduler hears of the death now, with the copy if
+    /// the buddy keeps one, and once no other answer is awaited the
+    /// reduction goes on with the fetch failures held meanwhile.
+    pub(super) fn decide(&mut self, key: u64, index: usize) {
+        let Some(r) = self.reductions.get_mut(&key) else {
+            return;
+        };
+        if !r.roster.verdict(index) {
+            return;
+        }
+        let (dead, roster) = (&self.dead, &r.roster);
+        let outcome = r.schedule.fail(index, |k| roster.has_copy(k, dead));
+        if outcome.is_ok() {
+            if r.roster.is_held() {
+                return; // still held for another dead member's buddy
+            }
+            for m in r.roster.take_held() {
+                self.task_failed(m);
+            }
+        }
+        self.settle(key, outcome, true);
+    }
+
+    /// Goes on with reduction `key` after the scheduler took in a death
+    /// (`recovered`: of one of its members), or ends it if an original
+    /// is lost.
+    fn settle(&mut self, key: u64, outcome: Result<(), Unrecoverable>, recovered: bool) {
+        match outcome {
+            Ok(()) => {
+                if recovered {
+                    metrics::counter!(crate::metrics::RECOVERIES).increment(1);
+                }
+                self.drive(key);
+            }
+            Err(u) => {
+                if let Some(r) = self.reductions.get(&key) {
+                    let error = r.lost(&u);
+                    self.fail(key, error);
+                }
+            }
+        }
+    }
+}
