@@ -363,7 +363,11 @@ impl Contribution {
         if self.phase != Phase::Keeping(Keeping::Writing) {
             return Action::Nothing;
         }
-        let copy = if copy { DiskCopy::Written } else { DiskCopy::Missing };
+        let copy = if copy {
+            DiskCopy::Written
+        } else {
+            DiskCopy::Missing
+        };
         self.phase = Phase::Keeping(Keeping::Offering { copy });
         Action::Offer {
             file: copy == DiskCopy::Written,

@@ -116,7 +116,13 @@ fn a_dead_buddy_is_replaced() {
         c.offered(Some(3), false),
         Action::AwaitBuddy { in_memory: false }
     );
-    assert_eq!(c.buddy_failed(3), Action::Offer { file: true, awaited: true });
+    assert_eq!(
+        c.buddy_failed(3),
+        Action::Offer {
+            file: true,
+            awaited: true
+        }
+    );
     // No buddy left.
     assert_eq!(c.offered(None, false), join(None, None, true));
 }
@@ -140,7 +146,10 @@ fn synchronous_in_place_offers_the_heap_place() {
             awaited: true
         }
     );
-    assert_eq!(c.offered(Some(2), true), Action::AwaitBuddy { in_memory: true });
+    assert_eq!(
+        c.offered(Some(2), true),
+        Action::AwaitBuddy { in_memory: true }
+    );
     assert_eq!(c.buddy_answered(2, true), join(Some(2), None, false));
     let f = c.end(End::Completed).unwrap();
     assert!(!f.remove_disk && !f.strand);
@@ -227,7 +236,7 @@ fn a_restore_reloads_the_single_original() {
     c.fetched(1);
     c.folded(1, &zero);
     c.reported(1);
-    assert_eq!(c.released().drop_value, true);
+    assert!(c.released().drop_value);
     let restore = TaskCheck {
         restore: true,
         has_value: false,
@@ -376,7 +385,14 @@ impl Seen {
                 prop_assert!(self.awaiting.is_none(), "a join before the buddy answered");
                 prop_assert!(c.joined());
                 if !c.keeps_original() {
-                    prop_assert_eq!(f, JoinFields { replica: None, standing: None, disk: false });
+                    prop_assert_eq!(
+                        f,
+                        JoinFields {
+                            replica: None,
+                            standing: None,
+                            disk: false
+                        }
+                    );
                 }
                 if f.standing.is_some() {
                     prop_assert_eq!(c.setup().durability, Durability::Async);
