@@ -148,9 +148,11 @@ impl Worker {
         // master could take it for the original of a later reduction
         // with the same key.
         self.disk.seal(&local.disk_live);
-        let Some(f) = local.state.end(how) else {
-            return; // (a live entry never ended: listed for clarity)
-        };
+        // Only here does a contribution end, as it leaves `locals`.
+        let f = local
+            .state
+            .end(how)
+            .expect("a live contribution has not ended");
         self.store.do_send(crate::replica::DropKey {
             key,
             disk: f.remove_disk,

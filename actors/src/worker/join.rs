@@ -65,18 +65,7 @@ impl Handler<StartReduce> for Worker {
         {
             m.slot.arm();
         }
-        // About two buffers of its size while it lives: the original kept
-        // for recovery and the value folded beside it (the buffer pool may
-        // keep that much for the next reductions, see `Config`).
-        let hint = m.value.encoded_len_hint();
-        let flight = hint.saturating_mul(2);
-        taskfold_core::pool::start_flight(flight);
-        // More in flight than ever before: the buffers it may need are made
-        // now, off the folds' path (each buffer holds an archive after a
-        // replica header; see `taskfold_core::pool::reserve`).
-        let capacity = hint.saturating_add(HEADER_LEN);
-        let ahead = taskfold_core::pool::reserve(capacity);
-        self.pool.prefill(ahead, capacity);
+        let flight = self.start_flight(m.value.encoded_len_hint());
         let hold = hooks::hold(&self.hooks, self.rank.0, Point::BeforeJoin, &m.join.id);
         let state = Contribution::new(Setup {
             root: is_root,
@@ -123,6 +112,22 @@ impl Handler<StartReduce> for Worker {
 }
 
 impl Worker {
+    /// Counts a new reduction's data in flight (about two buffers of
+    /// `hint` bytes while it lives: the original kept for recovery and the
+    /// value folded beside it; the buffer pool may keep that much for the
+    /// next reductions, see `Config`). Returns the bytes counted.
+    fn start_flight(&mut self, hint: usize) -> usize {
+        let flight = hint.saturating_mul(2);
+        taskfold_core::pool::start_flight(flight);
+        // More in flight than ever before: the buffers it may need are made
+        // now, off the folds' path (each buffer holds an archive after a
+        // replica header; see `taskfold_core::pool::reserve`).
+        let capacity = hint.saturating_add(HEADER_LEN);
+        let ahead = taskfold_core::pool::reserve(capacity);
+        self.pool.prefill(ahead, capacity);
+        flight
+    }
+
     /// `key`'s first serialisation ended (`bytes`: its original as a
     /// replica buffer; `None` at the root): exposed, then kept as its
     /// state machine says, on the way to the join.
@@ -171,14 +176,12 @@ impl Worker {
             super::viewing_buddy(&local.group, self.rank, &self.dead, self.same_node_buddy);
         let in_place = viewing.and_then(|b| t.locate(&original).map(|heap| (b, heap)));
         let action = local.state.serialised(in_place.as_ref().map(|(b, _)| b.0));
-        let standing = match (action, in_place) {
-            (
-                Action::Join(JoinFields {
-                    standing: Some(_), ..
-                }),
-                Some((buddy, heap)),
-            ) => Some(Standing {
-                buddy: buddy.0,
+        let standing = match action {
+            Action::Join(JoinFields {
+                standing: Some(buddy),
+                ..
+            }) => in_place.map(|(_, heap)| Standing {
+                buddy,
                 crc: replica::stored_crc(&original).unwrap_or(0),
                 heap,
             }),
