@@ -469,11 +469,9 @@ impl Contribution {
         }
     }
 
-    /// A task arrived from the master.
-    ///
-    /// Accepted tasks become the current one (the master gives a rank one
-    /// task at a time; a later one replaces it, and the earlier fetch's
-    /// result is then dropped, see [`Contribution::fetched`]).
+    /// A task arrived from the master. An accepted task becomes the
+    /// current one (the master gives a rank one task at a time; a later one
+    /// replaces it, and the earlier fetch's data is then dropped).
     pub fn task_arrived(&mut self, t: TaskCheck<'_>) -> TaskVerdict {
         let Phase::Joined(work) = self.phase else {
             // Tasks go to joined ranks only.
@@ -534,9 +532,8 @@ impl Contribution {
     }
 
     /// Task `id`'s fold succeeded: the value now also holds
-    /// `provider_path`, and the new data is to be serialised and reported.
-    ///
-    /// The path follows the value whatever the state: the value folded it.
+    /// `provider_path` (whatever the state: the value folded it), and the
+    /// new data is to be serialised and reported.
     pub fn folded(&mut self, id: u64, provider_path: &RankSet) {
         if matches!(self.phase, Phase::Ended(_)) {
             return;

@@ -173,6 +173,15 @@ fn in_place_without_a_buddy_falls_back_to_the_disk() {
     assert!(f.strand && f.remove_disk);
 }
 
+#[test]
+fn an_offer_reported_out_of_turn_changes_nothing() {
+    let mut c = member(Durability::Async);
+    c.serialised(None);
+    let writing = c.clone();
+    assert_eq!(c.offered(None, true), Action::Nothing);
+    assert_eq!(c, writing);
+}
+
 fn check<'a>(id: u64, receiver: &'a RankSet, provider: &'a RankSet) -> TaskCheck<'a> {
     TaskCheck {
         id,
