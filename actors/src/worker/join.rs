@@ -244,7 +244,17 @@ impl Worker {
             standing,
             direct: local.direct.take(),
         });
-        if let Some(wait) = hooks::hold(&self.hooks, rank.0, Point::AfterJoin, &local.join.id) {
+        tracing::debug!(rank = %rank, key, "joined");
+        self.to_master(&msg);
+        // The test hooks after the join mark it held once the join went
+        // out (a test may kill this rank as soon as it sees the mark).
+        let Some(local) = self.locals.get_mut(&key) else {
+            return;
+        };
+        let held = hooks::hold(&self.hooks, rank.0, Point::AfterJoin, &local.join.id);
+        let _ = hooks::hold(&self.hooks, rank.0, Point::Joined, &local.join.id);
+        if let Some(wait) = held {
+            // Tasks cannot come before this handler returns: none is missed.
             local.state.hold_tasks();
             ctx.spawn(wait.into_actor(self).map(move |_, act, ctx| {
                 let Some(l) = act.locals.get_mut(&key) else {
@@ -255,11 +265,6 @@ impl Worker {
                     act.handle(super::TaskIn(t), ctx);
                 }
             }));
-        }
-        tracing::debug!(rank = %rank, key, "joined");
-        self.to_master(&msg);
-        if let Some(l) = self.locals.get(&key) {
-            let _ = hooks::hold(&self.hooks, rank.0, Point::Joined, &l.join.id);
         }
     }
 
