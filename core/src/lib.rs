@@ -17,6 +17,8 @@
 //! - [`archived`]: a value held as its archive (non-root ranks fold and
 //!   serve it without serialising it again).
 //! - [`builtin`]: sum / min / max / product over numeric arrays.
+//! - [`contribution`]: a rank's own part in one reduction, as a state
+//!   machine (keeping its original, the join, its tasks, the end).
 //! - [`inplace`]: array contributions built in their wire form (no
 //!   serialising copy).
 //! - [`pieces`]: folding a peer's archive piece by piece as it arrives
@@ -34,6 +36,7 @@
 
 pub mod archived;
 pub mod builtin;
+pub mod contribution;
 // rkyv's derive generates undocumented variant structs for enums.
 #[allow(missing_docs)]
 pub mod error;

@@ -6,22 +6,29 @@
 //!
 //! Each non-root contribution is kept as a replica buffer (its original,
 //! checksummed), exposed for gets, written to the local replica directory
-//! and offered to the buddy rank, so that it can be recovered (DESIGN.md §2).
+//! and offered to the buddy rank, so that it can be recovered (see the
+//! book's Architecture chapter). What happens to a contribution, and when,
+//! is decided by its state machine, [`Contribution`]; the handlers carry
+//! its actions out.
 //!
 //! What a crash of a worker loses: its intermediate data and the buddy
 //! copies it held. The master recovers the originals its data held from
 //! their replicas, or ends the reduction with a typed error naming them.
 
 mod barrier;
-mod handlers;
+mod end;
+mod fold;
+mod join;
 mod pieces;
+mod prepare;
 mod recovery;
+mod task;
 
 pub(crate) use barrier::{BarrierDoneIn, BarrierReq};
-pub(crate) use handlers::{
-    CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, ReleaseIn, StartReduce, TaskIn,
-};
+pub(crate) use end::{CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, ReleaseIn};
+pub(crate) use join::StartReduce;
 pub(crate) use recovery::{RankFailedIn, ReplicaAckIn};
+pub(crate) use task::TaskIn;
 
 use crate::config::Durability;
 use crate::future::Slot;
@@ -29,16 +36,16 @@ use crate::hooks::Hook;
 use crate::outbox::Outbox;
 use crate::perf::PerformanceCounter;
 use crate::pool::FoldPool;
-use crate::replica::{DropKey, ReplicaDisk, ReplicaStore};
+use crate::replica::{ReplicaDisk, ReplicaStore};
 use actix::prelude::*;
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
+use taskfold_core::contribution::Contribution;
 use taskfold_core::reducer::Decoder;
-use taskfold_core::replica::original_key;
 use taskfold_core::wire::{Join, Msg, Task};
 use taskfold_core::{Group, Rank, RankSet, ReduceError, ReduceValue};
-use taskfold_transports::BufferKey;
 
 /// A fetch in progress, cancellable if its source is declared failed.
 pub(crate) struct Fetching {
@@ -50,18 +57,17 @@ pub(crate) struct Fetching {
     pub(crate) pieces: Option<pieces::Shared>,
 }
 
-/// This rank's part in one live reduction.
+/// This rank's part in one live reduction: its state machine
+/// ([`Contribution`]: what was done, what may happen next) and the
+/// resources the actor carries its actions out with.
 pub(crate) struct Local {
+    /// Where the contribution stands: every decision of its protocol.
+    pub(crate) state: Contribution,
     pub(crate) join: Join,
     pub(crate) group: Group,
-    /// This rank's position in the group.
-    pub(crate) index: usize,
     /// `D_i`; `None` while a fold holds it, or after it was consumed.
     pub(crate) value: Option<Box<dyn ReduceValue>>,
-    /// Which originals `value` holds.
-    pub(crate) path: RankSet,
     pub(crate) slot: Arc<Slot>,
-    pub(crate) is_root: bool,
     pub(crate) decode: Decoder,
     /// `O_i` as a replica buffer (header + archive), kept for recovery:
     /// the contribution's own buffer until the local disk copy is written,
@@ -71,50 +77,18 @@ pub(crate) struct Local {
     /// the buddy's copy is a view of it, so the first fold goes into a new
     /// buffer. `None` at the root and with durability off.
     pub(crate) original: Option<Bytes>,
-    pub(crate) durability: Durability,
-    /// The buddy the original was offered to.
-    pub(crate) buddy: Option<Rank>,
-    /// The join was announced to the master.
-    pub(crate) joined: bool,
-    /// The local disk copy was written (or failed): the join may go.
-    pub(crate) disk_written: bool,
-    /// The local disk copy exists (offered to a buddy on this node, which
-    /// maps it instead of copying).
-    pub(crate) disk_copy: bool,
     /// True until the reduction ends here; its disk write checks it before
     /// creating the file (see [`ReplicaDisk::seal`]).
-    pub(crate) disk_live: Arc<std::sync::atomic::AtomicBool>,
-    /// The buddy acknowledged its copy.
-    pub(crate) buddy_acked: bool,
-    /// No disk copy was attempted: the buddy, on this node, maps
-    /// `original` where it lies (so there is no file to remove at the end).
-    pub(crate) in_memory: bool,
-    /// The standing copy the join names (`Joining::standing`): asynchronous
-    /// durability with the buddy on this node.
-    pub(crate) standing: Option<taskfold_core::wire::Standing>,
-    /// `original`'s place in the shared heap was offered to the buddy,
-    /// which may hold a view of it: if the reduction ends here abnormally
-    /// (fenced, master lost), the buffer is never reused (see
-    /// [`Worker::fail_all`]).
-    pub(crate) heap_offered: bool,
+    pub(crate) disk_live: Arc<AtomicBool>,
     /// Where same-node peers read the original in place, for the join.
     pub(crate) direct: Option<taskfold_transports::Direct>,
-    /// Tasks wait while an `after-join` test hook holds the reduction.
-    pub(crate) held: Option<Vec<Task>>,
+    /// Tasks that came while an `after-join` test hook holds the
+    /// reduction (see [`taskfold_core::contribution::Work::Held`]).
+    pub(crate) held: Vec<Task>,
     /// Bytes this reduction counts in the buffer pool's reduction data in
     /// flight (`taskfold_core::pool::start_flight`).
     pub(crate) flight: usize,
     pub(crate) fetch: Option<Fetching>,
-}
-
-impl Local {
-    /// Whether the join waits for the buddy's answer: with synchronous
-    /// durability. (An original kept only in memory, whose buddy's view
-    /// is its only copy that outlives this process, names that copy in
-    /// its join instead: see `Joining::standing`.)
-    pub(crate) fn waits_for_buddy(&self) -> bool {
-        self.durability == Durability::Sync
-    }
 }
 
 /// The worker of one rank.
@@ -189,8 +163,7 @@ impl Worker {
     /// when the original is sealed and when it is kept.
     fn viewing_buddy(&self, key: u64) -> Option<Rank> {
         let l = self.locals.get(&key)?;
-        let buddy = taskfold_core::replica::buddy(&l.group, self.rank, &self.dead)?;
-        (Some(buddy) == self.same_node_buddy).then_some(buddy)
+        viewing_buddy(&l.group, self.rank, &self.dead, self.same_node_buddy)
     }
 
     fn to_master(&self, msg: &Msg) {
@@ -198,69 +171,27 @@ impl Worker {
             tracing::warn!(rank = %self.rank, error = %e, "could not reach the master");
         }
     }
+}
 
-    /// Ends a local reduction and fills its future.
-    fn finish(&mut self, key: u64, error: Option<ReduceError>) {
-        let local = self.locals.remove(&key);
-        if let Some(l) = &local {
-            // Before the removal of the reduction's files: a write still in
-            // flight must not recreate this rank's file afterwards, where the
-            // master could take it for the original of a later reduction
-            // with the same key.
-            self.disk.seal(&l.disk_live);
-        }
-        let disk = local
-            .as_ref()
-            .is_some_and(|l| l.durability != Durability::Off && !l.in_memory);
-        self.store.do_send(DropKey { key, disk });
-        let Some(mut local) = local else {
-            return;
-        };
-        taskfold_core::pool::end_flight(local.flight);
-        if let Some(f) = local.fetch.take() {
-            let _ = f.handle; // the future ends with the actor's context
-        }
-        let t = self.out.transport();
-        t.withdraw(BufferKey(key));
-        t.withdraw(BufferKey(original_key(key)));
-        local.slot.release_key(&self.live, key);
-        let outcome = match error {
-            Some(e) => Err(e),
-            None if local.is_root => match local.value.take() {
-                Some(v) => Ok(Some(v.into_any())),
-                None => Err(ReduceError::Mismatched {
-                    id: local.join.id.clone(),
-                    detail: "the root completed without holding the result".into(),
-                }),
-            },
-            None => Ok(None),
-        };
-        // Release this reduction's buffers (back to the pool) before the
-        // application wakes up: its next contribution can reuse them.
-        let slot = local.slot.clone();
-        drop(local);
-        slot.fill(outcome);
-    }
+/// The buddy of `rank` in `group`, if it is `same_node` (see
+/// [`Worker::viewing_buddy`]).
+fn viewing_buddy(
+    group: &Group,
+    rank: Rank,
+    dead: &RankSet,
+    same_node: Option<Rank>,
+) -> Option<Rank> {
+    let buddy = taskfold_core::replica::buddy(group, rank, dead)?;
+    (Some(buddy) == same_node).then_some(buddy)
+}
 
-    /// Fails every live reduction (the master is gone, fenced, shutdown).
-    ///
-    /// The reductions may go on elsewhere without this rank, which may
-    /// have been declared failed: a buddy may then be recovering an
-    /// original of this rank from its view of the original's own buffer.
-    /// Such buffers are kept, unchanged, until the process ends, never
-    /// reused for other data that could pass for the original.
-    fn fail_all(&mut self, error: ReduceError) {
-        // No completion notice will come for them any more.
-        self.ended_early.clear();
-        for l in self.locals.values().filter(|l| l.heap_offered) {
-            if let Some(o) = &l.original {
-                self.stranded.push(o.clone());
-            }
-        }
-        let keys: Vec<u64> = self.locals.keys().copied().collect();
-        for k in keys {
-            self.finish(k, Some(error.clone()));
-        }
+/// The runtime's durability setting, as the state machine knows it.
+fn durability(d: Durability) -> taskfold_core::contribution::Durability {
+    use taskfold_core::contribution::Durability as D;
+    match d {
+        Durability::Off => D::Off,
+        Durability::Async => D::Async,
+        Durability::Sync => D::Sync,
     }
 }
 

@@ -5,7 +5,7 @@
 //!
 //! The fold writes into a new buffer: until every segment is in, the
 //! receiver's value is unchanged, and a transfer that fails half-way gives
-//! it back intact (the master then reschedules the task, DESIGN.md §2).
+//! it back intact (the master then reschedules the task).
 //! Exactly one of three parties ends a piecewise task: the last segment's
 //! job, the end of the get, or the cancellation of the fetch when its
 //! provider is declared failed.
@@ -20,7 +20,7 @@ use actix::prelude::*;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use taskfold_core::pieces::PieceFold;
-use taskfold_core::wire::{DataSource, Task, TaskFailure};
+use taskfold_core::wire::{DataSource, Task};
 use taskfold_core::{FoldError, Rank, ReduceValue};
 use taskfold_transports::{BufferKey, Segment, TransportError};
 
@@ -244,7 +244,7 @@ impl Handler<PiecesDone> for Worker {
         let Some(local) = self.locals.get_mut(&key) else {
             return; // ended meanwhile
         };
-        if local.fetch.as_ref().map(|f| f.task.task_id) != Some(m.task.task_id) {
+        if !local.state.fetched(m.task.task_id) {
             return; // cancelled: the value was given back then
         }
         local.fetch = None;
@@ -255,17 +255,7 @@ impl Handler<PiecesDone> for Worker {
             }
             Outcome::Failed(value, e) => {
                 local.value = Some(value);
-                let peer_down = matches!(
-                    e,
-                    TransportError::LinkDown { .. } | TransportError::NoSuchRank(_)
-                );
-                self.fail_task(
-                    &m.task,
-                    TaskFailure::Fetch {
-                        reason: e.to_string(),
-                        peer_down,
-                    },
-                );
+                self.task_failed(&m.task, super::task::fetch_failure(&e));
             }
         }
     }

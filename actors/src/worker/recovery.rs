@@ -3,6 +3,7 @@
 
 use super::Worker;
 use actix::prelude::*;
+use taskfold_core::contribution::Action;
 use taskfold_core::wire::TaskFailure;
 use taskfold_core::{Rank, ReduceError};
 
@@ -32,8 +33,28 @@ impl Handler<RankFailedIn> for Worker {
         // Views this rank keeps of the dead rank's originals get checksums.
         self.store
             .do_send(crate::replica::OwnerDied { owner: rank });
-        // Fetches from the dead rank would hang on a stopped process: cancel
-        // them and let the master reschedule (DESIGN.md §2, place 3).
+        self.cancel_fetches_from(rank, ctx);
+        // A join waiting on a dead buddy: offer to the next.
+        let waiting: Vec<u64> = self
+            .locals
+            .iter()
+            .filter(|(_, l)| l.state.awaited_buddy() == Some(rank.0))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in waiting {
+            if let Some(l) = self.locals.get_mut(&key) {
+                let action = l.state.buddy_failed(rank.0);
+                self.act(key, action, ctx);
+            }
+        }
+    }
+}
+
+impl Worker {
+    /// Fetches from the dead `rank` would hang on a stopped process: they
+    /// are cancelled, and the master reschedules their tasks (a task whose
+    /// provider died is done again from the provider's replica).
+    fn cancel_fetches_from(&mut self, rank: Rank, ctx: &mut Context<Self>) {
         let stuck: Vec<u64> = self
             .locals
             .iter()
@@ -45,53 +66,36 @@ impl Handler<RankFailedIn> for Worker {
             .map(|(k, _)| *k)
             .collect();
         for key in stuck {
-            let pieces = self
-                .locals
-                .get(&key)
-                .and_then(|l| l.fetch.as_ref())
-                .and_then(|f| f.pieces.clone());
+            let Some(local) = self.locals.get_mut(&key) else {
+                continue;
+            };
             // A piecewise fold holds the value: it comes back unchanged if
             // it can be taken from the fold now. If not, the job that ends
             // the fold has it (the get already ended, and its last pieces
             // are being folded): that job's answer settles the task, with
             // the value unchanged or folded whole, so it is not cancelled.
-            let fold = match &pieces {
+            let fold = match local.fetch.as_ref().and_then(|f| f.pieces.as_ref()) {
                 Some(p) => match Self::take_pieces(p) {
                     Some(fold) => Some(fold),
                     None => continue,
                 },
                 None => None,
             };
-            let f = self
-                .locals
-                .get_mut(&key)
-                .and_then(|l| l.fetch.take())
-                .expect("listed above");
+            let Some(f) = local.fetch.take() else {
+                continue;
+            };
             // Taking `fetch` is what cancels: a fetch that completes in the
-            // same turn still runs its continuation, which then finds no
-            // fetch of its task and drops the data (`Worker::fetched`).
+            // same turn still runs its continuation, which then finds its
+            // task no longer fetching and drops the data (`Worker::fetched`).
             ctx.cancel_future(f.handle);
-            if let (Some(fold), Some(local)) = (fold, self.locals.get_mut(&key)) {
+            if let Some(fold) = fold {
                 local.value = Some(fold.abort());
             }
             let reason = TaskFailure::Fetch {
                 reason: format!("{rank} was declared failed"),
                 peer_down: true,
             };
-            self.fail_task(&f.task, reason);
-        }
-        // A join waiting on a dead buddy: offer to the next.
-        let waiting: Vec<u64> = self
-            .locals
-            .iter()
-            .filter(|(_, l)| !l.joined && l.waits_for_buddy() && l.buddy == Some(rank))
-            .map(|(k, _)| *k)
-            .collect();
-        for key in waiting {
-            let disk_written = self.locals.get(&key).is_some_and(|l| l.disk_written);
-            if self.offer(key).is_none() && disk_written {
-                self.send_join(key, None, ctx);
-            }
+            self.task_failed(&f.task, reason);
         }
     }
 }
@@ -120,32 +124,16 @@ impl Handler<ReplicaAckIn> for Worker {
                 self.same_node_buddy = None;
             }
         }
-        let Some(local) = self.locals.get(&m.key) else {
+        let Some(local) = self.locals.get_mut(&m.key) else {
             return;
         };
-        if local.joined || !local.waits_for_buddy() || local.buddy != Some(m.from) {
-            return;
-        }
-        if m.ok {
-            let disk_written = local.disk_written;
-            if let Some(l) = self.locals.get_mut(&m.key) {
-                l.buddy_acked = true;
-            }
-            if disk_written {
-                self.send_join(m.key, Some(m.from), ctx);
-            }
-        } else {
+        let action = local.state.buddy_answered(m.from.0, m.ok);
+        if !m.ok && action != Action::Nothing {
             // The buddy's store is full: the reduction goes on, but this
             // original is not recoverable; say so loudly.
             metrics::counter!(crate::metrics::REPLICA_ERRORS).increment(1);
             tracing::error!(rank = %self.rank, buddy = %m.from, "buddy refused the replica; continuing without it");
-            let disk_written = local.disk_written;
-            if let Some(l) = self.locals.get_mut(&m.key) {
-                l.buddy = None;
-            }
-            if disk_written {
-                self.send_join(m.key, None, ctx);
-            }
         }
+        self.act(m.key, action, ctx);
     }
 }

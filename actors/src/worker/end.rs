@@ -1,0 +1,206 @@
+//! The end of a contribution here: the master's releases and completion
+//! notices, a lost master, shutdown; and what ending does (withdraw, seal
+//! the disk write, fill the future, keep what a buddy may still view).
+
+use super::Worker;
+use actix::prelude::*;
+use taskfold_core::contribution::End;
+use taskfold_core::replica::original_key;
+use taskfold_core::wire::Msg;
+use taskfold_core::{Rank, ReduceError};
+use taskfold_transports::BufferKey;
+
+/// The master says our data of `key` was consumed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ReleaseIn {
+    pub(crate) key: u64,
+}
+
+impl Handler<ReleaseIn> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, m: ReleaseIn, _: &mut Context<Self>) {
+        let Some(l) = self.locals.get_mut(&m.key) else {
+            // Ended here already (its places were withdrawn then).
+            return;
+        };
+        let r = l.state.released();
+        // A single original is kept as it is until the reduction ends
+        // (the master releases one only for a member that asked, below).
+        if r.drop_value {
+            // The original stays exposed: recovery may still need it.
+            self.out.transport().withdraw(BufferKey(m.key));
+            l.value = None;
+        }
+        if r.fill {
+            // `Completion::Contributed`: this member's part is done. The
+            // reduction goes on here (originals kept for recovery) until
+            // the master's completion notice, which then finds the future
+            // filled.
+            l.slot.fill(Ok(None));
+            metrics::counter!(crate::metrics::REDUCTIONS_CONTRIBUTED).increment(1);
+        }
+    }
+}
+
+/// The master says reduction `key` ended.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct CompleteIn {
+    pub(crate) key: u64,
+    pub(crate) error: Option<ReduceError>,
+}
+
+impl Handler<CompleteIn> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, m: CompleteIn, _: &mut Context<Self>) {
+        if self.ended_early.remove(&m.key) {
+            // This root ended the reduction when its last fold made it whole
+            // (a later reduction with the same id may be live here now).
+            return;
+        }
+        self.finish(m.key, m.error);
+    }
+}
+
+/// The link to a peer broke.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct PeerDown {
+    pub(crate) peer: Rank,
+    pub(crate) reason: String,
+}
+
+impl Handler<PeerDown> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, m: PeerDown, _: &mut Context<Self>) {
+        if m.peer == Rank(0) && self.rank != Rank(0) {
+            let error = ReduceError::MasterLost(m.reason);
+            self.fail_all(error.clone());
+            self.fail_waiters(&error);
+        }
+    }
+}
+
+/// The application shuts the runtime down: tell the master and wait for
+/// every rank (replied through `reply`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct FinalizeReq {
+    pub(crate) reply: flume::Sender<Result<(), ReduceError>>,
+}
+
+impl Handler<FinalizeReq> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, m: FinalizeReq, _: &mut Context<Self>) {
+        if self.fenced {
+            let _ = m.reply.send(Err(ReduceError::Fenced));
+            return;
+        }
+        if let Err(e) = self.out.send(Rank(0), &Msg::Finalize) {
+            // A dead transport cannot finalize: do not wait for an answer.
+            let _ = m.reply.send(Err(ReduceError::Transport(e.to_string())));
+            return;
+        }
+        self.finalize.push(m.reply);
+    }
+}
+
+/// Every rank finalized.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct FinalizeAckIn;
+
+impl Handler<FinalizeAckIn> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, _: FinalizeAckIn, _: &mut Context<Self>) {
+        for tx in self.finalize.drain(..) {
+            let _ = tx.send(Ok(()));
+        }
+    }
+}
+
+impl Worker {
+    /// Ends a local reduction normally (`error`: how the master or this
+    /// rank failed it) and fills its future.
+    pub(super) fn finish(&mut self, key: u64, error: Option<ReduceError>) {
+        let how = match error {
+            None => End::Completed,
+            Some(_) => End::Failed,
+        };
+        self.end(key, error, how);
+    }
+
+    /// Ends a local reduction as its state machine says.
+    fn end(&mut self, key: u64, error: Option<ReduceError>, how: End) {
+        let Some(mut local) = self.locals.remove(&key) else {
+            self.store
+                .do_send(crate::replica::DropKey { key, disk: false });
+            return;
+        };
+        // Before the removal of the reduction's files: a write still in
+        // flight must not recreate this rank's file afterwards, where the
+        // master could take it for the original of a later reduction
+        // with the same key.
+        self.disk.seal(&local.disk_live);
+        // Only here does a contribution end, as it leaves `locals`.
+        let f = local
+            .state
+            .end(how)
+            .expect("a live contribution has not ended");
+        self.store.do_send(crate::replica::DropKey {
+            key,
+            disk: f.remove_disk,
+        });
+        if f.strand {
+            // A buddy may be recovering this original from its view of the
+            // buffer: kept, unchanged, until the process ends, never reused
+            // for other data that could pass for the original.
+            if let Some(o) = &local.original {
+                self.stranded.push(o.clone());
+            }
+        }
+        taskfold_core::pool::end_flight(local.flight);
+        // A fetch in progress ends with the actor's context.
+        drop(local.fetch.take());
+        let t = self.out.transport();
+        t.withdraw(BufferKey(key));
+        t.withdraw(BufferKey(original_key(key)));
+        local.slot.release_key(&self.live, key);
+        let outcome = match error {
+            Some(e) => Err(e),
+            None if local.state.setup().root => match local.value.take() {
+                Some(v) => Ok(Some(v.into_any())),
+                None => Err(ReduceError::Mismatched {
+                    id: local.join.id.clone(),
+                    detail: "the root completed without holding the result".into(),
+                }),
+            },
+            None => Ok(None),
+        };
+        // Release this reduction's buffers (back to the pool) before the
+        // application wakes up: its next contribution can reuse them.
+        let slot = local.slot.clone();
+        drop(local);
+        if f.fill {
+            slot.fill(outcome);
+        }
+    }
+
+    /// Fails every live reduction (the master is gone, fenced): they may go
+    /// on elsewhere without this rank, which may have been declared failed
+    /// (see [`End::Abandoned`]).
+    pub(super) fn fail_all(&mut self, error: ReduceError) {
+        // No completion notice will come for them any more.
+        self.ended_early.clear();
+        let keys: Vec<u64> = self.locals.keys().copied().collect();
+        for k in keys {
+            self.end(k, Some(error.clone()), End::Abandoned);
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! Tasks this rank receives: check one against the state machine, fetch
+//! the provider's data (read in place, asked for, or streamed piecewise,
+//! see `pieces.rs`), and hand it to the fold (see `fold.rs`).
+
+use super::{Fetching, Worker};
+use crate::hooks::{self, Point};
+use crate::replica::ReplicaDisk;
+use actix::prelude::*;
+use std::time::Instant;
+use taskfold_core::contribution::{TaskCheck, TaskVerdict};
+use taskfold_core::replica::{self, original_key, replica_key, HEADER_LEN};
+use taskfold_core::wire::{DataSource, Msg, Task, TaskFailed, TaskFailure};
+use taskfold_core::{FoldError, Rank, ReduceValue};
+use taskfold_transports::{BufferKey, Received, TransportError};
+
+/// A task from the master: fetch the provider's data and fold it into ours.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct TaskIn(pub(crate) Task);
+
+impl Handler<TaskIn> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, TaskIn(task): TaskIn, ctx: &mut Context<Self>) {
+        let key = task.key;
+        let Some(local) = self.locals.get_mut(&key) else {
+            tracing::warn!(rank = %self.rank, key, "task for a reduction this rank does not hold");
+            return self.fail_task(&task, TaskFailure::Unknown);
+        };
+        let verdict = local.state.task_arrived(TaskCheck {
+            id: task.task_id,
+            receiver_path: &task.receiver_path,
+            provider_path: &task.provider_path,
+            restore: task.restore,
+            has_value: local.value.is_some(),
+        });
+        match verdict {
+            TaskVerdict::Queue => local.held.push(task),
+            TaskVerdict::Overlap => {
+                // Folding would count some original twice: never do it.
+                let e = FoldError::Custom(
+                    "the task's paths overlap: an original would be folded twice".into(),
+                );
+                self.fail_task(&task, TaskFailure::Fold((&e).into()));
+            }
+            TaskVerdict::Unknown => self.fail_task(&task, TaskFailure::Unknown),
+            TaskVerdict::Start => {
+                match hooks::hold(&self.hooks, self.rank.0, Point::BeforeGet, &local.join.id) {
+                    None => self.start_task(task, ctx),
+                    Some(wait) => {
+                        ctx.spawn(
+                            wait.into_actor(self)
+                                .map(move |_, act, ctx| act.start_task(task, ctx)),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A task's data arrived (and the receiver's original was reloaded if the
+/// task asked for it).
+pub(super) struct Fetched {
+    task: Task,
+    restored: Option<Result<Box<dyn ReduceValue>, String>>,
+    data: Result<Received, TransportError>,
+    started: Instant,
+}
+
+impl Worker {
+    pub(super) fn fail_task(&self, task: &Task, reason: TaskFailure) {
+        self.to_master(&Msg::TaskFailed(TaskFailed {
+            key: task.key,
+            task_id: task.task_id,
+            reason,
+        }));
+    }
+
+    /// Task `task` ended without a fold: its state machine is told, and
+    /// the master.
+    pub(super) fn task_failed(&mut self, task: &Task, reason: TaskFailure) {
+        if let Some(l) = self.locals.get_mut(&task.key) {
+            l.state.task_failed(task.task_id);
+        }
+        self.fail_task(task, reason);
+    }
+
+    fn start_task(&mut self, mut task: Task, ctx: &mut Context<Self>) {
+        let key = task.key;
+        let Some(local) = self.locals.get(&key) else {
+            return;
+        };
+        // A provider's data: read in place where the master says it lies, if
+        // it is on this node (a one-sided get through shared memory); else
+        // streamed and folded segment by segment as it arrives, if the value
+        // can (unless a test holds this rank before its fold).
+        let mut view = None;
+        if task.source == DataSource::Data && !task.restore {
+            let from = Rank(task.provider);
+            view = task.direct.as_ref().and_then(|d| self.view(from, d));
+            let held = hooks::armed(&self.hooks, self.rank.0, Point::BeforeFold, &local.join.id);
+            if view.is_none() && !held {
+                match self.start_pieces(task, from, ctx) {
+                    None => return,
+                    Some(t) => task = t,
+                }
+            }
+        }
+        let (from, bkey) = match &task.source {
+            DataSource::Data => (Rank(task.provider), key),
+            DataSource::Original => (Rank(task.provider), original_key(key)),
+            DataSource::Replica { holder } => (Rank(*holder), replica_key(key, task.provider)),
+            DataSource::Disk { .. } => (Rank(task.provider), 0),
+        };
+        let restore = if task.restore {
+            self.restore_original(key)
+        } else {
+            None
+        };
+        let fetch = match (&task.source, view) {
+            // A dead rank's disk copy: read it from its directory.
+            (DataSource::Disk { dir }, _) => read_disk_copy(dir, key, task.provider),
+            // Read in place (above).
+            (_, Some(view)) => Box::pin(async move { Ok(view) }),
+            // Else asked for: a same-node peer's data may still come back
+            // as a view of its memory (a loan), read in place too.
+            (_, None) => self.get_loan(from, BufferKey(bkey)),
+        };
+        let started = Instant::now();
+        let task2 = task.clone();
+        let fut = async move {
+            let restored = match restore {
+                None => None,
+                Some(h) => Some(h.await.map_err(|e| e.to_string()).and_then(|r| r)),
+            };
+            (restored, fetch.await)
+        };
+        let handle = ctx.spawn(fut.into_actor(self).map(move |(restored, data), act, ctx| {
+            let f = Fetched {
+                task: task2,
+                restored,
+                data,
+                started,
+            };
+            act.fetched(f, ctx);
+        }));
+        if let Some(local) = self.locals.get_mut(&key) {
+            local.fetch = Some(Fetching {
+                task,
+                from,
+                handle,
+                pieces: None,
+            });
+        }
+    }
+
+    /// A view of `from`'s data where `at` says it lies in its shared heap.
+    fn view(&self, from: Rank, at: &taskfold_transports::Direct) -> Option<Received> {
+        self.out.transport().view(from, at)
+    }
+
+    /// Asks `from` for its buffer `key` (a same-node peer may lend a view
+    /// of its memory).
+    fn get_loan(&self, from: Rank, key: BufferKey) -> taskfold_transports::LoanFuture {
+        self.out.transport().get_loan(from, key)
+    }
+
+    /// Reloads `key`'s own original for a task that restores it: reads the
+    /// local disk first, then the copy in memory; both are verified against
+    /// the checksum.
+    fn restore_original(
+        &self,
+        key: u64,
+    ) -> Option<actix_rt::task::JoinHandle<Result<Box<dyn ReduceValue>, String>>> {
+        let local = self.locals.get(&key)?;
+        let disk = self.disk.clone();
+        let (rank, decode, mem) = (self.rank.0, local.decode, local.original.clone());
+        Some(actix_rt::task::spawn_blocking(move || {
+            let buf = match disk.read(key, rank) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(rank, error = %e, "local replica unreadable; using the copy in memory");
+                    let b = mem.ok_or("no copy of the original is left")?;
+                    replica::original_payload(&b).map_err(|e| e.to_string())?;
+                    b
+                }
+            };
+            decode(&buf[HEADER_LEN..]).map_err(|e| e.to_string())
+        }))
+    }
+
+    fn fetched(&mut self, f: Fetched, ctx: &mut Context<Self>) {
+        let task = f.task;
+        let Some(local) = self.locals.get_mut(&task.key) else {
+            return;
+        };
+        if !local.state.fetched(task.task_id) {
+            // The fetch was cancelled (its source was declared failed) and
+            // its failure already reported: the master has rescheduled the
+            // task. actix may still run a cancelled future that completed in
+            // the same turn; folding its data now would do the task twice.
+            return;
+        }
+        local.fetch = None;
+        match f.restored {
+            None => {}
+            Some(Ok(v)) => {
+                local.value = Some(v);
+                local.state.restored(task.task_id);
+            }
+            Some(Err(e)) => {
+                let e = FoldError::Corrupt(format!("own original: {e}"));
+                return self.task_failed(&task, TaskFailure::Fold((&e).into()));
+            }
+        }
+        match f.data {
+            Ok(buf) => self.fold_fetched(task, buf, f.started, ctx),
+            Err(e) => self.task_failed(&task, fetch_failure(&e)),
+        }
+    }
+}
+
+/// How a task whose get failed with `e` failed, for the master.
+pub(super) fn fetch_failure(e: &TransportError) -> TaskFailure {
+    let peer_down = matches!(
+        e,
+        TransportError::LinkDown { .. } | TransportError::NoSuchRank(_)
+    );
+    TaskFailure::Fetch {
+        reason: e.to_string(),
+        peer_down,
+    }
+}
+
+/// Reads `owner`'s disk copy of `key`'s original from the directory `dir`
+/// (the owner is dead), off the actor's thread.
+fn read_disk_copy(dir: &str, key: u64, owner: u32) -> taskfold_transports::LoanFuture {
+    let dir = std::path::PathBuf::from(dir);
+    let read = actix_rt::task::spawn_blocking(move || {
+        ReplicaDisk::read_other(&dir, key, owner)
+            .map(|b| Received::Owned(taskfold_transports::recv_buf_from(&b)))
+    });
+    Box::pin(async move {
+        read.await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r)
+            .map_err(|detail| TransportError::Protocol {
+                peer: owner,
+                detail,
+            })
+    })
+}
