@@ -23,17 +23,7 @@
 //!   buddy may be recovering it from that very buffer.
 
 use crate::rankset::RankSet;
-
-/// When the original's copies must exist (mirrors the runtime's setting).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Durability {
-    /// No copies at all.
-    Off,
-    /// The join waits for the disk copy only; the buddy's copy follows.
-    Async,
-    /// The join waits for the disk copy and the buddy's answer.
-    Sync,
-}
+pub use crate::settings::Durability;
 
 /// What does not change over a contribution's life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

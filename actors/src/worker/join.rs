@@ -69,7 +69,7 @@ impl Handler<StartReduce> for Worker {
         let hold = hooks::hold(&self.hooks, self.rank.0, Point::BeforeJoin, &m.join.id);
         let state = Contribution::new(Setup {
             root: is_root,
-            durability: super::durability(m.durability),
+            durability: m.durability,
             early: m.join.early,
             index: m.index,
             members: m.group.len(),

@@ -30,7 +30,6 @@ pub(crate) use join::StartReduce;
 pub(crate) use recovery::{RankFailedIn, ReplicaAckIn};
 pub(crate) use task::TaskIn;
 
-use crate::config::Durability;
 use crate::future::Slot;
 use crate::hooks::Hook;
 use crate::outbox::Outbox;
@@ -183,16 +182,6 @@ fn viewing_buddy(
 ) -> Option<Rank> {
     let buddy = taskfold_core::replica::buddy(group, rank, dead)?;
     (Some(buddy) == same_node).then_some(buddy)
-}
-
-/// The runtime's durability setting, as the state machine knows it.
-fn durability(d: Durability) -> taskfold_core::contribution::Durability {
-    use taskfold_core::contribution::Durability as D;
-    match d {
-        Durability::Off => D::Off,
-        Durability::Async => D::Async,
-        Durability::Sync => D::Sync,
-    }
 }
 
 impl Actor for Worker {
