@@ -1,8 +1,9 @@
 //! The failure detector (rank 0): pings every rank each
 //! [`crate::Config::ping_period`] and declares failed a rank silent for
-//! [`crate::Config::failure_timeout`] (DESIGN.md §2). Faster signals — a
-//! broken link, the launcher's report of an exited process — reach the
-//! master directly and declare a failure sooner.
+//! [`crate::Config::failure_timeout`] (see the book's Architecture chapter,
+//! Failures during a reduction). Faster signals — a broken link, the launcher's
+//! report of an exited process — reach the master directly and declare a
+//! failure sooner.
 //!
 //! A declared-failed rank is fenced by the master (its messages are ignored
 //! and it is told so); the detector stops watching it. A crash of rank 0

@@ -40,9 +40,9 @@ pub struct MasterLoad {
     pub bytes_out: u64,
     /// Wall time of the timed repetitions, seconds.
     pub seconds: f64,
-    /// Reductions in that time. Barriers are not reductions (since
-    /// 2026-11-26; they were before), but their messages, 2 p per barrier,
-    /// two barriers per repetition, are in the message and byte counts.
+    /// Reductions in that time. Barriers are not reductions, but their
+    /// messages, 2 p per barrier, two barriers per repetition, are in the
+    /// message and byte counts.
     pub reductions: u64,
 }
 

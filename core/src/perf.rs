@@ -1,4 +1,5 @@
-//! Per-rank task timings behind the "faster rank" rule (DESIGN.md §1 step 4).
+//! Per-rank task timings behind the "faster rank" rule: of two ranks ready
+//! to fold, the one whose last task was faster receives.
 
 use crate::rank::Rank;
 use std::collections::HashMap;

@@ -11,8 +11,9 @@
 //! The fold writes `mine ⊕ theirs` into a new buffer and leaves the value
 //! unchanged until every piece is in: if the transfer fails half-way, the
 //! value comes back intact ([`PieceFold::abort`]) and the task can be
-//! redone, as recovery requires (DESIGN.md §2). It reads and writes as many
-//! bytes as an in-place fold (read both, write one).
+//! redone, as recovery requires (a provider that dies mid-transfer is
+//! fetched again from a copy). It reads and writes as many bytes as an
+//! in-place fold (read both, write one).
 //!
 //! The peer's bytes are untrusted: a piece beyond this value's archive, or
 //! bytes outside the elements that differ from this value's (the archive's

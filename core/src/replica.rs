@@ -1,5 +1,5 @@
-//! Replicas of originals (DESIGN.md §2): their buffer format, keys and
-//! placement.
+//! Replicas of originals (see the book's Fault tolerance chapter): their
+//! buffer format, keys and placement.
 //!
 //! A replica buffer is a 16-byte header — `b"TFRP"`, the CRC-32 of the
 //! payload (u32 LE), the payload's length (u64 LE) — followed by the
@@ -195,7 +195,7 @@ pub fn replica_key(key: u64, owner: u32) -> u64 {
 }
 
 /// The buddy of `owner`: the next live member of the group after it,
-/// cyclically (DESIGN.md §2: `(i+1) mod p`, skipping dead ranks). `None`
+/// cyclically (`(i+1) mod p`, skipping dead ranks). `None`
 /// when no other member is alive.
 pub fn buddy(group: &Group, owner: Rank, dead: &RankSet) -> Option<Rank> {
     let n = group.len();

@@ -1,8 +1,8 @@
-//! The multi-process fault scenarios of DESIGN.md §2, written once and run
-//! over every transport: a test hook holds a rank at an exact point of a
-//! reduction, the scenario SIGKILLs it there (or SIGSTOPs it past the
-//! failure timeout), and the survivors must end with the correct result or
-//! a typed error — never a hang.
+//! The multi-process fault scenarios (the book's Architecture chapter, Failures
+//! during a reduction), written once and run over every transport: a test hook
+//! holds a rank at an exact point of a reduction, the scenario SIGKILLs it
+//! there (or SIGSTOPs it past the failure timeout), and the survivors must end
+//! with the correct result or a typed error — never a hang.
 //!
 //! Each scenario is a 4-rank job of `tf_check` under `taskfold run`, one
 //! 1 MiB reduction rooted at rank 1, synchronous durability, a 1.5 s

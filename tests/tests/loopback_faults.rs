@@ -1,6 +1,7 @@
 //! Failures during a reduction, made deterministic with test hooks, over the
-//! serialising loopback (DESIGN.md §2): the three places a failure can
-//! strike are recovered; unrecoverable failures end with typed errors.
+//! serialising loopback (the book's Architecture chapter, Failures during a
+//! reduction): the three places a failure can strike are recovered;
+//! unrecoverable failures end with typed errors.
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,8 +1,9 @@
-//! Fault tolerance across real processes over TCP (DESIGN.md §2): the
-//! scenarios of `taskfold_tests::faults` — SIGKILL at the three places a
-//! failure can strike, a rank with its buddy, the root, a SIGSTOPped rank
-//! fenced, and a rank killed with only its (unannounced) disk copy left —
-//! under `taskfold run` with the default transport.
+//! Fault tolerance across real processes over TCP (the book's Architecture
+//! chapter, Failures during a reduction): the scenarios of
+//! `taskfold_tests::faults` — SIGKILL at the three places a failure can strike,
+//! a rank with its buddy, the root, a SIGSTOPped rank fenced, and a rank killed
+//! with only its (unannounced) disk copy left — under `taskfold run` with the
+//! default transport.
 
 use std::path::PathBuf;
 use taskfold_tests::faults::{self, Job};

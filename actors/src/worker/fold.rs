@@ -135,14 +135,13 @@ impl Worker {
 
 /// Folds of fetched data up to this size run on the actor's own thread.
 ///
-/// Why larger than [`INLINE_BYTES`]: a fold of 2 MiB takes about 0.25 ms
-/// here, and handing it to the fold thread and the result back costs two
-/// thread wake-ups, each tens to hundreds of microseconds on a node whose
-/// cores are all busy. Quiet 2 MiB reductions over 8 ranks on 2 cores took
-/// 3.86 ms instead of 4.12 ms (means of 14 interleaved pairs of
-/// `compare-rank` medians). The actor is busy meanwhile (its other
-/// messages wait up to about half a millisecond); larger folds still go
-/// to the fold thread so that control messages are not held up longer.
+/// Why larger than the serialising threshold: a fold of a few MiB runs at
+/// memory speed, while handing it to the fold thread and the result back
+/// costs two thread wake-ups, each tens to hundreds of microseconds on a
+/// node whose cores are all busy (the book's Architecture chapter, The
+/// actors, gives the measurement). The actor is busy meanwhile, so larger
+/// folds still go to the fold thread: control messages are not held up
+/// for longer than a fold of this size takes.
 const FOLD_INLINE_BYTES: usize = 4 << 20;
 
 /// Whether a fold of `len` fetched bytes runs inline.
