@@ -446,9 +446,9 @@ impl Master {
             let offer = Msg::ReplicaOffer {
                 key,
                 owner: rank.0,
-                len: s.heap.len,
+                len: s.len,
                 crc: s.crc,
-                node: s.heap.node,
+                node: s.node,
                 file: None,
                 heap: Some(s.heap),
                 warm: None,
@@ -590,7 +590,7 @@ pub(super) mod standing_tests {
     use super::*;
     use std::sync::Arc;
     use std::time::Duration;
-    use taskfold_core::wire::{self, Direct, Join, Ready, Standing, TaskFailed, TaskFailure};
+    use taskfold_core::wire::{self, Join, Locator, Ready, Standing, TaskFailed, TaskFailure};
     use taskfold_core::RankSet;
     use taskfold_transports::loopback::{LoopbackHub, LoopbackTransport};
     use taskfold_transports::{Event, Transport};
@@ -606,15 +606,9 @@ pub(super) mod standing_tests {
         Standing {
             buddy,
             crc: 0x5446_0000 | rank,
-            heap: Direct {
-                node: 9,
-                pid: 1000 + rank,
-                fd: 5,
-                ino: 77,
-                heap_len: 1 << 30,
-                offset: 1 << 16,
-                len: 4160,
-            },
+            len: 4160,
+            node: 9,
+            heap: Locator([rank as u8; wire::LOCATOR_LEN]),
         }
     }
 

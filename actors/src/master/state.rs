@@ -29,7 +29,7 @@ pub(crate) struct Reduction {
     pub(crate) fetch_failures: u32,
     /// Group position → where a same-node receiver reads its current data
     /// in place (from its last ready message), forwarded in its tasks.
-    pub(crate) directs: HashMap<usize, taskfold_core::wire::Direct>,
+    pub(crate) directs: HashMap<usize, taskfold_core::wire::Locator>,
     /// Group position → the standing copy its join named
     /// (`Ready::standing`): its buddy maps the original where it lies, and
     /// is offered it on the member's behalf if the member dies (unless the

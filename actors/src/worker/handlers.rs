@@ -211,7 +211,8 @@ impl Worker {
             match value.into_encoded(HEADER_LEN) {
                 Ok((buf, hold)) => {
                     let buf_len = buf.len();
-                    let viewed = viewed_by.is_some() && self.out.transport().locate(&buf).is_some();
+                    let viewed =
+                        viewed_by.is_some() && locate(self.out.transport(), &buf).is_some();
                     let job = move || {
                         let (shared, bytes) = seal(buf, viewed);
                         Prepared {
@@ -240,7 +241,7 @@ impl Worker {
             let (value, encoded) = if first {
                 match value.encode_after(HEADER_LEN) {
                     Ok(buf) => {
-                        let viewed = viewed_by.is_some() && t.locate(&buf).is_some();
+                        let viewed = viewed_by.is_some() && locate(&t, &buf).is_some();
                         let (shared, bytes) = seal(buf, viewed);
                         (value.into_archived(shared, HEADER_LEN), Ok(bytes))
                     }
@@ -321,7 +322,7 @@ impl Worker {
         // Without a disk copy to map, a buddy on this node may view the
         // original where it lies in this rank's shared heap.
         let heap = if file.is_none() {
-            self.out.transport().locate(original)
+            locate(self.out.transport(), original)
         } else {
             None
         };
@@ -332,7 +333,7 @@ impl Worker {
             None => local
                 .direct
                 .clone()
-                .map(|d| taskfold_transports::Direct { len: 0, ..d }),
+                .map(|d| taskfold_transports::same_node::heap_of(&d)),
             Some(_) => None,
         };
         local.heap_offered |= heap.is_some();
@@ -388,7 +389,7 @@ impl Handler<Prepared> for Worker {
         local.value = Some(m.value);
         if let Some(done) = m.done {
             let direct = bytes.and_then(|b| {
-                let direct = t.locate(&b);
+                let direct = locate(&t, &b);
                 t.expose(BufferKey(key), b);
                 direct
             });
@@ -422,7 +423,7 @@ impl Handler<Prepared> for Worker {
         // the master has the ready message. The data key serves the archive
         // inside the replica buffer (no copy).
         let data = original.slice(HEADER_LEN..);
-        local.direct = t.locate(&data);
+        local.direct = locate(&t, &data);
         t.expose(BufferKey(key), data);
         let durability = local.durability;
         if durability == Durability::Off {
@@ -442,7 +443,7 @@ impl Handler<Prepared> for Worker {
         let Some(local) = self.locals.get_mut(&key) else {
             return;
         };
-        let heap = if viewing { t.locate(&original) } else { None };
+        let heap = if viewing { locate(&t, &original) } else { None };
         if let Some(heap) = heap {
             // The buddy is on this node and maps this rank's shared heap
             // (it said so when it stored an earlier original here): its
@@ -474,6 +475,8 @@ impl Handler<Prepared> for Worker {
                     l.standing = Some(taskfold_core::wire::Standing {
                         buddy: buddy.0,
                         crc: replica::stored_crc(&original).unwrap_or(0),
+                        len: original.len() as u64,
+                        node: taskfold_transports::shared_file::node_token(),
                         heap,
                     });
                 }
@@ -722,7 +725,7 @@ impl Worker {
             view = task
                 .direct
                 .as_ref()
-                .and_then(|d| self.out.transport().view(from, d));
+                .and_then(|d| self.out.transport().same_node()?.view(from, d));
             let held = hooks::armed(&self.hooks, self.rank.0, Point::BeforeFold, &local.join.id);
             if view.is_none() && !held {
                 match self.start_pieces(task, from, ctx) {
@@ -774,7 +777,7 @@ impl Worker {
                             peer: owner,
                             detail,
                         })
-                }) as taskfold_transports::LoanFuture
+                }) as taskfold_transports::GetFuture
             }
             // Read in place (above).
             _ if view.is_some() => {
@@ -783,7 +786,7 @@ impl Worker {
             }
             // Else asked for: a same-node peer's data may still come back
             // as a view of its memory (a loan), read in place too.
-            _ => self.out.transport().get_loan(from, BufferKey(bkey)),
+            _ => self.out.transport().get(from, BufferKey(bkey)),
         };
         let started = Instant::now();
         let _ = local;
@@ -1164,4 +1167,13 @@ impl Handler<FinalizeAckIn> for Worker {
             let _ = tx.send(Ok(()));
         }
     }
+}
+
+/// Where a peer on this node may read `data` in place, if the transport
+/// offers same-node reads ([`taskfold_transports::SameNode::locate`]).
+fn locate(
+    t: &std::sync::Arc<dyn taskfold_transports::Transport>,
+    data: &[u8],
+) -> Option<taskfold_transports::Locator> {
+    t.same_node()?.locate(data)
 }

@@ -98,7 +98,7 @@ pub(crate) struct Local {
     /// [`Worker::fail_all`]).
     pub(crate) heap_offered: bool,
     /// Where same-node peers read the original in place, for the join.
-    pub(crate) direct: Option<taskfold_transports::Direct>,
+    pub(crate) direct: Option<taskfold_transports::Locator>,
     /// Tasks wait while an `after-join` test hook holds the reduction.
     pub(crate) held: Option<Vec<Task>>,
     /// Bytes this reduction counts in the buffer pool's reduction data in

@@ -94,25 +94,11 @@ mod tests {
             standing: Some(Standing {
                 buddy: 2,
                 crc: 0xdead_beef,
-                heap: Direct {
-                    node: 5,
-                    pid: 77,
-                    fd: 3,
-                    ino: 12,
-                    heap_len: 1 << 30,
-                    offset: 0,
-                    len: 4160,
-                },
-            }),
-            direct: Some(Direct {
+                len: 4160,
                 node: 5,
-                pid: 77,
-                fd: 3,
-                ino: 12,
-                heap_len: 1 << 30,
-                offset: 65536,
-                len: 4096,
+                heap: Locator([5; LOCATOR_LEN]),
             }),
+            direct: Some(Locator([7; LOCATOR_LEN])),
         });
         assert_eq!(decode(&encode(&m)).unwrap(), m);
     }

@@ -7,9 +7,11 @@
 //! [`LibfabricTransport::start`] opens the fabric objects of the provider
 //! asked for ([`fi`]: fabric, domain, completion queue, address vector,
 //! endpoint), posts its receives, then starts a [`TcpTransport`] with the
-//! same configuration: the TCP bootstrap checks the job, rank and size, and
-//! ranks then send each other their endpoint names (`fi_getname`) over TCP
-//! and insert them into their address vectors. The TCP connections stay
+//! same configuration: the TCP bootstrap checks the job, rank, size and
+//! protocol version, and ranks then send each other their protocol version
+//! and endpoint names (`fi_getname`) over TCP, refuse a peer of another
+//! version ([`crate::version`]) and insert the names into their address
+//! vectors. The TCP connections stay
 //! open, idle, as the failure detector: a peer process that dies closes
 //! them, and the TCP transport's [`Event::LinkDown`] is forwarded as this
 //! transport's (nothing from that peer is delivered after it, its pending
@@ -52,6 +54,14 @@
 //! closes the endpoint. Peers report no failure; their later calls to the
 //! departed rank fail with [`TransportError::LinkDown`] at once.
 //!
+//! # Same-node reads
+//!
+//! Ranks on one node also read each other's shared-heap buffers in place
+//! ([`Transport::same_node`], the same [`crate::same_node`] module as TCP's:
+//! it needs only shared memory and this transport's link states), so a
+//! fold on one node reads its peer's data where it lies whatever the
+//! fabric.
+//!
 //! # Providers and memory registration
 //!
 //! The provider is chosen by name ([`LibfabricConfig::provider`], e.g.
@@ -81,11 +91,13 @@ mod stale;
 pub mod wire;
 
 use crate::tcp::{TcpConfig, TcpTransport};
-use crate::{BufferKey, Event, GetFuture, Rank, Transport, TransportError};
+use crate::{
+    link, BufferKey, Event, GetFuture, Rank, Received, SameNode, Transport, TransportError,
+};
 use bytes::Bytes;
 use fi::{AddressVector, CompletionQueue, Domain, Endpoint, Fabric, FabricError, Hints, InfoList};
 use progress::{Cmd, Engine, Tuning};
-use shared::{Exposure, Registrar, Shared};
+use shared::{Registrar, Shared};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -274,7 +286,13 @@ fn open(cfg: &LibfabricConfig) -> Result<Opened, TransportError> {
     let ep = Endpoint::open(&domain, info, &cq, &av)?;
     let name = ep.name()?;
     let (cmd_tx, cmd_rx) = flume::unbounded();
-    let sh = Arc::new(Shared::new(cfg.tcp.rank, cfg.tcp.size, cmd_tx, cq.clone()));
+    let sh = Arc::new(Shared::new(
+        cfg.tcp.rank,
+        cfg.tcp.size,
+        cfg.tcp.loans,
+        cmd_tx,
+        cq.clone(),
+    ));
     let reg = Arc::new(Registrar::new(
         domain.clone(),
         mr_mode & fi::bits::MR_VIRT_ADDR != 0,
@@ -367,14 +385,15 @@ fn exchange_names(
                             detail: e,
                         })
                     }
-                    Some(Ok((theirs, n))) => {
-                        if theirs != provider {
+                    Some(Ok(theirs)) => {
+                        crate::version::check(&format!("rank {}", from.0), theirs.version)?;
+                        if theirs.provider != provider {
                             return Err(TransportError::Refused(format!(
-                                "rank {} uses libfabric provider `{theirs}`, this rank `{provider}`",
-                                from.0
+                                "rank {} uses libfabric provider `{}`, this rank `{provider}`",
+                                from.0, theirs.provider
                             )));
                         }
-                        names[from.0 as usize] = Some(n);
+                        names[from.0 as usize] = Some(theirs.name);
                     }
                 }
             }
@@ -547,18 +566,15 @@ impl Transport for LibfabricTransport {
         self.sh.size
     }
 
+    fn name(&self) -> &'static str {
+        "libfabric"
+    }
+
     fn send(&self, to: Rank, frame: Bytes) -> Result<(), TransportError> {
         self.check_peer(to)?;
-        let max = self.max_frame;
-        if frame.len() as u64 > max {
-            return Err(TransportError::FrameTooLarge {
-                len: frame.len() as u64,
-                max,
-            });
-        }
+        link::check_frame(frame.len(), self.max_frame)?;
         if to.0 == self.sh.rank {
-            let frame = Bytes::copy_from_slice(&frame);
-            let _ = self.sh.events_tx.send(Event::Message { from: to, frame });
+            link::send_to_self(&self.sh.events_tx, to, &frame);
             return Ok(());
         }
         self.sh.command(Cmd::Send { to: to.0, frame })
@@ -566,12 +582,12 @@ impl Transport for LibfabricTransport {
 
     fn expose(&self, key: BufferKey, data: Bytes) {
         if !self.sh.is_closed() {
-            self.sh.exposed().insert(key, Exposure { data, reg: None });
+            self.sh.exposed.insert(key, data);
         }
     }
 
     fn withdraw(&self, key: BufferKey) -> Option<Bytes> {
-        self.sh.exposed().remove(&key).map(|x| x.data)
+        self.sh.exposed.remove(key)
     }
 
     fn get(&self, from: Rank, key: BufferKey) -> GetFuture {
@@ -579,15 +595,7 @@ impl Transport for LibfabricTransport {
             return Box::pin(async move { Err(e) });
         }
         if from.0 == self.sh.rank {
-            let r = self
-                .sh
-                .exposed()
-                .get(&key)
-                .map(|x| crate::recv_buf_from(&x.data))
-                .ok_or(TransportError::NotExposed {
-                    peer: from.0,
-                    key: key.0,
-                });
+            let r = link::copy_exposed(&self.sh.exposed, from, key);
             return Box::pin(async move { r });
         }
         let (reply, rx) = futures::channel::oneshot::channel();
@@ -598,7 +606,11 @@ impl Transport for LibfabricTransport {
         }) {
             return Box::pin(async move { Err(e) });
         }
-        Box::pin(async move { rx.await.unwrap_or(Err(TransportError::Closed)) })
+        Box::pin(async move {
+            rx.await
+                .unwrap_or(Err(TransportError::Closed))
+                .map(Received::Owned)
+        })
     }
 
     fn events(&self) -> flume::Receiver<Event> {
@@ -618,8 +630,10 @@ impl Transport for LibfabricTransport {
         tracing::debug!(rank = self.sh.rank, "libfabric transport shut down");
     }
 
-    fn name(&self) -> &'static str {
-        "libfabric"
+    /// Reads in place from same-node peers: plain shared memory, which
+    /// needs no fabric (none when `loans` is off in the TCP configuration).
+    fn same_node(&self) -> Option<&SameNode> {
+        Some(&self.sh.same)
     }
 }
 

@@ -2,7 +2,10 @@
 //! endpoint-name frame exchanged over TCP at start-up.
 //!
 //! Every fabric message is at most [`SLOT`] bytes: a fixed [`HEADER`]-byte
-//! header, then (for `CONTROL` only) the frame's bytes. All integers are
+//! header (magic, a reserved zero byte, the kind, four reserved bytes, five
+//! u64 words), then (for `CONTROL` only) the frame's bytes. The protocol
+//! version is checked once, in the endpoint-name frame of the bootstrap
+//! ([`crate::version`]), not in every message. All integers are
 //! little-endian. The sender's rank travels in the tag (see [`tag_of`]), not
 //! in the message. A received message is untrusted input: [`Msg::decode`]
 //! checks it and names what is wrong.
@@ -33,7 +36,6 @@ pub const INLINE_MAX: usize = 16 << 10;
 pub const SLOT: usize = HEADER + INLINE_MAX;
 
 const MAGIC: [u8; 2] = *b"tF";
-const VERSION: u8 = 1;
 
 /// Tag bits of every taskfold message (the upper half of the tag).
 pub const TAG_BASE: u64 = 0x7446_0001 << 32;
@@ -132,7 +134,7 @@ pub enum Msg<'a> {
 
 fn put(out: &mut Vec<u8>, kind: u8, words: &[u64]) {
     out.extend_from_slice(&MAGIC);
-    out.push(VERSION);
+    out.push(0);
     out.push(kind);
     out.extend_from_slice(&[0; 4]);
     for i in 0..5 {
@@ -176,8 +178,8 @@ impl Msg<'_> {
         if b[0..2] != MAGIC {
             return Err("bad magic".into());
         }
-        if b[2] != VERSION {
-            return Err(format!("protocol version {} (expected {VERSION})", b[2]));
+        if b[2] != 0 {
+            return Err(format!("reserved header byte is {}, not 0", b[2]));
         }
         let w = |i: usize| {
             let o = 8 + 8 * i;
@@ -231,10 +233,23 @@ impl Msg<'_> {
 /// TCP.
 const NAME_MAGIC: &[u8; 8] = b"tfFIname";
 
-/// The start-up frame: provider name and endpoint name.
+/// A peer's start-up frame, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameFrame {
+    /// The peer's protocol version ([`crate::version::VERSION`]).
+    pub version: u16,
+    /// Its libfabric provider.
+    pub provider: String,
+    /// Its endpoint name (`fi_getname`).
+    pub name: Vec<u8>,
+}
+
+/// The start-up frame: this build's protocol version, the provider name
+/// and the endpoint name.
 pub fn name_frame(provider: &str, name: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(8 + 4 + provider.len() + name.len());
+    let mut f = Vec::with_capacity(8 + 6 + provider.len() + name.len());
     f.extend_from_slice(NAME_MAGIC);
+    f.extend_from_slice(&crate::version::VERSION.to_le_bytes());
     f.extend_from_slice(&(provider.len() as u16).to_le_bytes());
     f.extend_from_slice(&(name.len() as u16).to_le_bytes());
     f.extend_from_slice(provider.as_bytes());
@@ -242,21 +257,43 @@ pub fn name_frame(provider: &str, name: &[u8]) -> Vec<u8> {
     f
 }
 
-/// Decodes a start-up frame: `None` if it is not one, else the provider
-/// and the endpoint name (or what is wrong).
-pub fn parse_name_frame(f: &[u8]) -> Option<Result<(String, Vec<u8>), String>> {
+/// Decodes a start-up frame: `None` if it is not one, else what it says
+/// (or what is wrong). The version comes first and is decoded even if the
+/// rest is not understood, so that a peer of another version is refused
+/// as such.
+pub fn parse_name_frame(f: &[u8]) -> Option<Result<NameFrame, String>> {
     let rest = f.strip_prefix(NAME_MAGIC)?;
-    if rest.len() < 4 {
+    if rest.len() < 2 {
         return Some(Err("truncated endpoint-name frame".into()));
+    }
+    let version = u16::from_le_bytes([rest[0], rest[1]]);
+    let malformed = |what: &str| {
+        if version == crate::version::VERSION {
+            Err(format!("{what} endpoint-name frame"))
+        } else {
+            // Another version: its layout may differ; the version says it.
+            Ok(NameFrame {
+                version,
+                provider: String::new(),
+                name: Vec::new(),
+            })
+        }
+    };
+    let rest = &rest[2..];
+    if rest.len() < 4 {
+        return Some(malformed("truncated"));
     }
     let pl = usize::from(u16::from_le_bytes([rest[0], rest[1]]));
     let nl = usize::from(u16::from_le_bytes([rest[2], rest[3]]));
     let body = &rest[4..];
     if body.len() != pl + nl || nl == 0 {
-        return Some(Err("malformed endpoint-name frame".into()));
+        return Some(malformed("malformed"));
     }
-    let prov = String::from_utf8_lossy(&body[..pl]).into_owned();
-    Some(Ok((prov, body[pl..].to_vec())))
+    Some(Ok(NameFrame {
+        version,
+        provider: String::from_utf8_lossy(&body[..pl]).into_owned(),
+        name: body[pl..].to_vec(),
+    }))
 }
 
 #[cfg(test)]
@@ -320,9 +357,23 @@ mod tests {
         let f = name_frame("shm", b"\x01\x02");
         assert_eq!(
             parse_name_frame(&f),
-            Some(Ok(("shm".to_string(), vec![1, 2])))
+            Some(Ok(NameFrame {
+                version: crate::version::VERSION,
+                provider: "shm".to_string(),
+                name: vec![1, 2]
+            }))
         );
         assert_eq!(parse_name_frame(b"other"), None);
         assert!(matches!(parse_name_frame(b"tfFIname\x01"), Some(Err(_))));
+        // Another version's frame is read as far as its version.
+        let mut other = b"tfFIname".to_vec();
+        other.extend_from_slice(&(crate::version::VERSION + 1).to_le_bytes());
+        other.extend_from_slice(b"\xff");
+        assert_eq!(
+            parse_name_frame(&other)
+                .and_then(Result::ok)
+                .map(|n| n.version),
+            Some(crate::version::VERSION + 1)
+        );
     }
 }

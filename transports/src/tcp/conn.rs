@@ -7,9 +7,10 @@
 //! and requests, the other carries responses, and a rank's big responses
 //! never delay its own control frames.
 
-use super::frame::{self, kind, Header, Hello, Role, HANDSHAKE_MAX, HEADER_LEN, PROTO_VERSION};
+use super::frame::{self, kind, Header, Hello, Role, HANDSHAKE_MAX, HEADER_LEN};
 use super::peer::{Link, Shared};
 use super::{bootstrap, get, metrics};
+use crate::version::{self, VERSION};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -514,11 +515,8 @@ async fn handle_accepted(shared: Arc<Shared>, stream: TcpStream, from: SocketAdd
         Ok(Err(detail)) => return bad_connection(shared.rank, from, &detail),
         Err(_) => return bad_connection(shared.rank, from, "no hello in time"),
     };
-    if hello.version != PROTO_VERSION {
-        let reason = format!(
-            "wrong protocol version {}: this build speaks {PROTO_VERSION}",
-            hello.version
-        );
+    if hello.version != VERSION {
+        let reason = version::mismatch(shared.rank, hello.version);
         bad_connection(shared.rank, from, &reason);
         return refuse(rd, wr, reason).await;
     }
@@ -621,7 +619,7 @@ async fn in_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf, wtx: W
             }
             kind::GET_RETURN => {
                 metrics::received(HEADER_LEN as u64, 1);
-                shared.returned(peer, hdr.a);
+                shared.loans().returned(peer, hdr.a);
             }
             kind::GOODBYE => {
                 shared.peer_gone(peer);
@@ -684,7 +682,7 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, rx: WriterEnd) 
         };
     let (rd, mut wr) = stream.into_split();
     let hello = frame::hello_frame(&Hello {
-        version: PROTO_VERSION,
+        version: VERSION,
         role: Role::Peer,
         job: shared.job,
         rank: shared.rank,

@@ -13,9 +13,9 @@
 //!
 //! | kind | a | b | c | payload |
 //! | --- | --- | --- | --- | --- |
-//! | `HELLO` | | | | [`Hello`] body (43 bytes) |
+//! | `HELLO` | | | | [`Hello`] body (43 bytes), which begins with the caller's protocol version ([`crate::version`]) |
 //! | `REFUSE` | | | | the reason, UTF-8 |
-//! | `TABLE` | size | | | `size` addresses, 19 bytes each |
+//! | `TABLE` | size | the master's protocol version | | `size` addresses, 19 bytes each |
 //! | `CONTROL` | | | | the control frame, opaque |
 //! | `GET_REQ` | request id | key | node token (0: stream it) | none |
 //! | `GET_CHUNK` | request id | offset | total length | `len` bytes of the buffer |
@@ -24,6 +24,7 @@
 //! | `GET_LEND` | request id | address | total length | owner pid (u64 LE); then, if the buffer is in the owner's shared heap, its heap descriptor, inode, length and the buffer's offset (4 × u64 LE) |
 //! | `GET_RETURN` | request id | | | none |
 
+use crate::version::VERSION;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -35,8 +36,6 @@ pub const LEND_HEAP_LEN: u32 = 40;
 pub const HEADER_LEN: usize = 32;
 /// First two bytes of every frame.
 pub const MAGIC: [u8; 2] = *b"tf";
-/// Version of the TCP framing and handshake; a peer speaking another is refused.
-pub const PROTO_VERSION: u16 = 3;
 /// Largest `HELLO` or `REFUSE` payload accepted.
 pub const HANDSHAKE_MAX: u32 = 4096;
 /// Bytes of one encoded address in a `TABLE` or `HELLO`.
@@ -163,7 +162,7 @@ pub enum Role {
 /// The body of a `HELLO` frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
-    /// [`PROTO_VERSION`] of the caller.
+    /// The caller's protocol version ([`crate::version::VERSION`]).
     pub version: u16,
     /// Why it calls.
     pub role: Role,
@@ -202,7 +201,7 @@ impl Hello {
             return Err(format!("hello of {} bytes", b.len()));
         }
         let version = u16::from_le_bytes([b[0], b[1]]);
-        if version != PROTO_VERSION {
+        if version != VERSION {
             // The caller refuses on the version; the rest is not parsed.
             return Ok(Hello {
                 version,
@@ -391,7 +390,7 @@ mod tests {
             Some("[::1]:9".parse().unwrap()),
         ] {
             let h = Hello {
-                version: PROTO_VERSION,
+                version: VERSION,
                 role: Role::Register,
                 job: 0xdead_beef,
                 rank: 3,
@@ -401,9 +400,11 @@ mod tests {
             assert_eq!(Hello::decode(&h.encode()), Ok(h));
         }
         assert!(Hello::decode(&[1]).is_err());
-        let v = PROTO_VERSION.to_le_bytes();
+        let v = VERSION.to_le_bytes();
         assert!(Hello::decode(&[v[0], v[1], 9]).is_err());
-        assert_eq!(Hello::decode(&[7, 0]).map(|h| h.version), Ok(7));
+        // Another version is decoded as far as the version, to be refused.
+        let other = (VERSION + 1).to_le_bytes();
+        assert_eq!(Hello::decode(&other).map(|h| h.version), Ok(VERSION + 1));
     }
 
     #[test]

@@ -14,8 +14,8 @@
 //! kernel buffers. The transport runs its own two-thread tokio runtime, so
 //! the caller needs none, and its get futures complete on any executor;
 //! or, with [`TcpConfig::threads`] 0, a single-threaded one that the
-//! caller takes ([`Transport::take_driver`]) and runs on a thread of its
-//! own, beside its own tasks (the runtime's actors do).
+//! caller takes ([`crate::Driven::take_driver`]) and runs on a thread of
+//! its own, beside its own tasks (the runtime's actors do).
 //!
 //! # Frame format
 //!
@@ -44,8 +44,10 @@
 //! the owner's shared heap (a program that installs
 //! [`crate::shm::SharedHeap`]), the loan frame also names its place there
 //! (72 bytes) and the requester reads the owner's pages in place, through a
-//! mapping of that heap made once per peer: no copy at all for
-//! [`Transport::get_loan`], one `memcpy` for [`Transport::get`].
+//! mapping of that heap made once per peer ([`crate::same_node`]): no copy
+//! at all for [`Transport::get`] (a view), one `memcpy` for a segmented
+//! get. The same mappings serve [`Transport::same_node`]'s reads in place,
+//! which need no request at all.
 //!
 //! # Failures
 //!
@@ -79,7 +81,7 @@ mod sock;
 
 pub use bootstrap::report_rank_exit;
 
-use crate::{BufferKey, Event, GetFuture, LoanFuture, Rank, Received, Transport, TransportError};
+use crate::{link, BufferKey, Driven, Event, GetFuture, Rank, SameNode, Transport, TransportError};
 use bytes::Bytes;
 use peer::Shared;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -139,10 +141,10 @@ pub struct TcpConfig {
     ///
     /// 0: no thread of its own. The transport's tasks run on a
     /// single-threaded runtime that the caller takes with
-    /// [`Transport::take_driver`] and runs on a thread of its own (the
-    /// runtime's actors do: an incoming frame then wakes their thread
-    /// alone), closing it with [`Transport::shutdown_on_driver`] before
-    /// that thread stops. Nothing moves until the caller runs it. Rank 0's
+    /// [`Driven::take_driver`] ([`Transport::driven`]) and runs on a thread
+    /// of its own (the runtime's actors do: an incoming frame then wakes
+    /// their thread alone), closing it with [`Driven::close_on_driver`]
+    /// before that thread stops. Nothing moves until the caller runs it. Rank 0's
     /// bootstrap runs it itself while it waits for the ranks to register.
     pub threads: usize,
 }
@@ -169,7 +171,7 @@ impl TcpConfig {
 pub struct TcpTransport {
     shared: Arc<Shared>,
     /// `threads == 0`: the runtime is a single-threaded one that the
-    /// caller takes ([`Transport::take_driver`]) and runs.
+    /// caller takes ([`Driven::take_driver`]) and runs.
     driven: bool,
     runtime: Mutex<Option<Runtime>>,
     master_addr: SocketAddr,
@@ -334,7 +336,7 @@ impl TcpTransport {
     /// transports that bootstrap over TCP to tell a departed peer from a
     /// failed one.
     pub fn peer_left(&self, peer: Rank) -> bool {
-        peer.0 < self.shared.size && self.shared.slot(peer.0).link == peer::Link::Gone
+        peer.0 < self.shared.size && self.shared.slot(peer.0).link == crate::link::Link::Gone
     }
 
     fn take_runtime(&self) -> Option<Runtime> {
@@ -344,34 +346,15 @@ impl TcpTransport {
             .take()
     }
 
-    /// A get (`view`: a same-node loan may come back as a view).
-    fn fetch(&self, from: Rank, key: BufferKey, view: bool) -> LoanFuture {
-        if let Err(e) = self.check_peer(from) {
-            return Box::pin(async move { Err(e) });
-        }
-        let s = &self.shared;
-        if from.0 == s.rank {
-            let r = s
-                .exposed
-                .lookup(key)
-                .map(|b| Received::Owned(crate::recv_buf_from(&b)))
-                .ok_or(TransportError::NotExposed {
-                    peer: from.0,
-                    key: key.0,
-                });
-            return Box::pin(async move { r });
-        }
-        self.requested(from, key, view, None)
-    }
-
-    /// A get sent to another rank; with a sink, a segmented one.
+    /// A get sent to another rank (`view`: a same-node loan may come back
+    /// as a view); with a sink, a segmented one.
     fn requested(
         &self,
         from: Rank,
         key: BufferKey,
         view: bool,
         sink: Option<crate::SegmentSink>,
-    ) -> LoanFuture {
+    ) -> GetFuture {
         match get::request(&self.shared, from.0, key, view, sink) {
             Err(e) => Box::pin(async move { Err(e) }),
             Ok(rx) => {
@@ -391,13 +374,7 @@ impl TcpTransport {
     }
 
     fn check_peer(&self, peer: Rank) -> Result<(), TransportError> {
-        if self.shared.is_closed() {
-            Err(TransportError::Closed)
-        } else if peer.0 >= self.shared.size {
-            Err(TransportError::NoSuchRank(peer.0))
-        } else {
-            Ok(())
-        }
+        link::check_peer(self.shared.is_closed(), self.shared.size, peer)
     }
 }
 
@@ -410,25 +387,23 @@ impl Transport for TcpTransport {
         self.shared.size
     }
 
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+
     fn send(&self, to: Rank, frame: Bytes) -> Result<(), TransportError> {
         self.check_peer(to)?;
-        if frame.len() as u64 > self.shared.max_frame {
-            return Err(TransportError::FrameTooLarge {
-                len: frame.len() as u64,
-                max: self.shared.max_frame,
-            });
-        }
+        link::check_frame(frame.len(), self.shared.max_frame)?;
         let s = &self.shared;
         if to.0 == s.rank {
-            let frame = Bytes::copy_from_slice(&frame);
-            let _ = s.events_tx.send(Event::Message { from: to, frame });
+            link::send_to_self(&s.events_tx, to, &frame);
             return Ok(());
         }
         let mut slot = s.slot(to.0);
         if s.is_closed() {
             return Err(TransportError::Closed);
         }
-        if let Some(e) = Shared::link_error(to.0, &slot.link) {
+        if let Some(e) = slot.link.error(to.0) {
             return Err(e);
         }
         s.outgoing(&mut slot, to.0)
@@ -449,13 +424,18 @@ impl Transport for TcpTransport {
         self.shared.exposed.remove(key)
     }
 
+    /// From a same-node peer, a buffer of at least
+    /// [`crate::same_node::MIN_LOAN`] bytes is a loan: a view of the
+    /// owner's shared heap, or one copy by the kernel.
     fn get(&self, from: Rank, key: BufferKey) -> GetFuture {
-        let f = self.fetch(from, key, false);
-        Box::pin(async move { f.await.map(Received::into_owned) })
-    }
-
-    fn get_loan(&self, from: Rank, key: BufferKey) -> LoanFuture {
-        self.fetch(from, key, true)
+        if let Err(e) = self.check_peer(from) {
+            return Box::pin(async move { Err(e) });
+        }
+        if from.0 == self.shared.rank {
+            let r = link::copy_exposed(&self.shared.exposed, from, key);
+            return Box::pin(async move { r });
+        }
+        self.requested(from, key, true, None)
     }
 
     /// Streamed gets hand over each chunk as it is read (chunks are
@@ -468,7 +448,7 @@ impl Transport for TcpTransport {
         mut sink: crate::SegmentSink,
     ) -> crate::SegmentsFuture {
         if self.check_peer(from).is_err() || from.0 == self.shared.rank {
-            let f = self.fetch(from, key, false);
+            let f = self.get(from, key);
             return Box::pin(async move {
                 let bytes = f.await?.into_owned();
                 let total = bytes.len();
@@ -484,26 +464,6 @@ impl Transport for TcpTransport {
         Box::pin(async move { f.await.map(|_| ()) })
     }
 
-    /// A buffer in this process's shared heap, if loans are on and it is
-    /// large enough to be lent (see `get::direct`).
-    fn locate(&self, data: &[u8]) -> Option<crate::Direct> {
-        get::locate(&self.shared, data)
-    }
-
-    fn view(&self, from: Rank, at: &crate::Direct) -> Option<Received> {
-        self.check_peer(from).ok()?;
-        get::direct(&self.shared, from.0, at)
-    }
-
-    fn view_retained(&self, from: Rank, at: &crate::Direct) -> Option<Received> {
-        self.check_peer(from).ok()?;
-        get::direct_from(&self.shared, from.0, at, true)
-    }
-
-    fn forget_memory(&self, peer: Rank) {
-        self.shared.forget_heap(peer.0);
-    }
-
     fn events(&self) -> flume::Receiver<Event> {
         self.shared.events_rx.clone()
     }
@@ -511,7 +471,7 @@ impl Transport for TcpTransport {
     /// Graceful: flushes what is queued, says goodbye on every connection
     /// and waits (at most 2 s) for the peers to close their side, so that
     /// they report no failure. Blocking. A transport whose driver the
-    /// caller runs is closed on it ([`Transport::shutdown_on_driver`]);
+    /// caller runs is closed on it ([`Driven::close_on_driver`]);
     /// here it only says goodbye, without waiting for tasks that nothing
     /// may run any more.
     fn shutdown(&self) {
@@ -528,10 +488,18 @@ impl Transport for TcpTransport {
         tracing::debug!(rank = self.shared.rank, "tcp transport shut down");
     }
 
-    fn name(&self) -> &'static str {
-        "tcp"
+    /// Reads in place from same-node peers, through the heap mappings
+    /// that its loans use too (none when loans are off).
+    fn same_node(&self) -> Option<&SameNode> {
+        Some(&self.shared.same)
     }
 
+    fn driven(&self) -> Option<&dyn Driven> {
+        self.driven.then_some(self as &dyn Driven)
+    }
+}
+
+impl Driven for TcpTransport {
     fn take_driver(&self) -> Option<Runtime> {
         if self.driven {
             self.take_runtime()
@@ -540,12 +508,9 @@ impl Transport for TcpTransport {
         }
     }
 
-    fn shutdown_on_driver(&self) -> Option<crate::DriverClose> {
-        if !self.driven {
-            return None;
-        }
+    fn close_on_driver(&self) -> crate::DriverClose {
         let shared = self.shared.clone();
-        Some(Box::pin(async move {
+        Box::pin(async move {
             // As `shutdown`, with the waiting done on the driver, which
             // runs the writers that say goodbye.
             if !say_goodbye(&shared) {
@@ -556,7 +521,7 @@ impl Transport for TcpTransport {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             tracing::debug!(rank = shared.rank, "tcp transport shut down on its driver");
-        }))
+        })
     }
 }
 
@@ -566,7 +531,7 @@ fn say_goodbye(shared: &Shared) -> bool {
     if !shared.close() {
         return false;
     }
-    shared.exposed.map_clear();
+    shared.exposed.clear();
     for w in shared.drain_for_close() {
         let _ = w.send(conn::OutFrame::Goodbye);
     }
