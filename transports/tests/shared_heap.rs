@@ -274,3 +274,43 @@ fn a_dead_owners_heap_serves_its_buddy_until_forgotten() {
         "a view taken before keeps what it read"
     );
 }
+
+/// The libfabric transport offers the same reads in place as TCP (shared
+/// memory needs no fabric): a same-node peer views a located buffer with
+/// no request; once the link is down only a retained view reads it.
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_ranks_read_each_other_in_place() {
+    let provider = "tcp;ofi_rxm";
+    if !taskfold_transports::libfabric::provider_available(provider) {
+        assert!(std::env::var_os("CI").is_none(), "{provider} is missing");
+        eprintln!("skipped: no libfabric provider {provider} here");
+        return;
+    }
+    let ts = conformance::libfabric_ranks(2, provider, &|_| {});
+    let (reader, owner) = (ts[0].clone(), ts[1].clone());
+    let data = pattern(3 << 20);
+    owner.expose(BufferKey(4), data.clone());
+    let at = owner
+        .same_node()
+        .and_then(|s| s.locate(&data))
+        .expect("a heap buffer of a lendable size");
+    let sn = reader.same_node().expect("libfabric reads in place");
+    let got = sn.view(Rank(1), &at).expect("read in place");
+    assert!(matches!(got, Received::Shared(_)), "a view, not a copy");
+    assert!(got[..] == data[..], "the owner's bytes");
+    owner.abort();
+    match conformance::next_event(&*reader, "the owner's link goes down") {
+        taskfold_transports::Event::LinkDown { peer, .. } => assert_eq!(peer, Rank(1)),
+        e => panic!("expected a link down, got {e:?}"),
+    }
+    assert!(
+        sn.view(Rank(1), &at).is_none(),
+        "a plain view needs the link"
+    );
+    assert!(
+        sn.view_retained(Rank(1), &at)
+            .is_some_and(|v| v[..] == data[..]),
+        "the mapping made while the owner lived still serves"
+    );
+}

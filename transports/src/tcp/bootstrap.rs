@@ -395,9 +395,18 @@ pub(crate) async fn coordinate(
         return Err(TransportError::Io(reason));
     }
     let table: Vec<SocketAddr> = table.into_iter().flatten().collect();
-    let payload = frame::encode_table(&table);
+    send_table(&table, conns).await;
+    tracing::info!(size = n, "all ranks registered");
+    Ok(table)
+}
+
+/// Sends the address table (and this build's protocol version) to every
+/// registered rank, then closes; returns once every send is done or timed
+/// out.
+async fn send_table(table: &[SocketAddr], conns: Vec<(OwnedReadHalf, OwnedWriteHalf)>) {
+    let payload = frame::encode_table(table);
     let mut msg = Header {
-        a: n as u64,
+        a: table.len() as u64,
         b: u64::from(VERSION),
         ..Header::new(kind::TABLE, payload.len() as u32)
     }
@@ -424,8 +433,6 @@ pub(crate) async fn coordinate(
     for s in sends {
         let _ = s.await;
     }
-    tracing::info!(size = n, "all ranks registered");
-    Ok(table)
 }
 
 /// The launcher's connection: control frames delivered from [`LAUNCHER`].

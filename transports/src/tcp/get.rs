@@ -78,7 +78,6 @@ fn take_pending(shared: &Shared, peer: u32, req: u64) -> Option<Pending> {
     shared.slot(peer).pending.remove(&req)
 }
 
-/// A chunk arrived: read its payload into the request's buffer.
 /// A recycled buffer of `n` zeroed bytes, to read into.
 fn zeroed(n: usize) -> taskfold_core::reducer::EncodedBuf {
     let mut b = taskfold_core::pool::take(n);
@@ -86,30 +85,22 @@ fn zeroed(n: usize) -> taskfold_core::reducer::EncodedBuf {
     b
 }
 
-pub(crate) async fn on_chunk(
-    shared: &Shared,
-    peer: u32,
-    hdr: &Header,
-    rd: &mut OwnedReadHalf,
-) -> Result<(), ReadError> {
-    let (req, offset, total, len) = (hdr.a, hdr.b, hdr.c, u64::from(hdr.len));
-    let Some(mut p) = take_pending(shared, peer, req) else {
-        if shared.is_closed() {
-            // Our gets were failed by the shutdown: skip the bytes.
-            let mut left = len;
-            let mut sink = [0u8; 16 << 10];
-            while left > 0 {
-                let n = left.min(sink.len() as u64) as usize;
-                rd.read_exact(&mut sink[..n]).await.map_err(ReadError::Io)?;
-                left -= n as u64;
-            }
-            return Ok(());
-        }
-        return Err(ReadError::Protocol(format!(
-            "chunk for unknown request {req}"
-        )));
-    };
-    let bad = if total > MAX_GET {
+/// Reads and drops `len` bytes.
+async fn skip(rd: &mut OwnedReadHalf, len: u64) -> Result<(), ReadError> {
+    let mut left = len;
+    let mut sink = [0u8; 16 << 10];
+    while left > 0 {
+        let n = left.min(sink.len() as u64) as usize;
+        rd.read_exact(&mut sink[..n]).await.map_err(ReadError::Io)?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+/// What is wrong with a chunk `offset + len` of `total` bytes for get `p`,
+/// if anything: chunks come in order, within the announced total.
+fn check_chunk(p: &Pending, offset: u64, total: u64, len: u64) -> Option<String> {
+    if total > MAX_GET {
         Some(format!("get of {total} bytes"))
     } else if (p.buf.is_some() || p.done > 0) && total != p.total {
         Some(format!("get total changed from {} to {total}", p.total))
@@ -120,7 +111,28 @@ pub(crate) async fn on_chunk(
         ))
     } else {
         None
+    }
+}
+
+/// A chunk arrived: read its payload into the request's buffer (or, for a
+/// segmented get, into a buffer of its own, handed to the sink).
+pub(crate) async fn on_chunk(
+    shared: &Shared,
+    peer: u32,
+    hdr: &Header,
+    rd: &mut OwnedReadHalf,
+) -> Result<(), ReadError> {
+    let (req, offset, total, len) = (hdr.a, hdr.b, hdr.c, u64::from(hdr.len));
+    let Some(mut p) = take_pending(shared, peer, req) else {
+        if shared.is_closed() {
+            // Our gets were failed by the shutdown: skip the bytes.
+            return skip(rd, len).await;
+        }
+        return Err(ReadError::Protocol(format!(
+            "chunk for unknown request {req}"
+        )));
     };
+    let bad = check_chunk(&p, offset, total, len);
     if let Some(detail) = bad {
         let _ = p.tx.send(Err(TransportError::Protocol {
             peer,

@@ -78,6 +78,7 @@ mod get;
 pub mod metrics;
 mod peer;
 mod sock;
+mod writer;
 
 pub use bootstrap::report_rank_exit;
 
@@ -205,18 +206,7 @@ impl TcpTransport {
         }
         let started = Instant::now();
         let driven = cfg.threads == 0;
-        let runtime = if driven {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-        } else {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(cfg.threads)
-                .thread_name(format!("taskfold-tcp-r{}", cfg.rank))
-                .enable_all()
-                .build()
-        }
-        .map_err(|e| TransportError::Io(format!("starting the runtime: {e}")))?;
+        let runtime = build_runtime(&cfg)?;
         let shared = Arc::new(Shared::new(&cfg, runtime.handle().clone()));
         let bind = match (&cfg.master, cfg.rank) {
             (MasterAddr::Addr(a), 0) => *a,
@@ -245,41 +235,10 @@ impl TcpTransport {
         });
         runtime.spawn(conn::accept_loop(shared.clone(), listener));
         tracing::debug!(rank = cfg.rank, %listen_addr, "listening");
-
         let joined = match registrations {
             Some(rx) => {
-                if let MasterAddr::Rendezvous(path) = &cfg.master {
-                    let public = bootstrap::reachable(listen_addr);
-                    if let Err(e) = bootstrap::write_rendezvous(path, cfg.job, public) {
-                        return fail(
-                            TransportError::Io(format!(
-                                "writing the rendezvous file {}: {e}",
-                                path.display()
-                            )),
-                            runtime,
-                        );
-                    }
-                }
-                let deadline = {
-                    let _guard = runtime.enter();
-                    tokio::time::Instant::from_std(started + cfg.connect_timeout)
-                };
-                // Run by a thread of its own, which also drives a runtime
-                // with no threads (the caller may itself be on a runtime,
-                // where it could not).
-                let r = std::thread::scope(|s| {
-                    let coordinate =
-                        bootstrap::coordinate(shared.clone(), rx, listen_addr, deadline);
-                    s.spawn(|| runtime.block_on(coordinate))
-                        .join()
-                        .unwrap_or(Err(TransportError::Closed))
-                });
-                if r.is_err() {
-                    if let MasterAddr::Rendezvous(path) = &cfg.master {
-                        let _ = std::fs::remove_file(path);
-                    }
-                }
-                r.map(|table| (listen_addr, table))
+                let deadline = started + cfg.connect_timeout;
+                host_master(&cfg, &shared, &runtime, rx, listen_addr, deadline)
             }
             None => bootstrap::register(&cfg, listen_addr),
         };
@@ -376,6 +335,63 @@ impl TcpTransport {
     fn check_peer(&self, peer: Rank) -> Result<(), TransportError> {
         link::check_peer(self.shared.is_closed(), self.shared.size, peer)
     }
+}
+
+/// The transport's runtime: `cfg.threads` worker threads, or, with none,
+/// a single-threaded runtime for the caller to drive.
+fn build_runtime(cfg: &TcpConfig) -> Result<Runtime, TransportError> {
+    if cfg.threads == 0 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cfg.threads)
+            .thread_name(format!("taskfold-tcp-r{}", cfg.rank))
+            .enable_all()
+            .build()
+    }
+    .map_err(|e| TransportError::Io(format!("starting the runtime: {e}")))
+}
+
+/// Rank 0's bootstrap: writes the rendezvous file (if that is how ranks
+/// find it) and collects the registrations until `deadline`; returns its
+/// own address and the table. The rendezvous file is removed on failure.
+fn host_master(
+    cfg: &TcpConfig,
+    shared: &Arc<Shared>,
+    runtime: &Runtime,
+    rx: flume::Receiver<bootstrap::Registration>,
+    listen_addr: SocketAddr,
+    deadline: Instant,
+) -> Result<(SocketAddr, Vec<SocketAddr>), TransportError> {
+    if let MasterAddr::Rendezvous(path) = &cfg.master {
+        let public = bootstrap::reachable(listen_addr);
+        bootstrap::write_rendezvous(path, cfg.job, public).map_err(|e| {
+            TransportError::Io(format!(
+                "writing the rendezvous file {}: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    let deadline = {
+        let _guard = runtime.enter();
+        tokio::time::Instant::from_std(deadline)
+    };
+    // Run by a thread of its own, which also drives a runtime with no
+    // threads (the caller may itself be on a runtime, where it could not).
+    let r = std::thread::scope(|s| {
+        let coordinate = bootstrap::coordinate(shared.clone(), rx, listen_addr, deadline);
+        s.spawn(|| runtime.block_on(coordinate))
+            .join()
+            .unwrap_or(Err(TransportError::Closed))
+    });
+    if r.is_err() {
+        if let MasterAddr::Rendezvous(path) = &cfg.master {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    r.map(|table| (listen_addr, table))
 }
 
 impl Transport for TcpTransport {

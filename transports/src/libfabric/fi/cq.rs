@@ -1,8 +1,8 @@
 //! The completion queue: completions of posted operations, and the wait
 //! object the progress thread sleeps on.
 
-use super::objects::Domain;
 use super::info::c_str;
+use super::objects::Domain;
 use super::{check, strerror, FabricError};
 use libfabric_sys as sys;
 use std::ptr;

@@ -211,4 +211,3 @@ impl Info<'_> {
         unsafe { (*self.raw().rx_attr).size }
     }
 }
-

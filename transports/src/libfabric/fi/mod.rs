@@ -167,4 +167,3 @@ pub mod bits {
     /// `FI_ECANCELED`.
     pub const ECANCELED: i32 = sys::FI_ECANCELED as i32;
 }
-
