@@ -26,7 +26,8 @@
 //!   place ([`Received::Shared`]).
 //! - [`version`]: the one protocol version, checked at every handshake.
 //! - What every transport does alike, written once: [`Exposed`] (the
-//!   exposed-buffer table), [`lease`] (memory a peer is reading), [`link`]
+//!   exposed-buffer table), [`framing`] (the fixed header of every
+//!   frame), [`lease`] (memory a peer is reading), [`link`]
 //!   (link states, the checks before a send or a get, a rank's frames and
 //!   gets to itself).
 //! - [`shared_file`]: read-only mappings of same-node replica files, exposed
@@ -39,6 +40,7 @@
 pub mod board;
 pub mod conformance;
 mod exposed;
+pub mod framing;
 pub mod lease;
 #[cfg(feature = "libfabric")]
 pub mod libfabric;

@@ -2,8 +2,9 @@
 //! endpoint-name frame exchanged over TCP at start-up.
 //!
 //! Every fabric message is at most [`SLOT`] bytes: a fixed [`HEADER`]-byte
-//! header (magic, a reserved zero byte, the kind, four reserved bytes, five
-//! u64 words), then (for `CONTROL` only) the frame's bytes. The protocol
+//! header (the shared [`crate::framing`] header with five fields: magic,
+//! kind, the payload's length, five u64 words), then (for `CONTROL` only)
+//! the frame's bytes. The protocol
 //! version is checked once, in the endpoint-name frame of the bootstrap
 //! ([`crate::version`]), not in every message. All integers are
 //! little-endian. The sender's rank travels in the tag (see [`tag_of`]), not
@@ -29,7 +30,7 @@
 //! messages when a sender floods a peer.
 
 /// Bytes of the fixed header.
-pub const HEADER: usize = 48;
+pub const HEADER: usize = crate::framing::header_len(5);
 /// Largest control frame sent inline; larger ones go by RMA read.
 pub const INLINE_MAX: usize = 16 << 10;
 /// Size of every receive buffer (and of every message at most).
@@ -133,13 +134,16 @@ pub enum Msg<'a> {
 }
 
 fn put(out: &mut Vec<u8>, kind: u8, words: &[u64]) {
-    out.extend_from_slice(&MAGIC);
-    out.push(0);
-    out.push(kind);
-    out.extend_from_slice(&[0; 4]);
-    for i in 0..5 {
-        out.extend_from_slice(&words.get(i).copied().unwrap_or(0).to_le_bytes());
-    }
+    put_with(out, kind, 0, words);
+}
+
+/// Appends a header of `kind` announcing `len` payload bytes.
+fn put_with(out: &mut Vec<u8>, kind: u8, len: u32, words: &[u64]) {
+    let mut fields = [0u64; 5];
+    fields[..words.len()].copy_from_slice(words);
+    let at = out.len();
+    out.resize(at + HEADER, 0);
+    crate::framing::encode(&mut out[at..], MAGIC, kind, len, &fields);
 }
 
 impl Msg<'_> {
@@ -148,7 +152,7 @@ impl Msg<'_> {
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Msg::Control { seq, frame } => {
-                put(out, kind::CONTROL, &[*seq, frame.len() as u64]);
+                put_with(out, kind::CONTROL, frame.len() as u32, &[*seq]);
                 out.extend_from_slice(frame);
             }
             Msg::Large { seq, at } => {
@@ -169,32 +173,22 @@ impl Msg<'_> {
 
     /// Decodes a received message.
     pub fn decode(b: &[u8]) -> Result<Msg<'_>, String> {
-        if b.len() < HEADER {
-            return Err(format!(
-                "message of {} bytes is shorter than a header",
-                b.len()
-            ));
-        }
-        if b[0..2] != MAGIC {
-            return Err("bad magic".into());
-        }
-        if b[2] != 0 {
-            return Err(format!("reserved header byte is {}, not 0", b[2]));
-        }
-        let w = |i: usize| {
-            let o = 8 + 8 * i;
-            u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default())
-        };
+        let mut w = [0u64; 5];
+        let (k, len) =
+            crate::framing::decode(b, MAGIC, &mut w).map_err(|e| format!("message: {e}"))?;
         let remote = || Remote {
-            len: w(1),
-            addr: w(2),
-            key: w(3),
-            token: w(4),
+            len: w[1],
+            addr: w[2],
+            key: w[3],
+            token: w[4],
         };
-        Ok(match b[3] {
+        let w = |i: usize| w[i];
+        if k != kind::CONTROL && len != 0 {
+            return Err(format!("message kind {k} announces a payload of {len}"));
+        }
+        Ok(match k {
             kind::CONTROL => {
-                let len = w(1);
-                if len != (b.len() - HEADER) as u64 || len > INLINE_MAX as u64 {
+                if len as usize != b.len() - HEADER || len as usize > INLINE_MAX {
                     return Err(format!(
                         "control frame announces {len} bytes, carries {}",
                         b.len() - HEADER
@@ -343,8 +337,11 @@ mod tests {
         bad[0] = b'x';
         assert!(Msg::decode(&bad).is_err());
         let mut bad = b.clone();
-        bad[3] = 99;
-        assert!(Msg::decode(&bad).is_err());
+        bad[2] = 99;
+        assert!(Msg::decode(&bad).is_err(), "unknown kind");
+        let mut bad = b.clone();
+        bad[3] = 1;
+        assert!(Msg::decode(&bad).is_err(), "reserved byte");
         let mut bad = b.clone();
         bad.push(0);
         assert!(Msg::decode(&bad).is_err());

@@ -1,4 +1,5 @@
-//! The frame codec: a fixed 32-byte header, then `len` payload bytes.
+//! The frame codec: a fixed 32-byte header (the shared
+//! [`crate::framing`] header with three fields), then `len` payload bytes.
 //!
 //! ```text
 //! offset  size  field
@@ -33,7 +34,7 @@ pub const LEND_LEN: u32 = 8;
 /// Payload of a `GET_LEND` frame naming a place in the owner's shared heap.
 pub const LEND_HEAP_LEN: u32 = 40;
 /// Header length in bytes.
-pub const HEADER_LEN: usize = 32;
+pub const HEADER_LEN: usize = crate::framing::header_len(3);
 /// First two bytes of every frame.
 pub const MAGIC: [u8; 2] = *b"tf";
 /// Largest `HELLO` or `REFUSE` payload accepted.
@@ -96,34 +97,30 @@ impl Header {
         }
     }
 
-    /// Encodes the header.
+    /// Encodes the header ([`crate::framing`], three fields).
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut h = [0u8; HEADER_LEN];
-        h[..2].copy_from_slice(&MAGIC);
-        h[2] = self.kind;
-        h[4..8].copy_from_slice(&self.len.to_le_bytes());
-        h[8..16].copy_from_slice(&self.a.to_le_bytes());
-        h[16..24].copy_from_slice(&self.b.to_le_bytes());
-        h[24..32].copy_from_slice(&self.c.to_le_bytes());
+        crate::framing::encode(
+            &mut h,
+            MAGIC,
+            self.kind,
+            self.len,
+            &[self.a, self.b, self.c],
+        );
         h
     }
 
     /// Decodes and checks magic, kind and the fixed lengths of bodiless kinds.
     pub fn decode(h: &[u8; HEADER_LEN]) -> Result<Header, String> {
-        if h[..2] != MAGIC {
-            return Err(format!("bad frame magic {:02x?}", &h[..4]));
-        }
-        let u64_at = |i: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&h[i..i + 8]);
-            u64::from_le_bytes(b)
-        };
+        let mut f = [0u64; 3];
+        let (kind, len) =
+            crate::framing::decode(h, MAGIC, &mut f).map_err(|e| format!("frame: {e}"))?;
         let hdr = Header {
-            kind: h[2],
-            len: u32::from_le_bytes([h[4], h[5], h[6], h[7]]),
-            a: u64_at(8),
-            b: u64_at(16),
-            c: u64_at(24),
+            kind,
+            len,
+            a: f[0],
+            b: f[1],
+            c: f[2],
         };
         match hdr.kind {
             kind::HELLO | kind::REFUSE | kind::TABLE | kind::CONTROL | kind::GET_CHUNK => {}
@@ -140,9 +137,6 @@ impl Header {
                 }
             }
             k => return Err(format!("unknown frame kind {k}")),
-        }
-        if h[3] != 0 {
-            return Err("reserved header byte is not zero".into());
         }
         Ok(hdr)
     }
