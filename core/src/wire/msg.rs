@@ -210,7 +210,7 @@ pub const LOCATOR_LEN: usize = 48;
 /// reads it (`taskfold_transports::same_node`). Untrusted like every field
 /// of a message: the receiver reads only what it can check is on its node,
 /// in the memory the locator names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct Locator(pub [u8; LOCATOR_LEN]);
 
 /// What a rank says about a reduction when it joins it.
