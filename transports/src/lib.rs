@@ -92,8 +92,9 @@ pub type SegmentsFuture = Pin<Box<dyn Future<Output = Result<(), TransportError>
 pub enum Received {
     /// A private copy.
     Owned(RecvBuf),
-    /// The owner's own bytes, lent: unchanged until this is dropped, which
-    /// returns the loan.
+    /// The owner's own bytes, read in place: lent by a get (unchanged
+    /// until this is dropped, which returns the loan), or viewed through
+    /// [`SameNode::view`] (unchanged by the protocol above).
     Shared(SharedView),
 }
 

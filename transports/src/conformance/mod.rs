@@ -438,3 +438,35 @@ pub fn graceful_shutdown(f: Factory<'_>) {
         assert!(link_downs.is_empty(), "rank {}: {link_downs:?}", t.rank().0);
     }
 }
+
+/// Same-node reads, where a transport offers them ([`Transport::same_node`]),
+/// read nothing they cannot check: memory outside a shared heap is not
+/// located (these tests install no shared heap), and a locator of another
+/// node, or of a rank outside the job, is not viewed.
+pub fn same_node_refusals(f: Factory<'_>) {
+    use crate::same_node::{self, Place};
+    let c = f(2);
+    let Some(s0) = c.transports[0].same_node() else {
+        return;
+    };
+    let data = pattern(1 << 20, 9);
+    c.transports[1].expose(BufferKey(1), data.clone());
+    if let Some(s1) = c.transports[1].same_node() {
+        assert!(s1.locate(&data).is_none(), "not in a shared heap");
+    }
+    let mut place = Place::decode(&crate::Locator([0; taskfold_core::wire::LOCATOR_LEN]));
+    place.node = same_node::node_token() ^ 2;
+    place.pid = std::process::id();
+    place.len = 4096;
+    let elsewhere = place.encode();
+    assert!(s0.view(Rank(1), &elsewhere).is_none(), "another node");
+    assert!(
+        s0.view_retained(Rank(1), &elsewhere).is_none(),
+        "another node"
+    );
+    place.node = same_node::node_token();
+    assert!(s0.view(Rank(7), &place.encode()).is_none(), "no such rank");
+    assert_eq!(Place::decode(&same_node::heap_of(&place.encode())).len, 0);
+    // Nothing was read in place: a get still fetches the bytes.
+    assert!(fetch(&c.transports[0], 1, 1).expect("get")[..] == data[..]);
+}
