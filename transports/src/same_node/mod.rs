@@ -21,7 +21,7 @@
 //! which the transport reports ([`SameNode::link_failing`],
 //! [`SameNode::link_down`]). TCP also lends buffers over its get protocol
 //! to same-node requesters and reads them through the same heap mappings
-//! ([`SameNode::peer_heap`]).
+//! (`SameNode::peer_heap`).
 
 mod locator;
 mod token;

@@ -110,7 +110,7 @@ impl AddressVector {
         }))
     }
 
-    /// Inserts one endpoint name (from [`Endpoint::name`]); returns its
+    /// Inserts one endpoint name (from [`super::Endpoint::name`]); returns its
     /// fabric address.
     pub fn insert(&self, name: &[u8]) -> Result<FiAddr, FabricError> {
         if name.is_empty() {
