@@ -131,8 +131,11 @@ pub struct TcpConfig {
     /// How long to wait for the master, and for all ranks to register, and
     /// to connect to a peer. Default 30 s.
     pub connect_timeout: Duration,
-    /// Serve and ask for same-node loans (one `process_vm_readv` copy
-    /// instead of a TCP stream). Default: on unless `TASKFOLD_TCP_CMA=0`.
+    /// Serve and ask for same-node loans (one `process_vm_readv` copy, or
+    /// a view of the owner's shared heap, instead of a TCP stream), and
+    /// read same-node peers' memory in place ([`Transport::same_node`];
+    /// the libfabric transport's same-node reads follow this too).
+    /// Default: on unless `TASKFOLD_TCP_CMA=0`.
     pub loans: bool,
     /// Threads of the transport's runtime (default 2,
     /// `TASKFOLD_TCP_THREADS`). On a node with more ranks than cores, one
