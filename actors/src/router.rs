@@ -236,7 +236,7 @@ impl StreamHandler<Command> for Router {
                     }
                 }));
             }
-            Command::Stop => match self.out.transport().shutdown_on_driver() {
+            Command::Stop => match self.out.transport().driven().map(|d| d.close_on_driver()) {
                 // The transport runs on this thread: it says goodbye to its
                 // peers here, before the thread stops.
                 Some(close) => {

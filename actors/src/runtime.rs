@@ -95,7 +95,7 @@ impl Runtime {
         }
         let (t2, live2, c2) = (transport.clone(), live.clone(), config.clone());
         let notices2 = notices.clone();
-        let driver = transport.take_driver();
+        let driver = transport.driven().and_then(|d| d.take_driver());
         let thread = std::thread::Builder::new()
             .name(format!("taskfold-rt-{rank}"))
             .spawn(move || {

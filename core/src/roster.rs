@@ -41,7 +41,7 @@
 //! no verdict is awaited ([`Roster::take_held`]), when the scheduler knows
 //! whether the original can be had.
 
-use crate::wire::{Direct, Standing};
+use crate::wire::{Locator, Standing};
 use std::collections::HashSet;
 
 /// A standing copy of a member's original (see the module's
@@ -63,7 +63,7 @@ pub struct Joined {
     pub early: bool,
     /// Where a receiver on its node reads its current data in place (from
     /// its last message: each names the sender's current data).
-    pub direct: Option<Direct>,
+    pub direct: Option<Locator>,
     /// A standing copy of its original at a same-node buddy.
     pub standing: Option<StandingCopy>,
 }
@@ -136,7 +136,7 @@ pub struct Announcement {
     /// `Join::early`.
     pub early: bool,
     /// Where its data is read in place.
-    pub direct: Option<Direct>,
+    pub direct: Option<Locator>,
     /// The buddy that acknowledged a copy of its original, if it waited
     /// for one.
     pub replica: Option<u32>,
@@ -275,7 +275,7 @@ impl<F> Roster<F> {
     /// Member `index`'s latest message names where its current data is
     /// read in place (each names the sender's current data). Only a live,
     /// joined member has data to read.
-    pub fn set_direct(&mut self, index: usize, direct: Option<Direct>) {
+    pub fn set_direct(&mut self, index: usize, direct: Option<Locator>) {
         if let Some(Member {
             state: State::Joined(j),
             ..
@@ -472,7 +472,7 @@ impl<F> Roster<F> {
 
     /// Where member `index`'s current data is read in place, if it lives
     /// and said so.
-    pub fn direct(&self, index: usize) -> Option<&Direct> {
+    pub fn direct(&self, index: usize) -> Option<&Locator> {
         match &self.members.get(index)?.state {
             State::Joined(j) => j.direct.as_ref(),
             _ => None,

@@ -6,7 +6,11 @@
 //! # Layout
 //!
 //! - [`Transport`] (this file): ordered control frames to a rank, one-sided
-//!   `get` of a buffer a rank has exposed, link-failure events.
+//!   `get` of a buffer a rank has exposed, link-failure events. Two
+//!   capabilities beside it, which a transport offers or not:
+//!   [`Transport::same_node`] (reading same-node peers' memory in place,
+//!   [`same_node`]) and [`Transport::driven`] (a transport whose I/O runs
+//!   on a runtime the caller drives, [`Driven`]).
 //! - [`loopback`]: every rank in one process; still copies every frame and
 //!   every fetched buffer, as a wire would, so tests exercise the wire format.
 //! - [`tcp`]: the default transport (socket2 + tokio), with the bootstrap that
@@ -15,9 +19,17 @@
 //!   libfabric, tagged messages for control, RMA reads for gets.
 //! - [`select`]: builds the transport the environment asks for
 //!   (`TASKFOLD_TRANSPORT=tcp|libfabric`).
-//! - [`shm`]: the shared heap (an opt-in global allocator) whose large
+//! - [`same_node`]: views of same-node peers' memory, the opaque
+//!   [`same_node::Locator`] that names it, and the cache of peers' heaps;
+//!   [`shm`]: the shared heap (an opt-in global allocator) whose large
 //!   blocks same-node ranks map, so that a fold reads a peer's bytes in
-//!   place ([`Transport::get_loan`], [`Received::Shared`]).
+//!   place ([`Received::Shared`]).
+//! - [`version`]: the one protocol version, checked at every handshake.
+//! - What every transport does alike, written once: [`Exposed`] (the
+//!   exposed-buffer table), [`framing`] (the fixed header of every
+//!   frame), [`lease`] (memory a peer is reading), [`link`]
+//!   (link states, the checks before a send or a get, a rank's frames and
+//!   gets to itself).
 //! - [`shared_file`]: read-only mappings of same-node replica files, exposed
 //!   like any buffer (a buddy's copy without copying).
 //! - [`board`]: the master's notice board, shared memory where the ranks
@@ -29,30 +41,34 @@
 pub mod board;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod exposed;
+pub mod framing;
+pub mod lease;
 #[cfg(feature = "libfabric")]
 pub mod libfabric;
+pub mod link;
 pub mod loopback;
+pub mod same_node;
 pub mod select;
 pub mod shared_file;
 pub mod shm;
 pub mod tcp;
+pub mod version;
 
 /// The byte buffers of frames and exposed data (re-exported, so that users
 /// of the trait need no direct dependency on `bytes`).
 pub use bytes::Bytes;
+pub use exposed::Exposed;
+pub use same_node::{Locator, SameNode, SharedView};
 use std::future::Future;
 use std::pin::Pin;
-pub use taskfold_core::wire::Direct;
 pub use taskfold_core::Rank;
 
 /// A receive buffer: aligned so that an rkyv archive can be read in place.
 pub type RecvBuf = rkyv::util::AlignedVec<16>;
 
-/// The result of a one-sided `get`.
-pub type GetFuture = Pin<Box<dyn Future<Output = Result<RecvBuf, TransportError>> + Send>>;
-
-/// The result of [`Transport::get_loan`].
-pub type LoanFuture = Pin<Box<dyn Future<Output = Result<Received, TransportError>> + Send>>;
+/// The result of a one-sided [`Transport::get`].
+pub type GetFuture = Pin<Box<dyn Future<Output = Result<Received, TransportError>> + Send>>;
 
 /// A piece of a segmented get ([`Transport::get_segments`]).
 #[derive(Debug)]
@@ -78,8 +94,9 @@ pub type SegmentsFuture = Pin<Box<dyn Future<Output = Result<(), TransportError>
 pub enum Received {
     /// A private copy.
     Owned(RecvBuf),
-    /// The owner's own bytes, lent: unchanged until this is dropped, which
-    /// returns the loan.
+    /// The owner's own bytes, read in place: lent by a get (unchanged
+    /// until this is dropped, which returns the loan), or viewed through
+    /// [`SameNode::view`] (unchanged by the protocol above).
     Shared(SharedView),
 }
 
@@ -115,59 +132,6 @@ impl Received {
                 b
             }
         }
-    }
-}
-
-/// A lent range of a same-node peer's shared heap ([`shm`]), mapped
-/// read-only. Dropping it returns the loan to the owner.
-pub struct SharedView {
-    heap: std::sync::Arc<shm::PeerHeap>,
-    offset: usize,
-    len: usize,
-    /// Returns the loan when dropped (after the view's last read).
-    _loan: Box<dyn Send + Sync>,
-}
-
-impl SharedView {
-    /// A view of `len` bytes at `offset` in `heap`, returned by dropping
-    /// `loan`; `None` (and the loan returned) if the range is outside it.
-    pub fn new(
-        heap: std::sync::Arc<shm::PeerHeap>,
-        offset: usize,
-        len: usize,
-        loan: Box<dyn Send + Sync>,
-    ) -> Option<SharedView> {
-        heap.slice(offset, len)?;
-        Some(SharedView {
-            heap,
-            offset,
-            len,
-            _loan: loan,
-        })
-    }
-}
-
-impl AsRef<[u8]> for SharedView {
-    fn as_ref(&self) -> &[u8] {
-        self
-    }
-}
-
-impl std::ops::Deref for SharedView {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.heap
-            .slice(self.offset, self.len)
-            .expect("checked when the view was made")
-    }
-}
-
-impl std::fmt::Debug for SharedView {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedView")
-            .field("offset", &self.offset)
-            .field("len", &self.len)
-            .finish()
     }
 }
 
@@ -236,9 +200,21 @@ pub enum TransportError {
         /// What was wrong.
         detail: String,
     },
-    /// The bootstrap refused this process (wrong job, rank or size).
+    /// The bootstrap refused this process (wrong job, rank, size or
+    /// protocol version).
     #[error("refused by the master: {0}")]
     Refused(String),
+    /// A peer speaks another protocol version ([`version`]): refused when
+    /// the two first meet.
+    #[error("protocol version mismatch with {peer}: this build speaks version {ours}, {peer} speaks version {theirs}")]
+    Version {
+        /// This build's version.
+        ours: u16,
+        /// The peer's.
+        theirs: u16,
+        /// Who the peer is ("the master", "rank 3", a rendezvous file).
+        peer: String,
+    },
     /// The master could not be reached in time.
     #[error("master unreachable: {0}")]
     MasterUnreachable(String),
@@ -266,32 +242,32 @@ pub trait Transport: Send + Sync + 'static {
     fn rank(&self) -> Rank;
     /// Number of ranks in the job.
     fn size(&self) -> u32;
+    /// Short name for logs and metrics (`"tcp"`, `"loopback"`).
+    fn name(&self) -> &'static str;
     /// Queues an ordered control frame to `to`.
     fn send(&self, to: Rank, frame: Bytes) -> Result<(), TransportError>;
     /// Exposes `data` under `key` for one-sided gets (replacing any older).
     fn expose(&self, key: BufferKey, data: Bytes);
     /// Stops exposing `key`; returns the bytes if they were exposed.
     fn withdraw(&self, key: BufferKey) -> Option<Bytes>;
-    /// Fetches the buffer `from` exposes under `key`.
+    /// Fetches the buffer `from` exposes under `key`: a private copy, or,
+    /// from a same-node peer whose buffer lies in its shared heap, a
+    /// read-only view of the owner's own bytes ([`Received::Shared`], a
+    /// loan). The owner keeps lent bytes unchanged, and its buffer
+    /// allocated, until the view is dropped: hold it no longer than the
+    /// read that needs it ([`Received::into_owned`] makes a copy and
+    /// returns the loan at once).
     fn get(&self, from: Rank, key: BufferKey) -> GetFuture;
-    /// Like [`Transport::get`], but a transport may hand back a read-only
-    /// view of the owner's own bytes ([`Received::Shared`], a same-node
-    /// peer's shared heap) instead of a copy. The owner keeps them
-    /// unchanged, and its buffer allocated, until the view is dropped:
-    /// hold it no longer than the read that needs it.
-    fn get_loan(&self, from: Rank, key: BufferKey) -> LoanFuture {
-        let f = self.get(from, key);
-        Box::pin(async move { f.await.map(Received::Owned) })
-    }
     /// Like [`Transport::get`], but hands the bytes to `sink` in segments as
     /// they arrive, so that the caller works on the first ones while the
-    /// rest is in flight (a fold overlaps the fetch). The default hands over
-    /// one segment, the whole buffer, once it is here; a streaming transport
-    /// (TCP) hands over each chunk as it is read.
+    /// rest is in flight (a fold overlaps the fetch); the segments are
+    /// private copies. The default hands over one segment, the whole
+    /// buffer, once it is here; a streaming transport (TCP) hands over each
+    /// chunk as it is read.
     fn get_segments(&self, from: Rank, key: BufferKey, mut sink: SegmentSink) -> SegmentsFuture {
         let f = self.get(from, key);
         Box::pin(async move {
-            let bytes = f.await?;
+            let bytes = f.await?.into_owned();
             let total = bytes.len();
             sink(Segment {
                 offset: 0,
@@ -301,102 +277,37 @@ pub trait Transport: Send + Sync + 'static {
             Ok(())
         })
     }
-    /// Where a peer on this node may read `data` in place without asking
-    /// this rank ([`Transport::view`]), if this transport has such a path
-    /// (the default: none). `data` must be bytes this rank exposes and
-    /// keeps unchanged until it withdraws them; the caller names the place
-    /// to its peers (the master forwards it in tasks).
-    fn locate(&self, data: &[u8]) -> Option<Direct> {
-        let _ = data;
-        None
-    }
-    /// A read-only view of `from`'s bytes at `at` (which `from`'s
-    /// [`Transport::locate`] gave), read in place: no request to `from`,
-    /// which takes no part (a one-sided get through shared memory).
-    /// `None` if this process cannot read them there (another node, no
-    /// shared heap, the kernel refuses, the link to `from` is down): fetch
-    /// with [`Transport::get_loan`] instead. The owner keeps the bytes
-    /// unchanged by protocol, not by a loan: hold the view only for the
-    /// read that needs it.
-    fn view(&self, from: Rank, at: &Direct) -> Option<Received> {
-        let _ = (from, at);
-        None
-    }
-    /// As [`Transport::view`], also after the link to `from` went down, as
-    /// long as this process still maps `from`'s memory (until
-    /// [`Transport::forget_memory`]): a buddy reads the original that
-    /// `from` offered it just before it died, which `from` kept unchanged
-    /// (it can no longer change it). Not for data that a live peer may
-    /// have released meanwhile. Default: [`Transport::view`].
-    fn view_retained(&self, from: Rank, at: &Direct) -> Option<Received> {
-        self.view(from, at)
-    }
-    /// Stops mapping the memory of `peer`, whose link went down, once
-    /// nothing more will be read there with [`Transport::view_retained`]
-    /// (views already taken keep what they read). Default: nothing kept.
-    fn forget_memory(&self, peer: Rank) {
-        let _ = peer;
-    }
     /// The stream of incoming frames and link events (one consumer).
     fn events(&self) -> flume::Receiver<Event>;
     /// Closes every link; later calls fail with [`TransportError::Closed`].
     fn shutdown(&self);
-    /// Short name for logs and metrics (`"tcp"`, `"loopback"`).
-    fn name(&self) -> &'static str;
-    /// The runtime this transport's tasks run on, if the caller is to run
-    /// it on a thread of its own (a single-threaded runtime shared with
-    /// the caller's tasks, so that an incoming frame wakes that thread
-    /// alone). Taken once; `None` for a transport that runs itself.
-    fn take_driver(&self) -> Option<tokio::runtime::Runtime> {
+    /// Reading same-node peers' memory in place ([`same_node`]), if this
+    /// transport offers it (the default: it does not).
+    fn same_node(&self) -> Option<&SameNode> {
         None
     }
-    /// For a transport whose driver the caller runs: [`Transport::shutdown`]
-    /// as a future to run on that driver before it stops (the goodbyes need
-    /// it). `None` for a transport that runs itself.
-    fn shutdown_on_driver(&self) -> Option<DriverClose> {
+    /// The runtime the caller is to drive, if this transport runs on one
+    /// ([`Driven`]); `None` (the default) for a transport that runs itself.
+    fn driven(&self) -> Option<&dyn Driven> {
         None
     }
+}
+
+/// A transport whose I/O runs on a runtime that the caller drives on a
+/// thread of its own, beside its own tasks, so that an incoming frame
+/// wakes that thread alone (TCP with [`tcp::TcpConfig::threads`] 0).
+pub trait Driven: Send + Sync {
+    /// The runtime to drive (a single-threaded tokio runtime). Taken once:
+    /// `None` afterwards. Nothing moves until the caller runs it.
+    fn take_driver(&self) -> Option<tokio::runtime::Runtime>;
+    /// [`Transport::shutdown`] as a future to run on the driver before it
+    /// stops (the goodbyes need it).
+    fn close_on_driver(&self) -> DriverClose;
 }
 
 /// A transport's graceful close, run on its driver
-/// ([`Transport::shutdown_on_driver`]).
-pub type DriverClose = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-/// The exposed-buffer table shared by a transport's serving side.
-#[derive(Default, Debug)]
-pub struct Exposed {
-    map: std::sync::RwLock<std::collections::HashMap<BufferKey, Bytes>>,
-}
-
-impl Exposed {
-    /// Inserts or replaces.
-    pub fn insert(&self, key: BufferKey, data: Bytes) {
-        self.map
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, data);
-    }
-    /// Removes.
-    pub fn remove(&self, key: BufferKey) -> Option<Bytes> {
-        self.map
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&key)
-    }
-    /// A cheap clone of the bytes under `key`.
-    pub fn lookup(&self, key: BufferKey) -> Option<Bytes> {
-        self.map
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned()
-    }
-    /// Number of exposed buffers and their total bytes.
-    pub fn usage(&self) -> (usize, usize) {
-        let m = self.map.read().unwrap_or_else(|e| e.into_inner());
-        (m.len(), m.values().map(Bytes::len).sum())
-    }
-}
+/// ([`Driven::close_on_driver`]).
+pub type DriverClose = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Copies bytes into a fresh aligned receive buffer.
 pub fn recv_buf_from(bytes: &[u8]) -> RecvBuf {

@@ -20,7 +20,7 @@ use std::path::Path;
 /// so a path means the same file to both (and if it does not, the offer's
 /// length and checksum do not match and the buddy copies the bytes).
 pub fn node_token() -> u64 {
-    crate::tcp::cma::node_token()
+    crate::same_node::node_token()
 }
 
 /// Maps the file at `path` read-only; fails unless it is exactly `len`

@@ -143,6 +143,7 @@ macro_rules! provider {
                 concurrent_gets,
                 crash_reports_link_down,
                 graceful_shutdown,
+                same_node_refusals,
             );
         }
     };

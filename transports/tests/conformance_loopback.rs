@@ -26,4 +26,5 @@ cases!(
     concurrent_gets,
     crash_reports_link_down,
     graceful_shutdown,
+    same_node_refusals,
 );

@@ -50,6 +50,7 @@ cases!(
     concurrent_gets,
     crash_reports_link_down,
     graceful_shutdown,
+    same_node_refusals,
 );
 
 /// Streamed, a segmented get hands over each chunk (1 MiB by default) as it

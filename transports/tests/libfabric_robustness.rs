@@ -96,7 +96,7 @@ fn withdrawing_or_replacing_during_reads_is_safe() {
                     // whole; after a replace: the new ones.
                     Ok(b) => assert!(
                         (b.len() == len && b.iter().all(|&x| x == round))
-                            || (round % 2 == 1 && b.as_slice() == [255u8; 10]),
+                            || (round % 2 == 1 && b[..] == [255u8; 10]),
                         "{p}: a get returned other bytes"
                     ),
                     Err(TransportError::NotExposed { .. }) => {}
@@ -107,7 +107,7 @@ fn withdrawing_or_replacing_during_reads_is_safe() {
         // Still fine afterwards.
         ts[1].expose(BufferKey(2), Bytes::from_static(b"after"));
         let b = wait("a get after", ts[0].get(Rank(1), BufferKey(2))).expect("get");
-        assert_eq!(b.as_slice(), b"after");
+        assert_eq!(&b[..], b"after");
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 use taskfold_transports::conformance::{self, tcp_ranks, wait};
+use taskfold_transports::same_node::{self, Place};
 use taskfold_transports::shm::{self, SharedHeap, MIN_SHARED};
 use taskfold_transports::{BufferKey, Bytes, Rank, Received, Transport};
 
@@ -100,10 +101,7 @@ fn same_node_loans_are_read_in_place_and_returned_on_drop() {
     let heap = shm::locate(data.as_ptr(), data.len()).expect("the buffer is in the heap");
     t1.expose(BufferKey(1), data.clone());
     let t = t0.clone();
-    let got = wait("get_loan", async move {
-        t.get_loan(Rank(1), BufferKey(1)).await
-    })
-    .expect("a loan");
+    let got = wait("get", async move { t.get(Rank(1), BufferKey(1)).await }).expect("a loan");
     let Received::Shared(view) = &got else {
         panic!("a same-node buffer in the heap comes back as a view, not {got:?}");
     };
@@ -117,10 +115,12 @@ fn same_node_loans_are_read_in_place_and_returned_on_drop() {
     drop(data);
     let want = pattern(5 << 20);
     assert!(got[..] == want[..], "a withdrawn buffer stays lent");
-    // A plain get copies out of the mapping.
+    // A copy of a loan returns it at once.
     t1.expose(BufferKey(2), pattern(3 << 20));
     let t = t0.clone();
-    let owned = wait("get", async move { t.get(Rank(1), BufferKey(2)).await }).expect("a copy");
+    let owned = wait("get", async move { t.get(Rank(1), BufferKey(2)).await })
+        .expect("a loan")
+        .into_owned();
     assert!(owned[..] == pattern(3 << 20)[..]);
     drop(got);
     // The return reaches the owner: the loaned block goes back to the heap
@@ -171,10 +171,12 @@ fn located_bytes_are_read_in_place_without_a_request() {
     let (t0, t1) = (ts[0].clone(), ts[1].clone());
     let data = pattern(4 << 20);
     t1.expose(BufferKey(9), data.clone());
-    let at = t1.locate(&data).expect("a heap buffer of a lendable size");
-    assert_eq!(at.len, data.len() as u64);
-    assert_eq!(at.pid, std::process::id());
-    let got = t0.view(Rank(1), &at).expect("read in place");
+    let (s0, s1) = (t0.same_node().unwrap(), t1.same_node().unwrap());
+    let at = s1.locate(&data).expect("a heap buffer of a lendable size");
+    let place = Place::decode(&at);
+    assert_eq!(place.len, data.len() as u64);
+    assert_eq!(place.pid, std::process::id());
+    let got = s0.view(Rank(1), &at).expect("read in place");
     let Received::Shared(view) = &got else {
         panic!("a view, not {got:?}");
     };
@@ -186,25 +188,31 @@ fn located_bytes_are_read_in_place_without_a_request() {
         "nothing was lent: the owner took no part"
     );
     // A sub-range of a located buffer reads those bytes only.
-    let part = t1.locate(&data[1 << 20..]).expect("still in the heap");
-    let got = t0.view(Rank(1), &part).expect("read in place");
+    let part = s1.locate(&data[1 << 20..]).expect("still in the heap");
+    let got = s0.view(Rank(1), &part).expect("read in place");
     assert!(got[..] == data[1 << 20..]);
     // Refused: small buffers, memory outside the heap, another node, a
     // range past the heap's end, a rank that is not in the job.
-    assert!(t1.locate(&data[..1000]).is_none(), "too small to lend");
+    assert!(s1.locate(&data[..1000]).is_none(), "too small to lend");
     let outside = vec![1u8; 100 << 10];
-    assert!(t1.locate(&outside).is_none(), "not in the shared heap");
-    let elsewhere = taskfold_transports::Direct {
-        node: at.node ^ 2,
-        ..at.clone()
-    };
-    assert!(t0.view(Rank(1), &elsewhere).is_none(), "another node");
-    let past = taskfold_transports::Direct {
-        offset: at.heap_len - 10,
-        ..at.clone()
-    };
-    assert!(t0.view(Rank(1), &past).is_none(), "past the heap's end");
-    assert!(t0.view(Rank(7), &at).is_none(), "no such rank");
+    assert!(s1.locate(&outside).is_none(), "not in the shared heap");
+    let elsewhere = Place {
+        node: place.node ^ 2,
+        ..place
+    }
+    .encode();
+    assert!(s0.view(Rank(1), &elsewhere).is_none(), "another node");
+    let mut past = place;
+    past.heap.offset = place.heap.len - 10;
+    assert!(
+        s0.view(Rank(1), &past.encode()).is_none(),
+        "past the heap's end"
+    );
+    assert!(s0.view(Rank(7), &at).is_none(), "no such rank");
+    // A locator that names the heap only reads nothing, but maps the heap.
+    let warm = same_node::heap_of(&at);
+    assert_eq!(Place::decode(&warm).len, 0);
+    assert!(s0.view(Rank(1), &warm).is_some_and(|v| v.is_empty()));
 }
 
 /// A buddy keeps reading a dead owner's bytes through the mapping of its
@@ -218,8 +226,10 @@ fn a_dead_owners_heap_serves_its_buddy_until_forgotten() {
     let data = pattern(2 << 20);
     owner.expose(BufferKey(3), data.clone());
     let at = owner
-        .locate(&data)
+        .same_node()
+        .and_then(|s| s.locate(&data))
         .expect("a heap buffer of a lendable size");
+    let sn = buddy.same_node().expect("TCP reads in place");
     // The owner talks to both (links are made by the first frame), and
     // the buddy maps the owner's heap while it lives (its first offer).
     for r in [0, 2] {
@@ -229,7 +239,7 @@ fn a_dead_owners_heap_serves_its_buddy_until_forgotten() {
             e => panic!("expected a frame, got {e:?}"),
         }
     }
-    assert!(buddy.view(Rank(1), &at).is_some());
+    assert!(sn.view(Rank(1), &at).is_some());
     // The owner crashes: no goodbye.
     owner.abort();
     match conformance::next_event(&*buddy, "the owner's link goes down") {
@@ -237,10 +247,10 @@ fn a_dead_owners_heap_serves_its_buddy_until_forgotten() {
         e => panic!("expected a link down, got {e:?}"),
     }
     assert!(
-        buddy.view(Rank(1), &at).is_none(),
+        sn.view(Rank(1), &at).is_none(),
         "a plain view needs the link"
     );
-    let got = buddy
+    let got = sn
         .view_retained(Rank(1), &at)
         .expect("the mapping made while the owner lived still serves");
     assert!(got[..] == data[..], "the owner's bytes");
@@ -250,14 +260,57 @@ fn a_dead_owners_heap_serves_its_buddy_until_forgotten() {
         taskfold_transports::Event::LinkDown { .. } => {}
         e => panic!("expected a link down, got {e:?}"),
     }
-    assert!(ts[2].view_retained(Rank(1), &at).is_none());
-    buddy.forget_memory(Rank(1));
+    assert!(ts[2]
+        .same_node()
+        .and_then(|s| s.view_retained(Rank(1), &at))
+        .is_none());
+    sn.forget_memory(Rank(1));
     assert!(
-        buddy.view_retained(Rank(1), &at).is_none(),
+        sn.view_retained(Rank(1), &at).is_none(),
         "forgotten: nothing more is read there"
     );
     assert!(
         got[..] == data[..],
         "a view taken before keeps what it read"
+    );
+}
+
+/// The libfabric transport offers the same reads in place as TCP (shared
+/// memory needs no fabric): a same-node peer views a located buffer with
+/// no request; once the link is down only a retained view reads it.
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_ranks_read_each_other_in_place() {
+    let provider = "tcp;ofi_rxm";
+    if !taskfold_transports::libfabric::provider_available(provider) {
+        assert!(std::env::var_os("CI").is_none(), "{provider} is missing");
+        eprintln!("skipped: no libfabric provider {provider} here");
+        return;
+    }
+    let ts = conformance::libfabric_ranks(2, provider, &|_| {});
+    let (reader, owner) = (ts[0].clone(), ts[1].clone());
+    let data = pattern(3 << 20);
+    owner.expose(BufferKey(4), data.clone());
+    let at = owner
+        .same_node()
+        .and_then(|s| s.locate(&data))
+        .expect("a heap buffer of a lendable size");
+    let sn = reader.same_node().expect("libfabric reads in place");
+    let got = sn.view(Rank(1), &at).expect("read in place");
+    assert!(matches!(got, Received::Shared(_)), "a view, not a copy");
+    assert!(got[..] == data[..], "the owner's bytes");
+    owner.abort();
+    match conformance::next_event(&*reader, "the owner's link goes down") {
+        taskfold_transports::Event::LinkDown { peer, .. } => assert_eq!(peer, Rank(1)),
+        e => panic!("expected a link down, got {e:?}"),
+    }
+    assert!(
+        sn.view(Rank(1), &at).is_none(),
+        "a plain view needs the link"
+    );
+    assert!(
+        sn.view_retained(Rank(1), &at)
+            .is_some_and(|v| v[..] == data[..]),
+        "the mapping made while the owner lived still serves"
     );
 }

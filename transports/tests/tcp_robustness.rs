@@ -10,8 +10,9 @@ use taskfold_core::wire::{decode, Msg};
 use taskfold_transports::conformance::{
     events_during, expect_message, fresh_dir, fresh_job, next_event, tcp_ranks, wait,
 };
-use taskfold_transports::tcp::frame::{self, kind, Header, Hello, Role, PROTO_VERSION};
+use taskfold_transports::tcp::frame::{self, kind, Header, Hello, Role};
 use taskfold_transports::tcp::{report_rank_exit, MasterAddr, TcpConfig, TcpTransport};
+use taskfold_transports::version::VERSION;
 use taskfold_transports::{BufferKey, Event, Rank, Transport, TransportError, LAUNCHER};
 
 const QUICK: Duration = Duration::from_secs(5);
@@ -135,7 +136,7 @@ fn oversize_control_frames_are_refused() {
 
 fn raw_hello(role: Role, job: u64, rank: u32, size: u32) -> Vec<u8> {
     frame::hello_frame(&Hello {
-        version: PROTO_VERSION,
+        version: VERSION,
         role,
         job,
         rank,
@@ -160,7 +161,12 @@ fn bad_peer_hellos_are_refused() {
     let mut old = Header::new(kind::HELLO, 2).encode().to_vec();
     old.extend_from_slice(&99u16.to_le_bytes());
     let r = refusal(&poke(addr, &old));
-    assert!(r.contains("protocol version 99"), "{r}");
+    assert!(
+        r.contains("protocol version mismatch")
+            && r.contains(&format!("rank 1 speaks version {VERSION}"))
+            && r.contains("the caller speaks version 99"),
+        "{r}"
+    );
     still_works(&ts);
 }
 
@@ -199,7 +205,7 @@ fn registered_rank_is_refused_after_the_bootstrap() {
     }
     // A raw registration claiming rank 0 (the master itself).
     let mut hello = Hello {
-        version: PROTO_VERSION,
+        version: VERSION,
         role: Role::Register,
         job: ts[0].job(),
         rank: 0,

@@ -91,9 +91,9 @@ impl Master {
             let offer = Msg::ReplicaOffer {
                 key,
                 owner: rank.0,
-                len: s.heap.len,
+                len: s.len,
                 crc: s.crc,
-                node: s.heap.node,
+                node: s.node,
                 file: None,
                 heap: Some(s.heap),
                 warm: None,

@@ -5,7 +5,7 @@ use super::*;
 use std::sync::Arc;
 use std::time::Duration;
 use taskfold_core::wire::{
-    self, DataSource, Direct, Join, Joining, Standing, TaskFailed, TaskFailure,
+    self, DataSource, Join, Joining, Locator, Standing, TaskFailed, TaskFailure,
 };
 use taskfold_transports::loopback::{LoopbackHub, LoopbackTransport};
 use taskfold_transports::{Event, Transport};
@@ -21,15 +21,9 @@ fn standing(rank: u32, buddy: u32) -> Standing {
     Standing {
         buddy,
         crc: 0x5446_0000 | rank,
-        heap: Direct {
-            node: 9,
-            pid: 1000 + rank,
-            fd: 5,
-            ino: 77,
-            heap_len: 1 << 30,
-            offset: 1 << 16,
-            len: 4160,
-        },
+        len: 4160,
+        node: 9,
+        heap: Locator([rank as u8; wire::LOCATOR_LEN]),
     }
 }
 

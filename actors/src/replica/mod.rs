@@ -19,7 +19,7 @@
 //!   *standing copy*, which the owner keeps unchanged (see the worker's
 //!   `fail_all` for the abnormal ends) and the mapping keeps if the owner
 //!   dies. With synchronous durability the owner still offers it (the
-//!   buddy keeps a view, [`taskfold_transports::Transport::view`], and
+//!   buddy keeps a view, [`taskfold_transports::SameNode::view`], and
 //!   answers). With asynchronous durability nothing is offered: the join
 //!   names the copy (`Joining::standing`), and only if the owner dies does
 //!   the master offer the original to this store on its behalf, before it
@@ -129,9 +129,9 @@ pub(crate) struct OfferIn {
     /// The owner's disk copy, if written.
     pub(crate) file: Option<String>,
     /// Where the original lies in the owner's shared memory.
-    pub(crate) heap: Option<taskfold_transports::Direct>,
+    pub(crate) heap: Option<taskfold_transports::Locator>,
     /// A place in the owner's heap, to map it ahead (see the message).
-    pub(crate) warm: Option<taskfold_transports::Direct>,
+    pub(crate) warm: Option<taskfold_transports::Locator>,
     /// Whether the owner wants a positive answer.
     pub(crate) wants_ack: bool,
 }
@@ -160,7 +160,8 @@ impl Handler<OfferIn> for ReplicaStore {
                         .warm
                         .as_ref()
                         .or(m.heap.as_ref())
-                        .is_some_and(|at| self.out.transport().view(owner, at).is_some());
+                        .and_then(|at| self.out.transport().same_node()?.view(owner, at))
+                        .is_some();
                     return self.keep(key, owner, bytes, mapped, m.wants_ack);
                 }
                 // Gone (the reduction ended there) or not the one offered:
@@ -180,7 +181,8 @@ impl Handler<OfferIn> for ReplicaStore {
             // mapped here until this rank has read every offer it sent
             // (`PeerGone`), and, for an owner with standing copies here,
             // until it is declared failed (`OwnerDied`).
-            match self.out.transport().view_retained(owner, at) {
+            let in_place = self.out.transport().same_node();
+            match in_place.and_then(|s| s.view_retained(owner, at)) {
                 Some(view) if is_offered(&view, m.len, m.crc, replica::held_len) => {
                     metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
                     return self.keep(key, owner, view.into_bytes(), true, m.wants_ack);
@@ -200,7 +202,7 @@ impl Handler<OfferIn> for ReplicaStore {
         let fetch = self
             .out
             .transport()
-            .get_loan(owner, BufferKey(original_key(key)));
+            .get(owner, BufferKey(original_key(key)));
         ctx.spawn(fetch.into_actor(self).map(move |res, act, _| {
             if act.pending.get(&(key, owner.0)) != Some(&offer) {
                 return; // the reduction ended meanwhile
@@ -413,7 +415,9 @@ impl Handler<OwnerDied> for ReplicaStore {
         // when that is so (`PeerGone`).
         self.standing_owners.remove(&m.owner.0);
         if self.gone.remove(&m.owner.0) {
-            self.out.transport().forget_memory(m.owner);
+            if let Some(s) = self.out.transport().same_node() {
+                s.forget_memory(m.owner);
+            }
         }
         let views: Vec<((u64, u32), Bytes)> = self
             .viewed
@@ -449,7 +453,7 @@ impl Handler<OwnerDied> for ReplicaStore {
 
 /// The link to `peer` went down, and every frame it sent before has been
 /// handed to this store: nothing more is read from its memory (see
-/// `taskfold_transports::Transport::view_retained`).
+/// `taskfold_transports::SameNode::view_retained`).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct PeerGone {
@@ -465,7 +469,9 @@ impl Handler<PeerGone> for ReplicaStore {
         if self.standing_owners.contains(&m.peer.0) {
             self.gone.insert(m.peer.0);
         } else {
-            self.out.transport().forget_memory(m.peer);
+            if let Some(s) = self.out.transport().same_node() {
+                s.forget_memory(m.peer);
+            }
         }
     }
 }

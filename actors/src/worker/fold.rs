@@ -106,7 +106,7 @@ impl Worker {
         };
         let t = self.out.transport();
         let direct = bytes.and_then(|b| {
-            let direct = t.locate(&b);
+            let direct = super::locate(t, &b);
             t.expose(BufferKey(key), b);
             direct
         });

@@ -144,7 +144,7 @@ impl Worker {
         // the master has the join. The data key serves the archive inside
         // the replica buffer (no copy).
         let data = original.slice(HEADER_LEN..);
-        local.direct = t.locate(&data);
+        local.direct = super::locate(t, &data);
         t.expose(BufferKey(key), data);
         if !local.state.keeps_original() {
             // No copies: a failure of any rank whose data is still needed
@@ -174,7 +174,7 @@ impl Worker {
         // into a new buffer.
         let viewing =
             super::viewing_buddy(&local.group, self.rank, &self.dead, self.same_node_buddy);
-        let in_place = viewing.and_then(|b| t.locate(&original).map(|heap| (b, heap)));
+        let in_place = viewing.and_then(|b| super::locate(t, &original).map(|heap| (b, heap)));
         let action = local.state.serialised(in_place.as_ref().map(|(b, _)| b.0));
         let standing = match action {
             Action::Join(JoinFields {
@@ -183,6 +183,8 @@ impl Worker {
             }) => in_place.map(|(_, heap)| Standing {
                 buddy,
                 crc: replica::stored_crc(&original).unwrap_or(0),
+                len: original.len() as u64,
+                node: taskfold_transports::shared_file::node_token(),
                 heap,
             }),
             _ => None,
@@ -291,7 +293,7 @@ impl Worker {
         // Without a disk copy to map, a buddy on this node may view the
         // original where it lies in this rank's shared heap.
         let heap = if file.is_none() {
-            self.out.transport().locate(original)
+            super::locate(self.out.transport(), original)
         } else {
             None
         };
@@ -302,7 +304,7 @@ impl Worker {
             None => local
                 .direct
                 .clone()
-                .map(|d| taskfold_transports::Direct { len: 0, ..d }),
+                .map(|d| taskfold_transports::same_node::heap_of(&d)),
             Some(_) => None,
         };
         let in_heap = heap.is_some();

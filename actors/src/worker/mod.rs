@@ -80,7 +80,7 @@ pub(crate) struct Local {
     /// creating the file (see [`ReplicaDisk::seal`]).
     pub(crate) disk_live: Arc<AtomicBool>,
     /// Where same-node peers read the original in place, for the join.
-    pub(crate) direct: Option<taskfold_transports::Direct>,
+    pub(crate) direct: Option<taskfold_transports::Locator>,
     /// Tasks that came while an `after-join` test hook holds the
     /// reduction (see [`taskfold_core::contribution::Work::Held`]).
     pub(crate) held: Vec<Task>,
@@ -186,4 +186,13 @@ fn viewing_buddy(
 
 impl Actor for Worker {
     type Context = Context<Self>;
+}
+
+/// Where a peer on this node may read `data` in place, if the transport
+/// offers same-node reads ([`taskfold_transports::SameNode::locate`]).
+fn locate(
+    t: &std::sync::Arc<dyn taskfold_transports::Transport>,
+    data: &[u8],
+) -> Option<taskfold_transports::Locator> {
+    t.same_node()?.locate(data)
 }

@@ -104,7 +104,7 @@ impl Worker {
             Err(value) => return Some(value),
         };
         let buf_len = buf.len();
-        let viewed = h.viewed && self.out.transport().locate(&buf).is_some();
+        let viewed = h.viewed && super::locate(self.out.transport(), &buf).is_some();
         let job = move || {
             let (shared, bytes) = h.seal(buf, viewed);
             Prepared {
@@ -140,7 +140,7 @@ impl Worker {
             let (value, encoded) = match header {
                 Some(h) => match value.encode_after(HEADER_LEN) {
                     Ok(buf) => {
-                        let viewed = h.viewed && t.locate(&buf).is_some();
+                        let viewed = h.viewed && super::locate(&t, &buf).is_some();
                         let (shared, bytes) = h.seal(buf, viewed);
                         (value.into_archived(shared, HEADER_LEN), Ok(bytes))
                     }

@@ -125,7 +125,7 @@ impl Worker {
             (_, Some(view)) => Box::pin(async move { Ok(view) }),
             // Else asked for: a same-node peer's data may still come back
             // as a view of its memory (a loan), read in place too.
-            (_, None) => self.get_loan(from, BufferKey(bkey)),
+            (_, None) => self.get(from, BufferKey(bkey)),
         };
         let started = Instant::now();
         let task2 = task.clone();
@@ -156,14 +156,14 @@ impl Worker {
     }
 
     /// A view of `from`'s data where `at` says it lies in its shared heap.
-    fn view(&self, from: Rank, at: &taskfold_transports::Direct) -> Option<Received> {
-        self.out.transport().view(from, at)
+    fn view(&self, from: Rank, at: &taskfold_transports::Locator) -> Option<Received> {
+        self.out.transport().same_node()?.view(from, at)
     }
 
     /// Asks `from` for its buffer `key` (a same-node peer may lend a view
     /// of its memory).
-    fn get_loan(&self, from: Rank, key: BufferKey) -> taskfold_transports::LoanFuture {
-        self.out.transport().get_loan(from, key)
+    fn get(&self, from: Rank, key: BufferKey) -> taskfold_transports::GetFuture {
+        self.out.transport().get(from, key)
     }
 
     /// Reloads `key`'s own original for a task that restores it: reads the
@@ -235,7 +235,7 @@ pub(super) fn fetch_failure(e: &TransportError) -> TaskFailure {
 
 /// Reads `owner`'s disk copy of `key`'s original from the directory `dir`
 /// (the owner is dead), off the actor's thread.
-fn read_disk_copy(dir: &str, key: u64, owner: u32) -> taskfold_transports::LoanFuture {
+fn read_disk_copy(dir: &str, key: u64, owner: u32) -> taskfold_transports::GetFuture {
     let dir = std::path::PathBuf::from(dir);
     let read = actix_rt::task::spawn_blocking(move || {
         ReplicaDisk::read_other(&dir, key, owner)

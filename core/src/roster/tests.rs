@@ -1,16 +1,8 @@
 use super::*;
 use proptest::prelude::*;
 
-fn heap(rank: u32) -> Direct {
-    Direct {
-        node: 9,
-        pid: 1000 + rank,
-        fd: 5,
-        ino: 77,
-        heap_len: 1 << 30,
-        offset: 1 << 16,
-        len: 4160,
-    }
+fn heap(rank: u32) -> Locator {
+    Locator([rank as u8; crate::wire::LOCATOR_LEN])
 }
 
 /// The standing copy of `owner`'s original that `buddy` maps (group
@@ -21,6 +13,8 @@ fn standing(owner: usize, buddy: usize) -> StandingCopy {
         copy: Standing {
             buddy: buddy as u32,
             crc: 0x5446_0000 | owner as u32,
+            len: 4160,
+            node: 9,
             heap: heap(owner as u32),
         },
     }

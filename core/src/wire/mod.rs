@@ -79,15 +79,6 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let direct = |offset: u64, len: u64| Direct {
-            node: 5,
-            pid: 77,
-            fd: 3,
-            ino: 12,
-            heap_len: 1 << 30,
-            offset,
-            len,
-        };
         let join = Msg::Join(Joining {
             key: 7,
             rank: 3,
@@ -104,9 +95,11 @@ mod tests {
             standing: Some(Standing {
                 buddy: 2,
                 crc: 0xdead_beef,
-                heap: direct(0, 4160),
+                len: 4160,
+                node: 5,
+                heap: Locator([5; LOCATOR_LEN]),
             }),
-            direct: Some(direct(65536, 4096)),
+            direct: Some(Locator([7; LOCATOR_LEN])),
         });
         assert_eq!(decode(&encode(&join)).unwrap(), join);
         let m = Msg::TaskDone(TaskDone {

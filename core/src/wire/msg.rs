@@ -104,12 +104,12 @@ pub enum Msg {
         /// does: a buddy on the same node may keep a view of it there, with
         /// no request to the owner, which keeps it unchanged until the
         /// reduction ends (and forever if it ends abnormally there).
-        heap: Option<Direct>,
+        heap: Option<Locator>,
         /// A place in the owner's shared heap when `heap` is not given (the
         /// owner's data, say): a buddy on the same node maps that heap now,
         /// once, ahead of the originals it will view there, so that it can
         /// still read one offered just before the owner died.
-        warm: Option<Direct>,
+        warm: Option<Locator>,
         /// Whether the owner wants to hear that the copy is stored (a
         /// refusal is always answered): not when its join does not wait
         /// for the copy and it already knows its buddy is on its node.
@@ -174,8 +174,8 @@ pub struct Joining {
     /// the buddy answers ([`Msg::Replicated`]).
     pub standing: Option<Standing>,
     /// Where a receiver on the sender's node can read the sender's data in
-    /// place, without asking the sender (see [`Direct`]).
-    pub direct: Option<Direct>,
+    /// place, without asking the sender (see [`Locator`]).
+    pub direct: Option<Locator>,
 }
 
 /// A finished task: the receiver's data now holds `path`.
@@ -195,8 +195,8 @@ pub struct TaskDone {
     /// Bytes fetched.
     pub bytes: u64,
     /// Where a receiver on the sender's node can read the sender's new
-    /// data in place (see [`Direct`]).
-    pub direct: Option<Direct>,
+    /// data in place (see [`Locator`]).
+    pub direct: Option<Locator>,
 }
 
 /// A copy of a rank's original that its buddy on the same node holds
@@ -211,37 +211,29 @@ pub struct Standing {
     /// The tag in its header (an original kept in memory carries a tag
     /// instead of a checksum).
     pub crc: u32,
-    /// Where the replica buffer (header included) lies in the sender's
-    /// heap, and its length.
-    pub heap: Direct,
+    /// Bytes of the replica buffer (header included).
+    pub len: u64,
+    /// The sender's node token.
+    pub node: u64,
+    /// Where the replica buffer lies in the sender's shared memory.
+    pub heap: Locator,
 }
 
-/// Where a rank's data lies in its shared heap, so that a receiver on the
-/// same node reads it in place without a request to its owner: a one-sided
-/// get through shared memory. The owner keeps the bytes unchanged until the
-/// master releases them (the fold that consumed them was reported), or the
+/// Bytes of a [`Locator`].
+pub const LOCATOR_LEN: usize = 48;
+
+/// Where a rank's data lies in memory that a receiver on the same node
+/// reads in place, without a request to its owner: a one-sided get through
+/// shared memory. The owner keeps the bytes unchanged until the master
+/// releases them (the fold that consumed them was reported), or the
 /// reduction ends.
 ///
-/// Untrusted like every field of a message: the receiver maps the named
-/// heap only if the node matches its own and the process's descriptor is a
-/// heap of that inode and length, and reads only inside it.
+/// Opaque to the protocol: only the transports' same-node module makes and
+/// reads it (`taskfold_transports::same_node`). Untrusted like every field
+/// of a message: the receiver reads only what it can check is on its node,
+/// in the memory the locator names.
 #[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
-pub struct Direct {
-    /// The owner's node token (same kernel and PID namespace).
-    pub node: u64,
-    /// The owner's process id.
-    pub pid: u32,
-    /// The owner's descriptor of its heap.
-    pub fd: u32,
-    /// The heap's inode.
-    pub ino: u64,
-    /// The heap's length.
-    pub heap_len: u64,
-    /// The data's offset in the heap.
-    pub offset: u64,
-    /// The data's length.
-    pub len: u64,
-}
+pub struct Locator(pub [u8; LOCATOR_LEN]);
 
 /// What a rank says about a reduction when it joins it.
 #[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
@@ -286,7 +278,7 @@ pub struct Task {
     pub source: DataSource,
     /// With [`DataSource::Data`]: where a receiver on the provider's node
     /// reads it in place, as the provider announced it.
-    pub direct: Option<Direct>,
+    pub direct: Option<Locator>,
 }
 
 /// Where a task's receiver fetches the provider's data.

@@ -238,7 +238,7 @@ fn main() {
     println!("rank {rank}: {ok} ok, {failed} failed");
     println!(
         "rank {rank}: read {} bytes in place",
-        taskfold_transports::tcp::metrics::mapped_bytes()
+        taskfold_transports::same_node::mapped_bytes()
     );
     println!(
         "rank {rank}: folded {} pieces as they arrived",

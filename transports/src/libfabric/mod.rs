@@ -7,9 +7,11 @@
 //! [`LibfabricTransport::start`] opens the fabric objects of the provider
 //! asked for ([`fi`]: fabric, domain, completion queue, address vector,
 //! endpoint), posts its receives, then starts a [`TcpTransport`] with the
-//! same configuration: the TCP bootstrap checks the job, rank and size, and
-//! ranks then send each other their endpoint names (`fi_getname`) over TCP
-//! and insert them into their address vectors. The TCP connections stay
+//! same configuration: the TCP bootstrap checks the job, rank, size and
+//! protocol version, and ranks then send each other their protocol version
+//! and endpoint names (`fi_getname`) over TCP, refuse a peer of another
+//! version ([`crate::version`]) and insert the names into their address
+//! vectors. The TCP connections stay
 //! open, idle, as the failure detector: a peer process that dies closes
 //! them, and the TCP transport's [`Event::LinkDown`] is forwarded as this
 //! transport's (nothing from that peer is delivered after it, its pending
@@ -52,6 +54,14 @@
 //! closes the endpoint. Peers report no failure; their later calls to the
 //! departed rank fail with [`TransportError::LinkDown`] at once.
 //!
+//! # Same-node reads
+//!
+//! Ranks on one node also read each other's shared-heap buffers in place
+//! ([`Transport::same_node`], the same [`crate::same_node`] module as TCP's:
+//! it needs only shared memory and this transport's link states), so a
+//! fold on one node reads its peer's data where it lies whatever the
+//! fabric.
+//!
 //! # Providers and memory registration
 //!
 //! The provider is chosen by name ([`LibfabricConfig::provider`], e.g.
@@ -74,18 +84,25 @@
 //! One more thread forwards the TCP transport's events; the TCP transport
 //! keeps its own.
 
+mod bootstrap;
 pub mod fi;
+mod open;
 mod progress;
 mod shared;
 mod stale;
 pub mod wire;
 
+pub use open::{available_providers, provider_available};
+
 use crate::tcp::{TcpConfig, TcpTransport};
-use crate::{BufferKey, Event, GetFuture, Rank, Transport, TransportError};
+use crate::{
+    link, BufferKey, Event, GetFuture, Rank, Received, SameNode, Transport, TransportError,
+};
+use bootstrap::{exchange_names, forward};
 use bytes::Bytes;
-use fi::{AddressVector, CompletionQueue, Domain, Endpoint, Fabric, FabricError, Hints, InfoList};
-use progress::{Cmd, Engine, Tuning};
-use shared::{Exposure, Registrar, Shared};
+use open::Opened;
+use progress::Cmd;
+use shared::Shared;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -161,262 +178,6 @@ impl std::fmt::Debug for LibfabricTransport {
     }
 }
 
-/// The fabric objects of one rank before start-up completes.
-struct Opened {
-    engine: Engine,
-    sh: Arc<Shared>,
-    av: Arc<AddressVector>,
-    name: Vec<u8>,
-    provider: String,
-    fabric: String,
-}
-
-const CAPS: u64 = fi::bits::TAGGED | fi::bits::RMA;
-const MODES: u64 = fi::bits::CONTEXT | fi::bits::CONTEXT2;
-const MR_MODES: u32 =
-    fi::bits::MR_LOCAL | fi::bits::MR_VIRT_ADDR | fi::bits::MR_ALLOCATED | fi::bits::MR_PROV_KEY;
-
-/// The providers of this machine that offer what the transport needs
-/// (reliable datagrams, tagged messages, RMA), by name, best first.
-pub fn available_providers() -> Vec<String> {
-    let hints = Hints {
-        provider: None,
-        source: None,
-        caps: CAPS,
-        mode: MODES,
-        mr_mode: MR_MODES,
-        manual_progress: false,
-    };
-    let mut names: Vec<String> = Vec::new();
-    if let Ok(list) = InfoList::get(&hints) {
-        for i in list.iter() {
-            let p = i.provider();
-            if !names.contains(&p) {
-                names.push(p);
-            }
-        }
-    }
-    names
-}
-
-/// True if `provider` is available on this machine.
-pub fn provider_available(provider: &str) -> bool {
-    find(&Some(provider.to_string()), None).is_ok()
-}
-
-/// The providers matching our needs. With a `source` address, IP-addressed
-/// providers are asked to bind it; others (`shm`, whose endpoint names are
-/// derived from the node given) are asked without it. Manual progress is
-/// asked for (the progress thread polls anyway; a provider thread would
-/// only compete for cores), and done without if the provider refuses.
-fn find(provider: &Option<String>, source: Option<String>) -> Result<InfoList, FabricError> {
-    let mut hints = Hints {
-        provider: provider.clone(),
-        source: None,
-        caps: CAPS,
-        mode: MODES,
-        mr_mode: MR_MODES,
-        manual_progress: true,
-    };
-    let any = match InfoList::get(&hints) {
-        Err(e) if e.code == fi::bits::ENODATA => {
-            hints.manual_progress = false;
-            InfoList::get(&hints)?
-        }
-        r => r?,
-    };
-    if source.is_none() || !any.first().ip_addressed() {
-        return Ok(any);
-    }
-    match InfoList::get(&Hints { source, ..hints }) {
-        Err(e) if e.code == fi::bits::ENODATA => Ok(any),
-        r => r,
-    }
-}
-
-fn open(cfg: &LibfabricConfig) -> Result<Opened, TransportError> {
-    let list = find(&cfg.provider, Some(cfg.tcp.bind_host.to_string())).map_err(|e| {
-        let want = cfg.provider.as_deref().unwrap_or("(any)");
-        if e.code == fi::bits::ENODATA {
-            TransportError::Io(format!(
-                "libfabric provider `{want}` is not available here ({e}); available: {}",
-                available_providers().join(", ")
-            ))
-        } else {
-            e.into()
-        }
-    })?;
-    let info = list.first();
-    let provider = info.provider();
-    let fabric_name = format!("{}/{}", info.fabric_name(), info.domain_name());
-    let mr_mode = info.mr_mode();
-    tracing::debug!(rank = cfg.tcp.rank, %provider, fabric = %fabric_name, mr_mode, mode = info.mode(),
-        manual = info.manual_progress(),
-        max_msg = info.max_msg_size(), tx = info.tx_size(), rx = info.rx_size(), "libfabric provider");
-    let fabric = Fabric::open(info)?;
-    let domain = Domain::open(&fabric, info)?;
-    // rxm's wait set holds its connections' sockets, so fi_cq_sread wakes
-    // when data arrives; `sockets`' does not (it waits out the timeout), and
-    // shm's default wait spins: poll those.
-    let sread = cfg.wait == WaitMode::Auto && info.provider().ends_with("ofi_rxm");
-    let cq = match CompletionQueue::open(&domain, 1024, sread) {
-        Ok(cq) => cq,
-        Err(e) if sread => {
-            tracing::debug!(error = %e, "no wait object, polling");
-            CompletionQueue::open(&domain, 1024, false)?
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let av = AddressVector::open(&domain, cfg.tcp.size as usize)?;
-    if provider == "shm" {
-        stale::clear_before_first_endpoint();
-    }
-    let ep = Endpoint::open(&domain, info, &cq, &av)?;
-    let name = ep.name()?;
-    let (cmd_tx, cmd_rx) = flume::unbounded();
-    let sh = Arc::new(Shared::new(cfg.tcp.rank, cfg.tcp.size, cmd_tx, cq.clone()));
-    let reg = Arc::new(Registrar::new(
-        domain.clone(),
-        mr_mode & fi::bits::MR_VIRT_ADDR != 0,
-        mr_mode & fi::bits::MR_PROV_KEY != 0,
-    ));
-    let max_msg = info.max_msg_size().max(1);
-    let tuning = Tuning {
-        read_chunk: cfg.read_chunk.clamp(4096, max_msg),
-        op_timeout: cfg.op_timeout,
-        max_get: cfg.max_get,
-        mr_local: mr_mode & fi::bits::MR_LOCAL != 0,
-        sread: cq.waitable(),
-        tx_size: info.tx_size(),
-        rx_size: info.rx_size(),
-        // libfabric 1.17's shm loses messages when a receiver has more than
-        // about 128 pending (fixed upstream in 1.18): stay well below.
-        flow_budget: if provider == "shm" { 64 } else { 1024 },
-    };
-    let engine = Engine::new(ep, sh.clone(), reg, tuning, cmd_rx)?;
-    Ok(Opened {
-        engine,
-        sh,
-        av,
-        name,
-        provider,
-        fabric: fabric_name,
-    })
-}
-
-/// Every rank's endpoint name (`None`: the peer failed meanwhile).
-type Names = Vec<Option<Vec<u8>>>;
-
-/// Sends this rank's endpoint name to every peer over TCP and collects
-/// theirs. Other events that arrive meanwhile are returned for replay; a
-/// peer whose link fails meanwhile has no name (its link is reported down).
-fn exchange_names(
-    tcp: &TcpTransport,
-    provider: &str,
-    name: &[u8],
-    deadline: Instant,
-) -> Result<(Names, Vec<Event>), TransportError> {
-    let (rank, size) = (tcp.rank().0, tcp.size());
-    let mut names: Vec<Option<Vec<u8>>> = vec![None; size as usize];
-    names[rank as usize] = Some(name.to_vec());
-    let mut dead = vec![false; size as usize];
-    let mut replay = Vec::new();
-    let frame = Bytes::from(wire::name_frame(provider, name));
-    for peer in (0..size).filter(|&p| p != rank) {
-        if let Err(e) = tcp.send(Rank(peer), frame.clone()) {
-            tracing::warn!(rank, peer, error = %e, "sending the endpoint name");
-        }
-    }
-    let events = tcp.events();
-    let missing = |names: &[Option<Vec<u8>>], dead: &[bool]| {
-        (0..size as usize)
-            .filter(|&p| names[p].is_none() && !dead[p])
-            .collect::<Vec<_>>()
-    };
-    while !missing(&names, &dead).is_empty() {
-        let ev = match events.recv_timeout(Duration::from_millis(50)) {
-            Ok(ev) => ev,
-            Err(_) => {
-                // A peer that gave up starting (and said goodbye) will
-                // never send its name.
-                if let Some(&p) = missing(&names, &dead)
-                    .iter()
-                    .find(|&&p| tcp.peer_left(Rank(p as u32)))
-                {
-                    return Err(TransportError::LinkDown {
-                        peer: p as u32,
-                        reason: format!("rank {p} left during start-up"),
-                    });
-                }
-                if Instant::now() >= deadline {
-                    return Err(TransportError::Io(format!(
-                        "no fabric endpoint name from ranks {:?} in time",
-                        missing(&names, &dead)
-                    )));
-                }
-                continue;
-            }
-        };
-        match &ev {
-            Event::Message { from, frame } if from.0 < size => {
-                match wire::parse_name_frame(frame) {
-                    None => replay.push(ev),
-                    Some(Err(e)) => {
-                        return Err(TransportError::Protocol {
-                            peer: from.0,
-                            detail: e,
-                        })
-                    }
-                    Some(Ok((theirs, n))) => {
-                        if theirs != provider {
-                            return Err(TransportError::Refused(format!(
-                                "rank {} uses libfabric provider `{theirs}`, this rank `{provider}`",
-                                from.0
-                            )));
-                        }
-                        names[from.0 as usize] = Some(n);
-                    }
-                }
-            }
-            Event::LinkDown { peer, .. } if peer.0 < size => {
-                dead[peer.0 as usize] = true;
-                replay.push(ev);
-            }
-            _ => replay.push(ev),
-        }
-    }
-    Ok((names, replay))
-}
-
-/// Forwards the TCP transport's events until the transport closes.
-fn forward(sh: Arc<Shared>, events: flume::Receiver<Event>, replay: Vec<Event>) {
-    let handle = |ev: Event| match ev {
-        Event::LinkDown { peer, reason } => {
-            if sh.link_down(peer.0, &reason) {
-                let _ = sh.command(Cmd::Forget {
-                    peer: peer.0,
-                    reason,
-                });
-            }
-        }
-        Event::Message { from, frame } => {
-            if wire::parse_name_frame(&frame).is_none() && !sh.is_closed() {
-                let _ = sh.events_tx.send(Event::Message { from, frame });
-            }
-        }
-    };
-    for ev in replay {
-        handle(ev);
-    }
-    while !sh.is_closed() {
-        match events.recv_timeout(Duration::from_millis(100)) {
-            Ok(ev) => handle(ev),
-            Err(flume::RecvTimeoutError::Timeout) => {}
-            Err(flume::RecvTimeoutError::Disconnected) => break,
-        }
-    }
-}
-
 impl LibfabricTransport {
     /// Opens the fabric endpoint, joins the job through the TCP bootstrap,
     /// exchanges endpoint names and starts the progress thread. Blocking,
@@ -437,7 +198,7 @@ impl LibfabricTransport {
             name,
             provider,
             fabric,
-        } = open(&cfg)?;
+        } = open::open(&cfg)?;
         let tcp = TcpTransport::start(cfg.tcp.clone())?;
         let deadline = Instant::now() + cfg.tcp.connect_timeout;
         let (names, replay) = match exchange_names(&tcp, &provider, &name, deadline) {
@@ -547,18 +308,15 @@ impl Transport for LibfabricTransport {
         self.sh.size
     }
 
+    fn name(&self) -> &'static str {
+        "libfabric"
+    }
+
     fn send(&self, to: Rank, frame: Bytes) -> Result<(), TransportError> {
         self.check_peer(to)?;
-        let max = self.max_frame;
-        if frame.len() as u64 > max {
-            return Err(TransportError::FrameTooLarge {
-                len: frame.len() as u64,
-                max,
-            });
-        }
+        link::check_frame(frame.len(), self.max_frame)?;
         if to.0 == self.sh.rank {
-            let frame = Bytes::copy_from_slice(&frame);
-            let _ = self.sh.events_tx.send(Event::Message { from: to, frame });
+            link::send_to_self(&self.sh.events_tx, to, &frame);
             return Ok(());
         }
         self.sh.command(Cmd::Send { to: to.0, frame })
@@ -566,12 +324,12 @@ impl Transport for LibfabricTransport {
 
     fn expose(&self, key: BufferKey, data: Bytes) {
         if !self.sh.is_closed() {
-            self.sh.exposed().insert(key, Exposure { data, reg: None });
+            self.sh.exposed.insert(key, data);
         }
     }
 
     fn withdraw(&self, key: BufferKey) -> Option<Bytes> {
-        self.sh.exposed().remove(&key).map(|x| x.data)
+        self.sh.exposed.remove(key)
     }
 
     fn get(&self, from: Rank, key: BufferKey) -> GetFuture {
@@ -579,15 +337,7 @@ impl Transport for LibfabricTransport {
             return Box::pin(async move { Err(e) });
         }
         if from.0 == self.sh.rank {
-            let r = self
-                .sh
-                .exposed()
-                .get(&key)
-                .map(|x| crate::recv_buf_from(&x.data))
-                .ok_or(TransportError::NotExposed {
-                    peer: from.0,
-                    key: key.0,
-                });
+            let r = link::copy_exposed(&self.sh.exposed, from, key);
             return Box::pin(async move { r });
         }
         let (reply, rx) = futures::channel::oneshot::channel();
@@ -598,7 +348,11 @@ impl Transport for LibfabricTransport {
         }) {
             return Box::pin(async move { Err(e) });
         }
-        Box::pin(async move { rx.await.unwrap_or(Err(TransportError::Closed)) })
+        Box::pin(async move {
+            rx.await
+                .unwrap_or(Err(TransportError::Closed))
+                .map(Received::Owned)
+        })
     }
 
     fn events(&self) -> flume::Receiver<Event> {
@@ -618,8 +372,10 @@ impl Transport for LibfabricTransport {
         tracing::debug!(rank = self.sh.rank, "libfabric transport shut down");
     }
 
-    fn name(&self) -> &'static str {
-        "libfabric"
+    /// Reads in place from same-node peers: plain shared memory, which
+    /// needs no fabric (none when `loans` is off in the TCP configuration).
+    fn same_node(&self) -> Option<&SameNode> {
+        Some(&self.sh.same)
     }
 }
 

@@ -8,22 +8,12 @@
 
 use super::fi::{CompletionQueue, Domain, FabricError, MemoryRegion};
 use super::progress::Cmd;
-use crate::{BufferKey, Event, Rank, TransportError};
+use crate::link::Link;
+use crate::same_node::SameNode;
+use crate::{Event, Exposed, Rank, TransportError};
 use bytes::Bytes;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// State of the link to one peer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Link {
-    /// Usable.
-    Up,
-    /// The peer shut down gracefully.
-    Gone,
-    /// The link failed; reported once as `Event::LinkDown`.
-    Down(String),
-}
 
 /// Bytes registered for remote reads. Dropping it deregisters the memory
 /// first, then releases the bytes (field order).
@@ -114,13 +104,6 @@ impl Registrar {
     }
 }
 
-/// One exposed buffer: the bytes, and their registration once a peer asked
-/// for them (registered lazily, on the first request).
-pub(crate) struct Exposure {
-    pub data: Bytes,
-    pub reg: Option<Arc<Registered>>,
-}
-
 /// See the [module documentation](self).
 pub(crate) struct Shared {
     pub rank: u32,
@@ -129,7 +112,12 @@ pub(crate) struct Shared {
     pub events_rx: flume::Receiver<Event>,
     links: Mutex<Vec<Link>>,
     closed: AtomicBool,
-    pub exposed: Mutex<HashMap<BufferKey, Exposure>>,
+    /// The exposed buffers, each with its registration once a peer asked
+    /// for it (registered lazily, on the first request).
+    pub exposed: Exposed<Arc<Registered>>,
+    /// Same-node reads in place, which need no fabric: told of every link
+    /// that stops being up.
+    pub same: SameNode,
     pub cmd_tx: flume::Sender<Cmd>,
     /// Signalled after each command when the progress thread sleeps in
     /// `fi_cq_sread`.
@@ -140,6 +128,7 @@ impl Shared {
     pub fn new(
         rank: u32,
         size: u32,
+        same_node: bool,
         cmd_tx: flume::Sender<Cmd>,
         cq: Arc<CompletionQueue>,
     ) -> Shared {
@@ -151,7 +140,8 @@ impl Shared {
             events_rx,
             links: Mutex::new(vec![Link::Up; size as usize]),
             closed: AtomicBool::new(false),
-            exposed: Mutex::new(HashMap::new()),
+            exposed: Exposed::default(),
+            same: SameNode::new(rank, size, "libfabric", same_node),
             cmd_tx,
             cq,
         }
@@ -161,16 +151,13 @@ impl Shared {
         self.links.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn exposed(&self) -> MutexGuard<'_, HashMap<BufferKey, Exposure>> {
-        self.exposed.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
     }
 
     /// Marks the transport closed; true if it was open.
     pub fn close(&self) -> bool {
+        self.same.close();
         !self.closed.swap(true, Ordering::SeqCst)
     }
 
@@ -184,20 +171,10 @@ impl Shared {
 
     /// The error a call to `peer` fails with now, if any.
     pub fn check_peer(&self, peer: Rank) -> Result<(), TransportError> {
-        if self.is_closed() {
-            return Err(TransportError::Closed);
-        }
-        match self.links().get(peer.0 as usize) {
-            None => Err(TransportError::NoSuchRank(peer.0)),
-            Some(Link::Up) => Ok(()),
-            Some(Link::Gone) => Err(TransportError::LinkDown {
-                peer: peer.0,
-                reason: format!("rank {} shut down", peer.0),
-            }),
-            Some(Link::Down(reason)) => Err(TransportError::LinkDown {
-                peer: peer.0,
-                reason: reason.clone(),
-            }),
+        crate::link::check_peer(self.is_closed(), self.size, peer)?;
+        match self.links()[peer.0 as usize].error(peer.0) {
+            None => Ok(()),
+            Some(e) => Err(e),
         }
     }
 
@@ -233,6 +210,7 @@ impl Shared {
             return false;
         }
         *l = Link::Down(reason.to_string());
+        self.same.link_down(peer);
         if !self.is_closed() {
             tracing::warn!(rank = self.rank, peer, %reason, "link down");
             let _ = self.events_tx.send(Event::LinkDown {
@@ -249,6 +227,7 @@ impl Shared {
         match links.get_mut(peer as usize) {
             Some(l) if *l == Link::Up => {
                 *l = Link::Gone;
+                self.same.link_failing(peer);
                 tracing::debug!(rank = self.rank, peer, "peer left gracefully");
                 true
             }

@@ -2,7 +2,11 @@
 //! endpoint-name frame exchanged over TCP at start-up.
 //!
 //! Every fabric message is at most [`SLOT`] bytes: a fixed [`HEADER`]-byte
-//! header, then (for `CONTROL` only) the frame's bytes. All integers are
+//! header (the shared [`crate::framing`] header with five fields: magic,
+//! kind, the payload's length, five u64 words), then (for `CONTROL` only)
+//! the frame's bytes. The protocol
+//! version is checked once, in the endpoint-name frame of the bootstrap
+//! ([`crate::version`]), not in every message. All integers are
 //! little-endian. The sender's rank travels in the tag (see [`tag_of`]), not
 //! in the message. A received message is untrusted input: [`Msg::decode`]
 //! checks it and names what is wrong.
@@ -26,14 +30,13 @@
 //! messages when a sender floods a peer.
 
 /// Bytes of the fixed header.
-pub const HEADER: usize = 48;
+pub const HEADER: usize = crate::framing::header_len(5);
 /// Largest control frame sent inline; larger ones go by RMA read.
 pub const INLINE_MAX: usize = 16 << 10;
 /// Size of every receive buffer (and of every message at most).
 pub const SLOT: usize = HEADER + INLINE_MAX;
 
 const MAGIC: [u8; 2] = *b"tF";
-const VERSION: u8 = 1;
 
 /// Tag bits of every taskfold message (the upper half of the tag).
 pub const TAG_BASE: u64 = 0x7446_0001 << 32;
@@ -131,13 +134,16 @@ pub enum Msg<'a> {
 }
 
 fn put(out: &mut Vec<u8>, kind: u8, words: &[u64]) {
-    out.extend_from_slice(&MAGIC);
-    out.push(VERSION);
-    out.push(kind);
-    out.extend_from_slice(&[0; 4]);
-    for i in 0..5 {
-        out.extend_from_slice(&words.get(i).copied().unwrap_or(0).to_le_bytes());
-    }
+    put_with(out, kind, 0, words);
+}
+
+/// Appends a header of `kind` announcing `len` payload bytes.
+fn put_with(out: &mut Vec<u8>, kind: u8, len: u32, words: &[u64]) {
+    let mut fields = [0u64; 5];
+    fields[..words.len()].copy_from_slice(words);
+    let at = out.len();
+    out.resize(at + HEADER, 0);
+    crate::framing::encode(&mut out[at..], MAGIC, kind, len, &fields);
 }
 
 impl Msg<'_> {
@@ -146,7 +152,7 @@ impl Msg<'_> {
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Msg::Control { seq, frame } => {
-                put(out, kind::CONTROL, &[*seq, frame.len() as u64]);
+                put_with(out, kind::CONTROL, frame.len() as u32, &[*seq]);
                 out.extend_from_slice(frame);
             }
             Msg::Large { seq, at } => {
@@ -167,32 +173,22 @@ impl Msg<'_> {
 
     /// Decodes a received message.
     pub fn decode(b: &[u8]) -> Result<Msg<'_>, String> {
-        if b.len() < HEADER {
-            return Err(format!(
-                "message of {} bytes is shorter than a header",
-                b.len()
-            ));
-        }
-        if b[0..2] != MAGIC {
-            return Err("bad magic".into());
-        }
-        if b[2] != VERSION {
-            return Err(format!("protocol version {} (expected {VERSION})", b[2]));
-        }
-        let w = |i: usize| {
-            let o = 8 + 8 * i;
-            u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default())
-        };
+        let mut w = [0u64; 5];
+        let (k, len) =
+            crate::framing::decode(b, MAGIC, &mut w).map_err(|e| format!("message: {e}"))?;
         let remote = || Remote {
-            len: w(1),
-            addr: w(2),
-            key: w(3),
-            token: w(4),
+            len: w[1],
+            addr: w[2],
+            key: w[3],
+            token: w[4],
         };
-        Ok(match b[3] {
+        let w = |i: usize| w[i];
+        if k != kind::CONTROL && len != 0 {
+            return Err(format!("message kind {k} announces a payload of {len}"));
+        }
+        Ok(match k {
             kind::CONTROL => {
-                let len = w(1);
-                if len != (b.len() - HEADER) as u64 || len > INLINE_MAX as u64 {
+                if len as usize != b.len() - HEADER || len as usize > INLINE_MAX {
                     return Err(format!(
                         "control frame announces {len} bytes, carries {}",
                         b.len() - HEADER
@@ -231,10 +227,23 @@ impl Msg<'_> {
 /// TCP.
 const NAME_MAGIC: &[u8; 8] = b"tfFIname";
 
-/// The start-up frame: provider name and endpoint name.
+/// A peer's start-up frame, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameFrame {
+    /// The peer's protocol version ([`crate::version::VERSION`]).
+    pub version: u16,
+    /// Its libfabric provider.
+    pub provider: String,
+    /// Its endpoint name (`fi_getname`).
+    pub name: Vec<u8>,
+}
+
+/// The start-up frame: this build's protocol version, the provider name
+/// and the endpoint name.
 pub fn name_frame(provider: &str, name: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(8 + 4 + provider.len() + name.len());
+    let mut f = Vec::with_capacity(8 + 6 + provider.len() + name.len());
     f.extend_from_slice(NAME_MAGIC);
+    f.extend_from_slice(&crate::version::VERSION.to_le_bytes());
     f.extend_from_slice(&(provider.len() as u16).to_le_bytes());
     f.extend_from_slice(&(name.len() as u16).to_le_bytes());
     f.extend_from_slice(provider.as_bytes());
@@ -242,21 +251,43 @@ pub fn name_frame(provider: &str, name: &[u8]) -> Vec<u8> {
     f
 }
 
-/// Decodes a start-up frame: `None` if it is not one, else the provider
-/// and the endpoint name (or what is wrong).
-pub fn parse_name_frame(f: &[u8]) -> Option<Result<(String, Vec<u8>), String>> {
+/// Decodes a start-up frame: `None` if it is not one, else what it says
+/// (or what is wrong). The version comes first and is decoded even if the
+/// rest is not understood, so that a peer of another version is refused
+/// as such.
+pub fn parse_name_frame(f: &[u8]) -> Option<Result<NameFrame, String>> {
     let rest = f.strip_prefix(NAME_MAGIC)?;
-    if rest.len() < 4 {
+    if rest.len() < 2 {
         return Some(Err("truncated endpoint-name frame".into()));
+    }
+    let version = u16::from_le_bytes([rest[0], rest[1]]);
+    let malformed = |what: &str| {
+        if version == crate::version::VERSION {
+            Err(format!("{what} endpoint-name frame"))
+        } else {
+            // Another version: its layout may differ; the version says it.
+            Ok(NameFrame {
+                version,
+                provider: String::new(),
+                name: Vec::new(),
+            })
+        }
+    };
+    let rest = &rest[2..];
+    if rest.len() < 4 {
+        return Some(malformed("truncated"));
     }
     let pl = usize::from(u16::from_le_bytes([rest[0], rest[1]]));
     let nl = usize::from(u16::from_le_bytes([rest[2], rest[3]]));
     let body = &rest[4..];
     if body.len() != pl + nl || nl == 0 {
-        return Some(Err("malformed endpoint-name frame".into()));
+        return Some(malformed("malformed"));
     }
-    let prov = String::from_utf8_lossy(&body[..pl]).into_owned();
-    Some(Ok((prov, body[pl..].to_vec())))
+    Some(Ok(NameFrame {
+        version,
+        provider: String::from_utf8_lossy(&body[..pl]).into_owned(),
+        name: body[pl..].to_vec(),
+    }))
 }
 
 #[cfg(test)]
@@ -306,8 +337,11 @@ mod tests {
         bad[0] = b'x';
         assert!(Msg::decode(&bad).is_err());
         let mut bad = b.clone();
-        bad[3] = 99;
-        assert!(Msg::decode(&bad).is_err());
+        bad[2] = 99;
+        assert!(Msg::decode(&bad).is_err(), "unknown kind");
+        let mut bad = b.clone();
+        bad[3] = 1;
+        assert!(Msg::decode(&bad).is_err(), "reserved byte");
         let mut bad = b.clone();
         bad.push(0);
         assert!(Msg::decode(&bad).is_err());
@@ -320,9 +354,23 @@ mod tests {
         let f = name_frame("shm", b"\x01\x02");
         assert_eq!(
             parse_name_frame(&f),
-            Some(Ok(("shm".to_string(), vec![1, 2])))
+            Some(Ok(NameFrame {
+                version: crate::version::VERSION,
+                provider: "shm".to_string(),
+                name: vec![1, 2]
+            }))
         );
         assert_eq!(parse_name_frame(b"other"), None);
         assert!(matches!(parse_name_frame(b"tfFIname\x01"), Some(Err(_))));
+        // Another version's frame is read as far as its version.
+        let mut other = b"tfFIname".to_vec();
+        other.extend_from_slice(&(crate::version::VERSION + 1).to_le_bytes());
+        other.extend_from_slice(b"\xff");
+        assert_eq!(
+            parse_name_frame(&other)
+                .and_then(Result::ok)
+                .map(|n| n.version),
+            Some(crate::version::VERSION + 1)
+        );
     }
 }

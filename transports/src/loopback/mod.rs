@@ -67,7 +67,7 @@ impl LoopbackHub {
         if ep.dead.swap(true, Ordering::SeqCst) {
             return;
         }
-        ep.exposed.map_clear();
+        ep.exposed.clear();
         for (i, other) in self.endpoints.iter().enumerate() {
             if i as u32 != rank.0 && !other.dead.load(Ordering::SeqCst) {
                 let _ = other.tx.send(Event::LinkDown {
@@ -93,12 +93,6 @@ impl LoopbackHub {
             });
         }
         Ok(ep)
-    }
-}
-
-impl Exposed {
-    pub(crate) fn map_clear(&self) {
-        self.map.write().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }
 
@@ -157,13 +151,7 @@ impl Transport for LoopbackTransport {
     fn get(&self, from: Rank, key: BufferKey) -> GetFuture {
         let result = self.check_alive().and_then(|_| {
             let ep = self.hub.live(from)?;
-            ep.exposed
-                .lookup(key)
-                .map(|b| crate::recv_buf_from(&b))
-                .ok_or(TransportError::NotExposed {
-                    peer: from.0,
-                    key: key.0,
-                })
+            crate::link::copy_exposed(&ep.exposed, from, key)
         });
         Box::pin(async move { result })
     }
@@ -176,7 +164,7 @@ impl Transport for LoopbackTransport {
         // Graceful: peers are not told of a failure, later sends to us fail.
         let ep = self.me();
         ep.dead.store(true, Ordering::SeqCst);
-        ep.exposed.map_clear();
+        ep.exposed.clear();
     }
 
     fn name(&self) -> &'static str {

@@ -4,17 +4,21 @@
 //!
 //! A rank binds its listener first, then connects to the master (retrying
 //! with backoff; with a rendezvous file, re-reading the file each time) and
-//! sends `HELLO{role: Register, job, rank, size, listen address}`. The master
-//! refuses (a `REFUSE` frame with the reason, then it closes) a wrong
-//! protocol version, a wrong job id, a wrong size, a rank out of range and a
-//! rank already registered. When all ranks are in, each receives a `TABLE`
-//! frame. If they are not all in within the connect timeout, the master
-//! refuses those that came, naming the missing ranks, and fails itself.
+//! sends `HELLO{version, role: Register, job, rank, size, listen address}`.
+//! The master refuses (a `REFUSE` frame with the reason, then it closes) a
+//! wrong protocol version (naming both, see [`crate::version`]), a wrong job
+//! id, a wrong size, a rank out of range and a rank already registered.
+//! When all ranks are in, each receives a `TABLE` frame, which carries the
+//! master's version too, checked by the rank. If they are not all in within
+//! the connect timeout, the master refuses those that came, naming the
+//! missing ranks, and fails itself. A rendezvous file names the version of
+//! the master that wrote it: a rank of another version fails at once.
 
 use super::conn::{self, bad_connection, read_control, read_header, ReadError};
-use super::frame::{self, kind, Header, Hello, Role, PROTO_VERSION};
+use super::frame::{self, kind, Header, Hello, Role};
 use super::peer::Shared;
 use super::{MasterAddr, TcpConfig};
+use crate::version::{self, VERSION};
 use crate::{Event, TransportError, LAUNCHER};
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -64,41 +68,68 @@ pub(crate) fn write_rendezvous(path: &Path, job: u64, addr: SocketAddr) -> io::R
         .unwrap_or_else(|| "rendezvous".into());
     let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
     let mut f = std::fs::File::create(&tmp)?;
-    writeln!(
-        f,
-        "{RENDEZVOUS_TAG} {PROTO_VERSION} job={job:#x} addr={addr}"
-    )?;
+    writeln!(f, "{RENDEZVOUS_TAG} {VERSION} job={job:#x} addr={addr}")?;
     f.sync_all()?;
     drop(f);
     std::fs::rename(&tmp, path)
 }
 
+/// Why the master's address is not known (yet).
+pub(crate) enum Unresolved {
+    /// Not yet (no file, a file of another job): ask again.
+    Retry(String),
+    /// Never: the file's master speaks another protocol version.
+    Fatal(TransportError),
+}
+
 /// The master's address for `job`, reading the rendezvous file if needed.
-pub(crate) fn resolve(master: &MasterAddr, job: u64) -> Result<SocketAddr, String> {
+/// A file of this job written by a master of another protocol version is
+/// fatal; one of another job (an earlier job's, say) is waited out.
+pub(crate) fn resolve(master: &MasterAddr, job: u64) -> Result<SocketAddr, Unresolved> {
     let path = match master {
         MasterAddr::Addr(a) => return Ok(*a),
         MasterAddr::Rendezvous(p) => p,
     };
+    let retry = |why: String| Unresolved::Retry(why);
     let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("rendezvous file {}: {e}", path.display()))?;
+        .map_err(|e| retry(format!("rendezvous file {}: {e}", path.display())))?;
     let mut words = text.split_whitespace();
-    let (Some(RENDEZVOUS_TAG), Some(_version), Some(j), Some(a)) =
+    let (Some(RENDEZVOUS_TAG), Some(v), Some(j), Some(a)) =
         (words.next(), words.next(), words.next(), words.next())
     else {
-        return Err(format!("rendezvous file {} is malformed", path.display()));
+        return Err(retry(format!(
+            "rendezvous file {} is malformed",
+            path.display()
+        )));
     };
     let file_job = j
         .strip_prefix("job=0x")
         .and_then(|h| u64::from_str_radix(h, 16).ok());
     if file_job != Some(job) {
-        return Err(format!(
+        return Err(retry(format!(
             "rendezvous file {} is for another job ({j}, expected {job:#x})",
             path.display()
-        ));
+        )));
     }
+    let theirs = v.parse::<u16>().map_err(|_| {
+        retry(format!(
+            "rendezvous file {} has a bad version {v:?}",
+            path.display()
+        ))
+    })?;
+    version::check(
+        &format!("the master of rendezvous file {}", path.display()),
+        theirs,
+    )
+    .map_err(Unresolved::Fatal)?;
     a.strip_prefix("addr=")
         .and_then(|a| a.parse().ok())
-        .ok_or_else(|| format!("rendezvous file {} has a bad address", path.display()))
+        .ok_or_else(|| {
+            retry(format!(
+                "rendezvous file {} has a bad address",
+                path.display()
+            ))
+        })
 }
 
 fn describe(master: &MasterAddr) -> String {
@@ -117,6 +148,8 @@ fn connect_master(
     let mut backoff = Duration::from_millis(10);
     loop {
         let last = match resolve(master, job) {
+            Err(Unresolved::Fatal(e)) => return Err(e),
+            Err(Unresolved::Retry(why)) => why,
             Ok(addr) => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 match TcpStream::connect_timeout(
@@ -127,7 +160,6 @@ fn connect_master(
                     Err(e) => format!("connecting to {addr}: {e}"),
                 }
             }
-            Err(e) => e,
         };
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -178,7 +210,7 @@ fn try_register(
     let _ = s.set_nodelay(true);
     let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
     let hello = frame::hello_frame(&Hello {
-        version: PROTO_VERSION,
+        version: VERSION,
         role: Role::Register,
         job: cfg.job,
         rank: cfg.rank,
@@ -192,6 +224,8 @@ fn try_register(
     let max = (u64::from(cfg.size) * frame::ADDR_LEN as u64).max(u64::from(frame::HANDSHAKE_MAX));
     match frame::read_frame_sync(&mut s, max) {
         Ok(Some((h, p))) if h.kind == kind::TABLE => {
+            let theirs = u16::try_from(h.b).unwrap_or(u16::MAX);
+            version::check("the master", theirs).map_err(Attempt::Fatal)?;
             let mut table = frame::decode_table(&p, cfg.size)
                 .map_err(|d| Attempt::Fatal(TransportError::Protocol { peer: 0, detail: d }))?;
             if let Some(t0) = table.first_mut() {
@@ -361,9 +395,19 @@ pub(crate) async fn coordinate(
         return Err(TransportError::Io(reason));
     }
     let table: Vec<SocketAddr> = table.into_iter().flatten().collect();
-    let payload = frame::encode_table(&table);
+    send_table(&table, conns).await;
+    tracing::info!(size = n, "all ranks registered");
+    Ok(table)
+}
+
+/// Sends the address table (and this build's protocol version) to every
+/// registered rank, then closes; returns once every send is done or timed
+/// out.
+async fn send_table(table: &[SocketAddr], conns: Vec<(OwnedReadHalf, OwnedWriteHalf)>) {
+    let payload = frame::encode_table(table);
     let mut msg = Header {
-        a: n as u64,
+        a: table.len() as u64,
+        b: u64::from(VERSION),
         ..Header::new(kind::TABLE, payload.len() as u32)
     }
     .encode()
@@ -389,8 +433,6 @@ pub(crate) async fn coordinate(
     for s in sends {
         let _ = s.await;
     }
-    tracing::info!(size = n, "all ranks registered");
-    Ok(table)
 }
 
 /// The launcher's connection: control frames delivered from [`LAUNCHER`].
@@ -476,7 +518,7 @@ pub fn report_rank_exit(
     s.set_read_timeout(Some(left)).map_err(io)?;
     let body = encode(&Msg::RankExited { rank, code, signal });
     let mut out = frame::hello_frame(&Hello {
-        version: PROTO_VERSION,
+        version: VERSION,
         role: Role::Launcher,
         job,
         rank: LAUNCHER.0,

@@ -11,36 +11,14 @@
 //! `GET_RETURN`, which drops the owner's reference. A broken link drops the
 //! references lent to that peer.
 //!
-//! The node token hashes the kernel's boot id with the PID namespace, so two
-//! processes agree only if they share both (the same kernel, and PIDs that
-//! mean the same process). If the kernel refuses the read (ptrace policy,
+//! The node token is [`crate::same_node::node_token`]: two processes agree
+//! only if they share the kernel and the PID namespace. Buffers under
+//! [`crate::same_node::MIN_LOAN`] are streamed. If the kernel refuses the read (ptrace policy,
 //! e.g. Yama's `ptrace_scope`, or a seccomp filter), the requester falls
 //! back to the streamed get for that request and stops asking for loans.
 //! [`super::TcpConfig::loans`] (`TASKFOLD_TCP_CMA=off`) turns loans off.
 
 use crate::RecvBuf;
-use std::os::unix::fs::MetadataExt;
-
-/// Buffers smaller than this are streamed: a loan costs a round trip more.
-pub const MIN_LOAN: usize = 64 << 10;
-
-/// This node's token, or 0 if it cannot be known (then no loans). Read
-/// once per process.
-pub fn node_token() -> u64 {
-    static TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *TOKEN.get_or_init(read_node_token)
-}
-
-fn read_node_token() -> u64 {
-    let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") else {
-        return 0;
-    };
-    let Ok(ns) = std::fs::metadata("/proc/self/ns/pid") else {
-        return 0;
-    };
-    let h = taskfold_core::id::stable_hash(&format!("{}/{}:{}", boot.trim(), ns.dev(), ns.ino()));
-    h | 1
-}
 
 /// Why a loan could not be read.
 #[derive(Debug)]
@@ -106,8 +84,6 @@ mod tests {
 
     #[test]
     fn reads_own_memory_and_refuses_bad_ranges() {
-        assert_ne!(node_token(), 0, "Linux has a boot id and a pid namespace");
-        assert_eq!(node_token(), node_token());
         let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         let got = read(std::process::id(), data.as_ptr() as u64, data.len()).unwrap();
         assert_eq!(&got[..], &data[..]);

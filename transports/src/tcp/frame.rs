@@ -1,4 +1,5 @@
-//! The frame codec: a fixed 32-byte header, then `len` payload bytes.
+//! The frame codec: a fixed 32-byte header (the shared
+//! [`crate::framing`] header with three fields), then `len` payload bytes.
 //!
 //! ```text
 //! offset  size  field
@@ -13,9 +14,9 @@
 //!
 //! | kind | a | b | c | payload |
 //! | --- | --- | --- | --- | --- |
-//! | `HELLO` | | | | [`Hello`] body (43 bytes) |
+//! | `HELLO` | | | | [`Hello`] body (43 bytes), which begins with the caller's protocol version ([`crate::version`]) |
 //! | `REFUSE` | | | | the reason, UTF-8 |
-//! | `TABLE` | size | | | `size` addresses, 19 bytes each |
+//! | `TABLE` | size | the master's protocol version | | `size` addresses, 19 bytes each |
 //! | `CONTROL` | | | | the control frame, opaque |
 //! | `GET_REQ` | request id | key | node token (0: stream it) | none |
 //! | `GET_CHUNK` | request id | offset | total length | `len` bytes of the buffer |
@@ -24,6 +25,7 @@
 //! | `GET_LEND` | request id | address | total length | owner pid (u64 LE); then, if the buffer is in the owner's shared heap, its heap descriptor, inode, length and the buffer's offset (4 × u64 LE) |
 //! | `GET_RETURN` | request id | | | none |
 
+use crate::version::VERSION;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -32,11 +34,9 @@ pub const LEND_LEN: u32 = 8;
 /// Payload of a `GET_LEND` frame naming a place in the owner's shared heap.
 pub const LEND_HEAP_LEN: u32 = 40;
 /// Header length in bytes.
-pub const HEADER_LEN: usize = 32;
+pub const HEADER_LEN: usize = crate::framing::header_len(3);
 /// First two bytes of every frame.
 pub const MAGIC: [u8; 2] = *b"tf";
-/// Version of the TCP framing and handshake; a peer speaking another is refused.
-pub const PROTO_VERSION: u16 = 3;
 /// Largest `HELLO` or `REFUSE` payload accepted.
 pub const HANDSHAKE_MAX: u32 = 4096;
 /// Bytes of one encoded address in a `TABLE` or `HELLO`.
@@ -97,34 +97,30 @@ impl Header {
         }
     }
 
-    /// Encodes the header.
+    /// Encodes the header ([`crate::framing`], three fields).
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut h = [0u8; HEADER_LEN];
-        h[..2].copy_from_slice(&MAGIC);
-        h[2] = self.kind;
-        h[4..8].copy_from_slice(&self.len.to_le_bytes());
-        h[8..16].copy_from_slice(&self.a.to_le_bytes());
-        h[16..24].copy_from_slice(&self.b.to_le_bytes());
-        h[24..32].copy_from_slice(&self.c.to_le_bytes());
+        crate::framing::encode(
+            &mut h,
+            MAGIC,
+            self.kind,
+            self.len,
+            &[self.a, self.b, self.c],
+        );
         h
     }
 
     /// Decodes and checks magic, kind and the fixed lengths of bodiless kinds.
     pub fn decode(h: &[u8; HEADER_LEN]) -> Result<Header, String> {
-        if h[..2] != MAGIC {
-            return Err(format!("bad frame magic {:02x?}", &h[..4]));
-        }
-        let u64_at = |i: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&h[i..i + 8]);
-            u64::from_le_bytes(b)
-        };
+        let mut f = [0u64; 3];
+        let (kind, len) =
+            crate::framing::decode(h, MAGIC, &mut f).map_err(|e| format!("frame: {e}"))?;
         let hdr = Header {
-            kind: h[2],
-            len: u32::from_le_bytes([h[4], h[5], h[6], h[7]]),
-            a: u64_at(8),
-            b: u64_at(16),
-            c: u64_at(24),
+            kind,
+            len,
+            a: f[0],
+            b: f[1],
+            c: f[2],
         };
         match hdr.kind {
             kind::HELLO | kind::REFUSE | kind::TABLE | kind::CONTROL | kind::GET_CHUNK => {}
@@ -141,9 +137,6 @@ impl Header {
                 }
             }
             k => return Err(format!("unknown frame kind {k}")),
-        }
-        if h[3] != 0 {
-            return Err("reserved header byte is not zero".into());
         }
         Ok(hdr)
     }
@@ -163,7 +156,7 @@ pub enum Role {
 /// The body of a `HELLO` frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
-    /// [`PROTO_VERSION`] of the caller.
+    /// The caller's protocol version ([`crate::version::VERSION`]).
     pub version: u16,
     /// Why it calls.
     pub role: Role,
@@ -202,7 +195,7 @@ impl Hello {
             return Err(format!("hello of {} bytes", b.len()));
         }
         let version = u16::from_le_bytes([b[0], b[1]]);
-        if version != PROTO_VERSION {
+        if version != VERSION {
             // The caller refuses on the version; the rest is not parsed.
             return Ok(Hello {
                 version,
@@ -391,7 +384,7 @@ mod tests {
             Some("[::1]:9".parse().unwrap()),
         ] {
             let h = Hello {
-                version: PROTO_VERSION,
+                version: VERSION,
                 role: Role::Register,
                 job: 0xdead_beef,
                 rank: 3,
@@ -401,9 +394,11 @@ mod tests {
             assert_eq!(Hello::decode(&h.encode()), Ok(h));
         }
         assert!(Hello::decode(&[1]).is_err());
-        let v = PROTO_VERSION.to_le_bytes();
+        let v = VERSION.to_le_bytes();
         assert!(Hello::decode(&[v[0], v[1], 9]).is_err());
-        assert_eq!(Hello::decode(&[7, 0]).map(|h| h.version), Ok(7));
+        // Another version is decoded as far as the version, to be refused.
+        let other = (VERSION + 1).to_le_bytes();
+        assert_eq!(Hello::decode(&other).map(|h| h.version), Ok(VERSION + 1));
     }
 
     #[test]

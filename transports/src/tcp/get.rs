@@ -10,15 +10,17 @@
 //! A requester on the owner's node gets a loan instead (`GET_LEND`, see
 //! the `cma` module): one copy from the owner's memory, then `GET_RETURN`.
 //! If the buffer lies in the owner's shared heap ([`crate::shm`]), the
-//! requester maps that heap (once per peer) and reads the bytes where they
-//! are: a [`crate::Transport::get_loan`] completes with a view whose drop
-//! sends `GET_RETURN`, a plain get with one `memcpy` from the mapping.
+//! requester maps that heap (once per peer, through the transport's
+//! [`crate::same_node::SameNode`]) and reads the bytes where they are: a
+//! get completes with a view whose drop sends `GET_RETURN`, a segmented
+//! get with one `memcpy` from the mapping.
 
 use super::cma;
 use super::conn::{OutFrame, ReadError, Writer};
 use super::frame::{Header, ERR_NOT_EXPOSED, HEADER_LEN};
 use super::metrics;
 use super::peer::{Link, Pending, Shared};
+use crate::same_node::MIN_LOAN;
 use crate::{BufferKey, Received, SharedView, TransportError};
 use std::sync::Arc;
 use tokio::io::AsyncReadExt;
@@ -39,10 +41,10 @@ pub(crate) fn serve(shared: &Shared, w: &Writer, peer: u32, req: u64, key: u64, 
         return;
     };
     let total = data.len();
-    if token != 0 && token == shared.node_token && total >= cma::MIN_LOAN {
+    if token != 0 && token == shared.same.token() && total >= MIN_LOAN {
         let addr = data.as_ptr() as u64;
         let heap = crate::shm::locate(data.as_ptr(), total);
-        shared.lend(peer, req, data);
+        shared.loans().lend(peer, req, data);
         if w.send(OutFrame::Lend {
             req,
             addr,
@@ -51,7 +53,7 @@ pub(crate) fn serve(shared: &Shared, w: &Writer, peer: u32, req: u64, key: u64, 
         })
         .is_err()
         {
-            shared.returned(peer, req);
+            shared.loans().returned(peer, req);
         }
         return;
     }
@@ -76,7 +78,6 @@ fn take_pending(shared: &Shared, peer: u32, req: u64) -> Option<Pending> {
     shared.slot(peer).pending.remove(&req)
 }
 
-/// A chunk arrived: read its payload into the request's buffer.
 /// A recycled buffer of `n` zeroed bytes, to read into.
 fn zeroed(n: usize) -> taskfold_core::reducer::EncodedBuf {
     let mut b = taskfold_core::pool::take(n);
@@ -84,30 +85,22 @@ fn zeroed(n: usize) -> taskfold_core::reducer::EncodedBuf {
     b
 }
 
-pub(crate) async fn on_chunk(
-    shared: &Shared,
-    peer: u32,
-    hdr: &Header,
-    rd: &mut OwnedReadHalf,
-) -> Result<(), ReadError> {
-    let (req, offset, total, len) = (hdr.a, hdr.b, hdr.c, u64::from(hdr.len));
-    let Some(mut p) = take_pending(shared, peer, req) else {
-        if shared.is_closed() {
-            // Our gets were failed by the shutdown: skip the bytes.
-            let mut left = len;
-            let mut sink = [0u8; 16 << 10];
-            while left > 0 {
-                let n = left.min(sink.len() as u64) as usize;
-                rd.read_exact(&mut sink[..n]).await.map_err(ReadError::Io)?;
-                left -= n as u64;
-            }
-            return Ok(());
-        }
-        return Err(ReadError::Protocol(format!(
-            "chunk for unknown request {req}"
-        )));
-    };
-    let bad = if total > MAX_GET {
+/// Reads and drops `len` bytes.
+async fn skip(rd: &mut OwnedReadHalf, len: u64) -> Result<(), ReadError> {
+    let mut left = len;
+    let mut sink = [0u8; 16 << 10];
+    while left > 0 {
+        let n = left.min(sink.len() as u64) as usize;
+        rd.read_exact(&mut sink[..n]).await.map_err(ReadError::Io)?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+/// What is wrong with a chunk `offset + len` of `total` bytes for get `p`,
+/// if anything: chunks come in order, within the announced total.
+fn check_chunk(p: &Pending, offset: u64, total: u64, len: u64) -> Option<String> {
+    if total > MAX_GET {
         Some(format!("get of {total} bytes"))
     } else if (p.buf.is_some() || p.done > 0) && total != p.total {
         Some(format!("get total changed from {} to {total}", p.total))
@@ -118,7 +111,28 @@ pub(crate) async fn on_chunk(
         ))
     } else {
         None
+    }
+}
+
+/// A chunk arrived: read its payload into the request's buffer (or, for a
+/// segmented get, into a buffer of its own, handed to the sink).
+pub(crate) async fn on_chunk(
+    shared: &Shared,
+    peer: u32,
+    hdr: &Header,
+    rd: &mut OwnedReadHalf,
+) -> Result<(), ReadError> {
+    let (req, offset, total, len) = (hdr.a, hdr.b, hdr.c, u64::from(hdr.len));
+    let Some(mut p) = take_pending(shared, peer, req) else {
+        if shared.is_closed() {
+            // Our gets were failed by the shutdown: skip the bytes.
+            return skip(rd, len).await;
+        }
+        return Err(ReadError::Protocol(format!(
+            "chunk for unknown request {req}"
+        )));
     };
+    let bad = check_chunk(&p, offset, total, len);
     if let Some(detail) = bad {
         let _ = p.tx.send(Err(TransportError::Protocol {
             peer,
@@ -166,7 +180,7 @@ pub(crate) async fn on_chunk(
         return Ok(());
     }
     let mut slot = shared.slot(peer);
-    match Shared::link_error(peer, &slot.link) {
+    match slot.link.error(peer) {
         None if !shared.is_closed() => {
             slot.pending.insert(req, p);
         }
@@ -213,7 +227,7 @@ fn view(
     heap: &crate::shm::HeapRef,
     total: usize,
 ) -> Option<SharedView> {
-    let mapped = shared.peer_heap(peer, pid, heap)?;
+    let mapped = shared.same.peer_heap(peer, pid, heap)?;
     // Checked before the loan guard exists: a range outside the heap falls
     // back to the copy, which needs the loan still out.
     mapped.slice(heap.offset as usize, total)?;
@@ -223,71 +237,6 @@ fn view(
         req,
     };
     SharedView::new(mapped, heap.offset as usize, total, Box::new(loan))
-}
-
-/// Where a same-node peer can read `data` in place: in this process's
-/// shared heap, and lendable (loans on, at least [`cma::MIN_LOAN`] bytes).
-pub(crate) fn locate(shared: &Shared, data: &[u8]) -> Option<crate::Direct> {
-    if shared.node_token == 0 || data.len() < cma::MIN_LOAN || shared.is_closed() {
-        return None;
-    }
-    let h = crate::shm::locate(data.as_ptr(), data.len())?;
-    Some(crate::Direct {
-        node: shared.node_token,
-        pid: std::process::id(),
-        fd: h.fd,
-        ino: h.ino,
-        heap_len: h.len,
-        offset: h.offset,
-        len: data.len() as u64,
-    })
-}
-
-/// A view of `peer`'s bytes at `at`, read in place through the mapping of
-/// its heap (made once per peer): no request, no loan to return. `None`
-/// unless `at` names this node, the link to `peer` is up and the heap maps.
-///
-/// Nothing at the owner records the read: the owner keeps the bytes by
-/// protocol (until the master releases them). If the owner dies meanwhile,
-/// the mapping keeps its pages, and the read completes on the bytes it
-/// announced.
-pub(crate) fn direct(shared: &Arc<Shared>, peer: u32, at: &crate::Direct) -> Option<Received> {
-    direct_from(shared, peer, at, false)
-}
-
-/// As [`direct`]; with `retained`, also from the heap of a peer whose link
-/// went down, if it was mapped then (`Transport::view_retained`).
-pub(crate) fn direct_from(
-    shared: &Arc<Shared>,
-    peer: u32,
-    at: &crate::Direct,
-    retained: bool,
-) -> Option<Received> {
-    if shared.node_token == 0 || at.node != shared.node_token || shared.is_closed() {
-        return None;
-    }
-    let heap = crate::shm::HeapRef {
-        fd: at.fd,
-        ino: at.ino,
-        len: at.heap_len,
-        offset: at.offset,
-    };
-    let len = usize::try_from(at.len).ok()?;
-    let usable = Shared::link_error(peer, &shared.slot(peer).link).is_none()
-        && shared.loans_ok.load(std::sync::atomic::Ordering::Relaxed);
-    let mapped = match retained.then(|| shared.retained_heap(peer, at.pid, &heap)) {
-        // A buddy reading a dead owner's original (an offer read late, or
-        // the master's on behalf of an owner with a standing copy here):
-        // the mapping it holds serves whatever happened since (the link
-        // went down, reads in place were turned off for other peers).
-        Some(Some(kept)) => kept,
-        _ if !usable => return None,
-        _ => shared.peer_heap(peer, at.pid, &heap)?,
-    };
-    let view = SharedView::new(mapped, at.offset as usize, len, Box::new(()))?;
-    metrics::received(at.len, 0);
-    metrics::mapped(at.len);
-    Some(Received::Shared(view))
 }
 
 /// A loan arrived: read it from the owner's memory off the reader task,
@@ -321,22 +270,21 @@ pub(crate) fn on_lend(
     if p.view {
         // A view of a heap mapped already needs no system call: complete
         // the get on this task, saving a hop to a blocking thread.
-        let mapped = heap.filter(|h| shared.heap_mapped(peer, pid as u32, h));
+        let mapped = heap.filter(|h| shared.same.heap_mapped(peer, pid as u32, h));
         if let Some(v) =
             mapped.and_then(|h| view(&shared, peer, req, pid as u32, &h, total as usize))
         {
-            metrics::received(total, 0);
-            metrics::mapped(total);
+            shared.same.count_mapped(total);
             p.complete(Ok(Received::Shared(v)));
             return Ok(());
         }
     }
     shared.handle.clone().spawn_blocking(move || {
         if let Some(v) = heap.and_then(|h| view(&shared, peer, req, pid as u32, &h, total as usize)) {
-            metrics::received(total, 0);
-            metrics::mapped(total);
-            // A plain get copies once from the mapping (a `memcpy`, cheaper
-            // than the kernel's cross-memory copy) and returns the loan.
+            shared.same.count_mapped(total);
+            // A segmented get copies once from the mapping (a `memcpy`,
+            // cheaper than the kernel's cross-memory copy) and returns the
+            // loan.
             let got = if p.view {
                 Received::Shared(v)
             } else {
@@ -359,7 +307,7 @@ pub(crate) fn on_lend(
             }
             Err(cma::ReadFailure::NotPermitted(e)) => {
                 tracing::warn!(rank = shared.rank, peer, error = %e, "same-node reads refused by the kernel; streaming gets instead");
-                shared.loans_ok.store(false, std::sync::atomic::Ordering::Relaxed);
+                shared.same.reads_refused();
                 restream(&shared, peer, req, p);
             }
             Err(cma::ReadFailure::Failed(e)) => {
@@ -376,7 +324,7 @@ pub(crate) fn on_lend(
 /// Asks again for request `req`, streamed this time.
 fn restream(shared: &Arc<Shared>, peer: u32, req: u64, p: Pending) {
     let mut slot = shared.slot(peer);
-    if let Some(e) = Shared::link_error(peer, &slot.link) {
+    if let Some(e) = slot.link.error(peer) {
         let _ = p.tx.send(Err(e));
         return;
     }
@@ -416,8 +364,8 @@ pub(crate) fn on_error(shared: &Shared, peer: u32, hdr: &Header) -> Result<(), R
 /// Registers a get to `peer` and queues its request; the receiver completes
 /// with the buffer or the error.
 ///
-/// `view`: the caller takes a view of a same-node loan
-/// ([`crate::Transport::get_loan`]) rather than a copy.
+/// `view`: the caller takes a view of a same-node loan rather than a copy
+/// (not for a segmented get).
 pub(crate) fn request(
     shared: &std::sync::Arc<Shared>,
     peer: u32,
@@ -429,7 +377,7 @@ pub(crate) fn request(
     if shared.is_closed() {
         return Err(TransportError::Closed);
     }
-    if let Some(e) = Shared::link_error(peer, &slot.link) {
+    if let Some(e) = slot.link.error(peer) {
         return Err(e);
     }
     let w = shared.outgoing(&mut slot, peer);
@@ -447,7 +395,7 @@ pub(crate) fn request(
             sink,
         },
     );
-    let token = shared.request_token();
+    let token = shared.same.request_token();
     if w.send(OutFrame::GetReq {
         req,
         key: key.0,

@@ -14,8 +14,8 @@
 //! kernel buffers. The transport runs its own two-thread tokio runtime, so
 //! the caller needs none, and its get futures complete on any executor;
 //! or, with [`TcpConfig::threads`] 0, a single-threaded one that the
-//! caller takes ([`Transport::take_driver`]) and runs on a thread of its
-//! own, beside its own tasks (the runtime's actors do).
+//! caller takes ([`crate::Driven::take_driver`]) and runs on a thread of
+//! its own, beside its own tasks (the runtime's actors do).
 //!
 //! # Frame format
 //!
@@ -44,8 +44,10 @@
 //! the owner's shared heap (a program that installs
 //! [`crate::shm::SharedHeap`]), the loan frame also names its place there
 //! (72 bytes) and the requester reads the owner's pages in place, through a
-//! mapping of that heap made once per peer: no copy at all for
-//! [`Transport::get_loan`], one `memcpy` for [`Transport::get`].
+//! mapping of that heap made once per peer ([`crate::same_node`]): no copy
+//! at all for [`Transport::get`] (a view), one `memcpy` for a segmented
+//! get. The same mappings serve [`Transport::same_node`]'s reads in place,
+//! which need no request at all.
 //!
 //! # Failures
 //!
@@ -76,10 +78,11 @@ mod get;
 pub mod metrics;
 mod peer;
 mod sock;
+mod writer;
 
 pub use bootstrap::report_rank_exit;
 
-use crate::{BufferKey, Event, GetFuture, LoanFuture, Rank, Received, Transport, TransportError};
+use crate::{link, BufferKey, Driven, Event, GetFuture, Rank, SameNode, Transport, TransportError};
 use bytes::Bytes;
 use peer::Shared;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -128,9 +131,12 @@ pub struct TcpConfig {
     /// How long to wait for the master, and for all ranks to register, and
     /// to connect to a peer. Default 30 s.
     pub connect_timeout: Duration,
-    /// Serve and ask for same-node loans (one `process_vm_readv` copy
-    /// instead of a TCP stream). Default: on (`TASKFOLD_TCP_CMA=off` turns
-    /// it off in a runtime's transport, see [`crate::select`]).
+    /// Serve and ask for same-node loans (one `process_vm_readv` copy, or
+    /// a view of the owner's shared heap, instead of a TCP stream), and
+    /// read same-node peers' memory in place ([`Transport::same_node`];
+    /// the libfabric transport's same-node reads follow this too).
+    /// Default: on (`TASKFOLD_TCP_CMA=off` turns it off in a runtime's
+    /// transport, see [`crate::select`]).
     pub loans: bool,
     /// Threads of the transport's runtime (default 2,
     /// `TASKFOLD_TCP_THREADS`). On a node with more ranks than cores, one
@@ -140,10 +146,10 @@ pub struct TcpConfig {
     ///
     /// 0: no thread of its own. The transport's tasks run on a
     /// single-threaded runtime that the caller takes with
-    /// [`Transport::take_driver`] and runs on a thread of its own (the
-    /// runtime's actors do: an incoming frame then wakes their thread
-    /// alone), closing it with [`Transport::shutdown_on_driver`] before
-    /// that thread stops. Nothing moves until the caller runs it. Rank 0's
+    /// [`Driven::take_driver`] ([`Transport::driven`]) and runs on a thread
+    /// of its own (the runtime's actors do: an incoming frame then wakes
+    /// their thread alone), closing it with [`Driven::close_on_driver`]
+    /// before that thread stops. Nothing moves until the caller runs it. Rank 0's
     /// bootstrap runs it itself while it waits for the ranks to register.
     pub threads: usize,
 }
@@ -170,7 +176,7 @@ impl TcpConfig {
 pub struct TcpTransport {
     shared: Arc<Shared>,
     /// `threads == 0`: the runtime is a single-threaded one that the
-    /// caller takes ([`Transport::take_driver`]) and runs.
+    /// caller takes ([`Driven::take_driver`]) and runs.
     driven: bool,
     runtime: Mutex<Option<Runtime>>,
     master_addr: SocketAddr,
@@ -204,18 +210,7 @@ impl TcpTransport {
         }
         let started = Instant::now();
         let driven = cfg.threads == 0;
-        let runtime = if driven {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-        } else {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(cfg.threads)
-                .thread_name(format!("taskfold-tcp-r{}", cfg.rank))
-                .enable_all()
-                .build()
-        }
-        .map_err(|e| TransportError::Io(format!("starting the runtime: {e}")))?;
+        let runtime = build_runtime(&cfg)?;
         let shared = Arc::new(Shared::new(&cfg, runtime.handle().clone()));
         let bind = match (&cfg.master, cfg.rank) {
             (MasterAddr::Addr(a), 0) => *a,
@@ -244,41 +239,10 @@ impl TcpTransport {
         });
         runtime.spawn(conn::accept_loop(shared.clone(), listener));
         tracing::debug!(rank = cfg.rank, %listen_addr, "listening");
-
         let joined = match registrations {
             Some(rx) => {
-                if let MasterAddr::Rendezvous(path) = &cfg.master {
-                    let public = bootstrap::reachable(listen_addr);
-                    if let Err(e) = bootstrap::write_rendezvous(path, cfg.job, public) {
-                        return fail(
-                            TransportError::Io(format!(
-                                "writing the rendezvous file {}: {e}",
-                                path.display()
-                            )),
-                            runtime,
-                        );
-                    }
-                }
-                let deadline = {
-                    let _guard = runtime.enter();
-                    tokio::time::Instant::from_std(started + cfg.connect_timeout)
-                };
-                // Run by a thread of its own, which also drives a runtime
-                // with no threads (the caller may itself be on a runtime,
-                // where it could not).
-                let r = std::thread::scope(|s| {
-                    let coordinate =
-                        bootstrap::coordinate(shared.clone(), rx, listen_addr, deadline);
-                    s.spawn(|| runtime.block_on(coordinate))
-                        .join()
-                        .unwrap_or(Err(TransportError::Closed))
-                });
-                if r.is_err() {
-                    if let MasterAddr::Rendezvous(path) = &cfg.master {
-                        let _ = std::fs::remove_file(path);
-                    }
-                }
-                r.map(|table| (listen_addr, table))
+                let deadline = started + cfg.connect_timeout;
+                host_master(&cfg, &shared, &runtime, rx, listen_addr, deadline)
             }
             None => bootstrap::register(&cfg, listen_addr),
         };
@@ -335,7 +299,7 @@ impl TcpTransport {
     /// transports that bootstrap over TCP to tell a departed peer from a
     /// failed one.
     pub fn peer_left(&self, peer: Rank) -> bool {
-        peer.0 < self.shared.size && self.shared.slot(peer.0).link == peer::Link::Gone
+        peer.0 < self.shared.size && self.shared.slot(peer.0).link == crate::link::Link::Gone
     }
 
     fn take_runtime(&self) -> Option<Runtime> {
@@ -345,34 +309,15 @@ impl TcpTransport {
             .take()
     }
 
-    /// A get (`view`: a same-node loan may come back as a view).
-    fn fetch(&self, from: Rank, key: BufferKey, view: bool) -> LoanFuture {
-        if let Err(e) = self.check_peer(from) {
-            return Box::pin(async move { Err(e) });
-        }
-        let s = &self.shared;
-        if from.0 == s.rank {
-            let r = s
-                .exposed
-                .lookup(key)
-                .map(|b| Received::Owned(crate::recv_buf_from(&b)))
-                .ok_or(TransportError::NotExposed {
-                    peer: from.0,
-                    key: key.0,
-                });
-            return Box::pin(async move { r });
-        }
-        self.requested(from, key, view, None)
-    }
-
-    /// A get sent to another rank; with a sink, a segmented one.
+    /// A get sent to another rank (`view`: a same-node loan may come back
+    /// as a view); with a sink, a segmented one.
     fn requested(
         &self,
         from: Rank,
         key: BufferKey,
         view: bool,
         sink: Option<crate::SegmentSink>,
-    ) -> LoanFuture {
+    ) -> GetFuture {
         match get::request(&self.shared, from.0, key, view, sink) {
             Err(e) => Box::pin(async move { Err(e) }),
             Ok(rx) => {
@@ -392,14 +337,65 @@ impl TcpTransport {
     }
 
     fn check_peer(&self, peer: Rank) -> Result<(), TransportError> {
-        if self.shared.is_closed() {
-            Err(TransportError::Closed)
-        } else if peer.0 >= self.shared.size {
-            Err(TransportError::NoSuchRank(peer.0))
-        } else {
-            Ok(())
+        link::check_peer(self.shared.is_closed(), self.shared.size, peer)
+    }
+}
+
+/// The transport's runtime: `cfg.threads` worker threads, or, with none,
+/// a single-threaded runtime for the caller to drive.
+fn build_runtime(cfg: &TcpConfig) -> Result<Runtime, TransportError> {
+    if cfg.threads == 0 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cfg.threads)
+            .thread_name(format!("taskfold-tcp-r{}", cfg.rank))
+            .enable_all()
+            .build()
+    }
+    .map_err(|e| TransportError::Io(format!("starting the runtime: {e}")))
+}
+
+/// Rank 0's bootstrap: writes the rendezvous file (if that is how ranks
+/// find it) and collects the registrations until `deadline`; returns its
+/// own address and the table. The rendezvous file is removed on failure.
+fn host_master(
+    cfg: &TcpConfig,
+    shared: &Arc<Shared>,
+    runtime: &Runtime,
+    rx: flume::Receiver<bootstrap::Registration>,
+    listen_addr: SocketAddr,
+    deadline: Instant,
+) -> Result<(SocketAddr, Vec<SocketAddr>), TransportError> {
+    if let MasterAddr::Rendezvous(path) = &cfg.master {
+        let public = bootstrap::reachable(listen_addr);
+        bootstrap::write_rendezvous(path, cfg.job, public).map_err(|e| {
+            TransportError::Io(format!(
+                "writing the rendezvous file {}: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    let deadline = {
+        let _guard = runtime.enter();
+        tokio::time::Instant::from_std(deadline)
+    };
+    // Run by a thread of its own, which also drives a runtime with no
+    // threads (the caller may itself be on a runtime, where it could not).
+    let r = std::thread::scope(|s| {
+        let coordinate = bootstrap::coordinate(shared.clone(), rx, listen_addr, deadline);
+        s.spawn(|| runtime.block_on(coordinate))
+            .join()
+            .unwrap_or(Err(TransportError::Closed))
+    });
+    if r.is_err() {
+        if let MasterAddr::Rendezvous(path) = &cfg.master {
+            let _ = std::fs::remove_file(path);
         }
     }
+    r.map(|table| (listen_addr, table))
 }
 
 impl Transport for TcpTransport {
@@ -411,25 +407,23 @@ impl Transport for TcpTransport {
         self.shared.size
     }
 
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+
     fn send(&self, to: Rank, frame: Bytes) -> Result<(), TransportError> {
         self.check_peer(to)?;
-        if frame.len() as u64 > self.shared.max_frame {
-            return Err(TransportError::FrameTooLarge {
-                len: frame.len() as u64,
-                max: self.shared.max_frame,
-            });
-        }
+        link::check_frame(frame.len(), self.shared.max_frame)?;
         let s = &self.shared;
         if to.0 == s.rank {
-            let frame = Bytes::copy_from_slice(&frame);
-            let _ = s.events_tx.send(Event::Message { from: to, frame });
+            link::send_to_self(&s.events_tx, to, &frame);
             return Ok(());
         }
         let mut slot = s.slot(to.0);
         if s.is_closed() {
             return Err(TransportError::Closed);
         }
-        if let Some(e) = Shared::link_error(to.0, &slot.link) {
+        if let Some(e) = slot.link.error(to.0) {
             return Err(e);
         }
         s.outgoing(&mut slot, to.0)
@@ -450,13 +444,18 @@ impl Transport for TcpTransport {
         self.shared.exposed.remove(key)
     }
 
+    /// From a same-node peer, a buffer of at least
+    /// [`crate::same_node::MIN_LOAN`] bytes is a loan: a view of the
+    /// owner's shared heap, or one copy by the kernel.
     fn get(&self, from: Rank, key: BufferKey) -> GetFuture {
-        let f = self.fetch(from, key, false);
-        Box::pin(async move { f.await.map(Received::into_owned) })
-    }
-
-    fn get_loan(&self, from: Rank, key: BufferKey) -> LoanFuture {
-        self.fetch(from, key, true)
+        if let Err(e) = self.check_peer(from) {
+            return Box::pin(async move { Err(e) });
+        }
+        if from.0 == self.shared.rank {
+            let r = link::copy_exposed(&self.shared.exposed, from, key);
+            return Box::pin(async move { r });
+        }
+        self.requested(from, key, true, None)
     }
 
     /// Streamed gets hand over each chunk as it is read (chunks are
@@ -469,7 +468,7 @@ impl Transport for TcpTransport {
         mut sink: crate::SegmentSink,
     ) -> crate::SegmentsFuture {
         if self.check_peer(from).is_err() || from.0 == self.shared.rank {
-            let f = self.fetch(from, key, false);
+            let f = self.get(from, key);
             return Box::pin(async move {
                 let bytes = f.await?.into_owned();
                 let total = bytes.len();
@@ -485,26 +484,6 @@ impl Transport for TcpTransport {
         Box::pin(async move { f.await.map(|_| ()) })
     }
 
-    /// A buffer in this process's shared heap, if loans are on and it is
-    /// large enough to be lent (see `get::direct`).
-    fn locate(&self, data: &[u8]) -> Option<crate::Direct> {
-        get::locate(&self.shared, data)
-    }
-
-    fn view(&self, from: Rank, at: &crate::Direct) -> Option<Received> {
-        self.check_peer(from).ok()?;
-        get::direct(&self.shared, from.0, at)
-    }
-
-    fn view_retained(&self, from: Rank, at: &crate::Direct) -> Option<Received> {
-        self.check_peer(from).ok()?;
-        get::direct_from(&self.shared, from.0, at, true)
-    }
-
-    fn forget_memory(&self, peer: Rank) {
-        self.shared.forget_heap(peer.0);
-    }
-
     fn events(&self) -> flume::Receiver<Event> {
         self.shared.events_rx.clone()
     }
@@ -512,7 +491,7 @@ impl Transport for TcpTransport {
     /// Graceful: flushes what is queued, says goodbye on every connection
     /// and waits (at most 2 s) for the peers to close their side, so that
     /// they report no failure. Blocking. A transport whose driver the
-    /// caller runs is closed on it ([`Transport::shutdown_on_driver`]);
+    /// caller runs is closed on it ([`Driven::close_on_driver`]);
     /// here it only says goodbye, without waiting for tasks that nothing
     /// may run any more.
     fn shutdown(&self) {
@@ -529,10 +508,18 @@ impl Transport for TcpTransport {
         tracing::debug!(rank = self.shared.rank, "tcp transport shut down");
     }
 
-    fn name(&self) -> &'static str {
-        "tcp"
+    /// Reads in place from same-node peers, through the heap mappings
+    /// that its loans use too (none when loans are off).
+    fn same_node(&self) -> Option<&SameNode> {
+        Some(&self.shared.same)
     }
 
+    fn driven(&self) -> Option<&dyn Driven> {
+        self.driven.then_some(self as &dyn Driven)
+    }
+}
+
+impl Driven for TcpTransport {
     fn take_driver(&self) -> Option<Runtime> {
         if self.driven {
             self.take_runtime()
@@ -541,12 +528,9 @@ impl Transport for TcpTransport {
         }
     }
 
-    fn shutdown_on_driver(&self) -> Option<crate::DriverClose> {
-        if !self.driven {
-            return None;
-        }
+    fn close_on_driver(&self) -> crate::DriverClose {
         let shared = self.shared.clone();
-        Some(Box::pin(async move {
+        Box::pin(async move {
             // As `shutdown`, with the waiting done on the driver, which
             // runs the writers that say goodbye.
             if !say_goodbye(&shared) {
@@ -557,7 +541,7 @@ impl Transport for TcpTransport {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             tracing::debug!(rank = shared.rank, "tcp transport shut down on its driver");
-        }))
+        })
     }
 }
 
@@ -567,7 +551,7 @@ fn say_goodbye(shared: &Shared) -> bool {
     if !shared.close() {
         return false;
     }
-    shared.exposed.map_clear();
+    shared.exposed.clear();
     for w in shared.drain_for_close() {
         let _ = w.send(conn::OutFrame::Goodbye);
     }

@@ -8,6 +8,9 @@
 //! after every message delivered from that peer.
 
 use super::conn::{self, OutFrame, Writer};
+use crate::lease::Leases;
+pub(crate) use crate::link::Link;
+use crate::same_node::SameNode;
 use crate::{Event, Exposed, Rank, Received, RecvBuf, TransportError};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -18,22 +21,6 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
-
-/// State of the link to one peer.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) enum Link {
-    /// Usable (connections are opened lazily).
-    #[default]
-    Up,
-    /// The peer said goodbye: it left gracefully.
-    Gone,
-    /// Our connection to the peer broke; the peer's connection to us is
-    /// still read, so that the control frames it sent before are delivered
-    /// (see [`Shared::link_lost`]). Nothing more can be sent.
-    Draining(String),
-    /// The link failed; the reason was reported once as `Event::LinkDown`.
-    Down(String),
-}
 
 /// How long the peer's connection to us is still read after our connection
 /// to it broke, at most, before the link is reported down anyway.
@@ -57,7 +44,8 @@ pub(crate) struct Pending {
     pub total: u64,
     /// Bytes received so far (chunks arrive in order).
     pub done: u64,
-    /// The caller takes a view of a same-node loan instead of a copy.
+    /// The caller takes a view of a same-node loan instead of a copy (not
+    /// a segmented get, whose segments are copies).
     pub view: bool,
     /// Completes the caller's future.
     pub tx: oneshot::Sender<Result<Received, TransportError>>,
@@ -124,27 +112,16 @@ pub(crate) struct Shared {
     pub handle: Handle,
     /// Master only: where registrations go while the bootstrap runs.
     pub registrar: Mutex<Option<flume::Sender<super::bootstrap::Registration>>>,
-    /// This node's token for loans (0: never ask for or give loans).
-    pub node_token: u64,
-    /// Cleared when the kernel refuses to read a loan: ask for none again.
-    pub loans_ok: AtomicBool,
-    /// Buffers lent to peers, by (peer, request): kept alive and unchanged
-    /// until the peer returns them or its link breaks.
-    lent: Mutex<HashMap<(u32, u64), Bytes>>,
+    /// Same-node reads: the node token (0 when loans are off), peers'
+    /// heaps, views in place.
+    pub same: SameNode,
+    /// Buffers lent to same-node peers, by (peer, request): kept alive and
+    /// unchanged until the peer returns them or its link breaks.
+    loans: Mutex<Leases<Bytes>>,
     /// Loans whose link broke before they were returned: the reader may
     /// still be reading a view of them, so they are kept (unchanged, never
     /// recycled) until the transport is dropped.
     stranded: Mutex<Vec<Bytes>>,
-    /// Same-node peers' shared heaps, mapped once, by peer rank; moved to
-    /// `retained` when the peer's link goes down (views in use keep
-    /// theirs).
-    heaps: Mutex<HashMap<u32, Arc<crate::shm::PeerHeap>>>,
-    /// Heaps of peers whose link went down, kept mapped until the runtime
-    /// forgets them: an original offered just before its owner died is
-    /// still read there (`Transport::view_retained`).
-    retained: Mutex<HashMap<u32, Arc<crate::shm::PeerHeap>>>,
-    /// Cleared when a peer's heap cannot be mapped: copy loans instead.
-    heaps_ok: AtomicBool,
 }
 
 /// Decrements the live-task count when a connection task ends or is aborted.
@@ -176,123 +153,21 @@ impl Shared {
             live: AtomicUsize::new(0),
             handle,
             registrar: Mutex::new(None),
-            node_token: if cfg.loans {
-                super::cma::node_token()
-            } else {
-                0
-            },
-            loans_ok: AtomicBool::new(true),
-            lent: Mutex::new(HashMap::new()),
+            same: SameNode::new(cfg.rank, cfg.size, "tcp", cfg.loans),
+            loans: Mutex::default(),
             stranded: Mutex::new(Vec::new()),
-            heaps: Mutex::new(HashMap::new()),
-            retained: Mutex::new(HashMap::new()),
-            heaps_ok: AtomicBool::new(true),
         }
     }
 
-    /// The token a get request carries: ours, if loans may be asked for.
-    pub fn request_token(&self) -> u64 {
-        if self.loans_ok.load(Ordering::Relaxed) {
-            self.node_token
-        } else {
-            0
-        }
-    }
-
-    /// Keeps `data` alive while `peer` reads it (request `req`).
-    pub fn lend(&self, peer: u32, req: u64, data: Bytes) {
-        self.lent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((peer, req), data);
+    /// The same-node loans: buffers lent, by (peer, request).
+    pub fn loans(&self) -> MutexGuard<'_, Leases<Bytes>> {
+        // Every update is a single table operation: consistent after a panic.
+        self.loans.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Buffers lent and not yet returned.
     pub fn loans_out(&self) -> usize {
-        self.lent.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// `peer` finished reading the loan of request `req`.
-    pub fn returned(&self, peer: u32, req: u64) {
-        self.lent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(peer, req));
-    }
-
-    /// Whether `peer`'s heap named by `heap` is mapped already.
-    pub fn heap_mapped(&self, peer: u32, pid: u32, heap: &crate::shm::HeapRef) -> bool {
-        self.heaps
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&peer)
-            .is_some_and(|h| h.is(pid, heap))
-    }
-
-    /// `peer`'s shared heap (process `pid`), mapped read-only, if `heap`
-    /// names one we can map.
-    pub fn peer_heap(
-        &self,
-        peer: u32,
-        pid: u32,
-        heap: &crate::shm::HeapRef,
-    ) -> Option<Arc<crate::shm::PeerHeap>> {
-        if !self.heaps_ok.load(Ordering::Relaxed) {
-            return None;
-        }
-        let mut heaps = self.heaps.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(h) = heaps.get(&peer).filter(|h| h.is(pid, heap)) {
-            return Some(h.clone());
-        }
-        match crate::shm::PeerHeap::open(pid, heap) {
-            Ok(h) => {
-                let h = Arc::new(h);
-                heaps.insert(peer, h.clone());
-                Some(h)
-            }
-            // The peer is gone (it died before we first mapped its heap):
-            // nothing to read there, but other peers' heaps still map.
-            Err(e) if !crate::shm::PeerHeap::refused(&e) => {
-                tracing::debug!(rank = self.rank, peer, error = %e, "a same-node peer's heap is gone");
-                None
-            }
-            Err(e) => {
-                tracing::warn!(rank = self.rank, peer, error = %e, "cannot map a same-node peer's heap; copying loans instead");
-                self.heaps_ok.store(false, Ordering::Relaxed);
-                None
-            }
-        }
-    }
-
-    /// `peer`'s heap as mapped when its link went down, if it was mapped
-    /// then and is the heap `heap` names in process `pid`; or as mapped
-    /// now, if the link is up or still going down (its error is recorded
-    /// before the heap moves to the retained ones, and a buddy asked for a
-    /// dead owner's original in between must still find it). Never maps
-    /// anything new, and serves a mapping made before reads in place were
-    /// turned off.
-    pub fn retained_heap(
-        &self,
-        peer: u32,
-        pid: u32,
-        heap: &crate::shm::HeapRef,
-    ) -> Option<Arc<crate::shm::PeerHeap>> {
-        let kept = |m: &HashMap<u32, Arc<crate::shm::PeerHeap>>| {
-            m.get(&peer).filter(|h| h.is(pid, heap)).cloned()
-        };
-        let retained = kept(&self.retained.lock().unwrap_or_else(|e| e.into_inner()));
-        retained.or_else(|| kept(&self.heaps.lock().unwrap_or_else(|e| e.into_inner())))
-    }
-
-    /// Unmaps the heap of `peer` kept since its link went down (views in
-    /// use keep theirs).
-    pub fn forget_heap(&self, peer: u32) {
-        let gone = self
-            .retained
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&peer);
-        drop(gone);
+        self.loans().len()
     }
 
     pub fn is_closed(&self) -> bool {
@@ -301,6 +176,7 @@ impl Shared {
 
     /// Marks the transport closed; true if it was open.
     pub fn close(&self) -> bool {
+        self.same.close();
         !self.closed.swap(true, Ordering::SeqCst)
     }
 
@@ -322,25 +198,6 @@ impl Shared {
         self.peers[peer as usize]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The error a call to `peer` fails with, if its link is not up.
-    pub fn link_error(peer: u32, link: &Link) -> Option<TransportError> {
-        match link {
-            Link::Up => None,
-            Link::Draining(reason) => Some(TransportError::LinkDown {
-                peer,
-                reason: reason.clone(),
-            }),
-            Link::Gone => Some(TransportError::LinkDown {
-                peer,
-                reason: format!("rank {peer} shut down"),
-            }),
-            Link::Down(reason) => Some(TransportError::LinkDown {
-                peer,
-                reason: reason.clone(),
-            }),
-        }
     }
 
     /// The writer of our outgoing connection to `peer`, opening it if needed.
@@ -386,6 +243,7 @@ impl Shared {
         let reason = match &slot.link {
             Link::Up if !incoming && slot.incoming.is_some() && !self.is_closed() => {
                 slot.link = Link::Draining(reason.clone());
+                self.same.link_failing(peer);
                 Self::fail_gets(&mut slot, peer, &reason, false);
                 slot.out = None;
                 tracing::debug!(rank = self.rank, peer, %reason, "link draining");
@@ -427,27 +285,12 @@ impl Shared {
     fn down(&self, mut slot: MutexGuard<'_, PeerSlot>, peer: u32, reason: String, closed: bool) {
         slot.out = None;
         slot.incoming = None;
-        {
-            let mut lent = self.lent.lock().unwrap_or_else(|e| e.into_inner());
-            let mut stranded = self.stranded.lock().unwrap_or_else(|e| e.into_inner());
-            lent.retain(|(p, _), b| {
-                if *p == peer {
-                    stranded.push(b.clone());
-                }
-                *p != peer
-            });
-        }
-        let heap = self
-            .heaps
+        let lent = self.loans().take_peer(peer);
+        self.stranded
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&peer);
-        if let Some(h) = heap {
-            self.retained
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(peer, h);
-        }
+            .extend(lent);
+        self.same.link_down(peer);
         for t in slot.tasks.drain(..) {
             t.abort();
         }
@@ -467,6 +310,7 @@ impl Shared {
         if matches!(slot.link, Link::Up | Link::Draining(_)) {
             tracing::debug!(rank = self.rank, peer, "peer left gracefully");
             slot.link = Link::Gone;
+            self.same.link_failing(peer);
             let closed = self.is_closed();
             for (_, p) in slot.pending.drain() {
                 let _ = p.tx.send(Err(if closed {
@@ -534,10 +378,7 @@ mod tests {
             "no LinkDown while the peer's frames are read"
         );
         assert!(matches!(s.slot(1).link, Link::Draining(_)));
-        assert!(
-            Shared::link_error(1, &s.slot(1).link).is_some(),
-            "nothing more is sent"
-        );
+        assert!(s.slot(1).link.error(1).is_some(), "nothing more is sent");
         s.deliver(1, Bytes::from_static(b"join"));
         s.link_lost(1, "the peer's connection ended".into(), true);
         match next(&s) {

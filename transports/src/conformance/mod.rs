@@ -8,217 +8,14 @@
 //! against theirs. Every wait is bounded ([`WAIT`]): a broken transport
 //! fails a case, it does not hang it. Cases panic on failure.
 
-use crate::tcp::{MasterAddr, TcpConfig, TcpTransport};
+mod clusters;
+
+pub use clusters::*;
+
 use crate::{BufferKey, Event, Rank, RecvBuf, Transport, TransportError};
 use bytes::Bytes;
-use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The longest any single step of a case may take.
-pub const WAIT: Duration = Duration::from_secs(20);
-
-/// A running job: one transport per rank, and a way to kill a rank.
-pub struct Cluster {
-    /// The transports, indexed by rank.
-    pub transports: Vec<Arc<dyn Transport>>,
-    /// Simulates the death of a rank (no goodbye; its peers must notice).
-    pub crash: Box<dyn Fn(Rank) + Send + Sync>,
-}
-
-/// Starts a job of `n` ranks.
-pub type Factory<'a> = &'a dyn Fn(u32) -> Cluster;
-
-/// `n` loopback ranks; a crash is [`crate::loopback::LoopbackHub::kill`].
-pub fn loopback_cluster(n: u32) -> Cluster {
-    let (hub, ts) = crate::loopback::LoopbackHub::new(n);
-    Cluster {
-        transports: ts.into_iter().map(|t| t as Arc<dyn Transport>).collect(),
-        crash: Box::new(move |r| hub.kill(r)),
-    }
-}
-
-/// `n` TCP ranks in this process on 127.0.0.1; a crash is
-/// [`TcpTransport::abort`].
-pub fn tcp_cluster(n: u32) -> Cluster {
-    tcp_cluster_with(n, &|_| {})
-}
-
-/// Like [`tcp_cluster`], with same-node loans turned off: every get is
-/// streamed over the socket, as between nodes.
-pub fn tcp_streamed_cluster(n: u32) -> Cluster {
-    tcp_cluster_with(n, &|c| c.loans = false)
-}
-
-/// TCP ranks with no threads of their own (`threads: 0`), each run by a
-/// thread of this test (as the runtime's actors run theirs), forever.
-pub fn tcp_driven_cluster(n: u32) -> Cluster {
-    let ts = tcp_ranks(n, &|c| c.threads = 0);
-    for t in &ts {
-        let rt = t
-            .take_driver()
-            .expect("a transport with no threads has a driver");
-        std::thread::Builder::new()
-            .name("tcp-driver".into())
-            .spawn(move || rt.block_on(std::future::pending::<()>()))
-            .expect("spawning a driver thread");
-    }
-    cluster_of(ts, TcpTransport::abort)
-}
-
-fn tcp_cluster_with(n: u32, tweak: &(dyn Fn(&mut TcpConfig) + Sync)) -> Cluster {
-    cluster_of(tcp_ranks(n, tweak), TcpTransport::abort)
-}
-
-/// A cluster of `ts`, where a crash of rank `r` is `abort(ts[r])`.
-fn cluster_of<T: Transport>(ts: Vec<Arc<T>>, abort: fn(&T)) -> Cluster {
-    let killers = ts.clone();
-    Cluster {
-        transports: ts.into_iter().map(|t| t as Arc<dyn Transport>).collect(),
-        crash: Box::new(move |r| {
-            if let Some(t) = killers.get(r.0 as usize) {
-                abort(t);
-            }
-        }),
-    }
-}
-
-/// `n` libfabric ranks of `provider` in this process (bootstrapping over
-/// TCP on 127.0.0.1); a crash is
-/// [`crate::libfabric::LibfabricTransport::abort`].
-#[cfg(feature = "libfabric")]
-pub fn libfabric_cluster(n: u32, provider: &str) -> Cluster {
-    cluster_of(
-        libfabric_ranks(n, provider, &|_| {}),
-        crate::libfabric::LibfabricTransport::abort,
-    )
-}
-
-/// Starts `n` libfabric ranks of `provider`, one thread each, like
-/// [`tcp_ranks`]; `tweak` adjusts each rank's config.
-#[cfg(feature = "libfabric")]
-pub fn libfabric_ranks(
-    n: u32,
-    provider: &str,
-    tweak: &(dyn Fn(&mut crate::libfabric::LibfabricConfig) + Sync),
-) -> Vec<Arc<crate::libfabric::LibfabricTransport>> {
-    use crate::libfabric::{LibfabricConfig, LibfabricTransport};
-    let dir = fresh_dir();
-    let master = MasterAddr::Rendezvous(dir.join("master"));
-    let job = fresh_job();
-    let ts = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|r| {
-                let mut tcp = TcpConfig::new(r, n, job, master.clone());
-                tcp.connect_timeout = WAIT;
-                let mut cfg = LibfabricConfig::new(tcp, Some(provider.to_string()));
-                tweak(&mut cfg);
-                s.spawn(move || LibfabricTransport::start(cfg))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(r, h)| match h.join() {
-                Ok(Ok(t)) => t,
-                Ok(Err(e)) => panic!("rank {r} failed to start over {provider}: {e}"),
-                Err(_) => panic!("rank {r} panicked while starting"),
-            })
-            .collect()
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    ts
-}
-
-/// A job id no other job of this process uses.
-pub fn fresh_job() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    (u64::from(std::process::id()) << 32) ^ nanos ^ NEXT.fetch_add(1, Ordering::Relaxed) << 48
-}
-
-/// A fresh empty directory under the system temporary directory.
-pub fn fresh_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("taskfold-{:x}", fresh_job()));
-    std::fs::create_dir_all(&dir).expect("creating a temporary directory");
-    dir
-}
-
-/// Starts `n` TCP ranks, one thread each, meeting through a rendezvous file
-/// in a fresh temporary directory; `tweak` adjusts each rank's config.
-pub fn tcp_ranks(n: u32, tweak: &(dyn Fn(&mut TcpConfig) + Sync)) -> Vec<Arc<TcpTransport>> {
-    let dir = fresh_dir();
-    let master = MasterAddr::Rendezvous(dir.join("master"));
-    let job = fresh_job();
-    let ts = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|r| {
-                let mut cfg = TcpConfig::new(r, n, job, master.clone());
-                cfg.connect_timeout = WAIT;
-                tweak(&mut cfg);
-                s.spawn(move || TcpTransport::start(cfg))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(r, h)| match h.join() {
-                Ok(Ok(t)) => t,
-                Ok(Err(e)) => panic!("rank {r} failed to start: {e}"),
-                Err(_) => panic!("rank {r} panicked while starting"),
-            })
-            .collect()
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    ts
-}
-
-/// Runs a future to completion on a thread of its own (with the `futures`
-/// executor: not tokio), failing if it takes longer than [`WAIT`].
-pub fn wait<T: Send + 'static>(what: &str, fut: impl Future<Output = T> + Send + 'static) -> T {
-    let (tx, rx) = flume::bounded(1);
-    std::thread::spawn(move || {
-        let _ = tx.send(futures::executor::block_on(fut));
-    });
-    match rx.recv_timeout(WAIT) {
-        Ok(v) => v,
-        Err(_) => panic!("{what}: no result within {WAIT:?}"),
-    }
-}
-
-/// The next event of `t`, failing after [`WAIT`].
-pub fn next_event(t: &dyn Transport, what: &str) -> Event {
-    match t.events().recv_timeout(WAIT) {
-        Ok(e) => e,
-        Err(_) => panic!(
-            "rank {}: no event within {WAIT:?} while waiting for {what}",
-            t.rank().0
-        ),
-    }
-}
-
-/// Every event `t` receives during `d`.
-pub fn events_during(t: &dyn Transport, d: Duration) -> Vec<Event> {
-    let end = Instant::now() + d;
-    let rx = t.events();
-    let mut out = Vec::new();
-    while let Ok(e) = rx.recv_deadline(end) {
-        out.push(e);
-    }
-    out
-}
-
-/// Waits for one message on `t` and returns it; any other event fails.
-pub fn expect_message(t: &dyn Transport, what: &str) -> (Rank, Bytes) {
-    match next_event(t, what) {
-        Event::Message { from, frame } => (from, frame),
-        e => panic!("rank {}: expected {what}, got {e:?}", t.rank().0),
-    }
-}
 
 fn pattern(len: usize, seed: u8) -> Bytes {
     (0..len)
@@ -232,9 +29,10 @@ fn fetch(t: &Arc<dyn Transport>, from: u32, key: u64) -> Result<RecvBuf, Transpo
         &format!("rank {} getting {key} from rank {from}", t.rank().0),
         t.get(Rank(from), BufferKey(key)),
     )
+    .map(crate::Received::into_owned)
 }
 
-fn assert_aligned(b: &RecvBuf) {
+fn assert_aligned(b: &[u8]) {
     assert_eq!(
         b.as_ptr() as usize % 16,
         0,
@@ -339,9 +137,10 @@ pub fn get_sizes(f: Factory<'_>) {
     }
 }
 
-/// `get_loan` returns exactly the exposed bytes, 16-byte aligned, for the
-/// sizes of [`get_sizes`]; a loan stays readable and unchanged after the
-/// owner withdraws and drops its buffer, until the loan is dropped.
+/// `get` returns exactly the exposed bytes, 16-byte aligned, for the
+/// sizes of [`get_sizes`], also where they come as a loan (a view of a
+/// same-node owner's memory): a loan stays readable and unchanged after
+/// the owner withdraws and drops its buffer, until the loan is dropped.
 pub fn loans(f: Factory<'_>) {
     let c = f(2);
     let (t0, t1) = (&c.transports[0], &c.transports[1]);
@@ -352,8 +151,8 @@ pub fn loans(f: Factory<'_>) {
     for (i, &len) in sizes.iter().enumerate() {
         let want = pattern(len, i as u8);
         let t = t0.clone();
-        let got = wait("get_loan", async move {
-            t.get_loan(Rank(1), BufferKey(200 + i as u64)).await
+        let got = wait("get", async move {
+            t.get(Rank(1), BufferKey(200 + i as u64)).await
         })
         .expect("loan of an exposed buffer");
         assert_eq!(got.len(), len, "length of loan {i}");
@@ -491,10 +290,7 @@ pub fn concurrent_gets(f: Factory<'_>) {
                 let all = wait("16 concurrent gets", futures::future::join_all(gets));
                 for r in all {
                     let b = r.expect("concurrent get");
-                    assert!(
-                        b.as_slice() == &want[..],
-                        "concurrent get returned other bytes"
-                    );
+                    assert!(b[..] == want[..], "concurrent get returned other bytes");
                     assert_aligned(&b);
                 }
             });
@@ -641,4 +437,36 @@ pub fn graceful_shutdown(f: Factory<'_>) {
             .collect();
         assert!(link_downs.is_empty(), "rank {}: {link_downs:?}", t.rank().0);
     }
+}
+
+/// Same-node reads, where a transport offers them ([`Transport::same_node`]),
+/// read nothing they cannot check: memory outside a shared heap is not
+/// located (these tests install no shared heap), and a locator of another
+/// node, or of a rank outside the job, is not viewed.
+pub fn same_node_refusals(f: Factory<'_>) {
+    use crate::same_node::{self, Place};
+    let c = f(2);
+    let Some(s0) = c.transports[0].same_node() else {
+        return;
+    };
+    let data = pattern(1 << 20, 9);
+    c.transports[1].expose(BufferKey(1), data.clone());
+    if let Some(s1) = c.transports[1].same_node() {
+        assert!(s1.locate(&data).is_none(), "not in a shared heap");
+    }
+    let mut place = Place::decode(&crate::Locator([0; taskfold_core::wire::LOCATOR_LEN]));
+    place.node = same_node::node_token() ^ 2;
+    place.pid = std::process::id();
+    place.len = 4096;
+    let elsewhere = place.encode();
+    assert!(s0.view(Rank(1), &elsewhere).is_none(), "another node");
+    assert!(
+        s0.view_retained(Rank(1), &elsewhere).is_none(),
+        "another node"
+    );
+    place.node = same_node::node_token();
+    assert!(s0.view(Rank(7), &place.encode()).is_none(), "no such rank");
+    assert_eq!(Place::decode(&same_node::heap_of(&place.encode())).len, 0);
+    // Nothing was read in place: a get still fetches the bytes.
+    assert!(fetch(&c.transports[0], 1, 1).expect("get")[..] == data[..]);
 }

@@ -1,0 +1,215 @@
+//! Jobs to run the cases on ([`Cluster`]s of every transport) and the
+//! bounded waits the cases use.
+
+use crate::tcp::{MasterAddr, TcpConfig, TcpTransport};
+use crate::{Event, Rank, Transport};
+use bytes::Bytes;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The longest any single step of a case may take.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A running job: one transport per rank, and a way to kill a rank.
+pub struct Cluster {
+    /// The transports, indexed by rank.
+    pub transports: Vec<Arc<dyn Transport>>,
+    /// Simulates the death of a rank (no goodbye; its peers must notice).
+    pub crash: Box<dyn Fn(Rank) + Send + Sync>,
+}
+
+/// Starts a job of `n` ranks.
+pub type Factory<'a> = &'a dyn Fn(u32) -> Cluster;
+
+/// `n` loopback ranks; a crash is [`crate::loopback::LoopbackHub::kill`].
+pub fn loopback_cluster(n: u32) -> Cluster {
+    let (hub, ts) = crate::loopback::LoopbackHub::new(n);
+    Cluster {
+        transports: ts.into_iter().map(|t| t as Arc<dyn Transport>).collect(),
+        crash: Box::new(move |r| hub.kill(r)),
+    }
+}
+
+/// `n` TCP ranks in this process on 127.0.0.1; a crash is
+/// [`TcpTransport::abort`].
+pub fn tcp_cluster(n: u32) -> Cluster {
+    tcp_cluster_with(n, &|_| {})
+}
+
+/// Like [`tcp_cluster`], with same-node loans turned off: every get is
+/// streamed over the socket, as between nodes.
+pub fn tcp_streamed_cluster(n: u32) -> Cluster {
+    tcp_cluster_with(n, &|c| c.loans = false)
+}
+
+/// TCP ranks with no threads of their own (`threads: 0`), each run by a
+/// thread of this test (as the runtime's actors run theirs), forever.
+pub fn tcp_driven_cluster(n: u32) -> Cluster {
+    let ts = tcp_ranks(n, &|c| c.threads = 0);
+    for t in &ts {
+        let rt = t
+            .driven()
+            .and_then(|d| d.take_driver())
+            .expect("a transport with no threads has a driver");
+        std::thread::Builder::new()
+            .name("tcp-driver".into())
+            .spawn(move || rt.block_on(std::future::pending::<()>()))
+            .expect("spawning a driver thread");
+    }
+    cluster_of(ts, TcpTransport::abort)
+}
+
+fn tcp_cluster_with(n: u32, tweak: &(dyn Fn(&mut TcpConfig) + Sync)) -> Cluster {
+    cluster_of(tcp_ranks(n, tweak), TcpTransport::abort)
+}
+
+/// A cluster of `ts`, where a crash of rank `r` is `abort(ts[r])`.
+fn cluster_of<T: Transport>(ts: Vec<Arc<T>>, abort: fn(&T)) -> Cluster {
+    let killers = ts.clone();
+    Cluster {
+        transports: ts.into_iter().map(|t| t as Arc<dyn Transport>).collect(),
+        crash: Box::new(move |r| {
+            if let Some(t) = killers.get(r.0 as usize) {
+                abort(t);
+            }
+        }),
+    }
+}
+
+/// `n` libfabric ranks of `provider` in this process (bootstrapping over
+/// TCP on 127.0.0.1); a crash is
+/// [`crate::libfabric::LibfabricTransport::abort`].
+#[cfg(feature = "libfabric")]
+pub fn libfabric_cluster(n: u32, provider: &str) -> Cluster {
+    cluster_of(
+        libfabric_ranks(n, provider, &|_| {}),
+        crate::libfabric::LibfabricTransport::abort,
+    )
+}
+
+/// Starts `n` libfabric ranks of `provider`, one thread each, like
+/// [`tcp_ranks`]; `tweak` adjusts each rank's config.
+#[cfg(feature = "libfabric")]
+pub fn libfabric_ranks(
+    n: u32,
+    provider: &str,
+    tweak: &(dyn Fn(&mut crate::libfabric::LibfabricConfig) + Sync),
+) -> Vec<Arc<crate::libfabric::LibfabricTransport>> {
+    use crate::libfabric::{LibfabricConfig, LibfabricTransport};
+    let dir = fresh_dir();
+    let master = MasterAddr::Rendezvous(dir.join("master"));
+    let job = fresh_job();
+    let ts = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|r| {
+                let mut tcp = TcpConfig::new(r, n, job, master.clone());
+                tcp.connect_timeout = WAIT;
+                let mut cfg = LibfabricConfig::new(tcp, Some(provider.to_string()));
+                tweak(&mut cfg);
+                s.spawn(move || LibfabricTransport::start(cfg))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(r, h)| match h.join() {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) => panic!("rank {r} failed to start over {provider}: {e}"),
+                Err(_) => panic!("rank {r} panicked while starting"),
+            })
+            .collect()
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    ts
+}
+
+/// A job id no other job of this process uses.
+pub fn fresh_job() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    (u64::from(std::process::id()) << 32) ^ nanos ^ NEXT.fetch_add(1, Ordering::Relaxed) << 48
+}
+
+/// A fresh empty directory under the system temporary directory.
+pub fn fresh_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("taskfold-{:x}", fresh_job()));
+    std::fs::create_dir_all(&dir).expect("creating a temporary directory");
+    dir
+}
+
+/// Starts `n` TCP ranks, one thread each, meeting through a rendezvous file
+/// in a fresh temporary directory; `tweak` adjusts each rank's config.
+pub fn tcp_ranks(n: u32, tweak: &(dyn Fn(&mut TcpConfig) + Sync)) -> Vec<Arc<TcpTransport>> {
+    let dir = fresh_dir();
+    let master = MasterAddr::Rendezvous(dir.join("master"));
+    let job = fresh_job();
+    let ts = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|r| {
+                let mut cfg = TcpConfig::new(r, n, job, master.clone());
+                cfg.connect_timeout = WAIT;
+                tweak(&mut cfg);
+                s.spawn(move || TcpTransport::start(cfg))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(r, h)| match h.join() {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) => panic!("rank {r} failed to start: {e}"),
+                Err(_) => panic!("rank {r} panicked while starting"),
+            })
+            .collect()
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    ts
+}
+
+/// Runs a future to completion on a thread of its own (with the `futures`
+/// executor: not tokio), failing if it takes longer than [`WAIT`].
+pub fn wait<T: Send + 'static>(what: &str, fut: impl Future<Output = T> + Send + 'static) -> T {
+    let (tx, rx) = flume::bounded(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(futures::executor::block_on(fut));
+    });
+    match rx.recv_timeout(WAIT) {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: no result within {WAIT:?}"),
+    }
+}
+
+/// The next event of `t`, failing after [`WAIT`].
+pub fn next_event(t: &dyn Transport, what: &str) -> Event {
+    match t.events().recv_timeout(WAIT) {
+        Ok(e) => e,
+        Err(_) => panic!(
+            "rank {}: no event within {WAIT:?} while waiting for {what}",
+            t.rank().0
+        ),
+    }
+}
+
+/// Every event `t` receives during `d`.
+pub fn events_during(t: &dyn Transport, d: Duration) -> Vec<Event> {
+    let end = Instant::now() + d;
+    let rx = t.events();
+    let mut out = Vec::new();
+    while let Ok(e) = rx.recv_deadline(end) {
+        out.push(e);
+    }
+    out
+}
+
+/// Waits for one message on `t` and returns it; any other event fails.
+pub fn expect_message(t: &dyn Transport, what: &str) -> (Rank, Bytes) {
+    match next_event(t, what) {
+        Event::Message { from, frame } => (from, frame),
+        e => panic!("rank {}: expected {what}, got {e:?}", t.rank().0),
+    }
+}

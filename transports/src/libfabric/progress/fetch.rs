@@ -1,0 +1,427 @@
+//! Fetching: this rank's gets (a request to the owner, then RMA reads of
+//! what it lends, in chunks) and the reads of peers' large control frames.
+
+use super::super::fi::{bits, FabricError, MemoryRegion, Posted};
+use super::super::wire::Remote;
+use super::flow::{InItem, Out};
+use super::ops::{new_ctx, Ctx, OpKind};
+use super::{Engine, Reply};
+use crate::{BufferKey, RecvBuf, TransportError};
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+/// The destination of a read; the region (if any) is dropped first.
+enum FetchBuf {
+    Aligned(RecvBuf),
+    Plain(Vec<u8>),
+}
+
+impl FetchBuf {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        match self {
+            FetchBuf::Aligned(b) => b.as_mut_ptr(),
+            FetchBuf::Plain(v) => v.as_mut_ptr(),
+        }
+    }
+}
+
+/// What a fetch is for.
+pub(super) enum Purpose {
+    /// A get: complete the caller's future.
+    Get(Option<Reply>),
+    /// A large control frame with this sequence number.
+    Frame { seq: u64 },
+}
+
+/// An RMA read in progress (in chunks).
+struct Fetch {
+    mr: Option<MemoryRegion>,
+    buf: FetchBuf,
+    peer: u32,
+    at: Remote,
+    issued: u64,
+    done: u64,
+    outstanding: usize,
+    purpose: Purpose,
+    failed: bool,
+    started: Instant,
+}
+
+/// A get waiting for the owner's answer.
+struct Request {
+    peer: u32,
+    key: u64,
+    reply: Reply,
+    started: Instant,
+}
+
+/// This rank's gets and reads in progress.
+#[derive(Default)]
+pub(super) struct Fetching {
+    requests: HashMap<u64, Request>,
+    fetches: HashMap<u64, Fetch>,
+    /// Fetches with chunks left to post, in order.
+    readq: VecDeque<u64>,
+}
+
+impl Fetching {
+    /// Gets waiting for an answer.
+    pub fn waiting(&self) -> bool {
+        !self.requests.is_empty()
+    }
+
+    /// Counts for the engine's state log: requests, fetches, queued reads.
+    pub fn describe(&self) -> (usize, usize, usize) {
+        (self.requests.len(), self.fetches.len(), self.readq.len())
+    }
+
+    /// Fails every get with `Closed` (on shutdown).
+    pub fn close(&mut self) {
+        for (_, r) in self.requests.drain() {
+            let _ = r.reply.send(Err(TransportError::Closed));
+        }
+        for f in self.fetches.values_mut() {
+            if let Purpose::Get(reply) = &mut f.purpose {
+                if let Some(reply) = reply.take() {
+                    let _ = reply.send(Err(TransportError::Closed));
+                }
+            }
+        }
+    }
+
+    /// Fails the gets waiting for `peer`'s answer with `err`.
+    pub fn fail_requests(&mut self, peer: u32, err: impl Fn() -> TransportError) {
+        let ids: Vec<u64> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| r.peer == peer)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            if let Some(r) = self.requests.remove(&id) {
+                let _ = r.reply.send(Err(err()));
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Asks `from` where its buffer `key` is.
+    pub(super) fn request(&mut self, from: u32, key: BufferKey, reply: Reply) {
+        if let Err(e) = self.sh.check_peer(crate::Rank(from)) {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        let req = self.id();
+        self.fetching.requests.insert(
+            req,
+            Request {
+                peer: from,
+                key: key.0,
+                reply,
+                started: Instant::now(),
+            },
+        );
+        self.flow.enqueue(from, Out::GetReq { req, key: key.0 });
+    }
+
+    /// The owner answered request `req`: read there (`Some`), or nothing is
+    /// exposed (`None`).
+    pub(super) fn answered(&mut self, from: u32, req: u64, at: Option<Remote>) {
+        let r = match self.fetching.requests.remove(&req) {
+            Some(r) if r.peer == from => r,
+            other => {
+                if let Some(r) = other {
+                    self.fetching.requests.insert(req, r);
+                }
+                tracing::warn!(rank = self.sh.rank, from, req, "answer to no request");
+                if let Some(at) = at.filter(|a| a.token != 0) {
+                    self.flow.enqueue(from, Out::Release { token: at.token });
+                }
+                return;
+            }
+        };
+        match at {
+            Some(at) => self.start_fetch(from, at, Purpose::Get(Some(r.reply))),
+            None => {
+                let _ = r.reply.send(Err(TransportError::NotExposed {
+                    peer: from,
+                    key: r.key,
+                }));
+            }
+        }
+    }
+
+    /// A large control frame `seq` from `from`, to read at `at`.
+    pub(super) fn large_frame(&mut self, from: u32, seq: u64, at: Remote) {
+        if self.arrived(from, seq, InItem::Fetching) {
+            self.start_fetch(from, at, Purpose::Frame { seq });
+        }
+    }
+
+    /// Gives back a lease we will not read.
+    fn release(&mut self, peer: u32, at: &Remote) {
+        if at.token != 0 {
+            self.flow.enqueue(peer, Out::Release { token: at.token });
+        }
+    }
+
+    fn start_fetch(&mut self, peer: u32, at: Remote, purpose: Purpose) {
+        if at.len > self.tuning.max_get {
+            let reason = format!(
+                "rank {peer} offers {} bytes, more than the maximum of {}",
+                at.len, self.tuning.max_get
+            );
+            self.release(peer, &at);
+            if let Purpose::Get(Some(reply)) = purpose {
+                let _ = reply.send(Err(TransportError::Protocol {
+                    peer,
+                    detail: reason,
+                }));
+            } else {
+                self.suspect(peer, reason);
+            }
+            return;
+        }
+        let len = at.len as usize;
+        let mut buf = match purpose {
+            Purpose::Get(_) => {
+                let mut b = taskfold_core::pool::take(len);
+                b.resize(len, 0);
+                FetchBuf::Aligned(b)
+            }
+            Purpose::Frame { .. } => FetchBuf::Plain(vec![0; len]),
+        };
+        let mr = if self.tuning.mr_local && len > 0 {
+            // SAFETY: the region is stored in the fetch next to the buffer
+            // and dropped before it (field order, and explicitly in
+            // finish); the buffer is never resized while registered.
+            match unsafe { self.serving.reg.local(buf.as_mut_ptr(), len, bits::READ) } {
+                Ok(mr) => Some(mr),
+                Err(e) => {
+                    if let Purpose::Get(Some(reply)) = purpose {
+                        let _ = reply.send(Err(e.into()));
+                    }
+                    self.release(peer, &at);
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+        let id = self.id();
+        let fetch = Fetch {
+            mr,
+            buf,
+            peer,
+            at,
+            issued: 0,
+            done: 0,
+            outstanding: 0,
+            purpose,
+            failed: false,
+            started: Instant::now(),
+        };
+        self.fetching.fetches.insert(id, fetch);
+        if len == 0 {
+            self.finish(id);
+        } else {
+            self.fetching.readq.push_back(id);
+        }
+    }
+
+    /// Posts the queued reads while the provider's queue allows; true if
+    /// any was posted.
+    pub(super) fn post_reads(&mut self) -> bool {
+        let mut any = false;
+        while self.ops.tx_busy < self.ops.tx_limit {
+            let Some(&id) = self.fetching.readq.front() else {
+                break;
+            };
+            match self.post_read(id) {
+                Ok(true) => any = true,
+                Ok(false) => {
+                    self.fetching.readq.pop_front();
+                }
+                Err(()) => break,
+            }
+        }
+        any
+    }
+
+    /// Posts the next chunk of fetch `id`: Ok(true) if posted, Ok(false)
+    /// if nothing is left to post, Err if the provider is busy.
+    fn post_read(&mut self, id: u64) -> Result<bool, ()> {
+        let chunk = self.tuning.read_chunk as u64;
+        let Some(f) = self.fetching.fetches.get_mut(&id) else {
+            return Ok(false);
+        };
+        if f.failed || f.issued >= f.at.len {
+            return Ok(false);
+        }
+        let off = f.issued;
+        let len = chunk.min(f.at.len - off) as usize;
+        let peer = f.peer;
+        // SAFETY: off < the buffer's length, which is at.len.
+        let ptr = unsafe { f.buf.as_mut_ptr().add(off as usize) };
+        let desc =
+            f.mr.as_ref()
+                .map_or(std::ptr::null_mut(), MemoryRegion::desc);
+        let (addr, key) = (f.at.addr.wrapping_add(off), f.at.key);
+        let mut ctx = self.ops.ctx_pool.pop().unwrap_or_else(new_ctx);
+        let cptr: *mut Ctx = &mut *ctx;
+        let src = self.addrs[peer as usize];
+        let r = match self.ops.ep.as_ref() {
+            // SAFETY: the destination lies in the fetch's buffer, which the
+            // fetch table keeps until every posted chunk has completed
+            // (failed fetches included) or the endpoint is closed; the
+            // context is kept in the op table.
+            Some(ep) => unsafe { ep.read(ptr, len, desc, src, addr, key, cptr.cast()) },
+            None => Err(FabricError::local("fi_read", "endpoint closed")),
+        };
+        match r {
+            Ok(Posted::Yes) => {
+                f.issued += len as u64;
+                f.outstanding += 1;
+                self.ops.tx_busy += 1;
+                self.ops.posted(ctx, OpKind::Read { fetch: id, len });
+                Ok(true)
+            }
+            Ok(Posted::Again) => {
+                self.ops.ctx_pool.push(ctx);
+                Err(())
+            }
+            Err(e) => {
+                self.ops.ctx_pool.push(ctx);
+                let reason = format!("{e}");
+                self.fail_fetch(id, &reason);
+                self.suspect(peer, reason);
+                Ok(false)
+            }
+        }
+    }
+
+    /// A chunk of fetch `id` completed (or failed with `error`).
+    pub(super) fn read_done(&mut self, id: u64, len: usize, error: Option<String>) {
+        let Some(f) = self.fetching.fetches.get_mut(&id) else {
+            return;
+        };
+        f.outstanding -= 1;
+        f.done += len as u64;
+        let peer = f.peer;
+        if let Some(reason) = error {
+            self.fail_fetch(id, &reason);
+            self.suspect(peer, reason);
+            return;
+        }
+        if f.failed {
+            if f.outstanding == 0 {
+                self.fetching.fetches.remove(&id);
+            }
+        } else if f.done >= f.at.len && f.outstanding == 0 {
+            self.finish(id);
+        }
+    }
+
+    /// A fetch completed: release the lease, hand over the bytes.
+    fn finish(&mut self, id: u64) {
+        let Some(f) = self.fetching.fetches.remove(&id) else {
+            return;
+        };
+        let Fetch {
+            mr,
+            buf,
+            peer,
+            at,
+            purpose,
+            ..
+        } = f;
+        drop(mr);
+        if self.sh.is_up(peer) {
+            self.release(peer, &at);
+        }
+        match (purpose, buf) {
+            (Purpose::Get(Some(reply)), FetchBuf::Aligned(b)) => {
+                let _ = reply.send(Ok(b));
+            }
+            (Purpose::Frame { seq }, FetchBuf::Plain(v)) => {
+                if let Some(slot) = self.flow.peers[peer as usize].pending.get_mut(&seq) {
+                    *slot = InItem::Frame(Bytes::from(v));
+                }
+                self.drain(peer);
+            }
+            _ => {}
+        }
+    }
+
+    /// Fails a fetch now; its buffer stays until its posted chunks complete.
+    fn fail_fetch(&mut self, id: u64, reason: &str) {
+        let Some(f) = self.fetching.fetches.get_mut(&id) else {
+            return;
+        };
+        if !f.failed {
+            f.failed = true;
+            if let Purpose::Get(reply) = &mut f.purpose {
+                if let Some(reply) = reply.take() {
+                    let _ = reply.send(Err(TransportError::LinkDown {
+                        peer: f.peer,
+                        reason: reason.to_string(),
+                    }));
+                }
+            }
+        }
+        if f.outstanding == 0 {
+            self.fetching.fetches.remove(&id);
+        }
+    }
+
+    /// Fails the fetches from `peer`, whose link is gone.
+    pub(super) fn fail_fetches(&mut self, peer: u32, reason: &str) {
+        let ids: Vec<u64> = self
+            .fetching
+            .fetches
+            .iter()
+            .filter(|(_, f)| f.peer == peer)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            self.fail_fetch(id, reason);
+        }
+    }
+
+    /// Fails the gets and reads that waited longer than the operation
+    /// timeout, and suspects their peers.
+    pub(super) fn time_out(&mut self, now: Instant) {
+        let timeout = self.tuning.op_timeout;
+        let late: Vec<(u64, u32)> = self
+            .fetching
+            .requests
+            .iter()
+            .filter(|(_, r)| now - r.started > timeout)
+            .map(|(&id, r)| (id, r.peer))
+            .collect();
+        for (id, peer) in late {
+            let reason = format!("no answer to a get within {timeout:?}");
+            if let Some(r) = self.fetching.requests.remove(&id) {
+                let _ = r.reply.send(Err(TransportError::LinkDown {
+                    peer,
+                    reason: reason.clone(),
+                }));
+            }
+            self.suspect(peer, reason);
+        }
+        let late: Vec<(u64, u32)> = self
+            .fetching
+            .fetches
+            .iter()
+            .filter(|(_, f)| !f.failed && now - f.started > timeout)
+            .map(|(&id, f)| (id, f.peer))
+            .collect();
+        for (id, peer) in late {
+            let reason = format!("RMA read not complete within {timeout:?}");
+            self.fail_fetch(id, &reason);
+            self.suspect(peer, reason);
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! Flow control and ordering: per-peer send queues, credits, sequence
+//! numbers, and the reorder buffer that delivers each peer's frames in the
+//! order it sent them.
+//!
+//! A rank sends a peer at most a window of messages beyond those the peer
+//! has reported consumed (`CREDIT` messages themselves are not counted),
+//! so a slow receiver never has more than a window of unexpected messages
+//! per sender queued in the provider.
+
+use super::super::fi::Posted;
+use super::super::wire::{self, Msg, Remote};
+use super::Engine;
+use bytes::Bytes;
+use std::collections::{BTreeMap, VecDeque};
+
+/// Frames waiting for an earlier one, per peer, before the peer is
+/// considered broken.
+const REORDER_MAX: usize = 1 << 16;
+
+/// A message waiting for a send slot.
+pub(super) enum Out {
+    Control { seq: u64, frame: Bytes },
+    Large { seq: u64, at: Remote },
+    Bye { seq: u64 },
+    GetReq { req: u64, key: u64 },
+    GetOk { req: u64, at: Remote },
+    GetErr { req: u64, key: u64 },
+    Release { token: u64 },
+    Credit { n: u64 },
+}
+
+impl Out {
+    /// The message to encode.
+    pub fn msg(&self) -> Msg<'_> {
+        match self {
+            Out::Control { seq, frame } => Msg::Control { seq: *seq, frame },
+            Out::Large { seq, at } => Msg::Large { seq: *seq, at: *at },
+            Out::Bye { seq } => Msg::Bye { seq: *seq },
+            Out::GetReq { req, key } => Msg::GetReq {
+                req: *req,
+                key: *key,
+            },
+            Out::GetOk { req, at } => Msg::GetOk { req: *req, at: *at },
+            Out::GetErr { req, key } => Msg::GetErr {
+                req: *req,
+                key: *key,
+            },
+            Out::Release { token } => Msg::Release { token: *token },
+            Out::Credit { n } => Msg::Credit { n: *n },
+        }
+    }
+}
+
+/// A frame in the reorder buffer.
+pub(super) enum InItem {
+    Frame(Bytes),
+    Fetching,
+    Bye,
+}
+
+/// The ordering and flow-control state of one peer.
+#[derive(Default)]
+pub(super) struct Peer {
+    out_seq: u64,
+    in_next: u64,
+    pub pending: BTreeMap<u64, InItem>,
+    /// Messages waiting to be sent to this peer, in order.
+    pub outq: VecDeque<Out>,
+    /// True while this peer is in the ready list.
+    queued: bool,
+    /// Messages we may still send before the peer returns credits.
+    credits: u64,
+    /// Messages consumed from this peer since we last returned credits.
+    consumed: u64,
+}
+
+impl Peer {
+    /// The next sequence number of an ordered message to this peer.
+    pub fn next_seq(&mut self) -> u64 {
+        let seq = self.out_seq;
+        self.out_seq += 1;
+        seq
+    }
+}
+
+/// Every peer's queues, and the peers with something to send.
+pub(super) struct Flow {
+    pub peers: Vec<Peer>,
+    /// Peers with messages to send and credits (round robin).
+    ready: VecDeque<u32>,
+    /// Flow-control window per peer (messages).
+    window: u64,
+}
+
+impl Flow {
+    /// The state of `size` peers, sharing `budget` pending messages at a
+    /// receiver among the senders.
+    pub fn new(size: usize, budget: u64) -> Flow {
+        let window = (budget / (size as u64).saturating_sub(1).max(1)).clamp(4, 64);
+        Flow {
+            peers: (0..size)
+                .map(|_| Peer {
+                    credits: window,
+                    ..Peer::default()
+                })
+                .collect(),
+            ready: VecDeque::new(),
+            window,
+        }
+    }
+
+    /// Queues a message to `to`.
+    pub fn enqueue(&mut self, to: u32, out: Out) {
+        let p = &mut self.peers[to as usize];
+        p.outq.push_back(out);
+        self.wake(to);
+    }
+
+    /// Puts `to` in the ready list if it has something to send.
+    fn wake(&mut self, to: u32) {
+        let p = &mut self.peers[to as usize];
+        if !p.outq.is_empty() && !p.queued {
+            p.queued = true;
+            self.ready.push_back(to);
+        }
+    }
+
+    /// A message other than a credit came from `from`: counted, and
+    /// credits returned (ahead of everything queued) every half window.
+    pub fn consumed(&mut self, from: u32) {
+        let window = self.window;
+        let p = &mut self.peers[from as usize];
+        p.consumed += 1;
+        if p.consumed >= window / 2 {
+            let n = std::mem::take(&mut p.consumed);
+            p.outq.push_front(Out::Credit { n });
+            self.wake(from);
+        }
+    }
+
+    /// `from` returned `n` credits.
+    pub fn credited(&mut self, from: u32, n: u64) {
+        let window = self.window;
+        let p = &mut self.peers[from as usize];
+        p.credits = p.credits.saturating_add(n).min(window);
+        self.wake(from);
+    }
+
+    /// Something is waiting to be sent.
+    pub fn has_queued(&self) -> bool {
+        self.peers.iter().any(|p| !p.outq.is_empty())
+    }
+
+    /// For the engine's state log: per peer, the next expected sequence
+    /// number and the frames waiting for it; and the ready peers.
+    pub fn describe(&self) -> (Vec<(u64, usize)>, usize) {
+        let pending = self
+            .peers
+            .iter()
+            .map(|p| (p.in_next, p.pending.len()))
+            .collect();
+        (pending, self.ready.len())
+    }
+}
+
+impl Engine {
+    /// Queues a control frame to `to`, inline or, if larger, registered
+    /// for the peer to read ([`Engine::lend_frame`]).
+    pub(super) fn send(&mut self, to: u32, frame: Bytes) {
+        if !self.sh.is_up(to) || self.stopping.is_some() {
+            return;
+        }
+        let seq = self.flow.peers[to as usize].next_seq();
+        if frame.len() <= wire::INLINE_MAX {
+            self.flow.enqueue(to, Out::Control { seq, frame });
+        } else {
+            self.lend_frame(to, seq, frame);
+        }
+    }
+
+    /// Posts queued sends, round robin over peers with credits, while
+    /// slots and the provider's queue allow; true if any was posted.
+    pub(super) fn post_sends(&mut self) -> bool {
+        let mut any = false;
+        // Peers whose send was refused in a row: a provider may refuse one
+        // peer for long (rxm while its connection to a stopped process is
+        // being set up), and that peer must not hold up messages to the
+        // others (a pong to the master stuck behind it would get this rank
+        // declared failed). The pass ends when every waiting peer refused.
+        let mut refused = 0;
+        while self.ops.room() {
+            let Some(to) = self.flow.ready.pop_front() else {
+                break;
+            };
+            let up = self.sh.is_up(to);
+            let p = &mut self.flow.peers[to as usize];
+            if !up {
+                p.outq.clear();
+            }
+            let Some(front) = p.outq.front() else {
+                p.queued = false;
+                continue;
+            };
+            let free = matches!(front, Out::Credit { .. });
+            if !free && p.credits == 0 {
+                // Back in the ready list when credits arrive.
+                p.queued = false;
+                continue;
+            }
+            let Some(out) = p.outq.pop_front() else {
+                continue;
+            };
+            let dest = self.addrs[to as usize];
+            match self.ops.post_send(self.sh.rank, to, dest, &out) {
+                Ok(Posted::Yes) => {
+                    any = true;
+                    refused = 0;
+                    if !free {
+                        self.flow.peers[to as usize].credits -= 1;
+                    }
+                    self.requeue(to);
+                }
+                Ok(Posted::Again) => {
+                    self.flow.peers[to as usize].outq.push_front(out);
+                    self.flow.ready.push_back(to);
+                    refused += 1;
+                    if refused >= self.flow.ready.len() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    self.suspect(to, format!("{e}"));
+                    self.requeue(to);
+                }
+            }
+        }
+        any
+    }
+
+    /// After a send to `to`: back in the ready list if more is queued.
+    fn requeue(&mut self, to: u32) {
+        let p = &mut self.flow.peers[to as usize];
+        if p.outq.is_empty() {
+            p.queued = false;
+        } else {
+            self.flow.ready.push_back(to);
+        }
+    }
+
+    /// Records an ordered item from `from`; false if it is a duplicate or
+    /// out of range (then dropped).
+    pub(super) fn arrived(&mut self, from: u32, seq: u64, item: InItem) -> bool {
+        let p = &mut self.flow.peers[from as usize];
+        if seq < p.in_next || p.pending.contains_key(&seq) || p.pending.len() >= REORDER_MAX {
+            tracing::warn!(
+                rank = self.sh.rank,
+                from,
+                seq,
+                "duplicate or runaway frame dropped"
+            );
+            return false;
+        }
+        p.pending.insert(seq, item);
+        self.drain(from);
+        true
+    }
+
+    /// Delivers the frames of `from` that are next in order.
+    pub(super) fn drain(&mut self, from: u32) {
+        loop {
+            let p = &mut self.flow.peers[from as usize];
+            let next = p.in_next;
+            match p.pending.remove(&next) {
+                Some(InItem::Frame(frame)) => {
+                    p.in_next += 1;
+                    self.sh.deliver(from, frame);
+                }
+                Some(InItem::Bye) => {
+                    p.in_next += 1;
+                    if self.sh.peer_gone(from) {
+                        self.forget_peer(from, &format!("rank {from} shut down"), true);
+                    }
+                    return;
+                }
+                Some(InItem::Fetching) => {
+                    p.pending.insert(next, InItem::Fetching);
+                    return;
+                }
+                None => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! Writing to a connection: one writer task per connection fed by an
+//! unbounded channel, and the direct path that spares small frames the
+//! hop to that task.
+
+use super::frame::{self, kind, Header, HEADER_LEN};
+use super::metrics;
+use super::peer::Shared;
+use bytes::{Bytes, BytesMut};
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::sync::Arc;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::mpsc;
+
+/// Payloads up to this size are copied into the batch buffer; larger ones
+/// (get chunks) are written from their own `Bytes`.
+const COPY_MAX: usize = 16 << 10;
+/// A writer gathers queued frames into one vectored write up to this size.
+const BATCH_MAX: usize = 8 << 20;
+
+/// What a writer task is asked to write.
+pub(crate) enum OutFrame {
+    Control(Bytes),
+    GetReq {
+        req: u64,
+        key: u64,
+        /// The requester's node token, 0 for a streamed answer.
+        token: u64,
+    },
+    Lend {
+        req: u64,
+        addr: u64,
+        total: u64,
+        /// Where the buffer lies in our shared heap, if it does.
+        heap: Option<crate::shm::HeapRef>,
+    },
+    Return {
+        req: u64,
+    },
+    Chunk {
+        req: u64,
+        offset: u64,
+        total: u64,
+        data: Bytes,
+    },
+    GetErr {
+        req: u64,
+        key: u64,
+    },
+    /// Bytes of frames already encoded: the rest of a frame that a sender
+    /// began to write itself (see [`Writer::send`]).
+    Raw(Bytes),
+    /// Write a goodbye, then close our direction.
+    Goodbye,
+    /// Close our direction (after the peer's goodbye).
+    Close,
+}
+
+/// Feeds a connection: sending never blocks.
+///
+/// A small frame goes straight to the socket from the sender's thread
+/// (a non-blocking write) when nothing is queued before it on this
+/// connection; otherwise, or for what such a write leaves, it goes to the
+/// connection's writer task, which writes in queue order. The direct path
+/// spares every control message a wake-up of the writer's thread, which
+/// on a busy node is a wait for a core (one-way latency of a 64 B frame:
+/// see the book's Transports chapter).
+#[derive(Clone)]
+pub(crate) struct Writer {
+    tx: mpsc::UnboundedSender<OutFrame>,
+    line: Arc<std::sync::Mutex<Line>>,
+}
+
+/// What senders and the writer task share about a connection.
+#[derive(Default)]
+struct Line {
+    /// The socket's write half, once connected and until the writer ends.
+    half: Option<Arc<OwnedWriteHalf>>,
+    /// Frames handed to the writer task and not yet written: a sender may
+    /// write directly only when this is 0, so that frames keep their order.
+    queued: u64,
+}
+
+/// The writer task's end of a connection: the frames it must write and the
+/// state it shares with senders.
+pub(crate) struct WriterEnd {
+    rx: mpsc::UnboundedReceiver<OutFrame>,
+    line: Arc<std::sync::Mutex<Line>>,
+}
+
+/// The connection's writer task is gone (the connection is closed).
+#[derive(Debug)]
+pub(crate) struct WriterClosed;
+
+impl Writer {
+    /// A writer and the end its task reads.
+    pub(crate) fn new() -> (Writer, WriterEnd) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let line = Arc::new(std::sync::Mutex::new(Line::default()));
+        (
+            Writer {
+                tx,
+                line: line.clone(),
+            },
+            WriterEnd { rx, line },
+        )
+    }
+
+    /// Queues `f` (or writes it at once, see [`Writer`]).
+    pub(crate) fn send(&self, f: OutFrame) -> Result<(), WriterClosed> {
+        // Consistent after any panic: a counter and an option.
+        let mut line = self.line.lock().unwrap_or_else(|e| e.into_inner());
+        let f = match (&line.half, line.queued) {
+            (Some(half), 0) if direct(&f) => match write_now(half, f) {
+                Ok(()) => return Ok(()),
+                Err(rest) => rest,
+            },
+            _ => f,
+        };
+        line.queued += 1;
+        self.tx.send(f).map_err(|_| WriterClosed)
+    }
+}
+
+/// Frames a sender may write itself: small control frames and get
+/// protocol frames; data chunks and the end of a connection go through the
+/// writer task.
+fn direct(f: &OutFrame) -> bool {
+    match f {
+        OutFrame::Control(p) => p.len() <= COPY_MAX,
+        OutFrame::GetReq { .. }
+        | OutFrame::Lend { .. }
+        | OutFrame::Return { .. }
+        | OutFrame::GetErr { .. } => true,
+        OutFrame::Chunk { .. } | OutFrame::Raw(_) | OutFrame::Goodbye | OutFrame::Close => false,
+    }
+}
+
+/// Writes `f` with one non-blocking write; gives back what must still be
+/// queued (all of it if the socket is full, the rest if it took a part).
+/// An error other than a full socket is left to the writer task, which
+/// meets it again and ends the connection.
+fn write_now(half: &OwnedWriteHalf, f: OutFrame) -> Result<(), OutFrame> {
+    let mut b = Batch::default();
+    b.push(f);
+    let bytes = b.small.split().freeze();
+    match half.try_write(&bytes) {
+        Ok(n) if n == bytes.len() => {
+            metrics::sent(b.bytes as u64, b.frames);
+            Ok(())
+        }
+        Ok(n) => {
+            // The frame is counted here; its rest counts as bytes only.
+            metrics::sent(n as u64, 1);
+            Err(OutFrame::Raw(bytes.slice(n..)))
+        }
+        Err(_) => Err(OutFrame::Raw(bytes)),
+    }
+}
+
+/// Frames gathered for one vectored write.
+#[derive(Default)]
+struct Batch {
+    segs: VecDeque<Bytes>,
+    small: BytesMut,
+    bytes: usize,
+    frames: u64,
+}
+
+impl Batch {
+    /// Adds a frame; true if the writer must stop after this batch.
+    fn push(&mut self, f: OutFrame) -> bool {
+        let (hdr, payload, end) = match f {
+            OutFrame::Raw(bytes) => {
+                // Counted as a frame when it was begun (its rest is bytes).
+                self.bytes += bytes.len();
+                self.segs.push_back(self.small.split().freeze());
+                self.segs.push_back(bytes);
+                return false;
+            }
+            OutFrame::Goodbye => (Header::new(kind::GOODBYE, 0), None, true),
+            OutFrame::Close => return true,
+            f => {
+                let (hdr, payload) = framed(f);
+                (hdr, payload, false)
+            }
+        };
+        self.small.extend_from_slice(&hdr.encode());
+        self.bytes += HEADER_LEN;
+        self.frames += 1;
+        if let Some(p) = payload {
+            self.bytes += p.len();
+            if p.len() <= COPY_MAX {
+                self.small.extend_from_slice(&p);
+            } else {
+                // The exposed bytes themselves go to the socket: no copy.
+                self.segs.push_back(self.small.split().freeze());
+                self.segs.push_back(p);
+            }
+        }
+        end
+    }
+
+    async fn write(&mut self, w: &OwnedWriteHalf) -> io::Result<()> {
+        if !self.small.is_empty() {
+            self.segs.push_back(self.small.split().freeze());
+        }
+        while !self.segs.is_empty() {
+            let n = {
+                let iov: Vec<IoSlice<'_>> = self
+                    .segs
+                    .iter()
+                    .filter(|s| !s.is_empty())
+                    .take(64)
+                    .map(|s| IoSlice::new(s))
+                    .collect();
+                if iov.is_empty() {
+                    self.segs.clear();
+                    break;
+                }
+                // The half is shared with senders (see `Writer`): written
+                // through `&self`, waiting for room when the socket is full.
+                w.writable().await?;
+                match w.try_write_vectored(&iov) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            let mut left = n;
+            while left > 0 {
+                let Some(front) = self.segs.front_mut() else {
+                    break;
+                };
+                if front.len() <= left {
+                    left -= front.len();
+                    self.segs.pop_front();
+                } else {
+                    let _ = front.split_to(left);
+                    left = 0;
+                }
+            }
+            while self.segs.front().is_some_and(Bytes::is_empty) {
+                self.segs.pop_front();
+            }
+        }
+        metrics::sent(self.bytes as u64, self.frames);
+        self.bytes = 0;
+        self.frames = 0;
+        Ok(())
+    }
+}
+
+/// The writer task of a connection: the only task writing to it, so frames
+/// leave in the order they were queued.
+pub(crate) async fn run_writer(shared: Arc<Shared>, w: OwnedWriteHalf, end: WriterEnd, peer: u32) {
+    let _live = shared.live_guard();
+    let WriterEnd { mut rx, line } = end;
+    let w = Arc::new(w);
+    // Senders may write directly from now on; when this task ends (or is
+    // aborted), they may not, and the last reference to the half goes,
+    // which shuts our direction down.
+    let _closed = LineGuard::open(line.clone(), w.clone());
+    let mut batch = Batch::default();
+    while let Some(first) = rx.recv().await {
+        let mut taken = 1;
+        let mut end = batch.push(first);
+        while !end && batch.bytes < BATCH_MAX {
+            match rx.try_recv() {
+                Ok(f) => {
+                    taken += 1;
+                    end = batch.push(f);
+                }
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = batch.write(&w).await {
+            // The reader of this connection sees the failure and reports it.
+            tracing::debug!(rank = shared.rank, peer, error = %e, "write failed");
+            return;
+        }
+        if end {
+            break;
+        }
+        let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
+        l.queued = l.queued.saturating_sub(taken);
+    }
+}
+
+/// Lends a connection's write half to its senders while the writer task
+/// lives.
+struct LineGuard(Arc<std::sync::Mutex<Line>>);
+
+impl LineGuard {
+    fn open(line: Arc<std::sync::Mutex<Line>>, half: Arc<OwnedWriteHalf>) -> LineGuard {
+        line.lock().unwrap_or_else(|e| e.into_inner()).half = Some(half);
+        LineGuard(line)
+    }
+}
+
+impl Drop for LineGuard {
+    fn drop(&mut self) {
+        let mut l = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        l.half = None;
+        // No direct writes after the end, whatever is still queued.
+        l.queued = u64::MAX / 2;
+    }
+}
+
+/// The header and payload of a frame of the get protocol or a control
+/// frame (not `Raw`, `Goodbye` or `Close`, which [`Batch::push`] handles).
+fn framed(f: OutFrame) -> (Header, Option<Bytes>) {
+    let with = |kind, a, b, c| Header {
+        a,
+        b,
+        c,
+        ..Header::new(kind, 0)
+    };
+    match f {
+        OutFrame::Control(p) => (Header::new(kind::CONTROL, p.len() as u32), Some(p)),
+        OutFrame::GetReq { req, key, token } => (with(kind::GET_REQ, req, key, token), None),
+        OutFrame::Lend {
+            req,
+            addr,
+            total,
+            heap,
+        } => {
+            let body = lend_body(heap);
+            let hdr = Header {
+                len: body.len() as u32,
+                ..with(kind::GET_LEND, req, addr, total)
+            };
+            (hdr, Some(body))
+        }
+        OutFrame::Return { req } => (with(kind::GET_RETURN, req, 0, 0), None),
+        OutFrame::Chunk {
+            req,
+            offset,
+            total,
+            data,
+        } => {
+            let hdr = Header {
+                len: data.len() as u32,
+                ..with(kind::GET_CHUNK, req, offset, total)
+            };
+            (hdr, Some(data))
+        }
+        OutFrame::GetErr { req, key } => {
+            (with(kind::GET_ERR, req, key, frame::ERR_NOT_EXPOSED), None)
+        }
+        OutFrame::Raw(_) | OutFrame::Goodbye | OutFrame::Close => {
+            unreachable!("handled by Batch::push")
+        }
+    }
+}
+
+/// The payload of a `GET_LEND`: this process's pid, then, if the buffer
+/// lies in its shared heap, where.
+fn lend_body(heap: Option<crate::shm::HeapRef>) -> Bytes {
+    let mut body = u64::from(std::process::id()).to_le_bytes().to_vec();
+    if let Some(h) = heap {
+        for v in [u64::from(h.fd), h.ino, h.len, h.offset] {
+            body.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    Bytes::from(body)
+}
