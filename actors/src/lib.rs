@@ -29,11 +29,12 @@
 //! - [`options`]: [`Reduce`] (root, id, group, durability, completion).
 //! - [`mod@env`]: rank, size and master from `taskfold run`, `mpiexec`, `srun`.
 //! - [`local`]: [`LocalCluster`], many ranks in one process over the loopback.
-//! - actors, one module each with its messages and handlers: [`master`]
-//!   (queues and scheduling, barriers, rank 0), [`worker`] (tasks: get,
-//!   fold, ready; barriers),
-//!   [`perf`] (performance counter), [`detector`] (failure detector,
-//!   rank 0), [`replica`] (replica store), `router` (transport ↔ actors).
+//! - the actors, internal, one module each with its messages and handlers:
+//!   `master` (scheduling, barriers, rank 0), `worker` (this rank's
+//!   contributions and tasks), `perf` (performance counter), `detector`
+//!   (failure detector, rank 0), `replica` (replica store), `router`
+//!   (transport ↔ actors). What they do and what a crash of each loses is
+//!   in the book's Architecture chapter.
 //! - `notices`: where application threads wait on the master's notice
 //!   board (released barriers, completed reductions) beside their own
 //!   answer.
@@ -46,7 +47,7 @@
 
 pub mod builder;
 pub mod config;
-pub mod detector;
+mod detector;
 pub mod env;
 pub mod future;
 // The test hooks are read from `TASKFOLD_TEST_HOOK` in every build; only
@@ -57,17 +58,17 @@ pub mod hooks;
 #[cfg(not(feature = "test-hooks"))]
 mod hooks;
 pub mod local;
-pub mod master;
+mod master;
 pub mod metrics;
 mod notices;
 pub mod options;
 mod outbox;
-pub mod perf;
+mod perf;
 mod pool;
-pub mod replica;
+mod replica;
 mod router;
 pub mod runtime;
-pub mod worker;
+mod worker;
 
 pub use builder::Builder;
 pub use config::{Completion, Config, Durability, Settings, SettingsError};

@@ -164,11 +164,11 @@ impl Router {
                 key,
                 error: error.map(Into::into),
             }),
-            Msg::Board { pid, fd, ino, node } if from_master => {
+            Msg::Board { at } if from_master => {
                 if self.notices.get().is_some() {
                     return;
                 }
-                let r = taskfold_transports::board::BoardRef { pid, fd, ino, node };
+                let r = taskfold_transports::board::BoardRef::decode(&at);
                 match taskfold_transports::board::Board::open(&r) {
                     Ok(b) => self.notices.set(std::sync::Arc::new(b)),
                     // Another node, or a kernel that refuses: released

@@ -272,12 +272,8 @@ impl Actor for Master {
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.me = Some(ctx.address());
         if let Some(b) = &self.board {
-            let r = b.reference();
             let msg = Msg::Board {
-                pid: r.pid,
-                fd: r.fd,
-                ino: r.ino,
-                node: r.node,
+                at: b.reference().encode(),
             };
             let own = self.out.transport().rank().0;
             for rank in (0..self.size).filter(|&x| x != own) {

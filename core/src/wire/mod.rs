@@ -117,10 +117,7 @@ mod tests {
     #[test]
     fn the_board_message_round_trips() {
         let m = Msg::Board {
-            pid: 4242,
-            fd: 7,
-            ino: 99,
-            node: 0xfeed,
+            at: Locator([9; LOCATOR_LEN]),
         };
         assert_eq!(decode(&encode(&m)).unwrap(), m);
     }

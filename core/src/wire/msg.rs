@@ -74,14 +74,9 @@ pub enum Msg {
     /// reductions; any other rank ignores it. Every notice is also sent as
     /// a message.
     Board {
-        /// The master's process.
-        pid: u32,
-        /// Its descriptor of the board.
-        fd: i32,
-        /// The board's inode.
-        ino: u64,
-        /// The master's node token.
-        node: u64,
+        /// Where the board lies, as only the transports' board module
+        /// reads it.
+        at: Locator,
     },
     /// Owner → buddy: fetch my original of `key` and keep a copy. Also
     /// master → buddy, on behalf of an owner that died with a standing
