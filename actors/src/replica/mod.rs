@@ -139,6 +139,9 @@ pub(crate) struct OfferIn {
 impl Handler<OfferIn> for ReplicaStore {
     type Result = ();
 
+    /// Keeps a copy of the offered original by the cheapest way that
+    /// works: a mapping of the owner's disk copy, a view of its buffer in
+    /// place (both on the owner's node), else a fetch.
     fn handle(&mut self, m: OfferIn, ctx: &mut Context<Self>) {
         let (key, owner) = (m.key, m.owner);
         tracing::debug!(rank = self.rank, %owner, key, heap = m.heap.is_some(), "replica offer");
@@ -148,57 +151,80 @@ impl Handler<OfferIn> for ReplicaStore {
             return;
         }
         let same_node = m.node != 0 && m.node == shared_file::node_token();
-        if let Some(path) = m.file.as_deref().filter(|_| same_node) {
-            match map_copy(path, m.len, m.crc) {
-                Ok(bytes) => {
-                    metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
-                    // Maps the owner's heap now (the view itself is not
-                    // needed): its later originals are standing copies
-                    // there, which can still be read after the owner died
-                    // (`view_retained`).
-                    let mapped = m
-                        .warm
-                        .as_ref()
-                        .or(m.heap.as_ref())
-                        .and_then(|at| self.out.transport().same_node()?.view(owner, at))
-                        .is_some();
-                    return self.keep(key, owner, bytes, mapped, m.wants_ack);
-                }
-                // Gone (the reduction ended there) or not the one offered:
-                // copy the bytes as from another node.
-                Err(e) => {
-                    tracing::debug!(rank = self.rank, %owner, error = %e, "cannot map the owner's disk copy")
-                }
+        if same_node && (self.map_disk_copy(&m) || self.view_in_place(&m)) {
+            return;
+        }
+        self.fetch(m, same_node, ctx);
+    }
+}
+
+impl ReplicaStore {
+    /// Keeps a same-node owner's disk copy by mapping it; false if there is
+    /// none or it is not the one offered.
+    fn map_disk_copy(&mut self, m: &OfferIn) -> bool {
+        let Some(path) = m.file.as_deref() else {
+            return false;
+        };
+        match map_copy(path, m.len, m.crc) {
+            Ok(bytes) => {
+                metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
+                // Maps the owner's heap now (the view itself is not
+                // needed): its later originals are standing copies there,
+                // which can still be read after the owner died
+                // (`view_retained`).
+                let mapped = m
+                    .warm
+                    .as_ref()
+                    .or(m.heap.as_ref())
+                    .and_then(|at| self.out.transport().same_node()?.view(m.owner, at))
+                    .is_some();
+                self.keep(m.key, m.owner, bytes, mapped, m.wants_ack);
+                true
+            }
+            // Gone (the reduction ended there) or not the one offered:
+            // copy the bytes as from another node.
+            Err(e) => {
+                tracing::debug!(rank = self.rank, owner = %m.owner, error = %e, "cannot map the owner's disk copy");
+                false
             }
         }
-        if let Some(at) = m.heap.as_ref().filter(|_| same_node) {
-            // The owner's buffer, read in place through the mapping of its
-            // heap: no request, no copy. The mapping keeps the pages if the
-            // owner dies; the owner keeps them unchanged meanwhile. Read
-            // also if the owner died since it sent the offer, or if the
-            // master makes the offer on behalf of a dead owner whose
-            // standing copy this is (`Joining::standing`): its heap stays
-            // mapped here until this rank has read every offer it sent
-            // (`PeerGone`), and, for an owner with standing copies here,
-            // until it is declared failed (`OwnerDied`).
-            let in_place = self.out.transport().same_node();
-            match in_place.and_then(|s| s.view_retained(owner, at)) {
-                Some(view) if is_offered(&view, m.len, m.crc, replica::held_len) => {
-                    metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
-                    return self.keep(key, owner, view.into_bytes(), true, m.wants_ack);
-                }
-                Some(_) => {
-                    tracing::debug!(rank = self.rank, %owner, "the owner's buffer is not the original offered")
-                }
-                None => {}
+    }
+
+    /// Keeps a same-node owner's buffer as a view of its heap: no request,
+    /// no copy. The mapping keeps the pages if the owner dies; the owner
+    /// keeps them unchanged meanwhile. Read also if the owner died since it
+    /// sent the offer, or if the master makes the offer on behalf of a dead
+    /// owner whose standing copy this is (`Joining::standing`): its heap
+    /// stays mapped here until this rank has read every offer it sent
+    /// (`PeerGone`), and, for an owner with standing copies here, until it
+    /// is declared failed (`OwnerDied`). False if it cannot be read so.
+    fn view_in_place(&mut self, m: &OfferIn) -> bool {
+        let Some(at) = m.heap.as_ref() else {
+            return false;
+        };
+        let in_place = self.out.transport().same_node();
+        match in_place.and_then(|s| s.view_retained(m.owner, at)) {
+            Some(view) if is_offered(&view, m.len, m.crc, replica::held_len) => {
+                metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
+                self.keep(m.key, m.owner, view.into_bytes(), true, m.wants_ack);
+                true
             }
+            Some(_) => {
+                tracing::debug!(rank = self.rank, owner = %m.owner, "the owner's buffer is not the original offered");
+                false
+            }
+            None => false,
         }
+    }
+
+    /// Fetches the offered original from its owner. On the owner's node
+    /// with no disk copy named, the owner's buffer itself is asked for: a
+    /// transport that can lends a read-only view of it instead of a copy.
+    fn fetch(&mut self, m: OfferIn, same_node: bool, ctx: &mut Context<Self>) {
+        let (key, owner) = (m.key, m.owner);
         self.next_offer += 1;
         let offer = self.next_offer;
         self.pending.insert((key, owner.0), offer);
-        // On the owner's node with no disk copy named, the owner's buffer
-        // itself is asked for: a transport that can (TCP with the shared
-        // heap) lends a read-only view of it instead of copying it.
         let fetch = self
             .out
             .transport()
@@ -216,29 +242,7 @@ impl Handler<OfferIn> for ReplicaStore {
                 act.refuse(key, owner, same_node);
                 return;
             }
-            let checked = res.map_err(|e| e.to_string()).and_then(|got| {
-                if !is_offered(&got, m.len, m.crc, replica::held_len) {
-                    return Err("the copy is not the one offered".into());
-                }
-                match got {
-                    // The owner's own bytes, lent (kept unchanged while the
-                    // view lives; if it dies, the view keeps its pages):
-                    // nothing was moved that could have been damaged, and
-                    // the checksum is verified whenever recovery reads them.
-                    Received::Shared(view) => {
-                        metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
-                        Ok((Bytes::from_owner(view), same_node))
-                    }
-                    // A copy: checked against its checksum (an original
-                    // sealed to be viewed carries a tag instead; its bytes
-                    // came over a checksummed stream).
-                    Received::Owned(buf) => {
-                        replica::verify_held(&buf).map_err(|e| e.to_string())?;
-                        Ok((taskfold_core::pool::bytes(buf), false))
-                    }
-                }
-            });
-            match checked {
+            match res.map_err(|e| e.to_string()).and_then(|got| fetched(got, &m, same_node)) {
                 Ok((bytes, mapped)) => act.keep(key, owner, bytes, mapped, m.wants_ack),
                 Err(e) => {
                     tracing::warn!(rank = act.rank, %owner, error = %e, "could not copy an original");
@@ -246,6 +250,31 @@ impl Handler<OfferIn> for ReplicaStore {
                 }
             }
         }));
+    }
+}
+
+/// The fetched original `got`, checked against the offer `m`: the bytes to
+/// keep, and whether they are a view of the owner's memory.
+fn fetched(got: Received, m: &OfferIn, same_node: bool) -> Result<(Bytes, bool), String> {
+    if !is_offered(&got, m.len, m.crc, replica::held_len) {
+        return Err("the copy is not the one offered".into());
+    }
+    match got {
+        // The owner's own bytes, lent (kept unchanged while the view
+        // lives; if it dies, the view keeps its pages): nothing was moved
+        // that could have been damaged, and the checksum is verified
+        // whenever recovery reads them.
+        Received::Shared(view) => {
+            metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
+            Ok((Bytes::from_owner(view), same_node))
+        }
+        // A copy: checked against its checksum (an original sealed to be
+        // viewed carries a tag instead; its bytes came over a checksummed
+        // stream).
+        Received::Owned(buf) => {
+            replica::verify_held(&buf).map_err(|e| e.to_string())?;
+            Ok((taskfold_core::pool::bytes(buf), false))
+        }
     }
 }
 
