@@ -20,6 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use taskfold_core::reducer::type_tag;
+use taskfold_core::watch::{MasterWatch, Timing};
 use taskfold_core::wire::Join;
 use taskfold_core::{Rank, ReduceError, ReduceValue, ReductionId, ReductionKey};
 use taskfold_transports::Transport;
@@ -168,6 +169,13 @@ impl Runtime {
                             detector,
                             out,
                             notices: notices2,
+                            watch: (rank != 0).then(|| {
+                                let timing = Timing {
+                                    period: c2.ping_period,
+                                    timeout: c2.failure_timeout,
+                                };
+                                (MasterWatch::new(std::time::Instant::now()), timing)
+                            }),
                         }
                     });
                     Ok(())

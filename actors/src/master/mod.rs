@@ -19,6 +19,7 @@ mod drive;
 mod handlers;
 mod infer;
 mod join;
+mod left;
 mod state;
 mod stats;
 
