@@ -664,10 +664,7 @@ const MASTER_LOST_BOUND: Duration = Duration::from_millis(1500 + 100 + 3000);
 fn master_dies_job(job: &Job, d: &Path) -> Child {
     let child = job.start_with(d, "", 4, &["--master-dies"], &SYNC_ROOT_1);
     for r in 1..4 {
-        wait_for_pid(
-            &d.join(format!("rank-{r}.pid")),
-            Duration::from_secs(30),
-        );
+        wait_for_pid(&d.join(format!("rank-{r}.pid")), Duration::from_secs(30));
         let marker = d.join(format!("rank-{r}.reduced"));
         let deadline = Instant::now() + Duration::from_secs(30);
         while !marker.exists() {
@@ -800,7 +797,10 @@ pub fn rank_left_without_joining(job: &Job) {
             .find(|l| l.starts_with(&head))
             .unwrap_or_else(|| panic!("rank {r}, later reduction:\n{t}"));
         assert!(ms(l) < 3_000, "{l}\n{t}");
-        assert!(t.contains(&format!("[{r}] rank {r}: 2 ok, 0 failed")), "{t}");
+        assert!(
+            t.contains(&format!("[{r}] rank {r}: 2 ok, 0 failed")),
+            "{t}"
+        );
     }
     assert!(t.contains("[3] rank 3: left without joining"), "{t}");
 }

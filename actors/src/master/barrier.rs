@@ -12,9 +12,9 @@
 //! right when the released ranks started their next operation (after the
 //! benchmark's barriers the master took their joins 0.2 ms late at
 //! 128 KiB). A barrier carries no data, so a rank declared failed
-//! before or during it fails it on every rank that reached it, with
-//! `ReduceError::RanksLost` naming the dead ranks: no barrier can wait for
-//! a rank that will never come.
+//! before or during it, or one that finalized without reaching it, fails
+//! it on every rank that reached it, with `ReduceError::RanksLost` naming
+//! those ranks: no barrier can wait for a rank that will never come.
 
 use super::Master;
 use actix::prelude::*;

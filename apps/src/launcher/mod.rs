@@ -352,8 +352,14 @@ mod tests {
         );
         assert_eq!(exits.len(), 3);
         assert!(exits.iter().all(|e| !e.success()), "{exits:?}");
-        assert_eq!(master_grace(Duration::from_millis(100)), Duration::from_millis(2200));
-        assert_eq!(master_grace(Duration::from_secs(600)), Duration::from_secs(120));
+        assert_eq!(
+            master_grace(Duration::from_millis(100)),
+            Duration::from_millis(2200)
+        );
+        assert_eq!(
+            master_grace(Duration::from_secs(600)),
+            Duration::from_secs(120)
+        );
     }
 
     #[test]

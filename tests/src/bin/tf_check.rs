@@ -177,7 +177,10 @@ fn main() {
     if args.skip_rank == Some(rank) {
         let t = std::time::Instant::now();
         let r = rt.shutdown();
-        println!("rank {rank}: left without joining; shutdown after {} ms: {r:?}", t.elapsed().as_millis());
+        println!(
+            "rank {rank}: left without joining; shutdown after {} ms: {r:?}",
+            t.elapsed().as_millis()
+        );
         std::process::exit(if r.is_ok() { 0 } else { 1 });
     }
     let n = args.size / 4;
