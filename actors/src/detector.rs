@@ -6,8 +6,11 @@
 //! failure sooner.
 //!
 //! A declared-failed rank is fenced by the master (its messages are ignored
-//! and it is told so); the detector stops watching it. A crash of rank 0
-//! loses the detector with the master: the other ranks see the link break.
+//! and it is told so); the detector stops watching it. The other way round,
+//! every other rank watches the master by these pings and its link to it
+//! ([`taskfold_core::watch`], fed by the router): a master that dies or
+//! falls silent is declared lost there, and everything that waits for it
+//! ends with [`taskfold_core::ReduceError::MasterLost`].
 
 use crate::master::{Master, RankDown};
 use crate::outbox::Outbox;

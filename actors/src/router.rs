@@ -14,10 +14,12 @@ use crate::master::{
 use crate::perf::{GetLocalStats, LocalStats, PerformanceCounter};
 use crate::replica::{OfferIn, PeerGone, ReplicaStore};
 use crate::worker::{
-    BarrierDoneIn, BarrierReq, CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, RankFailedIn,
+    BarrierDoneIn, BarrierReq, CompleteIn, FinalizeAckIn, FinalizeReq, MasterGone, RankFailedIn,
     ReleaseIn, ReplicaAckIn, StartReduce, TaskIn, Worker,
 };
 use actix::prelude::*;
+use std::time::Instant;
+use taskfold_core::watch::{Lost, MasterWatch, Timing};
 use taskfold_core::wire::{self, Msg};
 use taskfold_core::Rank;
 use taskfold_transports::{Event, LAUNCHER};
@@ -43,10 +45,19 @@ pub(crate) struct Router {
     pub(crate) out: crate::outbox::Outbox,
     /// The master's notice board, mapped when it says where it lies.
     pub(crate) notices: crate::notices::Notices,
+    /// This rank's watch over the master (`None` on rank 0): its pings
+    /// and its link feed it, a timer checks it every ping period.
+    pub(crate) watch: Option<(MasterWatch, Timing)>,
 }
 
 impl Actor for Router {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some((_, timing)) = &self.watch {
+            ctx.run_interval(timing.period, |act, _| act.check_master());
+        }
+    }
 }
 
 impl StreamHandler<Event> for Router {
@@ -68,7 +79,10 @@ impl StreamHandler<Event> for Router {
                         latency: None,
                     });
                 }
-                self.worker.do_send(PeerDown { peer, reason });
+                if peer == Rank(0) {
+                    let lost = self.watch.as_mut().and_then(|(w, _)| w.link_down(&reason));
+                    self.master_lost(lost);
+                }
                 // After every offer `peer` sent, which this router handed to
                 // the store before this event.
                 self.store.do_send(PeerGone { peer });
@@ -189,6 +203,9 @@ impl Router {
                 self.worker.do_send(RankFailedIn { rank: Rank(rank) });
             }
             Msg::Ping { seq } if from_master => {
+                if let Some((w, _)) = &mut self.watch {
+                    w.heard(Instant::now());
+                }
                 let _ = self.out.send(Rank(0), &Msg::Pong { seq });
                 // The master's ping is this rank's clock for slow gauges.
                 crate::metrics::record_buffer_pool();
@@ -197,6 +214,26 @@ impl Router {
                 metrics::counter!(crate::metrics::BAD_FRAMES).increment(1);
                 tracing::error!(%from, msg = ?other, "message not accepted from this sender; dropped");
             }
+        }
+    }
+
+    /// The periodic check of the master's silence.
+    fn check_master(&mut self) {
+        let lost = self
+            .watch
+            .as_mut()
+            .and_then(|(w, t)| w.check(Instant::now(), *t));
+        self.master_lost(lost);
+    }
+
+    /// The watch just declared the master lost (`Some`): the worker ends
+    /// everything that waits for it.
+    fn master_lost(&self, lost: Option<Lost>) {
+        if let Some(lost) = lost {
+            tracing::error!(rank = %self.rank, reason = %lost, "the master is lost");
+            self.worker.do_send(MasterGone {
+                reason: lost.to_string(),
+            });
         }
     }
 

@@ -20,6 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use taskfold_core::reducer::type_tag;
+use taskfold_core::watch::{MasterWatch, Timing};
 use taskfold_core::wire::Join;
 use taskfold_core::{Rank, ReduceError, ReduceValue, ReductionId, ReductionKey};
 use taskfold_transports::Transport;
@@ -168,6 +169,13 @@ impl Runtime {
                             detector,
                             out,
                             notices: notices2,
+                            watch: (rank != 0).then(|| {
+                                let timing = Timing {
+                                    period: c2.ping_period,
+                                    timeout: c2.failure_timeout,
+                                };
+                                (MasterWatch::new(std::time::Instant::now()), timing)
+                            }),
                         }
                     });
                     Ok(())
@@ -312,8 +320,8 @@ impl Runtime {
     /// Each rank tells the master and waits for its answer: one message
     /// each way per rank, none back to a rank on the master's node, which
     /// reads the release on the master's notice board. A barrier carries
-    /// no data: a rank declared failed before or during it makes it fail
-    /// on the others with
+    /// no data: a rank declared failed before or during it, or one that
+    /// finalized without reaching it, makes it fail on the others with
     /// [`ReduceError::RanksLost`] naming the dead ranks (a barrier cannot
     /// wait for a rank that will never come). Fails with
     /// [`ReduceError::MasterLost`] if the master is gone, and
@@ -392,6 +400,12 @@ impl Runtime {
     /// [`Config::finalize_timeout`]), then stops this rank's actors and
     /// closes its links. Reductions still live on this rank end with
     /// [`ReduceError::Shutdown`].
+    ///
+    /// Finalizing tells the master that this rank joins nothing more: the
+    /// reductions of other ranks that wait for a contribution of this rank
+    /// end at once with [`ReduceError::RanksLost`] naming it. With its
+    /// master lost, this fails at once with [`ReduceError::MasterLost`]
+    /// (no wait for the finalize timeout).
     pub fn shutdown(mut self) -> Result<(), ReduceError> {
         let rx = self.begin_shutdown();
         self.finish_shutdown(rx)

@@ -32,6 +32,8 @@
 //! - [`pool`]: recycled large buffers (serialised values, receive buffers).
 //! - [`settings`]: every setting of a process ([`settings::Settings`]),
 //!   parsed from `TASKFOLD_*` variables by one pure parser.
+//! - [`watch`]: when a rank counts its master as lost (silence, a broken
+//!   link).
 //! - [`error`]: typed errors shared by every layer.
 
 pub mod archived;
@@ -52,6 +54,7 @@ pub mod replica;
 pub mod roster;
 pub mod schedule;
 pub mod settings;
+pub mod watch;
 pub mod wire;
 
 pub use builtin::{Max, Min, Prod, Sum};

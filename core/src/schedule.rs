@@ -251,6 +251,20 @@ impl Schedule {
         self.check_recoverable(has_replica)
     }
 
+    /// Position `index` left the job (its rank finalized) without
+    /// joining: its original will never come, and no copy of it exists.
+    /// Errors unless it joined (a member that joined keeps serving its
+    /// data until the job ends) or the reduction is complete.
+    pub fn left(&self, index: usize) -> Result<(), Unrecoverable> {
+        if index >= self.n || self.complete || self.joined.contains(index) {
+            return Ok(());
+        }
+        Err(Unrecoverable {
+            lost: vec![index],
+            root: index == self.root,
+        })
+    }
+
     /// The receiver of `task_id` could not fetch the provider's data (place
     /// 3): the receiver's message goes back; the provider's path is split
     /// if the provider is dead, else its message goes back too.

@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(180);
 
+mod master;
+pub use master::{master_killed, master_stopped, rank_left_without_joining};
+
 /// What a scenario launches.
 #[derive(Clone, Debug)]
 pub struct Job {

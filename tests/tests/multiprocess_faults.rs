@@ -97,3 +97,18 @@ fn a_stale_unannounced_disk_copy_is_refused_with_a_typed_error() {
 fn a_corrupt_unannounced_disk_copy_is_a_typed_error_not_a_wrong_result() {
     faults::a_corrupt_disk_copy_is_a_typed_error(&job());
 }
+
+#[test]
+fn sigkill_of_the_master_is_master_lost_everywhere_and_ends_the_job() {
+    faults::master_killed(&job());
+}
+
+#[test]
+fn a_stopped_master_is_master_lost_everywhere_after_the_failure_timeout() {
+    faults::master_stopped(&job());
+}
+
+#[test]
+fn a_rank_that_finalizes_without_joining_ends_the_others_reductions_at_once() {
+    faults::rank_left_without_joining(&job());
+}

@@ -12,9 +12,9 @@
 //! right when the released ranks started their next operation (after the
 //! benchmark's barriers the master took their joins 0.2 ms late at
 //! 128 KiB). A barrier carries no data, so a rank declared failed
-//! before or during it fails it on every rank that reached it, with
-//! `ReduceError::RanksLost` naming the dead ranks: no barrier can wait for
-//! a rank that will never come.
+//! before or during it, or one that finalized without reaching it, fails
+//! it on every rank that reached it, with `ReduceError::RanksLost` naming
+//! those ranks: no barrier can wait for a rank that will never come.
 
 use super::Master;
 use actix::prelude::*;
@@ -42,7 +42,7 @@ impl Handler<BarrierIn> for Master {
             tracing::debug!(from = %m.from, "ignoring a barrier from a fenced or unknown rank");
             return;
         }
-        if let Some(error) = self.barrier_error(m.seq) {
+        if let Some(error) = self.barrier_error(m.seq, self.barriers.get(&m.seq)) {
             self.send(
                 m.from,
                 &Msg::BarrierDone {
@@ -87,24 +87,35 @@ impl Handler<BarrierIn> for Master {
 }
 
 impl Master {
-    /// Why barrier `seq` cannot complete: ranks of the job declared failed.
-    fn barrier_error(&self, seq: u64) -> Option<ReduceError> {
-        if self.dead.is_empty() {
+    /// Why barrier `seq`, reached so far by `arrived`, cannot complete:
+    /// ranks of the job declared failed, or that finalized without
+    /// reaching it (they reach no barrier any more).
+    fn barrier_error(
+        &self,
+        seq: u64,
+        arrived: Option<&std::collections::BTreeMap<u32, bool>>,
+    ) -> Option<ReduceError> {
+        let left = self
+            .finalized
+            .iter()
+            .filter(|r| !arrived.is_some_and(|a| a.contains_key(r)));
+        let ranks: BTreeSet<u32> = self.dead.iter().chain(left).copied().collect();
+        if ranks.is_empty() {
             return None;
         }
-        let ranks: BTreeSet<u32> = self.dead.iter().copied().collect();
         Some(ReduceError::RanksLost {
             id: format!("barrier-{seq}"),
             ranks: ranks.into_iter().collect(),
         })
     }
 
-    /// A rank was declared failed: every barrier still waiting fails on
-    /// the ranks that reached it.
+    /// A rank was declared failed or finalized: every barrier still
+    /// waiting that it cannot complete fails on the ranks that reached it.
     pub(super) fn fail_barriers(&mut self) {
         let pending = std::mem::take(&mut self.barriers);
         for (seq, arrived) in pending {
-            let Some(error) = self.barrier_error(seq) else {
+            let Some(error) = self.barrier_error(seq, Some(&arrived)) else {
+                self.barriers.insert(seq, arrived);
                 continue;
             };
             let msg = Msg::BarrierDone {

@@ -306,7 +306,9 @@ impl Handler<FinalizeIn> for Master {
 
     fn handle(&mut self, m: FinalizeIn, _: &mut Context<Self>) {
         if m.from.0 < self.size && !self.dead.contains(&m.from.0) {
-            self.finalized.insert(m.from.0);
+            if self.finalized.insert(m.from.0) {
+                self.rank_left(m.from);
+            }
             self.check_finalize();
         }
     }

@@ -171,7 +171,9 @@ impl Master {
                 r.roster.replicated(i, holder, ok);
             }
         }
-        let outcome = self.admit_the_dead(key, &mut r);
+        let outcome = self
+            .admit_the_dead(key, &mut r)
+            .and_then(|()| self.admit_the_departed(&r));
         self.reductions.insert(key, r);
         match outcome {
             Ok(()) => true,

@@ -9,9 +9,12 @@
 //! feeds them the messages and carries their decisions out.
 //!
 //! What a crash of the master loses: everything here (queues, the task log,
-//! the performance table, the barriers in progress). Every rank then fails
-//! its live reductions and barriers with
-//! [`taskfold_core::ReduceError::MasterLost`]; the master is not replicated.
+//! the performance table, the barriers in progress). Every other rank
+//! declares it lost — at once when its link breaks, within the failure
+//! timeout and one ping period when it falls silent
+//! ([`taskfold_core::watch`]) — and fails its live reductions, barriers and
+//! finalize with [`taskfold_core::ReduceError::MasterLost`]; the master is
+//! not replicated.
 
 mod barrier;
 mod down;
@@ -19,6 +22,7 @@ mod drive;
 mod handlers;
 mod infer;
 mod join;
+mod left;
 mod state;
 mod stats;
 

@@ -22,8 +22,8 @@ impl Handler<BarrierReq> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: BarrierReq, _: &mut Context<Self>) {
-        if self.fenced {
-            m.reply.send(Err(ReduceError::Fenced));
+        if let Some(e) = self.gone() {
+            m.reply.send(Err(e));
             return;
         }
         // The answers of barriers released on the board never come: they

@@ -65,28 +65,39 @@ impl Handler<CompleteIn> for Worker {
     }
 }
 
-/// The link to a peer broke.
+/// This rank's watch declared the master lost (its link broke, or it was
+/// silent past the failure timeout): every reduction, barrier and
+/// finalize waiting for it ends with [`ReduceError::MasterLost`], and so
+/// does every later one, at once.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct PeerDown {
-    pub(crate) peer: Rank,
+pub(crate) struct MasterGone {
     pub(crate) reason: String,
 }
 
-impl Handler<PeerDown> for Worker {
+impl Handler<MasterGone> for Worker {
     type Result = ();
 
-    fn handle(&mut self, m: PeerDown, _: &mut Context<Self>) {
-        if m.peer == Rank(0) && self.rank != Rank(0) {
-            let error = ReduceError::MasterLost(m.reason);
-            self.fail_all(error.clone());
-            self.fail_waiters(&error);
+    fn handle(&mut self, m: MasterGone, _: &mut Context<Self>) {
+        // A fenced rank is out of the run (the master stops pinging it);
+        // it already ended everything with `Fenced`.
+        if self.rank == Rank(0) || self.fenced || self.master_lost.is_some() {
+            return;
         }
+        let error = ReduceError::MasterLost(m.reason);
+        self.master_lost = Some(error.clone());
+        self.fail_all(error.clone());
+        self.fail_waiters(&error);
     }
 }
 
 /// The application shuts the runtime down: tell the master and wait for
 /// every rank (replied through `reply`).
+///
+/// The master reads a finalize as "this rank joins nothing more": it ends
+/// every reduction this rank has not joined. So the message waits until
+/// every contribution live here has sent its join (they were started
+/// before the shutdown; see [`Finalize`]).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct FinalizeReq {
@@ -97,17 +108,27 @@ impl Handler<FinalizeReq> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: FinalizeReq, _: &mut Context<Self>) {
-        if self.fenced {
-            let _ = m.reply.send(Err(ReduceError::Fenced));
-            return;
-        }
-        if let Err(e) = self.out.send(Rank(0), &Msg::Finalize) {
-            // A dead transport cannot finalize: do not wait for an answer.
-            let _ = m.reply.send(Err(ReduceError::Transport(e.to_string())));
+        if let Some(e) = self.gone() {
+            let _ = m.reply.send(Err(e));
             return;
         }
         self.finalize.push(m.reply);
+        // Asked again (after an answer, or while waiting for one): the
+        // message goes again, and the master answers again.
+        self.finalizing = Finalize::AwaitingJoins;
+        self.finalize_if_joined();
     }
+}
+
+/// Where this rank's finalize stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Finalize {
+    /// Not asked.
+    No,
+    /// Asked; the message goes once every live contribution joined.
+    AwaitingJoins,
+    /// Sent to the master; the answer comes once every rank finalized.
+    Sent,
 }
 
 /// Every rank finalized.
@@ -136,6 +157,33 @@ impl Worker {
         self.end(key, error, how);
     }
 
+    /// Why no request to the master can be answered any more: this rank
+    /// was fenced, or the master is lost.
+    pub(super) fn gone(&self) -> Option<ReduceError> {
+        if self.fenced {
+            return Some(ReduceError::Fenced);
+        }
+        self.master_lost.clone()
+    }
+
+    /// Sends the finalize the application asked for, once no contribution
+    /// live here is still on its way to its join.
+    pub(super) fn finalize_if_joined(&mut self) {
+        if self.finalizing != Finalize::AwaitingJoins
+            || self.locals.values().any(|l| !l.state.joined())
+        {
+            return;
+        }
+        self.finalizing = Finalize::Sent;
+        if let Err(e) = self.out.send(Rank(0), &Msg::Finalize) {
+            // A dead transport cannot finalize: do not wait for an answer.
+            let error = ReduceError::Transport(e.to_string());
+            for tx in self.finalize.drain(..) {
+                let _ = tx.send(Err(error.clone()));
+            }
+        }
+    }
+
     /// Ends a local reduction as its state machine says.
     fn end(&mut self, key: u64, error: Option<ReduceError>, how: End) {
         let Some(mut local) = self.locals.remove(&key) else {
@@ -143,6 +191,8 @@ impl Worker {
                 .do_send(crate::replica::DropKey { key, disk: false });
             return;
         };
+        // The last contribution on its way to a join may end here.
+        self.finalize_if_joined();
         // Before the removal of the reduction's files: a write still in
         // flight must not recreate this rank's file afterwards, where the
         // master could take it for the original of a later reduction

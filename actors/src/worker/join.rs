@@ -34,8 +34,8 @@ impl Handler<StartReduce> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: StartReduce, ctx: &mut Context<Self>) {
-        if self.fenced {
-            m.slot.fill(Err(taskfold_core::ReduceError::Fenced));
+        if let Some(e) = self.gone() {
+            m.slot.fill(Err(e));
             self.live
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -248,6 +248,8 @@ impl Worker {
         });
         tracing::debug!(rank = %rank, key, "joined");
         self.to_master(&msg);
+        // After the join: a finalize may have waited for it.
+        self.finalize_if_joined();
         // The test hooks after the join mark it held once the join went
         // out (a test may kill this rank as soon as it sees the mark).
         let Some(local) = self.locals.get_mut(&key) else {

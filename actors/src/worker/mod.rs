@@ -25,7 +25,7 @@ mod recovery;
 mod task;
 
 pub(crate) use barrier::{BarrierDoneIn, BarrierReq};
-pub(crate) use end::{CompleteIn, FinalizeAckIn, FinalizeReq, PeerDown, ReleaseIn};
+pub(crate) use end::{CompleteIn, FinalizeAckIn, FinalizeReq, MasterGone, ReleaseIn};
 pub(crate) use join::StartReduce;
 pub(crate) use recovery::{RankFailedIn, ReplicaAckIn};
 pub(crate) use task::TaskIn;
@@ -107,6 +107,11 @@ pub struct Worker {
     /// that a duplicate id is refused at once, on the caller's thread.
     live: Arc<Mutex<HashSet<u64>>>,
     finalize: Vec<flume::Sender<Result<(), ReduceError>>>,
+    /// Where this rank's finalize stands.
+    finalizing: end::Finalize,
+    /// Set once this rank's watch declared the master lost: every request
+    /// that needs the master fails with it at once.
+    master_lost: Option<ReduceError>,
     /// Barriers this rank is in, by number, waiting for the master.
     barriers: HashMap<u64, crate::notices::Reply<Result<(), ReduceError>>>,
     /// Reductions this rank, their root, ended when its value became whole,
@@ -150,6 +155,8 @@ impl Worker {
             fenced: false,
             live: p.live,
             finalize: Vec::new(),
+            finalizing: end::Finalize::No,
+            master_lost: None,
             barriers: HashMap::new(),
             ended_early: HashSet::new(),
             same_node_buddy: None,

@@ -10,7 +10,10 @@
 //! starts (see `taskfold::Settings`): a bad `TASKFOLD_*` value stops the
 //! job with one error naming it. When a rank exits, the launcher tells the master at once (before any
 //! timeout could notice), so reductions that need that rank end without
-//! waiting. The launcher exits non-zero if any rank failed.
+//! waiting. If rank 0 (the master) ends abnormally, the job cannot go on:
+//! the launcher says so, gives the other ranks twice the failure timeout
+//! (plus 2 s) to end on their own with `MasterLost`, then kills those
+//! still running. The launcher exits non-zero if any rank failed.
 //!
 //! A rank may print `@taskfold-progress DONE TOTAL [LABEL]` lines: the
 //! launcher draws them as one progress bar instead of printing them.
@@ -174,7 +177,8 @@ pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
         ));
         children.push((rank, child));
     }
-    let exits = watch(children, launch, &rendezvous, &job);
+    let grace = master_grace(settings.runtime.failure_timeout);
+    let exits = watch(children, launch, &rendezvous, &job, grace);
     for p in pumps {
         let _ = p.join();
     }
@@ -183,16 +187,29 @@ pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
     Ok(exits)
 }
 
+/// How long the other ranks have to end on their own once the master
+/// (rank 0) died: each declares it lost within one failure timeout (and
+/// a ping period) and ends its reductions with `MasterLost`; its
+/// shutdown then says goodbye to its peers (at most 2 s). Twice the
+/// timeout, plus those 2 s, and never more than two minutes.
+fn master_grace(failure_timeout: Duration) -> Duration {
+    (failure_timeout * 2 + Duration::from_secs(2)).min(Duration::from_secs(120))
+}
+
 /// Waits for every child; reports each exit to the master as it happens.
+/// If rank 0 (the master) ends abnormally, the ranks still running after
+/// `grace` are killed: with no master, no reduction can end any more.
 fn watch(
     mut children: Vec<(u32, Child)>,
     launch: &Launch,
     rendezvous: &Path,
     job: &str,
+    grace: Duration,
 ) -> Vec<RankExit> {
     let started = Instant::now();
     let mut exits = Vec::new();
     let killed = AtomicBool::new(false);
+    let mut master_died: Option<Instant> = None;
     while !children.is_empty() {
         let mut i = 0;
         while i < children.len() {
@@ -207,6 +224,14 @@ fn watch(
                         if rank != 0 && !children.is_empty() {
                             report(&exit, rendezvous, job);
                         }
+                        if rank == 0 && !children.is_empty() {
+                            eprintln!(
+                                "taskfold run: the master (rank 0) died: {}; ending the job \
+                                 (the other ranks are killed if still running in {grace:?})",
+                                exit.describe()
+                            );
+                            master_died = Some(Instant::now());
+                        }
                     }
                     exits.push(exit);
                 }
@@ -215,6 +240,13 @@ fn watch(
                     eprintln!("taskfold run: cannot watch rank {}: {e}", children[i].0);
                     i += 1;
                 }
+            }
+        }
+        if master_died.is_some_and(|t| t.elapsed() > grace) && !children.is_empty() {
+            master_died = None;
+            eprintln!("taskfold run: killing the ranks still running without a master");
+            for (_, c) in &mut children {
+                let _ = c.kill();
             }
         }
         if let Some(limit) = launch.timeout {
@@ -295,6 +327,39 @@ mod tests {
             "{e}"
         );
         assert!(!marker.exists(), "a rank started");
+    }
+
+    #[test]
+    fn a_dead_master_ends_the_job_after_the_grace() {
+        let launch = Launch {
+            ranks: 3,
+            program: "sh".into(),
+            // Rank 0 dies at once; the others would run for ten minutes.
+            args: vec![
+                "-c".into(),
+                "if [ $TASKFOLD_RANK = 0 ]; then kill -9 $$; fi; exec sleep 600".into(),
+            ],
+            timeout: Some(Duration::from_secs(300)),
+            env: vec![("TASKFOLD_FAILURE_TIMEOUT_MS".into(), "100".into())],
+            log: None,
+        };
+        let t = Instant::now();
+        let exits = run(&launch).unwrap();
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "ended after {:?}",
+            t.elapsed()
+        );
+        assert_eq!(exits.len(), 3);
+        assert!(exits.iter().all(|e| !e.success()), "{exits:?}");
+        assert_eq!(
+            master_grace(Duration::from_millis(100)),
+            Duration::from_millis(2200)
+        );
+        assert_eq!(
+            master_grace(Duration::from_secs(600)),
+            Duration::from_secs(120)
+        );
     }
 
     #[test]

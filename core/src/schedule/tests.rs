@@ -16,6 +16,37 @@ fn single_rank_completes_at_once() {
 }
 
 #[test]
+fn a_member_that_left_without_joining_ends_the_reduction() {
+    let mut s = Schedule::new(4, 1);
+    s.join(0).unwrap();
+    s.join(1).unwrap();
+    // Position 0 joined: its leaving changes nothing.
+    assert_eq!(s.left(0), Ok(()));
+    assert_eq!(
+        s.left(3),
+        Err(Unrecoverable {
+            lost: vec![3],
+            root: false
+        })
+    );
+    // The root that left without joining: nobody can hold the result.
+    let s = Schedule::new(4, 2);
+    assert_eq!(
+        s.left(2),
+        Err(Unrecoverable {
+            lost: vec![2],
+            root: true
+        })
+    );
+    // Outside the group, or after completion: nothing is lost.
+    assert_eq!(s.left(7), Ok(()));
+    let mut s = Schedule::new(1, 0);
+    s.join(0).unwrap();
+    assert_eq!(s.next(never), Some(Step::Complete));
+    assert_eq!(s.left(0), Ok(()));
+}
+
+#[test]
 fn root_always_receives() {
     let mut s = Schedule::new(3, 2);
     s.join(2).unwrap();

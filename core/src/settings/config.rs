@@ -16,14 +16,17 @@ pub struct Config {
     /// never borrowed.
     pub fold_threads: usize,
     /// How long `shutdown` waits for the other ranks to finalize
-    /// (`TASKFOLD_FINALIZE_TIMEOUT_MS`, default 120 s).
+    /// (`TASKFOLD_FINALIZE_TIMEOUT_MS`, default 120 s). A rank whose master
+    /// is lost does not wait: its shutdown fails at once with `MasterLost`.
     pub finalize_timeout: Duration,
     /// Tasks remembered in the master's task log (default 100,000).
     pub task_log_limit: usize,
-    /// How often the master pings every rank (`TASKFOLD_PING_MS`, 250 ms).
+    /// How often the master pings every rank, and every other rank checks
+    /// that it hears the master (`TASKFOLD_PING_MS`, 250 ms).
     pub ping_period: Duration,
-    /// A rank silent for this long is declared failed
-    /// (`TASKFOLD_FAILURE_TIMEOUT_MS`, 3 s).
+    /// A rank silent for this long is declared failed by the master, and
+    /// a master silent for this long is declared lost by the others
+    /// (`TASKFOLD_FAILURE_TIMEOUT_MS`, 3 s; see [`crate::watch`]).
     pub failure_timeout: Duration,
     /// Where replicas are kept on disk (`TASKFOLD_REPLICA_DIR`; default a
     /// per-process directory under the system's temporary directory).

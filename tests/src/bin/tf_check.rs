@@ -64,6 +64,19 @@ struct Args {
     /// know which of their buddies are on their node, as in a long run.
     #[arg(long)]
     warmup: bool,
+    /// The test kills (or stops) rank 0 while the reductions are in
+    /// flight: rank 0 contributes nothing and waits; every other rank
+    /// expects `MasterLost` from each reduction (odd ones through `get`),
+    /// from a later reduction, a barrier and its shutdown, and prints
+    /// when each came (milliseconds since the Unix epoch).
+    #[arg(long)]
+    master_dies: bool,
+    /// This rank joins no reduction: it finalizes at once (after its
+    /// `--delay`). Every other rank expects each reduction, and one
+    /// started after that, to fail with `RanksLost` naming it, and prints
+    /// how long each took.
+    #[arg(long)]
+    skip_rank: Option<u32>,
 }
 
 /// A reduction of either kind of contribution.
@@ -158,7 +171,20 @@ fn main() {
     if let Some(d) = delayed(&args.delay, rank) {
         std::thread::sleep(d);
     }
+    if args.master_dies {
+        master_dies(rt, &args);
+    }
+    if args.skip_rank == Some(rank) {
+        let t = std::time::Instant::now();
+        let r = rt.shutdown();
+        println!(
+            "rank {rank}: left without joining; shutdown after {} ms: {r:?}",
+            t.elapsed().as_millis()
+        );
+        std::process::exit(if r.is_ok() { 0 } else { 1 });
+    }
     let n = args.size / 4;
+    let started = std::time::Instant::now();
     let futures: Vec<_> = (0..args.reductions)
         .map(|k| {
             let len = if args.mismatch_rank == Some(rank) {
@@ -216,6 +242,15 @@ fn main() {
                 ok += 1;
             }
             Err(ReduceError::RanksLost { ranks, .. })
+                if args.skip_rank.is_some_and(|r| ranks == [r]) =>
+            {
+                println!(
+                    "reduction {k}: lost ranks {ranks:?} after {} ms",
+                    started.elapsed().as_millis()
+                );
+                ok += 1;
+            }
+            Err(ReduceError::RanksLost { ranks, .. })
                 if args.exit_rank.is_some_and(|r| ranks.contains(&r)) =>
             {
                 println!("reduction {k}: expected error: lost ranks {ranks:?}");
@@ -223,6 +258,22 @@ fn main() {
             }
             Err(e) => {
                 eprintln!("reduction {k}: error: {e}");
+                failed += 1;
+            }
+        }
+    }
+    if let Some(skipped) = args.skip_rank {
+        // Started after the others' reductions ended: the skipped rank
+        // had left by then.
+        let t = std::time::Instant::now();
+        let opts = Reduce::root(args.root).id("after-it-left");
+        match rt.reduce(Sum(vec![1.0f32; 4]), opts).expect("reduce").get() {
+            Err(ReduceError::RanksLost { ranks, .. }) if ranks == [skipped] => println!(
+                "later reduction: lost ranks {ranks:?} after {} ms",
+                t.elapsed().as_millis()
+            ),
+            other => {
+                eprintln!("later reduction: expected RanksLost naming {skipped}: {other:?}");
                 failed += 1;
             }
         }
@@ -249,5 +300,59 @@ fn main() {
             eprintln!("shutdown: {e}");
         }
     }
+    std::process::exit(if failed == 0 { 0 } else { 1 });
+}
+
+/// Milliseconds since the Unix epoch (the test compares them with the
+/// instant it killed the master).
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+/// `--master-dies`: rank 0 waits to be killed; the others check that
+/// everything that needs the master ends with `MasterLost`, then exit
+/// (0 if it all did).
+fn master_dies(rt: Runtime, args: &Args) -> ! {
+    let rank = rt.rank();
+    if rank == 0 {
+        std::thread::sleep(Duration::from_secs(600));
+        std::process::exit(2);
+    }
+    let futures: Vec<_> = (0..args.reductions)
+        .map(|k| {
+            let opts = Reduce::root(args.root).id(format!("check-{k}"));
+            rt.reduce(Sum(vec![rank as f32; 1024]), opts)
+                .expect("reduce")
+        })
+        .collect();
+    if let Some(dir) = &args.pid_dir {
+        std::fs::write(dir.join(format!("rank-{rank}.reduced")), b"").unwrap();
+    }
+    let mut failed = 0;
+    let mut expect = |what: &str, r: Result<(), ReduceError>| match r {
+        Err(ReduceError::MasterLost(why)) => {
+            println!("{what}: master lost at {}: {why}", now_ms())
+        }
+        other => {
+            eprintln!("{what}: expected MasterLost: {other:?}");
+            failed += 1;
+        }
+    };
+    for (k, mut f) in futures.into_iter().enumerate() {
+        let r = if k % 2 == 1 {
+            f.get().map(|_| ())
+        } else {
+            f.wait_timeout(Duration::from_secs(120)).map(|_| ())
+        };
+        expect(&format!("reduction {k}"), r);
+    }
+    let late = rt.reduce(Sum(vec![0.0f32; 4]), Reduce::root(args.root).id("late"));
+    expect("later reduction", late.and_then(|f| f.get()).map(|_| ()));
+    expect("barrier", rt.barrier());
+    expect("shutdown", rt.shutdown());
+    println!("rank {rank}: {failed} unexpected");
     std::process::exit(if failed == 0 { 0 } else { 1 });
 }
