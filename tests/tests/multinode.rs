@@ -3,6 +3,7 @@
 //! cannot be made skips these tests with a message, except in CI (`CI`
 //! set), where they must run.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -37,7 +38,11 @@ fn namespaces_or_skip(test: &str) -> bool {
         std::env::var_os("CI").is_none(),
         "CI must run the multi-node tests (as root, with iproute2): `ip netns add` failed: {why}"
     );
-    eprintln!("skipping {test}: cannot make network namespaces here ({why}); run as root");
+    // Written past the test harness's capture, so that the skip shows.
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipping {test}: cannot make network namespaces here ({why}); run as root"
+    );
     false
 }
 
@@ -227,41 +232,43 @@ fn namespaces_are_removed_after_a_rank_is_killed() {
     assert!(left.is_empty(), "left behind: {left:?}\n{t}");
 }
 
-/// SIGTERM to the launcher stops the ranks, removes the namespaces and
-/// ends the job with an error.
+/// SIGTERM or SIGINT (Ctrl-C) to the launcher stops the ranks, removes
+/// the namespaces and ends the job with an error.
 #[test]
-fn sigterm_of_the_launcher_stops_the_ranks_and_removes_the_nodes() {
-    if !namespaces_or_skip("sigterm_of_the_launcher_stops_the_ranks_and_removes_the_nodes") {
+fn a_signal_to_the_launcher_stops_the_ranks_and_removes_the_nodes() {
+    if !namespaces_or_skip("a_signal_to_the_launcher_stops_the_ranks_and_removes_the_nodes") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let script = format!(
-        "echo $$ > {}/rank-$TASKFOLD_RANK.pid; exec sleep 120",
-        dir.path().display()
-    );
-    let child = start(launch(2, 2, &[], Path::new("sh"), &["-c", &script]));
-    let launcher = child.id();
-    let ranks: Vec<i32> = (0..2)
-        .map(|r| {
-            wait_for_pid(
-                &dir.path().join(format!("rank-{r}.pid")),
-                Duration::from_secs(60),
-            )
-        })
-        .collect();
-    assert_eq!(namespaces_of(launcher).len(), 3, "a switch and two nodes");
-    signal(launcher as i32, Signal::TERM).expect("SIGTERM the launcher");
-    let out = wait_bounded(child, Duration::from_secs(30));
-    let t = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("stopped by SIGTERM"), "{t}");
-    for pid in ranks {
-        assert!(
-            !Path::new(&format!("/proc/{pid}")).exists(),
-            "rank {pid} still runs:\n{t}"
+    for (sig, name) in [(Signal::TERM, "SIGTERM"), (Signal::INT, "SIGINT")] {
+        let dir = tempfile::tempdir().unwrap();
+        let script = format!(
+            "echo $$ > {}/rank-$TASKFOLD_RANK.pid; exec sleep 120",
+            dir.path().display()
         );
+        let child = start(launch(2, 2, &[], Path::new("sh"), &["-c", &script]));
+        let launcher = child.id();
+        let ranks: Vec<i32> = (0..2)
+            .map(|r| {
+                wait_for_pid(
+                    &dir.path().join(format!("rank-{r}.pid")),
+                    Duration::from_secs(60),
+                )
+            })
+            .collect();
+        assert_eq!(namespaces_of(launcher).len(), 3, "a switch and two nodes");
+        signal(launcher as i32, sig).expect("signal the launcher");
+        let out = wait_bounded(child, Duration::from_secs(30));
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{t}");
+        assert!(t.contains(&format!("stopped by {name}")), "{t}");
+        for pid in ranks {
+            assert!(
+                !Path::new(&format!("/proc/{pid}")).exists(),
+                "rank {pid} still runs:\n{t}"
+            );
+        }
+        assert!(namespaces_of(launcher).is_empty(), "{t}");
     }
-    assert!(namespaces_of(launcher).is_empty(), "{t}");
 }
 
 /// A launcher that died without removing its namespaces: the next one
