@@ -2,7 +2,8 @@
 //! must not die with its namespaces in place. A thread waits for either;
 //! when one comes, it asks every process in the job's node namespaces to
 //! end (SIGTERM), kills those still there after [`GRACE`] (SIGKILL), and
-//! notes the signal ([`Interrupts::caught`]). The launcher's watch then
+//! notes the signal ([`Interrupts::caught`]); until the thread is
+//! stopped, it kills any process that appears there. The launcher's watch then
 //! sees its ranks end as usual, and the cluster's guard removes the
 //! namespaces.
 
@@ -15,6 +16,9 @@ use tokio::signal::unix::{signal, SignalKind};
 
 /// How long the ranks have to end after SIGTERM before they are killed.
 const GRACE: Duration = Duration::from_secs(3);
+
+/// After a signal, how often the nodes are swept for processes to kill.
+const RESWEEP: Duration = Duration::from_millis(100);
 
 /// The thread that waits for SIGINT and SIGTERM.
 #[derive(Debug)]
@@ -29,6 +33,7 @@ impl Interrupts {
     pub(super) fn start(namespaces: Vec<String>) -> std::io::Result<Interrupts> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_io()
+            .enable_time()
             .build()?;
         let (mut int, mut term) = {
             let _guard = rt.enter();
@@ -50,13 +55,22 @@ impl Interrupts {
                         _ = &mut rx => None,
                     }
                 });
-                if let Some(name) = got {
-                    let _ = noted.set(name);
-                    eprintln!(
-                        "taskfold run: {name} received: stopping the ranks, removing the nodes"
-                    );
-                    stop_all(&namespaces);
-                }
+                let Some(name) = got else { return };
+                let _ = noted.set(name);
+                eprintln!("taskfold run: {name} received: stopping the ranks, removing the nodes");
+                stop_all(&namespaces);
+                // A rank started while the others were being stopped is
+                // killed too, until the cluster is removed.
+                rt.block_on(async {
+                    loop {
+                        tokio::select! {
+                            _ = &mut rx => break,
+                            _ = tokio::time::sleep(RESWEEP) => {
+                                signal_all(&namespaces, Signal::KILL);
+                            }
+                        }
+                    }
+                });
             })?;
         Ok(Interrupts {
             stop: Some(tx),
