@@ -68,6 +68,7 @@ mod pool;
 mod replica;
 mod router;
 pub mod runtime;
+mod start;
 mod worker;
 
 pub use builder::Builder;

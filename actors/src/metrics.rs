@@ -87,7 +87,15 @@ pub const BAD_FRAMES: &str = "taskfold_bad_frames_total";
 
 /// Registers descriptions of every metric with the installed recorder.
 pub fn describe() {
-    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_reductions();
+    describe_master();
+    describe_recovery();
+    describe_memory();
+}
+
+/// Tasks, reductions and their completions.
+fn describe_reductions() {
+    use metrics::{describe_counter, describe_histogram, Unit};
     describe_counter!(TASKS, "Tasks executed by this rank");
     describe_counter!(
         FOLD_SEGMENTS,
@@ -110,7 +118,15 @@ pub fn describe() {
         REDUCTIONS_BY_BOARD,
         "Futures completed through the master's notice board (same node)"
     );
-    describe_gauge!(MASTER_QUEUE_DEPTH, "Ready messages queued at the master");
+}
+
+/// The master's load.
+fn describe_master() {
+    use metrics::{describe_counter, describe_gauge, Unit};
+    describe_gauge!(
+        MASTER_QUEUE_DEPTH,
+        "Joins and finished tasks queued at the master"
+    );
     describe_gauge!(LIVE_REDUCTIONS, "Live reductions at the master");
     describe_counter!(MASTER_MSGS_IN, "Control messages into the master");
     describe_counter!(MASTER_MSGS_OUT, "Control messages out of the master");
@@ -124,6 +140,11 @@ pub fn describe() {
         Unit::Bytes,
         "Control bytes out of the master"
     );
+}
+
+/// Failures, recoveries and the copies they read.
+fn describe_recovery() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(FAILURES_DETECTED, "Ranks declared failed");
     describe_counter!(BAD_FRAMES, "Control frames refused as invalid");
     describe_histogram!(
@@ -156,19 +177,12 @@ pub fn describe() {
         "Buddy replica bytes held in memory"
     );
     describe_counter!(REPLICA_ERRORS, "Replicas that could not be stored");
-    describe_gauge!(
-        BUFFER_POOL_BYTES,
-        Unit::Bytes,
-        "Free large buffers kept for reuse in this process"
-    );
-    describe_counter!(
-        BUFFER_POOL_REQUESTS,
-        "Large-buffer requests served by a recycled buffer (hit) or not (miss)"
-    );
-    describe_counter!(
-        BUFFER_POOL_PREFILLED,
-        "Large buffers made ahead of the requests, when more reductions were in flight at once than ever before"
-    );
+    describe_copies();
+}
+
+/// Copies made without copying bytes, and originals of dead ranks.
+fn describe_copies() {
+    use metrics::describe_counter;
     describe_counter!(
         REPLICAS_MAPPED,
         "Buddy copies made without copying bytes: a mapping of the owner's disk copy or a view of its buffer (same node)"
@@ -184,6 +198,24 @@ pub fn describe() {
     describe_counter!(
         REPLICAS_CHECKSUMMED,
         "Views of a dead rank's originals replaced by checksummed copies for recovery"
+    );
+}
+
+/// The buffer pool.
+fn describe_memory() {
+    use metrics::{describe_counter, describe_gauge, Unit};
+    describe_gauge!(
+        BUFFER_POOL_BYTES,
+        Unit::Bytes,
+        "Free large buffers kept for reuse in this process"
+    );
+    describe_counter!(
+        BUFFER_POOL_REQUESTS,
+        "Large-buffer requests served by a recycled buffer (hit) or not (miss)"
+    );
+    describe_counter!(
+        BUFFER_POOL_PREFILLED,
+        "Large buffers made ahead of the requests, when more reductions were in flight at once than ever before"
     );
 }
 

@@ -96,8 +96,69 @@ impl StreamHandler<Event> for Router {
 }
 
 impl Router {
+    /// Hands `msg` from `from` (`wire` bytes long) to the actor that owns
+    /// it, if `from` may send it.
     fn route(&mut self, from: Rank, msg: Msg, wire: usize) {
-        let from_master = from == Rank(0);
+        let Some(msg) = self.route_to_master(from, msg, wire) else {
+            return;
+        };
+        let msg = match from == Rank(0) {
+            true => match self.route_from_master(msg) {
+                Some(msg) => msg,
+                None => return,
+            },
+            false => msg,
+        };
+        match msg {
+            Msg::Pong { .. } => {
+                if let Some(d) = &self.detector {
+                    d.do_send(PongIn { from });
+                }
+            }
+            Msg::ReplicaOffer {
+                key,
+                owner,
+                len,
+                crc,
+                node,
+                file,
+                heap,
+                warm,
+                wants_ack,
+            } if owner == from.0 || from == Rank(0) => self.store.do_send(OfferIn {
+                // From the master: on behalf of an owner that died with a
+                // standing copy here (`Joining::standing`).
+                key,
+                owner: Rank(owner),
+                len,
+                crc,
+                node,
+                file,
+                heap,
+                warm,
+                wants_ack,
+            }),
+            Msg::ReplicaAck {
+                key,
+                owner,
+                ok,
+                same_node,
+            } if owner == self.rank.0 => self.worker.do_send(ReplicaAckIn {
+                from,
+                key,
+                ok,
+                same_node,
+            }),
+            other => {
+                metrics::counter!(crate::metrics::BAD_FRAMES).increment(1);
+                tracing::error!(%from, msg = ?other, "message not accepted from this sender; dropped");
+            }
+        }
+    }
+
+    /// The messages for the master, from any rank (launcher reports only
+    /// from the launcher); any other message is handed back.
+    fn route_to_master(&mut self, from: Rank, msg: Msg, wire: usize) -> Option<Msg> {
         match msg {
             Msg::Join(joining) => self.master_or_drop(from, |m| {
                 m.do_send(JoinIn {
@@ -124,11 +185,6 @@ impl Router {
             Msg::RankExited { rank, code, signal } if from == LAUNCHER => {
                 self.master_or_drop(from, |m| m.do_send(ExitReport { rank, code, signal }))
             }
-            Msg::Pong { .. } => {
-                if let Some(d) = &self.detector {
-                    d.do_send(PongIn { from });
-                }
-            }
             Msg::Replicated { key, owner, ok } => self.master_or_drop(from, |m| {
                 m.do_send(ReplicatedIn {
                     holder: from,
@@ -138,71 +194,33 @@ impl Router {
                     wire,
                 })
             }),
-            Msg::ReplicaOffer {
-                key,
-                owner,
-                len,
-                crc,
-                node,
-                file,
-                heap,
-                warm,
-                wants_ack,
-            } if owner == from.0 || from_master => self.store.do_send(OfferIn {
-                // From the master: on behalf of an owner that died with a
-                // standing copy here (`Joining::standing`).
-                key,
-                owner: Rank(owner),
-                len,
-                crc,
-                node,
-                file,
-                heap,
-                warm,
-                wants_ack,
-            }),
-            Msg::ReplicaAck {
-                key,
-                owner,
-                ok,
-                same_node,
-            } if owner == self.rank.0 => self.worker.do_send(ReplicaAckIn {
-                from,
-                key,
-                ok,
-                same_node,
-            }),
-            Msg::Task(t) if from_master => self.worker.do_send(TaskIn(t)),
-            Msg::Release { key } if from_master => self.worker.do_send(ReleaseIn { key }),
-            Msg::Complete { key, error } if from_master => self.worker.do_send(CompleteIn {
+            other => return Some(other),
+        }
+        None
+    }
+
+    /// The messages only the master sends, to this rank's worker (or, for
+    /// its pings and its board, to this router); any other message is
+    /// handed back.
+    fn route_from_master(&mut self, msg: Msg) -> Option<Msg> {
+        match msg {
+            Msg::Task(t) => self.worker.do_send(TaskIn(t)),
+            Msg::Release { key } => self.worker.do_send(ReleaseIn { key }),
+            Msg::Complete { key, error } => self.worker.do_send(CompleteIn {
                 key,
                 error: error.map(Into::into),
             }),
-            Msg::Board { at } if from_master => {
-                if self.notices.get().is_some() {
-                    return;
-                }
-                let r = taskfold_transports::board::BoardRef::decode(&at);
-                match taskfold_transports::board::Board::open(&r) {
-                    Ok(b) => self.notices.set(std::sync::Arc::new(b)),
-                    // Another node, or a kernel that refuses: released
-                    // barriers and completions come by message alone, as
-                    // without a board.
-                    Err(e) => {
-                        tracing::debug!(rank = %self.rank, error = %e, "the master's notice board is not mapped here")
-                    }
-                }
-            }
-            Msg::FinalizeAck if from_master => self.worker.do_send(FinalizeAckIn),
-            Msg::BarrierDone { seq, error } if from_master => self.worker.do_send(BarrierDoneIn {
+            Msg::Board { at } => self.map_board(&at),
+            Msg::FinalizeAck => self.worker.do_send(FinalizeAckIn),
+            Msg::BarrierDone { seq, error } => self.worker.do_send(BarrierDoneIn {
                 seq,
                 error: error.map(Into::into),
             }),
-            Msg::RankFailed { rank } if from_master => {
+            Msg::RankFailed { rank } => {
                 tracing::warn!(rank = %self.rank, failed = rank, "the master declared a rank failed");
                 self.worker.do_send(RankFailedIn { rank: Rank(rank) });
             }
-            Msg::Ping { seq } if from_master => {
+            Msg::Ping { seq } => {
                 if let Some((w, _)) = &mut self.watch {
                     w.heard(Instant::now());
                 }
@@ -210,9 +228,23 @@ impl Router {
                 // The master's ping is this rank's clock for slow gauges.
                 crate::metrics::record_buffer_pool();
             }
-            other => {
-                metrics::counter!(crate::metrics::BAD_FRAMES).increment(1);
-                tracing::error!(%from, msg = ?other, "message not accepted from this sender; dropped");
+            other => return Some(other),
+        }
+        None
+    }
+
+    /// Maps the master's notice board, once, if it lies on this node.
+    fn map_board(&mut self, at: &taskfold_core::wire::Locator) {
+        if self.notices.get().is_some() {
+            return;
+        }
+        let r = taskfold_transports::board::BoardRef::decode(at);
+        match taskfold_transports::board::Board::open(&r) {
+            Ok(b) => self.notices.set(std::sync::Arc::new(b)),
+            // Another node, or a kernel that refuses: released barriers
+            // and completions come by message alone, as without a board.
+            Err(e) => {
+                tracing::debug!(rank = %self.rank, error = %e, "the master's notice board is not mapped here")
             }
         }
     }

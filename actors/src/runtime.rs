@@ -4,23 +4,17 @@
 pub use crate::builder::Builder;
 
 use crate::config::{Config, Settings};
-use crate::detector::FailureDetector;
 use crate::future::{ReduceFuture, Slot};
-use crate::master::{Master, MasterStats};
+use crate::master::MasterStats;
 use crate::options::Reduce;
-use crate::outbox::Outbox;
-use crate::perf::{LocalStats, PerformanceCounter};
-use crate::pool::FoldPool;
-use crate::replica::{ReplicaDisk, ReplicaStore};
-use crate::router::{Command, Router};
-use crate::worker::{FinalizeReq, StartReduce, Worker, WorkerParts};
+use crate::perf::LocalStats;
+use crate::router::Command;
+use crate::worker::{FinalizeReq, StartReduce};
 use crate::StartError;
-use actix::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use taskfold_core::reducer::type_tag;
-use taskfold_core::watch::{MasterWatch, Timing};
 use taskfold_core::wire::Join;
 use taskfold_core::{Rank, ReduceError, ReduceValue, ReductionId, ReductionKey};
 use taskfold_transports::Transport;
@@ -83,7 +77,6 @@ impl Runtime {
         taskfold_core::pool::follow_peak(config.buffer_pool_follows_peak);
         taskfold_core::pool::set_prefill(config.buffer_pool_prefill);
         let (cmd_tx, cmd_rx) = flume::unbounded::<Command>();
-        let (ready_tx, ready_rx) = flume::bounded::<Result<(), StartError>>(1);
         let live = Arc::new(Mutex::new(HashSet::new()));
         let notices = crate::notices::Notices::default();
         if rank == 0 && config.notice_board {
@@ -94,108 +87,14 @@ impl Runtime {
                 }
             }
         }
-        let (t2, live2, c2) = (transport.clone(), live.clone(), config.clone());
-        let notices2 = notices.clone();
-        let driver = transport.driven().and_then(|d| d.take_driver());
-        let thread = std::thread::Builder::new()
-            .name(format!("taskfold-rt-{rank}"))
-            .spawn(move || {
-                let sys = match driver {
-                    Some(rt) => actix_rt::System::with_tokio_rt(move || rt),
-                    None => actix_rt::System::new(),
-                };
-                let started = sys.block_on(async move {
-                    let pool = FoldPool::new(c2.fold_threads, rank).map_err(StartError::Thread)?;
-                    let out = Outbox::new(t2.clone());
-                    let perf = PerformanceCounter::new(rank).start();
-                    let disk = Arc::new(
-                        ReplicaDisk::open(c2.replica_dir.as_deref(), rank)
-                            .map_err(StartError::Thread)?,
-                    );
-                    let store =
-                        ReplicaStore::new(rank, out.clone(), disk.clone(), c2.replica_limit)
-                            .start();
-                    let (master, detector) = if rank == 0 {
-                        // The detector needs the master's address and the
-                        // master the detector's: create the context first.
-                        let master_ctx = Context::<Master>::new();
-                        let detector = FailureDetector::new(
-                            size,
-                            out.clone(),
-                            master_ctx.address(),
-                            c2.ping_period,
-                            c2.failure_timeout,
-                        )
-                        .start();
-                        let mut m = Master::new(size, out.clone(), c2.task_log_limit);
-                        m.set_detector(detector.clone());
-                        if let Some(b) = notices2.get() {
-                            m.set_board(b.clone());
-                        }
-                        if let (Some(root), Some(own)) = (&c2.replica_dir, disk.shared_dir()) {
-                            // Every rank's directory is under the same root
-                            // (the layout of `ReplicaDisk::open`).
-                            m.enable_disk_inference(
-                                root.clone(),
-                                std::path::Path::new(&own),
-                                epoch,
-                            );
-                        }
-                        (Some(master_ctx.run(m)), Some(detector))
-                    } else {
-                        (None, None)
-                    };
-                    let worker = Worker::new(WorkerParts {
-                        rank: Rank(rank),
-                        out: out.clone(),
-                        pool,
-                        perf: perf.clone(),
-                        store: store.clone(),
-                        disk,
-                        hooks: c2.hooks.clone(),
-                        live: live2,
-                    })
-                    .start();
-                    let events = t2.events();
-                    Router::create(move |ctx| {
-                        ctx.add_stream(events.into_stream());
-                        ctx.add_stream(cmd_rx.into_stream());
-                        Router {
-                            rank: Rank(rank),
-                            worker,
-                            master,
-                            perf,
-                            store,
-                            detector,
-                            out,
-                            notices: notices2,
-                            watch: (rank != 0).then(|| {
-                                let timing = Timing {
-                                    period: c2.ping_period,
-                                    timeout: c2.failure_timeout,
-                                };
-                                (MasterWatch::new(std::time::Instant::now()), timing)
-                            }),
-                        }
-                    });
-                    Ok(())
-                });
-                let ok = started.is_ok();
-                let _ = ready_tx.send(started);
-                if ok {
-                    let _ = sys.run();
-                }
-            })
-            .map_err(StartError::Thread)?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
-                return Err(StartError::Identity(
-                    "runtime thread died while starting".into(),
-                ))
-            }
-        }
+        let thread = crate::start::spawn(crate::start::Parts {
+            transport: transport.clone(),
+            config: config.clone(),
+            epoch,
+            live: live.clone(),
+            notices: notices.clone(),
+            commands: cmd_rx,
+        })?;
         tracing::debug!(rank, size, transport = transport.name(), "runtime started");
         Ok(Runtime {
             rank,

@@ -37,6 +37,14 @@ enum Cmd {
         /// Kill every rank after this many seconds.
         #[arg(long)]
         timeout: Option<u64>,
+        /// Spread the ranks over this many nodes simulated on this machine
+        /// (network and mount namespaces; needs root).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(launcher::nodes::MAX_NODES)))]
+        nodes: Option<u32>,
+        /// Limit each simulated node's link to this rate, both ways
+        /// (`100mbit`, `1gbit`, `125mbps`).
+        #[arg(long, requires = "nodes")]
+        link_rate: Option<launcher::nodes::LinkRate>,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
         program: Vec<OsString>,
@@ -70,8 +78,11 @@ fn main() -> ExitCode {
         Cmd::Run {
             ranks,
             timeout,
+            nodes,
+            link_rate,
             program,
         } => {
+            let nodes = nodes.map(|nodes| launcher::NodeSpec { nodes, link_rate });
             let launch = launcher::Launch {
                 ranks,
                 program: program[0].clone(),
@@ -80,7 +91,7 @@ fn main() -> ExitCode {
                 env: Vec::new(),
                 log: None,
             };
-            match launcher::run(&launch) {
+            match launcher::run_on(&launch, nodes.as_ref()) {
                 Ok(exits) if exits.iter().all(|e| e.success()) => ExitCode::SUCCESS,
                 Ok(exits) => {
                     for e in exits.iter().filter(|e| !e.success()) {

@@ -14,10 +14,10 @@ use bytes::Bytes;
 use std::io;
 use std::path::Path;
 
-/// This node's token (a hash of the kernel's boot id and the PID
-/// namespace), or 0 if it cannot be known. Two ranks with the same non-zero
-/// token run on one kernel; ranks of one job also share a mount namespace,
-/// so a path means the same file to both (and if it does not, the offer's
+/// This node's token (a hash of the kernel's boot id and the PID and
+/// mount namespaces), or 0 if it cannot be known. Two ranks with the same
+/// non-zero token run on one kernel and share a mount namespace, so a path
+/// means the same file to both (and if it somehow does not, the offer's
 /// length and checksum do not match and the buddy copies the bytes).
 pub fn node_token() -> u64 {
     crate::same_node::node_token()

@@ -17,12 +17,17 @@
 //!
 //! A rank may print `@taskfold-progress DONE TOTAL [LABEL]` lines: the
 //! launcher draws them as one progress bar instead of printing them.
+//!
+//! `taskfold run --nodes N` spreads the ranks over `N` nodes simulated on
+//! this machine, each with its own network and `/dev/shm` ([`nodes`]).
 
+pub mod nodes;
 mod output;
 mod progress;
 
+pub use nodes::NodeSpec;
 use std::ffi::{OsStr, OsString};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -105,8 +110,19 @@ fn ranks_settings(launch: &Launch, job: &str, rendezvous: &Path) -> std::io::Res
 
 /// Runs a job to its end; returns every rank's exit.
 pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
+    run_on(launch, None)
+}
+
+/// As [`run`], with the ranks spread over simulated nodes if `nodes` is
+/// given (see [`nodes`]); the nodes are removed when the job ends, also
+/// on an error and on SIGINT or SIGTERM, which end the job with an error.
+pub fn run_on(launch: &Launch, nodes: Option<&NodeSpec>) -> std::io::Result<Vec<RankExit>> {
     if launch.ranks == 0 {
         return Err(std::io::Error::other("-n must be at least 1"));
+    }
+    if let Some(spec) = nodes {
+        spec.check(launch.ranks)?;
+        nodes::preflight(&launch.program)?;
     }
     let nonce = format!(
         "{}-{}",
@@ -118,14 +134,32 @@ pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
     );
     let dir = std::env::temp_dir().join(format!("taskfold-job-{nonce}"));
     std::fs::create_dir_all(&dir)?;
-    let rendezvous = dir.join("master.addr");
-    let job = format!("run-{nonce}");
-    let settings = match ranks_settings(launch, &job, &rendezvous) {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(e);
-        }
+    let job = Job {
+        rendezvous: dir.join("master.addr"),
+        name: format!("run-{nonce}"),
+        dir,
+    };
+    let result = run_job(launch, nodes, &job);
+    let _ = std::fs::remove_dir_all(&job.dir);
+    result
+}
+
+/// A job's names and directory.
+struct Job {
+    /// The job's directory, removed when it ends.
+    dir: PathBuf,
+    /// Where rank 0 writes the master's address.
+    rendezvous: PathBuf,
+    /// `TASKFOLD_JOB`.
+    name: String,
+}
+
+/// Starts the ranks of `job` (on its nodes, if any) and watches them.
+fn run_job(launch: &Launch, nodes: Option<&NodeSpec>, job: &Job) -> std::io::Result<Vec<RankExit>> {
+    let settings = ranks_settings(launch, &job.name, &job.rendezvous)?;
+    let cluster = match nodes {
+        Some(spec) => Some(nodes::Cluster::create(spec, launch.ranks, &job.dir)?),
+        None => None,
     };
     let progress = Arc::new(progress::Progress::new());
     let log = match &launch.log {
@@ -137,27 +171,9 @@ pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
     let mut children: Vec<(u32, Child)> = Vec::new();
     let mut pumps = Vec::new();
     for rank in 0..launch.ranks {
-        let mut cmd = Command::new(&launch.program);
-        cmd.args(&launch.args)
-            .env("TASKFOLD_RANK", rank.to_string())
-            .env("TASKFOLD_SIZE", launch.ranks.to_string())
-            .env("TASKFOLD_JOB", &job)
-            .env("TASKFOLD_RENDEZVOUS", &rendezvous)
-            .env_remove("TASKFOLD_MASTER")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if settings.runtime.replica_dir.is_none() {
-            // One node, one directory: a rank that dies leaves its disk
-            // copies where the survivors can read them, so that the master
-            // can recover from a copy its owner never announced (see the
-            // book's Fault tolerance chapter).
-            cmd.env("TASKFOLD_REPLICA_DIR", dir.join("replicas"));
-        }
-        for (k, v) in &launch.env {
-            cmd.env(k, v);
-        }
-        let mut child = match cmd.spawn() {
+        let spawned = rank_command(launch, rank, job, &settings, cluster.as_ref())
+            .and_then(|mut cmd| cmd.spawn());
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 for (_, c) in &mut children {
@@ -178,13 +194,55 @@ pub fn run(launch: &Launch) -> std::io::Result<Vec<RankExit>> {
         children.push((rank, child));
     }
     let grace = master_grace(settings.runtime.failure_timeout);
-    let exits = watch(children, launch, &rendezvous, &job, grace);
+    let exits = watch(children, launch, job, cluster.as_ref(), grace);
     for p in pumps {
         let _ = p.join();
     }
     progress.finish();
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(exits)
+    match cluster.as_ref().and_then(nodes::Cluster::interrupted) {
+        Some(signal) => Err(std::io::Error::other(format!(
+            "stopped by {signal}; the nodes are removed"
+        ))),
+        None => Ok(exits),
+    }
+}
+
+/// The command that starts `rank`, with the launcher's variables.
+fn rank_command(
+    launch: &Launch,
+    rank: u32,
+    job: &Job,
+    settings: &Settings,
+    cluster: Option<&nodes::Cluster>,
+) -> std::io::Result<Command> {
+    let mut cmd = match cluster {
+        Some(c) => c.command(rank, &launch.program)?,
+        None => Command::new(&launch.program),
+    };
+    cmd.args(&launch.args)
+        .env("TASKFOLD_RANK", rank.to_string())
+        .env("TASKFOLD_SIZE", launch.ranks.to_string())
+        .env("TASKFOLD_JOB", &job.name)
+        .env("TASKFOLD_RENDEZVOUS", &job.rendezvous)
+        .env_remove("TASKFOLD_MASTER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if settings.runtime.replica_dir.is_none() {
+        // One directory per node: a rank that dies leaves its disk
+        // copies where the survivors of its node can read them, so that
+        // the master can recover from a copy its owner never announced
+        // (see the book's Fault tolerance chapter).
+        let replicas = match cluster {
+            Some(c) => c.replica_dir(c.node_of(rank)),
+            None => job.dir.join("replicas"),
+        };
+        cmd.env("TASKFOLD_REPLICA_DIR", replicas);
+    }
+    for (k, v) in &launch.env {
+        cmd.env(k, v);
+    }
+    Ok(cmd)
 }
 
 /// How long the other ranks have to end on their own once the master
@@ -202,8 +260,8 @@ fn master_grace(failure_timeout: Duration) -> Duration {
 fn watch(
     mut children: Vec<(u32, Child)>,
     launch: &Launch,
-    rendezvous: &Path,
-    job: &str,
+    job: &Job,
+    cluster: Option<&nodes::Cluster>,
     grace: Duration,
 ) -> Vec<RankExit> {
     let started = Instant::now();
@@ -222,7 +280,7 @@ fn watch(
                         // A clean exit follows finalize, which the master
                         // already knows; a failure it must learn now.
                         if rank != 0 && !children.is_empty() {
-                            report(&exit, rendezvous, job);
+                            report(&exit, job, cluster);
                         }
                         if rank == 0 && !children.is_empty() {
                             eprintln!(
@@ -263,18 +321,29 @@ fn watch(
     exits
 }
 
-/// Tells the master that a rank exited, so it needs no timeout to notice.
-fn report(exit: &RankExit, rendezvous: &Path, job: &str) {
+/// Tells the master that a rank exited, so it needs no timeout to notice
+/// (from the master's node, the only one where its address exists, when
+/// the job runs on simulated nodes).
+fn report(exit: &RankExit, job: &Job, cluster: Option<&nodes::Cluster>) {
     let (code, signal) = exit.code_and_signal();
-    let master = MasterAddr::Rendezvous(rendezvous.to_path_buf());
-    let res = taskfold_transports::tcp::report_rank_exit(
-        &master,
-        stable_hash(job),
-        exit.rank,
-        code,
-        signal,
-        Duration::from_secs(2),
-    );
+    let master = MasterAddr::Rendezvous(job.rendezvous.clone());
+    let send = || {
+        taskfold_transports::tcp::report_rank_exit(
+            &master,
+            stable_hash(&job.name),
+            exit.rank,
+            code,
+            signal,
+            Duration::from_secs(2),
+        )
+        .map_err(|e| e.to_string())
+    };
+    let res = match cluster {
+        Some(c) => c
+            .in_node(c.node_of(0), send)
+            .unwrap_or_else(|e| Err(format!("entering the master's node: {e}"))),
+        None => send(),
+    };
     if let Err(e) = res {
         tracing::debug!(rank = exit.rank, error = %e, "could not report an exit to the master");
     }

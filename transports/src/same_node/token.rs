@@ -4,9 +4,12 @@
 use std::os::unix::fs::MetadataExt;
 
 /// This node's token, or 0 if it cannot be known (then nothing is read in
-/// place or lent). It hashes the kernel's boot id with the PID namespace,
-/// so two processes agree only if they share both (the same kernel, and
-/// PIDs that mean the same process). Read once per process.
+/// place or lent). It hashes the kernel's boot id with the PID and mount
+/// namespaces, so two processes agree only if they share all three: the
+/// same kernel, PIDs that mean the same process, and paths (`/dev/shm`,
+/// replica files) that mean the same file. Ranks in different mount
+/// namespaces (as the simulated nodes of `taskfold run --nodes`) are on
+/// different nodes. Read once per process.
 pub fn node_token() -> u64 {
     static TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *TOKEN.get_or_init(read_node_token)
@@ -16,10 +19,20 @@ fn read_node_token() -> u64 {
     let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") else {
         return 0;
     };
-    let Ok(ns) = std::fs::metadata("/proc/self/ns/pid") else {
+    let (Ok(pid), Ok(mnt)) = (
+        std::fs::metadata("/proc/self/ns/pid"),
+        std::fs::metadata("/proc/self/ns/mnt"),
+    ) else {
         return 0;
     };
-    let h = taskfold_core::id::stable_hash(&format!("{}/{}:{}", boot.trim(), ns.dev(), ns.ino()));
+    let h = taskfold_core::id::stable_hash(&format!(
+        "{}/{}:{}/{}:{}",
+        boot.trim(),
+        pid.dev(),
+        pid.ino(),
+        mnt.dev(),
+        mnt.ino()
+    ));
     h | 1
 }
 

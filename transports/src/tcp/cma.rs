@@ -12,7 +12,7 @@
 //! references lent to that peer.
 //!
 //! The node token is [`crate::same_node::node_token`]: two processes agree
-//! only if they share the kernel and the PID namespace. Buffers under
+//! only if they share the kernel and the PID and mount namespaces. Buffers under
 //! [`crate::same_node::MIN_LOAN`] are streamed. If the kernel refuses the read (ptrace policy,
 //! e.g. Yama's `ptrace_scope`, or a seccomp filter), the requester falls
 //! back to the streamed get for that request and stops asking for loans.

@@ -37,7 +37,7 @@
 //! gathered with their header into the writer's batch buffer). A key that is
 //! not exposed costs one `GET_ERR` frame.
 //!
-//! Between processes of one node (same kernel and PID namespace), a get of
+//! Between processes of one node (same kernel, PID and mount namespaces), a get of
 //! 64 KiB or more is a loan instead: `GET_REQ`, one `GET_LEND` frame (40
 //! bytes) naming the owner's buffer, one copy by `process_vm_readv`, one
 //! `GET_RETURN` (32 bytes). See the `cma` module. If the buffer lies in

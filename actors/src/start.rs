@@ -1,0 +1,152 @@
+//! Starting a rank's actors on a thread of their own: the fold pool, the
+//! performance counter, the replica store, on rank 0 the master and its
+//! failure detector, the worker, and the router that connects them to the
+//! transport and to the application's commands.
+
+use crate::config::Config;
+use crate::detector::FailureDetector;
+use crate::master::Master;
+use crate::notices::Notices;
+use crate::outbox::Outbox;
+use crate::perf::PerformanceCounter;
+use crate::pool::FoldPool;
+use crate::replica::{ReplicaDisk, ReplicaStore};
+use crate::router::{Command, Router};
+use crate::worker::{Worker, WorkerParts};
+use crate::StartError;
+use actix::prelude::*;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::SystemTime;
+use taskfold_core::watch::{MasterWatch, Timing};
+use taskfold_core::Rank;
+use taskfold_transports::Transport;
+
+/// What a rank's actors are started from.
+pub(crate) struct Parts {
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) config: Config,
+    /// No rank of the job could write a replica file before this instant
+    /// (rank 0's master tells a dead rank's disk copy from an earlier
+    /// job's file by it).
+    pub(crate) epoch: SystemTime,
+    /// Keys of this rank's live reductions, shared with the runtime.
+    pub(crate) live: Arc<Mutex<HashSet<u64>>>,
+    pub(crate) notices: Notices,
+    pub(crate) commands: flume::Receiver<Command>,
+}
+
+/// Starts the actors of rank `p.transport.rank()` on a thread of their own
+/// (`taskfold-rt-<rank>`), on the transport's runtime if it hands one
+/// over; returns once they run, or with the error that stopped them.
+pub(crate) fn spawn(p: Parts) -> Result<JoinHandle<()>, StartError> {
+    let rank = p.transport.rank().0;
+    let (ready_tx, ready_rx) = flume::bounded::<Result<(), StartError>>(1);
+    let driver = p.transport.driven().and_then(|d| d.take_driver());
+    let thread = std::thread::Builder::new()
+        .name(format!("taskfold-rt-{rank}"))
+        .spawn(move || {
+            let sys = match driver {
+                Some(rt) => actix_rt::System::with_tokio_rt(move || rt),
+                None => actix_rt::System::new(),
+            };
+            let started = sys.block_on(async move { actors(p) });
+            let ok = started.is_ok();
+            let _ = ready_tx.send(started);
+            if ok {
+                let _ = sys.run();
+            }
+        })
+        .map_err(StartError::Thread)?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(thread),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(StartError::Identity(
+            "runtime thread died while starting".into(),
+        )),
+    }
+}
+
+/// Starts the actors on the current actix system.
+fn actors(p: Parts) -> Result<(), StartError> {
+    let rank = p.transport.rank().0;
+    let c = &p.config;
+    let pool = FoldPool::new(c.fold_threads, rank).map_err(StartError::Thread)?;
+    let out = Outbox::new(p.transport.clone());
+    let perf = PerformanceCounter::new(rank).start();
+    let disk =
+        Arc::new(ReplicaDisk::open(c.replica_dir.as_deref(), rank).map_err(StartError::Thread)?);
+    let store = ReplicaStore::new(rank, out.clone(), disk.clone(), c.replica_limit).start();
+    let (master, detector) = match rank {
+        0 => {
+            let (m, d) = master(&p, &out, &disk);
+            (Some(m), Some(d))
+        }
+        _ => (None, None),
+    };
+    let worker = Worker::new(WorkerParts {
+        rank: Rank(rank),
+        out: out.clone(),
+        pool,
+        perf: perf.clone(),
+        store: store.clone(),
+        disk,
+        hooks: c.hooks.clone(),
+        live: p.live.clone(),
+    })
+    .start();
+    // Every rank but the master's own watches its master.
+    let watch = (rank != 0).then(|| {
+        let timing = Timing {
+            period: c.ping_period,
+            timeout: c.failure_timeout,
+        };
+        (MasterWatch::new(std::time::Instant::now()), timing)
+    });
+    let events = p.transport.events();
+    let (commands, notices) = (p.commands, p.notices);
+    Router::create(move |ctx| {
+        ctx.add_stream(events.into_stream());
+        ctx.add_stream(commands.into_stream());
+        Router {
+            rank: Rank(rank),
+            worker,
+            master,
+            perf,
+            store,
+            detector,
+            out,
+            notices,
+            watch,
+        }
+    });
+    Ok(())
+}
+
+/// Rank 0's master and its failure detector, each knowing the other.
+fn master(p: &Parts, out: &Outbox, disk: &ReplicaDisk) -> (Addr<Master>, Addr<FailureDetector>) {
+    let (c, size) = (&p.config, p.transport.size());
+    // The detector needs the master's address and the master the
+    // detector's: the master's context comes first.
+    let master_ctx = Context::<Master>::new();
+    let detector = FailureDetector::new(
+        size,
+        out.clone(),
+        master_ctx.address(),
+        c.ping_period,
+        c.failure_timeout,
+    )
+    .start();
+    let mut m = Master::new(size, out.clone(), c.task_log_limit);
+    m.set_detector(detector.clone());
+    if let Some(b) = p.notices.get() {
+        m.set_board(b.clone());
+    }
+    if let (Some(root), Some(own)) = (&c.replica_dir, disk.shared_dir()) {
+        // Every rank's directory is under the same root (the layout of
+        // `ReplicaDisk::open`).
+        m.enable_disk_inference(root.clone(), std::path::Path::new(&own), p.epoch);
+    }
+    (master_ctx.run(m), detector)
+}
