@@ -39,7 +39,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
-use taskfold_core::wire::{Locator, LOCATOR_LEN};
+use taskfold_core::wire::Locator;
 
 /// Bytes of a board.
 pub const BOARD_LEN: usize = 16 << 10;
@@ -96,29 +96,22 @@ impl BoardRef {
     /// The opaque locator that carries this reference in `Msg::Board`
     /// (four little-endian integers: node, pid, descriptor, inode).
     pub fn encode(&self) -> Locator {
-        let mut b = [0u8; LOCATOR_LEN];
-        b[0..8].copy_from_slice(&self.node.to_le_bytes());
-        b[8..12].copy_from_slice(&self.pid.to_le_bytes());
-        b[12..16].copy_from_slice(&self.fd.to_le_bytes());
-        b[16..24].copy_from_slice(&self.ino.to_le_bytes());
-        Locator(b)
+        Locator::from_words(&[
+            (0, &self.node.to_le_bytes()),
+            (8, &self.pid.to_le_bytes()),
+            (12, &self.fd.to_le_bytes()),
+            (16, &self.ino.to_le_bytes()),
+        ])
     }
 
     /// The reference `at` names (any bytes decode: what they name is
     /// checked when the board is opened).
     pub fn decode(at: &Locator) -> BoardRef {
-        let b = &at.0;
-        let u64_at = |i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[i..i + 8]);
-            u64::from_le_bytes(w)
-        };
-        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         BoardRef {
-            node: u64_at(0),
-            pid: u32_at(8),
-            fd: u32_at(12) as i32,
-            ino: u64_at(16),
+            node: at.u64_at(0),
+            pid: at.u32_at(8),
+            fd: at.u32_at(12) as i32,
+            ino: at.u64_at(16),
         }
     }
 }

@@ -230,6 +230,36 @@ pub const LOCATOR_LEN: usize = 48;
 #[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct Locator(pub [u8; LOCATOR_LEN]);
 
+impl Locator {
+    /// A locator holding `words` (each a little-endian integer's bytes at
+    /// its offset), zero elsewhere. What the words mean is its reader's.
+    ///
+    /// # Panics
+    /// If a word does not fit (a caller's broken layout, not a peer's
+    /// input).
+    pub fn from_words(words: &[(usize, &[u8])]) -> Locator {
+        let mut b = [0u8; LOCATOR_LEN];
+        for &(at, w) in words {
+            b[at..at + w.len()].copy_from_slice(w);
+        }
+        Locator(b)
+    }
+
+    /// The little-endian `u64` at byte `at` (at most `LOCATOR_LEN - 8`).
+    pub fn u64_at(&self, at: usize) -> u64 {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&self.0[at..at + 8]);
+        u64::from_le_bytes(w)
+    }
+
+    /// The little-endian `u32` at byte `at` (at most `LOCATOR_LEN - 4`).
+    pub fn u32_at(&self, at: usize) -> u32 {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(&self.0[at..at + 4]);
+        u32::from_le_bytes(w)
+    }
+}
+
 /// What a rank says about a reduction when it joins it.
 #[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
 pub struct Join {

@@ -2,7 +2,7 @@
 //! heap, which bytes. Nothing outside this module sees these fields.
 
 use crate::shm::HeapRef;
-use taskfold_core::wire::{Locator, LOCATOR_LEN};
+use taskfold_core::wire::Locator;
 
 /// A place in a same-node process's shared heap, as a [`Locator`] carries
 /// it (seven little-endian integers, in this order). Only this module's
@@ -23,8 +23,7 @@ pub struct Place {
 impl Place {
     /// The locator naming this place.
     pub fn encode(&self) -> Locator {
-        let mut b = [0u8; LOCATOR_LEN];
-        let words: [(usize, &[u8]); 7] = [
+        Locator::from_words(&[
             (0, &self.node.to_le_bytes()),
             (8, &self.pid.to_le_bytes()),
             (12, &self.heap.fd.to_le_bytes()),
@@ -32,33 +31,22 @@ impl Place {
             (24, &self.heap.len.to_le_bytes()),
             (32, &self.heap.offset.to_le_bytes()),
             (40, &self.len.to_le_bytes()),
-        ];
-        for (at, w) in words {
-            b[at..at + w.len()].copy_from_slice(w);
-        }
-        Locator(b)
+        ])
     }
 
     /// The place `at` names (any bytes decode; what they name is checked
     /// when the heap is opened and the range read).
     pub fn decode(at: &Locator) -> Place {
-        let b = &at.0;
-        let u64_at = |i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[i..i + 8]);
-            u64::from_le_bytes(w)
-        };
-        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         Place {
-            node: u64_at(0),
-            pid: u32_at(8),
+            node: at.u64_at(0),
+            pid: at.u32_at(8),
             heap: HeapRef {
-                fd: u32_at(12),
-                ino: u64_at(16),
-                len: u64_at(24),
-                offset: u64_at(32),
+                fd: at.u32_at(12),
+                ino: at.u64_at(16),
+                len: at.u64_at(24),
+                offset: at.u64_at(32),
             },
-            len: u64_at(40),
+            len: at.u64_at(40),
         }
     }
 }
@@ -66,6 +54,7 @@ impl Place {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use taskfold_core::wire::LOCATOR_LEN;
 
     #[test]
     fn a_place_round_trips() {
