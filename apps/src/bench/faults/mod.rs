@@ -1,0 +1,251 @@
+//! `taskfold bench faults`: the failure-injection experiment, as an
+//! application meets it.
+//!
+//! For each durability mode and each victim (a worker, the root, the
+//! master): a calibration job measures the mean duration `t` of a whole
+//! reduction of `S` bytes on `p` ranks, from the slowest-starting rank's
+//! `reduce` call to the root's result. Then `R` trials each run
+//! `--warmup` reductions to completion (default 1, as in a long run: ranks
+//! then know whether their buddies are on their node) and one more, and
+//! SIGKILL the victim at a uniformly random instant in `[0, t]` after the
+//! victim's `reduce` call: before its contribution is safe as well as
+//! after. Each trial records that phase (safe: the victim's join went out,
+//! as the runtime's `joined` test hook marks it) and its outcome at a
+//! surviving rank: the correct result, a typed error, a wrong result, or
+//! nothing within the timeout (a hang).
+
+mod rank;
+mod report;
+mod trial;
+
+pub use rank::{rank_main, FaultRankArgs};
+pub use report::FaultReport;
+
+use crate::sizes::parse_size;
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use trial::Rng;
+
+/// Which durability modes to run.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Modes {
+    /// Synchronous then asynchronous.
+    Both,
+    /// Synchronous only.
+    Sync,
+    /// Asynchronous only.
+    Async,
+}
+
+/// Which rank a trial kills.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Victim {
+    /// `--kill-rank`: neither the root nor rank 0.
+    Worker,
+    /// The root (rank 1 if `--root` is 0, so that the master survives):
+    /// the outcome is read at rank 0.
+    Root,
+    /// Rank 0, where the master runs (the root is then rank 1 if `--root`
+    /// is 0): the outcome is read at the root.
+    Master,
+}
+
+/// Options of `bench faults`.
+#[derive(Args, Debug)]
+pub struct FaultArgs {
+    /// Ranks.
+    #[arg(long, default_value_t = 8)]
+    pub np: u32,
+    /// Bytes per contribution.
+    #[arg(long, default_value = "8M", value_parser = parse_size)]
+    pub size: usize,
+    /// Trials per durability mode and victim.
+    #[arg(long, default_value_t = 100)]
+    pub trials: u32,
+    /// The ranks killed, one set of trials each (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "worker")]
+    pub kill: Vec<Victim>,
+    /// The rank killed with `--kill worker` (not the root, not rank 0).
+    #[arg(long, default_value_t = 1)]
+    pub kill_rank: u32,
+    /// The root of the reductions (not the killed rank).
+    #[arg(long, default_value_t = 0)]
+    pub root: u32,
+    /// Durability modes.
+    #[arg(long, value_enum, default_value_t = Modes::Both)]
+    pub durability: Modes,
+    /// Seconds a survivor waits for an outcome before calling it a hang.
+    #[arg(long, default_value_t = 30)]
+    pub timeout: u64,
+    /// Seed of the kill instants.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Reductions every trial runs to completion before the one whose
+    /// rank is killed, as in a long run: after one, each rank knows
+    /// whether its buddy is on its node (and then writes no disk copy,
+    /// its buddy holding a view of its memory). 0 measures a job's first
+    /// reduction, which always writes its disk copies.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: u32,
+    /// Also write the figures here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Who is killed, who is the root, and where the outcome is read.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// `worker`, `root` or `master`.
+    pub name: &'static str,
+    /// The killed rank.
+    pub victim: u32,
+    /// The root of the reductions.
+    pub root: u32,
+    /// The surviving rank whose outcome counts.
+    pub observer: u32,
+}
+
+impl Plan {
+    /// The plan of `victim` under `args`, or why it cannot be.
+    pub fn new(args: &FaultArgs, victim: Victim) -> Result<Plan, String> {
+        // The root must not be the master when either is the victim:
+        // each is then killed alone.
+        let not_master = if args.root == 0 { 1 } else { args.root };
+        let plan = match victim {
+            Victim::Worker => Plan {
+                name: "worker",
+                victim: args.kill_rank,
+                root: args.root,
+                observer: args.root,
+            },
+            Victim::Root => Plan {
+                name: "root",
+                victim: not_master,
+                root: not_master,
+                observer: 0,
+            },
+            Victim::Master => Plan {
+                name: "master",
+                victim: 0,
+                root: not_master,
+                observer: not_master,
+            },
+        };
+        if args.np < 3 || args.root >= args.np {
+            return Err("--np must be at least 3, and --root below it".into());
+        }
+        if victim == Victim::Worker && (plan.victim == 0 || plan.victim == plan.root) {
+            return Err("--kill-rank must be a rank other than 0 and the root".into());
+        }
+        if plan.victim >= args.np {
+            return Err("--kill-rank must be below --np".into());
+        }
+        Ok(plan)
+    }
+}
+
+/// Runs the experiment.
+pub fn main(args: FaultArgs) -> ExitCode {
+    let plans: Result<Vec<Plan>, String> = args.kill.iter().map(|&v| Plan::new(&args, v)).collect();
+    let plans = match plans {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("bench faults: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let modes: &[&str] = match args.durability {
+        Modes::Both => &["sync", "async"],
+        Modes::Sync => &["sync"],
+        Modes::Async => &["async"],
+    };
+    let mut reports = Vec::new();
+    let mut rng = Rng(args.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    for &mode in modes {
+        for plan in &plans {
+            match run_mode(&args, plan, mode, &mut rng) {
+                Ok(report) => reports.push(report),
+                Err(code) => return code,
+            }
+        }
+    }
+    println!(
+        "bench faults: {} ranks, {} per contribution; counts by phase are \
+         recovered/typed errors/wrong/hangs",
+        args.np,
+        crate::sizes::human(args.size as f64)
+    );
+    for r in &reports {
+        println!("{}", r.line());
+    }
+    if let Some(path) = &args.json {
+        if let Err(e) = std::fs::write(
+            path,
+            serde_json::to_vec_pretty(&reports).unwrap_or_default(),
+        ) {
+            eprintln!("bench faults: cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    if reports.iter().any(|r| r.all.wrong > 0 || r.all.hangs > 0) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// One durability mode and victim: calibrates the kill window, then runs
+/// the trials.
+fn run_mode(
+    args: &FaultArgs,
+    plan: &Plan,
+    mode: &str,
+    rng: &mut Rng,
+) -> Result<FaultReport, ExitCode> {
+    let dir = std::env::temp_dir().join(format!(
+        "taskfold-faults-{}-{mode}-{}",
+        std::process::id(),
+        plan.name
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("bench faults: {e}");
+        return Err(ExitCode::from(2));
+    }
+    let cal = trial::job(args, plan, mode, &dir, Some(5), None);
+    let read = |_| std::fs::read_to_string(dir.join("calibration"));
+    let t = match crate::launcher::run(&cal).map(read) {
+        Ok(Ok(s)) => s.trim().parse::<f64>().unwrap_or(f64::NAN),
+        other => {
+            eprintln!("bench faults: calibration failed: {other:?}");
+            return Err(ExitCode::from(1));
+        }
+    };
+    let mut report = FaultReport {
+        durability: mode.into(),
+        victim: plan.name.into(),
+        victim_rank: plan.victim,
+        root: plan.root,
+        observer: plan.observer,
+        np: args.np,
+        size: args.size,
+        t_whole_s: t,
+        ..Default::default()
+    };
+    for n in 0..args.trials {
+        let delay = t * rng.unit();
+        report.add(trial::run_trial(args, plan, mode, &dir, n, delay));
+        if (n + 1) % 10 == 0 || n + 1 == args.trials {
+            eprintln!(
+                "bench faults: {mode} {}: {}/{} trials",
+                plan.name,
+                n + 1,
+                args.trials
+            );
+        }
+    }
+    report.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(report)
+}
