@@ -238,7 +238,10 @@ impl Runtime {
         if slot.wait_settled(Some(bound)) {
             Ok(())
         } else {
-            tracing::warn!(rank = self.rank, "a synchronous reduce timed out before its contribution was safe");
+            tracing::warn!(
+                rank = self.rank,
+                "a synchronous reduce timed out before its contribution was safe"
+            );
             Err(ReduceError::Timeout(bound))
         }
     }
