@@ -23,6 +23,24 @@ struct State {
     /// it (see [`BoardLink`]).
     by_board: bool,
     waker: Option<Waker>,
+    /// The contribution survives this rank's death (the worker's mark, see
+    /// [`Slot::mark_safe`]); a filled or taken outcome counts as safe too.
+    safe: bool,
+    /// The task waiting for [`ReduceFuture::safe`].
+    safe_waker: Option<Waker>,
+}
+
+impl State {
+    /// Safe, or over: nothing this rank's death could lose any more.
+    fn settled(&self) -> bool {
+        self.safe || self.outcome.is_some() || self.taken
+    }
+
+    fn wake_safe(&mut self) {
+        if let Some(w) = self.safe_waker.take() {
+            w.wake();
+        }
+    }
 }
 
 /// The runtime's side of a future: filled exactly once by the worker, or
@@ -76,11 +94,69 @@ impl Slot {
         if let Some(w) = s.waker.take() {
             w.wake();
         }
+        s.wake_safe();
         self.cond.notify_all();
         drop(s);
         if let Some(link) = &self.board {
             // A waiter on the board sleeps on its bell, not on `cond`.
             link.notices.ring();
+        }
+    }
+
+    /// The worker's mark: this rank's contribution survives its death from
+    /// now on (its state machine's safe event). Once per reduction, under
+    /// the slot's own lock.
+    pub(crate) fn mark_safe(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.safe {
+            return;
+        }
+        s.safe = true;
+        s.wake_safe();
+        self.cond.notify_all();
+    }
+
+    /// Safe, or the outcome is known.
+    pub(crate) fn is_settled(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .settled()
+            || self.completed_on_board()
+    }
+
+    /// Blocks until [`Slot::is_settled`], at most `d` if given; false if
+    /// `d` passed first.
+    pub(crate) fn wait_settled(&self, d: Option<Duration>) -> bool {
+        // A completion on the master's board rings no `cond`: looked at
+        // again at least this often.
+        const BOARD_LOOK: Duration = Duration::from_millis(5);
+        let deadline = d.map(|d| Instant::now() + d);
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if s.settled() || self.completed_on_board() {
+                return true;
+            }
+            let mut wait = if self.board.is_some() {
+                BOARD_LOOK
+            } else {
+                Duration::MAX
+            };
+            if let Some(dl) = deadline {
+                let now = Instant::now();
+                if now >= dl {
+                    return false;
+                }
+                wait = wait.min(dl - now);
+            }
+            s = if wait == Duration::MAX {
+                self.cond.wait(s).unwrap_or_else(|e| e.into_inner())
+            } else {
+                self.cond
+                    .wait_timeout(s, wait)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            };
         }
     }
 
@@ -164,6 +240,25 @@ impl Slot {
 /// the completion on the master's notice board (see
 /// [`crate::Config::notice_board`]) as soon as the master saw it, without
 /// waiting for the master's message; `.await` waits for the message.
+///
+/// # When the contribution is safe
+///
+/// Apart from the result, the handle says when this rank's contribution
+/// survives this rank's death ([`ReduceFuture::is_safe`],
+/// [`ReduceFuture::wait_safe`], [`ReduceFuture::safe`]): from then on,
+/// this process may die (SIGKILL included) and the reduction still ends
+/// with the right value at the root, as far as the other ranks' failures
+/// allow. It is safe once its announcement to the master went out naming
+/// a copy outside this process (with [`crate::Durability::Sync`], the
+/// buddy's acknowledged replica; with [`crate::Durability::Async`], the
+/// disk copy written or a same-node buddy's standing copy; either may fall
+/// back on the other), once its data was folded into another rank's and
+/// released, or once the reduction ended here. The root is safe at its
+/// announcement: no copy recovers the root's loss. With
+/// [`crate::Durability::Off`] only a release or the end makes it safe.
+/// With [`crate::Durability::Sync`], [`crate::Runtime::reduce`] returns
+/// only once the contribution is safe. See the book's Fault tolerance
+/// chapter, "The durability window".
 pub struct ReduceFuture<T> {
     slot: Arc<Slot>,
     id: String,
@@ -187,6 +282,37 @@ impl<T: 'static> ReduceFuture<T> {
     /// True once the outcome is known (never blocks).
     pub fn is_done(&self) -> bool {
         self.slot.is_filled() || self.slot.completed_on_board()
+    }
+
+    /// True once this rank's contribution survives this rank's death, or
+    /// the outcome is known (never blocks; see "When the contribution is
+    /// safe" above).
+    pub fn is_safe(&self) -> bool {
+        self.slot.is_settled()
+    }
+
+    /// Blocks until [`ReduceFuture::is_safe`]. Returns at the latest when
+    /// the reduction ends (then [`ReduceFuture::get`] says how).
+    pub fn wait_safe(&self) {
+        self.slot.wait_settled(None);
+    }
+
+    /// Blocks at most `d` until [`ReduceFuture::is_safe`];
+    /// [`ReduceError::Timeout`] if it is not by then (the reduction goes
+    /// on, and the handle can be waited on again).
+    pub fn wait_safe_timeout(&self, d: Duration) -> Result<(), ReduceError> {
+        if self.slot.wait_settled(Some(d)) {
+            Ok(())
+        } else {
+            Err(ReduceError::Timeout(d))
+        }
+    }
+
+    /// Completes once [`ReduceFuture::is_safe`] (the async form of
+    /// [`ReduceFuture::wait_safe`]; like `.await` on the handle, it hears
+    /// of completions by message, not on the master's notice board).
+    pub fn safe(&self) -> Safe<'_> {
+        Safe { slot: &self.slot }
     }
 
     /// Blocks until the reduction ends.
@@ -245,6 +371,25 @@ impl<T: 'static> ReduceFuture<T> {
     }
 }
 
+/// Completes once a reduction's contribution is safe: see
+/// [`ReduceFuture::safe`].
+pub struct Safe<'a> {
+    slot: &'a Slot,
+}
+
+impl Future for Safe<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut s = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.settled() {
+            return Poll::Ready(());
+        }
+        s.safe_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
 fn take(s: &mut State) -> Option<Outcome> {
     if s.taken {
         return Some(Err(ReduceError::InvalidOptions(
@@ -299,6 +444,37 @@ mod tests {
         let t = std::thread::spawn(move || s2.fill(Ok(Some(Box::new(7u32)))));
         assert_eq!(f.get().unwrap(), Some(7));
         t.join().unwrap();
+    }
+
+    #[test]
+    fn safe_once_marked_or_filled_never_before() {
+        let slot = Arc::new(Slot::default());
+        let f = ReduceFuture::<u32>::new(slot.clone(), "x".into());
+        assert!(!f.is_safe());
+        assert_eq!(
+            f.wait_safe_timeout(Duration::from_millis(1)),
+            Err(ReduceError::Timeout(Duration::from_millis(1)))
+        );
+        let s2 = slot.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            s2.mark_safe();
+        });
+        f.wait_safe();
+        assert!(f.is_safe());
+        assert!(!f.is_done(), "safe is not done");
+        t.join().unwrap();
+        // The async form, and a fill that makes it safe.
+        let slot = Arc::new(Slot::default());
+        let f = ReduceFuture::<u32>::new(slot.clone(), "y".into());
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            slot.fill(Err(ReduceError::Shutdown));
+        });
+        futures::executor::block_on(f.safe());
+        assert!(f.is_safe());
+        t.join().unwrap();
+        assert_eq!(f.get(), Err(ReduceError::Shutdown));
     }
 
     #[test]

@@ -25,7 +25,8 @@
 //!
 //! - [`runtime`]: [`Runtime`] (`from_env`, `reduce`, `barrier`, shutdown);
 //!   [`builder`]: [`Builder`], a runtime from explicit settings.
-//! - [`future`]: [`ReduceFuture`] (`get`, `is_done`, `wait_timeout`, `.await`).
+//! - [`future`]: [`ReduceFuture`] (`get`, `is_done`, `wait_timeout`, `.await`;
+//!   `is_safe`, `wait_safe`: when the contribution survives this rank).
 //! - [`options`]: [`Reduce`] (root, id, group, durability, completion).
 //! - [`mod@env`]: rank, size and master from `taskfold run`, `mpiexec`, `srun`.
 //! - [`local`]: [`LocalCluster`], many ranks in one process over the loopback.
@@ -73,7 +74,7 @@ mod worker;
 
 pub use builder::Builder;
 pub use config::{Completion, Config, Durability, Settings, SettingsError};
-pub use future::ReduceFuture;
+pub use future::{ReduceFuture, Safe};
 pub use local::LocalCluster;
 pub use master::{MasterStats, TaskRecord};
 pub use options::Reduce;

@@ -3,7 +3,7 @@
 /// Builds a [`Runtime`] (also at the crate root, `taskfold::Builder`).
 pub use crate::builder::Builder;
 
-use crate::config::{Config, Settings};
+use crate::config::{Config, Durability, Settings};
 use crate::future::{ReduceFuture, Slot};
 use crate::master::MasterStats;
 use crate::options::Reduce;
@@ -125,7 +125,20 @@ impl Runtime {
         self.transport.name()
     }
 
-    /// Starts a reduction of `value` and returns at once.
+    /// Starts a reduction of `value`.
+    ///
+    /// With [`Durability::Async`](crate::Durability::Async) (the default)
+    /// and [`Durability::Off`](crate::Durability::Off) it returns at once;
+    /// [`ReduceFuture::is_safe`] says when this rank's contribution
+    /// survives this rank's death. With
+    /// [`Durability::Sync`](crate::Durability::Sync) it returns only once
+    /// that is so (for a member, once its buddy acknowledged its replica
+    /// and the announcement naming it went out; see the book's Fault
+    /// tolerance chapter, "The durability window"), or once the reduction
+    /// ended (the future then holds the outcome), and fails with
+    /// [`ReduceError::Timeout`] if neither happened within
+    /// [`Config::finalize_timeout`] (the reduction then goes on without a
+    /// handle, and its id stays in use until it ends).
     ///
     /// Errors right away for invalid options (root or this rank outside the
     /// group, bad id) and for an id already live in this group on this rank;
@@ -194,6 +207,7 @@ impl Runtime {
             }
             _ => Arc::new(Slot::default()),
         };
+        let durability = opts.durability.unwrap_or(self.config.durability);
         let start = StartReduce {
             key,
             join,
@@ -201,7 +215,7 @@ impl Runtime {
             index,
             value: Box::new(value),
             slot: slot.clone(),
-            durability: opts.durability.unwrap_or(self.config.durability),
+            durability,
         };
         if self.cmd.send(Command::Start(start)).is_err() {
             self.live
@@ -210,7 +224,26 @@ impl Runtime {
                 .remove(&key);
             return Err(ReduceError::Shutdown);
         }
+        self.settle(&slot, durability)?;
         Ok(ReduceFuture::new(slot, id.to_string()))
+    }
+
+    /// Synchronous durability: waits until the contribution in `slot` is
+    /// safe (or its reduction ended), at most [`Config::finalize_timeout`].
+    fn settle(&self, slot: &Slot, durability: Durability) -> Result<(), ReduceError> {
+        if durability != Durability::Sync {
+            return Ok(());
+        }
+        let bound = self.config.finalize_timeout;
+        if slot.wait_settled(Some(bound)) {
+            Ok(())
+        } else {
+            tracing::warn!(
+                rank = self.rank,
+                "a synchronous reduce timed out before its contribution was safe"
+            );
+            Err(ReduceError::Timeout(bound))
+        }
     }
 
     /// Blocks until every rank of the job called `barrier` (barriers are

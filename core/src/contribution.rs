@@ -15,6 +15,12 @@
 //!   the durability asks: its disk copy written (or its write failed: a full
 //!   disk is reported, not fatal) and, with [`Durability::Sync`], the
 //!   buddy's answer to the offer (or no buddy left to offer it to).
+//! - The contribution becomes *safe* (it survives this rank's death) at
+//!   most once, and never goes back: at the join if a copy that outlives
+//!   this process exists then ([`JoinFields::safe`]: the buddy's
+//!   acknowledged replica, the disk copy written, or the standing copy
+//!   named; always for the root, whose loss no copy recovers), else at the
+//!   first release (its data was folded in), else at the end.
 //! - The future is filled exactly once: by the release of an early member
 //!   (`Join::early`), or at the end.
 //! - An original whose place in the shared heap a buddy may view (offered
@@ -161,6 +167,16 @@ enum Future {
     Filled,
 }
 
+/// Whether the contribution survives this rank's death.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Window {
+    /// Not yet: this rank's death may lose it.
+    Open,
+    /// A copy that outlives this process exists, its data was folded in,
+    /// the reduction ended, or this is the root.
+    Closed,
+}
+
 /// The fields of the join that the machine decides (the actor adds the
 /// rest: where the data and the standing copy lie, the directory).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,6 +188,9 @@ pub struct JoinFields {
     pub standing: Option<u32>,
     /// Name this rank's replica directory: its disk copy was written.
     pub disk: bool,
+    /// The contribution is safe from now on (see [`Contribution::is_safe`]):
+    /// the actor marks the future once the join went out.
+    pub safe: bool,
 }
 
 /// What the actor does after an event of the join's path.
@@ -235,6 +254,9 @@ pub struct Release {
     pub drop_value: bool,
     /// Fill the future (`Completion::Contributed`).
     pub fill: bool,
+    /// The contribution became safe with this release (its data was folded
+    /// in): the actor marks the future.
+    pub safe: bool,
 }
 
 /// What the end asks of the actor.
@@ -256,6 +278,7 @@ pub struct Contribution {
     phase: Phase,
     place: Place,
     future: Future,
+    window: Window,
     /// Group positions whose originals this rank's data holds.
     path: RankSet,
 }
@@ -268,6 +291,7 @@ impl Contribution {
             phase: Phase::Serialising,
             place: Place::Nowhere,
             future: Future::Open,
+            window: Window::Open,
             path: RankSet::single(setup.index),
         }
     }
@@ -290,6 +314,16 @@ impl Contribution {
     /// The originals this rank's data holds.
     pub fn path(&self) -> &RankSet {
         &self.path
+    }
+
+    /// Whether this contribution survives this rank's death: the root
+    /// (no copy recovers its loss, so there is nothing to wait for), a
+    /// member whose join named a copy that outlives this process (the
+    /// buddy's acknowledged replica, the disk copy, or a same-node buddy's
+    /// standing copy), a member whose data was folded in and released, or
+    /// one whose reduction ended here. Once true, it stays true.
+    pub fn is_safe(&self) -> bool {
+        self.window == Window::Closed
     }
 
     /// The join was sent (and the reduction did not end here).
@@ -437,10 +471,19 @@ impl Contribution {
 
     fn join(&mut self, replica: Option<u32>, standing: Option<u32>, disk: bool) -> Action {
         self.phase = Phase::Joined(Work::Ready);
+        // A copy outside this process (the buddy's, the disk's, or the
+        // buddy's mapping of this rank's heap) lets the master recover the
+        // original once this rank dies; the root needs none.
+        let safe = self.setup.root
+            || (self.keeps_original() && (replica.is_some() || standing.is_some() || disk));
+        if safe {
+            self.window = Window::Closed;
+        }
         Action::Join(JoinFields {
             replica,
             standing,
             disk,
+            safe,
         })
     }
 
@@ -559,15 +602,24 @@ impl Contribution {
             return Release {
                 drop_value: false,
                 fill: false,
+                safe: false,
             };
         }
         let fill = self.setup.early && self.future == Future::Open;
         if fill {
             self.future = Future::Filled;
         }
+        // Folded into another rank's data, which the master tracks from
+        // now on: this rank's own death no longer loses it (a later loss
+        // of that rank is recovered as its own durability allows).
+        let safe = self.joined() && self.window == Window::Open;
+        if safe {
+            self.window = Window::Closed;
+        }
         Release {
             drop_value: self.path.len() > 1,
             fill,
+            safe,
         }
     }
 
@@ -577,6 +629,7 @@ impl Contribution {
             return None;
         }
         self.phase = Phase::Ended(how);
+        self.window = Window::Closed;
         let fill = self.future == Future::Open;
         self.future = Future::Filled;
         Some(Finish {

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 const LIMIT: Duration = Duration::from_secs(180);
 
 mod master;
+mod window;
 pub use master::{master_killed, master_stopped, rank_left_without_joining};
+pub use window::{killed_inside_the_async_window, killed_once_sync_reduce_returned};
 
 /// What a scenario launches.
 #[derive(Clone, Debug)]

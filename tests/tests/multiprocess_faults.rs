@@ -112,3 +112,13 @@ fn a_stopped_master_is_master_lost_everywhere_after_the_failure_timeout() {
 fn a_rank_that_finalizes_without_joining_ends_the_others_reductions_at_once() {
     faults::rank_left_without_joining(&job());
 }
+
+#[test]
+fn sync_sigkill_right_after_reduce_returned_is_always_recovered() {
+    faults::killed_once_sync_reduce_returned(&job());
+}
+
+#[test]
+fn async_sigkill_inside_the_durability_window_is_recovered_or_a_typed_error() {
+    faults::killed_inside_the_async_window(&job());
+}

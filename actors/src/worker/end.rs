@@ -33,6 +33,10 @@ impl Handler<ReleaseIn> for Worker {
             self.out.transport().withdraw(BufferKey(m.key));
             l.value = None;
         }
+        if r.safe {
+            // Folded in: this rank's death no longer loses it.
+            l.slot.mark_safe();
+        }
         if r.fill {
             // `Completion::Contributed`: this member's part is done. The
             // reduction goes on here (originals kept for recovery) until

@@ -248,6 +248,14 @@ impl Worker {
         });
         tracing::debug!(rank = %rank, key, "joined");
         self.to_master(&msg);
+        if fields.safe {
+            // Its state machine's safe event: the join naming a copy
+            // outside this process is out (a `wait_safe` may return, and a
+            // synchronous `reduce` with it).
+            if let Some(l) = self.locals.get(&key) {
+                l.slot.mark_safe();
+            }
+        }
         // After the join: a finalize may have waited for it.
         self.finalize_if_joined();
         // The test hooks after the join mark it held once the join went

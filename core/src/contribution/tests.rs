@@ -15,11 +15,13 @@ fn member(durability: Durability) -> Contribution {
     Contribution::new(setup(false, durability, false))
 }
 
+/// A member's join: safe if it names a copy outside this process.
 fn join(replica: Option<u32>, standing: Option<u32>, disk: bool) -> Action {
     Action::Join(JoinFields {
         replica,
         standing,
         disk,
+        safe: replica.is_some() || standing.is_some() || disk,
     })
 }
 
@@ -29,7 +31,15 @@ const ABANDONED: End = End::Abandoned;
 fn the_root_joins_at_once_and_keeps_nothing() {
     for d in [Durability::Off, Durability::Async, Durability::Sync] {
         let mut c = Contribution::new(setup(true, d, false));
-        assert_eq!(c.serialised(Some(4)), join(None, None, false));
+        assert!(!c.is_safe());
+        let safe = Action::Join(JoinFields {
+            replica: None,
+            standing: None,
+            disk: false,
+            safe: true,
+        });
+        assert_eq!(c.serialised(Some(4)), safe);
+        assert!(c.is_safe());
         assert!(c.joined());
         let f = c.end(ABANDONED).unwrap();
         assert!(f.fill && !f.strand);
@@ -296,6 +306,64 @@ fn a_late_member_is_filled_at_the_end() {
     assert!(c.end(End::Failed).unwrap().fill);
 }
 
+#[test]
+fn synchronous_durability_is_safe_once_the_buddy_acknowledged() {
+    let mut c = member(Durability::Sync);
+    c.serialised(None);
+    assert!(!c.is_safe());
+    c.disk_written(false);
+    assert!(!c.is_safe());
+    c.offered(Some(2), false);
+    assert!(!c.is_safe(), "an offer is not a copy");
+    assert_eq!(c.buddy_answered(2, true), join(Some(2), None, false));
+    assert!(c.is_safe());
+    // Once safe, nothing reopens the window.
+    assert!(!c.released().safe);
+    assert!(c.is_safe());
+    c.end(End::Completed);
+    assert!(c.is_safe());
+}
+
+#[test]
+fn no_copy_outside_the_process_leaves_the_window_open_until_a_release() {
+    // Synchronous: refused, and no disk copy.
+    let mut c = member(Durability::Sync);
+    c.serialised(None);
+    c.disk_written(false);
+    c.offered(Some(2), false);
+    assert_eq!(c.buddy_answered(2, false), join(None, None, false));
+    assert!(!c.is_safe());
+    let r = c.released();
+    assert!(r.safe && c.is_safe());
+    // Asynchronous: the disk copy failed; the offer's copy is not awaited.
+    let mut c = member(Durability::Async);
+    c.serialised(None);
+    c.disk_written(false);
+    assert_eq!(c.offered(Some(2), false), join(None, None, false));
+    assert!(!c.is_safe());
+    c.end(End::Failed);
+    assert!(c.is_safe());
+    // Off: only a release (or the end) closes it.
+    let mut c = member(Durability::Off);
+    assert!(!c.released().safe, "a release before the join");
+    c.serialised(None);
+    assert!(!c.is_safe());
+    assert!(c.released().safe);
+}
+
+#[test]
+fn asynchronous_durability_is_safe_at_the_join_with_a_copy() {
+    let mut c = member(Durability::Async);
+    c.serialised(None);
+    c.disk_written(true);
+    assert!(!c.is_safe());
+    c.offered(Some(2), false);
+    assert!(c.is_safe(), "the disk copy outlives this process");
+    let mut c = member(Durability::Async);
+    c.serialised(Some(2));
+    assert!(c.is_safe(), "the buddy's mapping is the standing copy");
+}
+
 /// One event of a random run.
 #[derive(Clone, Debug)]
 enum Ev {
@@ -399,10 +467,17 @@ impl Seen {
                         JoinFields {
                             replica: None,
                             standing: None,
-                            disk: false
+                            disk: false,
+                            safe: c.setup().root,
                         }
                     );
                 }
+                prop_assert_eq!(f.safe, c.is_safe(), "the join's word is the machine's");
+                prop_assert_eq!(
+                    f.safe,
+                    c.setup().root || f.replica.is_some() || f.standing.is_some() || f.disk,
+                    "safe exactly when a copy outside the process is named"
+                );
                 if f.standing.is_some() {
                     prop_assert_eq!(c.setup().durability, Durability::Async);
                     self.viewable = true;
@@ -528,6 +603,13 @@ fn run(c: &mut Contribution, s: &mut Seen, e: &Ev) -> Result<(), TestCaseError> 
     prop_assert!(s.fills <= 1 && s.finishes <= 1);
     if ended {
         prop_assert_eq!(&before, &*c, "an event changed an ended contribution");
+    }
+    prop_assert!(!before.is_safe() || c.is_safe(), "the window reopened");
+    if c.is_safe() {
+        prop_assert!(
+            matches!(c.phase(), Phase::Joined(_) | Phase::Ended(_)),
+            "safe before the join"
+        );
     }
     if !c.keeps_original() {
         prop_assert!(!matches!(c.phase(), Phase::Keeping(_)));

@@ -114,6 +114,13 @@ pub enum Durability {
     /// is the copy (a standing copy), the announcement counts at once, and
     /// if the rank dies the master offers the original to the buddy on its
     /// behalf, holding the reduction until the buddy answers.
+    ///
+    /// `reduce` returns at once. The durability window runs until the
+    /// announcement went out naming the disk copy, written, or the standing
+    /// copy (`ReduceFuture::is_safe`, `wait_safe`): a rank that dies inside
+    /// it leaves the right result if the master finds a copy, else
+    /// `ReduceError::RanksLost` naming it on every survivor, never a hang
+    /// or a wrong result. The disk copy survives the process, not its node.
     #[default]
     Async,
     /// A rank announces its contribution only after its buddy acknowledged
@@ -121,13 +128,23 @@ pub enum Durability {
     /// at the cost of one transfer of the contribution before the first task
     /// (on one node, the buddy maps the rank's disk copy, or views the
     /// rank's buffer in its shared heap, instead: one message each way).
+    ///
+    /// `reduce` itself blocks until the contribution is safe (the buddy
+    /// acknowledged its copy and the announcement naming it went out; the
+    /// disk copy if the buddy refused; at once for the root), or the
+    /// reduction ended: when it returns, this process may die and nothing
+    /// of its contribution is lost. The wait is bounded by
+    /// [`Config::finalize_timeout`], past which `reduce` fails with
+    /// `ReduceError::Timeout`.
     Sync,
     /// No copies at all: nothing is written to disk or sent to a buddy, so
     /// a reduction costs only its tasks. A rank that dies before its
     /// contribution was folded ends the reduction with
     /// [`crate::ReduceError::RanksLost`] naming it (later reductions go on
     /// over the survivors). For runs that would rather redo a lost
-    /// reduction than pay for its copies.
+    /// reduction than pay for its copies. `reduce` returns at once; the
+    /// contribution is safe only once its data was folded in and released,
+    /// or the reduction ended.
     Off,
 }
 

@@ -77,6 +77,14 @@ struct Args {
     /// how long each took.
     #[arg(long)]
     skip_rank: Option<u32>,
+    /// This rank SIGKILLs itself as soon as its `reduce` calls returned
+    /// (with `--wait-safe`, once each future also said its contribution
+    /// is safe).
+    #[arg(long)]
+    kill_after_reduce: Option<u32>,
+    /// With `--kill-after-reduce`: wait for `wait_safe` first.
+    #[arg(long)]
+    wait_safe: bool,
 }
 
 /// A reduction of either kind of contribution.
@@ -93,6 +101,16 @@ impl Pending {
             Pending::InPlace(f) => f
                 .wait_timeout(limit)
                 .map(|r| r.map(|s| s.as_slice().to_vec())),
+        }
+    }
+}
+
+impl Pending {
+    /// Blocks until the contribution survives this rank's death.
+    fn wait_safe(&self) {
+        match self {
+            Pending::Vec(f) => f.wait_safe(),
+            Pending::InPlace(f) => f.wait_safe(),
         }
     }
 }
@@ -202,6 +220,13 @@ fn main() {
             }
         })
         .collect();
+    if args.kill_after_reduce == Some(rank) {
+        if args.wait_safe {
+            futures.iter().for_each(Pending::wait_safe);
+        }
+        let me = rustix::process::getpid();
+        let _ = rustix::process::kill_process(me, rustix::process::Signal::KILL);
+    }
     if args.stop_after_join == Some(rank) {
         // Let the joins leave, then stop; the test resumes us after the
         // failure timeout, when we must have been fenced.
