@@ -209,12 +209,7 @@ pub fn buddy(group: &Group, owner: Rank, dead: &RankSet) -> Option<Rank> {
 /// next live member, as [`buddy`]. Every rank computes the same answer from
 /// the same group, dead set and node table: the owner offers to it and the
 /// master infers it.
-pub fn buddy_on(
-    group: &Group,
-    owner: Rank,
-    dead: &RankSet,
-    nodes: Option<&[u64]>,
-) -> Option<Rank> {
+pub fn buddy_on(group: &Group, owner: Rank, dead: &RankSet, nodes: Option<&[u64]>) -> Option<Rank> {
     let n = group.len();
     let i = group.index_of(owner)?;
     let mut live = (1..n)
