@@ -276,7 +276,7 @@ impl Worker {
     /// copy (`file`) or, without one, its place in the shared heap.
     /// Returns the buddy it went to, and whether the heap place was named
     /// (that buddy may view the original in place).
-    fn offer(&mut self, key: u64, file: bool, awaited: bool) -> (Option<Rank>, bool) {
+    pub(super) fn offer(&mut self, key: u64, file: bool, awaited: bool) -> (Option<Rank>, bool) {
         let Some(local) = self.locals.get(&key) else {
             return (None, false);
         };
