@@ -361,10 +361,8 @@ mod tests {
             let g = group_of(n);
             let nodes = &node_of[..n as usize];
             let mut dead = RankSet::new();
-            for r in 0..n as usize {
-                if dead_bits[r] {
-                    dead.insert(r);
-                }
+            for (r, _) in dead_bits.iter().enumerate().take(n as usize).filter(|(_, d)| **d) {
+                dead.insert(r);
             }
             for o in 0..n {
                 if dead.contains(o as usize) {
