@@ -196,13 +196,37 @@ pub fn replica_key(key: u64, owner: u32) -> u64 {
 
 /// The buddy of `owner`: the next live member of the group after it,
 /// cyclically (`(i+1) mod p`, skipping dead ranks). `None`
-/// when no other member is alive.
+/// when no other member is alive. Blind to nodes: see [`buddy_on`].
 pub fn buddy(group: &Group, owner: Rank, dead: &RankSet) -> Option<Rank> {
+    buddy_on(group, owner, dead, None)
+}
+
+/// The buddy of `owner` knowing each rank's node (`nodes[r]` is rank
+/// `r`'s node token; `None`, or a table too short, when unknown): the next
+/// live member after `owner`, cyclically, on another node than `owner`'s,
+/// so that losing a node never loses both an original and its copy. When
+/// every live member is on `owner`'s node (or the nodes are unknown), the
+/// next live member, as [`buddy`]. Every rank computes the same answer from
+/// the same group, dead set and node table: the owner offers to it and the
+/// master infers it.
+pub fn buddy_on(group: &Group, owner: Rank, dead: &RankSet, nodes: Option<&[u64]>) -> Option<Rank> {
     let n = group.len();
     let i = group.index_of(owner)?;
-    (1..n)
+    let mut live = (1..n)
         .map(|d| group.rank_at((i + d) % n))
-        .find(|r| !dead.contains(r.0 as usize))
+        .filter(|r| !dead.contains(r.0 as usize));
+    let first = live.next()?;
+    let node = |r: Rank| nodes.and_then(|t| t.get(r.0 as usize).copied());
+    let Some(own) = node(owner) else {
+        return Some(first);
+    };
+    if node(first).is_some_and(|f| f != own) {
+        return Some(first);
+    }
+    Some(
+        live.find(|&r| node(r).is_some_and(|f| f != own))
+            .unwrap_or(first),
+    )
 }
 
 #[cfg(test)]
@@ -295,5 +319,71 @@ mod tests {
         assert_ne!(original_key(1), 1);
         assert_ne!(replica_key(1, 2), replica_key(1, 3));
         assert_ne!(replica_key(1, 2), original_key(1));
+    }
+
+    fn group_of(n: u32) -> Group {
+        Group::world(n)
+    }
+
+    #[test]
+    fn a_buddy_is_on_another_node_when_there_is_one() {
+        // Block placement: ranks 0,1 on node 10, ranks 2,3 on node 20.
+        let g = group_of(4);
+        let nodes = [10, 10, 20, 20];
+        let none = RankSet::new();
+        let b = |o: u32, dead: &RankSet| buddy_on(&g, Rank(o), dead, Some(&nodes)).map(|r| r.0);
+        assert_eq!(b(0, &none), Some(2));
+        assert_eq!(b(1, &none), Some(2));
+        assert_eq!(b(2, &none), Some(0));
+        assert_eq!(b(3, &none), Some(0));
+        // Today's rule would give 1 and 3.
+        assert_eq!(buddy(&g, Rank(0), &none), Some(Rank(1)));
+        // Rank 2 dead: the next live member on the other node is 3.
+        let mut d = RankSet::new();
+        d.insert(2);
+        assert_eq!(b(0, &d), Some(3));
+        // Node 20 gone: one node left, today's rule.
+        d.insert(3);
+        assert_eq!(b(0, &d), Some(1));
+        assert_eq!(b(1, &d), Some(0));
+        // Unknown nodes: today's rule.
+        assert_eq!(buddy_on(&g, Rank(0), &none, None), Some(Rank(1)));
+        assert_eq!(buddy_on(&g, Rank(0), &none, Some(&[])), Some(Rank(1)));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn placement_keeps_copies_off_the_owners_node(
+            n in 1u32..12,
+            node_of in proptest::collection::vec(0u64..3, 12),
+            dead_bits in proptest::collection::vec(proptest::bool::ANY, 12),
+        ) {
+            let g = group_of(n);
+            let nodes = &node_of[..n as usize];
+            let mut dead = RankSet::new();
+            for (r, _) in dead_bits.iter().enumerate().take(n as usize).filter(|(_, d)| **d) {
+                dead.insert(r);
+            }
+            for o in 0..n {
+                if dead.contains(o as usize) {
+                    continue;
+                }
+                let got = buddy_on(&g, Rank(o), &dead, Some(nodes));
+                proptest::prop_assert_eq!(got, buddy_on(&g, Rank(o), &dead, Some(nodes)));
+                let others: Vec<u32> =
+                    (0..n).filter(|&r| r != o && !dead.contains(r as usize)).collect();
+                let Some(b) = got else {
+                    proptest::prop_assert!(others.is_empty());
+                    continue;
+                };
+                proptest::prop_assert!(others.contains(&b.0), "buddy {} not a live member", b.0);
+                let spans = others.iter().any(|&r| nodes[r as usize] != nodes[o as usize]);
+                if spans {
+                    proptest::prop_assert_ne!(nodes[b.0 as usize], nodes[o as usize]);
+                } else {
+                    proptest::prop_assert_eq!(Some(b), buddy(&g, Rank(o), &dead));
+                }
+            }
+        }
     }
 }

@@ -152,6 +152,43 @@ fn a_rank_and_its_buddy_dying_together_is_a_typed_error() {
     }
 }
 
+/// A joined original whose buddy dies is copied again to the next buddy:
+/// rank 2's copy is at rank 3; once rank 3 died, rank 2 offers its
+/// original to rank 0, so that rank 2 dying afterwards loses nothing.
+#[test]
+fn an_original_whose_buddy_died_is_copied_to_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = LocalCluster::with_config(
+        4,
+        config(vec![
+            hook(2, Point::AfterJoin, "rb", d),
+            hook(3, Point::AfterJoin, "rb", d),
+        ]),
+    )
+    .unwrap();
+    let f2 = start(&c, 2, "rb");
+    let f3 = start(&c, 3, "rb");
+    held(d, &[2], "after-join");
+    held(d, &[3], "after-join");
+    c.kill(3);
+    wait_dead(&c, 3);
+    release(d, 2, "after-join");
+    // Time for rank 0 to take the new copy before its owner dies.
+    std::thread::sleep(Duration::from_secs(1));
+    c.kill(2);
+    wait_dead(&c, 2);
+    drop((f2, f3));
+    let mut f0 = start(&c, 0, "rb");
+    let mut f1 = start(&c, 1, "rb");
+    let sum = f1
+        .wait_timeout(WAIT)
+        .unwrap_or_else(|e| panic!("rank 1: {e}"))
+        .expect("the root holds the result");
+    assert_eq!(sum.0, full_sum(4, LEN), "the recovered result is exact");
+    f0.wait_timeout(WAIT).expect("rank 0 ends its reduction");
+}
+
 #[test]
 fn losing_the_root_is_a_typed_error_on_every_survivor() {
     let c = LocalCluster::with_config(4, config(vec![])).unwrap();

@@ -374,3 +374,87 @@ fn nodes_without_root_is_a_clear_error() {
         "{t}"
     );
 }
+
+/// The buddy of each rank's original, from the ranks' debug logs
+/// (`replica offered rank=rank 2 buddy=rank 0`), as `(owner, buddy)`
+/// pairs.
+fn offers(t: &str) -> Vec<(u32, u32)> {
+    let field = |l: &str, name: &str| -> Option<u32> {
+        let at = l.find(&format!(" {name}=rank "))? + name.len() + 7;
+        l[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    t.lines()
+        .filter(|l| l.contains("replica offered"))
+        .filter_map(|l| Some((field(l, "rank")?, field(l, "buddy")?)))
+        .collect()
+}
+
+/// Two nodes of two ranks, synchronous durability: each rank's copy is on
+/// the other node, so that losing both ranks of node 1 after their joins
+/// (their copies taken) still ends the reduction exactly at the root, on
+/// node 0 with the master.
+#[test]
+fn a_whole_node_lost_mid_reduction_is_recovered_from_the_other() {
+    if !namespaces_or_skip("a_whole_node_lost_mid_reduction_is_recovered_from_the_other") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ds = d.to_str().unwrap();
+    let hooks = format!("2:after-join:check-0:{ds};3:after-join:check-0:{ds}");
+    let args = [
+        "--size",
+        "1048576",
+        "--reductions",
+        "1",
+        "--root",
+        "1",
+        "--delay",
+        "0,1:3000",
+        "--pid-dir",
+        ds,
+    ];
+    let mut cmd = launch(2, 4, &[], &tf_check(), &args);
+    cmd.env("TASKFOLD_DURABILITY", "sync")
+        .env("TASKFOLD_TEST_HOOK", &hooks)
+        .env("TASKFOLD_FAILURE_TIMEOUT_MS", "1500")
+        .env("TASKFOLD_PING_MS", "100")
+        .env("RUST_LOG", "taskfold::worker::join=debug")
+        .env("NO_COLOR", "1");
+    let child = start(cmd);
+    let launcher = child.id();
+    for r in [2, 3] {
+        taskfold_tests::faults::held(d, &[r], "after-join");
+    }
+    for r in [2, 3] {
+        let pid = wait_for_pid(&d.join(format!("rank-{r}.pid")), Duration::from_secs(60));
+        signal(pid, Signal::KILL).expect("kill a rank of node 1");
+    }
+    let out = wait_bounded(child, LIMIT);
+    let t = text(&out);
+    for (owner, buddy) in [(2, 0), (3, 0)] {
+        assert!(
+            offers(&t).contains(&(owner, buddy)),
+            "rank {owner}'s copy went to rank {buddy} on the other node: {:?}\n{t}",
+            offers(&t)
+        );
+    }
+    // Node 1 gone, the rule is the next live member again.
+    assert!(offers(&t).contains(&(0, 1)), "{:?}\n{t}", offers(&t));
+    for r in [2, 3] {
+        assert!(t.contains(&format!("rank {r} killed by signal 9")), "{t}");
+    }
+    for r in [0, 1] {
+        assert!(
+            t.contains(&format!("[{r}] rank {r}: 1 ok, 0 failed")),
+            "rank {r}:\n{t}"
+        );
+    }
+    assert!(!t.contains("WRONG"), "{t}");
+    let left = namespaces_of(launcher);
+    assert!(left.is_empty(), "left behind: {left:?}\n{t}");
+}

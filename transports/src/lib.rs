@@ -286,6 +286,13 @@ pub trait Transport: Send + Sync + 'static {
     fn same_node(&self) -> Option<&SameNode> {
         None
     }
+    /// Every rank's node, by rank: equal values for ranks on one node
+    /// ([`same_node::node_token`]), learnt when the job starts. `None`
+    /// (the default) when this transport does not know them, or some
+    /// rank's node is unknown: then copies are placed blind to nodes.
+    fn nodes(&self) -> Option<&[u64]> {
+        None
+    }
     /// The runtime the caller is to drive, if this transport runs on one
     /// ([`Driven`]); `None` (the default) for a transport that runs itself.
     fn driven(&self) -> Option<&dyn Driven> {

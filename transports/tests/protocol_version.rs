@@ -25,6 +25,7 @@ fn hello_of_another_version(addr: std::net::SocketAddr, role: Role, job: u64, ra
         rank,
         size: 2,
         addr: Some(addr),
+        node: 0,
     });
     s.write_all(&hello).expect("hello");
     let _ = s.shutdown(Shutdown::Write);
@@ -71,7 +72,13 @@ fn a_master_of_another_version_is_refused_by_the_rank() {
         let hello = Hello::decode(&body).expect("a hello of this build");
         assert_eq!(hello.version, VERSION, "the rank says its version");
         // The table of a master of another version.
-        let table = frame::encode_table(&[addr, hello.addr.expect("its address")]);
+        let table = frame::encode_table(&[
+            frame::Entry { addr, node: 0 },
+            frame::Entry {
+                addr: hello.addr.expect("its address"),
+                node: hello.node,
+            },
+        ]);
         let hdr = Header {
             a: 2,
             b: u64::from(OTHER),

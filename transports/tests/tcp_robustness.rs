@@ -142,7 +142,19 @@ fn raw_hello(role: Role, job: u64, rank: u32, size: u32) -> Vec<u8> {
         rank,
         size,
         addr: None,
+        node: 0,
     })
+}
+
+/// The master's table carries every rank's node token to every rank.
+#[test]
+fn every_rank_learns_every_ranks_node() {
+    let ts = tcp_ranks(3, &|_| {});
+    let here = taskfold_transports::shared_file::node_token();
+    assert_ne!(here, 0, "this machine has a boot id");
+    for t in &ts {
+        assert_eq!(t.nodes(), Some(&[here; 3][..]), "rank {}", t.rank());
+    }
 }
 
 #[test]
@@ -211,6 +223,7 @@ fn registered_rank_is_refused_after_the_bootstrap() {
         rank: 0,
         size: 2,
         addr: Some(ts[1].listen_addr()),
+        node: 0,
     };
     let r = refusal(&poke(ts[0].master_addr(), &frame::hello_frame(&hello)));
     assert!(r.contains("rank 0 is already registered"), "{r}");

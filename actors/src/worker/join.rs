@@ -172,8 +172,8 @@ impl Worker {
         // buddy answers. With synchronous durability the join still waits
         // for the buddy's answer to an offer. The first fold here goes
         // into a new buffer.
-        let viewing =
-            super::viewing_buddy(&local.group, self.rank, &self.dead, self.same_node_buddy);
+        let buddy = super::buddy(&local.group, self.rank, &self.dead, t);
+        let viewing = super::viewing_buddy(buddy, self.same_node_buddy);
         let in_place = viewing.and_then(|b| super::locate(t, &original).map(|heap| (b, heap)));
         let action = local.state.serialised(in_place.as_ref().map(|(b, _)| b.0));
         let standing = match action {
@@ -284,14 +284,14 @@ impl Worker {
     /// copy (`file`) or, without one, its place in the shared heap.
     /// Returns the buddy it went to, and whether the heap place was named
     /// (that buddy may view the original in place).
-    fn offer(&mut self, key: u64, file: bool, awaited: bool) -> (Option<Rank>, bool) {
+    pub(super) fn offer(&mut self, key: u64, file: bool, awaited: bool) -> (Option<Rank>, bool) {
         let Some(local) = self.locals.get(&key) else {
             return (None, false);
         };
         let Some(original) = local.original.as_ref() else {
             return (None, false);
         };
-        let Some(buddy) = replica::buddy(&local.group, self.rank, &self.dead) else {
+        let Some(buddy) = self.buddy(&local.group) else {
             return (None, false);
         };
         let file = file.then(|| {

@@ -169,7 +169,15 @@ impl Worker {
     /// when the original is sealed and when it is kept.
     fn viewing_buddy(&self, key: u64) -> Option<Rank> {
         let l = self.locals.get(&key)?;
-        viewing_buddy(&l.group, self.rank, &self.dead, self.same_node_buddy)
+        viewing_buddy(self.buddy(&l.group), self.same_node_buddy)
+    }
+
+    /// This rank's buddy in `group` ([`taskfold_core::replica::buddy_on`]):
+    /// the next live member on another node, by the node of every rank the
+    /// transport learnt at the start, so that the worker offers to the
+    /// rank the others expect.
+    fn buddy(&self, group: &Group) -> Option<Rank> {
+        buddy(group, self.rank, &self.dead, self.out.transport())
     }
 
     fn to_master(&self, msg: &Msg) {
@@ -179,16 +187,21 @@ impl Worker {
     }
 }
 
-/// The buddy of `rank` in `group`, if it is `same_node` (see
-/// [`Worker::viewing_buddy`]).
-fn viewing_buddy(
+/// `rank`'s buddy in `group` by the nodes `t` knows (see
+/// [`Worker::buddy`]); for call sites that hold a borrow of a local.
+fn buddy(
     group: &Group,
     rank: Rank,
     dead: &RankSet,
-    same_node: Option<Rank>,
+    t: &std::sync::Arc<dyn taskfold_transports::Transport>,
 ) -> Option<Rank> {
-    let buddy = taskfold_core::replica::buddy(group, rank, dead)?;
-    (Some(buddy) == same_node).then_some(buddy)
+    taskfold_core::replica::buddy_on(group, rank, dead, t.nodes())
+}
+
+/// `buddy` ([`Worker::buddy`]), if it is `same_node` (see
+/// [`Worker::viewing_buddy`]).
+fn viewing_buddy(buddy: Option<Rank>, same_node: Option<Rank>) -> Option<Rank> {
+    buddy.filter(|b| Some(*b) == same_node)
 }
 
 impl Actor for Worker {

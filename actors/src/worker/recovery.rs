@@ -19,6 +19,7 @@ impl Handler<RankFailedIn> for Worker {
 
     fn handle(&mut self, m: RankFailedIn, ctx: &mut Context<Self>) {
         let rank = m.rank;
+        let orphaned = self.copies_held_by(rank);
         self.dead.insert(rank.0 as usize);
         if self.same_node_buddy == Some(rank) {
             self.same_node_buddy = None;
@@ -47,10 +48,39 @@ impl Handler<RankFailedIn> for Worker {
                 self.act(key, action, ctx);
             }
         }
+        // Joined originals whose only copy died with their buddy: copied
+        // again to the next buddy (the same placement without the dead
+        // rank), whose notice to the master names the new holder.
+        for key in orphaned {
+            let (to, _) = self.offer(key, false, false);
+            tracing::info!(rank = %self.rank, dead = %rank, buddy = ?to, key, "original copied again to a new buddy");
+        }
     }
 }
 
 impl Worker {
+    /// The reductions whose joined original has its copy at `rank` (this
+    /// rank's buddy with the current dead set), to be copied again when
+    /// `rank` dies. Only checksummed originals: one viewed in place on
+    /// this node is offered by the master on this rank's behalf, and one
+    /// without durability has no copy.
+    fn copies_held_by(&self, rank: Rank) -> Vec<u64> {
+        if rank == self.rank {
+            return Vec::new();
+        }
+        self.locals
+            .iter()
+            .filter(|(_, l)| l.state.joined())
+            .filter(|(_, l)| {
+                l.original
+                    .as_deref()
+                    .is_some_and(|o| taskfold_core::replica::announced_len(o).is_some())
+            })
+            .filter(|(_, l)| self.buddy(&l.group) == Some(rank))
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
     /// Fetches from the dead `rank` would hang on a stopped process: they
     /// are cancelled, and the master reschedules their tasks (a task whose
     /// provider died is done again from the provider's replica).

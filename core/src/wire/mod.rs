@@ -22,7 +22,7 @@ use rkyv::util::AlignedVec;
 /// First two bytes of every control frame.
 pub const MAGIC: [u8; 2] = *b"TF";
 /// Version of the control protocol; a peer speaking another is refused.
-pub const VERSION: u16 = 8;
+pub const VERSION: u16 = 9;
 /// Length of the envelope header.
 pub const HEADER_LEN: usize = 8;
 
@@ -129,14 +129,15 @@ mod tests {
             decode(b"XX\x01\0\0\0\0\0"),
             Err(WireError::BadMagic(_))
         ));
-        assert_eq!(decode(b"TF\x09\0\0\0\0\0"), Err(WireError::Version(9)));
+        assert_eq!(decode(b"TF\x0a\0\0\0\0\0"), Err(WireError::Version(10)));
         // Peers of earlier protocols (before replica offers named files,
         // before ready messages said where their data lies, before joins
         // said whether the member completes early and barriers had their
         // own messages, before the master's notice board, before joins
         // named standing copies, before barriers said whether their rank
         // reads the notice board, before joins and finished tasks were
-        // messages of their own).
+        // messages of their own, before the bootstrap carried every
+        // rank's node).
         assert_eq!(decode(b"TF\x01\0\0\0\0\0"), Err(WireError::Version(1)));
         assert_eq!(decode(b"TF\x02\0\0\0\0\0"), Err(WireError::Version(2)));
         assert_eq!(decode(b"TF\x03\0\0\0\0\0"), Err(WireError::Version(3)));
@@ -144,6 +145,7 @@ mod tests {
         assert_eq!(decode(b"TF\x05\0\0\0\0\0"), Err(WireError::Version(5)));
         assert_eq!(decode(b"TF\x06\0\0\0\0\0"), Err(WireError::Version(6)));
         assert_eq!(decode(b"TF\x07\0\0\0\0\0"), Err(WireError::Version(7)));
+        assert_eq!(decode(b"TF\x08\0\0\0\0\0"), Err(WireError::Version(8)));
         let mut f = encode(&Msg::Ping { seq: 1 });
         let n = f.len();
         f[n - 1] ^= 0xff;
@@ -151,7 +153,7 @@ mod tests {
         // Either refused or decoded to something else, never a panic.
         let _ = decode(&f);
         assert!(matches!(
-            decode(b"TF\x08\0\0\0\0\0\x01"),
+            decode(b"TF\x09\0\0\0\0\0\x01"),
             Err(WireError::Invalid(_))
         ));
     }

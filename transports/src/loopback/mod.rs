@@ -26,11 +26,28 @@ pub struct LoopbackHub {
     endpoints: Vec<Endpoint>,
     /// Serialises deaths so each survivor sees exactly one LinkDown per peer.
     kill_lock: Mutex<()>,
+    /// The simulated node of each rank ([`Transport::nodes`]), if given.
+    nodes: Option<Vec<u64>>,
 }
 
 impl LoopbackHub {
-    /// A job of `size` ranks; returns one transport per rank.
+    /// A job of `size` ranks; returns one transport per rank. Their nodes
+    /// are unknown ([`Transport::nodes`] is `None`).
     pub fn new(size: u32) -> (Arc<LoopbackHub>, Vec<Arc<LoopbackTransport>>) {
+        Self::build(size, None)
+    }
+
+    /// A job of `nodes.len()` ranks where rank `r` is said to run on node
+    /// `nodes[r]` ([`Transport::nodes`]), to test node-aware placement in
+    /// one process.
+    pub fn with_nodes(nodes: Vec<u64>) -> (Arc<LoopbackHub>, Vec<Arc<LoopbackTransport>>) {
+        Self::build(nodes.len() as u32, Some(nodes))
+    }
+
+    fn build(
+        size: u32,
+        nodes: Option<Vec<u64>>,
+    ) -> (Arc<LoopbackHub>, Vec<Arc<LoopbackTransport>>) {
         let endpoints = (0..size)
             .map(|_| {
                 let (tx, rx) = flume::unbounded();
@@ -45,6 +62,7 @@ impl LoopbackHub {
         let hub = Arc::new(LoopbackHub {
             endpoints,
             kill_lock: Mutex::new(()),
+            nodes,
         });
         let ts = (0..size)
             .map(|r| {
@@ -158,6 +176,10 @@ impl Transport for LoopbackTransport {
 
     fn events(&self) -> flume::Receiver<Event> {
         self.me().rx.clone()
+    }
+
+    fn nodes(&self) -> Option<&[u64]> {
+        self.hub.nodes.as_deref()
     }
 
     fn shutdown(&self) {

@@ -15,7 +15,7 @@
 //! the master that wrote it: a rank of another version fails at once.
 
 use super::conn::{self, bad_connection, read_control, read_header, ReadError};
-use super::frame::{self, kind, Header, Hello, Role};
+use super::frame::{self, kind, Entry, Header, Hello, Role};
 use super::peer::Shared;
 use super::{MasterAddr, TcpConfig};
 use crate::version::{self, VERSION};
@@ -183,7 +183,7 @@ enum Attempt {
 pub(crate) fn register(
     cfg: &TcpConfig,
     listen: SocketAddr,
-) -> Result<(SocketAddr, Vec<SocketAddr>), TransportError> {
+) -> Result<(SocketAddr, Vec<Entry>), TransportError> {
     let deadline = Instant::now() + cfg.connect_timeout;
     loop {
         let (stream, addr) = connect_master(&cfg.master, cfg.job, deadline)?;
@@ -206,7 +206,7 @@ fn try_register(
     listen: SocketAddr,
     mut s: TcpStream,
     master: SocketAddr,
-) -> Result<Vec<SocketAddr>, Attempt> {
+) -> Result<Vec<Entry>, Attempt> {
     let _ = s.set_nodelay(true);
     let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
     let hello = frame::hello_frame(&Hello {
@@ -216,12 +216,13 @@ fn try_register(
         rank: cfg.rank,
         size: cfg.size,
         addr: Some(listen),
+        node: crate::same_node::node_token(),
     });
     s.write_all(&hello)
         .map_err(|e| Attempt::Retry(format!("registering with {master}: {e}")))?;
     // The master answers once every rank is in, or refuses at its deadline.
     let _ = s.set_read_timeout(Some(cfg.connect_timeout + Duration::from_secs(5)));
-    let max = (u64::from(cfg.size) * frame::ADDR_LEN as u64).max(u64::from(frame::HANDSHAKE_MAX));
+    let max = (u64::from(cfg.size) * frame::ENTRY_LEN as u64).max(u64::from(frame::HANDSHAKE_MAX));
     match frame::read_frame_sync(&mut s, max) {
         Ok(Some((h, p))) if h.kind == kind::TABLE => {
             let theirs = u16::try_from(h.b).unwrap_or(u16::MAX);
@@ -229,8 +230,8 @@ fn try_register(
             let mut table = frame::decode_table(&p, cfg.size)
                 .map_err(|d| Attempt::Fatal(TransportError::Protocol { peer: 0, detail: d }))?;
             if let Some(t0) = table.first_mut() {
-                if t0.ip().is_unspecified() {
-                    *t0 = master;
+                if t0.addr.ip().is_unspecified() {
+                    t0.addr = master;
                 }
             }
             let _ = s.shutdown(Shutdown::Both);
@@ -343,10 +344,13 @@ pub(crate) async fn coordinate(
     rx: flume::Receiver<Registration>,
     own: SocketAddr,
     deadline: tokio::time::Instant,
-) -> Result<Vec<SocketAddr>, TransportError> {
+) -> Result<Vec<Entry>, TransportError> {
     let n = shared.size as usize;
-    let mut table: Vec<Option<SocketAddr>> = vec![None; n];
-    table[0] = Some(own);
+    let mut table: Vec<Option<Entry>> = vec![None; n];
+    table[0] = Some(Entry {
+        addr: own,
+        node: crate::same_node::node_token(),
+    });
     let mut conns = Vec::new();
     let mut refusals = Vec::new();
     let mut missing = n - 1;
@@ -365,7 +369,10 @@ pub(crate) async fn coordinate(
                     addr.set_ip(reg.from.ip());
                 }
                 tracing::debug!(rank = reg.hello.rank, %addr, "rank registered");
-                table[reg.hello.rank as usize] = Some(addr);
+                table[reg.hello.rank as usize] = Some(Entry {
+                    addr,
+                    node: reg.hello.node,
+                });
                 conns.push((reg.rd, reg.wr));
                 missing -= 1;
             }
@@ -394,7 +401,7 @@ pub(crate) async fn coordinate(
         }
         return Err(TransportError::Io(reason));
     }
-    let table: Vec<SocketAddr> = table.into_iter().flatten().collect();
+    let table: Vec<Entry> = table.into_iter().flatten().collect();
     send_table(&table, conns).await;
     tracing::info!(size = n, "all ranks registered");
     Ok(table)
@@ -403,7 +410,7 @@ pub(crate) async fn coordinate(
 /// Sends the address table (and this build's protocol version) to every
 /// registered rank, then closes; returns once every send is done or timed
 /// out.
-async fn send_table(table: &[SocketAddr], conns: Vec<(OwnedReadHalf, OwnedWriteHalf)>) {
+async fn send_table(table: &[Entry], conns: Vec<(OwnedReadHalf, OwnedWriteHalf)>) {
     let payload = frame::encode_table(table);
     let mut msg = Header {
         a: table.len() as u64,
@@ -524,6 +531,7 @@ pub fn report_rank_exit(
         rank: LAUNCHER.0,
         size: 0,
         addr: None,
+        node: 0,
     });
     out.extend_from_slice(&Header::new(kind::CONTROL, body.len() as u32).encode());
     out.extend_from_slice(&body);

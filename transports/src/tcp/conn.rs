@@ -326,6 +326,7 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, rx: WriterEnd) 
         rank: shared.rank,
         size: shared.size,
         addr: None,
+        node: 0,
     });
     if let Err(e) = wr.write_all(&hello).await {
         if !shared.is_closed() {

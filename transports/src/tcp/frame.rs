@@ -14,9 +14,9 @@
 //!
 //! | kind | a | b | c | payload |
 //! | --- | --- | --- | --- | --- |
-//! | `HELLO` | | | | [`Hello`] body (43 bytes), which begins with the caller's protocol version ([`crate::version`]) |
+//! | `HELLO` | | | | [`Hello`] body (51 bytes), which begins with the caller's protocol version ([`crate::version`]) |
 //! | `REFUSE` | | | | the reason, UTF-8 |
-//! | `TABLE` | size | the master's protocol version | | `size` addresses, 19 bytes each |
+//! | `TABLE` | size | the master's protocol version | | `size` entries of 27 bytes: an address (19 bytes), then the rank's node token (u64 LE) |
 //! | `CONTROL` | | | | the control frame, opaque |
 //! | `GET_REQ` | request id | key | node token (0: stream it) | none |
 //! | `GET_CHUNK` | request id | offset | total length | `len` bytes of the buffer |
@@ -41,8 +41,10 @@ pub const MAGIC: [u8; 2] = *b"tf";
 pub const HANDSHAKE_MAX: u32 = 4096;
 /// Bytes of one encoded address in a `TABLE` or `HELLO`.
 pub const ADDR_LEN: usize = 19;
+/// Bytes of one `TABLE` entry: an address and a node token.
+pub const ENTRY_LEN: usize = ADDR_LEN + 8;
 /// Bytes of an encoded [`Hello`] body.
-pub const HELLO_LEN: usize = 24 + ADDR_LEN;
+pub const HELLO_LEN: usize = 24 + ADDR_LEN + 8;
 
 /// Frame kinds.
 pub mod kind {
@@ -168,6 +170,18 @@ pub struct Hello {
     pub size: u32,
     /// The caller's listen address (registration only).
     pub addr: Option<SocketAddr>,
+    /// The caller's node token ([`crate::same_node::node_token`]; 0 when
+    /// unknown), carried by a registration into the master's table.
+    pub node: u64,
+}
+
+/// A rank's entry in the master's `TABLE`: where it listens, and its node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The rank's listen address.
+    pub addr: SocketAddr,
+    /// The rank's node token (0 when unknown).
+    pub node: u64,
 }
 
 impl Hello {
@@ -185,6 +199,7 @@ impl Hello {
             .addr
             .unwrap_or(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0));
         v.extend_from_slice(&encode_addr(addr));
+        v.extend_from_slice(&self.node.to_le_bytes());
         v
     }
 
@@ -204,6 +219,7 @@ impl Hello {
                 rank: u32::MAX,
                 size: 0,
                 addr: None,
+                node: 0,
             });
         }
         if b.len() != HELLO_LEN {
@@ -216,8 +232,11 @@ impl Hello {
             r => return Err(format!("unknown role {r}")),
         };
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        let mut job = [0u8; 8];
-        job.copy_from_slice(&b[16..24]);
+        let u64_at = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(w)
+        };
         let addr = match b[3] {
             0 => None,
             1 => Some(decode_addr(&b[24..24 + ADDR_LEN])?),
@@ -226,10 +245,11 @@ impl Hello {
         Ok(Hello {
             version,
             role,
-            job: u64::from_le_bytes(job),
+            job: u64_at(16),
             rank: u32_at(4),
             size: u32_at(8),
             addr,
+            node: u64_at(24 + ADDR_LEN),
         })
     }
 }
@@ -269,20 +289,33 @@ pub fn decode_addr(b: &[u8]) -> Result<SocketAddr, String> {
     Ok(SocketAddr::new(ip, port))
 }
 
-/// Encodes an address table.
-pub fn encode_table(addrs: &[SocketAddr]) -> Vec<u8> {
-    addrs.iter().flat_map(|a| encode_addr(*a)).collect()
+/// Encodes the master's table, one [`Entry`] per rank.
+pub fn encode_table(entries: &[Entry]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(entries.len() * ENTRY_LEN);
+    for e in entries {
+        v.extend_from_slice(&encode_addr(e.addr));
+        v.extend_from_slice(&e.node.to_le_bytes());
+    }
+    v
 }
 
-/// Decodes an address table of `size` entries.
-pub fn decode_table(b: &[u8], size: u32) -> Result<Vec<SocketAddr>, String> {
-    if b.len() as u64 != u64::from(size) * ADDR_LEN as u64 {
+/// Decodes a table of `size` entries.
+pub fn decode_table(b: &[u8], size: u32) -> Result<Vec<Entry>, String> {
+    if b.len() as u64 != u64::from(size) * ENTRY_LEN as u64 {
         return Err(format!(
             "address table of {} bytes for {size} ranks",
             b.len()
         ));
     }
-    b.chunks(ADDR_LEN).map(decode_addr).collect()
+    b.chunks(ENTRY_LEN)
+        .map(|c| {
+            let (addr, node) = c.split_at(ADDR_LEN);
+            Ok(Entry {
+                addr: decode_addr(addr)?,
+                node: u64::from_le_bytes(node.try_into().expect("8 bytes")),
+            })
+        })
+        .collect()
 }
 
 /// Writes one frame on a blocking stream.
@@ -390,6 +423,7 @@ mod tests {
                 rank: 3,
                 size: 8,
                 addr,
+                node: 0x0123_4567_89ab_cdef,
             };
             assert_eq!(Hello::decode(&h.encode()), Ok(h));
         }
@@ -412,7 +446,16 @@ mod tests {
 
     #[test]
     fn table_round_trip() {
-        let t: Vec<SocketAddr> = vec!["127.0.0.1:1".parse().unwrap(), "[::1]:2".parse().unwrap()];
+        let t = vec![
+            Entry {
+                addr: "127.0.0.1:1".parse().unwrap(),
+                node: 7,
+            },
+            Entry {
+                addr: "[::1]:2".parse().unwrap(),
+                node: u64::MAX,
+            },
+        ];
         assert_eq!(decode_table(&encode_table(&t), 2), Ok(t));
         assert!(decode_table(&[0; 5], 1).is_err());
     }

@@ -181,6 +181,9 @@ pub struct TcpTransport {
     runtime: Mutex<Option<Runtime>>,
     master_addr: SocketAddr,
     listen_addr: SocketAddr,
+    /// Every rank's node token, from the master's table; `None` if some
+    /// rank could not know its own.
+    nodes: Option<Vec<u64>>,
 }
 
 impl std::fmt::Debug for TcpTransport {
@@ -250,7 +253,11 @@ impl TcpTransport {
             Ok(x) => x,
             Err(e) => return fail(e, runtime),
         };
-        let _ = shared.addrs.set(table);
+        let nodes: Option<Vec<u64>> = table
+            .iter()
+            .map(|e| (e.node != 0).then_some(e.node))
+            .collect();
+        let _ = shared.addrs.set(table.iter().map(|e| e.addr).collect());
         tracing::info!(rank = cfg.rank, size = cfg.size, %listen_addr, "tcp transport up");
         Ok(Arc::new(TcpTransport {
             shared,
@@ -258,6 +265,7 @@ impl TcpTransport {
             runtime: Mutex::new(Some(runtime)),
             master_addr,
             listen_addr,
+            nodes,
         }))
     }
 
@@ -368,7 +376,7 @@ fn host_master(
     rx: flume::Receiver<bootstrap::Registration>,
     listen_addr: SocketAddr,
     deadline: Instant,
-) -> Result<(SocketAddr, Vec<SocketAddr>), TransportError> {
+) -> Result<(SocketAddr, Vec<frame::Entry>), TransportError> {
     if let MasterAddr::Rendezvous(path) = &cfg.master {
         let public = bootstrap::reachable(listen_addr);
         bootstrap::write_rendezvous(path, cfg.job, public).map_err(|e| {
@@ -512,6 +520,10 @@ impl Transport for TcpTransport {
     /// that its loans use too (none when loans are off).
     fn same_node(&self) -> Option<&SameNode> {
         Some(&self.shared.same)
+    }
+
+    fn nodes(&self) -> Option<&[u64]> {
+        self.nodes.as_deref()
     }
 
     fn driven(&self) -> Option<&dyn Driven> {
