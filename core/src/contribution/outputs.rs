@@ -14,7 +14,7 @@ pub struct JoinFields {
     pub standing: Option<u32>,
     /// Name this rank's replica directory: its disk copy was written.
     pub disk: bool,
-    /// The contribution is safe from now on (see [`Contribution::is_safe`]):
+    /// The contribution is safe from now on (see [`Contribution::is_safe`](super::Contribution::is_safe)):
     /// the actor marks the future once the join went out.
     pub safe: bool,
 }
@@ -25,10 +25,10 @@ pub enum Action {
     /// Nothing now (waiting, or the event does not apply).
     Nothing,
     /// Write the original's disk copy (with a checksum), then report
-    /// [`Contribution::disk_written`].
+    /// [`Contribution::disk_written`](super::Contribution::disk_written).
     WriteDisk,
     /// Offer the original to the buddy, then report
-    /// [`Contribution::offered`].
+    /// [`Contribution::offered`](super::Contribution::offered).
     Offer {
         /// Name the disk copy (else the original's place in the heap).
         file: bool,
