@@ -98,17 +98,35 @@ pub fn libfabric_ranks(
     tweak: &(dyn Fn(&mut crate::libfabric::LibfabricConfig) + Sync),
 ) -> Vec<Arc<crate::libfabric::LibfabricTransport>> {
     use crate::libfabric::{LibfabricConfig, LibfabricTransport};
+    start_ranks(n, provider, &|r, job, master| {
+        let mut tcp = TcpConfig::new(r, n, job, master);
+        tcp.connect_timeout = WAIT;
+        let mut cfg = LibfabricConfig::new(tcp, Some(provider.to_string()));
+        tweak(&mut cfg);
+        LibfabricTransport::start(cfg)
+    })
+}
+
+/// Starts `n` ranks with `start(rank, job, master)`, one thread each,
+/// meeting through a rendezvous file in a fresh temporary directory;
+/// panics naming `what` if one cannot start.
+fn start_ranks<T, E>(
+    n: u32,
+    what: &str,
+    start: &(dyn Fn(u32, u64, MasterAddr) -> Result<Arc<T>, E> + Sync),
+) -> Vec<Arc<T>>
+where
+    T: Send + Sync,
+    E: std::fmt::Display + Send,
+{
     let dir = fresh_dir();
     let master = MasterAddr::Rendezvous(dir.join("master"));
     let job = fresh_job();
     let ts = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|r| {
-                let mut tcp = TcpConfig::new(r, n, job, master.clone());
-                tcp.connect_timeout = WAIT;
-                let mut cfg = LibfabricConfig::new(tcp, Some(provider.to_string()));
-                tweak(&mut cfg);
-                s.spawn(move || LibfabricTransport::start(cfg))
+                let master = master.clone();
+                s.spawn(move || start(r, job, master))
             })
             .collect();
         handles
@@ -116,7 +134,7 @@ pub fn libfabric_ranks(
             .enumerate()
             .map(|(r, h)| match h.join() {
                 Ok(Ok(t)) => t,
-                Ok(Err(e)) => panic!("rank {r} failed to start over {provider}: {e}"),
+                Ok(Err(e)) => panic!("rank {r} failed to start over {what}: {e}"),
                 Err(_) => panic!("rank {r} panicked while starting"),
             })
             .collect()
@@ -145,30 +163,12 @@ pub fn fresh_dir() -> std::path::PathBuf {
 /// Starts `n` TCP ranks, one thread each, meeting through a rendezvous file
 /// in a fresh temporary directory; `tweak` adjusts each rank's config.
 pub fn tcp_ranks(n: u32, tweak: &(dyn Fn(&mut TcpConfig) + Sync)) -> Vec<Arc<TcpTransport>> {
-    let dir = fresh_dir();
-    let master = MasterAddr::Rendezvous(dir.join("master"));
-    let job = fresh_job();
-    let ts = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|r| {
-                let mut cfg = TcpConfig::new(r, n, job, master.clone());
-                cfg.connect_timeout = WAIT;
-                tweak(&mut cfg);
-                s.spawn(move || TcpTransport::start(cfg))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(r, h)| match h.join() {
-                Ok(Ok(t)) => t,
-                Ok(Err(e)) => panic!("rank {r} failed to start: {e}"),
-                Err(_) => panic!("rank {r} panicked while starting"),
-            })
-            .collect()
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    ts
+    start_ranks(n, "tcp", &|r, job, master| {
+        let mut cfg = TcpConfig::new(r, n, job, master);
+        cfg.connect_timeout = WAIT;
+        tweak(&mut cfg);
+        TcpTransport::start(cfg)
+    })
 }
 
 /// Runs a future to completion on a thread of its own (with the `futures`
