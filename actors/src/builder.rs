@@ -52,6 +52,10 @@ impl Builder {
     pub fn durability(self, d: Durability) -> Self {
         self.edit(move |s| s.runtime.durability = d)
     }
+    /// Who takes over when the master dies ([`Config::standby`]).
+    pub fn standby(self, policy: crate::Standby) -> Self {
+        self.edit(move |s| s.runtime.standby = policy)
+    }
     /// Threads that fold ([`Config::fold_threads`]).
     pub fn fold_threads(self, n: usize) -> Self {
         self.edit(move |s| s.runtime.fold_threads = n)

@@ -5,4 +5,6 @@
 //! environment); every `TASKFOLD_*` variable is read there, once, by
 //! `Settings::from_env` (see the book's Configuration chapter).
 
-pub use taskfold_core::settings::{Completion, Config, Durability, Settings, SettingsError};
+pub use taskfold_core::settings::{
+    Completion, Config, Durability, Settings, SettingsError, Standby,
+};

@@ -1,4 +1,4 @@
-//! The failure detector (rank 0): pings every rank each
+//! The failure detector (beside the master): pings every rank each
 //! [`crate::Config::ping_period`] and declares failed a rank silent for
 //! [`crate::Config::failure_timeout`] (see the book's Architecture chapter,
 //! Failures during a reduction). Faster signals — a broken link, the launcher's
@@ -55,8 +55,9 @@ impl FailureDetector {
     fn tick(&mut self) {
         let now = Instant::now();
         self.seq += 1;
-        for r in 1..self.size {
-            if self.declared.contains(&r) {
+        let own = self.out.transport().rank().0;
+        for r in 0..self.size {
+            if r == own || self.declared.contains(&r) {
                 continue;
             }
             let silent = now.duration_since(self.last[r as usize]);

@@ -69,11 +69,12 @@ mod pool;
 mod replica;
 mod router;
 pub mod runtime;
+mod standby;
 mod start;
 mod worker;
 
 pub use builder::Builder;
-pub use config::{Completion, Config, Durability, Settings, SettingsError};
+pub use config::{Completion, Config, Durability, Settings, SettingsError, Standby};
 pub use future::{ReduceFuture, Safe};
 pub use local::LocalCluster;
 pub use master::{MasterStats, TaskRecord};

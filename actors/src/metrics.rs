@@ -42,6 +42,8 @@ pub const FAILURES_DETECTED: &str = "taskfold_failures_detected_total";
 pub const DETECTION_SECONDS: &str = "taskfold_failure_detection_seconds";
 /// Failures a reduction survived (its lost data rescheduled from replicas).
 pub const RECOVERIES: &str = "taskfold_recoveries_total";
+/// Times this rank turned to a standby master after its master died.
+pub const FAILOVERS: &str = "taskfold_master_failovers_total";
 /// Replica bytes written to disk.
 pub const REPLICA_BYTES_WRITTEN: &str = "taskfold_replica_bytes_written_total";
 /// Replica bytes read back from disk.
@@ -153,6 +155,7 @@ fn describe_recovery() {
         "Last sign of life to failure declaration"
     );
     describe_counter!(RECOVERIES, "Failures a reduction survived");
+    describe_counter!(FAILOVERS, "Times this rank turned to a standby master");
     describe_counter!(
         DISK_COPIES_INFERRED,
         "Unannounced disk copies of dead ranks used for recovery"

@@ -9,17 +9,17 @@
 use crate::detector::{FailureDetector, PongIn};
 use crate::master::{
     BarrierIn, ExitReport, FinalizeIn, GetStats, JoinIn, Master, MasterStats, RankDown,
-    ReplicatedIn, TaskDoneIn, TaskFailedIn,
+    RejoinIn, ReplicatedIn, TaskDoneIn, TaskFailedIn,
 };
 use crate::perf::{GetLocalStats, LocalStats, PerformanceCounter};
 use crate::replica::{OfferIn, PeerGone, ReplicaStore};
 use crate::worker::{
-    BarrierDoneIn, BarrierReq, CompleteIn, FinalizeAckIn, FinalizeReq, MasterGone, RankFailedIn,
-    ReleaseIn, ReplicaAckIn, StartReduce, TaskIn, Worker,
+    BarrierDoneIn, BarrierReq, CompleteIn, FinalizeAckIn, FinalizeReq, RankFailedIn, ReleaseIn,
+    ReplicaAckIn, StartReduce, TaskIn, Worker,
 };
 use actix::prelude::*;
 use std::time::Instant;
-use taskfold_core::watch::{Lost, MasterWatch, Timing};
+use taskfold_core::watch::{MasterWatch, Timing};
 use taskfold_core::wire::{self, Msg};
 use taskfold_core::Rank;
 use taskfold_transports::{Event, LAUNCHER};
@@ -45,9 +45,11 @@ pub(crate) struct Router {
     pub(crate) out: crate::outbox::Outbox,
     /// The master's notice board, mapped when it says where it lies.
     pub(crate) notices: crate::notices::Notices,
-    /// This rank's watch over the master (`None` on rank 0): its pings
-    /// and its link feed it, a timer checks it every ping period.
+    /// This rank's watch over the master (`None` on the master's rank):
+    /// its pings and its link feed it, a timer checks it every ping period.
     pub(crate) watch: Option<(MasterWatch, Timing)>,
+    /// Who takes over if the master dies (see `crate::standby`).
+    pub(crate) standby: crate::standby::Standby,
 }
 
 impl Actor for Router {
@@ -79,7 +81,7 @@ impl StreamHandler<Event> for Router {
                         latency: None,
                     });
                 }
-                if peer == Rank(0) {
+                if peer == self.out.master() && self.master.is_none() {
                     let lost = self.watch.as_mut().and_then(|(w, _)| w.link_down(&reason));
                     self.master_lost(lost);
                 }
@@ -102,7 +104,7 @@ impl Router {
         let Some(msg) = self.route_to_master(from, msg, wire) else {
             return;
         };
-        let msg = match from == Rank(0) {
+        let msg = match from == self.out.master() {
             true => match self.route_from_master(msg) {
                 Some(msg) => msg,
                 None => return,
@@ -125,7 +127,7 @@ impl Router {
                 heap,
                 warm,
                 wants_ack,
-            } if owner == from.0 || from == Rank(0) => self.store.do_send(OfferIn {
+            } if owner == from.0 || from == self.out.master() => self.store.do_send(OfferIn {
                 // From the master: on behalf of an owner that died with a
                 // standing copy here (`Joining::standing`).
                 key,
@@ -157,9 +159,21 @@ impl Router {
     }
 
     /// The messages for the master, from any rank (launcher reports only
-    /// from the launcher); any other message is handed back.
-    fn route_to_master(&mut self, from: Rank, msg: Msg, wire: usize) -> Option<Msg> {
+    /// from the launcher); any other message is handed back. On the
+    /// standby, those that come before it took over are kept for then.
+    pub(crate) fn route_to_master(&mut self, from: Rank, msg: Msg, wire: usize) -> Option<Msg> {
+        let msg = match for_master(&msg) {
+            true => self.keep_for_takeover(from, msg, wire).err()?,
+            false => msg,
+        };
         match msg {
+            Msg::Rejoin(rejoin) => self.master_or_drop(from, |m| {
+                m.do_send(RejoinIn {
+                    from,
+                    rejoin,
+                    wire,
+                })
+            }),
             Msg::Join(joining) => self.master_or_drop(from, |m| {
                 m.do_send(JoinIn {
                     from,
@@ -218,13 +232,14 @@ impl Router {
             }),
             Msg::RankFailed { rank } => {
                 tracing::warn!(rank = %self.rank, failed = rank, "the master declared a rank failed");
+                self.standby.rank_failed(Rank(rank));
                 self.worker.do_send(RankFailedIn { rank: Rank(rank) });
             }
             Msg::Ping { seq } => {
                 if let Some((w, _)) = &mut self.watch {
                     w.heard(Instant::now());
                 }
-                let _ = self.out.send(Rank(0), &Msg::Pong { seq });
+                let _ = self.out.to_master(&Msg::Pong { seq });
                 // The master's ping is this rank's clock for slow gauges.
                 crate::metrics::record_buffer_pool();
             }
@@ -256,17 +271,6 @@ impl Router {
             .as_mut()
             .and_then(|(w, t)| w.check(Instant::now(), *t));
         self.master_lost(lost);
-    }
-
-    /// The watch just declared the master lost (`Some`): the worker ends
-    /// everything that waits for it.
-    fn master_lost(&self, lost: Option<Lost>) {
-        if let Some(lost) = lost {
-            tracing::error!(rank = %self.rank, reason = %lost, "the master is lost");
-            self.worker.do_send(MasterGone {
-                reason: lost.to_string(),
-            });
-        }
     }
 
     fn master_or_drop(&self, from: Rank, f: impl FnOnce(&Addr<Master>)) {
@@ -323,4 +327,18 @@ impl StreamHandler<Command> for Router {
         // Every runtime handle is gone: stop the actor system.
         System::current().stop();
     }
+}
+
+/// Whether `msg` is one only the master reads.
+fn for_master(msg: &Msg) -> bool {
+    matches!(
+        msg,
+        Msg::Join(_)
+            | Msg::TaskDone(_)
+            | Msg::TaskFailed(_)
+            | Msg::Finalize
+            | Msg::Barrier { .. }
+            | Msg::Replicated { .. }
+            | Msg::Rejoin(_)
+    )
 }

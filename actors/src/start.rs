@@ -91,7 +91,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
         pool,
         perf: perf.clone(),
         store: store.clone(),
-        disk,
+        disk: disk.clone(),
         hooks: c.hooks.clone(),
         live: p.live.clone(),
     })
@@ -105,6 +105,11 @@ fn actors(p: Parts) -> Result<(), StartError> {
         (MasterWatch::new(std::time::Instant::now()), timing)
     });
     let events = p.transport.events();
+    let spare = Spare {
+        config: p.config.clone(),
+        epoch: p.epoch,
+        disk: disk.clone(),
+    };
     let (commands, notices) = (p.commands, p.notices);
     Router::create(move |ctx| {
         ctx.add_stream(events.into_stream());
@@ -119,14 +124,45 @@ fn actors(p: Parts) -> Result<(), StartError> {
             out,
             notices,
             watch,
+            standby: crate::standby::Standby::new(spare),
         }
     });
     Ok(())
 }
 
-/// Rank 0's master and its failure detector, each knowing the other.
-fn master(p: &Parts, out: &Outbox, disk: &ReplicaDisk) -> (Addr<Master>, Addr<FailureDetector>) {
-    let (c, size) = (&p.config, p.transport.size());
+/// What a standby starts a master from, should it take over.
+pub(crate) struct Spare {
+    pub(crate) config: Config,
+    pub(crate) epoch: SystemTime,
+    pub(crate) disk: Arc<ReplicaDisk>,
+}
+
+/// A standby's master, taking over from `lost` with `dead` the ranks known
+/// dead before, and its failure detector.
+pub(crate) fn standby_master(
+    s: &Spare,
+    out: &Outbox,
+    lost: Rank,
+    dead: &taskfold_core::RankSet,
+) -> (Addr<Master>, Addr<FailureDetector>) {
+    let ((ctx, mut m), d) = master_and_detector(&s.config, out);
+    if let (Some(root), Some(own)) = (&s.config.replica_dir, s.disk.shared_dir()) {
+        m.enable_disk_inference(root.clone(), std::path::Path::new(&own), s.epoch);
+    }
+    m.take_over(lost, dead);
+    for r in dead.iter().chain([lost.0 as usize]) {
+        d.do_send(crate::detector::Forget { rank: Rank(r as u32) });
+    }
+    (ctx.run(m), d)
+}
+
+/// A master (not started: its context and itself) and its failure
+/// detector (started), each knowing the other.
+fn master_and_detector(
+    c: &Config,
+    out: &Outbox,
+) -> ((Context<Master>, Master), Addr<FailureDetector>) {
+    let size = out.transport().size();
     // The detector needs the master's address and the master the
     // detector's: the master's context comes first.
     let master_ctx = Context::<Master>::new();
@@ -140,6 +176,13 @@ fn master(p: &Parts, out: &Outbox, disk: &ReplicaDisk) -> (Addr<Master>, Addr<Fa
     .start();
     let mut m = Master::new(size, out.clone(), c.task_log_limit);
     m.set_detector(detector.clone());
+    ((master_ctx, m), detector)
+}
+
+/// Rank 0's master and its failure detector, each knowing the other.
+fn master(p: &Parts, out: &Outbox, disk: &ReplicaDisk) -> (Addr<Master>, Addr<FailureDetector>) {
+    let c = &p.config;
+    let ((master_ctx, mut m), detector) = master_and_detector(c, out);
     if let Some(b) = p.notices.get() {
         m.set_board(b.clone());
     }

@@ -42,6 +42,7 @@ pub mod contribution;
 // rkyv's derive generates undocumented variant structs for enums.
 #[allow(missing_docs)]
 pub mod error;
+pub mod failover;
 pub mod id;
 pub mod inplace;
 pub mod perf;

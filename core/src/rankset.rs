@@ -67,6 +67,14 @@ impl RankSet {
         self.words.iter().zip(&other.words).all(|(a, b)| a & b == 0)
     }
 
+    /// True if every member of `self` is in `other`.
+    pub fn is_subset(&self, other: &RankSet) -> bool {
+        self.words.iter().enumerate().all(|(i, &w)| {
+            let o = other.words.get(i).copied().unwrap_or(0);
+            w & !o == 0
+        })
+    }
+
     /// `self ∪ other`.
     pub fn union(&self, other: &RankSet) -> RankSet {
         let (long, short) = if self.words.len() >= other.words.len() {

@@ -139,6 +139,17 @@ impl Schedule {
         }
     }
 
+    /// A reduction a new master rebuilt from its members' reports
+    /// ([`crate::failover::reconcile`]): the originals of `joined` are in,
+    /// and `entries` are its ready messages. Dead members are told next
+    /// ([`Schedule::fail`]), as at any reduction's start.
+    pub fn resume(n: usize, root: usize, joined: RankSet, entries: Vec<Entry>) -> Self {
+        let mut s = Schedule::new(n, root);
+        s.joined = joined;
+        s.queue = entries.into();
+        s
+    }
+
     /// Group size.
     pub fn len(&self) -> usize {
         self.n

@@ -21,9 +21,12 @@ impl Master {
     /// Declares `rank` failed: fences it, tells every rank, and recovers or
     /// ends every reduction that needed its data.
     pub(super) fn rank_down(&mut self, rank: Rank, reason: String, latency: Option<Duration>) {
-        if rank.0 >= self.size || rank.0 == 0 || !self.dead.insert(rank.0) {
+        let own = self.out.transport().rank();
+        if rank.0 >= self.size || rank == own || !self.dead.insert(rank.0) {
             return;
         }
+        // A standby taking over waits for it no more.
+        self.heard_for_takeover(rank.0);
         if self.finalized.contains(&rank.0) {
             return; // it finished its work and left: not a failure
         }

@@ -175,6 +175,11 @@ impl Handler<ReplicatedIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: ReplicatedIn, _: &mut Context<Self>) {
+        let Err(super::takeover::Deferred::Replicated(m)) =
+            self.defer(super::takeover::Deferred::Replicated(m))
+        else {
+            return;
+        };
         self.count_in(m.wire);
         if self.dead.contains(&m.holder.0) {
             return;
@@ -305,6 +310,11 @@ impl Handler<FinalizeIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: FinalizeIn, _: &mut Context<Self>) {
+        let Err(super::takeover::Deferred::Finalize(m)) =
+            self.defer(super::takeover::Deferred::Finalize(m))
+        else {
+            return;
+        };
         if m.from.0 < self.size && !self.dead.contains(&m.from.0) {
             if self.finalized.insert(m.from.0) {
                 self.rank_left(m.from);

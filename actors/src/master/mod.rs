@@ -25,6 +25,7 @@ mod join;
 mod left;
 mod state;
 mod stats;
+mod takeover;
 
 pub use stats::{MasterStats, TaskRecord};
 
@@ -40,6 +41,7 @@ use taskfold_core::{wire::Msg, Rank, ReduceError};
 pub(crate) use barrier::BarrierIn;
 pub(crate) use handlers::{ExitReport, FinalizeIn, GetStats, RankDown, ReplicatedIn, TaskFailedIn};
 pub(crate) use join::{JoinIn, TaskDoneIn};
+pub(crate) use takeover::RejoinIn;
 
 /// Reductions that ended in an error while some members had not joined yet:
 /// they get the error when they join. Bounded so it cannot grow forever.
@@ -72,6 +74,8 @@ pub struct Master {
     detector: Option<Addr<crate::detector::FailureDetector>>,
     /// The notice board where released barriers are posted, if any.
     board: Option<std::sync::Arc<taskfold_transports::board::Board>>,
+    /// A standby's takeover from a dead master, or running.
+    taking: takeover::Taking,
 }
 
 impl Master {
@@ -154,6 +158,7 @@ impl Master {
             task_log_limit,
             detector: None,
             board: None,
+            taking: takeover::Taking::running(),
         }
     }
 

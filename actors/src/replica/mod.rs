@@ -304,8 +304,7 @@ impl ReplicaStore {
             self.bytes += len;
         }
         self.gauge();
-        let _ = self.out.send(
-            Rank(0),
+        let _ = self.out.to_master(
             &Msg::Replicated {
                 key,
                 owner: owner.0,
@@ -324,8 +323,7 @@ impl ReplicaStore {
     /// the master (which may hold the reduction until this buddy answers,
     /// see `Joining::standing`).
     fn refuse(&self, key: u64, owner: Rank, same_node: bool) {
-        let _ = self.out.send(
-            Rank(0),
+        let _ = self.out.to_master(
             &Msg::Replicated {
                 key,
                 owner: owner.0,
@@ -367,6 +365,20 @@ fn map_copy(path: &str, len: u64, crc: u32) -> Result<Bytes, String> {
         return Err(format!("{path} is not the copy offered"));
     }
     Ok(bytes)
+}
+
+/// Which copies of other ranks' originals this store keeps, as `(key,
+/// owner)` (for a new master, see `taskfold_core::failover`).
+#[derive(Message)]
+#[rtype(result = "Vec<(u64, u32)>")]
+pub(crate) struct ListCopies;
+
+impl Handler<ListCopies> for ReplicaStore {
+    type Result = MessageResult<ListCopies>;
+
+    fn handle(&mut self, _: ListCopies, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.held.keys().chain(self.viewed.keys()).copied().collect())
+    }
 }
 
 /// Reduction `key` ended: drop every copy of it, in memory and on disk.

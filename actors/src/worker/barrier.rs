@@ -4,7 +4,7 @@
 use super::Worker;
 use actix::prelude::*;
 use taskfold_core::wire::Msg;
-use taskfold_core::{Rank, ReduceError};
+use taskfold_core::ReduceError;
 
 /// The application reached barrier `seq` (answered through `reply`);
 /// `board`: its thread reads the release on the notice board, which the
@@ -41,7 +41,7 @@ impl Handler<BarrierReq> for Worker {
             seq: m.seq,
             board: m.board,
         };
-        if let Err(e) = self.out.send(Rank(0), &msg) {
+        if let Err(e) = self.out.to_master(&msg) {
             // The master cannot be reached (its link broke, or this
             // transport is closed): no answer will come.
             m.reply.send(Err(ReduceError::MasterLost(e.to_string())));
@@ -65,6 +65,9 @@ impl Handler<BarrierDoneIn> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: BarrierDoneIn, _: &mut Context<Self>) {
+        if m.error.is_none() {
+            self.barrier_passed = self.barrier_passed.max(m.seq);
+        }
         match self.barriers.remove(&m.seq) {
             Some(tx) => {
                 tx.send(m.error.map_or(Ok(()), Err));

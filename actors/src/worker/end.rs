@@ -7,7 +7,7 @@ use actix::prelude::*;
 use taskfold_core::contribution::End;
 use taskfold_core::replica::original_key;
 use taskfold_core::wire::Msg;
-use taskfold_core::{Rank, ReduceError};
+use taskfold_core::ReduceError;
 use taskfold_transports::BufferKey;
 
 /// The master says our data of `key` was consumed.
@@ -85,7 +85,7 @@ impl Handler<MasterGone> for Worker {
     fn handle(&mut self, m: MasterGone, _: &mut Context<Self>) {
         // A fenced rank is out of the run (the master stops pinging it);
         // it already ended everything with `Fenced`.
-        if self.rank == Rank(0) || self.fenced || self.master_lost.is_some() {
+        if self.rank == self.out.master() || self.fenced || self.master_lost.is_some() {
             return;
         }
         let error = ReduceError::MasterLost(m.reason);
@@ -179,7 +179,7 @@ impl Worker {
             return;
         }
         self.finalizing = Finalize::Sent;
-        if let Err(e) = self.out.send(Rank(0), &Msg::Finalize) {
+        if let Err(e) = self.out.to_master(&Msg::Finalize) {
             // A dead transport cannot finalize: do not wait for an answer.
             let error = ReduceError::Transport(e.to_string());
             for tx in self.finalize.drain(..) {
@@ -207,6 +207,10 @@ impl Worker {
             .state
             .end(how)
             .expect("a live contribution has not ended");
+        if how != End::Abandoned {
+            // For a new master, should this one die (see `failover`).
+            self.ended.push(key, error.as_ref().map(Into::into));
+        }
         self.store.do_send(crate::replica::DropKey {
             key,
             disk: f.remove_disk,

@@ -111,6 +111,12 @@ impl Worker {
             direct
         });
         let whole = local.state.reported(done.task_id);
+        // A task of a dead master: its new data is in this rank's report
+        // to the new master instead.
+        let old = self.settle_old_task(key, done.task_id);
+        let Some(local) = self.locals.get(&key) else {
+            return;
+        };
         let msg = Msg::TaskDone(TaskDone {
             key,
             rank: self.rank.0,
@@ -120,7 +126,9 @@ impl Worker {
             bytes: done.bytes,
             direct,
         });
-        self.to_master(&msg);
+        if !old {
+            self.to_master(&msg);
+        }
         if whole {
             // The root holds every original, each folded once (its path
             // is the union of disjoint paths, checked at every task): the

@@ -96,6 +96,7 @@ impl Handler<StartReduce> for Worker {
                 held: Vec::new(),
                 fetch: None,
                 flight,
+                announced: Default::default(),
             },
         );
         let value = m.value;
@@ -238,6 +239,10 @@ impl Worker {
         if !fields.disk {
             local.join.disk = None;
         }
+        local.announced = super::failover::Announced {
+            replica: fields.replica,
+            standing: standing.clone(),
+        };
         let msg = Msg::Join(Joining {
             key,
             rank: rank.0,

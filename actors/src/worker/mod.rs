@@ -17,6 +17,7 @@
 
 mod barrier;
 mod end;
+mod failover;
 mod fold;
 mod join;
 mod pieces;
@@ -26,6 +27,7 @@ mod task;
 
 pub(crate) use barrier::{BarrierDoneIn, BarrierReq};
 pub(crate) use end::{CompleteIn, FinalizeAckIn, FinalizeReq, MasterGone, ReleaseIn};
+pub(crate) use failover::Failover;
 pub(crate) use join::StartReduce;
 pub(crate) use recovery::{RankFailedIn, ReplicaAckIn};
 pub(crate) use task::TaskIn;
@@ -88,6 +90,8 @@ pub(crate) struct Local {
     /// flight (`taskfold_core::pool::start_flight`).
     pub(crate) flight: usize,
     pub(crate) fetch: Option<Fetching>,
+    /// What the join named of the original's copies (for a new master).
+    pub(crate) announced: failover::Announced,
 }
 
 /// The worker of one rank.
@@ -126,6 +130,14 @@ pub struct Worker {
     /// Originals a buddy may still be reading in place after their
     /// reductions ended here abnormally: kept until the process ends.
     stranded: Vec<Bytes>,
+    /// A report to a new master in preparation (see `failover`).
+    rejoining: Option<failover::Rejoining>,
+    /// Reductions that ended here lately (for a new master).
+    ended: failover::Ended,
+    /// The highest barrier released here by message.
+    barrier_passed: u64,
+    /// This actor's address, for messages to itself.
+    me: Option<Addr<Worker>>,
 }
 
 /// What a worker is built from.
@@ -161,6 +173,10 @@ impl Worker {
             ended_early: HashSet::new(),
             same_node_buddy: None,
             stranded: Vec::new(),
+            rejoining: None,
+            ended: Default::default(),
+            barrier_passed: 0,
+            me: None,
         }
     }
 
@@ -181,7 +197,7 @@ impl Worker {
     }
 
     fn to_master(&self, msg: &Msg) {
-        if let Err(e) = self.out.send(Rank(0), msg) {
+        if let Err(e) = self.out.to_master(msg) {
             tracing::warn!(rank = %self.rank, error = %e, "could not reach the master");
         }
     }
@@ -206,6 +222,10 @@ fn viewing_buddy(buddy: Option<Rank>, same_node: Option<Rank>) -> Option<Rank> {
 
 impl Actor for Worker {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.me = Some(ctx.address());
+    }
 }
 
 /// Where a peer on this node may read `data` in place, if the transport

@@ -18,7 +18,16 @@ impl Handler<RankFailedIn> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: RankFailedIn, ctx: &mut Context<Self>) {
-        let rank = m.rank;
+        self.rank_died(m.rank, ctx);
+    }
+}
+
+impl Worker {
+    /// `rank` died (declared by the master, or the master itself lost with
+    /// a standby to go on with): fenced if it is this rank; else its copies
+    /// of this rank's originals are made again elsewhere, fetches from it
+    /// cancelled, and joins awaiting it as a buddy offered to the next.
+    pub(super) fn rank_died(&mut self, rank: Rank, ctx: &mut Context<Self>) {
         let orphaned = self.copies_held_by(rank);
         self.dead.insert(rank.0 as usize);
         if self.same_node_buddy == Some(rank) {
@@ -56,9 +65,7 @@ impl Handler<RankFailedIn> for Worker {
             tracing::info!(rank = %self.rank, dead = %rank, buddy = ?to, key, "original copied again to a new buddy");
         }
     }
-}
 
-impl Worker {
     /// The reductions whose joined original has its copy at `rank` (this
     /// rank's buddy with the current dead set), to be copied again when
     /// `rank` dies. Only checksummed originals: one viewed in place on

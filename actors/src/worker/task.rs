@@ -69,7 +69,10 @@ pub(super) struct Fetched {
 }
 
 impl Worker {
-    pub(super) fn fail_task(&self, task: &Task, reason: TaskFailure) {
+    pub(super) fn fail_task(&mut self, task: &Task, reason: TaskFailure) {
+        if self.settle_old_task(task.key, task.task_id) {
+            return; // the dead master's: the new one schedules anew
+        }
         self.to_master(&Msg::TaskFailed(TaskFailed {
             key: task.key,
             task_id: task.task_id,

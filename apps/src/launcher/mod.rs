@@ -194,7 +194,8 @@ fn run_job(launch: &Launch, nodes: Option<&NodeSpec>, job: &Job) -> std::io::Res
         children.push((rank, child));
     }
     let grace = master_grace(settings.runtime.failure_timeout);
-    let exits = watch(children, launch, job, cluster.as_ref(), grace);
+    let chain = Masters::new(launch.ranks, cluster.as_ref(), settings.runtime.standby);
+    let exits = watch(children, launch, job, cluster.as_ref(), (grace, chain));
     for p in pumps {
         let _ = p.join();
     }
@@ -254,15 +255,60 @@ fn master_grace(failure_timeout: Duration) -> Duration {
     (failure_timeout * 2 + Duration::from_secs(2)).min(Duration::from_secs(120))
 }
 
+/// Which rank runs the master: rank 0, then each standby that took over
+/// from a dead one, as the ranks choose it
+/// ([`taskfold_core::failover::standby_of`]).
+struct Masters {
+    current: u32,
+    size: u32,
+    dead: taskfold_core::RankSet,
+    nodes: Option<Vec<u64>>,
+    policy: taskfold::Standby,
+}
+
+impl Masters {
+    fn new(size: u32, cluster: Option<&nodes::Cluster>, policy: taskfold::Standby) -> Self {
+        let nodes = cluster.map(|c| (0..size).map(|r| c.node_of(r) as u64).collect());
+        Masters {
+            current: 0,
+            size,
+            dead: taskfold_core::RankSet::new(),
+            nodes,
+            policy,
+        }
+    }
+
+    /// `rank` died: the standby that takes over, if it was the master and
+    /// there is one (`Err(())` if it was the master and there is none).
+    fn died(&mut self, rank: u32) -> Result<Option<u32>, ()> {
+        self.dead.insert(rank as usize);
+        if rank != self.current {
+            return Ok(None);
+        }
+        let nodes = self.nodes.as_deref();
+        let next = taskfold_core::failover::standby_of(
+            rank,
+            self.size,
+            &self.dead,
+            nodes,
+            self.policy,
+        );
+        let next = next.ok_or(())?;
+        self.current = next;
+        Ok(Some(next))
+    }
+}
+
 /// Waits for every child; reports each exit to the master as it happens.
-/// If rank 0 (the master) ends abnormally, the ranks still running after
-/// `grace` are killed: with no master, no reduction can end any more.
+/// If the master ends abnormally and no standby takes over, the ranks
+/// still running after the grace are killed: with no master, no
+/// reduction can end any more.
 fn watch(
     mut children: Vec<(u32, Child)>,
     launch: &Launch,
     job: &Job,
     cluster: Option<&nodes::Cluster>,
-    grace: Duration,
+    (grace, mut masters): (Duration, Masters),
 ) -> Vec<RankExit> {
     let started = Instant::now();
     let mut exits = Vec::new();
@@ -279,16 +325,26 @@ fn watch(
                         eprintln!("taskfold run: rank {rank} {}", exit.describe());
                         // A clean exit follows finalize, which the master
                         // already knows; a failure it must learn now.
-                        if rank != 0 && !children.is_empty() {
+                        let master = masters.current;
+                        if rank != 0 && master == 0 && !children.is_empty() {
                             report(&exit, job, cluster);
                         }
-                        if rank == 0 && !children.is_empty() {
-                            eprintln!(
-                                "taskfold run: the master (rank 0) died: {}; ending the job \
-                                 (the other ranks are killed if still running in {grace:?})",
+                        match masters.died(rank) {
+                            _ if children.is_empty() => {}
+                            Ok(None) => {}
+                            Ok(Some(next)) => eprintln!(
+                                "taskfold run: the master (rank {rank}) died: {}; \
+                                 the standby, rank {next}, takes over",
                                 exit.describe()
-                            );
-                            master_died = Some(Instant::now());
+                            ),
+                            Err(()) => {
+                                eprintln!(
+                                    "taskfold run: the master (rank {rank}) died: {}; ending the job \
+                                     (the other ranks are killed if still running in {grace:?})",
+                                    exit.describe()
+                                );
+                                master_died = Some(Instant::now());
+                            }
                         }
                     }
                     exits.push(exit);

@@ -75,6 +75,10 @@ pub struct Config {
     /// decides whether there is a board; a rank with it off still maps it
     /// if the master has one.
     pub notice_board: bool,
+    /// Which rank takes over if the master dies (`TASKFOLD_STANDBY=auto|on|off`,
+    /// default `auto`; see [`Standby`] and the book's Fault tolerance
+    /// chapter, A master that dies).
+    pub standby: Standby,
     /// Test hooks (`TASKFOLD_TEST_HOOK`), see [`super::hooks`].
     pub hooks: Vec<Hook>,
 }
@@ -95,6 +99,7 @@ impl Default for Config {
             buffer_pool_follows_peak: true,
             buffer_pool_prefill: true,
             notice_board: true,
+            standby: Standby::Auto,
             hooks: Vec::new(),
         }
     }
@@ -156,6 +161,31 @@ impl Named for Durability {
         ("none", Durability::Off),
     ];
     const EXPECTED: &'static str = "sync, async or off";
+}
+
+/// Whether a standby master takes over when the master dies, and which
+/// rank it is ([`crate::failover::standby_of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Standby {
+    /// The lowest live rank on another node than the master's, if the job
+    /// spans several nodes (default); on one node, none: a node's death
+    /// takes both, so the job ends with `MasterLost` instead.
+    #[default]
+    Auto,
+    /// As `Auto`, and on one node the lowest live rank after the master:
+    /// a master process that dies alone is survived.
+    On,
+    /// None: the master's death ends every rank's waits with `MasterLost`.
+    Off,
+}
+
+impl Named for Standby {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("auto", Standby::Auto),
+        ("on", Standby::On),
+        ("off", Standby::Off),
+    ];
+    const EXPECTED: &'static str = "auto, on or off";
 }
 
 /// When the future of a member other than the root completes.

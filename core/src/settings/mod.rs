@@ -37,7 +37,7 @@ mod vars;
 #[cfg(test)]
 mod tests;
 
-pub use config::{Completion, Config, Durability};
+pub use config::{Completion, Config, Durability, Standby};
 pub use launch::{Identity, Launch};
 pub use values::{parse_bool, Named};
 pub use vars::{variables, Variable, OTHER_KNOWN};

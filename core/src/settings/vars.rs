@@ -61,7 +61,7 @@ fn show(s: impl ToString) -> Option<OsString> {
     Some(s.to_string().into())
 }
 
-static VARIABLES: [Variable; 23] = [
+static VARIABLES: [Variable; 24] = [
     // Launch (rank and size: see `launch::identity`).
     Variable {
         name: "TASKFOLD_MASTER",
@@ -137,6 +137,15 @@ static VARIABLES: [Variable; 23] = [
             Ok(())
         },
         get: |s| show(s.runtime.durability.name()),
+    },
+    Variable {
+        name: "TASKFOLD_STANDBY",
+        expected: <super::Standby as Named>::EXPECTED,
+        set: |s, v| {
+            s.runtime.standby = named(v)?;
+            Ok(())
+        },
+        get: |s| show(s.runtime.standby.name()),
     },
     Variable {
         name: "TASKFOLD_COMPLETION",

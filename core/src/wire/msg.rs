@@ -145,6 +145,45 @@ pub enum Msg {
         /// The signal that killed it, or 0.
         signal: i32,
     },
+    /// Rank → the standby that took over from a dead master: what this
+    /// rank holds, once every task the dead master gave it has ended (see
+    /// [`crate::failover`]).
+    Rejoin(Rejoin),
+}
+
+/// A rank's report to a new master ([`Msg::Rejoin`]).
+#[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
+pub struct Rejoin {
+    /// The sender (global rank).
+    pub rank: u32,
+    /// The master the sender declared lost.
+    pub lost: u32,
+    /// Every live reduction the sender had joined under the dead master.
+    pub holding: Vec<Held>,
+    /// The copies of other ranks' originals the sender keeps: `(key,
+    /// owner)`.
+    pub copies: Vec<(u64, u32)>,
+    /// Reductions that recently ended at the sender, with their error (a
+    /// member that missed the dead master's notice is told by the new one).
+    pub ended: Vec<(u64, Option<Failure>)>,
+    /// The barriers the sender waits in.
+    pub barriers: Vec<u64>,
+    /// The highest barrier released at the sender (0: none).
+    pub passed: u64,
+    /// The sender's finalize was sent.
+    pub finalized: bool,
+}
+
+/// One reduction in a [`Rejoin`].
+#[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
+pub struct Held {
+    /// The sender's join, as it was sent (its `direct` is where its data
+    /// lies now).
+    pub joining: Joining,
+    /// The group positions folded into the sender's data.
+    pub path: RankSet,
+    /// Whether the sender still holds that data.
+    pub has_value: bool,
 }
 
 /// A rank's first message of a reduction: its original is ready, as the

@@ -1,0 +1,315 @@
+//! A standby taking over from a dead master: it waits for every live
+//! rank's report, then rebuilds every live reduction from them and goes on
+//! (see [`taskfold_core::failover`] and the book's Fault tolerance
+//! chapter, A master that dies).
+//!
+//! Until every report is in, the joins, barriers, finalizes and copy
+//! notices that come are kept and handed in afterwards, in their order: a
+//! reduction is rebuilt from what its members held under the dead master
+//! before anything new is counted.
+
+use super::handlers::{protocol, FinalizeIn, ReplicatedIn};
+use super::state::Reduction;
+use super::{BarrierIn, JoinIn, Master};
+use actix::prelude::*;
+use std::collections::{HashMap, HashSet};
+use taskfold_core::failover::{reconcile, Holding, Takeover};
+use taskfold_core::roster::{Announcement, StandingCopy};
+use taskfold_core::schedule::Schedule;
+use taskfold_core::wire::{Failure, Held, Msg, Rejoin};
+use taskfold_core::{Rank, RankSet, ReduceError};
+
+/// A rank's report to this new master (`wire` bytes long).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct RejoinIn {
+    pub(crate) from: Rank,
+    pub(crate) rejoin: Rejoin,
+    pub(crate) wire: usize,
+}
+
+/// A message kept while the reports come in.
+pub(crate) enum Deferred {
+    Join(JoinIn),
+    Barrier(BarrierIn),
+    Finalize(FinalizeIn),
+    Replicated(ReplicatedIn),
+}
+
+/// The new master's wait and what it gathered meanwhile.
+pub(crate) struct Taking {
+    pub(crate) state: Takeover,
+    reports: Vec<Rejoin>,
+    deferred: Vec<Deferred>,
+}
+
+impl Taking {
+    /// A master that starts the job: nothing to wait for.
+    pub(crate) fn running() -> Self {
+        Taking {
+            state: Takeover::Running,
+            reports: Vec::new(),
+            deferred: Vec::new(),
+        }
+    }
+}
+
+impl Master {
+    /// This master takes over from `lost`, with `dead` the ranks known
+    /// dead before: it waits for every other rank's report.
+    pub(crate) fn take_over(&mut self, lost: Rank, dead: &RankSet) {
+        let mut all = dead.clone();
+        all.insert(lost.0 as usize);
+        for r in all.iter() {
+            self.dead.insert(r as u32);
+            self.dead_at.insert(r as u32, std::time::SystemTime::now());
+        }
+        self.stats.dead.extend(all.iter().map(|r| r as u32));
+        self.taking = Taking {
+            state: Takeover::new(self.size, &all),
+            reports: Vec::new(),
+            deferred: Vec::new(),
+        };
+        tracing::warn!(master = %self.out.master(), %lost, "taking over from the dead master");
+    }
+
+    /// Keeps `d` if the reports are still coming (true), to be handed in
+    /// once they are in.
+    pub(super) fn defer(&mut self, d: Deferred) -> Result<(), Deferred> {
+        if !self.taking.state.is_awaiting() {
+            return Err(d);
+        }
+        self.taking.deferred.push(d);
+        Ok(())
+    }
+
+    /// `rank` reported or died: once every live rank did, the reductions
+    /// are rebuilt and the kept messages handed in.
+    pub(super) fn heard_for_takeover(&mut self, rank: u32) {
+        if !self.taking.state.heard(rank) {
+            return;
+        }
+        let reports = std::mem::take(&mut self.taking.reports);
+        self.rebuild(reports);
+        let Some(me) = self.me.clone() else {
+            return;
+        };
+        for d in std::mem::take(&mut self.taking.deferred) {
+            match d {
+                Deferred::Join(m) => me.do_send(m),
+                Deferred::Barrier(m) => me.do_send(m),
+                Deferred::Finalize(m) => me.do_send(m),
+                Deferred::Replicated(m) => me.do_send(m),
+            }
+        }
+    }
+
+    /// Every reduction, barrier and finalize of the reports, as the dead
+    /// master left them.
+    fn rebuild(&mut self, reports: Vec<Rejoin>) {
+        let mut copies: HashMap<u64, Vec<(u32, u32)>> = HashMap::new();
+        let mut ended: HashMap<u64, Option<Failure>> = HashMap::new();
+        let mut held: HashMap<u64, Vec<Held>> = HashMap::new();
+        let passed = reports.iter().map(|r| r.passed).max().unwrap_or(0);
+        let mut barriers = Vec::new();
+        let mut finalized = Vec::new();
+        for r in reports {
+            for (key, owner) in r.copies {
+                copies.entry(key).or_default().push((owner, r.rank));
+            }
+            for (key, error) in r.ended {
+                ended.entry(key).or_insert(error);
+            }
+            for h in r.holding {
+                held.entry(h.joining.key).or_default().push(h);
+            }
+            barriers.extend(r.barriers.iter().map(|&seq| (Rank(r.rank), seq)));
+            if r.finalized {
+                finalized.push(Rank(r.rank));
+            }
+        }
+        for (&key, error) in &ended {
+            // A member yet to join a reduction that failed is told then.
+            if let (Some(f), false) = (error, held.contains_key(&key)) {
+                let everyone = (0..self.size).collect();
+                self.remember_ended(key, f.clone().into(), everyone);
+            }
+        }
+        let rebuilt = held.len();
+        for (key, members) in held {
+            match ended.get(&key) {
+                // It ended under the dead master; these members missed
+                // the notice.
+                Some(error) => {
+                    let msg = Msg::Complete {
+                        key,
+                        error: error.clone(),
+                    };
+                    for h in &members {
+                        self.send(Rank(h.joining.rank), &msg);
+                    }
+                }
+                None => self.rebuild_one(key, members, copies.remove(&key).unwrap_or_default()),
+            }
+        }
+        for (owner_copies_key, list) in copies {
+            // Copies of reductions nobody reported joined: noted as any
+            // early copy notice, for when they open.
+            self.early_replicas
+                .entry(owner_copies_key)
+                .or_default()
+                .extend(list.into_iter().map(|(owner, holder)| (owner, holder, true)));
+        }
+        for (rank, seq) in barriers {
+            self.rejoin_barrier(rank, seq, passed);
+        }
+        // After the reductions: a finalized rank ends those it did not join.
+        for rank in finalized {
+            if self.finalized.insert(rank.0) {
+                self.rank_left(rank);
+            }
+        }
+        tracing::warn!(reductions = rebuilt, "took over: the live reductions are rebuilt");
+        self.check_finalize();
+    }
+
+    /// A barrier `rank` waits in: released if some rank passed it under the
+    /// dead master, else counted as if it came now.
+    fn rejoin_barrier(&mut self, rank: Rank, seq: u64, passed: u64) {
+        if seq <= passed {
+            self.send(rank, &Msg::BarrierDone { seq, error: None });
+            return;
+        }
+        let m = BarrierIn {
+            from: rank,
+            seq,
+            board: false,
+            wire: 0,
+        };
+        if let Some(me) = &self.me {
+            me.do_send(m);
+        }
+    }
+
+    /// Rebuilds reduction `key` from its members' reports and the copies
+    /// kept of its originals (`(owner, holder)`), and goes on with it.
+    fn rebuild_one(&mut self, key: u64, members: Vec<Held>, copies: Vec<(u32, u32)>) {
+        let first = &members[0].joining;
+        let mut r = match Reduction::new(&first.join, self.size) {
+            Ok(r) => r,
+            Err(detail) => {
+                let error = ReduceError::InvalidOptions(detail);
+                let msg = Msg::Complete {
+                    key,
+                    error: Some((&error).into()),
+                };
+                for h in &members {
+                    self.send(Rank(h.joining.rank), &msg);
+                }
+                return;
+            }
+        };
+        let outcome = admit_reports(&mut r, &members).and_then(|holdings| {
+            let rebuilt = reconcile(r.group.len(), &holdings)
+                .map_err(|e| protocol(&r.id, Rank(first.rank), e))?;
+            let root = r.group.index_of(r.root).expect("checked by Reduction::new");
+            r.schedule = Schedule::resume(r.group.len(), root, rebuilt.joined, rebuilt.entries);
+            Ok(rebuilt.stale)
+        });
+        for (owner, holder) in copies {
+            if let Some(i) = r.group.index_of(Rank(owner)) {
+                r.roster.replicated(i, holder, true);
+            }
+        }
+        let joined: Vec<Rank> = members.iter().map(|h| Rank(h.joining.rank)).collect();
+        let outcome = outcome.and_then(|stale| {
+            self.admit_the_dead(key, &mut r)?;
+            Ok(stale)
+        });
+        let stale: Vec<Rank> = match &outcome {
+            Ok(stale) => stale.iter().map(|&i| r.group.rank_at(i)).collect(),
+            Err(_) => Vec::new(),
+        };
+        self.reductions.insert(key, r);
+        match outcome {
+            Ok(_) => {
+                for provider in stale {
+                    self.send(provider, &Msg::Release { key });
+                }
+                self.drive(key);
+            }
+            Err(error) => {
+                let failure: Failure = (&error).into();
+                self.fail(key, error);
+                let msg = Msg::Complete {
+                    key,
+                    error: Some(failure),
+                };
+                for rank in joined {
+                    self.send(rank, &msg);
+                }
+            }
+        }
+    }
+}
+
+/// Records each report's join in `r`'s roster; the holdings to rebuild
+/// its queue from.
+fn admit_reports(r: &mut Reduction, members: &[Held]) -> Result<Vec<Holding>, ReduceError> {
+    let mut holdings = Vec::with_capacity(members.len());
+    let mut seen = HashSet::new();
+    for h in members {
+        let from = Rank(h.joining.rank);
+        let Some(index) = r.group.index_of(from) else {
+            return Err(protocol(&r.id, from, "not a member of the group"));
+        };
+        if let Some(detail) = r.mismatch(&h.joining.join, from) {
+            return Err(ReduceError::Mismatched {
+                id: r.id.clone(),
+                detail,
+            });
+        }
+        if !seen.insert(index) {
+            continue; // `reconcile` refuses it
+        }
+        let standing = h.joining.standing.clone().and_then(|copy| {
+            let buddy = r.group.index_of(Rank(copy.buddy))?;
+            Some(StandingCopy { buddy, copy })
+        });
+        let announcement = Announcement {
+            early: h.joining.join.early,
+            direct: None,
+            replica: h.joining.replica,
+            disk: h.joining.join.disk.clone(),
+            standing,
+        };
+        r.roster
+            .join(index, announcement)
+            .map_err(|e| protocol(&r.id, from, e))?;
+        holdings.push(Holding {
+            index,
+            path: h.path.clone(),
+            has_value: h.has_value,
+        });
+    }
+    Ok(holdings)
+}
+
+impl Handler<RejoinIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: RejoinIn, _: &mut Context<Self>) {
+        self.count_in(m.wire);
+        let from = m.from;
+        if self.dead.contains(&from.0) || m.rejoin.rank != from.0 {
+            tracing::warn!(%from, "a report from a fenced rank, or in another's name; dropped");
+            return;
+        }
+        if !self.taking.state.is_awaiting() {
+            tracing::warn!(%from, "a report after the takeover; dropped");
+            return;
+        }
+        self.taking.reports.push(m.rejoin);
+        self.heard_for_takeover(from.0);
+    }
+}

@@ -1,0 +1,111 @@
+//! The router's side of a master's death: which rank takes over
+//! ([`taskfold_core::failover::standby_of`]), turning this rank to it, and,
+//! on the standby, starting the new master (see the book's Fault
+//! tolerance chapter, A master that dies).
+
+use crate::router::Router;
+use crate::start::Spare;
+use crate::worker::{Failover, MasterGone};
+use std::time::Instant;
+use taskfold_core::failover::standby_of;
+use taskfold_core::watch::{Lost, MasterWatch};
+use taskfold_core::wire::Msg;
+use taskfold_core::{Rank, RankSet};
+
+/// Most messages for the master a standby keeps before it takes over
+/// itself (ranks that saw the master die first report at once).
+const EARLY_LIMIT: usize = 65_536;
+
+/// What a rank knows to take over, or turn to whoever does.
+pub(crate) struct Standby {
+    spare: Spare,
+    /// The ranks the master declared failed, and the dead masters.
+    dead: RankSet,
+    /// Messages for the master that came before this standby took over.
+    early: Vec<(Rank, Msg, usize)>,
+}
+
+impl Standby {
+    pub(crate) fn new(spare: Spare) -> Self {
+        Standby {
+            spare,
+            dead: RankSet::new(),
+            early: Vec::new(),
+        }
+    }
+
+    /// The master declared `rank` failed.
+    pub(crate) fn rank_failed(&mut self, rank: Rank) {
+        self.dead.insert(rank.0 as usize);
+    }
+}
+
+impl Router {
+    /// The rank that takes over if the current master dies.
+    fn next_master(&self) -> Option<Rank> {
+        let t = self.out.transport();
+        let policy = self.standby.spare.config.standby;
+        standby_of(self.out.master().0, t.size(), &self.standby.dead, t.nodes(), policy).map(Rank)
+    }
+
+    /// Keeps a message for the master that came to this rank before it
+    /// took over (true), if this rank is the one that takes over.
+    pub(crate) fn keep_for_takeover(&mut self, from: Rank, msg: Msg, wire: usize) -> Result<(), Msg> {
+        if self.master.is_some() || self.next_master() != Some(self.rank) {
+            return Err(msg);
+        }
+        if self.standby.early.len() >= EARLY_LIMIT {
+            tracing::error!(%from, "too many messages before the takeover; dropped");
+            return Ok(());
+        }
+        self.standby.early.push((from, msg, wire));
+        Ok(())
+    }
+
+    /// The watch just declared the master lost (`Some`): this rank turns
+    /// to the standby, or takes over itself; without a standby the worker
+    /// ends everything that waits for the master.
+    pub(crate) fn master_lost(&mut self, lost: Option<Lost>) {
+        let Some(lost) = lost else {
+            return;
+        };
+        let old = self.out.master();
+        let next = self.next_master();
+        self.standby.dead.insert(old.0 as usize);
+        let Some(next) = next else {
+            tracing::error!(rank = %self.rank, reason = %lost, "the master is lost");
+            self.worker.do_send(MasterGone {
+                reason: lost.to_string(),
+            });
+            return;
+        };
+        tracing::warn!(rank = %self.rank, reason = %lost, standby = %next, "the master is lost; turning to the standby");
+        self.out.set_master(next);
+        if next == self.rank {
+            self.take_over(old);
+        } else if let Some((w, _)) = &mut self.watch {
+            *w = MasterWatch::new(Instant::now());
+        }
+        self.worker.do_send(Failover {
+            lost: old,
+            to: next,
+        });
+    }
+
+    /// Starts this rank's master, taking over from `lost`, and hands it
+    /// what came early.
+    fn take_over(&mut self, lost: Rank) {
+        let mut dead = self.standby.dead.clone();
+        dead.insert(lost.0 as usize);
+        let (m, d) = crate::start::standby_master(&self.standby.spare, &self.out, lost, &dead);
+        self.master = Some(m);
+        self.detector = Some(d);
+        // The master's own rank watches nobody.
+        self.watch = None;
+        for (from, msg, wire) in std::mem::take(&mut self.standby.early) {
+            if let Some(msg) = self.route_to_master(from, msg, wire) {
+                tracing::warn!(%from, ?msg, "not a message for the master; dropped");
+            }
+        }
+    }
+}

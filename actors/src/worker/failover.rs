@@ -1,0 +1,173 @@
+//! The worker's side of a master's death with a standby: the tasks the
+//! dead master gave are let end without a report, then the new master is
+//! told what this rank holds ([`Msg::Rejoin`]; see
+//! [`taskfold_core::failover`] and the book's Fault tolerance chapter, A
+//! master that dies).
+
+use super::Worker;
+use crate::replica::ListCopies;
+use actix::prelude::*;
+use std::collections::{HashSet, VecDeque};
+use taskfold_core::contribution::{Phase, Work};
+use taskfold_core::wire::{Failure, Held, Joining, Msg, Rejoin, Standing};
+use taskfold_core::Rank;
+
+/// Most reductions remembered as ended, for a new master (a member that
+/// missed the dead master's completion notice learns it from another's
+/// report).
+const ENDED_KEPT: usize = 4096;
+
+/// The master `lost` died; `to` runs the master from now on.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Failover {
+    pub(crate) lost: Rank,
+    pub(crate) to: Rank,
+}
+
+/// A report to a new master being prepared: the dead master's tasks that
+/// have not ended here yet (`(key, task id)`). Their ends are not reported
+/// (the new master does not know them); once none is left the report goes.
+#[derive(Default)]
+pub(crate) struct Rejoining {
+    lost: Option<Rank>,
+    tasks: HashSet<(u64, u64)>,
+}
+
+/// What a join named of its copies, for a report to a new master.
+#[derive(Clone, Default)]
+pub(crate) struct Announced {
+    pub(crate) replica: Option<u32>,
+    pub(crate) standing: Option<Standing>,
+}
+
+/// Reductions that ended here lately, with their error.
+#[derive(Default)]
+pub(crate) struct Ended(VecDeque<(u64, Option<Failure>)>);
+
+impl Ended {
+    pub(crate) fn push(&mut self, key: u64, error: Option<Failure>) {
+        if self.0.len() >= ENDED_KEPT {
+            self.0.pop_front();
+        }
+        self.0.push_back((key, error));
+    }
+}
+
+impl Handler<Failover> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, m: Failover, ctx: &mut Context<Self>) {
+        if self.fenced || self.master_lost.is_some() {
+            return;
+        }
+        tracing::warn!(rank = %self.rank, lost = %m.lost, master = %m.to, "a standby takes over from the dead master");
+        metrics::counter!(crate::metrics::FAILOVERS).increment(1);
+        // The tasks the dead master gave (a previous report not sent yet
+        // keeps its own), and the ones a test hook queued: the new master
+        // schedules anew.
+        let mut r = self.rejoining.take().unwrap_or_default();
+        r.lost = Some(m.lost);
+        for (&key, l) in self.locals.iter_mut() {
+            l.held.clear();
+            if let Phase::Joined(Work::Task { id, .. }) = l.state.phase() {
+                r.tasks.insert((key, id));
+            }
+        }
+        self.rejoining = Some(r);
+        // The dead master's own originals and copies, as any dead rank's.
+        self.rank_died(m.lost, ctx);
+        self.rejoin_if_settled(ctx);
+    }
+}
+
+/// Every task of the dead master ended here: the report may go.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct SendRejoin;
+
+impl Handler<SendRejoin> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, _: SendRejoin, ctx: &mut Context<Self>) {
+        self.rejoin_if_settled(ctx);
+    }
+}
+
+impl Worker {
+    /// Whether task `id` of `key` was the dead master's: its end is not
+    /// reported, and the report to the new master may go now.
+    pub(super) fn settle_old_task(&mut self, key: u64, id: u64) -> bool {
+        let Some(r) = &mut self.rejoining else {
+            return false;
+        };
+        if !r.tasks.remove(&(key, id)) {
+            return false;
+        }
+        if r.tasks.is_empty() {
+            if let Some(me) = &self.me {
+                me.do_send(SendRejoin);
+            }
+        }
+        true
+    }
+
+    /// Sends the report to the new master once every task of the dead one
+    /// ended here.
+    fn rejoin_if_settled(&mut self, ctx: &mut Context<Self>) {
+        let lost = match &self.rejoining {
+            Some(r) if r.tasks.is_empty() => r.lost,
+            _ => return,
+        };
+        self.rejoining = None;
+        let Some(lost) = lost else {
+            return;
+        };
+        let mut msg = self.rejoin(lost);
+        let copies = self.store.send(ListCopies);
+        ctx.spawn(actix::fut::wrap_future(copies).map(move |held, act: &mut Worker, _| {
+            msg.copies = held.unwrap_or_default();
+            act.to_master(&Msg::Rejoin(msg));
+        }));
+    }
+
+    /// This rank's report, without the copies its store keeps.
+    fn rejoin(&mut self, lost: Rank) -> Rejoin {
+        let holding = self
+            .locals
+            .iter()
+            .filter(|(_, l)| l.state.joined())
+            .map(|(&key, l)| Held {
+                joining: Joining {
+                    key,
+                    rank: self.rank.0,
+                    join: l.join.clone(),
+                    replica: l.announced.replica,
+                    standing: l.announced.standing.clone(),
+                    direct: None,
+                },
+                path: l.state.path().clone(),
+                has_value: l.value.is_some(),
+            })
+            .collect();
+        // A barrier whose release is on the dead master's board was passed.
+        let mut passed = self.barrier_passed;
+        self.barriers.retain(|&seq, reply| {
+            let released = reply.board().is_some_and(|b| b.barrier_released(seq));
+            if released {
+                passed = passed.max(seq);
+            }
+            !released
+        });
+        Rejoin {
+            rank: self.rank.0,
+            lost: lost.0,
+            holding,
+            copies: Vec::new(),
+            ended: self.ended.0.iter().cloned().collect(),
+            barriers: self.barriers.keys().copied().collect(),
+            passed,
+            finalized: self.finalizing == super::end::Finalize::Sent,
+        }
+    }
+}
