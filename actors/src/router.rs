@@ -8,8 +8,8 @@
 
 use crate::detector::{FailureDetector, PongIn};
 use crate::master::{
-    BarrierIn, ExitReport, FinalizeIn, GetStats, JoinIn, Master, MasterStats, RankDown,
-    RejoinIn, ReplicatedIn, TaskDoneIn, TaskFailedIn,
+    BarrierIn, ExitReport, FinalizeIn, GetStats, JoinIn, Master, MasterStats, RankDown, RejoinIn,
+    ReplicatedIn, TaskDoneIn, TaskFailedIn,
 };
 use crate::perf::{GetLocalStats, LocalStats, PerformanceCounter};
 use crate::replica::{OfferIn, PeerGone, ReplicaStore};
@@ -167,13 +167,9 @@ impl Router {
             false => msg,
         };
         match msg {
-            Msg::Rejoin(rejoin) => self.master_or_drop(from, |m| {
-                m.do_send(RejoinIn {
-                    from,
-                    rejoin,
-                    wire,
-                })
-            }),
+            Msg::Rejoin(rejoin) => {
+                self.master_or_drop(from, |m| m.do_send(RejoinIn { from, rejoin, wire }))
+            }
             Msg::Join(joining) => self.master_or_drop(from, |m| {
                 m.do_send(JoinIn {
                     from,

@@ -45,12 +45,24 @@ impl Router {
     fn next_master(&self) -> Option<Rank> {
         let t = self.out.transport();
         let policy = self.standby.spare.config.standby;
-        standby_of(self.out.master().0, t.size(), &self.standby.dead, t.nodes(), policy).map(Rank)
+        standby_of(
+            self.out.master().0,
+            t.size(),
+            &self.standby.dead,
+            t.nodes(),
+            policy,
+        )
+        .map(Rank)
     }
 
     /// Keeps a message for the master that came to this rank before it
     /// took over (true), if this rank is the one that takes over.
-    pub(crate) fn keep_for_takeover(&mut self, from: Rank, msg: Msg, wire: usize) -> Result<(), Msg> {
+    pub(crate) fn keep_for_takeover(
+        &mut self,
+        from: Rank,
+        msg: Msg,
+        wire: usize,
+    ) -> Result<(), Msg> {
         if self.master.is_some() || self.next_master() != Some(self.rank) {
             return Err(msg);
         }

@@ -151,7 +151,9 @@ pub(crate) fn standby_master(
     }
     m.take_over(lost, dead);
     for r in dead.iter().chain([lost.0 as usize]) {
-        d.do_send(crate::detector::Forget { rank: Rank(r as u32) });
+        d.do_send(crate::detector::Forget {
+            rank: Rank(r as u32),
+        });
     }
     (ctx.run(m), d)
 }

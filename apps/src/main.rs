@@ -92,13 +92,22 @@ fn main() -> ExitCode {
                 log: None,
             };
             match launcher::run_on(&launch, nodes.as_ref()) {
-                Ok(exits) if exits.iter().all(|e| e.success()) => ExitCode::SUCCESS,
-                Ok(exits) => {
-                    for e in exits.iter().filter(|e| !e.success()) {
-                        eprintln!("taskfold run: rank {} {}", e.rank, e.describe());
+                Ok(exits) => match launcher::Verdict::of(&exits) {
+                    launcher::Verdict::Clean => ExitCode::SUCCESS,
+                    launcher::Verdict::Survived(lost) => {
+                        eprintln!(
+                            "taskfold run: the job survived the loss of rank(s) {lost:?}: \
+                             every rank that outlived them exited 0"
+                        );
+                        ExitCode::SUCCESS
                     }
-                    ExitCode::from(1)
-                }
+                    launcher::Verdict::Failed => {
+                        for e in exits.iter().filter(|e| !e.success()) {
+                            eprintln!("taskfold run: rank {} {}", e.rank, e.describe());
+                        }
+                        ExitCode::from(1)
+                    }
+                },
                 Err(e) => {
                     eprintln!("taskfold run: {e}");
                     ExitCode::from(2)

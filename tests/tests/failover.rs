@@ -19,12 +19,19 @@ fn config(durability: Durability) -> Config {
 }
 
 fn value(rank: u32, round: u64) -> Vec<u64> {
-    (0..256).map(|i| (rank as u64 + 1) * 1000 + i + round).collect()
+    (0..256)
+        .map(|i| (rank as u64 + 1) * 1000 + i + round)
+        .collect()
 }
 
 fn expected(ranks: impl Iterator<Item = u32> + Clone, round: u64) -> Vec<u64> {
     (0..256)
-        .map(|i| ranks.clone().map(|r| (r as u64 + 1) * 1000 + i + round).sum())
+        .map(|i| {
+            ranks
+                .clone()
+                .map(|r| (r as u64 + 1) * 1000 + i + round)
+                .sum()
+        })
         .collect()
 }
 
@@ -49,7 +56,10 @@ fn master_dies_mid_run(durability: Durability, kill_after: usize, rounds: usize)
         let starters = if round < kill_after { 0..N } else { 1..N };
         for r in starters {
             let opts = Reduce::root(2).id(format!("round-{round}"));
-            let f = cluster.rank(r).reduce(Sum(value(r, round as u64)), opts).unwrap();
+            let f = cluster
+                .rank(r)
+                .reduce(Sum(value(r, round as u64)), opts)
+                .unwrap();
             futures.push((round, r, f));
         }
     }
@@ -67,7 +77,10 @@ fn master_dies_mid_run(durability: Durability, kill_after: usize, rounds: usize)
             }
             Ok(None) => assert!(round < kill_after, "round {round} at rank {r}"),
             Err(ReduceError::RanksLost { ranks, .. }) => {
-                assert!(round >= kill_after, "round {round} at rank {r} lost {ranks:?}");
+                assert!(
+                    round >= kill_after,
+                    "round {round} at rank {r} lost {ranks:?}"
+                );
                 assert_eq!(ranks, vec![0]);
             }
             Err(e) => panic!("round {round} at rank {r}: {e}"),
@@ -115,7 +128,10 @@ fn root_joins_after_the_master_died(durability: Durability, rounds: u64) {
     for round in 0..rounds {
         for r in (0..N).filter(|&r| r != 2) {
             let opts = Reduce::root(2).id(format!("late-root-{round}"));
-            early.push((r, cluster.rank(r).reduce(Sum(value(r, round)), opts).unwrap()));
+            early.push((
+                r,
+                cluster.rank(r).reduce(Sum(value(r, round)), opts).unwrap(),
+            ));
         }
     }
     for (_, f) in early.iter().filter(|(r, _)| *r == 0) {
@@ -134,7 +150,11 @@ fn root_joins_after_the_master_died(durability: Durability, rounds: u64) {
         assert_eq!(sum.0, expected(0..N, round as u64), "round {round}");
     }
     for (r, mut f) in early.into_iter().filter(|(r, _)| *r != 0) {
-        assert_eq!(f.wait_timeout(Duration::from_secs(30)).unwrap(), None, "rank {r}");
+        assert_eq!(
+            f.wait_timeout(Duration::from_secs(30)).unwrap(),
+            None,
+            "rank {r}"
+        );
     }
 }
 

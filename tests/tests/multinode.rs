@@ -458,3 +458,107 @@ fn a_whole_node_lost_mid_reduction_is_recovered_from_the_other() {
     let left = namespaces_of(launcher);
     assert!(left.is_empty(), "left behind: {left:?}\n{t}");
 }
+
+fn tf_failover() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tf_failover"))
+}
+
+/// A small deterministic generator of kill instants (splitmix64).
+fn instant(trial: u64, span_ms: u64) -> Duration {
+    let mut z = trial.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    Duration::from_millis((z ^ (z >> 31)) % (span_ms + 1))
+}
+
+/// Two nodes of two ranks (0, 1 | 2, 3), synchronous durability: the
+/// `victims` are SIGKILLed together at `after` past rank 0's start, while
+/// reductions to `root` go on. Rank 2, the lowest rank on the other node,
+/// takes over as master; every reduction a victim had made safe ends
+/// with the exact sum at the root; the others end with a typed loss; the
+/// job goes on over the survivors and `taskfold run` exits 0.
+fn master_killed_with_standby(victims: &[u32], root: u32, after: Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let root_s = root.to_string();
+    let args = [
+        "--reductions",
+        "40",
+        "--pace-ms",
+        "25",
+        "--root",
+        &root_s,
+        "--pid-dir",
+        d,
+    ];
+    let mut cmd = launch(2, 4, &[], &tf_failover(), &args);
+    cmd.env("TASKFOLD_DURABILITY", "sync");
+    let child = start(cmd);
+    let launcher = child.id();
+    let pids: Vec<i32> = victims
+        .iter()
+        .map(|v| {
+            wait_for_pid(
+                &dir.path().join(format!("rank-{v}.pid")),
+                Duration::from_secs(60),
+            )
+        })
+        .collect();
+    std::thread::sleep(after);
+    for pid in pids {
+        let _ = signal(pid, Signal::KILL);
+    }
+    let out = wait_bounded(child, LIMIT);
+    let t = text(&out);
+    assert!(out.status.success(), "after {after:?}:\n{t}");
+    assert!(
+        t.contains("taskfold run: the master (rank 0) died: killed by signal 9; the standby, rank 2, takes over"),
+        "{t}"
+    );
+    let bad = |l: &&str| l.contains("] WRONG") || l.contains("] unexpected");
+    assert!(!t.lines().any(|l| bad(&l)), "{t}");
+    let survivors: Vec<u32> = (0..4).filter(|r| !victims.contains(r)).collect();
+    for &r in &survivors {
+        assert!(t.contains(&format!("[{r}] rank {r}: ")), "rank {r}:\n{t}");
+        assert!(
+            t.contains(&format!("[{r}] final ok over {survivors:?}")),
+            "rank {r}:\n{t}"
+        );
+    }
+    // Every contribution a victim made safe is in its reduction's result.
+    for v in victims {
+        for line in t
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("[{v}] safe ")))
+        {
+            let want = format!("[{root}] ok {line}");
+            assert!(t.lines().any(|l| l == want), "{want} after {after:?}:\n{t}");
+        }
+    }
+    let left = namespaces_of(launcher);
+    assert!(left.is_empty(), "left behind: {left:?}\n{t}");
+}
+
+/// The master (rank 0) SIGKILLed at instants drawn over the whole run.
+#[test]
+fn a_killed_master_is_replaced_by_the_standby_on_another_node() {
+    if !namespaces_or_skip("a_killed_master_is_replaced_by_the_standby_on_another_node") {
+        return;
+    }
+    for trial in 0..4 {
+        master_killed_with_standby(&[0], 1, instant(trial, 800));
+    }
+}
+
+/// The master's whole node (ranks 0 and 1) SIGKILLed at once: the
+/// standby on the other node takes over, and both victims' safe
+/// contributions come from their buddies there.
+#[test]
+fn the_masters_whole_node_dies_and_the_standby_goes_on() {
+    if !namespaces_or_skip("the_masters_whole_node_dies_and_the_standby_goes_on") {
+        return;
+    }
+    for trial in 10..13 {
+        master_killed_with_standby(&[0, 1], 3, instant(trial, 800));
+    }
+}

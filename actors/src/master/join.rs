@@ -31,7 +31,8 @@ impl Handler<JoinIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: JoinIn, _: &mut Context<Self>) {
-        let Err(super::takeover::Deferred::Join(m)) = self.defer(super::takeover::Deferred::Join(m))
+        let Err(super::takeover::Deferred::Join(m)) =
+            self.defer(super::takeover::Deferred::Join(m))
         else {
             return;
         };
@@ -190,7 +191,11 @@ impl Master {
 
     /// Members already dead when reduction `key` opens: recovered from
     /// their copies if they have one, else the reduction cannot complete.
-    pub(super) fn admit_the_dead(&mut self, key: u64, r: &mut Reduction) -> Result<(), ReduceError> {
+    pub(super) fn admit_the_dead(
+        &mut self,
+        key: u64,
+        r: &mut Reduction,
+    ) -> Result<(), ReduceError> {
         let dead_members: Vec<usize> = (0..r.group.len())
             .filter(|&i| self.dead.contains(&r.group.rank_at(i).0))
             .collect();

@@ -158,7 +158,10 @@ impl Master {
             self.early_replicas
                 .entry(owner_copies_key)
                 .or_default()
-                .extend(list.into_iter().map(|(owner, holder)| (owner, holder, true)));
+                .extend(
+                    list.into_iter()
+                        .map(|(owner, holder)| (owner, holder, true)),
+                );
         }
         for (rank, seq) in barriers {
             self.rejoin_barrier(rank, seq, passed);
@@ -169,7 +172,10 @@ impl Master {
                 self.rank_left(rank);
             }
         }
-        tracing::warn!(reductions = rebuilt, "took over: the live reductions are rebuilt");
+        tracing::warn!(
+            reductions = rebuilt,
+            "took over: the live reductions are rebuilt"
+        );
         self.check_finalize();
     }
 

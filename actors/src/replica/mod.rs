@@ -304,13 +304,11 @@ impl ReplicaStore {
             self.bytes += len;
         }
         self.gauge();
-        let _ = self.out.to_master(
-            &Msg::Replicated {
-                key,
-                owner: owner.0,
-                ok: true,
-            },
-        );
+        let _ = self.out.to_master(&Msg::Replicated {
+            key,
+            owner: owner.0,
+            ok: true,
+        });
         if ack {
             if mapped {
                 self.standing_owners.insert(owner.0);
@@ -323,13 +321,11 @@ impl ReplicaStore {
     /// the master (which may hold the reduction until this buddy answers,
     /// see `Joining::standing`).
     fn refuse(&self, key: u64, owner: Rank, same_node: bool) {
-        let _ = self.out.to_master(
-            &Msg::Replicated {
-                key,
-                owner: owner.0,
-                ok: false,
-            },
-        );
+        let _ = self.out.to_master(&Msg::Replicated {
+            key,
+            owner: owner.0,
+            ok: false,
+        });
         self.ack(key, owner, false, same_node);
     }
 
@@ -377,7 +373,13 @@ impl Handler<ListCopies> for ReplicaStore {
     type Result = MessageResult<ListCopies>;
 
     fn handle(&mut self, _: ListCopies, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.held.keys().chain(self.viewed.keys()).copied().collect())
+        MessageResult(
+            self.held
+                .keys()
+                .chain(self.viewed.keys())
+                .copied()
+                .collect(),
+        )
     }
 }
 

@@ -25,12 +25,15 @@ pub(crate) struct Failover {
     pub(crate) to: Rank,
 }
 
-/// A report to a new master being prepared: the dead master's tasks that
-/// have not ended here yet (`(key, task id)`). Their ends are not reported
-/// (the new master does not know them); once none is left the report goes.
+/// A report to a new master being prepared: the reductions joined under
+/// the dead master (those joined since go to the new one by their join),
+/// and its tasks that have not ended here yet (`(key, task id)`). Their
+/// ends are not reported (the new master does not know them); once none
+/// is left the report goes.
 #[derive(Default)]
 pub(crate) struct Rejoining {
     lost: Option<Rank>,
+    joined: HashSet<u64>,
     tasks: HashSet<(u64, u64)>,
 }
 
@@ -69,6 +72,9 @@ impl Handler<Failover> for Worker {
         let mut r = self.rejoining.take().unwrap_or_default();
         r.lost = Some(m.lost);
         for (&key, l) in self.locals.iter_mut() {
+            if l.state.joined() {
+                r.joined.insert(key);
+            }
             l.held.clear();
             if let Phase::Joined(Work::Task { id, .. }) = l.state.phase() {
                 r.tasks.insert((key, id));
@@ -115,28 +121,33 @@ impl Worker {
     /// Sends the report to the new master once every task of the dead one
     /// ended here.
     fn rejoin_if_settled(&mut self, ctx: &mut Context<Self>) {
-        let lost = match &self.rejoining {
-            Some(r) if r.tasks.is_empty() => r.lost,
-            _ => return,
+        let (lost, joined) = match self.rejoining.take() {
+            Some(r) if r.tasks.is_empty() => (r.lost, r.joined),
+            other => {
+                self.rejoining = other;
+                return;
+            }
         };
-        self.rejoining = None;
         let Some(lost) = lost else {
             return;
         };
-        let mut msg = self.rejoin(lost);
+        let mut msg = self.rejoin(lost, &joined);
         let copies = self.store.send(ListCopies);
-        ctx.spawn(actix::fut::wrap_future(copies).map(move |held, act: &mut Worker, _| {
-            msg.copies = held.unwrap_or_default();
-            act.to_master(&Msg::Rejoin(msg));
-        }));
+        ctx.spawn(
+            actix::fut::wrap_future(copies).map(move |held, act: &mut Worker, _| {
+                msg.copies = held.unwrap_or_default();
+                act.to_master(&Msg::Rejoin(msg));
+            }),
+        );
     }
 
-    /// This rank's report, without the copies its store keeps.
-    fn rejoin(&mut self, lost: Rank) -> Rejoin {
+    /// This rank's report of the reductions it `joined` under the dead
+    /// master, without the copies its store keeps.
+    fn rejoin(&mut self, lost: Rank, joined: &HashSet<u64>) -> Rejoin {
         let holding = self
             .locals
             .iter()
-            .filter(|(_, l)| l.state.joined())
+            .filter(|(k, l)| joined.contains(k) && l.state.joined())
             .map(|(&key, l)| Held {
                 joining: Joining {
                     key,

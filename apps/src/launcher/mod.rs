@@ -13,7 +13,10 @@
 //! waiting. If rank 0 (the master) ends abnormally, the job cannot go on:
 //! the launcher says so, gives the other ranks twice the failure timeout
 //! (plus 2 s) to end on their own with `MasterLost`, then kills those
-//! still running. The launcher exits non-zero if any rank failed.
+//! still running, unless a standby takes over (see the book's Fault
+//! tolerance chapter). The launcher exits 0 if every rank did, or if the
+//! job survived its lost ranks: every rank that outlived them exited 0
+//! ([`Verdict`]).
 //!
 //! A rank may print `@taskfold-progress DONE TOTAL [LABEL]` lines: the
 //! launcher draws them as one progress bar instead of printing them.
@@ -24,6 +27,7 @@
 pub mod nodes;
 mod output;
 mod progress;
+mod verdict;
 
 pub use nodes::NodeSpec;
 use std::ffi::{OsStr, OsString};
@@ -34,6 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use taskfold::{MasterAddr, Settings};
 use taskfold_core::id::stable_hash;
+pub use verdict::Verdict;
 
 /// How to launch.
 #[derive(Clone, Debug)]
@@ -60,6 +65,10 @@ pub struct RankExit {
     pub rank: u32,
     /// Its exit status.
     pub status: ExitStatus,
+    /// When the launcher saw it, among the job's exits (0 first).
+    pub order: usize,
+    /// It was the master and no standby took over: the job ended with it.
+    pub ended_job: bool,
 }
 
 impl RankExit {
@@ -286,13 +295,8 @@ impl Masters {
             return Ok(None);
         }
         let nodes = self.nodes.as_deref();
-        let next = taskfold_core::failover::standby_of(
-            rank,
-            self.size,
-            &self.dead,
-            nodes,
-            self.policy,
-        );
+        let next =
+            taskfold_core::failover::standby_of(rank, self.size, &self.dead, nodes, self.policy);
         let next = next.ok_or(())?;
         self.current = next;
         Ok(Some(next))
@@ -320,7 +324,13 @@ fn watch(
             match children[i].1.try_wait() {
                 Ok(Some(status)) => {
                     let (rank, _) = children.swap_remove(i);
-                    let exit = RankExit { rank, status };
+                    let order = exits.len();
+                    let mut exit = RankExit {
+                        rank,
+                        status,
+                        order,
+                        ended_job: false,
+                    };
                     if !exit.success() {
                         eprintln!("taskfold run: rank {rank} {}", exit.describe());
                         // A clean exit follows finalize, which the master
@@ -338,6 +348,7 @@ fn watch(
                                 exit.describe()
                             ),
                             Err(()) => {
+                                exit.ended_job = true;
                                 eprintln!(
                                     "taskfold run: the master (rank {rank}) died: {}; ending the job \
                                      (the other ranks are killed if still running in {grace:?})",

@@ -17,13 +17,28 @@ fn h(index: usize, path: &[usize], has_value: bool) -> Holding {
 fn standby_is_on_another_node_when_there_is_one() {
     let nodes = [7, 7, 9, 9];
     let none = RankSet::new();
-    assert_eq!(standby_of(0, 4, &none, Some(&nodes), Standby::Auto), Some(2));
-    assert_eq!(standby_of(2, 4, &set(&[0]), Some(&nodes), Standby::Auto), Some(1));
-    assert_eq!(standby_of(0, 4, &set(&[2]), Some(&nodes), Standby::Auto), Some(3));
+    assert_eq!(
+        standby_of(0, 4, &none, Some(&nodes), Standby::Auto),
+        Some(2)
+    );
+    assert_eq!(
+        standby_of(2, 4, &set(&[0]), Some(&nodes), Standby::Auto),
+        Some(1)
+    );
+    assert_eq!(
+        standby_of(0, 4, &set(&[2]), Some(&nodes), Standby::Auto),
+        Some(3)
+    );
     // Every other rank of another node dead: none with auto, the next
     // live rank with on.
-    assert_eq!(standby_of(0, 4, &set(&[2, 3]), Some(&nodes), Standby::Auto), None);
-    assert_eq!(standby_of(0, 4, &set(&[2, 3]), Some(&nodes), Standby::On), Some(1));
+    assert_eq!(
+        standby_of(0, 4, &set(&[2, 3]), Some(&nodes), Standby::Auto),
+        None
+    );
+    assert_eq!(
+        standby_of(0, 4, &set(&[2, 3]), Some(&nodes), Standby::On),
+        Some(1)
+    );
     assert_eq!(standby_of(0, 4, &none, Some(&nodes), Standby::Off), None);
 }
 
@@ -58,20 +73,34 @@ fn maximal_paths_are_the_queue_and_the_rest_is_stale_or_recovering() {
     assert_eq!(
         r.entries,
         vec![
-            Entry { index: 1, path: set(&[1, 2, 4]), recovering: false },
-            Entry { index: 3, path: set(&[3]), recovering: true },
+            Entry {
+                index: 1,
+                path: set(&[1, 2, 4]),
+                recovering: false
+            },
+            Entry {
+                index: 3,
+                path: set(&[3]),
+                recovering: true
+            },
         ]
     );
 }
 
 #[test]
 fn reports_that_break_the_protocol_are_refused() {
-    assert_eq!(reconcile(2, &[h(2, &[2], true)]), Err(RebuildError::OutOfGroup(2)));
+    assert_eq!(
+        reconcile(2, &[h(2, &[2], true)]),
+        Err(RebuildError::OutOfGroup(2))
+    );
     assert_eq!(
         reconcile(3, &[h(1, &[1], true), h(1, &[1], true)]),
         Err(RebuildError::Duplicate(1))
     );
-    assert_eq!(reconcile(3, &[h(1, &[2], true)]), Err(RebuildError::NotOwn(1)));
+    assert_eq!(
+        reconcile(3, &[h(1, &[2], true)]),
+        Err(RebuildError::NotOwn(1))
+    );
     assert_eq!(
         reconcile(4, &[h(1, &[1, 2], true), h(3, &[2, 3], true)]),
         Err(RebuildError::Overlap(1, 3))
@@ -95,7 +124,11 @@ fn takeover_waits_for_every_live_rank_once() {
 /// A random history of one reduction: joins, folds of two ready data, some
 /// releases; then some ranks die. Returns the live members' reports, the
 /// ready data held by live ranks, and the dead set.
-fn history(n: usize, ops: &[(usize, usize, bool)], dead: &[usize]) -> (Vec<Holding>, Vec<(usize, RankSet)>, RankSet) {
+fn history(
+    n: usize,
+    ops: &[(usize, usize, bool)],
+    dead: &[usize],
+) -> (Vec<Holding>, Vec<(usize, RankSet)>, RankSet) {
     let joined: Vec<usize> = (0..n).filter(|i| i % 5 != 4).collect();
     let mut value: Vec<Option<RankSet>> = (0..n)
         .map(|i| joined.contains(&i).then(|| RankSet::single(i)))
