@@ -111,3 +111,35 @@ fn the_root_and_the_master_as_victims() {
         assert!(e.as_str().unwrap().contains("lost its root"), "{e}");
     }
 }
+
+/// With a standby (`--standby on`: this machine as one node), a master
+/// killed anywhere in the reduction: once its contribution is safe it is
+/// always recovered, by the standby; before, a typed error at worst.
+#[test]
+fn a_killed_master_with_a_standby_is_recovered_once_its_contribution_is_safe() {
+    let reports = run(
+        &[
+            "--kill",
+            "master",
+            "--standby",
+            "on",
+            "--durability",
+            "sync",
+        ],
+        8,
+    );
+    let r = &reports[0];
+    assert_eq!(
+        (&r["victim"], &r["standby"]),
+        (&"master".into(), &"on".into()),
+        "{r}"
+    );
+    assert_eq!(
+        r["after_safe"]["recovered"], r["after_safe"]["trials"],
+        "{r}"
+    );
+    for e in r["errors"].as_array().unwrap() {
+        let e = e.as_str().unwrap();
+        assert!(e.contains("lost the contributions of ranks [0]"), "{e}");
+    }
+}

@@ -51,6 +51,10 @@ struct Tally {
 }
 
 fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     let args = Args::parse();
     let rt = match Runtime::from_env() {
         Ok(rt) => rt,

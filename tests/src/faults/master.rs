@@ -1,5 +1,5 @@
 //! The scenarios of a lost master and of a rank that left (the book's
-//! Fault tolerance chapter, A lost master; A rank that left, or was
+//! Fault tolerance chapter, A master that dies; A rank that left, or was
 //! fenced), under `taskfold run` like the others of `faults`.
 
 use super::{state, Job, LIMIT, SYNC_ROOT_1};

@@ -47,8 +47,12 @@ pub enum Victim {
     /// the outcome is read at rank 0.
     Root,
     /// Rank 0, where the master runs (the root is then rank 1 if `--root`
-    /// is 0): the outcome is read at the root.
+    /// is 0): the outcome is read at the root. With a standby
+    /// (`--standby`, or `--nodes` 2 or more), it takes over.
     Master,
+    /// Every rank of `--kill-rank`'s node (`--nodes` 2 or more; that node
+    /// must hold neither rank 0 nor the root), at one instant.
+    Node,
 }
 
 /// Options of `bench faults`.
@@ -88,6 +92,15 @@ pub struct FaultArgs {
     /// reduction, which always writes its disk copies.
     #[arg(long, default_value_t = 1)]
     pub warmup: u32,
+    /// Run every job over this many simulated nodes (`taskfold run
+    /// --nodes`; needs root).
+    #[arg(long)]
+    pub nodes: Option<u32>,
+    /// Who takes over when the master dies (`TASKFOLD_STANDBY`): `auto`
+    /// (a rank on another node, with `--nodes`), `on` (also on one node)
+    /// or `off`.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    pub standby: String,
     /// Also write the figures here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -96,10 +109,13 @@ pub struct FaultArgs {
 /// Who is killed, who is the root, and where the outcome is read.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    /// `worker`, `root` or `master`.
+    /// `worker`, `root`, `master` or `node`.
     pub name: &'static str,
-    /// The killed rank.
+    /// The killed rank whose `reduce` call times the kill.
     pub victim: u32,
+    /// Every rank killed at that instant (`victim` and, for a node, the
+    /// others of its node).
+    pub victims: Vec<u32>,
     /// The root of the reductions.
     pub root: u32,
     /// The surviving rank whose outcome counts.
@@ -112,25 +128,18 @@ impl Plan {
         // The root must not be the master when either is the victim:
         // each is then killed alone.
         let not_master = if args.root == 0 { 1 } else { args.root };
+        let one = |name, victim, root, observer| Plan {
+            name,
+            victim,
+            victims: vec![victim],
+            root,
+            observer,
+        };
         let plan = match victim {
-            Victim::Worker => Plan {
-                name: "worker",
-                victim: args.kill_rank,
-                root: args.root,
-                observer: args.root,
-            },
-            Victim::Root => Plan {
-                name: "root",
-                victim: not_master,
-                root: not_master,
-                observer: 0,
-            },
-            Victim::Master => Plan {
-                name: "master",
-                victim: 0,
-                root: not_master,
-                observer: not_master,
-            },
+            Victim::Worker => one("worker", args.kill_rank, args.root, args.root),
+            Victim::Root => one("root", not_master, not_master, 0),
+            Victim::Master => one("master", 0, not_master, not_master),
+            Victim::Node => node_plan(args)?,
         };
         if args.np < 3 || args.root >= args.np {
             return Err("--np must be at least 3, and --root below it".into());
@@ -143,6 +152,34 @@ impl Plan {
         }
         Ok(plan)
     }
+}
+
+/// The plan of `--kill node`: every rank on `--kill-rank`'s node.
+fn node_plan(args: &FaultArgs) -> Result<Plan, String> {
+    let nodes = args
+        .nodes
+        .filter(|&n| n >= 2)
+        .ok_or("--kill node needs --nodes 2 or more")?;
+    let spec = crate::launcher::NodeSpec {
+        nodes,
+        link_rate: None,
+    };
+    let node = |r: u32| spec.node_of(r, args.np);
+    let own = node(args.kill_rank);
+    let victims: Vec<u32> = (0..args.np).filter(|&r| node(r) == own).collect();
+    if victims.contains(&0) || victims.contains(&args.root) {
+        return Err(format!(
+            "--kill node: rank {}'s node holds rank 0 or the root; choose another --kill-rank",
+            args.kill_rank
+        ));
+    }
+    Ok(Plan {
+        name: "node",
+        victim: args.kill_rank,
+        victims,
+        root: args.root,
+        observer: args.root,
+    })
 }
 
 /// Runs the experiment.
@@ -215,7 +252,7 @@ fn run_mode(
     }
     let cal = trial::job(args, plan, mode, &dir, Some(5), None);
     let read = |_| std::fs::read_to_string(dir.join("calibration"));
-    let t = match crate::launcher::run(&cal).map(read) {
+    let t = match crate::launcher::run_on(&cal, node_spec(args).as_ref()).map(read) {
         Ok(Ok(s)) => s.trim().parse::<f64>().unwrap_or(f64::NAN),
         other => {
             eprintln!("bench faults: calibration failed: {other:?}");
@@ -226,6 +263,10 @@ fn run_mode(
         durability: mode.into(),
         victim: plan.name.into(),
         victim_rank: plan.victim,
+        victims: plan.victims.clone(),
+        nodes: args.nodes.unwrap_or(1),
+        standby: args.standby.clone(),
+        failure_timeout_s: failure_timeout().as_secs_f64(),
         root: plan.root,
         observer: plan.observer,
         np: args.np,
@@ -248,4 +289,20 @@ fn run_mode(
     report.finish();
     let _ = std::fs::remove_dir_all(&dir);
     Ok(report)
+}
+
+/// The simulated nodes every job runs over, if any.
+pub(super) fn node_spec(args: &FaultArgs) -> Option<crate::launcher::NodeSpec> {
+    args.nodes.map(|nodes| crate::launcher::NodeSpec {
+        nodes,
+        link_rate: None,
+    })
+}
+
+/// The failure-detection timeout the ranks run with (this environment's,
+/// as they inherit it).
+fn failure_timeout() -> std::time::Duration {
+    taskfold::Settings::from_env()
+        .map(|s| s.runtime.failure_timeout)
+        .unwrap_or_else(|_| taskfold::Config::default().failure_timeout)
 }

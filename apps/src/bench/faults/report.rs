@@ -100,8 +100,16 @@ pub struct FaultReport {
     pub durability: String,
     /// `"worker"`, `"root"` or `"master"`.
     pub victim: String,
-    /// The killed rank.
+    /// The killed rank whose `reduce` call timed the kill.
     pub victim_rank: u32,
+    /// Every rank killed at that instant.
+    pub victims: Vec<u32>,
+    /// Simulated nodes the jobs ran over (1: this machine as one node).
+    pub nodes: u32,
+    /// `TASKFOLD_STANDBY` of the jobs.
+    pub standby: String,
+    /// The failure-detection timeout of the jobs, in seconds.
+    pub failure_timeout_s: f64,
     /// The root of the reductions.
     pub root: u32,
     /// The rank whose outcome is counted.
@@ -127,8 +135,12 @@ pub struct FaultReport {
     /// Of the recovered trials, those whose result came before the kill.
     pub completed_before_kill: u32,
     /// Median seconds from the kill to the outcome, over trials whose
-    /// outcome came after the kill.
+    /// outcome came after the kill (with the master the victim and a
+    /// standby, the failover: from the master's death to the first result
+    /// the standby completed).
     pub median_kill_to_result_s: f64,
+    /// `median_kill_to_result_s` over `failure_timeout_s`.
+    pub kill_to_result_per_timeout: f64,
     /// The typed errors seen, one per trial that ended with one.
     pub errors: Vec<String>,
     /// Every trial.
@@ -198,17 +210,19 @@ impl FaultReport {
     /// Computes the median once every trial is counted.
     pub fn finish(&mut self) {
         self.median_kill_to_result_s = median(&mut self.delays);
+        self.kill_to_result_per_timeout = self.median_kill_to_result_s / self.failure_timeout_s;
     }
 
     /// One line: mode, victim, counts, the phase split.
     pub fn line(&self) -> String {
         format!(
-            "{:>5} {:>6} (rank {}) {:>3} trials, t = {:>6.1} ms: {:>3} recovered, {} typed errors, \
+            "{:>5} {:>6} (ranks {:?}, {} node(s)) {:>3} trials, t = {:>6.1} ms: {:>3} recovered, {} typed errors, \
              {} wrong, {} hangs | before safe {:>3}: {} | after safe {:>3}: {} | \
              median kill → result {}",
             self.durability,
             self.victim,
-            self.victim_rank,
+            self.victims,
+            self.nodes,
             self.all.trials,
             self.t_whole_s * 1e3,
             self.all.recovered,

@@ -47,7 +47,10 @@ pub fn job(
     if let Some(n) = calibrate {
         a.extend(["--calibrate".into(), n.to_string().into()]);
     }
-    let mut env = vec![("TASKFOLD_DURABILITY".to_string(), mode.to_string())];
+    let mut env = vec![
+        ("TASKFOLD_DURABILITY".to_string(), mode.to_string()),
+        ("TASKFOLD_STANDBY".to_string(), args.standby.clone()),
+    ];
     if std::env::var_os("RUST_LOG").is_none() {
         // Every trial kills a rank: the survivors' warnings are expected,
         // and go to the trial's log, kept if it was not recovered.
@@ -82,8 +85,9 @@ pub fn run_trial(
     // out, its contribution is safe.
     let hooks = format!("{}:joined:fault:{}", plan.victim, tdir.display());
     let launch = job(args, plan, mode, &tdir, None, Some(hooks));
-    let runner = std::thread::spawn(move || launcher::run(&launch));
-    let kill = trial_kill(&tdir, plan.victim, delay, || runner.is_finished());
+    let nodes = super::node_spec(args);
+    let runner = std::thread::spawn(move || launcher::run_on(&launch, nodes.as_ref()));
+    let kill = trial_kill(&tdir, plan, delay, || runner.is_finished());
     let _ = runner.join();
     let (outcome, outcome_at, error) = read_outcome(&tdir, plan);
     let log = (outcome != Outcome::Recovered)
@@ -143,29 +147,36 @@ struct Kill {
 }
 
 /// Waits for the victim's `reduce` call, then until `delay` seconds after
-/// it, and SIGKILLs it.
-fn trial_kill(dir: &Path, rank: u32, delay: f64, ended: impl Fn() -> bool) -> Option<Kill> {
+/// it, and SIGKILLs every victim of `plan`.
+fn trial_kill(dir: &Path, plan: &Plan, delay: f64, ended: impl Fn() -> bool) -> Option<Kill> {
+    let rank = plan.victim;
     let called = dir.join(format!("called-{rank}"));
-    let pid_file = dir.join(format!("rank-{rank}.pid"));
+    let pid_file = |r: u32| dir.join(format!("rank-{r}.pid"));
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !(called.exists() && pid_file.exists()) {
+    while !(called.exists() && plan.victims.iter().all(|&r| pid_file(r).exists())) {
         if Instant::now() > deadline || ended() {
             return None; // the job never got there (it failed to start, or ended)
         }
         std::thread::sleep(Duration::from_micros(200));
     }
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    let pids: Vec<i32> = plan
+        .victims
+        .iter()
+        .filter_map(|&r| {
+            std::fs::read_to_string(pid_file(r))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .collect();
     let called_at: f64 = std::fs::read_to_string(&called).ok()?.trim().parse().ok()?;
     let wait = called_at + delay - now_s();
     if wait > 0.0 {
         std::thread::sleep(Duration::from_secs_f64(wait));
     }
     let safe = dir.join(format!("held-{rank}-joined")).exists();
-    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+    for pid in pids.into_iter().filter_map(rustix::process::Pid::from_raw) {
         // The job may already be over: nothing to kill then.
         let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
     }
