@@ -97,7 +97,7 @@ fn main() -> ExitCode {
                     launcher::Verdict::Survived(lost) => {
                         eprintln!(
                             "taskfold run: the job survived the loss of rank(s) {lost:?}: \
-                             every rank that outlived them exited 0"
+                             every other rank exited 0"
                         );
                         ExitCode::SUCCESS
                     }

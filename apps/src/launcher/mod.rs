@@ -15,7 +15,7 @@
 //! (plus 2 s) to end on their own with `MasterLost`, then kills those
 //! still running, unless a standby takes over (see the book's Fault
 //! tolerance chapter). The launcher exits 0 if every rank did, or if the
-//! job survived its lost ranks: every rank that outlived them exited 0
+//! job survived the ranks it lost to signals: every other rank exited 0
 //! ([`Verdict`]).
 //!
 //! A rank may print `@taskfold-progress DONE TOTAL [LABEL]` lines: the
@@ -65,8 +65,6 @@ pub struct RankExit {
     pub rank: u32,
     /// Its exit status.
     pub status: ExitStatus,
-    /// When the launcher saw it, among the job's exits (0 first).
-    pub order: usize,
     /// It was the master and no standby took over: the job ended with it.
     pub ended_job: bool,
 }
@@ -77,7 +75,7 @@ impl RankExit {
         self.status.success()
     }
 
-    fn code_and_signal(&self) -> (i32, i32) {
+    pub(crate) fn code_and_signal(&self) -> (i32, i32) {
         use std::os::unix::process::ExitStatusExt;
         match (self.status.code(), self.status.signal()) {
             (Some(c), _) => (c, 0),
@@ -324,11 +322,9 @@ fn watch(
             match children[i].1.try_wait() {
                 Ok(Some(status)) => {
                     let (rank, _) = children.swap_remove(i);
-                    let order = exits.len();
                     let mut exit = RankExit {
                         rank,
                         status,
-                        order,
                         ended_job: false,
                     };
                     if !exit.success() {
