@@ -53,6 +53,9 @@ pub enum StoreError {
     /// a crashed writer of the same process id. Nothing was written.
     #[error("{0}: temporary file already exists, not written through")]
     TempExists(PathBuf),
+    /// The piece's name holds something other than a regular file.
+    #[error("{0}: not a regular file")]
+    NotAFile(PathBuf),
     /// The piece is refused (damaged, foreign, or not the one asked for).
     #[error("{path}: {source}")]
     Piece {
@@ -204,8 +207,9 @@ impl FileStore {
     /// Opens the directory `dir`, creating it (mode 0700, its parents as
     /// the umask says) if absent, keeping the newest `keep` versions of
     /// each piece (at least 1). Refuses a directory that is a symbolic
-    /// link, another user's, or open to others. Removes the temporary
-    /// files of writes a crash cut short.
+    /// link, another user's, or open to others. Every write lists the
+    /// directory (to drop old versions): in a shared directory, a
+    /// subdirectory per rank keeps that cheap.
     pub fn open(dir: &Path, keep: usize) -> Result<FileStore, StoreError> {
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
             fs::create_dir_all(parent).map_err(io_at(parent))?;
@@ -215,18 +219,26 @@ impl FileStore {
             _ => {}
         }
         checked_dir(dir)?;
-        let store = FileStore {
+        Ok(FileStore {
             dir: dir.to_path_buf(),
             keep: keep.max(1),
-        };
-        for name in store.names()? {
-            if name.starts_with('.') && name.contains(TEMP) {
-                let path = store.dir.join(&name);
-                // Removing a link removes the link, never its target.
+        })
+    }
+
+    /// Removes the temporary files of `owner`'s pieces that a crashed
+    /// write left behind (or that were planted: a link is removed, never
+    /// its target). Only `owner`'s writer may call it: in a directory
+    /// shared by several ranks, another owner's temporary file may be a
+    /// write under way.
+    pub fn sweep(&self, owner: u32) -> Result<(), StoreError> {
+        let prefix = format!(".r{owner}-");
+        for name in self.names()? {
+            if name.starts_with(&prefix) && name.contains(TEMP) {
+                let path = self.dir.join(&name);
                 fs::remove_file(&path).map_err(io_at(&path))?;
             }
         }
-        Ok(store)
+        Ok(())
     }
 
     /// The directory.
@@ -260,7 +272,9 @@ impl FileStore {
     /// Writes a piece atomically: to a new temporary file (mode 0600, never
     /// through a link), synced, renamed over the piece's file, the
     /// directory synced; then drops the versions of that piece beyond the
-    /// newest `keep`. Returns the piece's file.
+    /// newest `keep`. Returns the piece's file. Two writes of one piece at
+    /// once in one process share a temporary name: the second is refused
+    /// ([`StoreError::TempExists`]), never interleaved.
     pub fn write(&self, header: &Header, payload: &[u8]) -> Result<PathBuf, StoreError> {
         let dir = checked_dir(&self.dir)?;
         let key = PieceKey::of(header);
@@ -325,12 +339,18 @@ impl FileStore {
     /// and the one `expect` describes.
     pub fn read(&self, key: &PieceKey, expect: &Expect) -> Result<Stored, StoreError> {
         let path = self.path(key);
+        // Not blocking on a FIFO planted in the piece's place either.
+        let flags = nofollow() | rustix::fs::OFlags::NONBLOCK.bits() as i32;
         let mut file = OpenOptions::new()
             .read(true)
-            .custom_flags(nofollow())
+            .custom_flags(flags)
             .open(&path)
             .map_err(io_at(&path))?;
-        let len = file.metadata().map_err(io_at(&path))?.len();
+        let md = file.metadata().map_err(io_at(&path))?;
+        if !md.is_file() {
+            return Err(StoreError::NotAFile(path));
+        }
+        let len = md.len();
         let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
         file.read_to_end(&mut bytes).map_err(io_at(&path))?;
         let refused = |source| StoreError::Piece {

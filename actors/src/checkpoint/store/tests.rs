@@ -262,9 +262,18 @@ fn a_planted_link_is_never_written_or_read_through() {
     symlink(&target, &temp).unwrap();
     assert!(matches!(s.write(&h, b"x"), Err(StoreError::TempExists(_))));
     assert_eq!(fs::read(&target).unwrap(), b"precious");
-    // A fresh open sweeps it (the link, not its target).
-    let s = FileStore::open(s.dir(), 2).unwrap();
+    // Sweeping another owner's temporary files leaves it; the owner's
+    // sweep removes the link, not its target.
+    let theirs = s.temp_path(&PieceKey::of(&header(10, 1, Level::L1)));
+    fs::write(&theirs, b"a write under way").unwrap();
+    s.sweep(1).unwrap();
+    assert!(fs::symlink_metadata(&temp).is_ok());
+    s.sweep(0).unwrap();
     assert!(fs::symlink_metadata(&temp).is_err());
+    assert!(
+        fs::symlink_metadata(&theirs).is_ok(),
+        "rank 10's is not rank 1's"
+    );
     assert_eq!(fs::read(&target).unwrap(), b"precious");
     // In place of the piece: the rename replaces the link, the target is
     // untouched.
@@ -290,6 +299,19 @@ fn a_planted_link_is_never_written_or_read_through() {
         ),
         Err(StoreError::Io { .. })
     ));
+    // Nor does a FIFO in a piece's place block the reader.
+    let fifo = s.path(&PieceKey::of(&header(0, 3, Level::L1)));
+    let private = rustix::fs::Mode::from_raw_mode(0o600);
+    rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, private).unwrap();
+    assert!(matches!(
+        s.read(
+            &PieceKey::of(&header(0, 3, Level::L1)),
+            &expect(0, Level::L1)
+        ),
+        Err(StoreError::NotAFile(_))
+    ));
+    let got = s.latest(&expect(0, Level::L1)).unwrap().unwrap();
+    assert_eq!(got.header.version, 1);
 }
 
 #[test]
