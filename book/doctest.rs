@@ -8,8 +8,9 @@
 //!
 //! One empty module per page, in the order of `src/SUMMARY.md`:
 //! [`introduction`], [`getting_started`], [`embedding`], [`reducer_body`],
-//! [`non_blocking`], [`fault_tolerance`], [`transports`], [`launching`],
-//! [`configuration`], [`metrics`], [`benchmarks`], [`architecture`].
+//! [`non_blocking`], [`fault_tolerance`], [`checkpoints`], [`transports`],
+//! [`launching`], [`configuration`], [`metrics`], [`benchmarks`],
+//! [`architecture`].
 
 #[doc = include_str!("src/introduction.md")]
 pub mod introduction {}
@@ -28,6 +29,9 @@ pub mod non_blocking {}
 
 #[doc = include_str!("src/fault-tolerance.md")]
 pub mod fault_tolerance {}
+
+#[doc = include_str!("src/checkpoints.md")]
+pub mod checkpoints {}
 
 #[doc = include_str!("src/transports.md")]
 pub mod transports {}
@@ -60,7 +64,7 @@ mod tests {
             .filter_map(|l| l.split("](").nth(1))
             .filter_map(|rest| rest.split(')').next())
             .collect();
-        assert_eq!(pages.len(), 12, "{pages:?}");
+        assert_eq!(pages.len(), 13, "{pages:?}");
         for page in pages {
             let include = format!("include_str!(\"src/{page}\")");
             assert!(

@@ -44,9 +44,12 @@
 //! - [`metrics`]: metric names (and, with the cargo feature `prometheus`,
 //!   `metrics::serve_prometheus`). [`config`]: tunables, and [`Settings`]
 //!   (every `TASKFOLD_*` variable, parsed once).
+//! - [`checkpoint`]: checkpoint pieces in files (a rank's local
+//!   directory, the shared directory), written atomically, read verified.
 //! - [`prelude`]: what an application that reduces needs, in one `use`.
 
 pub mod builder;
+pub mod checkpoint;
 pub mod config;
 mod detector;
 pub mod env;

@@ -28,6 +28,8 @@
 //! - [`roster`]: each member's lifecycle in a reduction, as the master sees
 //!   it (joins, copies, deaths, the verdicts about standing copies).
 //! - [`replica`]: replica buffers (checksummed), their keys, buddy placement.
+//! - [`checkpoint`]: multilevel checkpoints: the piece format, L3 erasure
+//!   coding, partner and group placement, retrieval planning.
 //! - [`perf`]: per-rank task timings behind the "faster rank" rule.
 //! - [`pool`]: recycled large buffers (serialised values, receive buffers).
 //! - [`settings`]: every setting of a process ([`settings::Settings`]),
@@ -38,6 +40,7 @@
 
 pub mod archived;
 pub mod builtin;
+pub mod checkpoint;
 pub mod contribution;
 // rkyv's derive generates undocumented variant structs for enums.
 #[allow(missing_docs)]
