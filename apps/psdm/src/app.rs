@@ -103,11 +103,12 @@ pub fn finish_root(job: &Job, size: u32, outcome: &Outcome) -> std::io::Result<f
     } else {
         println!(
             "psdm: migrated {} traces on {ranks} of {size} ranks in {:.2} s; lost ranks {:?}, \
-             their traces shared among the others; {} batch reductions redone",
+             their traces shared among the others; {} batch reduction{} redone",
             total.traces,
             secs(outcome.elapsed),
             outcome.lost,
-            outcome.redone
+            outcome.redone,
+            if outcome.redone == 1 { "" } else { "s" }
         );
     }
     println!(

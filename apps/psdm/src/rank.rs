@@ -190,10 +190,12 @@ impl Run<'_> {
             std::thread::sleep(Duration::from_millis(ms));
             self.t.jitter += Duration::from_millis(ms);
         }
-        let opts = Reduce::root(self.job.args.root)
-            .group(attempt.group(size))
+        let mut opts = Reduce::root(self.job.args.root)
             .id(attempt.id())
             .completion(self.job.args.completion());
+        if !attempt.lost.is_empty() {
+            opts = opts.group(attempt.group(size));
+        }
         let future = self.rt.reduce(partial, opts)?;
         self.t.reductions += 1;
         self.pending.push_back(Pending {

@@ -223,12 +223,15 @@ fn rank_pid(launcher: u32, rank: u32) -> Option<i32> {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
         // pid (comm) state ppid ...: the comm may hold spaces.
-        let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+        let ppid: u32 = stat
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
         let env = std::fs::read(e.path().join("environ")).ok()?;
-        let mine = ppid == launcher
-            && env
-                .split(|&b| b == 0)
-                .any(|v| v == want.as_bytes());
+        let mine = ppid == launcher && env.split(|&b| b == 0).any(|v| v == want.as_bytes());
         mine.then_some(pid)
     })
 }
