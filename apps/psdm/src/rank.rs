@@ -163,7 +163,8 @@ impl Run<'_> {
     /// oldest, blocking if it is not done), so that every survivor issues
     /// the same attempts in the same order (see [`crate::recovery`]).
     fn batches(&mut self) -> Result<(), ReduceError> {
-        loop {
+        // One settle per attempt, and attempts are bounded.
+        for _ in 0..=self.sched.most_attempts() {
             while self.pending.len() <= self.job.args.in_flight {
                 let Some(attempt) = self.sched.next_attempt() else {
                     break;
@@ -175,6 +176,7 @@ impl Run<'_> {
             };
             self.settle(p)?;
         }
+        unreachable!("more attempts than the schedule allows")
     }
 
     /// Migrates this rank's share of `attempt` and starts its reduction.

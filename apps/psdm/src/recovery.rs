@@ -195,6 +195,12 @@ impl Schedule {
         self.redone
     }
 
+    /// The most attempts a run can issue: each batch once, and again after
+    /// each of at most `size - 1` lost ranks.
+    pub fn most_attempts(&self) -> usize {
+        self.batches * self.size as usize
+    }
+
     /// Batches, as [`crate::job::Job::batches`].
     pub fn batches(&self) -> usize {
         self.batches

@@ -13,7 +13,7 @@ fn drive(
 ) -> Result<(Vec<Attempt>, Vec<usize>), Fatal> {
     let mut live: VecDeque<(usize, Attempt)> = VecDeque::new();
     let (mut issued, mut delivered) = (Vec::new(), Vec::new());
-    for _ in 0..10_000 {
+    for _ in 0..=s.most_attempts() {
         while live.len() <= in_flight {
             let Some(a) = s.next_attempt() else { break };
             live.push_back((issued.len(), a.clone()));
@@ -151,7 +151,7 @@ proptest! {
         let n = ids.len();
         ids.dedup();
         prop_assert_eq!(ids.len(), n, "an id was reused");
-        prop_assert!(n <= batches * size as usize);
+        prop_assert!(n <= s.most_attempts());
         prop_assert!(s.lost().iter().all(|r| died.contains_key(r)));
     }
 }
