@@ -120,9 +120,16 @@ fn a_rank_killed_early_in_the_middle_or_late_costs_no_trace() {
         let what = format!("rank {victim} killed after {at} of {batches} batches");
         check(&job, &results, victim, &what);
         let root = results[job.args.root as usize].as_ref().unwrap();
-        if at < batches - 2 {
-            assert_eq!(root.lost, vec![victim], "{what}");
+        // A rank other than the root settles a batch only once the root
+        // holds it (`--completion result`), so it is at most about two
+        // windows of batches ahead of the root: killed this early, it has
+        // batches left that it never joined; killed by half-way, it cannot
+        // have finished and the timing reductions lose it at least.
+        if at <= 1 {
             assert!(root.redone >= 1, "{what}: nothing redone");
+        }
+        if at <= batches / 2 {
+            assert_eq!(root.lost, vec![victim], "{what}");
         }
         eprintln!(
             "{what}: lost {:?}, {} redone, {:?}",
@@ -194,4 +201,20 @@ fn a_root_outside_the_job_is_refused() {
     let cluster = LocalCluster::new(3).expect("cluster");
     let e = run_rank(cluster.rank(0), &job, &mut |_, _| {}).unwrap_err();
     assert!(e.to_string().contains("--root 3"), "{e}");
+}
+
+/// With `--completion contributed` a rank done with a batch does not hear
+/// that the batch failed, so the survivors cannot agree on what to redo: a
+/// lost rank ends the run with its error on every survivor.
+#[test]
+fn with_early_completion_a_lost_rank_ends_the_run() {
+    let job = job(&["--completion", "contributed"]);
+    // Killed before it joins anything: nothing of it can be recovered.
+    let results = run(&job, 4, Some((3, 0)));
+    for (r, res) in results.iter().enumerate().take(3) {
+        match res {
+            Err(ReduceError::RanksLost { ranks, .. }) => assert_eq!(ranks, &vec![3], "rank {r}"),
+            other => panic!("rank {r}: expected RanksLost, got {other:?}"),
+        }
+    }
 }
