@@ -218,3 +218,22 @@ fn with_early_completion_a_lost_rank_ends_the_run() {
         }
     }
 }
+
+/// A lost root is the end: every other rank stops with an error naming it
+/// (there is nobody to hold the image), and says so plainly.
+#[test]
+fn a_lost_root_ends_the_run_on_every_rank() {
+    let job = job(&["--root", "2"]);
+    let results = run(&job, 4, Some((2, 0)));
+    for r in [0usize, 1, 3] {
+        let e = results[r].as_ref().expect_err("the root was lost");
+        let names_root = match e {
+            ReduceError::RootLost { root, .. } => *root == 2,
+            ReduceError::RanksLost { ranks, .. } => ranks.contains(&2),
+            _ => false,
+        };
+        assert!(names_root, "rank {r}: {e}");
+        let said = taskfold_psdm::app::failure(&job, e);
+        assert!(said.contains("the root, rank 2, was lost"), "{said}");
+    }
+}
