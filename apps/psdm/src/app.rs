@@ -1,13 +1,14 @@
 //! The program around the rank loop: start the runtime (launched, or
 //! `--local N` ranks in this process), report progress, and at the root
-//! print the summary and write the image.
+//! (`--root`) print the summary and write the image. A rank whose run
+//! fails prints why and exits 1; a `--root` outside the job exits 2.
 
 use crate::image::{Image, TOLERANCE};
 use crate::job::Job;
 use crate::rank::{run_rank, Outcome, Timing};
 use std::process::ExitCode;
 use std::time::Duration;
-use taskfold::{LocalCluster, Runtime, Settings};
+use taskfold::{LocalCluster, ReduceError, Runtime, Settings};
 
 /// Reports batch progress at the root: `@taskfold-progress` lines under
 /// `taskfold run` (`launcher`: drawn as a progress bar), plain lines at
@@ -34,7 +35,7 @@ pub fn describe(job: &Job, size: u32) -> String {
     let bytes = m.nx * m.nz * 4;
     format!(
         "psdm: {}x{} image ({:.1} x {:.1} km), {} shots x {} receivers = {} traces of {} samples, \
-         {} reflectors (seed {}), {} ranks, {} batch reductions of {} KiB, up to {} in flight per rank, completion {}",
+         {} reflectors (seed {}), {} ranks, {} batch reductions of {} KiB to rank {}, up to {} in flight per rank, completion {}",
         m.nx,
         m.nz,
         m.width() / 1e3,
@@ -48,6 +49,7 @@ pub fn describe(job: &Job, size: u32) -> String {
         size,
         job.batches(size),
         bytes.div_ceil(1024),
+        job.args.root,
         job.args.in_flight,
         job.args.completion
     )
@@ -90,12 +92,25 @@ pub fn finish_root(job: &Job, size: u32, outcome: &Outcome) -> std::io::Result<f
         return Ok(0.0);
     };
     let (total, max) = (&root.total, &root.max);
-    let p = size.max(1) as f64;
-    println!(
-        "psdm: migrated {} traces on {size} ranks in {:.2} s",
-        total.traces,
-        secs(outcome.elapsed)
-    );
+    let ranks = size.saturating_sub(outcome.lost.len() as u32).max(1);
+    let p = ranks as f64;
+    if outcome.lost.is_empty() {
+        println!(
+            "psdm: migrated {} traces on {size} ranks in {:.2} s",
+            total.traces,
+            secs(outcome.elapsed)
+        );
+    } else {
+        println!(
+            "psdm: migrated {} traces on {ranks} of {size} ranks in {:.2} s; lost ranks {:?}, \
+             their traces shared among the others; {} batch reduction{} redone",
+            total.traces,
+            secs(outcome.elapsed),
+            outcome.lost,
+            outcome.redone,
+            if outcome.redone == 1 { "" } else { "s" }
+        );
+    }
     println!(
         "psdm: per rank (mean): computing {:.2} s (slowest rank {:.2} s), waiting on reductions \
          {:.3} s = {:.1}% of computing (worst rank {:.3} s)",
@@ -105,7 +120,7 @@ pub fn finish_root(job: &Job, size: u32, outcome: &Outcome) -> std::io::Result<f
         pct(total.wait, total.compute),
         secs(max.wait)
     );
-    let per_rank = total.reductions / size.max(1) as u64;
+    let per_rank = total.reductions / ranks as u64;
     println!(
         "psdm: overlap: {per_rank} batch reductions per rank, {:.3} s mean latency, {:.0}% of \
          reduction time hidden behind migration",
@@ -155,6 +170,20 @@ pub fn reflectivity(job: &Job) -> Image {
     img
 }
 
+/// A rank's error, said plainly when it means there is no image.
+pub fn failure(job: &Job, e: &ReduceError) -> String {
+    match e {
+        ReduceError::RootLost { root, .. } => {
+            format!("the root, rank {root}, was lost: there is no image ({e})")
+        }
+        ReduceError::RanksLost { ranks, .. } if ranks.contains(&job.args.root) => format!(
+            "the root, rank {}, was lost: there is no image ({e})",
+            job.args.root
+        ),
+        _ => e.to_string(),
+    }
+}
+
 /// Whether `taskfold run` started this process (it draws progress lines).
 fn under_taskfold_run(settings: &Settings) -> bool {
     settings
@@ -175,8 +204,13 @@ pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
         }
     };
     let (rank, size) = (rt.rank(), rt.size());
+    if let Err(e) = job.args.check_root(size) {
+        eprintln!("psdm: {e}");
+        let _ = rt.shutdown();
+        return ExitCode::from(2);
+    }
     crate::observe::init_metrics(rank, metrics);
-    if rank == crate::rank::ROOT {
+    if rank == job.args.root {
         println!("{}", describe(job, size));
     }
     let mut progress = progress_reporter(launcher);
@@ -192,7 +226,7 @@ pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("psdm: rank {rank}: {e}");
+            eprintln!("psdm: rank {rank}: {}", failure(job, &e));
             ExitCode::from(1)
         }
     };
@@ -205,6 +239,11 @@ pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
 /// Runs `n` ranks in this process (threads over the serialising loopback;
 /// of `settings`, only the metrics address and the launcher apply).
 pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
+    if let Err(e) = job.args.check_root(n) {
+        eprintln!("psdm: {e}");
+        return ExitCode::from(2);
+    }
+    let root = job.args.root;
     let cluster = match LocalCluster::new(n) {
         Ok(c) => c,
         Err(e) => {
@@ -224,7 +263,7 @@ pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
                 s.spawn(move || {
                     let mut progress = progress_reporter(launcher);
                     let mut quiet = |_: usize, _: usize| {};
-                    let p: &mut dyn FnMut(usize, usize) = if rt.rank() == crate::rank::ROOT {
+                    let p: &mut dyn FnMut(usize, usize) = if rt.rank() == root {
                         &mut progress
                     } else {
                         &mut quiet
@@ -243,12 +282,12 @@ pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
         match r {
             Ok(o) => println!("{}", rank_line(rank as u32, &o.timing)),
             Err(e) => {
-                eprintln!("psdm: rank {rank}: {e}");
+                eprintln!("psdm: rank {rank}: {}", failure(job, e));
                 code = ExitCode::from(1);
             }
         }
     }
-    if let Some(Ok(outcome)) = results.first() {
+    if let Some(Ok(outcome)) = results.get(root as usize) {
         if let Err(e) = finish_root(job, n, outcome) {
             eprintln!("psdm: cannot write the image: {e}");
             code = ExitCode::from(1);

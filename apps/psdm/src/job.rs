@@ -46,16 +46,22 @@ pub struct JobArgs {
     #[arg(long, default_value_t = 4)]
     pub in_flight: usize,
     /// When a rank other than the root is done with a batch reduction:
-    /// `contributed`, once its partial image was folded in (it needs
-    /// nothing back; the root alone hears of a failure after that), or
-    /// `result`, once the root holds the batch's image.
-    #[arg(long, default_value = "contributed", value_parser = ["contributed", "result"])]
+    /// `result`, once the root holds the batch's image (every rank then
+    /// hears how each batch ended, which redoing the batches of a lost rank
+    /// needs), or `contributed`, once its partial image was folded in (it
+    /// needs nothing back; the root alone hears of a failure after that,
+    /// so a lost rank ends the job).
+    #[arg(long, default_value = "result", value_parser = ["result", "contributed"])]
     pub completion: String,
     /// Each rank sleeps a seeded random 0..J ms after every batch (a noisy
     /// node): changes the order contributions arrive in.
     #[arg(long, default_value_t = 0)]
     pub jitter_ms: u64,
-    /// The final image as a PNG (written by the root, rank 0).
+    /// The rank that receives every batch image, writes the image and
+    /// prints the summary (below the job's rank count).
+    #[arg(long, default_value_t = 0)]
+    pub root: u32,
+    /// The final image as a PNG (written by the root, `--root`).
     #[arg(long, default_value = "psdm.png")]
     pub out: PathBuf,
     /// Also write the final image as raw little-endian f32.
@@ -70,8 +76,23 @@ impl JobArgs {
     /// `--completion` as the runtime's option.
     pub fn completion(&self) -> taskfold::Completion {
         match self.completion.as_str() {
-            "result" => taskfold::Completion::Result,
-            _ => taskfold::Completion::Contributed,
+            "contributed" => taskfold::Completion::Contributed,
+            _ => taskfold::Completion::Result,
+        }
+    }
+
+    /// Checks `--root` against the job's rank count (known only once the
+    /// job started).
+    pub fn check_root(&self, size: u32) -> Result<(), String> {
+        if self.root < size {
+            Ok(())
+        } else {
+            Err(format!(
+                "--root {}: the job has {size} rank{} (0 to {})",
+                self.root,
+                if size == 1 { "" } else { "s" },
+                size.saturating_sub(1)
+            ))
         }
     }
 }
@@ -186,6 +207,26 @@ impl Job {
         start..end
     }
 
+    /// The traces `rank` migrates in batch `b` when the ranks `lost` (sorted)
+    /// are gone: its own, and of each lost rank's traces of the batch
+    /// those whose index `g` falls to it, `g % survivors` being its place
+    /// among the survivors. Every survivor computes the same split, so each
+    /// trace of the batch is migrated exactly once; a lost rank gets none.
+    pub fn attempt_traces(&self, rank: u32, size: u32, b: usize, lost: &[u32]) -> Vec<usize> {
+        let survivors: Vec<u32> = (0..size).filter(|r| !lost.contains(r)).collect();
+        let Some(place) = survivors.iter().position(|&s| s == rank) else {
+            return Vec::new();
+        };
+        let mut traces: Vec<usize> = self.batch_traces(rank, size, b).collect();
+        for &l in lost {
+            traces.extend(
+                self.batch_traces(l, size, b)
+                    .filter(|g| g % survivors.len() == place),
+            );
+        }
+        traces
+    }
+
     /// The reference: every trace migrated in order on one thread, no
     /// runtime involved. Distributed runs agree with it within
     /// [`crate::image::TOLERANCE`].
@@ -230,6 +271,84 @@ mod tests {
             }
             assert!(seen.iter().all(|&c| c == 1), "size {size} batch {batch}");
         }
+    }
+
+    fn small(batch: usize) -> Job {
+        let mut args = JobArgs::parse(["--nx", "20", "--nz", "10"]).unwrap();
+        args.shots = 5;
+        args.receivers = 9;
+        args.batch = batch;
+        Job::new(args).unwrap()
+    }
+
+    /// Every trace of every batch is migrated exactly once, by survivors
+    /// only, whichever ranks are lost.
+    #[test]
+    fn lost_ranks_traces_are_shared_among_the_survivors() {
+        let lost_sets: [&[u32]; 6] = [&[], &[3], &[1], &[1, 3], &[0, 2, 3], &[1, 2, 3, 4, 5]];
+        for (size, batch) in [(4u32, 4usize), (6, 3), (7, 1)] {
+            let job = small(batch);
+            for lost in lost_sets.iter().filter(|l| l.iter().all(|&r| r < size)) {
+                let mut seen = vec![0u32; job.survey.traces()];
+                for b in 0..job.batches(size) {
+                    let mut in_batch = Vec::new();
+                    for rank in 0..size {
+                        let mine = job.attempt_traces(rank, size, b, lost);
+                        assert!(
+                            mine.is_empty() || !lost.contains(&rank),
+                            "lost rank {rank} got traces"
+                        );
+                        in_batch.extend(mine);
+                    }
+                    // The batch's traces, no more: those of every rank's batch b.
+                    let mut want: Vec<usize> = (0..size)
+                        .flat_map(|r| job.batch_traces(r, size, b))
+                        .collect();
+                    in_batch.sort_unstable();
+                    want.sort_unstable();
+                    assert_eq!(in_batch, want, "size {size} lost {lost:?} batch {b}");
+                    for g in in_batch {
+                        seen[g] += 1;
+                    }
+                }
+                assert!(seen.iter().all(|&c| c == 1), "size {size} lost {lost:?}");
+            }
+        }
+    }
+
+    /// The split depends on nothing but its arguments: a survivor computes
+    /// it from the lost set alone, and every survivor gets the same.
+    #[test]
+    fn every_survivor_computes_the_same_split() {
+        let (a, b) = (small(4), small(4));
+        for rank in 0..6 {
+            for batch in 0..a.batches(6) {
+                assert_eq!(
+                    a.attempt_traces(rank, 6, batch, &[2, 4]),
+                    b.attempt_traces(rank, 6, batch, &[2, 4])
+                );
+            }
+        }
+        // Rank 0 takes the lost traces whose index is 0 modulo 4 survivors.
+        let lost2: Vec<usize> = a.batch_traces(2, 6, 0).collect();
+        let got = a.attempt_traces(0, 6, 0, &[2, 4]);
+        assert!(lost2
+            .iter()
+            .filter(|g| *g % 4 == 0)
+            .all(|g| got.contains(g)));
+        assert!(lost2
+            .iter()
+            .filter(|g| *g % 4 != 0)
+            .all(|g| !got.contains(g)));
+    }
+
+    #[test]
+    fn root_must_be_a_rank_of_the_job() {
+        let args = JobArgs::parse(["--root", "2"]).unwrap();
+        assert_eq!(args.root, 2);
+        assert!(args.check_root(3).is_ok());
+        let e = args.check_root(2).unwrap_err();
+        assert!(e.contains("--root 2") && e.contains("2 ranks"), "{e}");
     }
 
     #[test]

@@ -5,10 +5,15 @@
 //! dipping reflectors), models its own block of the synthetic shot gathers,
 //! and migrates them with straight-ray traveltimes. Each batch of traces
 //! ends with a non-blocking [`taskfold::Runtime::reduce`] of the batch's
-//! partial image to rank 0 while the rank migrates the next batch; the root
-//! adds the batch images up, writes the final image as a PNG and prints a
-//! checksum. The image is the same whatever the rank count and arrival
-//! order, within [`image::TOLERANCE`].
+//! partial image to the root (`--root`, rank 0 by default) while the rank
+//! migrates the next batch; the root adds the batch images up, writes the
+//! final image as a PNG and prints a checksum. The image is the same
+//! whatever the rank count and arrival order, within [`image::TOLERANCE`].
+//!
+//! A rank other than the root that dies costs time, not the image: the
+//! survivors share its traces out and redo the batches it had not
+//! contributed to ([`recovery`]). A lost root (or master) ends the job
+//! with an error on every rank and no image.
 //!
 //! ```sh
 //! taskfold run -n 4 -- psdm                       # the default job, < 1 min
@@ -27,6 +32,8 @@
 //!   which batch.
 //! - [`rank`]: one rank's loop: migrate, reduce without blocking, measure
 //!   the overlap.
+//! - [`recovery`]: which batch reduction comes next, and which batches the
+//!   survivors redo when ranks are lost.
 //! - [`app`]: the program around it: runtime start, progress, summary.
 //! - [`observe`]: logs (`RUST_LOG`) and Prometheus metrics
 //!   (`TASKFOLD_METRICS_ADDR`).
@@ -38,4 +45,5 @@ pub mod migrate;
 pub mod model;
 pub mod observe;
 pub mod rank;
+pub mod recovery;
 pub mod survey;

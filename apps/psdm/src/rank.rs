@@ -1,6 +1,15 @@
 //! One rank's migration: model and migrate its traces batch by batch; every
 //! batch ends with a non-blocking reduction of the batch's partial image to
-//! the root while the rank goes on with the next batch.
+//! the root (`--root`) while the rank goes on with the next batch.
+//!
+//! A rank that dies (or leaves) makes the batch reductions it had not
+//! joined fail on every survivor with `RanksLost`; the survivors then redo
+//! those batches among themselves, its traces shared out, and reduce every
+//! later batch over their own group ([`crate::recovery`]). A lost root,
+//! the master lost, this rank fenced, or any other error ends the rank
+//! with that error, as does a lost rank under `--completion contributed`
+//! (a rank done with a batch does not hear that it failed, so the
+//! survivors could not agree on what to redo).
 //!
 //! Overlap is measured, not assumed. Between traces the rank polls its live
 //! reductions (`is_done`, which never blocks) and notes when each finished;
@@ -11,9 +20,10 @@
 use crate::image::Image;
 use crate::job::Job;
 use crate::model::Rng;
+use crate::recovery::{suffixed, Attempt, Schedule};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-use taskfold::{InPlace, Max, Reduce, ReduceError, ReduceFuture, Runtime, Sum};
+use taskfold::{Completion, InPlace, Max, Reduce, ReduceError, ReduceFuture, Runtime, Sum};
 
 /// Where one rank's time went.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -68,8 +78,12 @@ pub struct Outcome {
     pub timing: Timing,
     /// Wall time of the migration loop on this rank.
     pub elapsed: Duration,
-    /// At the root: the final image and every rank's timing summed and
-    /// maximised (element-wise).
+    /// The ranks lost during the run (the same on every survivor).
+    pub lost: Vec<u32>,
+    /// Batch reductions that failed for a lost rank and were redone.
+    pub redone: usize,
+    /// At the root: the final image and every surviving rank's timing
+    /// summed and maximised (element-wise).
     pub root: Option<RootResult>,
 }
 
@@ -78,103 +92,240 @@ pub struct Outcome {
 pub struct RootResult {
     /// The migrated image.
     pub image: Image,
-    /// Timings of every rank, summed.
+    /// Timings of every surviving rank, summed.
     pub total: Timing,
-    /// Timings of every rank, element-wise maximum.
+    /// Timings of every surviving rank, element-wise maximum.
     pub max: Timing,
 }
 
-/// The rank that receives every batch image.
-pub const ROOT: u32 = 0;
-
 struct Pending {
+    attempt: Attempt,
     issued: Instant,
     done_at: Option<Instant>,
     future: ReduceFuture<InPlace<Sum<f32>>>,
 }
 
+/// One rank's run: its schedule, its partial state, what it reports.
+struct Run<'a> {
+    rt: &'a Runtime,
+    job: &'a Job,
+    sched: Schedule,
+    t: Timing,
+    /// At the root: the batch images added so far.
+    image: Option<Image>,
+    pending: VecDeque<Pending>,
+    rng: Rng,
+    progress: &'a mut dyn FnMut(usize, usize),
+}
+
 /// Runs this rank's part of `job` on `rt`. `progress(done, total)` is
 /// called at the root each time a batch image arrives.
+///
+/// Fails with [`ReduceError::InvalidOptions`] if `--root` is not a rank
+/// of the job, and with the error of a reduction that cannot be redone
+/// (see the module's documentation).
 pub fn run_rank(
     rt: &Runtime,
     job: &Job,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Outcome, ReduceError> {
     let (rank, size) = (rt.rank(), rt.size());
-    let (nx, nz) = (job.model.nx, job.model.nz);
-    let batches = job.batches(size);
+    job.args
+        .check_root(size)
+        .map_err(ReduceError::InvalidOptions)?;
+    let root = job.args.root;
     let started = Instant::now();
-    let mut t = Timing::default();
-    let mut image = (rank == ROOT).then(|| Image::zeros(nx, nz));
-    let mut pending: VecDeque<Pending> = VecDeque::new();
-    let mut settled = 0usize;
-    let mut rng = Rng::new(job.args.seed ^ (0x5eed_0000 + rank as u64));
+    let mut run = Run {
+        rt,
+        job,
+        sched: Schedule::new(size, root, rank, job.batches(size)),
+        t: Timing::default(),
+        image: (rank == root).then(|| Image::zeros(job.model.nx, job.model.nz)),
+        pending: VecDeque::new(),
+        rng: Rng::new(job.args.seed ^ (0x5eed_0000 + rank as u64)),
+        progress,
+    };
+    run.batches()?;
+    let elapsed = started.elapsed();
+    let root = run.gather()?;
+    Ok(Outcome {
+        timing: run.t,
+        elapsed,
+        lost: run.sched.lost().to_vec(),
+        redone: run.sched.redone(),
+        root,
+    })
+}
 
-    // Takes the oldest reduction's result (blocking if it is not done).
-    let mut settle = |p: Pending, t: &mut Timing, image: &mut Option<Image>| {
+impl Run<'_> {
+    /// Issues and settles every batch. Issuing and settling interleave by
+    /// count alone (issue until `in_flight + 1` are live, then settle the
+    /// oldest, blocking if it is not done), so that every survivor issues
+    /// the same attempts in the same order (see [`crate::recovery`]).
+    fn batches(&mut self) -> Result<(), ReduceError> {
+        // One settle per attempt, and attempts are bounded.
+        for _ in 0..=self.sched.most_attempts() {
+            while self.pending.len() <= self.job.args.in_flight {
+                let Some(attempt) = self.sched.next_attempt() else {
+                    break;
+                };
+                self.issue(attempt)?;
+            }
+            let Some(p) = self.pending.pop_front() else {
+                return Ok(());
+            };
+            self.settle(p)?;
+        }
+        unreachable!("more attempts than the schedule allows")
+    }
+
+    /// Migrates this rank's share of `attempt` and starts its reduction.
+    fn issue(&mut self, attempt: Attempt) -> Result<(), ReduceError> {
+        let (rank, size) = (self.rt.rank(), self.rt.size());
+        let traces = self
+            .job
+            .attempt_traces(rank, size, attempt.batch, &attempt.lost);
+        let partial = migrate_batch(self.job, &traces, &mut self.t, &mut self.pending);
+        let jitter = self.job.args.jitter_ms;
+        if jitter > 0 {
+            let ms = self.rng.next_u64() % (jitter + 1);
+            std::thread::sleep(Duration::from_millis(ms));
+            self.t.jitter += Duration::from_millis(ms);
+        }
+        let mut opts = Reduce::root(self.job.args.root)
+            .id(attempt.id())
+            .completion(self.job.args.completion());
+        if !attempt.lost.is_empty() {
+            opts = opts.group(attempt.group(size));
+        }
+        let future = self.rt.reduce(partial, opts)?;
+        self.t.reductions += 1;
+        self.pending.push_back(Pending {
+            attempt,
+            issued: Instant::now(),
+            done_at: None,
+            future,
+        });
+        Ok(())
+    }
+
+    /// Takes the oldest reduction's result (blocking if it is not done):
+    /// adds the batch image at the root, or schedules the batch again if
+    /// ranks were lost.
+    fn settle(&mut self, p: Pending) -> Result<(), ReduceError> {
         let before = Instant::now();
         let result = p.future.get();
         let waited = before.elapsed();
         let done = p.done_at.unwrap_or_else(Instant::now);
         let latency = done.saturating_duration_since(p.issued);
-        t.wait += waited;
-        t.latency += latency;
-        t.hidden += latency.saturating_sub(waited);
-        if let (Some(img), Some(part)) = (image.as_mut(), result?) {
-            img.add(part.as_slice());
+        self.t.wait += waited;
+        self.t.latency += latency;
+        self.t.hidden += latency.saturating_sub(waited);
+        let err = match result {
+            Ok(part) => {
+                if let (Some(img), Some(part)) = (self.image.as_mut(), part) {
+                    img.add(part.as_slice());
+                }
+                let done = self.sched.succeeded();
+                if self.image.is_some() {
+                    (self.progress)(done, self.sched.batches());
+                }
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        let ReduceError::RanksLost { ranks, .. } = &err else {
+            return Err(err);
+        };
+        let ranks = ranks.clone();
+        self.learn(|s| s.failed(&p.attempt, &ranks), err)?;
+        if self.image.is_some() {
+            eprintln!(
+                "psdm: batch {} ({}) failed: redone by ranks {:?}",
+                p.attempt.batch,
+                p.attempt.id(),
+                self.sched.survivors()
+            );
         }
-        settled += 1;
-        if rank == ROOT {
-            progress(settled, batches);
-        }
-        Ok::<(), ReduceError>(())
-    };
-
-    for b in 0..batches {
-        let partial = migrate_batch(job, (rank, size), b, &mut t, &mut pending);
-        if job.args.jitter_ms > 0 {
-            let ms = rng.next_u64() % (job.args.jitter_ms + 1);
-            std::thread::sleep(Duration::from_millis(ms));
-            t.jitter += Duration::from_millis(ms);
-        }
-        let opts = Reduce::root(ROOT)
-            .id(format!("psdm-batch-{b}"))
-            .completion(job.args.completion());
-        let future = rt.reduce(partial, opts)?;
-        t.reductions += 1;
-        pending.push_back(Pending {
-            issued: Instant::now(),
-            done_at: None,
-            future,
-        });
-        // Settle what is done, in batch order; wait only when too many are
-        // in flight.
-        while pending.front().is_some_and(|p| p.future.is_done())
-            || pending.len() > job.args.in_flight
-        {
-            let p = pending.pop_front().expect("non-empty");
-            settle(p, &mut t, &mut image)?;
-        }
+        Ok(())
     }
-    while let Some(p) = pending.pop_front() {
-        settle(p, &mut t, &mut image)?;
-    }
-    let elapsed = started.elapsed();
 
-    Ok(Outcome {
-        timing: t,
-        elapsed,
-        root: gather(rt, &t, image)?,
-    })
+    /// Learns lost ranks through `step` on the schedule; `err` is the
+    /// reduction's error, returned if they cannot be redone. Logs each
+    /// newly lost rank.
+    fn learn(
+        &mut self,
+        step: impl FnOnce(&mut Schedule) -> Result<Vec<u32>, crate::recovery::Fatal>,
+        err: ReduceError,
+    ) -> Result<Vec<u32>, ReduceError> {
+        let rank = self.rt.rank();
+        if self.job.args.completion() == Completion::Contributed {
+            eprintln!(
+                "psdm: rank {rank}: ranks lost; with --completion contributed a rank done with a \
+                 batch does not hear that it failed, so the batches cannot be redone (use \
+                 --completion result)"
+            );
+            return Err(err);
+        }
+        let new = step(&mut self.sched).map_err(|why| {
+            eprintln!("psdm: rank {rank}: {why}");
+            err
+        })?;
+        for l in &new {
+            eprintln!(
+                "psdm: rank {rank}: rank {l} was lost; its traces go to ranks {:?}",
+                self.sched.survivors()
+            );
+        }
+        Ok(new)
+    }
+
+    /// Every surviving rank's timing, summed and maximised at the root,
+    /// which also holds the final image. Reduced again over the survivors
+    /// if a rank is lost meanwhile.
+    fn gather(&mut self) -> Result<Option<RootResult>, ReduceError> {
+        let v = self.t.to_vec();
+        let root = self.job.args.root;
+        for _ in 0..self.rt.size() {
+            let lost = self.sched.lost().to_vec();
+            let opts = |what: &str| {
+                Reduce::root(root)
+                    .group(self.sched.survivors())
+                    .id(suffixed(format!("psdm-timing-{what}"), &lost))
+                    .completion(Completion::Result)
+            };
+            let sum = self.rt.reduce(Sum(v.clone()), opts("sum"))?;
+            let max = self.rt.reduce(Max(v.clone()), opts("max"))?;
+            let (sum, max) = match (sum.get(), max.get()) {
+                (Ok(sum), Ok(max)) => (sum, max),
+                (Err(e), _) | (_, Err(e)) => {
+                    let ReduceError::RanksLost { ranks, .. } = &e else {
+                        return Err(e);
+                    };
+                    let ranks = ranks.clone();
+                    self.learn(|s| s.learn(&lost, &ranks), e)?;
+                    continue;
+                }
+            };
+            return Ok(match (self.image.take(), sum, max) {
+                (Some(image), Some(sum), Some(max)) => Some(RootResult {
+                    image,
+                    total: Timing::from_slice(&sum.0),
+                    max: Timing::from_slice(&max.0),
+                }),
+                _ => None,
+            });
+        }
+        unreachable!("every retry of the timing reductions follows a new lost rank")
+    }
 }
 
-/// Migrates this rank's traces of batch `b` (`who` = (rank, size)) into a
-/// new partial image, counting its time in `t` and noting, between traces,
-/// which `pending` reductions finished meanwhile (never blocks).
+/// Migrates `traces` into a new partial image, counting its time in `t`
+/// and noting, between traces, which `pending` reductions finished
+/// meanwhile (never blocks).
 fn migrate_batch(
     job: &Job,
-    who: (u32, u32),
-    b: usize,
+    traces: &[usize],
     t: &mut Timing,
     pending: &mut VecDeque<Pending>,
 ) -> InPlace<Sum<f32>> {
@@ -182,7 +333,7 @@ fn migrate_batch(
     // Migrated straight into the contribution's wire form: `reduce`
     // sends it without a serialising copy.
     let mut partial = InPlace::<Sum<f32>>::zeroed(nx * nz);
-    for g in job.batch_traces(who.0, who.1, b) {
+    for &g in traces {
         let c = Instant::now();
         let trace = job.survey.model_trace(&job.model, g);
         let (is, ir) = job.survey.geometry(g);
@@ -198,25 +349,4 @@ fn migrate_batch(
         }
     }
     partial
-}
-
-/// Every rank's timing, summed and maximised at the root, which also
-/// holds the final `image`.
-fn gather(
-    rt: &Runtime,
-    t: &Timing,
-    image: Option<Image>,
-) -> Result<Option<RootResult>, ReduceError> {
-    let v = t.to_vec();
-    let sum = rt.reduce(Sum(v.clone()), Reduce::root(ROOT).id("psdm-timing-sum"))?;
-    let max = rt.reduce(Max(v), Reduce::root(ROOT).id("psdm-timing-max"))?;
-    let (sum, max) = (sum.get()?, max.get()?);
-    Ok(match (image, sum, max) {
-        (Some(image), Some(sum), Some(max)) => Some(RootResult {
-            image,
-            total: Timing::from_slice(&sum.0),
-            max: Timing::from_slice(&max.0),
-        }),
-        _ => None,
-    })
 }

@@ -214,3 +214,80 @@ fn local_ranks_in_one_process_give_the_same_image() {
     let out = run_bounded(cmd, LIMIT);
     check_run(&out, &png, &raw, &want, &job, "psdm --local 2");
 }
+
+/// The process of `rank` among the children of `launcher` (found by the
+/// `TASKFOLD_RANK` the launcher gave it).
+fn rank_pid(launcher: u32, rank: u32) -> Option<i32> {
+    let want = format!("TASKFOLD_RANK={rank}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        // pid (comm) state ppid ...: the comm may hold spaces.
+        let ppid: u32 = stat
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        let mine = ppid == launcher && env.split(|&b| b == 0).any(|v| v == want.as_bytes());
+        mine.then_some(pid)
+    })
+}
+
+/// Under `taskfold run -n 4`, rank 3 is held before it joins the third
+/// batch reduction and SIGKILLed there: the three survivors share its
+/// traces out, redo the batches it did not join, and end well; the root's
+/// image and checksum match the sequential migration. (The launcher
+/// itself exits non-zero: one of its ranks was killed.)
+#[test]
+fn taskfold_run_survives_a_rank_killed_mid_run() {
+    use taskfold_tests::{signal, wait_bounded, Signal};
+    let job = small_job();
+    let want = job.migrate_sequentially();
+    let dir = tempfile::tempdir().unwrap();
+    let (png, raw, extra) = outputs(dir.path(), "killed");
+    let hook = format!("3:before-join:psdm-batch-2:{}", dir.path().display());
+    let mut cmd = Command::new(taskfold_bin());
+    cmd.args(["run", "-n", "4", "--timeout", "150", "--"])
+        .arg(psdm())
+        .args(SMALL)
+        .args(&extra)
+        .env("TASKFOLD_TEST_HOOK", hook)
+        .env("TASKFOLD_FAILURE_TIMEOUT_MS", "1500")
+        .env("TASKFOLD_PING_MS", "100")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().expect("spawn taskfold run");
+    let held = dir.path().join("held-3-before-join");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut pid = None;
+    while pid.is_none() && std::time::Instant::now() < deadline {
+        if held.exists() {
+            pid = rank_pid(child.id(), 3);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let Some(pid) = pid else {
+        let out = wait_bounded(child, Duration::from_secs(1));
+        panic!("rank 3 was never held:\n{}", text(&out));
+    };
+    signal(pid, Signal::KILL).expect("SIGKILL rank 3");
+    let out = wait_bounded(child, LIMIT);
+    let t = text(&out);
+    assert!(t.contains("rank 3 killed by signal 9"), "{t}");
+    for r in 0..3 {
+        assert!(!t.contains(&format!("taskfold run: rank {r} ")), "{t}");
+        assert!(t.contains(&format!("[{r}] rank {r}: ")), "{t}");
+        assert!(t.contains(&format!("rank {r}: rank 3 was lost")), "{t}");
+    }
+    assert!(t.contains("redone by ranks [0, 1, 2]"), "{t}");
+    let got = Image::read_raw(&raw).unwrap_or_else(|e| panic!("{e}\n{t}"));
+    let diff = got.relative_difference(&want);
+    assert!(diff <= TOLERANCE, "the image differs by {diff:e}\n{t}");
+    let sum = checksum_printed(&out);
+    let rel = (sum - want.checksum()).abs() / want.checksum().abs();
+    assert!(rel <= TOLERANCE, "checksum {sum} vs {}", want.checksum());
+    check_png(&png, &job, "rank 3 killed");
+}
