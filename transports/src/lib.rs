@@ -30,6 +30,9 @@
 //!   frame), [`lease`] (memory a peer is reading), [`link`]
 //!   (link states, the checks before a send or a get, a rank's frames and
 //!   gets to itself).
+//! - [`private`]: private files and directories (0600/0700, no planted
+//!   link followed, another user's file never believed), used for every
+//!   file a job writes.
 //! - [`shared_file`]: read-only mappings of same-node replica files, exposed
 //!   like any buffer (a buddy's copy without copying).
 //! - [`board`]: the master's notice board, shared memory where the ranks
@@ -48,6 +51,7 @@ pub mod lease;
 pub mod libfabric;
 pub mod link;
 pub mod loopback;
+pub mod private;
 pub mod same_node;
 pub mod select;
 pub mod shared_file;
