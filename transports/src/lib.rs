@@ -281,6 +281,50 @@ pub trait Transport: Send + Sync + 'static {
             Ok(())
         })
     }
+    /// As [`Transport::get`], for a caller that knows how long the buffer
+    /// may be: a peer announcing more than `max` bytes is refused with
+    /// [`TransportError::Protocol`]. A streaming transport (TCP) refuses
+    /// before it allocates anything and drops the link to that peer; the
+    /// default checks the length once the bytes are here.
+    fn get_within(&self, from: Rank, key: BufferKey, max: u64) -> GetFuture {
+        let f = self.get(from, key);
+        Box::pin(async move {
+            let got = f.await?;
+            check_within(from, got.len(), max)?;
+            Ok(got)
+        })
+    }
+    /// As [`Transport::get_segments`], refusing a buffer longer than `max`
+    /// bytes (see [`Transport::get_within`]); the default checks each
+    /// segment's total before handing it over.
+    fn get_segments_within(
+        &self,
+        from: Rank,
+        key: BufferKey,
+        max: u64,
+        mut sink: SegmentSink,
+    ) -> SegmentsFuture {
+        let over = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = over.clone();
+        let f = self.get_segments(
+            from,
+            key,
+            Box::new(move |seg: Segment| {
+                if seg.total as u64 > max {
+                    seen.store(seg.total, std::sync::atomic::Ordering::Relaxed);
+                } else {
+                    sink(seg);
+                }
+            }),
+        );
+        Box::pin(async move {
+            f.await?;
+            match over.load(std::sync::atomic::Ordering::Relaxed) {
+                0 => Ok(()),
+                total => check_within(from, total, max),
+            }
+        })
+    }
     /// The stream of incoming frames and link events (one consumer).
     fn events(&self) -> flume::Receiver<Event>;
     /// Closes every link; later calls fail with [`TransportError::Closed`].
@@ -319,6 +363,18 @@ pub trait Driven: Send + Sync {
 /// A transport's graceful close, run on its driver
 /// ([`Driven::close_on_driver`]).
 pub type DriverClose = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The error of a get whose buffer (`len` bytes) is longer than the `max`
+/// its caller accepts.
+pub(crate) fn check_within(from: Rank, len: usize, max: u64) -> Result<(), TransportError> {
+    if len as u64 > max {
+        return Err(TransportError::Protocol {
+            peer: from.0,
+            detail: format!("get of {len} bytes, more than the {max} this get accepts"),
+        });
+    }
+    Ok(())
+}
 
 /// Copies bytes into a fresh aligned receive buffer.
 pub fn recv_buf_from(bytes: &[u8]) -> RecvBuf {

@@ -70,6 +70,12 @@ pub(crate) fn write_rendezvous(path: &Path, job: u64, addr: SocketAddr) -> io::R
 /// Longest rendezvous file read.
 const RENDEZVOUS_MAX: u64 = 4096;
 
+/// Registrations the master holds unanswered, at most (more connections
+/// are refused): every rank's, and as many again for refused duplicates.
+pub(crate) fn max_registrations(size: u32) -> usize {
+    (size as usize).saturating_mul(2).saturating_add(16)
+}
+
 /// Why the master's address is not known (yet).
 pub(crate) enum Unresolved {
     /// Not yet (no file, a file of another job): ask again.
@@ -328,9 +334,15 @@ pub(crate) async fn on_register(
         wr,
     };
     let reg = match registrar {
-        Some(tx) => match tx.send(reg) {
+        Some(tx) => match tx.try_send(reg) {
             Ok(()) => return,
-            Err(flume::SendError(reg)) => reg,
+            Err(flume::TrySendError::Full(reg)) => {
+                super::metrics::bound_hit("registrations");
+                let reason = "too many registrations are waiting".to_string();
+                bad_connection(shared.rank, from, &reason);
+                return conn::refuse(reg.rd, reg.wr, reason).await;
+            }
+            Err(flume::TrySendError::Disconnected(reg)) => reg,
         },
         None => reg,
     };
