@@ -9,7 +9,8 @@
 //! One empty module per page, in the order of `src/SUMMARY.md`:
 //! [`introduction`], [`getting_started`], [`embedding`], [`reducer_body`],
 //! [`non_blocking`], [`fault_tolerance`], [`transports`], [`launching`],
-//! [`configuration`], [`metrics`], [`benchmarks`], [`architecture`].
+//! [`configuration`], [`metrics`], [`security`], [`benchmarks`],
+//! [`architecture`].
 
 #[doc = include_str!("src/introduction.md")]
 pub mod introduction {}
@@ -40,6 +41,9 @@ pub mod configuration {}
 
 #[doc = include_str!("src/metrics.md")]
 pub mod metrics {}
+
+#[doc = include_str!("src/security.md")]
+pub mod security {}
 
 #[doc = include_str!("src/benchmarks.md")]
 pub mod benchmarks {}

@@ -76,7 +76,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
     let out = Outbox::new(p.transport.clone());
     let perf = PerformanceCounter::new(rank).start();
     let disk =
-        Arc::new(ReplicaDisk::open(c.replica_dir.as_deref(), rank).map_err(StartError::Thread)?);
+        Arc::new(ReplicaDisk::open(c.replica_dir.as_deref(), rank).map_err(StartError::ReplicaDir)?);
     let store = ReplicaStore::new(rank, out.clone(), disk.clone(), c.replica_limit).start();
     let (master, detector) = match rank {
         0 => {
