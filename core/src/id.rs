@@ -106,7 +106,9 @@ mod tests {
 
     #[test]
     fn a_long_invalid_id_is_quoted_short() {
-        let e = ReductionId::new("x".repeat(100_000)).unwrap_err().to_string();
+        let e = ReductionId::new("x".repeat(100_000))
+            .unwrap_err()
+            .to_string();
         assert!(e.len() < 200, "{e}");
         assert!(e.contains("100000 bytes"), "{e}");
     }

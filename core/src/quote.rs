@@ -57,8 +57,14 @@ mod tests {
         let long = "x".repeat(100_000);
         let q = quote(&long).to_string();
         assert!(q.len() < 80, "{q}");
-        assert!(q.starts_with(&format!("\"{}", "x".repeat(QUOTE_MAX))), "{q}");
-        assert!(q.ends_with(&format!("(+{} bytes)", 100_000 - QUOTE_MAX)), "{q}");
+        assert!(
+            q.starts_with(&format!("\"{}", "x".repeat(QUOTE_MAX))),
+            "{q}"
+        );
+        assert!(
+            q.ends_with(&format!("(+{} bytes)", 100_000 - QUOTE_MAX)),
+            "{q}"
+        );
         // Cut on a character boundary.
         let wide = "é".repeat(QUOTE_MAX + 3);
         assert!(quote(&wide).to_string().ends_with("(+6 bytes)"));

@@ -56,7 +56,10 @@ fn check_private(path: &Path, meta: &Metadata, what: &str) -> io::Result<()> {
     if meta.uid() != me {
         return Err(refused(
             path,
-            format!("the {what} is owned by user {}, not by this user ({me})", meta.uid()),
+            format!(
+                "the {what} is owned by user {}, not by this user ({me})",
+                meta.uid()
+            ),
         ));
     }
     let mode = meta.mode() & 0o777;
@@ -174,7 +177,10 @@ pub fn read_owned(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     if len > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("{}: {len} bytes, more than the {max} expected", path.display()),
+            format!(
+                "{}: {len} bytes, more than the {max} expected",
+                path.display()
+            ),
         ));
     }
     let mut buf = Vec::with_capacity(len as usize);

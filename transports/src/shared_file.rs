@@ -70,9 +70,15 @@ mod tests {
         );
         // A file others may write is not mapped.
         std::fs::write(dir.join("open"), &data).unwrap();
-        std::fs::set_permissions(dir.join("open"), std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+        std::fs::set_permissions(
+            dir.join("open"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o666),
+        )
+        .unwrap();
         assert_eq!(
-            map(&dir.join("open"), data.len() as u64).unwrap_err().kind(),
+            map(&dir.join("open"), data.len() as u64)
+                .unwrap_err()
+                .kind(),
             io::ErrorKind::PermissionDenied
         );
         assert!(map(&dir.join("missing"), 5).is_err());

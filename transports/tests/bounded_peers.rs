@@ -38,11 +38,9 @@ fn counter(name: &str, label: Option<(&str, &str)>) -> u64 {
         .into_vec()
         .into_iter()
         .filter(|(k, _, _, _)| k.key().name() == name)
-        .filter(|(k, _, _, _)| {
-            match label {
-                None => true,
-                Some((n, v)) => k.key().labels().any(|l| l.key() == n && l.value() == v),
-            }
+        .filter(|(k, _, _, _)| match label {
+            None => true,
+            Some((n, v)) => k.key().labels().any(|l| l.key() == n && l.value() == v),
         })
         .map(|(_, _, _, v)| match v {
             DebugValue::Counter(n) => n,
@@ -156,7 +154,10 @@ fn refused_then_others_served(total: u64, max: Option<u64>) {
         }
         other => panic!("expected a protocol error, got {other:?}"),
     }
-    assert!(rogue.join().expect("the rogue"), "rank 0 closed the connection");
+    assert!(
+        rogue.join().expect("the rogue"),
+        "rank 0 closed the connection"
+    );
     match next_event(&*t0, "the rogue's link going down") {
         Event::LinkDown { peer: Rank(1), .. } => {}
         e => panic!("expected rank 1's link down, got {e:?}"),
@@ -166,11 +167,18 @@ fn refused_then_others_served(total: u64, max: Option<u64>) {
     // Rank 2 is still served, and still serves.
     let data = Bytes::from(vec![5u8; 3 << 20]);
     t2.expose(BufferKey(9), data.clone());
-    let got = wait("rank 2's buffer", t0.get_within(Rank(2), BufferKey(9), 3 << 20));
+    let got = wait(
+        "rank 2's buffer",
+        t0.get_within(Rank(2), BufferKey(9), 3 << 20),
+    );
     assert_eq!(&got.expect("rank 2 serves rank 0")[..], &data[..]);
-    t0.send(Rank(2), Bytes::from_static(b"still here")).expect("send");
+    t0.send(Rank(2), Bytes::from_static(b"still here"))
+        .expect("send");
     match next_event(&*t2, "rank 0's frame") {
-        Event::Message { from: Rank(0), frame } => assert_eq!(&frame[..], b"still here"),
+        Event::Message {
+            from: Rank(0),
+            frame,
+        } => assert_eq!(&frame[..], b"still here"),
         e => panic!("expected rank 0's frame, got {e:?}"),
     }
     t0.shutdown();
@@ -228,7 +236,10 @@ fn a_peer_that_never_reads_is_not_read_either() {
     }
     let deadline = Instant::now() + QUICK;
     while counter(BOUNDS_HIT, Some(("bound", "writer"))) == hits_before {
-        assert!(Instant::now() < deadline, "the writer's bound was never reached");
+        assert!(
+            Instant::now() < deadline,
+            "the writer's bound was never reached"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     // Rank 2 is served while rank 1 is held back.

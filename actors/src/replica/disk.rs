@@ -156,20 +156,19 @@ impl ReplicaDisk {
             let i = s.files.iter().rposition(|(_, l)| *l == len);
             i.map(|i| s.files.remove(i).0)
         };
-        let (tmp, mut f) = match spare.and_then(|p| {
-            private::open_owned_for_write(&p).ok().map(|f| (p, f))
-        }) {
-            Some(s) => s,
-            None => {
-                // A temporary left by a failed write of this rank goes
-                // first: the new one is created, never opened through
-                // whatever is at its name.
-                let tmp = path.with_extension("tmp");
-                let _ = std::fs::remove_file(&tmp);
-                let f = private::create_file(&tmp)?;
-                (tmp, f)
-            }
-        };
+        let (tmp, mut f) =
+            match spare.and_then(|p| private::open_owned_for_write(&p).ok().map(|f| (p, f))) {
+                Some(s) => s,
+                None => {
+                    // A temporary left by a failed write of this rank goes
+                    // first: the new one is created, never opened through
+                    // whatever is at its name.
+                    let tmp = path.with_extension("tmp");
+                    let _ = std::fs::remove_file(&tmp);
+                    let f = private::create_file(&tmp)?;
+                    (tmp, f)
+                }
+            };
         // No fsync: the copy guards against the process dying, and the page
         // cache outlives the process; a node crash takes the disk's value to
         // the other ranks with it anyway.

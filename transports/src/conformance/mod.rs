@@ -261,7 +261,10 @@ pub fn gets_within(f: Factory<'_>) {
     let t0 = c.transports[0].clone();
     let data = pattern(300_000, 4);
     c.transports[1].expose(BufferKey(4), data.clone());
-    let got = wait("a get within its bound", t0.get_within(Rank(1), BufferKey(4), 300_000));
+    let got = wait(
+        "a get within its bound",
+        t0.get_within(Rank(1), BufferKey(4), 300_000),
+    );
     assert_eq!(&got.expect("within the bound")[..], &data[..]);
     let got = Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = got.clone();
@@ -277,7 +280,10 @@ pub fn gets_within(f: Factory<'_>) {
     })
     .expect("within the bound");
     assert_eq!(&got.lock().unwrap()[..], &data[..]);
-    match wait("a get beyond its bound", t0.get_within(Rank(1), BufferKey(4), 299_999)) {
+    match wait(
+        "a get beyond its bound",
+        t0.get_within(Rank(1), BufferKey(4), 299_999),
+    ) {
         Err(TransportError::Protocol { peer: 1, detail }) => {
             assert!(detail.contains("300000 bytes"), "{detail}")
         }

@@ -44,7 +44,8 @@ pub(crate) fn clear_before_first_endpoint() {
 /// of process `pid`: exactly `<pid>:<n>:<m>`, decimal numbers.
 fn is_region_of(name: &str, pid: u32) -> bool {
     let mut parts = name.split(':');
-    let digits = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    let digits =
+        |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
     parts.next() == Some(pid.to_string().as_str())
         && digits(parts.next())
         && digits(parts.next())
@@ -65,9 +66,7 @@ fn remove_regions_of(dir: &Path, pid: u32) -> usize {
     entries
         .flatten()
         .filter(|e| e.file_name().to_str().is_some_and(|n| is_region_of(n, pid)))
-        .filter(|e| {
-            std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_file() && m.uid() == me)
-        })
+        .filter(|e| std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_file() && m.uid() == me))
         .filter(|e| std::fs::remove_file(e.path()).is_ok())
         .count()
 }
@@ -81,8 +80,15 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tf-stale-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for name in [
-            "123:0:0", "123:1:0", "1234:0:0", "12:0:0", "x123:0:0", "123", "123:a:0",
-            "123:0:0:0", "123::0",
+            "123:0:0",
+            "123:1:0",
+            "1234:0:0",
+            "12:0:0",
+            "x123:0:0",
+            "123",
+            "123:a:0",
+            "123:0:0:0",
+            "123::0",
         ] {
             std::fs::write(dir.join(name), b"region").unwrap();
         }
@@ -103,7 +109,14 @@ mod tests {
             .collect();
         left.sort();
         let mut expected = vec![
-            "123", "123:0:0:0", "123:2:0", "123::0", "123:a:0", "1234:0:0", "12:0:0", "target",
+            "123",
+            "123:0:0:0",
+            "123:2:0",
+            "123::0",
+            "123:a:0",
+            "1234:0:0",
+            "12:0:0",
+            "target",
             "x123:0:0",
         ];
         if theirs {

@@ -98,9 +98,15 @@ fn atomic_writes_are_private_and_replace_a_planted_link() {
     write_atomic(&path, b"hello").unwrap();
     assert_eq!(std::fs::read(&target).unwrap(), b"precious");
     assert_eq!(mode(&path), 0o600);
-    assert!(!std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink());
+    assert!(!std::fs::symlink_metadata(&path)
+        .unwrap()
+        .file_type()
+        .is_symlink());
     assert_eq!(read_owned(&path, 100).unwrap(), b"hello");
-    assert!(std::fs::symlink_metadata(&tmp).is_err(), "no temporary left");
+    assert!(
+        std::fs::symlink_metadata(&tmp).is_err(),
+        "no temporary left"
+    );
 }
 
 #[test]
@@ -137,7 +143,10 @@ fn fresh_directories_are_private_and_distinct() {
     assert_ne!(a.0, b.0);
     check_dir(&a.0).unwrap();
     let name = a.0.file_name().unwrap().to_string_lossy().into_owned();
-    assert!(name.starts_with("tf-private-test-") && name.len() == 22, "{name}");
+    assert!(
+        name.starts_with("tf-private-test-") && name.len() == 22,
+        "{name}"
+    );
     assert!(fresh_dir_in(&a.0, "a/b").is_err());
     let d = fresh_dir("tf-private-fresh-").unwrap();
     check_dir(&d).unwrap();

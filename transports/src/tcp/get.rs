@@ -117,7 +117,9 @@ fn grow(buf: &mut crate::RecvBuf, total: u64, len: u64) -> std::ops::Range<usize
     let start = buf.len();
     let end = start + len as usize;
     if buf.capacity() < end {
-        let want = (end as u64).saturating_mul(2).clamp(RESERVE_FIRST, total.max(end as u64));
+        let want = (end as u64)
+            .saturating_mul(2)
+            .clamp(RESERVE_FIRST, total.max(end as u64));
         buf.reserve_exact(want as usize - start);
     }
     buf.resize(end, 0);
@@ -200,9 +202,9 @@ pub(crate) async fn on_chunk(
     } else {
         // `total <= p.max` was checked above; the buffer holds the
         // `offset` bytes read so far (chunks come in order).
-        let buf = p.buf.get_or_insert_with(|| {
-            taskfold_core::pool::take(total.min(RESERVE_FIRST) as usize)
-        });
+        let buf = p
+            .buf
+            .get_or_insert_with(|| taskfold_core::pool::take(total.min(RESERVE_FIRST) as usize));
         let range = grow(buf, total, len);
         rd.read_exact(&mut buf[range]).await
     };

@@ -292,7 +292,11 @@ impl Batch {
 /// leave in the order they were queued.
 pub(crate) async fn run_writer(shared: Arc<Shared>, w: OwnedWriteHalf, end: WriterEnd, peer: u32) {
     let _live = shared.live_guard();
-    let WriterEnd { mut rx, line, drained } = end;
+    let WriterEnd {
+        mut rx,
+        line,
+        drained,
+    } = end;
     let w = Arc::new(w);
     // Senders may write directly from now on; when this task ends (or is
     // aborted), they may not, and the last reference to the half goes,
