@@ -268,18 +268,8 @@ pub trait Transport: Send + Sync + 'static {
     /// private copies. The default hands over one segment, the whole
     /// buffer, once it is here; a streaming transport (TCP) hands over each
     /// chunk as it is read.
-    fn get_segments(&self, from: Rank, key: BufferKey, mut sink: SegmentSink) -> SegmentsFuture {
-        let f = self.get(from, key);
-        Box::pin(async move {
-            let bytes = f.await?.into_owned();
-            let total = bytes.len();
-            sink(Segment {
-                offset: 0,
-                total,
-                bytes,
-            });
-            Ok(())
-        })
+    fn get_segments(&self, from: Rank, key: BufferKey, sink: SegmentSink) -> SegmentsFuture {
+        one_segment(self.get(from, key), sink)
     }
     /// As [`Transport::get`], for a caller that knows how long the buffer
     /// may be: a peer announcing more than `max` bytes is refused with
@@ -287,12 +277,7 @@ pub trait Transport: Send + Sync + 'static {
     /// before it allocates anything and drops the link to that peer; the
     /// default checks the length once the bytes are here.
     fn get_within(&self, from: Rank, key: BufferKey, max: u64) -> GetFuture {
-        let f = self.get(from, key);
-        Box::pin(async move {
-            let got = f.await?;
-            check_within(from, got.len(), max)?;
-            Ok(got)
-        })
+        checked_within(self.get(from, key), from, max)
     }
     /// As [`Transport::get_segments`], refusing a buffer longer than `max`
     /// bytes (see [`Transport::get_within`]); the default checks each
@@ -364,9 +349,33 @@ pub trait Driven: Send + Sync {
 /// ([`Driven::close_on_driver`]).
 pub type DriverClose = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// The bytes of `f` handed to `sink` as one segment, once they are here.
+pub(crate) fn one_segment(f: GetFuture, mut sink: SegmentSink) -> SegmentsFuture {
+    Box::pin(async move {
+        let bytes = f.await?.into_owned();
+        let total = bytes.len();
+        sink(Segment {
+            offset: 0,
+            total,
+            bytes,
+        });
+        Ok(())
+    })
+}
+
+/// `f`, failing if its buffer is longer than `max` bytes (checked once
+/// the bytes are here).
+pub(crate) fn checked_within(f: GetFuture, from: Rank, max: u64) -> GetFuture {
+    Box::pin(async move {
+        let got = f.await?;
+        check_within(from, got.len(), max)?;
+        Ok(got)
+    })
+}
+
 /// The error of a get whose buffer (`len` bytes) is longer than the `max`
 /// its caller accepts.
-pub(crate) fn check_within(from: Rank, len: usize, max: u64) -> Result<(), TransportError> {
+fn check_within(from: Rank, len: usize, max: u64) -> Result<(), TransportError> {
     if len as u64 > max {
         return Err(TransportError::Protocol {
             peer: from.0,

@@ -117,9 +117,11 @@ fn grow(buf: &mut crate::RecvBuf, total: u64, len: u64) -> std::ops::Range<usize
     let start = buf.len();
     let end = start + len as usize;
     if buf.capacity() < end {
+        // Not `clamp`: a total below RESERVE_FIRST must win.
         let want = (end as u64)
             .saturating_mul(2)
-            .clamp(RESERVE_FIRST, total.max(end as u64));
+            .max(RESERVE_FIRST)
+            .min(total.max(end as u64));
         buf.reserve_exact(want as usize - start);
     }
     buf.resize(end, 0);
@@ -247,6 +249,36 @@ pub(crate) async fn on_chunk(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod grow_tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_grows_with_its_chunks_never_past_the_total() {
+        // A small get fits its first reservation.
+        let mut b = crate::RecvBuf::with_capacity(1000);
+        assert_eq!(grow(&mut b, 1000, 600), 0..600);
+        assert_eq!(grow(&mut b, 1000, 400), 600..1000);
+        assert_eq!(b.len(), 1000);
+        // A large one: room follows the bytes received (doubling, from
+        // RESERVE_FIRST), never more than the total.
+        let total = 3 * RESERVE_FIRST;
+        let chunk = RESERVE_FIRST / 4;
+        let mut b = crate::RecvBuf::with_capacity(RESERVE_FIRST as usize);
+        let mut got = 0;
+        while got < total {
+            let r = grow(&mut b, total, chunk);
+            assert_eq!(r, got as usize..(got + chunk) as usize);
+            got += chunk;
+            assert!(b.capacity() as u64 <= (2 * got).max(RESERVE_FIRST).min(total) + 4096);
+        }
+        assert_eq!(b.len() as u64, total);
+        // A recycled buffer smaller than the total of a small get.
+        let mut b = crate::RecvBuf::with_capacity(16);
+        assert_eq!(grow(&mut b, 100, 100), 0..100);
+    }
 }
 
 /// Sends `GET_RETURN` for a loan when dropped (a view's last read done).

@@ -478,12 +478,7 @@ impl Transport for TcpTransport {
     /// drops the link to the peer that announced it.
     fn get_within(&self, from: Rank, key: BufferKey, max: u64) -> GetFuture {
         if self.check_peer(from).is_err() || from.0 == self.shared.rank {
-            let f = self.get(from, key);
-            return Box::pin(async move {
-                let got = f.await?;
-                crate::check_within(from, got.len(), max)?;
-                Ok(got)
-            });
+            return crate::checked_within(self.get(from, key), from, max);
         }
         self.requested(from, key, true, max, None)
     }
@@ -505,20 +500,11 @@ impl Transport for TcpTransport {
         from: Rank,
         key: BufferKey,
         max: u64,
-        mut sink: crate::SegmentSink,
+        sink: crate::SegmentSink,
     ) -> crate::SegmentsFuture {
         if self.check_peer(from).is_err() || from.0 == self.shared.rank {
-            let f = self.get(from, key);
-            return Box::pin(async move {
-                let bytes = f.await?.into_owned();
-                let total = bytes.len();
-                sink(crate::Segment {
-                    offset: 0,
-                    total,
-                    bytes,
-                });
-                Ok(())
-            });
+            let f = crate::checked_within(self.get(from, key), from, max);
+            return crate::one_segment(f, sink);
         }
         let f = self.requested(from, key, false, max, Some(sink));
         Box::pin(async move { f.await.map(|_| ()) })
