@@ -251,36 +251,6 @@ pub(crate) async fn on_chunk(
     Ok(())
 }
 
-#[cfg(test)]
-mod grow_tests {
-    use super::*;
-
-    #[test]
-    fn a_buffer_grows_with_its_chunks_never_past_the_total() {
-        // A small get fits its first reservation.
-        let mut b = crate::RecvBuf::with_capacity(1000);
-        assert_eq!(grow(&mut b, 1000, 600), 0..600);
-        assert_eq!(grow(&mut b, 1000, 400), 600..1000);
-        assert_eq!(b.len(), 1000);
-        // A large one: room follows the bytes received (doubling, from
-        // RESERVE_FIRST), never more than the total.
-        let total = 3 * RESERVE_FIRST;
-        let chunk = RESERVE_FIRST / 4;
-        let mut b = crate::RecvBuf::with_capacity(RESERVE_FIRST as usize);
-        let mut got = 0;
-        while got < total {
-            let r = grow(&mut b, total, chunk);
-            assert_eq!(r, got as usize..(got + chunk) as usize);
-            got += chunk;
-            assert!(b.capacity() as u64 <= (2 * got).max(RESERVE_FIRST).min(total) + 4096);
-        }
-        assert_eq!(b.len() as u64, total);
-        // A recycled buffer smaller than the total of a small get.
-        let mut b = crate::RecvBuf::with_capacity(16);
-        assert_eq!(grow(&mut b, 100, 100), 0..100);
-    }
-}
-
 /// Sends `GET_RETURN` for a loan when dropped (a view's last read done).
 struct Loan {
     shared: Arc<Shared>,
@@ -504,4 +474,34 @@ pub(crate) fn request(
     }
     debug_assert!(slot.link == Link::Up);
     Ok(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_grows_with_its_chunks_never_past_the_total() {
+        // A small get fits its first reservation.
+        let mut b = crate::RecvBuf::with_capacity(1000);
+        assert_eq!(grow(&mut b, 1000, 600), 0..600);
+        assert_eq!(grow(&mut b, 1000, 400), 600..1000);
+        assert_eq!(b.len(), 1000);
+        // A large one: room follows the bytes received (doubling, from
+        // RESERVE_FIRST), never more than the total.
+        let total = 3 * RESERVE_FIRST;
+        let chunk = RESERVE_FIRST / 4;
+        let mut b = crate::RecvBuf::with_capacity(RESERVE_FIRST as usize);
+        let mut got = 0;
+        while got < total {
+            let r = grow(&mut b, total, chunk);
+            assert_eq!(r, got as usize..(got + chunk) as usize);
+            got += chunk;
+            assert!(b.capacity() as u64 <= (2 * got).max(RESERVE_FIRST).min(total) + 4096);
+        }
+        assert_eq!(b.len() as u64, total);
+        // A recycled buffer smaller than the total of a small get.
+        let mut b = crate::RecvBuf::with_capacity(16);
+        assert_eq!(grow(&mut b, 100, 100), 0..100);
+    }
 }
