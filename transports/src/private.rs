@@ -17,9 +17,12 @@
 //!   symbolic link, and refuses it unless it is a regular file owned by
 //!   this user with no permission for group or others: a file planted by
 //!   another user is never believed.
-//! - [`fresh_dir`] makes a new private directory with an unguessable name,
-//!   under `$XDG_RUNTIME_DIR` when that is a private directory of this
-//!   user, else under the system's temporary directory (`mkdtemp`).
+//! - [`fresh_dir`] makes a new private directory with an unguessable name
+//!   (`mkdtemp`) under the system's temporary directory (`$TMPDIR`, else
+//!   `/tmp`). Not under `$XDG_RUNTIME_DIR`: that is a small memory file
+//!   system on most systems, and replica files are as large as the data
+//!   reduced; an unguessable name created exclusively, mode 0700, is as
+//!   safe in a shared directory.
 //!
 //! A failure is an [`std::io::Error`] whose message names the path and
 //! what is wrong with it (kind `PermissionDenied` for a refused file or
@@ -210,15 +213,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// Makes a new private directory (mode 0700) named `prefix` followed by
-/// random characters: under `$XDG_RUNTIME_DIR` if that is a private
-/// directory of this user ([`check_dir`]), else under the system's
-/// temporary directory. The caller removes it.
+/// random characters, under the system's temporary directory (`$TMPDIR`,
+/// else `/tmp`; see the [module documentation](self)). The caller
+/// removes it.
 pub fn fresh_dir(prefix: &str) -> io::Result<PathBuf> {
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute() && check_dir(p).is_ok())
-        .unwrap_or_else(std::env::temp_dir);
-    fresh_dir_in(&base, prefix)
+    fresh_dir_in(&std::env::temp_dir(), prefix)
 }
 
 /// As [`fresh_dir`], under `base`.

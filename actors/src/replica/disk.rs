@@ -49,7 +49,7 @@ struct Spares {
 impl ReplicaDisk {
     /// Opens (creating) this rank's directory under the configured root
     /// `dir`, or a fresh per-process directory with an unguessable name
-    /// (under `$XDG_RUNTIME_DIR`, else the system's temporary directory).
+    /// (`mkdtemp` under the system's temporary directory).
     /// Either is private (mode 0700, this user's): a directory or a link
     /// planted at the rank's path is refused, naming it (see
     /// [`taskfold_transports::private`]).

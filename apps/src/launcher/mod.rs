@@ -132,9 +132,8 @@ pub fn run_on(launch: &Launch, nodes: Option<&NodeSpec>) -> std::io::Result<Vec<
             .map(|d| d.as_nanos())
             .unwrap_or(0)
     );
-    // Private (0700, an unguessable name under $XDG_RUNTIME_DIR or the
-    // system's temporary directory): it holds the rendezvous file and the
-    // replica files of the job.
+    // Private (0700, an unguessable name under $TMPDIR, else /tmp): it
+    // holds the rendezvous file and the replica files of the job.
     let dir = taskfold_transports::private::fresh_dir("taskfold-job-")?;
     let job = Job {
         rendezvous: dir.join("master.addr"),

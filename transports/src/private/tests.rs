@@ -150,5 +150,6 @@ fn fresh_directories_are_private_and_distinct() {
     assert!(fresh_dir_in(&a.0, "a/b").is_err());
     let d = fresh_dir("tf-private-fresh-").unwrap();
     check_dir(&d).unwrap();
+    assert_eq!(d.parent(), Some(std::env::temp_dir().as_path()));
     std::fs::remove_dir(d).unwrap();
 }
