@@ -43,8 +43,8 @@ pub(crate) const MAX_EVENTS: usize = 4096;
 pub(crate) struct Pending {
     /// The key asked for (a refused loan is asked for again, streamed).
     pub key: u64,
-    /// The buffer: room for the announced total is reserved at the first
-    /// chunk, and filled (zeroed, then read into) chunk by chunk.
+    /// The buffer: made at the first chunk, grown (zeroed, then read into)
+    /// chunk by chunk as the bytes arrive, never past the announced total.
     pub buf: Option<RecvBuf>,
     /// Announced total length.
     pub total: u64,
