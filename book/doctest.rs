@@ -9,7 +9,8 @@
 //! One empty module per page, in the order of `src/SUMMARY.md`:
 //! [`introduction`], [`getting_started`], [`embedding`], [`reducer_body`],
 //! [`non_blocking`], [`fault_tolerance`], [`checkpoints`], [`transports`],
-//! [`launching`], [`configuration`], [`metrics`], [`benchmarks`],
+//! [`launching`], [`configuration`], [`metrics`], [`security`],
+//! [`benchmarks`],
 //! [`architecture`].
 
 #[doc = include_str!("src/introduction.md")]
@@ -45,6 +46,9 @@ pub mod configuration {}
 #[doc = include_str!("src/metrics.md")]
 pub mod metrics {}
 
+#[doc = include_str!("src/security.md")]
+pub mod security {}
+
 #[doc = include_str!("src/benchmarks.md")]
 pub mod benchmarks {}
 
@@ -64,7 +68,7 @@ mod tests {
             .filter_map(|l| l.split("](").nth(1))
             .filter_map(|rest| rest.split(')').next())
             .collect();
-        assert_eq!(pages.len(), 13, "{pages:?}");
+        assert_eq!(pages.len(), 14, "{pages:?}");
         for page in pages {
             let include = format!("include_str!(\"src/{page}\")");
             assert!(

@@ -135,4 +135,9 @@ pub enum StartError {
     /// A runtime thread could not be started.
     #[error("cannot start a runtime thread: {0}")]
     Thread(std::io::Error),
+    /// This rank's replica directory could not be made, or what is at its
+    /// path is not a private directory of this user (see the book's
+    /// Security chapter).
+    #[error("replica directory: {0}")]
+    ReplicaDir(std::io::Error),
 }

@@ -75,8 +75,9 @@ fn actors(p: Parts) -> Result<(), StartError> {
     let pool = FoldPool::new(c.fold_threads, rank).map_err(StartError::Thread)?;
     let out = Outbox::new(p.transport.clone());
     let perf = PerformanceCounter::new(rank).start();
-    let disk =
-        Arc::new(ReplicaDisk::open(c.replica_dir.as_deref(), rank).map_err(StartError::Thread)?);
+    let disk = Arc::new(
+        ReplicaDisk::open(c.replica_dir.as_deref(), rank).map_err(StartError::ReplicaDir)?,
+    );
     let store = ReplicaStore::new(rank, out.clone(), disk.clone(), c.replica_limit).start();
     let (master, detector) = match rank {
         0 => {

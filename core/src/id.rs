@@ -17,7 +17,9 @@ impl ReductionId {
         let id = id.into();
         if id.is_empty() || id.len() > MAX_ID_LEN || id.chars().any(char::is_control) {
             return Err(crate::ReduceError::InvalidOptions(format!(
-                "reduction id {id:?} must be 1..={MAX_ID_LEN} bytes without control characters"
+                "reduction id {} ({} bytes) must be 1..={MAX_ID_LEN} bytes without control characters",
+                crate::quote::quote(&id),
+                id.len()
             )));
         }
         Ok(ReductionId(id))
@@ -100,5 +102,14 @@ mod tests {
         assert!(ReductionId::new("").is_err());
         assert!(ReductionId::new("x".repeat(300)).is_err());
         assert!(ReductionId::new("a\nb").is_err());
+    }
+
+    #[test]
+    fn a_long_invalid_id_is_quoted_short() {
+        let e = ReductionId::new("x".repeat(100_000))
+            .unwrap_err()
+            .to_string();
+        assert!(e.len() < 200, "{e}");
+        assert!(e.contains("100000 bytes"), "{e}");
     }
 }

@@ -37,6 +37,7 @@
 //! - [`watch`]: when a rank counts its master as lost (silence, a broken
 //!   link).
 //! - [`error`]: typed errors shared by every layer.
+//! - [`quote`]: the one way an error or a log quotes untrusted text (short).
 
 pub mod archived;
 pub mod builtin;
@@ -51,6 +52,7 @@ pub mod inplace;
 pub mod perf;
 pub mod pieces;
 pub mod pool;
+pub mod quote;
 pub mod rank;
 pub mod rankset;
 pub mod reducer;

@@ -258,6 +258,15 @@ fn invalid_options_and_duplicate_ids() {
         rt.reduce(Sum(vec![1u32]), Reduce::root(0).id("")),
         Err(ReduceError::InvalidOptions(_))
     ));
+    // A 100 KB id is refused with an error of a line, not echoed whole.
+    match rt.reduce(Sum(vec![1u32]), Reduce::root(0).id("x".repeat(100_000))) {
+        Err(e @ ReduceError::InvalidOptions(_)) => {
+            let text = e.to_string();
+            assert!(text.len() < 200, "{} bytes: {text}", text.len());
+            assert!(text.contains("100000 bytes"), "{text}");
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
     let live = rt
         .reduce(Sum(vec![1u32]), Reduce::root(0).id("dup"))
         .unwrap();

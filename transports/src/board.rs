@@ -170,6 +170,11 @@ impl Board {
         // SAFETY: `raw` is a descriptor we just opened and own.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let file = std::fs::File::from(fd);
+        // Mode 0600 (a memfd starts 0777): only this user's processes may
+        // open the board through /proc.
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(
+            crate::private::FILE_MODE,
+        ))?;
         file.set_len(BOARD_LEN as u64)?;
         let ino = file.metadata()?.ino();
         let ptr = map(file.as_raw_fd())?;
@@ -388,6 +393,12 @@ mod tests {
         let owner = Board::create().unwrap();
         let r = owner.reference();
         assert_eq!(BoardRef::decode(&r.encode()), r);
+        let mode = std::fs::metadata(format!("/proc/self/fd/{}", r.fd)).unwrap();
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::mode(&mode) & 0o777,
+            0o600,
+            "only this user may open the board"
+        );
         // What a locator names is checked when the board is opened.
         let forged = BoardRef {
             ino: r.ino ^ 1,

@@ -12,12 +12,15 @@ use std::collections::HashMap;
 #[derive(Debug)]
 pub struct Leases<T> {
     map: HashMap<(u32, u64), T>,
+    /// Leases out, by peer (peers with none are absent).
+    per_peer: HashMap<u32, usize>,
 }
 
 impl<T> Default for Leases<T> {
     fn default() -> Self {
         Leases {
             map: HashMap::new(),
+            per_peer: HashMap::new(),
         }
     }
 }
@@ -25,13 +28,28 @@ impl<T> Default for Leases<T> {
 impl<T> Leases<T> {
     /// Holds `what` while `peer` reads it under lease `id`.
     pub fn lend(&mut self, peer: u32, id: u64, what: T) {
-        self.map.insert((peer, id), what);
+        if self.map.insert((peer, id), what).is_none() {
+            *self.per_peer.entry(peer).or_default() += 1;
+        }
     }
 
     /// `peer` is done with lease `id` (a lease of another peer is left
     /// alone); returns what was held.
     pub fn returned(&mut self, peer: u32, id: u64) -> Option<T> {
-        self.map.remove(&(peer, id))
+        let what = self.map.remove(&(peer, id))?;
+        if let Some(n) = self.per_peer.get_mut(&peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_peer.remove(&peer);
+            }
+        }
+        Some(what)
+    }
+
+    /// Leases `peer` holds (a transport bounds them: see
+    /// [`Leases::lend`]'s callers).
+    pub fn of(&self, peer: u32) -> usize {
+        self.per_peer.get(&peer).copied().unwrap_or(0)
     }
 
     /// The leases of `peer`, whose link broke: taken out, for the caller to
@@ -43,6 +61,7 @@ impl<T> Leases<T> {
             .filter(|(p, _)| *p == peer)
             .copied()
             .collect();
+        self.per_peer.remove(&peer);
         ids.into_iter()
             .filter_map(|k| self.map.remove(&k))
             .collect()
@@ -61,6 +80,7 @@ impl<T> Leases<T> {
     /// Drops every lease.
     pub fn clear(&mut self) {
         self.map.clear();
+        self.per_peer.clear();
     }
 }
 
@@ -74,11 +94,14 @@ mod tests {
         l.lend(1, 10, "a");
         l.lend(2, 10, "b");
         l.lend(1, 11, "c");
+        assert_eq!((l.of(1), l.of(2), l.of(3)), (2, 1, 0));
         assert_eq!(l.returned(2, 11), None, "not its lease");
         assert_eq!(l.returned(2, 10), Some("b"));
+        assert_eq!(l.of(2), 0);
         let mut gone = l.take_peer(1);
         gone.sort();
         assert_eq!(gone, vec!["a", "c"]);
         assert!(l.is_empty());
+        assert_eq!(l.of(1), 0);
     }
 }

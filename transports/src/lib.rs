@@ -30,6 +30,9 @@
 //!   frame), [`lease`] (memory a peer is reading), [`link`]
 //!   (link states, the checks before a send or a get, a rank's frames and
 //!   gets to itself).
+//! - [`private`]: private files and directories (0600/0700, no planted
+//!   link followed, another user's file never believed), used for every
+//!   file a job writes.
 //! - [`shared_file`]: read-only mappings of same-node replica files, exposed
 //!   like any buffer (a buddy's copy without copying).
 //! - [`board`]: the master's notice board, shared memory where the ranks
@@ -48,6 +51,7 @@ pub mod lease;
 pub mod libfabric;
 pub mod link;
 pub mod loopback;
+pub mod private;
 pub mod same_node;
 pub mod select;
 pub mod shared_file;
@@ -264,17 +268,46 @@ pub trait Transport: Send + Sync + 'static {
     /// private copies. The default hands over one segment, the whole
     /// buffer, once it is here; a streaming transport (TCP) hands over each
     /// chunk as it is read.
-    fn get_segments(&self, from: Rank, key: BufferKey, mut sink: SegmentSink) -> SegmentsFuture {
-        let f = self.get(from, key);
+    fn get_segments(&self, from: Rank, key: BufferKey, sink: SegmentSink) -> SegmentsFuture {
+        one_segment(self.get(from, key), sink)
+    }
+    /// As [`Transport::get`], for a caller that knows how long the buffer
+    /// may be: a peer announcing more than `max` bytes is refused with
+    /// [`TransportError::Protocol`]. A streaming transport (TCP) refuses
+    /// before it allocates anything and drops the link to that peer; the
+    /// default checks the length once the bytes are here.
+    fn get_within(&self, from: Rank, key: BufferKey, max: u64) -> GetFuture {
+        checked_within(self.get(from, key), from, max)
+    }
+    /// As [`Transport::get_segments`], refusing a buffer longer than `max`
+    /// bytes (see [`Transport::get_within`]); the default checks each
+    /// segment's total before handing it over.
+    fn get_segments_within(
+        &self,
+        from: Rank,
+        key: BufferKey,
+        max: u64,
+        mut sink: SegmentSink,
+    ) -> SegmentsFuture {
+        let over = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = over.clone();
+        let f = self.get_segments(
+            from,
+            key,
+            Box::new(move |seg: Segment| {
+                if seg.total as u64 > max {
+                    seen.store(seg.total, std::sync::atomic::Ordering::Relaxed);
+                } else {
+                    sink(seg);
+                }
+            }),
+        );
         Box::pin(async move {
-            let bytes = f.await?.into_owned();
-            let total = bytes.len();
-            sink(Segment {
-                offset: 0,
-                total,
-                bytes,
-            });
-            Ok(())
+            f.await?;
+            match over.load(std::sync::atomic::Ordering::Relaxed) {
+                0 => Ok(()),
+                total => check_within(from, total, max),
+            }
         })
     }
     /// The stream of incoming frames and link events (one consumer).
@@ -315,6 +348,42 @@ pub trait Driven: Send + Sync {
 /// A transport's graceful close, run on its driver
 /// ([`Driven::close_on_driver`]).
 pub type DriverClose = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The bytes of `f` handed to `sink` as one segment, once they are here.
+pub(crate) fn one_segment(f: GetFuture, mut sink: SegmentSink) -> SegmentsFuture {
+    Box::pin(async move {
+        let bytes = f.await?.into_owned();
+        let total = bytes.len();
+        sink(Segment {
+            offset: 0,
+            total,
+            bytes,
+        });
+        Ok(())
+    })
+}
+
+/// `f`, failing if its buffer is longer than `max` bytes (checked once
+/// the bytes are here).
+pub(crate) fn checked_within(f: GetFuture, from: Rank, max: u64) -> GetFuture {
+    Box::pin(async move {
+        let got = f.await?;
+        check_within(from, got.len(), max)?;
+        Ok(got)
+    })
+}
+
+/// The error of a get whose buffer (`len` bytes) is longer than the `max`
+/// its caller accepts.
+fn check_within(from: Rank, len: usize, max: u64) -> Result<(), TransportError> {
+    if len as u64 > max {
+        return Err(TransportError::Protocol {
+            peer: from.0,
+            detail: format!("get of {len} bytes, more than the {max} this get accepts"),
+        });
+    }
+    Ok(())
+}
 
 /// Copies bytes into a fresh aligned receive buffer.
 pub fn recv_buf_from(bytes: &[u8]) -> RecvBuf {

@@ -24,9 +24,11 @@ pub fn node_token() -> u64 {
 }
 
 /// Maps the file at `path` read-only; fails unless it is exactly `len`
-/// bytes long.
+/// bytes long, and unless it is a private file of this user
+/// ([`crate::private::open_owned`]: another user could truncate a file
+/// of theirs under the mapping).
 pub fn map(path: &Path, len: u64) -> io::Result<Bytes> {
-    let file = std::fs::File::open(path)?;
+    let file = crate::private::open_owned(path)?;
     let actual = file.metadata()?.len();
     if actual != len {
         return Err(io::Error::new(
@@ -56,15 +58,28 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("copy");
         let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
-        std::fs::write(&path, &data).unwrap();
+        crate::private::write_atomic(&path, &data).unwrap();
         let mapped = map(&path, data.len() as u64).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert_eq!(&mapped[..], &data[..], "the pages stay after the unlink");
         assert_eq!(mapped.as_ptr() as usize % 16, 0, "aligned for rkyv");
-        std::fs::write(&path, &data).unwrap();
+        crate::private::write_atomic(&path, &data).unwrap();
         assert_eq!(
             map(&path, 5).unwrap_err().kind(),
             io::ErrorKind::InvalidData
+        );
+        // A file others may write is not mapped.
+        std::fs::write(dir.join("open"), &data).unwrap();
+        std::fs::set_permissions(
+            dir.join("open"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o666),
+        )
+        .unwrap();
+        assert_eq!(
+            map(&dir.join("open"), data.len() as u64)
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::PermissionDenied
         );
         assert!(map(&dir.join("missing"), 5).is_err());
         std::fs::remove_dir_all(&dir).unwrap();

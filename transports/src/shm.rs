@@ -153,7 +153,12 @@ fn create() -> Option<Heap> {
             return None;
         }
         let mut st: libc::stat = std::mem::zeroed();
-        if libc::ftruncate(fd, HEAP_LEN as libc::off_t) != 0 || libc::fstat(fd, &mut st) != 0 {
+        // Mode 0600 (a memfd starts 0777): only this user's processes may
+        // open it through /proc, whatever else the kernel allows.
+        if libc::fchmod(fd, 0o600) != 0
+            || libc::ftruncate(fd, HEAP_LEN as libc::off_t) != 0
+            || libc::fstat(fd, &mut st) != 0
+        {
             libc::close(fd);
             return None;
         }

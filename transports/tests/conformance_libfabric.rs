@@ -138,6 +138,7 @@ macro_rules! provider {
     segmented_gets,
                 loans,
                 get_not_exposed,
+                gets_within,
                 withdraw_then_get,
                 expose_replaces,
                 concurrent_gets,

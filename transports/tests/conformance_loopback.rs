@@ -21,6 +21,7 @@ cases!(
     segmented_gets,
     loans,
     get_not_exposed,
+    gets_within,
     withdraw_then_get,
     expose_replaces,
     concurrent_gets,

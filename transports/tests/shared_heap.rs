@@ -18,6 +18,12 @@ fn large_blocks_come_from_the_heap_small_ones_do_not() {
     let r = shm::locate(big.as_ptr(), big.len()).expect("a large block is in the heap");
     assert_eq!(r.offset as usize % 4096, 0, "heap blocks start on a page");
     assert!(shm::locate(small.as_ptr(), small.len()).is_none());
+    let meta = std::fs::metadata(format!("/proc/self/fd/{}", r.fd)).expect("the heap's file");
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::mode(&meta) & 0o777,
+        0o600,
+        "only this user may open the heap"
+    );
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::SystemTime;
 use taskfold_core::replica;
+use taskfold_transports::private;
 
 /// This rank's replica directory.
 #[derive(Debug)]
@@ -46,18 +47,24 @@ struct Spares {
 }
 
 impl ReplicaDisk {
-    /// Opens (creating) `dir`, or a fresh per-process directory under the
-    /// system's temporary directory.
+    /// Opens (creating) this rank's directory under the configured root
+    /// `dir`, or a fresh per-process directory with an unguessable name
+    /// (`mkdtemp` under the system's temporary directory).
+    /// Either is private (mode 0700, this user's): a directory or a link
+    /// planted at the rank's path is refused, naming it (see
+    /// [`taskfold_transports::private`]).
     pub fn open(dir: Option<&Path>, rank: u32) -> std::io::Result<Self> {
         let (dir, owned) = match dir {
-            Some(d) => (rank_dir(d, rank), false),
+            Some(d) => {
+                let dir = rank_dir(d, rank);
+                private::create_dir_all(&dir)?;
+                (dir, false)
+            }
             None => (
-                std::env::temp_dir()
-                    .join(format!("taskfold-replicas-{}-r{rank}", std::process::id())),
+                private::fresh_dir(&format!("taskfold-replicas-r{rank}-"))?,
                 true,
             ),
         };
-        std::fs::create_dir_all(&dir)?;
         Ok(ReplicaDisk {
             dir,
             owned,
@@ -149,20 +156,19 @@ impl ReplicaDisk {
             let i = s.files.iter().rposition(|(_, l)| *l == len);
             i.map(|i| s.files.remove(i).0)
         };
-        let (tmp, mut f) = match spare.and_then(|p| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&p)
-                .ok()
-                .map(|f| (p, f))
-        }) {
-            Some(s) => s,
-            None => {
-                let tmp = path.with_extension("tmp");
-                let f = std::fs::File::create(&tmp)?;
-                (tmp, f)
-            }
-        };
+        let (tmp, mut f) =
+            match spare.and_then(|p| private::open_owned_for_write(&p).ok().map(|f| (p, f))) {
+                Some(s) => s,
+                None => {
+                    // A temporary left by a failed write of this rank goes
+                    // first: the new one is created, never opened through
+                    // whatever is at its name.
+                    let tmp = path.with_extension("tmp");
+                    let _ = std::fs::remove_file(&tmp);
+                    let f = private::create_file(&tmp)?;
+                    (tmp, f)
+                }
+            };
         // No fsync: the copy guards against the process dying, and the page
         // cache outlives the process; a node crash takes the disk's value to
         // the other ranks with it anyway.
@@ -294,7 +300,8 @@ pub(crate) fn file_facts(path: &Path) -> Option<FileFacts> {
 /// probe cannot be written or its time read.
 pub(crate) fn clock_lead(dir: &Path) -> std::io::Result<std::time::Duration> {
     let probe = dir.join(format!(".clock-probe-{}", std::process::id()));
-    std::fs::write(&probe, b"probe")?;
+    let _ = std::fs::remove_file(&probe);
+    private::create_file(&probe)?.write_all(b"probe")?;
     let after = SystemTime::now();
     let modified = std::fs::metadata(&probe).and_then(|m| m.modified());
     let _ = std::fs::remove_file(&probe);
@@ -433,6 +440,44 @@ mod tests {
         assert!(file_facts(&file_in(&tmp, 9, 1)).is_none());
         // On one machine the file system's clock is this process's clock.
         assert!(clock_lead(&tmp).unwrap().is_zero());
+        let _ = std::fs::remove_dir_all(tmp);
+    }
+
+    #[test]
+    fn directories_and_files_are_private_and_planted_links_refused() {
+        use std::os::unix::fs::{symlink, MetadataExt};
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().mode() & 0o777;
+        let tmp = tempdir_named("private");
+        // A link planted at a rank's directory: refused, target untouched.
+        let target = tmp.join("theirs");
+        std::fs::create_dir(&target).unwrap();
+        symlink(&target, rank_dir(&tmp, 4)).unwrap();
+        let e = ReplicaDisk::open(Some(&tmp), 4).unwrap_err().to_string();
+        assert!(e.contains("rank-4") && e.contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+        // A rank's own directory is 0700, its files 0600.
+        let d = ReplicaDisk::open(Some(&tmp), 5).unwrap();
+        assert_eq!(mode(&rank_dir(&tmp, 5)), 0o700);
+        let mut buf = vec![0u8; replica::HEADER_LEN];
+        replica::write_header(&mut buf, b"abc");
+        buf.extend_from_slice(b"abc");
+        // A link at the temporary's name is removed, not written through.
+        let victim = tmp.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        symlink(&victim, d.path(8, 5).with_extension("tmp")).unwrap();
+        d.write(8, 5, &buf).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(mode(&d.path(8, 5)), 0o600);
+        assert_eq!(&d.read(8, 5).unwrap()[..], &buf[..]);
+        // Without a configured root: a fresh private directory, removed
+        // on drop.
+        let own = ReplicaDisk::open(None, 6).unwrap();
+        assert_eq!(mode(&own.dir), 0o700);
+        let name = own.dir.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("taskfold-replicas-r6-"), "{name}");
+        let own_dir = own.dir.clone();
+        drop(own);
+        assert!(!own_dir.exists());
         let _ = std::fs::remove_dir_all(tmp);
     }
 

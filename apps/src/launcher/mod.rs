@@ -139,8 +139,9 @@ pub fn run_on(launch: &Launch, nodes: Option<&NodeSpec>) -> std::io::Result<Vec<
             .map(|d| d.as_nanos())
             .unwrap_or(0)
     );
-    let dir = std::env::temp_dir().join(format!("taskfold-job-{nonce}"));
-    std::fs::create_dir_all(&dir)?;
+    // Private (0700, an unguessable name under $TMPDIR, else /tmp): it
+    // holds the rendezvous file and the replica files of the job.
+    let dir = taskfold_transports::private::fresh_dir("taskfold-job-")?;
     let job = Job {
         rendezvous: dir.join("master.addr"),
         name: format!("run-{nonce}"),

@@ -153,11 +153,9 @@ pub fn fresh_job() -> u64 {
     (u64::from(std::process::id()) << 32) ^ nanos ^ NEXT.fetch_add(1, Ordering::Relaxed) << 48
 }
 
-/// A fresh empty directory under the system temporary directory.
+/// A fresh empty private directory ([`crate::private::fresh_dir`]).
 pub fn fresh_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("taskfold-{:x}", fresh_job()));
-    std::fs::create_dir_all(&dir).expect("creating a temporary directory");
-    dir
+    crate::private::fresh_dir("taskfold-test-").expect("creating a temporary directory")
 }
 
 /// Starts `n` TCP ranks, one thread each, meeting through a rendezvous file

@@ -252,6 +252,45 @@ pub fn get_not_exposed(f: Factory<'_>) {
     assert_eq!(fetch(t0, 1, 1).map(|b| b.len()), Ok(10));
 }
 
+/// A get within a bound: a buffer no longer than the bound arrives whole
+/// (also in segments); a longer one is refused with `Protocol`, naming
+/// its length (a streaming transport drops the link to that peer, so this
+/// comes last).
+pub fn gets_within(f: Factory<'_>) {
+    let c = f(2);
+    let t0 = c.transports[0].clone();
+    let data = pattern(300_000, 4);
+    c.transports[1].expose(BufferKey(4), data.clone());
+    let got = wait(
+        "a get within its bound",
+        t0.get_within(Rank(1), BufferKey(4), 300_000),
+    );
+    assert_eq!(&got.expect("within the bound")[..], &data[..]);
+    let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = got.clone();
+    let t = t0.clone();
+    wait("segments within their bound", async move {
+        t.get_segments_within(
+            Rank(1),
+            BufferKey(4),
+            300_000,
+            Box::new(move |s| sink.lock().unwrap().extend_from_slice(&s.bytes)),
+        )
+        .await
+    })
+    .expect("within the bound");
+    assert_eq!(&got.lock().unwrap()[..], &data[..]);
+    match wait(
+        "a get beyond its bound",
+        t0.get_within(Rank(1), BufferKey(4), 299_999),
+    ) {
+        Err(TransportError::Protocol { peer: 1, detail }) => {
+            assert!(detail.contains("300000 bytes"), "{detail}")
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(|r| r.len())),
+    }
+}
+
 /// After `withdraw`, gets fail with `NotExposed`.
 pub fn withdraw_then_get(f: Factory<'_>) {
     let c = f(2);

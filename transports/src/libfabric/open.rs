@@ -141,6 +141,7 @@ pub(super) fn open(cfg: &LibfabricConfig) -> Result<Opened, TransportError> {
         read_chunk: cfg.read_chunk.clamp(4096, max_msg),
         op_timeout: cfg.op_timeout,
         max_get: cfg.max_get,
+        max_frame: cfg.tcp.max_frame,
         mr_local: mr_mode & fi::bits::MR_LOCAL != 0,
         sread: cq.waitable(),
         tx_size: info.tx_size(),

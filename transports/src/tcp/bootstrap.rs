@@ -60,18 +60,20 @@ pub(crate) fn reachable(addr: SocketAddr) -> SocketAddr {
     found.unwrap_or_else(|| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port()))
 }
 
-/// Writes the rendezvous file atomically (temporary file, then rename).
+/// Writes the rendezvous file atomically and privately (a new temporary
+/// file mode 0600, then a rename: [`crate::private::write_atomic`]).
 pub(crate) fn write_rendezvous(path: &Path, job: u64, addr: SocketAddr) -> io::Result<()> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "rendezvous".into());
-    let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
-    let mut f = std::fs::File::create(&tmp)?;
-    writeln!(f, "{RENDEZVOUS_TAG} {VERSION} job={job:#x} addr={addr}")?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)
+    let text = format!("{RENDEZVOUS_TAG} {VERSION} job={job:#x} addr={addr}\n");
+    crate::private::write_atomic(path, text.as_bytes())
+}
+
+/// Longest rendezvous file read.
+const RENDEZVOUS_MAX: u64 = 4096;
+
+/// Registrations the master holds unanswered, at most (more connections
+/// are refused): every rank's, and as many again for refused duplicates.
+pub(crate) fn max_registrations(size: u32) -> usize {
+    (size as usize).saturating_mul(2).saturating_add(16)
 }
 
 /// Why the master's address is not known (yet).
@@ -91,8 +93,17 @@ pub(crate) fn resolve(master: &MasterAddr, job: u64) -> Result<SocketAddr, Unres
         MasterAddr::Rendezvous(p) => p,
     };
     let retry = |why: String| Unresolved::Retry(why);
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| retry(format!("rendezvous file {}: {e}", path.display())))?;
+    // Believed only if this user wrote it privately: a file another user
+    // planted (or one others may rewrite) is refused at once.
+    let text = match crate::private::read_owned(path, RENDEZVOUS_MAX) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            return Err(Unresolved::Fatal(TransportError::MasterUnreachable(
+                format!("rendezvous file {e}"),
+            )))
+        }
+        Err(e) => return Err(retry(format!("rendezvous file {e}"))),
+    };
     let mut words = text.split_whitespace();
     let (Some(RENDEZVOUS_TAG), Some(v), Some(j), Some(a)) =
         (words.next(), words.next(), words.next(), words.next())
@@ -323,9 +334,15 @@ pub(crate) async fn on_register(
         wr,
     };
     let reg = match registrar {
-        Some(tx) => match tx.send(reg) {
+        Some(tx) => match tx.try_send(reg) {
             Ok(()) => return,
-            Err(flume::SendError(reg)) => reg,
+            Err(flume::TrySendError::Full(reg)) => {
+                super::metrics::bound_hit("registrations");
+                let reason = "too many registrations are waiting".to_string();
+                bad_connection(shared.rank, from, &reason);
+                return conn::refuse(reg.rd, reg.wr, reason).await;
+            }
+            Err(flume::TrySendError::Disconnected(reg)) => reg,
         },
         None => reg,
     };

@@ -25,6 +25,10 @@ use tokio::net::{TcpListener, TcpStream};
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a refused caller is given to read the reason and close.
 const REFUSE_LINGER: Duration = Duration::from_secs(2);
+/// Frames queued on a connection to a peer, at most, before its next get
+/// request is read: a peer that asks without reading the answers is no
+/// longer read (one get adds up to its buffer over the chunk size beyond).
+const MAX_QUEUED_ANSWERS: u64 = 1024;
 /// Why a reader stopped.
 pub(crate) enum ReadError {
     /// Clean end of stream at a frame boundary.
@@ -247,12 +251,19 @@ async fn in_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf, wtx: W
             Err(e) => break e,
         };
         match hdr.kind {
-            kind::CONTROL => match read_control(&mut rd, &hdr, shared.max_frame).await {
-                Ok(frame) => shared.deliver(peer, frame),
-                Err(e) => break e,
-            },
+            kind::CONTROL => {
+                shared.event_room(peer).await;
+                match read_control(&mut rd, &hdr, shared.max_frame).await {
+                    Ok(frame) => shared.deliver(peer, frame),
+                    Err(e) => break e,
+                }
+            }
             kind::GET_REQ => {
                 metrics::received(HEADER_LEN as u64, 1);
+                if wtx.queued() >= MAX_QUEUED_ANSWERS {
+                    metrics::bound_hit("writer");
+                    wtx.room(MAX_QUEUED_ANSWERS).await;
+                }
                 get::serve(&shared, &wtx, peer, hdr.a, hdr.b, hdr.c);
             }
             kind::GET_RETURN => {
@@ -393,7 +404,7 @@ async fn out_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf) {
             }
             kind::REFUSE if hdr.len <= HANDSHAKE_MAX => {
                 let reason = match read_payload(&mut rd, hdr.len).await {
-                    Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                    Ok(b) => taskfold_core::quote::quote(&String::from_utf8_lossy(&b)).to_string(),
                     Err(e) => e.describe(peer),
                 };
                 break ReadError::Protocol(format!("refused our connection: {reason}"));

@@ -4,8 +4,16 @@
 //! part): `ceil(len / chunk)` `GET_CHUNK` frames (one if the buffer is
 //! empty), each a header followed by a slice of the exposed `Bytes` written
 //! straight to the socket, or one `GET_ERR` if the key is not exposed. The
-//! requester allocates one aligned buffer of the announced total at the
-//! first chunk and reads every chunk's payload from the socket into it.
+//! requester checks the announced total against what the get accepts (a
+//! larger one is a protocol error: the link is dropped before anything is
+//! allocated), then reads every chunk's payload from the socket into one
+//! aligned buffer that grows with the bytes received.
+//!
+//! What a peer can make this rank hold is bounded (see the book's
+//! Security chapter): a get's total ([`super::TcpConfig::max_get`], or
+//! less if the caller said so), a chunk's length (the larger of the
+//! maximum frame and this rank's chunk), the loans it holds at once
+//! ([`MAX_LOANS_PER_PEER`], then gets are streamed).
 //!
 //! A requester on the owner's node gets a loan instead (`GET_LEND`, see
 //! the `cma` module): one copy from the owner's memory, then `GET_RETURN`.
@@ -26,8 +34,15 @@ use std::sync::Arc;
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedReadHalf;
 
-/// Largest buffer a get may announce (larger totals are a protocol error).
-const MAX_GET: u64 = isize::MAX as u64;
+/// Room reserved for a streamed get at its first chunk, at most: beyond,
+/// the buffer grows as the bytes arrive (at most doubling), so that what
+/// this rank holds follows what the peer really sent, not what it
+/// announced.
+const RESERVE_FIRST: u64 = 64 << 20;
+
+/// Loans a peer may hold at once; a get beyond is streamed instead (its
+/// bytes are sent, nothing more is kept alive for the peer).
+pub(crate) const MAX_LOANS_PER_PEER: usize = 256;
 
 /// Answers `peer`'s get request from the connection whose writer is `w`:
 /// a loan if the requester is on this node (its `token` is ours) and the
@@ -41,7 +56,7 @@ pub(crate) fn serve(shared: &Shared, w: &Writer, peer: u32, req: u64, key: u64, 
         return;
     };
     let total = data.len();
-    if token != 0 && token == shared.same.token() && total >= MIN_LOAN {
+    if token != 0 && token == shared.same.token() && total >= MIN_LOAN && may_lend(shared, peer) {
         let addr = data.as_ptr() as u64;
         let heap = crate::shm::locate(data.as_ptr(), total);
         shared.loans().lend(peer, req, data);
@@ -73,6 +88,16 @@ pub(crate) fn serve(shared: &Shared, w: &Writer, peer: u32, req: u64, key: u64, 
     }
 }
 
+/// Whether `peer` may be lent one more buffer ([`MAX_LOANS_PER_PEER`]);
+/// counts the bound when it is reached.
+fn may_lend(shared: &Shared, peer: u32) -> bool {
+    let room = shared.loans().of(peer) < MAX_LOANS_PER_PEER;
+    if !room {
+        metrics::bound_hit("loans");
+    }
+    room
+}
+
 /// Takes the pending get `req` to `peer` out of its slot.
 fn take_pending(shared: &Shared, peer: u32, req: u64) -> Option<Pending> {
     shared.slot(peer).pending.remove(&req)
@@ -83,6 +108,24 @@ fn zeroed(n: usize) -> taskfold_core::reducer::EncodedBuf {
     let mut b = taskfold_core::pool::take(n);
     b.resize(n, 0);
     b
+}
+
+/// `buf` (holding the first `offset` bytes of a get of `total`) grown by
+/// `len` zeroed bytes to read the next chunk into; room beyond is
+/// reserved ahead by doubling, never past `total`.
+fn grow(buf: &mut crate::RecvBuf, total: u64, len: u64) -> std::ops::Range<usize> {
+    let start = buf.len();
+    let end = start + len as usize;
+    if buf.capacity() < end {
+        // Not `clamp`: a total below RESERVE_FIRST must win.
+        let want = (end as u64)
+            .saturating_mul(2)
+            .max(RESERVE_FIRST)
+            .min(total.max(end as u64));
+        buf.reserve_exact(want as usize - start);
+    }
+    buf.resize(end, 0);
+    start..end
 }
 
 /// Reads and drops `len` bytes.
@@ -98,10 +141,20 @@ async fn skip(rd: &mut OwnedReadHalf, len: u64) -> Result<(), ReadError> {
 }
 
 /// What is wrong with a chunk `offset + len` of `total` bytes for get `p`,
-/// if anything: chunks come in order, within the announced total.
-fn check_chunk(p: &Pending, offset: u64, total: u64, len: u64) -> Option<String> {
-    if total > MAX_GET {
-        Some(format!("get of {total} bytes"))
+/// if anything: the total within what the get accepts, chunks no longer
+/// than `max_chunk`, in order, within the announced total.
+fn check_chunk(p: &Pending, offset: u64, total: u64, len: u64, max_chunk: u64) -> Option<String> {
+    if total > p.max {
+        metrics::bound_hit("get_total");
+        Some(format!(
+            "get of {total} bytes announced, more than the {} this get accepts",
+            p.max
+        ))
+    } else if len > max_chunk {
+        metrics::bound_hit("chunk");
+        Some(format!(
+            "chunk of {len} bytes, more than the maximum of {max_chunk}"
+        ))
     } else if (p.buf.is_some() || p.done > 0) && total != p.total {
         Some(format!("get total changed from {} to {total}", p.total))
     } else if offset != p.done || len > total - offset {
@@ -132,7 +185,8 @@ pub(crate) async fn on_chunk(
             "chunk for unknown request {req}"
         )));
     };
-    let bad = check_chunk(&p, offset, total, len);
+    let max_chunk = shared.max_frame.max(shared.chunk as u64);
+    let bad = check_chunk(&p, offset, total, len, max_chunk);
     if let Some(detail) = bad {
         let _ = p.tx.send(Err(TransportError::Protocol {
             peer,
@@ -148,10 +202,13 @@ pub(crate) async fn on_chunk(
         // as soon as it is read, while the next one arrives.
         rd.read_exact(piece.insert(zeroed(len as usize))).await
     } else {
-        // `total <= isize::MAX` was checked above.
-        let buf = p.buf.get_or_insert_with(|| zeroed(total as usize));
-        rd.read_exact(&mut buf[offset as usize..(offset + len) as usize])
-            .await
+        // `total <= p.max` was checked above; the buffer holds the
+        // `offset` bytes read so far (chunks come in order).
+        let buf = p
+            .buf
+            .get_or_insert_with(|| taskfold_core::pool::take(total.min(RESERVE_FIRST) as usize));
+        let range = grow(buf, total, len);
+        rd.read_exact(&mut buf[range]).await
     };
     if let Err(e) = read {
         let _ = p.tx.send(Err(TransportError::LinkDown {
@@ -258,8 +315,12 @@ pub(crate) fn on_lend(
             "loan for unknown request {req}"
         )));
     };
-    if total > MAX_GET || pid > u64::from(u32::MAX) {
-        let detail = format!("loan of {total} bytes from pid {pid}");
+    if total > p.max || pid > u64::from(u32::MAX) {
+        metrics::bound_hit("get_total");
+        let detail = format!(
+            "loan of {total} bytes from pid {pid}, more than the {} this get accepts",
+            p.max
+        );
         let _ = p.tx.send(Err(TransportError::Protocol {
             peer,
             detail: detail.clone(),
@@ -371,6 +432,7 @@ pub(crate) fn request(
     peer: u32,
     key: BufferKey,
     view: bool,
+    max: u64,
     sink: Option<crate::SegmentSink>,
 ) -> Result<tokio::sync::oneshot::Receiver<Result<Received, TransportError>>, TransportError> {
     let mut slot = shared.slot(peer);
@@ -389,6 +451,7 @@ pub(crate) fn request(
             key: key.0,
             buf: None,
             total: 0,
+            max: max.min(shared.max_get),
             done: 0,
             view,
             tx,
@@ -411,4 +474,34 @@ pub(crate) fn request(
     }
     debug_assert!(slot.link == Link::Up);
     Ok(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_grows_with_its_chunks_never_past_the_total() {
+        // A small get fits its first reservation.
+        let mut b = crate::RecvBuf::with_capacity(1000);
+        assert_eq!(grow(&mut b, 1000, 600), 0..600);
+        assert_eq!(grow(&mut b, 1000, 400), 600..1000);
+        assert_eq!(b.len(), 1000);
+        // A large one: room follows the bytes received (doubling, from
+        // RESERVE_FIRST), never more than the total.
+        let total = 3 * RESERVE_FIRST;
+        let chunk = RESERVE_FIRST / 4;
+        let mut b = crate::RecvBuf::with_capacity(RESERVE_FIRST as usize);
+        let mut got = 0;
+        while got < total {
+            let r = grow(&mut b, total, chunk);
+            assert_eq!(r, got as usize..(got + chunk) as usize);
+            got += chunk;
+            assert!(b.capacity() as u64 <= (2 * got).max(RESERVE_FIRST).min(total) + 4096);
+        }
+        assert_eq!(b.len() as u64, total);
+        // A recycled buffer smaller than the total of a small get.
+        let mut b = crate::RecvBuf::with_capacity(16);
+        assert_eq!(grow(&mut b, 100, 100), 0..100);
+    }
 }

@@ -26,3 +26,14 @@ pub(crate) fn received(bytes: u64, frames: u64) {
 pub(crate) fn bad_connection() {
     metrics::counter!(BAD_CONNECTIONS, "transport" => "tcp").increment(1);
 }
+
+/// Times a bound on what a peer can make this rank hold was reached
+/// (label `bound`: `events`, `writer`, `loans`, `registrations`,
+/// `get_total`, `chunk`; see the book's Security chapter). A peer that
+/// breaks a bound is also counted in [`BAD_CONNECTIONS`] when it is
+/// disconnected; one that only fills a queue is slowed down instead.
+pub const BOUNDS_HIT: &str = "taskfold_transport_bounds_hit_total";
+
+pub(crate) fn bound_hit(bound: &'static str) {
+    metrics::counter!(BOUNDS_HIT, "transport" => "tcp", "bound" => bound).increment(1);
+}

@@ -128,6 +128,11 @@ pub struct TcpConfig {
     /// time, so that the caller's fold of one overlaps the transfer of the
     /// next.
     pub chunk: usize,
+    /// Largest buffer a get accepts (a peer announcing more is refused
+    /// before anything is allocated, and its link dropped); a caller that
+    /// knows the length asks for less ([`Transport::get_within`]).
+    /// Default 64 GiB.
+    pub max_get: u64,
     /// How long to wait for the master, and for all ranks to register, and
     /// to connect to a peer. Default 30 s.
     pub connect_timeout: Duration,
@@ -165,6 +170,7 @@ impl TcpConfig {
             bind_host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             max_frame: 64 << 20,
             chunk: 1 << 20,
+            max_get: 64 << 30,
             connect_timeout: Duration::from_secs(30),
             loans: true,
             threads: 2,
@@ -236,7 +242,8 @@ impl TcpTransport {
             Err(e) => return fail(TransportError::Io(format!("binding {bind}: {e}")), runtime),
         };
         let registrations = (cfg.rank == 0).then(|| {
-            let (tx, rx) = flume::unbounded();
+            // Bounded: connections beyond are refused, not queued.
+            let (tx, rx) = flume::bounded(bootstrap::max_registrations(cfg.size));
             *shared.registrar.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
             rx
         });
@@ -324,9 +331,10 @@ impl TcpTransport {
         from: Rank,
         key: BufferKey,
         view: bool,
+        max: u64,
         sink: Option<crate::SegmentSink>,
     ) -> GetFuture {
-        match get::request(&self.shared, from.0, key, view, sink) {
+        match get::request(&self.shared, from.0, key, view, max, sink) {
             Err(e) => Box::pin(async move { Err(e) }),
             Ok(rx) => {
                 let shared = self.shared.clone();
@@ -463,7 +471,16 @@ impl Transport for TcpTransport {
             let r = link::copy_exposed(&self.shared.exposed, from, key);
             return Box::pin(async move { r });
         }
-        self.requested(from, key, true, None)
+        self.requested(from, key, true, u64::MAX, None)
+    }
+
+    /// Refuses a larger announced total before allocating anything, and
+    /// drops the link to the peer that announced it.
+    fn get_within(&self, from: Rank, key: BufferKey, max: u64) -> GetFuture {
+        if self.check_peer(from).is_err() || from.0 == self.shared.rank {
+            return crate::checked_within(self.get(from, key), from, max);
+        }
+        self.requested(from, key, true, max, None)
     }
 
     /// Streamed gets hand over each chunk as it is read (chunks are
@@ -473,22 +490,23 @@ impl Transport for TcpTransport {
         &self,
         from: Rank,
         key: BufferKey,
-        mut sink: crate::SegmentSink,
+        sink: crate::SegmentSink,
+    ) -> crate::SegmentsFuture {
+        self.get_segments_within(from, key, u64::MAX, sink)
+    }
+
+    fn get_segments_within(
+        &self,
+        from: Rank,
+        key: BufferKey,
+        max: u64,
+        sink: crate::SegmentSink,
     ) -> crate::SegmentsFuture {
         if self.check_peer(from).is_err() || from.0 == self.shared.rank {
-            let f = self.get(from, key);
-            return Box::pin(async move {
-                let bytes = f.await?.into_owned();
-                let total = bytes.len();
-                sink(crate::Segment {
-                    offset: 0,
-                    total,
-                    bytes,
-                });
-                Ok(())
-            });
+            let f = crate::checked_within(self.get(from, key), from, max);
+            return crate::one_segment(f, sink);
         }
-        let f = self.requested(from, key, false, Some(sink));
+        let f = self.requested(from, key, false, max, Some(sink));
         Box::pin(async move { f.await.map(|_| ()) })
     }
 

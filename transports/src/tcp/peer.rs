@@ -34,14 +34,23 @@ use tokio::task::AbortHandle;
 /// on with one connection broken.
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
+/// Control frames waiting in the event channel, at most, before a reader
+/// waits for room ([`Shared::event_room`]): the consumer's pace, not a
+/// peer's, decides how many frames this rank holds.
+pub(crate) const MAX_EVENTS: usize = 4096;
+
 /// A get waiting for its response chunks.
 pub(crate) struct Pending {
     /// The key asked for (a refused loan is asked for again, streamed).
     pub key: u64,
-    /// The buffer, allocated at the first chunk with the announced total.
+    /// The buffer: made at the first chunk, grown (zeroed, then read into)
+    /// chunk by chunk as the bytes arrive, never past the announced total.
     pub buf: Option<RecvBuf>,
     /// Announced total length.
     pub total: u64,
+    /// The most bytes this get accepts: a larger announced total is a
+    /// protocol error, found before anything is allocated.
+    pub max: u64,
     /// Bytes received so far (chunks arrive in order).
     pub done: u64,
     /// The caller takes a view of a same-node loan instead of a copy (not
@@ -98,6 +107,8 @@ pub(crate) struct Shared {
     pub max_frame: u64,
     /// Payload bytes per get response frame.
     pub chunk: usize,
+    /// Largest buffer a get accepts ([`super::TcpConfig::max_get`]).
+    pub max_get: u64,
     pub connect_timeout: Duration,
     pub events_tx: flume::Sender<Event>,
     pub events_rx: flume::Receiver<Event>,
@@ -142,6 +153,7 @@ impl Shared {
             job: cfg.job,
             max_frame: cfg.max_frame.min(u64::from(u32::MAX)),
             chunk: cfg.chunk.clamp(64, u32::MAX as usize) / 64 * 64,
+            max_get: cfg.max_get,
             connect_timeout: cfg.connect_timeout,
             events_tx,
             events_rx,
@@ -217,6 +229,27 @@ impl Shared {
     /// Delivers a control frame from `peer`, unless its link already went
     /// down (so nothing from a peer follows its `LinkDown`). A link that is
     /// draining still delivers: the frame was sent before the failure.
+    /// Waits until the event channel has room for a frame from `peer`
+    /// ([`MAX_EVENTS`]), the transport closes or the link to `peer` goes
+    /// down; counts the bound when it is reached. The reader that waits
+    /// reads nothing from its peer meanwhile, so the peer's sends back up
+    /// into its own queues (TCP's flow control) and other peers are read
+    /// as before.
+    pub async fn event_room(&self, peer: u32) {
+        if self.events_tx.len() < MAX_EVENTS {
+            return;
+        }
+        super::metrics::bound_hit("events");
+        let mut pause = Duration::from_micros(100);
+        while self.events_tx.len() >= MAX_EVENTS
+            && !self.is_closed()
+            && !matches!(self.slot(peer).link, Link::Down(_))
+        {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+    }
+
     pub fn deliver(&self, peer: u32, frame: Bytes) {
         let slot = self.slot(peer);
         if !matches!(slot.link, Link::Down(_)) && !self.is_closed() {

@@ -1,6 +1,10 @@
-//! Writing to a connection: one writer task per connection fed by an
-//! unbounded channel, and the direct path that spares small frames the
-//! hop to that task.
+//! Writing to a connection: one writer task per connection fed by a
+//! channel, and the direct path that spares small frames the hop to that
+//! task. The channel is fed by this rank's own sends and by the answers
+//! to a peer's get requests; the reader of those requests waits for room
+//! ([`Writer::room`]) before it serves the next one, so a peer that asks
+//! without reading the answers stops being read instead of growing the
+//! queue.
 
 use super::frame::{self, kind, Header, HEADER_LEN};
 use super::metrics;
@@ -10,7 +14,7 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::sync::Arc;
 use tokio::net::tcp::OwnedWriteHalf;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 /// Payloads up to this size are copied into the batch buffer; larger ones
 /// (get chunks) are written from their own `Bytes`.
@@ -69,6 +73,8 @@ pub(crate) enum OutFrame {
 pub(crate) struct Writer {
     tx: mpsc::UnboundedSender<OutFrame>,
     line: Arc<std::sync::Mutex<Line>>,
+    /// Woken when the writer task took frames off the queue, or ended.
+    drained: Arc<Notify>,
 }
 
 /// What senders and the writer task share about a connection.
@@ -79,6 +85,8 @@ struct Line {
     /// Frames handed to the writer task and not yet written: a sender may
     /// write directly only when this is 0, so that frames keep their order.
     queued: u64,
+    /// The writer task ended: nothing queued will be written.
+    ended: bool,
 }
 
 /// The writer task's end of a connection: the frames it must write and the
@@ -86,6 +94,7 @@ struct Line {
 pub(crate) struct WriterEnd {
     rx: mpsc::UnboundedReceiver<OutFrame>,
     line: Arc<std::sync::Mutex<Line>>,
+    drained: Arc<Notify>,
 }
 
 /// The connection's writer task is gone (the connection is closed).
@@ -97,13 +106,38 @@ impl Writer {
     pub(crate) fn new() -> (Writer, WriterEnd) {
         let (tx, rx) = mpsc::unbounded_channel();
         let line = Arc::new(std::sync::Mutex::new(Line::default()));
+        let drained = Arc::new(Notify::new());
         (
             Writer {
                 tx,
                 line: line.clone(),
+                drained: drained.clone(),
             },
-            WriterEnd { rx, line },
+            WriterEnd { rx, line, drained },
         )
+    }
+
+    /// Frames queued for the writer task and not yet written.
+    pub(crate) fn queued(&self) -> u64 {
+        self.line.lock().unwrap_or_else(|e| e.into_inner()).queued
+    }
+
+    /// Waits until fewer than `limit` frames are queued, or the writer
+    /// task ended: the back-pressure of a reader that queues answers to
+    /// its peer's requests (it reads no more requests meanwhile).
+    pub(crate) async fn room(&self, limit: u64) {
+        loop {
+            let woken = self.drained.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            {
+                let l = self.line.lock().unwrap_or_else(|e| e.into_inner());
+                if l.queued < limit || l.ended {
+                    return;
+                }
+            }
+            woken.await;
+        }
     }
 
     /// Queues `f` (or writes it at once, see [`Writer`]).
@@ -258,12 +292,16 @@ impl Batch {
 /// leave in the order they were queued.
 pub(crate) async fn run_writer(shared: Arc<Shared>, w: OwnedWriteHalf, end: WriterEnd, peer: u32) {
     let _live = shared.live_guard();
-    let WriterEnd { mut rx, line } = end;
+    let WriterEnd {
+        mut rx,
+        line,
+        drained,
+    } = end;
     let w = Arc::new(w);
     // Senders may write directly from now on; when this task ends (or is
     // aborted), they may not, and the last reference to the half goes,
     // which shuts our direction down.
-    let _closed = LineGuard::open(line.clone(), w.clone());
+    let _closed = LineGuard::open(line.clone(), w.clone(), drained.clone());
     let mut batch = Batch::default();
     while let Some(first) = rx.recv().await {
         let mut taken = 1;
@@ -287,17 +325,23 @@ pub(crate) async fn run_writer(shared: Arc<Shared>, w: OwnedWriteHalf, end: Writ
         }
         let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
         l.queued = l.queued.saturating_sub(taken);
+        drop(l);
+        drained.notify_waiters();
     }
 }
 
 /// Lends a connection's write half to its senders while the writer task
 /// lives.
-struct LineGuard(Arc<std::sync::Mutex<Line>>);
+struct LineGuard(Arc<std::sync::Mutex<Line>>, Arc<Notify>);
 
 impl LineGuard {
-    fn open(line: Arc<std::sync::Mutex<Line>>, half: Arc<OwnedWriteHalf>) -> LineGuard {
+    fn open(
+        line: Arc<std::sync::Mutex<Line>>,
+        half: Arc<OwnedWriteHalf>,
+        drained: Arc<Notify>,
+    ) -> LineGuard {
         line.lock().unwrap_or_else(|e| e.into_inner()).half = Some(half);
-        LineGuard(line)
+        LineGuard(line, drained)
     }
 }
 
@@ -307,6 +351,9 @@ impl Drop for LineGuard {
         l.half = None;
         // No direct writes after the end, whatever is still queued.
         l.queued = u64::MAX / 2;
+        l.ended = true;
+        drop(l);
+        self.1.notify_waiters();
     }
 }
 

@@ -69,7 +69,7 @@ impl Cluster {
             ip::add_link(&switch, &node, k, node_address(k), self.spec.link_rate)?;
             self.keepers.push(Keeper::start(&node)?);
             let dir = self.replica_dir(k);
-            std::fs::create_dir_all(&dir).map_err(|e| NodesError::Tool {
+            taskfold_transports::private::create_dir_all(&dir).map_err(|e| NodesError::Tool {
                 command: format!("mkdir -p {}", dir.display()),
                 detail: e.to_string(),
             })?;

@@ -168,10 +168,16 @@ impl Engine {
     }
 
     fn start_fetch(&mut self, peer: u32, at: Remote, purpose: Purpose) {
-        if at.len > self.tuning.max_get {
+        // A control frame is bounded by the largest frame, a get by the
+        // largest get: checked before the buffer is allocated.
+        let max = match purpose {
+            Purpose::Frame { .. } => self.tuning.max_frame,
+            Purpose::Get(_) => self.tuning.max_get,
+        };
+        if at.len > max {
             let reason = format!(
-                "rank {peer} offers {} bytes, more than the maximum of {}",
-                at.len, self.tuning.max_get
+                "rank {peer} offers {} bytes, more than the maximum of {max}",
+                at.len
             );
             self.release(peer, &at);
             if let Purpose::Get(Some(reply)) = purpose {

@@ -104,6 +104,9 @@ pub(crate) struct Tuning {
     pub read_chunk: usize,
     pub op_timeout: Duration,
     pub max_get: u64,
+    /// Largest control frame received (a larger `LARGE` announcement is
+    /// refused before anything is allocated).
+    pub max_frame: u64,
     pub mr_local: bool,
     /// Sleep in `fi_cq_sread` rather than on the command channel.
     pub sread: bool,

@@ -1,0 +1,251 @@
+//! A misbehaving peer is bounded: what it announces is checked against
+//! what the receiver accepts before anything is allocated, its link is
+//! dropped and counted, and the other ranks keep being served. Real
+//! sockets, 127.0.0.1 only; the misbehaving rank speaks the wire protocol
+//! by hand.
+
+use bytes::Bytes;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use taskfold_transports::conformance::{fresh_dir, fresh_job, next_event, wait};
+use taskfold_transports::tcp::frame::{self, kind, Header, Hello, Role};
+use taskfold_transports::tcp::metrics::{BAD_CONNECTIONS, BOUNDS_HIT};
+use taskfold_transports::tcp::{MasterAddr, TcpConfig, TcpTransport};
+use taskfold_transports::version::VERSION;
+use taskfold_transports::{BufferKey, Event, Rank, Transport, TransportError};
+
+const QUICK: Duration = Duration::from_secs(10);
+
+/// The process's recorder (one per test binary), for the counters.
+fn snapshotter() -> &'static Snapshotter {
+    static S: OnceLock<Snapshotter> = OnceLock::new();
+    S.get_or_init(|| {
+        let r = DebuggingRecorder::new();
+        let s = r.snapshotter();
+        r.install().expect("the only recorder of this test binary");
+        s
+    })
+}
+
+/// The sum of counter `name` over its labels, those with `label` if given.
+fn counter(name: &str, label: Option<(&str, &str)>) -> u64 {
+    snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(k, _, _, _)| k.key().name() == name)
+        .filter(|(k, _, _, _)| match label {
+            None => true,
+            Some((n, v)) => k.key().labels().any(|l| l.key() == n && l.value() == v),
+        })
+        .map(|(_, _, _, v)| match v {
+            DebugValue::Counter(n) => n,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// The master's address, once rank 0 wrote its rendezvous file.
+fn master_addr(path: &Path) -> SocketAddr {
+    let deadline = Instant::now() + QUICK;
+    loop {
+        if let Some(a) = std::fs::read_to_string(path).ok().and_then(|t| {
+            t.split_whitespace()
+                .find_map(|w| w.strip_prefix("addr="))
+                .and_then(|a| a.parse().ok())
+        }) {
+            return a;
+        }
+        assert!(Instant::now() < deadline, "no rendezvous file");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A job of three ranks: rank 0 and rank 2 real, rank 1 registered by
+/// hand and listening on the returned listener.
+fn job_with_a_rogue() -> (Arc<TcpTransport>, Arc<TcpTransport>, TcpListener) {
+    let dir = fresh_dir();
+    let path = dir.join("master");
+    let job = fresh_job();
+    let start = |rank: u32| {
+        let mut cfg = TcpConfig::new(rank, 3, job, MasterAddr::Rendezvous(path.clone()));
+        cfg.connect_timeout = Duration::from_secs(20);
+        cfg.loans = false;
+        std::thread::spawn(move || TcpTransport::start(cfg).expect("a real rank"))
+    };
+    let (r0, r2) = (start(0), start(2));
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let mut s = TcpStream::connect(master_addr(&path)).expect("connect to the master");
+    let hello = frame::hello_frame(&Hello {
+        version: VERSION,
+        role: Role::Register,
+        job,
+        rank: 1,
+        size: 3,
+        addr: Some(listener.local_addr().expect("address")),
+        node: 0,
+    });
+    s.write_all(&hello).expect("register");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let (h, _) = frame::read_frame_sync(&mut s, 4096)
+        .expect("the table")
+        .expect("a frame");
+    assert_eq!(h.kind, kind::TABLE);
+    let (t0, t2) = (r0.join().expect("rank 0"), r2.join().expect("rank 2"));
+    let _ = std::fs::remove_dir_all(dir);
+    (t0, t2, listener)
+}
+
+/// Rank 1's side: accepts rank 0's connection, answers its get request
+/// with a chunk announcing `total` bytes, and returns whether rank 0 then
+/// closed the connection (within [`QUICK`]).
+fn rogue_answers(listener: TcpListener, total: u64) -> std::thread::JoinHandle<bool> {
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("rank 0 connects");
+        s.set_read_timeout(Some(QUICK)).expect("timeout");
+        let (h, _) = frame::read_frame_sync(&mut s, 4096)
+            .expect("hello")
+            .expect("a frame");
+        assert_eq!(h.kind, kind::HELLO);
+        let (req, _) = frame::read_frame_sync(&mut s, 4096)
+            .expect("request")
+            .expect("a frame");
+        assert_eq!(req.kind, kind::GET_REQ);
+        let chunk = Header {
+            kind: kind::GET_CHUNK,
+            len: 64,
+            a: req.a,
+            b: 0,
+            c: total,
+        };
+        frame::write_frame_sync(&mut s, chunk, &[7u8; 64]).expect("the chunk");
+        // Rank 0 drops the link: the end of the stream, or a reset (not a
+        // timeout).
+        match s.read_to_end(&mut Vec::new()) {
+            Ok(_) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    })
+}
+
+/// Rank 0 asks the rogue rank 1 for a buffer (within `max` if given);
+/// the get fails, the link to rank 1 goes down, and rank 2 still serves
+/// rank 0.
+fn refused_then_others_served(total: u64, max: Option<u64>) {
+    let (t0, t2, listener) = job_with_a_rogue();
+    let bad_before = counter(BAD_CONNECTIONS, None);
+    let hits_before = counter(BOUNDS_HIT, Some(("bound", "get_total")));
+    let rogue = rogue_answers(listener, total);
+    let get = match max {
+        Some(m) => t0.get_within(Rank(1), BufferKey(7), m),
+        None => t0.get(Rank(1), BufferKey(7)),
+    };
+    // Reaching the answer at all shows nothing of `total` bytes was
+    // allocated: the process would have failed first.
+    match wait("the get from the rogue", get) {
+        Err(TransportError::Protocol { peer: 1, detail }) => {
+            assert!(detail.contains(&format!("{total} bytes")), "{detail}");
+            assert!(detail.contains("more than"), "{detail}");
+        }
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
+    assert!(
+        rogue.join().expect("the rogue"),
+        "rank 0 closed the connection"
+    );
+    match next_event(&*t0, "the rogue's link going down") {
+        Event::LinkDown { peer: Rank(1), .. } => {}
+        e => panic!("expected rank 1's link down, got {e:?}"),
+    }
+    assert!(counter(BAD_CONNECTIONS, None) > bad_before);
+    assert!(counter(BOUNDS_HIT, Some(("bound", "get_total"))) > hits_before);
+    // Rank 2 is still served, and still serves.
+    let data = Bytes::from(vec![5u8; 3 << 20]);
+    t2.expose(BufferKey(9), data.clone());
+    let got = wait(
+        "rank 2's buffer",
+        t0.get_within(Rank(2), BufferKey(9), 3 << 20),
+    );
+    assert_eq!(&got.expect("rank 2 serves rank 0")[..], &data[..]);
+    t0.send(Rank(2), Bytes::from_static(b"still here"))
+        .expect("send");
+    match next_event(&*t2, "rank 0's frame") {
+        Event::Message {
+            from: Rank(0),
+            frame,
+        } => assert_eq!(&frame[..], b"still here"),
+        e => panic!("expected rank 0's frame, got {e:?}"),
+    }
+    t0.shutdown();
+    t2.shutdown();
+}
+
+#[test]
+fn a_huge_announced_total_is_refused_and_its_peer_dropped() {
+    // A petabyte: far beyond the default maximum (and any node's memory).
+    refused_then_others_served(1 << 50, None);
+}
+
+#[test]
+fn a_total_beyond_what_the_caller_expects_is_refused() {
+    // A megabyte is within the transport's maximum, not the caller's.
+    refused_then_others_served(1 << 20, Some(4096));
+}
+
+/// A peer that sends get requests without reading the answers is no
+/// longer read once its connection's queue is full, and other ranks are
+/// served meanwhile.
+#[test]
+fn a_peer_that_never_reads_is_not_read_either() {
+    let (t0, t2, listener) = job_with_a_rogue();
+    drop(listener);
+    let big = Bytes::from(vec![1u8; 1 << 20]);
+    t0.expose(BufferKey(3), big.clone());
+    let hits_before = counter(BOUNDS_HIT, Some(("bound", "writer")));
+    // Rank 1 connects to rank 0 as a peer and asks, and asks.
+    let mut s = TcpStream::connect(t0.listen_addr()).expect("connect");
+    let hello = frame::hello_frame(&Hello {
+        version: VERSION,
+        role: Role::Peer,
+        job: t0.job(),
+        rank: 1,
+        size: 3,
+        addr: None,
+        node: 0,
+    });
+    s.write_all(&hello).expect("hello");
+    let mut req = Header::new(kind::GET_REQ, 0);
+    req.b = 3;
+    let mut sent = 0u64;
+    s.set_write_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let deadline = Instant::now() + QUICK;
+    // Until rank 0 stops reading (our writes block), or enough to fill
+    // its queue many times over.
+    while sent < 20_000 && Instant::now() < deadline {
+        req.a = sent;
+        if s.write_all(&req.encode()).is_err() {
+            break;
+        }
+        sent += 1;
+    }
+    let deadline = Instant::now() + QUICK;
+    while counter(BOUNDS_HIT, Some(("bound", "writer"))) == hits_before {
+        assert!(
+            Instant::now() < deadline,
+            "the writer's bound was never reached"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Rank 2 is served while rank 1 is held back.
+    let got = wait("rank 0's buffer", t2.get(Rank(0), BufferKey(3)));
+    assert_eq!(&got.expect("rank 0 serves rank 2")[..], &big[..]);
+    drop(s);
+    t0.shutdown();
+    t2.shutdown();
+}
