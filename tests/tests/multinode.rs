@@ -612,3 +612,111 @@ fn bench_faults_kills_a_node_and_the_master_across_nodes() {
         );
     }
 }
+
+/// The pid of the process named `comm` whose environment holds `tag` and
+/// `TASKFOLD_RANK=rank` (a rank inside a simulated node is not a child of
+/// the launcher).
+fn pid_of_rank(tag: &str, rank: u32, comm: &str) -> Option<i32> {
+    let want = format!("TASKFOLD_RANK={rank}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let name = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        let has = |v: &str| env.split(|&b| b == 0).any(|x| x == v.as_bytes());
+        (name.trim() == comm && has(tag) && has(&want)).then_some(pid)
+    })
+}
+
+/// About two seconds of migration on two cores: kill instants drawn over
+/// it land in every phase of the run.
+const PSDM_JOB: &[&str] = &[
+    "--nx",
+    "320",
+    "--nz",
+    "180",
+    "--shots",
+    "24",
+    "--receivers",
+    "96",
+    "--batch",
+    "24",
+    "--root",
+    "1",
+];
+
+/// psdm on two nodes of two ranks, its image's root on rank 1; `kill`:
+/// SIGKILL rank 0 (the master) that long after it started. Returns the
+/// job's output and its time from rank 0's start to its end.
+fn psdm_on_two_nodes(standby: &str, kill: Option<Duration>, tag: &str) -> (Output, Duration) {
+    taskfold_bin();
+    let psdm = taskfold_tests::target_dir().join("psdm");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("psdm.png");
+    let mut cmd = launch(2, 4, &[], &psdm, PSDM_JOB);
+    cmd.arg("--out").arg(&out);
+    cmd.env("TASKFOLD_STANDBY", standby).env("TF_TEST_TAG", tag);
+    let child = start(cmd);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let tag = format!("TF_TEST_TAG={tag}");
+    let pid = loop {
+        if let Some(pid) = pid_of_rank(&tag, 0, "psdm") {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "rank 0 never started");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let t = Instant::now();
+    if let Some(after) = kill {
+        std::thread::sleep(after);
+        let _ = signal(pid, Signal::KILL);
+    }
+    (wait_bounded(child, LIMIT), t.elapsed())
+}
+
+fn psdm_checksum(t: &str) -> f64 {
+    let line = t.lines().find_map(|l| l.split("psdm: checksum ").nth(1));
+    let value = line.and_then(|l| l.split_whitespace().next()?.parse().ok());
+    value.unwrap_or_else(|| panic!("no checksum:\n{t}"))
+}
+
+/// psdm with `--root 1` on two nodes: rank 0 — the master — SIGKILLed at
+/// instants drawn over the whole run. With the standby (the default on
+/// several nodes) the job ends with exit code 0 and the failure-free
+/// image's checksum every time; without one, every surviving rank ends
+/// with `MasterLost` and the job with a non-zero exit code; never a hang.
+#[test]
+fn psdm_survives_its_master_killed_anywhere_with_a_standby() {
+    if !namespaces_or_skip("psdm_survives_its_master_killed_anywhere_with_a_standby") {
+        return;
+    }
+    let (clean, took) = psdm_on_two_nodes("auto", None, "clean");
+    let t = text(&clean);
+    assert!(clean.status.success(), "{t}");
+    let want = psdm_checksum(&t);
+    for trial in 0..4 {
+        // Over the run, short of its last few per cent (rank 0 may have
+        // ended by then, and the kill would find nobody).
+        let after = instant(20 + trial, took.as_millis() as u64 * 95 / 100);
+        let (out, _) = psdm_on_two_nodes("auto", Some(after), &format!("standby-{trial}"));
+        let t = text(&out);
+        assert!(out.status.success(), "killed after {after:?}:\n{t}");
+        assert!(t.contains("the standby, rank 2, takes over"), "{t}");
+        let got = psdm_checksum(&t);
+        assert!(
+            (got - want).abs() <= 1e-5 * want.abs(),
+            "{got} vs {want} after {after:?}:\n{t}"
+        );
+    }
+    let after = took / 3;
+    let (out, elapsed) = psdm_on_two_nodes("off", Some(after), "no-standby");
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(t.contains("taskfold run: the master (rank 0) died"), "{t}");
+    for r in 1..4 {
+        let lost = t
+            .lines()
+            .any(|l| l.starts_with(&format!("[{r}] ")) && l.contains("master"));
+        assert!(lost, "rank {r} did not report the lost master:\n{t}");
+    }
+    assert!(elapsed < Duration::from_secs(60), "{elapsed:?}:\n{t}");
+}

@@ -278,7 +278,10 @@ fn taskfold_run_survives_a_rank_killed_mid_run() {
     let t = text(&out);
     assert!(t.contains("rank 3 killed by signal 9"), "{t}");
     assert!(out.status.success(), "{t}");
-    assert!(t.contains("the job survived the loss of rank(s) [3]"), "{t}");
+    assert!(
+        t.contains("the job survived the loss of rank(s) [3]"),
+        "{t}"
+    );
     for r in 0..3 {
         assert!(!t.contains(&format!("taskfold run: rank {r} ")), "{t}");
         assert!(t.contains(&format!("[{r}] rank {r}: ")), "{t}");
