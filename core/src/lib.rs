@@ -34,9 +34,12 @@
 //!   parsed from `TASKFOLD_*` variables by one pure parser.
 //! - [`watch`]: when a rank counts its master as lost (silence, a broken
 //!   link).
+//! - [`auth`]: the job key and the handshake that proves it on every
+//!   connection (an authenticated job).
 //! - [`error`]: typed errors shared by every layer.
 
 pub mod archived;
+pub mod auth;
 pub mod builtin;
 pub mod contribution;
 // rkyv's derive generates undocumented variant structs for enums.
