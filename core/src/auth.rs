@@ -210,7 +210,12 @@ impl Transcript {
     }
 
     fn prove(&self, side: Side, listener_nonce: &Nonce) -> Proof {
-        Proof(self.mac(side, listener_nonce).finalize().into_bytes().into())
+        Proof(
+            self.mac(side, listener_nonce)
+                .finalize()
+                .into_bytes()
+                .into(),
+        )
     }
 
     /// Constant-time check of the other side's proof.
@@ -268,10 +273,7 @@ impl Handshake {
             nonce,
             proof: t.prove(Side::Listener, &nonce),
         };
-        (
-            Handshake::AwaitingProof(Box::new(t), nonce),
-            challenge,
-        )
+        (Handshake::AwaitingProof(Box::new(t), nonce), challenge)
     }
 
     /// The caller receives the listener's challenge: checks its proof and
@@ -286,7 +288,9 @@ impl Handshake {
                     Err(AuthError::Listener)
                 }
             }
-            _ => Err(AuthError::OutOfOrder("a challenge to a side that expects none")),
+            _ => Err(AuthError::OutOfOrder(
+                "a challenge to a side that expects none",
+            )),
         };
         *self = match result {
             Ok(_) => Handshake::Authenticated,

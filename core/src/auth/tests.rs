@@ -15,7 +15,8 @@ fn run(
     nonces: (Nonce, Nonce),
 ) -> (Result<Proof, AuthError>, Option<Result<(), AuthError>>) {
     let mut caller = Handshake::call(caller_key, claim, callee, nonces.0);
-    let (mut listener, challenge) = Handshake::listen(listener_key, claim, callee, nonces.0, nonces.1);
+    let (mut listener, challenge) =
+        Handshake::listen(listener_key, claim, callee, nonces.0, nonces.1);
     let c = caller.on_challenge(&challenge);
     let l = c.as_ref().ok().map(|p| listener.on_proof(p));
     (c, l)
@@ -35,7 +36,10 @@ fn the_same_key_authenticates_both_sides() {
 #[test]
 fn another_key_fails_at_the_first_check_and_stays_failed() {
     let (n1, n2) = (Nonce([1; NONCE_LEN]), Nonce([2; NONCE_LEN]));
-    assert_eq!(run(&key(1), &key(2), b"x", 0, (n1, n2)).0, Err(AuthError::Listener));
+    assert_eq!(
+        run(&key(1), &key(2), b"x", 0, (n1, n2)).0,
+        Err(AuthError::Listener)
+    );
     // A caller without the key that ignores the listener's proof and
     // sends a guess is refused.
     let (mut listener, _) = Handshake::listen(&key(2), b"x", 0, n1, n2);
@@ -48,16 +52,25 @@ fn another_key_fails_at_the_first_check_and_stays_failed() {
     let mut caller = Handshake::call(&key(2), b"x", 0, n1);
     let (_, c) = Handshake::listen(&key(2), b"x", 0, n1, n2);
     let right = caller.on_challenge(&c).expect("proof");
-    assert!(matches!(listener.on_proof(&right), Err(AuthError::OutOfOrder(_))));
+    assert!(matches!(
+        listener.on_proof(&right),
+        Err(AuthError::OutOfOrder(_))
+    ));
 }
 
 #[test]
 fn steps_out_of_order_are_refused() {
     let n = Nonce([1; NONCE_LEN]);
     let mut caller = Handshake::call(&key(1), b"x", 0, n);
-    assert!(matches!(caller.on_proof(&Proof([0; PROOF_LEN])), Err(AuthError::OutOfOrder(_))));
+    assert!(matches!(
+        caller.on_proof(&Proof([0; PROOF_LEN])),
+        Err(AuthError::OutOfOrder(_))
+    ));
     let (mut listener, c) = Handshake::listen(&key(1), b"x", 0, n, n);
-    assert!(matches!(listener.on_challenge(&c), Err(AuthError::OutOfOrder(_))));
+    assert!(matches!(
+        listener.on_challenge(&c),
+        Err(AuthError::OutOfOrder(_))
+    ));
 }
 
 #[test]
@@ -84,7 +97,10 @@ fn a_listener_proof_is_no_caller_proof() {
 fn keys_in_hex() {
     let k = JobKey::from_bytes(core::array::from_fn(|i| i as u8 * 7));
     assert_eq!(JobKey::from_hex(&k.to_hex()), Some(k.clone()));
-    assert_eq!(JobKey::from_hex(&format!("  {}\n", k.to_hex().to_uppercase())), Some(k.clone()));
+    assert_eq!(
+        JobKey::from_hex(&format!("  {}\n", k.to_hex().to_uppercase())),
+        Some(k.clone())
+    );
     assert_eq!(k.to_hex().len(), 64);
     for bad in ["", "00", &"g".repeat(64), &"0".repeat(63), &"0".repeat(65)] {
         assert_eq!(JobKey::from_hex(bad), None, "{bad:?}");

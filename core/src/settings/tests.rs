@@ -268,11 +268,18 @@ fn the_job_key() {
     let key = crate::auth::JobKey::from_hex(&hex).unwrap();
     assert_eq!(s.launch.key, Some(KeySource::Value(key)));
     assert!(!s.launch.insecure);
-    let s = parse(&[("TASKFOLD_JOB_KEY_FILE", "/run/k"), ("TASKFOLD_INSECURE", "1")]).unwrap();
+    let s = parse(&[
+        ("TASKFOLD_JOB_KEY_FILE", "/run/k"),
+        ("TASKFOLD_INSECURE", "1"),
+    ])
+    .unwrap();
     assert_eq!(s.launch.key, Some(KeySource::File("/run/k".into())));
     assert!(s.launch.insecure);
     // One key, given once.
-    let e = err(&[("TASKFOLD_JOB_KEY", hex.as_str()), ("TASKFOLD_JOB_KEY_FILE", "/run/k")]);
+    let e = err(&[
+        ("TASKFOLD_JOB_KEY", hex.as_str()),
+        ("TASKFOLD_JOB_KEY_FILE", "/run/k"),
+    ]);
     assert_eq!(e.name, "TASKFOLD_JOB_KEY_FILE");
     // A malformed key is refused without being quoted: it may be most of
     // the real one.
@@ -284,7 +291,11 @@ fn the_job_key() {
     // Nor is a settings' Debug.
     let s = parse(&[("TASKFOLD_JOB_KEY", hex.as_str())]).unwrap();
     assert!(!format!("{s:?}").contains(&hex[..16]));
-    for var in ["TASKFOLD_JOB_KEY_FILE", "TASKFOLD_JOB_KEY", "TASKFOLD_INSECURE"] {
+    for var in [
+        "TASKFOLD_JOB_KEY_FILE",
+        "TASKFOLD_JOB_KEY",
+        "TASKFOLD_INSECURE",
+    ] {
         assert!(launch::MISSING_KEY.contains(var), "{var}");
     }
 }
@@ -333,22 +344,24 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             any::<bool>(),
         ),
     )
-        .prop_map(|(id, master, rendezvous, job, (key, key_file, insecure))| Launch {
-            identity: id.map(|(size, l)| Identity {
-                rank: size / 2,
-                size,
-                launcher: launch::SOURCES[l].2,
-            }),
-            master,
-            rendezvous: rendezvous.map(PathBuf::from),
-            job,
-            key: match (key, key_file) {
-                (Some(k), _) => Some(KeySource::Value(crate::auth::JobKey::from_bytes(k))),
-                (None, Some(p)) => Some(KeySource::File(p.into())),
-                (None, None) => None,
+        .prop_map(
+            |(id, master, rendezvous, job, (key, key_file, insecure))| Launch {
+                identity: id.map(|(size, l)| Identity {
+                    rank: size / 2,
+                    size,
+                    launcher: launch::SOURCES[l].2,
+                }),
+                master,
+                rendezvous: rendezvous.map(PathBuf::from),
+                job,
+                key: match (key, key_file) {
+                    (Some(k), _) => Some(KeySource::Value(crate::auth::JobKey::from_bytes(k))),
+                    (None, Some(p)) => Some(KeySource::File(p.into())),
+                    (None, None) => None,
+                },
+                insecure,
             },
-            insecure,
-        });
+        );
     let runtime = (
         (1usize..=1024, 0u64..1 << 20, 1u64..1 << 20, 1u64..1 << 20),
         (

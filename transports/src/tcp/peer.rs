@@ -99,6 +99,8 @@ pub(crate) struct Shared {
     /// Payload bytes per get response frame.
     pub chunk: usize,
     pub connect_timeout: Duration,
+    /// The job key every connection proves (see the `handshake` module).
+    pub auth: taskfold_core::auth::JobAuth,
     pub events_tx: flume::Sender<Event>,
     pub events_rx: flume::Receiver<Event>,
     pub exposed: Exposed,
@@ -143,6 +145,7 @@ impl Shared {
             max_frame: cfg.max_frame.min(u64::from(u32::MAX)),
             chunk: cfg.chunk.clamp(64, u32::MAX as usize) / 64 * 64,
             connect_timeout: cfg.connect_timeout,
+            auth: cfg.auth.clone(),
             events_tx,
             events_rx,
             exposed: Exposed::default(),
