@@ -120,8 +120,8 @@ pub struct TcpConfig {
     pub job: u64,
     /// The job key every connection proves, both ways, before anything
     /// else crosses it (see the `handshake` module). [`TcpConfig::new`]
-    /// leaves the job open ([`JobAuth::Insecure`], warned about at start
-    /// for more than one rank); a runtime started from its settings
+    /// leaves the job open ([`JobAuth::Insecure`], warned about at
+    /// start); a runtime started from its settings
     /// always sets it: the key given, or the insecure mode only when
     /// `TASKFOLD_INSECURE` asks for it ([`crate::auth::job_auth`]).
     pub auth: JobAuth,
@@ -226,7 +226,7 @@ impl TcpTransport {
         if cfg.rank >= cfg.size {
             return Err(TransportError::NoSuchRank(cfg.rank));
         }
-        if cfg.auth == JobAuth::Insecure && cfg.size > 1 {
+        if cfg.auth == JobAuth::Insecure {
             tracing::warn!(
                 rank = cfg.rank,
                 "this job runs without a key (insecure mode): any process that reaches its \
