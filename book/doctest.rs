@@ -9,7 +9,8 @@
 //! One empty module per page, in the order of `src/SUMMARY.md`:
 //! [`introduction`], [`getting_started`], [`embedding`], [`reducer_body`],
 //! [`non_blocking`], [`fault_tolerance`], [`transports`], [`launching`],
-//! [`configuration`], [`metrics`], [`benchmarks`], [`architecture`].
+//! [`configuration`], [`security`], [`metrics`], [`benchmarks`],
+//! [`architecture`].
 
 #[doc = include_str!("src/introduction.md")]
 pub mod introduction {}
@@ -37,6 +38,9 @@ pub mod launching {}
 
 #[doc = include_str!("src/configuration.md")]
 pub mod configuration {}
+
+#[doc = include_str!("src/security.md")]
+pub mod security {}
 
 #[doc = include_str!("src/metrics.md")]
 pub mod metrics {}
