@@ -133,8 +133,15 @@ fn a_rank_without_a_key_does_not_start_naming_the_variables() {
     let out = rank(false);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(3), "{t}");
-    assert!(t.contains("tf_check: cannot start: this job has no key"), "{t}");
-    for var in ["TASKFOLD_JOB_KEY_FILE", "TASKFOLD_JOB_KEY", "TASKFOLD_INSECURE"] {
+    assert!(
+        t.contains("tf_check: cannot start: this job has no key"),
+        "{t}"
+    );
+    for var in [
+        "TASKFOLD_JOB_KEY_FILE",
+        "TASKFOLD_JOB_KEY",
+        "TASKFOLD_INSECURE",
+    ] {
         assert!(t.contains(var), "{var} in {t}");
     }
     let out = rank(true);

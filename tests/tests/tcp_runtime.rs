@@ -146,7 +146,11 @@ fn a_runtime_without_a_key_does_not_start_unless_insecure() {
             .build()
     };
     let e = build(false).err().expect("no key, no start").to_string();
-    for var in ["TASKFOLD_JOB_KEY_FILE", "TASKFOLD_JOB_KEY", "TASKFOLD_INSECURE"] {
+    for var in [
+        "TASKFOLD_JOB_KEY_FILE",
+        "TASKFOLD_JOB_KEY",
+        "TASKFOLD_INSECURE",
+    ] {
         assert!(e.contains(var), "{var} in {e}");
     }
     assert!(!rv.exists(), "the master started");

@@ -508,6 +508,9 @@ mod tests {
             s.launch.key,
             Some(taskfold_core::settings::KeySource::Value(job.key.clone()))
         );
-        assert_eq!(s.runtime.replica_dir.as_deref(), Some(std::path::Path::new("/tmp/r")));
+        assert_eq!(
+            s.runtime.replica_dir.as_deref(),
+            Some(std::path::Path::new("/tmp/r"))
+        );
     }
 }
