@@ -129,7 +129,7 @@ mod tests {
             decode(b"XX\x01\0\0\0\0\0"),
             Err(WireError::BadMagic(_))
         ));
-        assert_eq!(decode(b"TF\x0a\0\0\0\0\0"), Err(WireError::Version(10)));
+        assert_eq!(decode(b"TF\x0b\0\0\0\0\0"), Err(WireError::Version(11)));
         // Peers of earlier protocols (before replica offers named files,
         // before ready messages said where their data lies, before joins
         // said whether the member completes early and barriers had their
@@ -137,7 +137,7 @@ mod tests {
         // named standing copies, before barriers said whether their rank
         // reads the notice board, before joins and finished tasks were
         // messages of their own, before the bootstrap carried every
-        // rank's node).
+        // rank's node, before every connection proved the job key).
         assert_eq!(decode(b"TF\x01\0\0\0\0\0"), Err(WireError::Version(1)));
         assert_eq!(decode(b"TF\x02\0\0\0\0\0"), Err(WireError::Version(2)));
         assert_eq!(decode(b"TF\x03\0\0\0\0\0"), Err(WireError::Version(3)));
@@ -146,6 +146,7 @@ mod tests {
         assert_eq!(decode(b"TF\x06\0\0\0\0\0"), Err(WireError::Version(6)));
         assert_eq!(decode(b"TF\x07\0\0\0\0\0"), Err(WireError::Version(7)));
         assert_eq!(decode(b"TF\x08\0\0\0\0\0"), Err(WireError::Version(8)));
+        assert_eq!(decode(b"TF\x09\0\0\0\0\0"), Err(WireError::Version(9)));
         let mut f = encode(&Msg::Ping { seq: 1 });
         let n = f.len();
         f[n - 1] ^= 0xff;
@@ -153,7 +154,7 @@ mod tests {
         // Either refused or decoded to something else, never a panic.
         let _ = decode(&f);
         assert!(matches!(
-            decode(b"TF\x09\0\0\0\0\0\x01"),
+            decode(b"TF\x0a\0\0\0\0\0\x01"),
             Err(WireError::Invalid(_))
         ));
     }
