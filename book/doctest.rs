@@ -64,7 +64,7 @@ mod tests {
             .filter_map(|l| l.split("](").nth(1))
             .filter_map(|rest| rest.split(')').next())
             .collect();
-        assert_eq!(pages.len(), 12, "{pages:?}");
+        assert_eq!(pages.len(), 13, "{pages:?}");
         for page in pages {
             let include = format!("include_str!(\"src/{page}\")");
             assert!(
