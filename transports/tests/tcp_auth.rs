@@ -207,3 +207,49 @@ fn wait_for_master(path: &std::path::Path) -> SocketAddr {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Only a connection that proved the key as the launcher's delivers
+/// frames from [`LAUNCHER`]: a report of an exit sent by a rank (with the
+/// key) comes from that rank, which the runtime's master does not take
+/// from anyone but the launcher.
+#[test]
+fn a_rank_cannot_speak_as_the_launcher() {
+    let (ts, auth) = keyed(3);
+    let report = encode(&Msg::RankExited {
+        rank: 1,
+        code: 0,
+        signal: 9,
+    });
+    let mut then = frame::frame(kind::CONTROL, &report);
+    then.extend_from_slice(&Header::new(kind::GOODBYE, 0).encode());
+    // Rank 2's stand-in (it holds the key) sends the report as a peer.
+    let who = hello(Role::Peer, ts[0].job(), 2, 3, 9);
+    let c = call(ts[0].master_addr(), &who, auth.key(), 0, &then);
+    assert!(c.frames().iter().all(|(k, _)| *k == kind::CHALLENGE));
+    let (from, frame) = expect_message(&*ts[0], "the report sent by a rank");
+    assert_eq!(from, Rank(2));
+    assert!(matches!(decode(&frame), Ok(Msg::RankExited { .. })));
+    // A launcher's hello followed by the proof of that rank's connection
+    // (made for another role and another nonce of the master's): refused,
+    // nothing delivered. (That a proof binds the role alone is the core's
+    // property test `every_binding_counts`.)
+    let body = who.encode();
+    let back = replay(ts[0].master_addr(), &{
+        let mut h = hello(Role::Launcher, ts[0].job(), LAUNCHER.0, 0, 9);
+        h.nonce = who.nonce;
+        let mut v = frame::frame(kind::HELLO, &h.encode());
+        v.extend_from_slice(&c.sent[frame::HEADER_LEN + body.len()..]);
+        v
+    });
+    let mut r = &back[..];
+    let kinds: Vec<u8> = std::iter::from_fn(|| {
+        frame::read_frame_sync(&mut r, 4096)
+            .ok()
+            .flatten()
+            .map(|(h, _)| h.kind)
+    })
+    .collect();
+    assert_eq!(kinds, [kind::CHALLENGE, kind::REFUSE]);
+    let evs = events_during(&*ts[0], Duration::from_millis(200));
+    assert!(evs.is_empty(), "{evs:?}");
+}
