@@ -6,14 +6,12 @@
 //! A rank binds its listener first, then connects to the master (retrying
 //! with backoff; with a rendezvous file, re-reading the file each time) and
 //! sends `HELLO{version, role: Register, job, rank, size, listen address,
-//! nonce}`; the two then prove the job key to each other (the `handshake`
-//! module): a rank checks the master's proof before it goes on, the
-//! master registers nobody who did not prove it, and refuses such a
-//! caller with a reason that names neither the job id nor its size. The
-//! master refuses (a `REFUSE` frame with the reason, then it closes) a
-//! wrong protocol version (naming both, see [`crate::version`]), a caller
-//! without the key, and then, to a caller that proved the key, a wrong
-//! job id, a wrong size, a rank out of range and a rank already registered.
+//! nonce}`; the two prove the job key to each other (the `handshake`
+//! module). The master refuses (a `REFUSE` frame with the reason, then it
+//! closes) a wrong protocol version (naming both, see [`crate::version`]),
+//! a caller without the key (naming neither job id nor size), and then a
+//! wrong job id, a wrong size, a rank out of range and a rank already
+//! registered.
 //! When all ranks are in, each receives a `TABLE` frame, which carries the
 //! master's version too, checked by the rank. If they are not all in within
 //! the connect timeout, the master refuses those that came, naming the

@@ -118,12 +118,10 @@ pub struct TcpConfig {
     pub size: u32,
     /// Job id; connections of another job are refused.
     pub job: u64,
-    /// The job key every connection proves, both ways, before anything
-    /// else crosses it (see the `handshake` module). [`TcpConfig::new`]
-    /// leaves the job open ([`JobAuth::Insecure`], warned about at
-    /// start); a runtime started from its settings
-    /// always sets it: the key given, or the insecure mode only when
-    /// `TASKFOLD_INSECURE` asks for it ([`crate::auth::job_auth`]).
+    /// The job key every connection proves, both ways, first (the
+    /// `handshake` module). [`TcpConfig::new`] leaves the job open
+    /// ([`JobAuth::Insecure`], warned about at start); a runtime sets it
+    /// from its settings ([`crate::auth::job_auth`]).
     pub auth: JobAuth,
     /// How to find the master.
     pub master: MasterAddr,
