@@ -9,7 +9,7 @@
 //! One empty module per page, in the order of `src/SUMMARY.md`:
 //! [`introduction`], [`getting_started`], [`embedding`], [`reducer_body`],
 //! [`non_blocking`], [`fault_tolerance`], [`checkpoints`], [`transports`],
-//! [`launching`], [`configuration`], [`metrics`], [`security`],
+//! [`launching`], [`configuration`], [`security`], [`metrics`],
 //! [`benchmarks`],
 //! [`architecture`].
 
@@ -43,11 +43,11 @@ pub mod launching {}
 #[doc = include_str!("src/configuration.md")]
 pub mod configuration {}
 
-#[doc = include_str!("src/metrics.md")]
-pub mod metrics {}
-
 #[doc = include_str!("src/security.md")]
 pub mod security {}
+
+#[doc = include_str!("src/metrics.md")]
+pub mod metrics {}
 
 #[doc = include_str!("src/benchmarks.md")]
 pub mod benchmarks {}

@@ -6,8 +6,9 @@ use crate::runtime::Runtime;
 use crate::StartError;
 use std::net::IpAddr;
 use std::sync::Arc;
+use taskfold_core::auth::JobKey;
 use taskfold_core::id::stable_hash;
-use taskfold_core::settings::TransportSettings;
+use taskfold_core::settings::{KeySource, TransportSettings};
 use taskfold_transports::select;
 use taskfold_transports::tcp::{MasterAddr, TcpConfig};
 use taskfold_transports::Transport;
@@ -99,9 +100,21 @@ impl Builder {
         self.job = Some(stable_hash(j.as_ref()));
         self
     }
+    /// The job's key, which every connection proves (TCP, libfabric; as
+    /// `TASKFOLD_JOB_KEY` would give it). Without a key, a runtime over a
+    /// network transport does not start, unless the settings ask for the
+    /// insecure mode (`TASKFOLD_INSECURE`).
+    pub fn job_key(self, key: JobKey) -> Self {
+        self.edit(move |s| s.launch.key = Some(KeySource::Value(key)))
+    }
 
     /// Starts the runtime. Over TCP this blocks until every rank registered
     /// with the master (bounded by the transport's connect timeout).
+    ///
+    /// Over a network transport, the job's key comes from the settings
+    /// (`TASKFOLD_JOB_KEY`, `TASKFOLD_JOB_KEY_FILE`, [`Builder::job_key`]);
+    /// without one the start fails with an error naming those variables,
+    /// unless `TASKFOLD_INSECURE` asks to run unauthenticated.
     pub fn build(self) -> Result<Runtime, StartError> {
         // Before the bootstrap: no rank of this job can have written a
         // replica file yet (the master's stale-file guard relies on it).
@@ -168,7 +181,8 @@ impl Place {
                 (m, self.job.unwrap_or(j))
             }
         };
-        let tcp = tcp_config(rank, size, job, master);
+        let mut tcp = tcp_config(rank, size, job, master);
+        tcp.auth = taskfold_transports::auth::job_auth(launch)?;
         Ok(select::start(&settings.transport, tcp)?)
     }
 }

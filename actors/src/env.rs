@@ -12,7 +12,10 @@
 //! rank 0) or `TASKFOLD_RENDEZVOUS` (a file on a shared file system where
 //! rank 0 writes the address it bound). `TASKFOLD_JOB` names the job (any
 //! text); by default the master's address or the rendezvous path does, so
-//! two jobs never mistake each other's ranks for their own.
+//! two jobs never mistake each other's ranks for their own. The job's key
+//! (`TASKFOLD_JOB_KEY`, `TASKFOLD_JOB_KEY_FILE`) is what keeps out every
+//! other process: it is found when the transport starts
+//! (`taskfold_transports::auth::job_auth`).
 
 use crate::StartError;
 use std::net::ToSocketAddrs;

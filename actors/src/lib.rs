@@ -84,6 +84,9 @@ pub use master::{MasterStats, TaskRecord};
 pub use options::Reduce;
 pub use perf::LocalStats;
 pub use runtime::Runtime;
+/// The job's secret key, which every connection between its processes
+/// proves ([`Builder::job_key`]; see the book's Security chapter).
+pub use taskfold_core::auth::JobKey;
 /// Folding a peer's data piece by piece as it arrives: what a reducer
 /// implements in [`ReducerBody::piecewise`] ([`pieces::Piecewise`],
 /// [`pieces::combine`]) to have its streamed gets folded while they arrive.

@@ -36,10 +36,13 @@
 //!   parsed from `TASKFOLD_*` variables by one pure parser.
 //! - [`watch`]: when a rank counts its master as lost (silence, a broken
 //!   link).
+//! - [`auth`]: the job key and the handshake that proves it on every
+//!   connection (an authenticated job).
 //! - [`error`]: typed errors shared by every layer.
 //! - [`quote`]: the one way an error or a log quotes untrusted text (short).
 
 pub mod archived;
+pub mod auth;
 pub mod builtin;
 pub mod checkpoint;
 pub mod contribution;

@@ -90,6 +90,31 @@ pub fn wait_for_pid(path: &Path, limit: Duration) -> i32 {
     panic!("no pid file at {} within {limit:?}", path.display());
 }
 
+/// A fresh job key, as `TASKFOLD_JOB_KEY` takes it: what a user gives the
+/// ranks of a job started by `mpiexec` or `srun` (`taskfold run` makes
+/// its own).
+pub fn job_key() -> String {
+    taskfold_transports::auth::fresh_key()
+        .expect("a job key")
+        .to_hex()
+}
+
+/// Writes a fresh job key to `dir/job.key`, readable by its owner alone,
+/// as `TASKFOLD_JOB_KEY_FILE` takes it; returns the file's path.
+pub fn job_key_file(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("job.key");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .expect("creating the key file");
+    writeln!(f, "{}", job_key()).expect("writing the key file");
+    path
+}
+
 /// Text of an output, both streams.
 pub fn text(out: &Output) -> String {
     format!(

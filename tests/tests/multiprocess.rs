@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
-use taskfold_tests::{run_bounded, signal, taskfold_bin, text, wait_bounded, wait_for_pid};
+use taskfold_tests::{
+    job_key, job_key_file, run_bounded, signal, taskfold_bin, text, wait_bounded, wait_for_pid,
+};
 
 const LIMIT: Duration = Duration::from_secs(240);
 
@@ -105,6 +107,47 @@ fn one_transport_thread_works_and_a_bad_count_is_a_clear_error() {
         !t.contains("[0]") && !t.contains("[1]"),
         "a rank started:\n{t}"
     );
+}
+
+/// A rank started without the launcher (as by `mpiexec`) and without a
+/// job key does not start, naming the variables that give one and the
+/// insecure mode; with `TASKFOLD_INSECURE` it runs, warning.
+#[test]
+fn a_rank_without_a_key_does_not_start_naming_the_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    let rank = |insecure: bool| {
+        let mut cmd = Command::new(tf_check());
+        cmd.args(["--reductions", "1", "--root", "0"])
+            .env("TASKFOLD_RANK", "0")
+            .env("TASKFOLD_SIZE", "1")
+            .env("TASKFOLD_RENDEZVOUS", dir.path().join("master.addr"))
+            .env("RUST_LOG", "warn")
+            .env_remove("TASKFOLD_JOB_KEY")
+            .env_remove("TASKFOLD_JOB_KEY_FILE")
+            .env_remove("TASKFOLD_INSECURE");
+        if insecure {
+            cmd.env("TASKFOLD_INSECURE", "1");
+        }
+        run_bounded(cmd, LIMIT)
+    };
+    let out = rank(false);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{t}");
+    assert!(
+        t.contains("tf_check: cannot start: this job has no key"),
+        "{t}"
+    );
+    for var in [
+        "TASKFOLD_JOB_KEY_FILE",
+        "TASKFOLD_JOB_KEY",
+        "TASKFOLD_INSECURE",
+    ] {
+        assert!(t.contains(var), "{var} in {t}");
+    }
+    let out = rank(true);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("without a key (insecure mode)"), "{t}");
 }
 
 /// A rank started without the launcher (as by `mpiexec`) with a bad value
@@ -221,7 +264,7 @@ fn hydra() -> Option<PathBuf> {
     None
 }
 
-fn mpiexec_job(np: u32) {
+fn mpiexec_job(np: u32, key_in_file: bool) {
     let Some(mpiexec) = hydra() else {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -233,9 +276,19 @@ fn mpiexec_job(np: u32) {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(mpiexec);
     // Hydra passes our environment on to every rank: they find their rank in
-    // PMI_RANK / PMI_SIZE and the master through the rendezvous file.
+    // PMI_RANK / PMI_SIZE and the master through the rendezvous file, and
+    // the job's key where a user puts it: in a private file, or in the
+    // variable itself.
+    if key_in_file {
+        cmd.env("TASKFOLD_JOB_KEY_FILE", job_key_file(dir.path()))
+            .env_remove("TASKFOLD_JOB_KEY");
+    } else {
+        cmd.env("TASKFOLD_JOB_KEY", job_key())
+            .env_remove("TASKFOLD_JOB_KEY_FILE");
+    }
     cmd.env("TASKFOLD_RENDEZVOUS", dir.path().join("master.addr"))
         .env("TASKFOLD_JOB", format!("mpiexec-test-{np}"))
+        .env_remove("TASKFOLD_INSECURE")
         .env_remove("TASKFOLD_RANK")
         .env_remove("TASKFOLD_SIZE")
         .args(["-n", &np.to_string()])
@@ -249,12 +302,12 @@ fn mpiexec_job(np: u32) {
 
 #[test]
 fn mpiexec_4_ranks() {
-    mpiexec_job(4);
+    mpiexec_job(4, true);
 }
 
 #[test]
 fn mpiexec_8_ranks() {
-    mpiexec_job(8);
+    mpiexec_job(8, false);
 }
 
 #[derive(serde::Deserialize)]

@@ -5,22 +5,26 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
-use taskfold::{MasterAddr, Reduce, Runtime, StartError, Sum};
+use taskfold::{JobKey, MasterAddr, Reduce, Runtime, Settings, StartError, Sum};
+use taskfold_transports::auth::fresh_key;
 use taskfold_transports::TransportError;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn start(n: u32, rendezvous: &Path, job: &str) -> Vec<Runtime> {
+/// `n` runtimes of job `job`, with `key`.
+fn start(n: u32, rendezvous: &Path, job: &str, key: &JobKey) -> Vec<Runtime> {
     let handles: Vec<_> = (0..n)
         .map(|r| {
             let path = rendezvous.to_path_buf();
-            let job = job.to_string();
+            let (job, key) = (job.to_string(), key.clone());
             std::thread::spawn(move || {
                 Runtime::builder()
+                    .settings(Settings::default())
                     .rank(r)
                     .size(n)
                     .master(MasterAddr::Rendezvous(path))
                     .job(job)
+                    .job_key(key)
                     .build()
                     .expect("start")
             })
@@ -72,7 +76,7 @@ fn finish(ranks: Vec<Runtime>) {
 fn garbage_and_oversize_frames_are_dropped_while_the_job_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let rv = dir.path().join("master.addr");
-    let ranks = start(3, &rv, "garbage-test");
+    let ranks = start(3, &rv, "garbage-test", &fresh_key().unwrap());
     assert_eq!(reduce_all(&ranks, "before"), vec![6.0; 4096]);
     let addr = master_addr(&rv);
     // Garbage, then a length prefix of 4 GiB, each on its own connection.
@@ -89,14 +93,17 @@ fn garbage_and_oversize_frames_are_dropped_while_the_job_goes_on() {
 fn processes_that_are_not_part_of_the_job_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let rv = dir.path().join("master.addr");
-    let ranks = start(2, &rv, "refusal-test");
+    let key = fresh_key().unwrap();
+    let ranks = start(2, &rv, "refusal-test", &key);
     let addr = master_addr(&rv);
-    let intruder = |rank: u32, size: u32, job: &str| {
+    let intruder = |rank: u32, size: u32, job: &str, key: &JobKey| {
         Runtime::builder()
+            .settings(Settings::default())
             .rank(rank)
             .size(size)
             .master(MasterAddr::Addr(addr))
             .job(job)
+            .job_key(key.clone())
             .build()
             .err()
     };
@@ -105,15 +112,50 @@ fn processes_that_are_not_part_of_the_job_are_refused() {
         (1, 3, "refusal-test", "a wrong size"),
         (1, 2, "another-job", "another job"),
     ] {
-        match intruder(rank, size, job) {
+        match intruder(rank, size, job, &key) {
             Some(StartError::Transport(TransportError::Refused(reason))) => {
                 eprintln!("{what}: refused: {reason}")
             }
             other => panic!("{what}: expected a refusal, got {other:?}"),
         }
     }
+    // Without the job's key, the master's proof does not match (and the
+    // master admits nobody who did not prove the key).
+    match intruder(1, 2, "refusal-test", &fresh_key().unwrap()) {
+        Some(StartError::Transport(TransportError::Auth(reason))) => {
+            assert!(reason.contains("not of this job"), "{reason}")
+        }
+        other => panic!("a wrong key: expected a refusal, got {other:?}"),
+    }
     assert_eq!(reduce_all(&ranks, "still-fine"), vec![3.0; 4096]);
     finish(ranks);
+}
+
+#[test]
+fn a_runtime_without_a_key_does_not_start_unless_insecure() {
+    let dir = tempfile::tempdir().unwrap();
+    let rv = dir.path().join("master.addr");
+    let build = |insecure: bool| {
+        let mut s = Settings::default();
+        s.launch.insecure = insecure;
+        Runtime::builder()
+            .settings(s)
+            .rank(0)
+            .size(1)
+            .master(MasterAddr::Rendezvous(rv.clone()))
+            .build()
+    };
+    let e = build(false).err().expect("no key, no start").to_string();
+    for var in [
+        "TASKFOLD_JOB_KEY_FILE",
+        "TASKFOLD_JOB_KEY",
+        "TASKFOLD_INSECURE",
+    ] {
+        assert!(e.contains(var), "{var} in {e}");
+    }
+    assert!(!rv.exists(), "the master started");
+    let rt = build(true).expect("the insecure mode starts");
+    rt.shutdown().unwrap();
 }
 
 #[test]

@@ -25,6 +25,8 @@
 //!   blocks same-node ranks map, so that a fold reads a peer's bytes in
 //!   place ([`Received::Shared`]).
 //! - [`version`]: the one protocol version, checked at every handshake.
+//! - [`auth`]: the job key (fresh, or found where the settings say) that
+//!   every connection's handshake proves (an authenticated job).
 //! - What every transport does alike, written once: [`Exposed`] (the
 //!   exposed-buffer table), [`framing`] (the fixed header of every
 //!   frame), [`lease`] (memory a peer is reading), [`link`]
@@ -41,6 +43,7 @@
 //! - `conformance` (cargo feature `conformance`): the test suite every
 //!   transport must pass.
 
+pub mod auth;
 pub mod board;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -228,6 +231,10 @@ pub enum TransportError {
     /// The transport was shut down.
     #[error("transport shut down")]
     Closed,
+    /// The job key is missing or unreadable, or a process called did not
+    /// prove it (the message names the variable at fault, never the key).
+    #[error("{0}")]
+    Auth(String),
 }
 
 /// Moves control frames and data between the ranks of one job.

@@ -4,18 +4,21 @@
 //! sockets, 127.0.0.1 only; the misbehaving rank speaks the wire protocol
 //! by hand.
 
+mod common;
+
 use bytes::Bytes;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use taskfold_core::auth::{JobAuth, JobKey};
+use taskfold_transports::auth::fresh_key;
 use taskfold_transports::conformance::{fresh_dir, fresh_job, next_event, wait};
-use taskfold_transports::tcp::frame::{self, kind, Header, Hello, Role};
+use taskfold_transports::tcp::frame::{self, kind, Header, Role};
 use taskfold_transports::tcp::metrics::{BAD_CONNECTIONS, BOUNDS_HIT};
 use taskfold_transports::tcp::{MasterAddr, TcpConfig, TcpTransport};
-use taskfold_transports::version::VERSION;
 use taskfold_transports::{BufferKey, Event, Rank, Transport, TransportError};
 
 const QUICK: Duration = Duration::from_secs(10);
@@ -67,29 +70,24 @@ fn master_addr(path: &Path) -> SocketAddr {
 
 /// A job of three ranks: rank 0 and rank 2 real, rank 1 registered by
 /// hand and listening on the returned listener.
-fn job_with_a_rogue() -> (Arc<TcpTransport>, Arc<TcpTransport>, TcpListener) {
+fn job_with_a_rogue() -> (Arc<TcpTransport>, Arc<TcpTransport>, TcpListener, JobKey) {
     let dir = fresh_dir();
     let path = dir.join("master");
     let job = fresh_job();
+    let key = fresh_key().expect("a key");
     let start = |rank: u32| {
         let mut cfg = TcpConfig::new(rank, 3, job, MasterAddr::Rendezvous(path.clone()));
         cfg.connect_timeout = Duration::from_secs(20);
         cfg.loans = false;
+        cfg.auth = JobAuth::Key(key.clone());
         std::thread::spawn(move || TcpTransport::start(cfg).expect("a real rank"))
     };
     let (r0, r2) = (start(0), start(2));
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let mut s = TcpStream::connect(master_addr(&path)).expect("connect to the master");
-    let hello = frame::hello_frame(&Hello {
-        version: VERSION,
-        role: Role::Register,
-        job,
-        rank: 1,
-        size: 3,
-        addr: Some(listener.local_addr().expect("address")),
-        node: 0,
-    });
-    s.write_all(&hello).expect("register");
+    // Rank 1 holds the key: a rank of the job that misbehaves.
+    let mut hello = common::hello(Role::Register, job, 1, 3, 7);
+    hello.addr = Some(listener.local_addr().expect("address"));
+    let mut s = common::connect_proven(master_addr(&path), &hello, &key, 0);
     s.set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");
     let (h, _) = frame::read_frame_sync(&mut s, 4096)
@@ -98,20 +96,17 @@ fn job_with_a_rogue() -> (Arc<TcpTransport>, Arc<TcpTransport>, TcpListener) {
     assert_eq!(h.kind, kind::TABLE);
     let (t0, t2) = (r0.join().expect("rank 0"), r2.join().expect("rank 2"));
     let _ = std::fs::remove_dir_all(dir);
-    (t0, t2, listener)
+    (t0, t2, listener, key)
 }
 
 /// Rank 1's side: accepts rank 0's connection, answers its get request
 /// with a chunk announcing `total` bytes, and returns whether rank 0 then
 /// closed the connection (within [`QUICK`]).
-fn rogue_answers(listener: TcpListener, total: u64) -> std::thread::JoinHandle<bool> {
+fn rogue_answers(listener: TcpListener, key: JobKey, total: u64) -> std::thread::JoinHandle<bool> {
     std::thread::spawn(move || {
         let (mut s, _) = listener.accept().expect("rank 0 connects");
         s.set_read_timeout(Some(QUICK)).expect("timeout");
-        let (h, _) = frame::read_frame_sync(&mut s, 4096)
-            .expect("hello")
-            .expect("a frame");
-        assert_eq!(h.kind, kind::HELLO);
+        common::accept_proven(&mut s, &key, 1);
         let (req, _) = frame::read_frame_sync(&mut s, 4096)
             .expect("request")
             .expect("a frame");
@@ -137,10 +132,10 @@ fn rogue_answers(listener: TcpListener, total: u64) -> std::thread::JoinHandle<b
 /// the get fails, the link to rank 1 goes down, and rank 2 still serves
 /// rank 0.
 fn refused_then_others_served(total: u64, max: Option<u64>) {
-    let (t0, t2, listener) = job_with_a_rogue();
+    let (t0, t2, listener, key) = job_with_a_rogue();
     let bad_before = counter(BAD_CONNECTIONS, None);
     let hits_before = counter(BOUNDS_HIT, Some(("bound", "get_total")));
-    let rogue = rogue_answers(listener, total);
+    let rogue = rogue_answers(listener, key, total);
     let get = match max {
         Some(m) => t0.get_within(Rank(1), BufferKey(7), m),
         None => t0.get(Rank(1), BufferKey(7)),
@@ -202,23 +197,14 @@ fn a_total_beyond_what_the_caller_expects_is_refused() {
 /// served meanwhile.
 #[test]
 fn a_peer_that_never_reads_is_not_read_either() {
-    let (t0, t2, listener) = job_with_a_rogue();
+    let (t0, t2, listener, key) = job_with_a_rogue();
     drop(listener);
     let big = Bytes::from(vec![1u8; 1 << 20]);
     t0.expose(BufferKey(3), big.clone());
     let hits_before = counter(BOUNDS_HIT, Some(("bound", "writer")));
     // Rank 1 connects to rank 0 as a peer and asks, and asks.
-    let mut s = TcpStream::connect(t0.listen_addr()).expect("connect");
-    let hello = frame::hello_frame(&Hello {
-        version: VERSION,
-        role: Role::Peer,
-        job: t0.job(),
-        rank: 1,
-        size: 3,
-        addr: None,
-        node: 0,
-    });
-    s.write_all(&hello).expect("hello");
+    let hello = common::hello(Role::Peer, t0.job(), 1, 3, 9);
+    let mut s = common::connect_proven(t0.listen_addr(), &hello, &key, 0);
     let mut req = Header::new(kind::GET_REQ, 0);
     req.b = 3;
     let mut sent = 0u64;

@@ -158,3 +158,37 @@ fn ranks_on_different_providers_refuse_each_other() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The libfabric transport starts over an authenticated TCP bootstrap: a
+/// rank with another job key never learns an endpoint name (the master's
+/// proof does not match its key), and the ranks with the key run.
+#[test]
+fn a_rank_with_another_key_is_kept_out_of_the_bootstrap() {
+    use taskfold_core::auth::JobAuth;
+    use taskfold_transports::auth::fresh_key;
+    let Some(&provider) = providers().first() else {
+        return;
+    };
+    let dir = fresh_dir();
+    let job = fresh_job();
+    let master = MasterAddr::Rendezvous(dir.join("m"));
+    let right = JobAuth::Key(fresh_key().expect("a key"));
+    let config = |rank: u32, auth: &JobAuth, wait: u64| {
+        let mut tcp = TcpConfig::new(rank, 2, job, master.clone());
+        tcp.auth = auth.clone();
+        tcp.connect_timeout = Duration::from_secs(wait);
+        LibfabricConfig::new(tcp, Some(provider.to_string()))
+    };
+    let cfg0 = config(0, &right, 20);
+    let r0 = std::thread::spawn(move || LibfabricTransport::start(cfg0));
+    let wrong = JobAuth::Key(fresh_key().expect("a key"));
+    match LibfabricTransport::start(config(1, &wrong, 5)) {
+        Err(TransportError::Auth(e)) => assert!(e.contains("not of this job"), "{e}"),
+        other => panic!("expected the master's proof to fail, got {:?}", other.err()),
+    }
+    let t1 = LibfabricTransport::start(config(1, &right, 20)).expect("rank 1");
+    let t0 = r0.join().expect("no panic").expect("rank 0");
+    t1.send(Rank(0), Bytes::from_static(b"in")).expect("send");
+    assert_eq!(expect_message(&*t0, "rank 1's frame").0, Rank(1));
+    let _ = std::fs::remove_dir_all(&dir);
+}

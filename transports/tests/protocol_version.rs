@@ -5,6 +5,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
+use taskfold_core::auth::{Handshake, JobKey, Nonce, Proof, CHALLENGE_LEN, NONCE_LEN};
 use taskfold_transports::conformance::{fresh_dir, fresh_job, tcp_ranks};
 use taskfold_transports::tcp::frame::{self, kind, Header, Hello, Role};
 use taskfold_transports::tcp::{MasterAddr, TcpConfig, TcpTransport};
@@ -26,6 +27,7 @@ fn hello_of_another_version(addr: std::net::SocketAddr, role: Role, job: u64, ra
         size: 2,
         addr: Some(addr),
         node: 0,
+        nonce: [0; NONCE_LEN],
     });
     s.write_all(&hello).expect("hello");
     let _ = s.shutdown(Shutdown::Write);
@@ -71,6 +73,26 @@ fn a_master_of_another_version_is_refused_by_the_rank() {
         assert_eq!(h.kind, kind::HELLO);
         let hello = Hello::decode(&body).expect("a hello of this build");
         assert_eq!(hello.version, VERSION, "the rank says its version");
+        // It proves the key (of the insecure mode, as the rank's) first.
+        let (mut hs, c) = Handshake::listen(
+            &JobKey::PUBLIC,
+            &body,
+            0,
+            Nonce(hello.nonce),
+            Nonce([3; NONCE_LEN]),
+        );
+        frame::write_frame_sync(
+            &mut s,
+            Header::new(kind::CHALLENGE, CHALLENGE_LEN as u32),
+            &c.encode(),
+        )
+        .expect("the challenge");
+        let (h, proof) = frame::read_frame_sync(&mut s, 4096)
+            .expect("a frame")
+            .expect("a proof");
+        assert_eq!(h.kind, kind::PROOF);
+        let proof = Proof(proof.try_into().expect("32 bytes"));
+        hs.on_proof(&proof).expect("the rank proves the key");
         // The table of a master of another version.
         let table = frame::encode_table(&[
             frame::Entry { addr, node: 0 },

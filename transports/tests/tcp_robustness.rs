@@ -1,16 +1,21 @@
 //! TCP-specific robustness: bad input on the listeners, refusals at the
 //! bootstrap, launcher reports. Everything binds 127.0.0.1 only.
 
+mod common;
+
 use bytes::Bytes;
+use common::{call, hello};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use taskfold_core::auth::JobAuth;
 use taskfold_core::wire::{decode, Msg};
+use taskfold_transports::auth::fresh_key;
 use taskfold_transports::conformance::{
     events_during, expect_message, fresh_dir, fresh_job, next_event, tcp_ranks, wait,
 };
-use taskfold_transports::tcp::frame::{self, kind, Header, Hello, Role};
+use taskfold_transports::tcp::frame::{self, kind, Header, Role};
 use taskfold_transports::tcp::{report_rank_exit, MasterAddr, TcpConfig, TcpTransport};
 use taskfold_transports::version::VERSION;
 use taskfold_transports::{BufferKey, Event, Rank, Transport, TransportError, LAUNCHER};
@@ -134,16 +139,14 @@ fn oversize_control_frames_are_refused() {
     }
 }
 
-fn raw_hello(role: Role, job: u64, rank: u32, size: u32) -> Vec<u8> {
-    frame::hello_frame(&Hello {
-        version: VERSION,
-        role,
-        job,
-        rank,
-        size,
-        addr: None,
-        node: 0,
-    })
+/// `n` ranks of a job whose key the test knows.
+fn keyed(n: u32) -> (Vec<Arc<TcpTransport>>, JobAuth) {
+    let auth = JobAuth::Key(fresh_key().expect("a key"));
+    let a = auth.clone();
+    (
+        tcp_ranks(n, &move |c: &mut TcpConfig| c.auth = a.clone()),
+        auth,
+    )
 }
 
 /// The master's table carries every rank's node token to every rank.
@@ -157,19 +160,21 @@ fn every_rank_learns_every_ranks_node() {
     }
 }
 
+/// Callers that proved the job key but claim what is not so are refused
+/// with the reason.
 #[test]
 fn bad_peer_hellos_are_refused() {
-    let ts = tcp_ranks(2, &|_| {});
-    let (job, addr) = (ts[0].job(), ts[1].listen_addr());
-    let r = refusal(&poke(addr, &raw_hello(Role::Peer, job ^ 1, 0, 2)));
+    let (ts, auth) = keyed(2);
+    let (job, addr, key) = (ts[0].job(), ts[1].listen_addr(), auth.key());
+    let r = call(addr, &hello(Role::Peer, job ^ 1, 0, 2, 1), key, 1, &[]).refusal();
     assert!(r.contains("wrong job id"), "{r}");
-    let r = refusal(&poke(addr, &raw_hello(Role::Peer, job, 9, 2)));
+    let r = call(addr, &hello(Role::Peer, job, 9, 2, 2), key, 1, &[]).refusal();
     assert!(r.contains("rank 9"), "{r}");
-    let r = refusal(&poke(addr, &raw_hello(Role::Peer, job, 1, 2)));
+    let r = call(addr, &hello(Role::Peer, job, 1, 2, 3), key, 1, &[]).refusal();
     assert!(r.contains("rank 1"), "{r}");
-    let r = refusal(&poke(addr, &raw_hello(Role::Register, job, 1, 2)));
+    let r = call(addr, &hello(Role::Register, job, 1, 2, 4), key, 1, &[]).refusal();
     assert!(r.contains("not the master"), "{r}");
-    // Another protocol version.
+    // Another protocol version: refused before the handshake.
     let mut old = Header::new(kind::HELLO, 2).encode().to_vec();
     old.extend_from_slice(&99u16.to_le_bytes());
     let r = refusal(&poke(addr, &old));
@@ -182,16 +187,24 @@ fn bad_peer_hellos_are_refused() {
     still_works(&ts);
 }
 
-fn intruder(rank: u32, size: u32, job: u64, master: SocketAddr) -> Result<(), TransportError> {
+/// A rank of the job (it holds the key) started with other claims.
+fn intruder(
+    rank: u32,
+    size: u32,
+    job: u64,
+    auth: &JobAuth,
+    master: SocketAddr,
+) -> Result<(), TransportError> {
     let mut cfg = TcpConfig::new(rank, size, job, MasterAddr::Addr(master));
+    cfg.auth = auth.clone();
     cfg.connect_timeout = QUICK;
     TcpTransport::start(cfg).map(|_| ())
 }
 
 #[test]
 fn wrong_job_is_refused() {
-    let ts = tcp_ranks(2, &|_| {});
-    match intruder(1, 2, ts[0].job() ^ 0xff, ts[0].master_addr()) {
+    let (ts, auth) = keyed(2);
+    match intruder(1, 2, ts[0].job() ^ 0xff, &auth, ts[0].master_addr()) {
         Err(TransportError::Refused(r)) => assert!(r.contains("wrong job id"), "{r}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
@@ -200,8 +213,8 @@ fn wrong_job_is_refused() {
 
 #[test]
 fn wrong_size_is_refused() {
-    let ts = tcp_ranks(2, &|_| {});
-    match intruder(1, 3, ts[0].job(), ts[0].master_addr()) {
+    let (ts, auth) = keyed(2);
+    match intruder(1, 3, ts[0].job(), &auth, ts[0].master_addr()) {
         Err(TransportError::Refused(r)) => assert!(r.contains("wrong rank counts"), "{r}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
@@ -210,25 +223,18 @@ fn wrong_size_is_refused() {
 
 #[test]
 fn registered_rank_is_refused_after_the_bootstrap() {
-    let ts = tcp_ranks(2, &|_| {});
-    match intruder(1, 2, ts[0].job(), ts[0].master_addr()) {
+    let (ts, auth) = keyed(2);
+    match intruder(1, 2, ts[0].job(), &auth, ts[0].master_addr()) {
         Err(TransportError::Refused(r)) => assert!(r.contains("already registered"), "{r}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
     // A raw registration claiming rank 0 (the master itself).
-    let mut hello = Hello {
-        version: VERSION,
-        role: Role::Register,
-        job: ts[0].job(),
-        rank: 0,
-        size: 2,
-        addr: Some(ts[1].listen_addr()),
-        node: 0,
-    };
-    let r = refusal(&poke(ts[0].master_addr(), &frame::hello_frame(&hello)));
+    let mut h = hello(Role::Register, ts[0].job(), 0, 2, 5);
+    h.addr = Some(ts[1].listen_addr());
+    let r = call(ts[0].master_addr(), &h, auth.key(), 0, &[]).refusal();
     assert!(r.contains("rank 0 is already registered"), "{r}");
-    hello.rank = 5;
-    let r = refusal(&poke(ts[0].master_addr(), &frame::hello_frame(&hello)));
+    h.rank = 5;
+    let r = call(ts[0].master_addr(), &h, auth.key(), 0, &[]).refusal();
     assert!(r.contains("out of range"), "{r}");
     still_works(&ts);
 }
@@ -238,8 +244,10 @@ fn registered_rank_is_refused_during_the_bootstrap() {
     let dir = fresh_dir();
     let master = MasterAddr::Rendezvous(dir.join("master"));
     let job = fresh_job();
+    let auth = JobAuth::Key(fresh_key().expect("a key"));
     let start = |rank: u32| {
         let mut cfg = TcpConfig::new(rank, 3, job, master.clone());
+        cfg.auth = auth.clone();
         cfg.connect_timeout = Duration::from_secs(15);
         std::thread::spawn(move || TcpTransport::start(cfg))
     };
@@ -311,9 +319,9 @@ fn unreachable_master_times_out() {
 
 #[test]
 fn launcher_reports_reach_the_master() {
-    let ts = tcp_ranks(2, &|_| {});
+    let (ts, auth) = keyed(2);
     let master = MasterAddr::Addr(ts[0].master_addr());
-    report_rank_exit(&master, ts[0].job(), 1, -1, 9, QUICK).expect("report");
+    report_rank_exit(&master, ts[0].job(), &auth, 1, -1, 9, QUICK).expect("report");
     match next_event(&*ts[0], "the launcher's report") {
         Event::Message { from, frame } => {
             assert_eq!(from, LAUNCHER);
@@ -328,14 +336,21 @@ fn launcher_reports_reach_the_master() {
         }
         e => panic!("expected the report, got {e:?}"),
     }
-    match report_rank_exit(&master, ts[0].job() ^ 1, 1, 0, 0, QUICK) {
+    match report_rank_exit(&master, ts[0].job() ^ 1, &auth, 1, 0, 0, QUICK) {
         Err(TransportError::Refused(r)) => assert!(r.contains("wrong job id"), "{r}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
+    // Rank 1 proves the key as rank 1, not as the master.
     let not_master = MasterAddr::Addr(ts[1].listen_addr());
-    match report_rank_exit(&not_master, ts[0].job(), 1, 0, 0, QUICK) {
-        Err(TransportError::Refused(r)) => assert!(r.contains("not the master"), "{r}"),
-        other => panic!("expected a refusal, got {other:?}"),
+    match report_rank_exit(&not_master, ts[0].job(), &auth, 1, 0, 0, QUICK) {
+        Err(TransportError::Auth(r)) => assert!(r.contains("not of this job"), "{r}"),
+        other => panic!("expected the master's proof to fail, got {other:?}"),
+    }
+    // A launcher without the key: refused, and the master hears nothing.
+    let other = JobAuth::Key(fresh_key().expect("a key"));
+    match report_rank_exit(&master, ts[0].job(), &other, 1, 0, 9, QUICK) {
+        Err(TransportError::Auth(r)) => assert!(r.contains("not of this job"), "{r}"),
+        other => panic!("expected the master's proof to fail, got {other:?}"),
     }
     still_works(&ts);
 }
@@ -345,8 +360,11 @@ fn launcher_finds_the_master_through_the_rendezvous_file() {
     let dir = fresh_dir();
     let master = MasterAddr::Rendezvous(dir.join("master"));
     let job = fresh_job();
-    let t0 = TcpTransport::start(TcpConfig::new(0, 1, job, master.clone())).expect("rank 0");
-    report_rank_exit(&master, job, 0, 3, 0, QUICK).expect("report");
+    let auth = JobAuth::Key(fresh_key().expect("a key"));
+    let mut cfg = TcpConfig::new(0, 1, job, master.clone());
+    cfg.auth = auth.clone();
+    let t0 = TcpTransport::start(cfg).expect("rank 0");
+    report_rank_exit(&master, job, &auth, 0, 3, 0, QUICK).expect("report");
     let (from, frame) = expect_message(&*t0, "the launcher's report");
     assert_eq!(from, LAUNCHER);
     assert!(matches!(

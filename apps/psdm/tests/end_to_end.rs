@@ -188,7 +188,11 @@ fn mpiexec_on_3_ranks_gives_the_same_image() {
     let dir = tempfile::tempdir().unwrap();
     let (png, raw, extra) = outputs(dir.path(), "mpiexec3");
     let mut cmd = Command::new(mpiexec);
+    // The job's key, as a user gives it under mpiexec (`taskfold run`
+    // makes its own).
     cmd.env("TASKFOLD_RENDEZVOUS", dir.path().join("master.addr"))
+        .env("TASKFOLD_JOB_KEY", taskfold_tests::job_key())
+        .env_remove("TASKFOLD_JOB_KEY_FILE")
         .env("TASKFOLD_JOB", "psdm-mpiexec-test")
         .env_remove("TASKFOLD_RANK")
         .env_remove("TASKFOLD_SIZE")

@@ -371,11 +371,9 @@ fn rank_main(args: &TransportArgs, out: &Path) -> Result<(), String> {
     if id.size != 2 {
         return Err(format!("needs 2 ranks, not {}", id.size));
     }
-    let t = select::start(
-        &settings.transport,
-        TcpConfig::new(id.rank, id.size, job, master),
-    )
-    .map_err(|e| e.to_string())?;
+    let mut tcp = TcpConfig::new(id.rank, id.size, job, master);
+    tcp.auth = taskfold_transports::auth::job_auth(&settings.launch).map_err(|e| e.to_string())?;
+    let t = select::start(&settings.transport, tcp).map_err(|e| e.to_string())?;
     let r = if id.rank == 0 {
         pinger(&*t, args).and_then(|p| {
             std::fs::write(out, serde_json::to_vec(&p).unwrap_or_default())

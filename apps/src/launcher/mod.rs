@@ -3,7 +3,10 @@
 //!
 //! Each rank gets `TASKFOLD_RANK`, `TASKFOLD_SIZE`, `TASKFOLD_JOB`,
 //! `TASKFOLD_RENDEZVOUS` (a file in a fresh per-job directory where rank 0
-//! writes the master's address) and, unless set already,
+//! writes the master's address), `TASKFOLD_JOB_KEY` (a fresh 256-bit key
+//! of this job, from the system's random source, given to the ranks in
+//! their environment alone: every connection of the job proves it, the
+//! launcher's reports too) and, unless set already,
 //! `TASKFOLD_REPLICA_DIR` (in the same directory, so that the survivors can
 //! read a dead rank's disk copies; removed with the job). Output lines are
 //! prefixed with `[rank]`. The ranks' settings are parsed before any rank
@@ -31,12 +34,13 @@ mod verdict;
 
 pub use nodes::NodeSpec;
 use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use taskfold::{MasterAddr, Settings};
+use taskfold::{JobKey, MasterAddr, Settings};
+use taskfold_core::auth::JobAuth;
 use taskfold_core::id::stable_hash;
 pub use verdict::Verdict;
 
@@ -97,15 +101,18 @@ impl RankExit {
 /// with the launcher's variables and `launch.env` on top), checked before
 /// any rank starts: a bad value stops the job here, named once, instead
 /// of in every rank.
-fn ranks_settings(launch: &Launch, job: &str, rendezvous: &Path) -> std::io::Result<Settings> {
+fn ranks_settings(launch: &Launch, job: &Job) -> std::io::Result<Settings> {
     let size = launch.ranks.to_string();
+    let key = job.key.to_hex();
     let ours = [
         ("TASKFOLD_RANK", OsStr::new("0")),
         ("TASKFOLD_SIZE", OsStr::new(&size)),
-        ("TASKFOLD_JOB", OsStr::new(job)),
-        ("TASKFOLD_RENDEZVOUS", rendezvous.as_os_str()),
+        ("TASKFOLD_JOB", OsStr::new(&job.name)),
+        ("TASKFOLD_RENDEZVOUS", job.rendezvous.as_os_str()),
+        ("TASKFOLD_JOB_KEY", OsStr::new(&key)),
         // Removed from the ranks' environment: blank is unset.
         ("TASKFOLD_MASTER", OsStr::new("")),
+        ("TASKFOLD_JOB_KEY_FILE", OsStr::new("")),
     ];
     let extra = launch
         .env
@@ -139,6 +146,7 @@ pub fn run_on(launch: &Launch, nodes: Option<&NodeSpec>) -> std::io::Result<Vec<
             .map(|d| d.as_nanos())
             .unwrap_or(0)
     );
+    let key = taskfold_transports::auth::fresh_key().map_err(std::io::Error::other)?;
     // Private (0700, an unguessable name under $TMPDIR, else /tmp): it
     // holds the rendezvous file and the replica files of the job.
     let dir = taskfold_transports::private::fresh_dir("taskfold-job-")?;
@@ -146,6 +154,7 @@ pub fn run_on(launch: &Launch, nodes: Option<&NodeSpec>) -> std::io::Result<Vec<
         rendezvous: dir.join("master.addr"),
         name: format!("run-{nonce}"),
         dir,
+        key,
     };
     let result = run_job(launch, nodes, &job);
     let _ = std::fs::remove_dir_all(&job.dir);
@@ -160,11 +169,14 @@ struct Job {
     rendezvous: PathBuf,
     /// `TASKFOLD_JOB`.
     name: String,
+    /// `TASKFOLD_JOB_KEY`: the ranks prove it to each other, the launcher
+    /// to the master.
+    key: JobKey,
 }
 
 /// Starts the ranks of `job` (on its nodes, if any) and watches them.
 fn run_job(launch: &Launch, nodes: Option<&NodeSpec>, job: &Job) -> std::io::Result<Vec<RankExit>> {
-    let settings = ranks_settings(launch, &job.name, &job.rendezvous)?;
+    let settings = ranks_settings(launch, job)?;
     let cluster = match nodes {
         Some(spec) => Some(nodes::Cluster::create(spec, launch.ranks, &job.dir)?),
         None => None,
@@ -233,6 +245,8 @@ fn rank_command(
         .env("TASKFOLD_SIZE", launch.ranks.to_string())
         .env("TASKFOLD_JOB", &job.name)
         .env("TASKFOLD_RENDEZVOUS", &job.rendezvous)
+        .env("TASKFOLD_JOB_KEY", job.key.to_hex())
+        .env_remove("TASKFOLD_JOB_KEY_FILE")
         .env_remove("TASKFOLD_MASTER")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -391,10 +405,12 @@ fn watch(
 fn report(exit: &RankExit, job: &Job, cluster: Option<&nodes::Cluster>) {
     let (code, signal) = exit.code_and_signal();
     let master = MasterAddr::Rendezvous(job.rendezvous.clone());
+    let auth = JobAuth::Key(job.key.clone());
     let send = || {
         taskfold_transports::tcp::report_rank_exit(
             &master,
             stable_hash(&job.name),
+            &auth,
             exit.rank,
             code,
             signal,
@@ -438,6 +454,42 @@ mod tests {
         for line in ["[0] out-0", "[0] err-0", "[1] out-1", "[1] err-1"] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }
+    }
+
+    #[test]
+    fn every_job_gives_its_ranks_a_fresh_key_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys: Vec<Vec<String>> = (0..2)
+            .map(|j| {
+                let log = dir.path().join(format!("ranks-{j}.log"));
+                let launch = Launch {
+                    ranks: 2,
+                    program: "sh".into(),
+                    args: vec![
+                        "-c".into(),
+                        "echo key=$TASKFOLD_JOB_KEY file=$TASKFOLD_JOB_KEY_FILE".into(),
+                    ],
+                    timeout: Some(Duration::from_secs(60)),
+                    env: Vec::new(),
+                    log: Some(log.clone()),
+                };
+                assert!(run(&launch).unwrap().iter().all(RankExit::success));
+                let text = std::fs::read_to_string(&log).unwrap();
+                text.lines()
+                    .map(|l| {
+                        let key = l.split("key=").nth(1).and_then(|k| k.split(' ').next());
+                        assert!(l.ends_with("file="), "{l}");
+                        key.expect("a key").to_string()
+                    })
+                    .collect()
+            })
+            .collect();
+        for ks in &keys {
+            assert_eq!(ks.len(), 2);
+            assert_eq!(ks[0], ks[1], "one key per job");
+            assert!(JobKey::from_hex(&ks[0]).is_some(), "{ks:?}");
+        }
+        assert_ne!(keys[0][0], keys[1][0], "a fresh key per job");
     }
 
     #[test]
@@ -505,11 +557,24 @@ mod tests {
             env: vec![("TASKFOLD_REPLICA_DIR".into(), "/tmp/r".into())],
             log: None,
         };
-        let s = ranks_settings(&launch, "job", Path::new("/tmp/m.addr")).unwrap();
+        let job = Job {
+            dir: "/tmp".into(),
+            rendezvous: "/tmp/m.addr".into(),
+            name: "job".into(),
+            key: taskfold_transports::auth::fresh_key().unwrap(),
+        };
+        let s = ranks_settings(&launch, &job).unwrap();
         let id = s.launch.identity.expect("an identity");
         assert_eq!((id.rank, id.size, id.launcher), (0, 3, "taskfold"));
         assert_eq!(s.launch.master, None);
         assert_eq!(s.launch.job.as_deref(), Some("job"));
-        assert_eq!(s.runtime.replica_dir.as_deref(), Some(Path::new("/tmp/r")));
+        assert_eq!(
+            s.launch.key,
+            Some(taskfold_core::settings::KeySource::Value(job.key.clone()))
+        );
+        assert_eq!(
+            s.runtime.replica_dir.as_deref(),
+            Some(std::path::Path::new("/tmp/r"))
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Where this process is in its job: rank and size (from whichever launcher
-//! started it), the master's address and the job's name.
+//! started it), the master's address, the job's name and where its key
+//! comes from.
 //!
 //! | launcher | rank | size |
 //! | --- | --- | --- |
@@ -13,6 +14,7 @@
 //! is an error.
 
 use super::SettingsError;
+use crate::auth::JobKey;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -53,7 +55,32 @@ pub struct Launch {
     /// The job's name (`TASKFOLD_JOB`, any text; default the master's
     /// address or the rendezvous path): ranks of another job are refused.
     pub job: Option<String>,
+    /// Where the job's key comes from (`TASKFOLD_JOB_KEY` or
+    /// `TASKFOLD_JOB_KEY_FILE`; `taskfold run` gives its ranks one). A
+    /// rank over a network transport without one does not start, unless
+    /// [`Launch::insecure`].
+    pub key: Option<KeySource>,
+    /// `TASKFOLD_INSECURE`: without a key, run anyway, unauthenticated
+    /// (warned about). No effect when there is a key.
+    pub insecure: bool,
 }
+
+/// Where the job key comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeySource {
+    /// The key itself (`TASKFOLD_JOB_KEY`).
+    Value(JobKey),
+    /// A file holding it (`TASKFOLD_JOB_KEY_FILE`), read when the
+    /// transport starts; it must be readable by its owner alone.
+    File(PathBuf),
+}
+
+/// Why a rank without a key does not start: names the variables that give
+/// one, and the one that does without.
+pub const MISSING_KEY: &str = "this job has no key: set TASKFOLD_JOB_KEY_FILE to a file only \
+     you can read, or TASKFOLD_JOB_KEY, holding 64 hexadecimal digits (e.g. from `openssl rand \
+     -hex 32`), the same for every rank (`taskfold run` makes one for its ranks); or set \
+     TASKFOLD_INSECURE=1 to run without one, open to any process that reaches the job's ports";
 
 impl Launch {
     /// The job's name: [`Launch::job`], else the master's address, else

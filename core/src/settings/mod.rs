@@ -38,7 +38,7 @@ mod vars;
 mod tests;
 
 pub use config::{Completion, Config, Durability, Standby};
-pub use launch::{Identity, Launch};
+pub use launch::{Identity, KeySource, Launch};
 pub use values::{parse_bool, Named};
 pub use vars::{variables, Variable, OTHER_KNOWN};
 
@@ -182,6 +182,12 @@ impl SettingsError {
     }
 }
 
+/// Variables whose values are secrets: an error does not quote them.
+pub const SECRETS: &[&str] = &["TASKFOLD_JOB_KEY"];
+
+/// What an error shows in place of a secret's value.
+const SECRET_SHOWN: &str = "(secret, not shown)";
+
 /// Whether a value counts as unset (empty or whitespace).
 fn is_blank(v: &OsStr) -> bool {
     v.to_str().is_some_and(|s| s.trim().is_empty())
@@ -211,7 +217,15 @@ impl Settings {
         let mut s = Settings::default();
         for var in variables() {
             if let Some(v) = vars.get(var.name).filter(|v| !is_blank(v)) {
-                (var.set)(&mut s, v).map_err(|()| SettingsError::new(var.name, v, var.expected))?;
+                (var.set)(&mut s, v).map_err(|()| {
+                    // A secret is never quoted, not even a malformed one.
+                    let shown = if SECRETS.contains(&var.name) {
+                        OsStr::new(SECRET_SHOWN)
+                    } else {
+                        v.as_os_str()
+                    };
+                    SettingsError::new(var.name, shown, var.expected)
+                })?;
             }
         }
         s.launch.identity = launch::identity(&vars)?;

@@ -262,6 +262,45 @@ fn the_shared_heap_switch() {
 }
 
 #[test]
+fn the_job_key() {
+    let hex = "0123456789abcdef".repeat(4);
+    let s = parse(&[("TASKFOLD_JOB_KEY", hex.as_str())]).unwrap();
+    let key = crate::auth::JobKey::from_hex(&hex).unwrap();
+    assert_eq!(s.launch.key, Some(KeySource::Value(key)));
+    assert!(!s.launch.insecure);
+    let s = parse(&[
+        ("TASKFOLD_JOB_KEY_FILE", "/run/k"),
+        ("TASKFOLD_INSECURE", "1"),
+    ])
+    .unwrap();
+    assert_eq!(s.launch.key, Some(KeySource::File("/run/k".into())));
+    assert!(s.launch.insecure);
+    // One key, given once.
+    let e = err(&[
+        ("TASKFOLD_JOB_KEY", hex.as_str()),
+        ("TASKFOLD_JOB_KEY_FILE", "/run/k"),
+    ]);
+    assert_eq!(e.name, "TASKFOLD_JOB_KEY_FILE");
+    // A malformed key is refused without being quoted: it may be most of
+    // the real one.
+    let almost = &hex[..63];
+    let e = err(&[("TASKFOLD_JOB_KEY", almost)]).to_string();
+    assert!(e.starts_with("TASKFOLD_JOB_KEY="), "{e}");
+    assert!(e.contains("64 hexadecimal digits"), "{e}");
+    assert!(!e.contains(&almost[..16]), "{e}");
+    // Nor is a settings' Debug.
+    let s = parse(&[("TASKFOLD_JOB_KEY", hex.as_str())]).unwrap();
+    assert!(!format!("{s:?}").contains(&hex[..16]));
+    for var in [
+        "TASKFOLD_JOB_KEY_FILE",
+        "TASKFOLD_JOB_KEY",
+        "TASKFOLD_INSECURE",
+    ] {
+        assert!(launch::MISSING_KEY.contains(var), "{var}");
+    }
+}
+
+#[test]
 fn every_variable_is_in_the_book() {
     let book = include_str!("../../../book/src/configuration.md");
     let names = variables().iter().map(|v| v.name);
@@ -299,17 +338,30 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
         proptest::option::of("[a-z][a-z0-9.]{0,10}:[0-9]{1,4}"),
         proptest::option::of("/[a-z/]{1,12}"),
         proptest::option::of("[a-z0-9-]{1,12}"),
+        (
+            proptest::option::of(any::<[u8; 32]>()),
+            proptest::option::of("/[a-z/]{1,12}"),
+            any::<bool>(),
+        ),
     )
-        .prop_map(|(id, master, rendezvous, job)| Launch {
-            identity: id.map(|(size, l)| Identity {
-                rank: size / 2,
-                size,
-                launcher: launch::SOURCES[l].2,
-            }),
-            master,
-            rendezvous: rendezvous.map(PathBuf::from),
-            job,
-        });
+        .prop_map(
+            |(id, master, rendezvous, job, (key, key_file, insecure))| Launch {
+                identity: id.map(|(size, l)| Identity {
+                    rank: size / 2,
+                    size,
+                    launcher: launch::SOURCES[l].2,
+                }),
+                master,
+                rendezvous: rendezvous.map(PathBuf::from),
+                job,
+                key: match (key, key_file) {
+                    (Some(k), _) => Some(KeySource::Value(crate::auth::JobKey::from_bytes(k))),
+                    (None, Some(p)) => Some(KeySource::File(p.into())),
+                    (None, None) => None,
+                },
+                insecure,
+            },
+        );
     let runtime = (
         (1usize..=1024, 0u64..1 << 20, 1u64..1 << 20, 1u64..1 << 20),
         (
@@ -388,13 +440,13 @@ proptest! {
     /// their opposites on; anything else is refused, naming the variable.
     #[test]
     fn every_boolean_reads_every_spelling(
-        which in 0usize..4,
+        which in 0usize..5,
         word in 0usize..4,
         upper in proptest::collection::vec(any::<bool>(), 5),
         junk in "[a-z2-9]{1,6}",
     ) {
         let names = booleans();
-        prop_assert_eq!(names.len(), 4);
+        prop_assert_eq!(names.len(), 5);
         let name = names[which];
         let case = |w: &str| -> String {
             w.chars().zip(upper.iter().cycle()).map(|(c, u)| {
@@ -410,6 +462,7 @@ proptest! {
                 "TASKFOLD_NOTICE_BOARD" => s.runtime.notice_board,
                 "TASKFOLD_SHARED_HEAP" => s.shared_heap,
                 "TASKFOLD_TCP_CMA" => s.transport.tcp_loans,
+                "TASKFOLD_INSECURE" => s.launch.insecure,
                 other => panic!("unexpected boolean {other}"),
             }
         };
@@ -426,16 +479,20 @@ proptest! {
 
     /// A bad value of any variable names that variable.
     #[test]
-    fn bad_values_name_the_variable(which in 0usize..23, junk in "[%@!]{1,80}") {
+    fn bad_values_name_the_variable(which in 0usize..26, junk in "[%@!]{1,80}") {
         let var = &variables()[which];
         // Paths and names accept any text.
         let free = ["TASKFOLD_RENDEZVOUS", "TASKFOLD_JOB", "TASKFOLD_REPLICA_DIR",
-                    "TASKFOLD_FI_PROVIDER"];
+                    "TASKFOLD_FI_PROVIDER", "TASKFOLD_JOB_KEY_FILE"];
         prop_assume!(!free.contains(&var.name));
         let e = parse(&[(var.name, junk.as_str())]).unwrap_err();
         prop_assert_eq!(&e.name, var.name);
         prop_assert!(e.to_string().starts_with(var.name));
-        prop_assert_eq!(e.truncated, junk.chars().count() > SettingsError::QUOTED);
+        if SECRETS.contains(&var.name) {
+            prop_assert!(!e.to_string().contains(junk.as_str()));
+        } else {
+            prop_assert_eq!(e.truncated, junk.chars().count() > SettingsError::QUOTED);
+        }
     }
 }
 

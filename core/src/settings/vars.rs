@@ -61,7 +61,7 @@ fn show(s: impl ToString) -> Option<OsString> {
     Some(s.to_string().into())
 }
 
-static VARIABLES: [Variable; 24] = [
+static VARIABLES: [Variable; 27] = [
     // Launch (rank and size: see `launch::identity`).
     Variable {
         name: "TASKFOLD_MASTER",
@@ -90,6 +90,43 @@ static VARIABLES: [Variable; 24] = [
             Ok(())
         },
         get: |s| s.launch.job.as_ref().and_then(show),
+    },
+    Variable {
+        name: "TASKFOLD_JOB_KEY",
+        expected: crate::auth::KEY_EXPECTED,
+        set: |s, v| {
+            let key = crate::auth::JobKey::from_hex(v.to_str().ok_or(())?).ok_or(())?;
+            s.launch.key = Some(launch::KeySource::Value(key));
+            Ok(())
+        },
+        get: |s| match &s.launch.key {
+            Some(launch::KeySource::Value(k)) => show(k.to_hex()),
+            _ => None,
+        },
+    },
+    Variable {
+        name: "TASKFOLD_JOB_KEY_FILE",
+        expected: "a file path (unset when TASKFOLD_JOB_KEY is set)",
+        set: |s, v| {
+            if matches!(s.launch.key, Some(launch::KeySource::Value(_))) {
+                return Err(());
+            }
+            s.launch.key = Some(launch::KeySource::File(v.into()));
+            Ok(())
+        },
+        get: |s| match &s.launch.key {
+            Some(launch::KeySource::File(p)) => Some(p.into()),
+            _ => None,
+        },
+    },
+    Variable {
+        name: "TASKFOLD_INSECURE",
+        expected: BOOL_EXPECTED,
+        set: |s, v| {
+            s.launch.insecure = boolean(v)?;
+            Ok(())
+        },
+        get: |s| show(values::format_bool(s.launch.insecure)),
     },
     // The runtime: folds, failure detection, durability.
     Variable {

@@ -22,7 +22,7 @@ use rkyv::util::AlignedVec;
 /// First two bytes of every control frame.
 pub const MAGIC: [u8; 2] = *b"TF";
 /// Version of the control protocol; a peer speaking another is refused.
-pub const VERSION: u16 = 10;
+pub const VERSION: u16 = 11;
 /// Length of the envelope header.
 pub const HEADER_LEN: usize = 8;
 
@@ -140,7 +140,7 @@ mod tests {
         // named standing copies, before barriers said whether their rank
         // reads the notice board, before joins and finished tasks were
         // messages of their own, before the bootstrap carried every
-        // rank's node).
+        // rank's node, before every connection proved the job key).
         assert_eq!(decode(b"TF\x01\0\0\0\0\0"), Err(WireError::Version(1)));
         assert_eq!(decode(b"TF\x02\0\0\0\0\0"), Err(WireError::Version(2)));
         assert_eq!(decode(b"TF\x03\0\0\0\0\0"), Err(WireError::Version(3)));
@@ -149,8 +149,10 @@ mod tests {
         assert_eq!(decode(b"TF\x06\0\0\0\0\0"), Err(WireError::Version(6)));
         assert_eq!(decode(b"TF\x07\0\0\0\0\0"), Err(WireError::Version(7)));
         assert_eq!(decode(b"TF\x08\0\0\0\0\0"), Err(WireError::Version(8)));
-        // (Before a dead master's standby took reports.)
+        // (Before a dead master's standby took reports, before every
+        // connection proved the job's key.)
         assert_eq!(decode(b"TF\x09\0\0\0\0\0"), Err(WireError::Version(9)));
+        assert_eq!(decode(b"TF\x0a\0\0\0\0\0"), Err(WireError::Version(10)));
         let mut f = encode(&Msg::Ping { seq: 1 });
         let n = f.len();
         f[n - 1] ^= 0xff;

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use taskfold_core::auth::JobAuth;
 
 /// The longest any single step of a case may take.
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -98,22 +99,22 @@ pub fn libfabric_ranks(
     tweak: &(dyn Fn(&mut crate::libfabric::LibfabricConfig) + Sync),
 ) -> Vec<Arc<crate::libfabric::LibfabricTransport>> {
     use crate::libfabric::{LibfabricConfig, LibfabricTransport};
-    start_ranks(n, provider, &|r, job, master| {
-        let mut tcp = TcpConfig::new(r, n, job, master);
-        tcp.connect_timeout = WAIT;
+    start_ranks(n, provider, &|tcp| {
         let mut cfg = LibfabricConfig::new(tcp, Some(provider.to_string()));
         tweak(&mut cfg);
         LibfabricTransport::start(cfg)
     })
 }
 
-/// Starts `n` ranks with `start(rank, job, master)`, one thread each,
-/// meeting through a rendezvous file in a fresh temporary directory;
-/// panics naming `what` if one cannot start.
+/// Starts `n` ranks with `start(tcp)`, one thread each, `tcp` being each
+/// rank's TCP configuration: a fresh job id and a fresh job key, the
+/// ranks meeting through a rendezvous file in a fresh temporary
+/// directory, [`WAIT`] to connect. Panics naming `what` if one cannot
+/// start.
 fn start_ranks<T, E>(
     n: u32,
     what: &str,
-    start: &(dyn Fn(u32, u64, MasterAddr) -> Result<Arc<T>, E> + Sync),
+    start: &(dyn Fn(TcpConfig) -> Result<Arc<T>, E> + Sync),
 ) -> Vec<Arc<T>>
 where
     T: Send + Sync,
@@ -122,11 +123,14 @@ where
     let dir = fresh_dir();
     let master = MasterAddr::Rendezvous(dir.join("master"));
     let job = fresh_job();
+    let key = crate::auth::fresh_key().expect("a job key");
     let ts = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|r| {
-                let master = master.clone();
-                s.spawn(move || start(r, job, master))
+                let mut tcp = TcpConfig::new(r, n, job, master.clone());
+                tcp.auth = JobAuth::Key(key.clone());
+                tcp.connect_timeout = WAIT;
+                s.spawn(move || start(tcp))
             })
             .collect();
         handles
@@ -159,11 +163,10 @@ pub fn fresh_dir() -> std::path::PathBuf {
 }
 
 /// Starts `n` TCP ranks, one thread each, meeting through a rendezvous file
-/// in a fresh temporary directory; `tweak` adjusts each rank's config.
+/// in a fresh temporary directory, with a fresh job key; `tweak` adjusts
+/// each rank's config (a test that needs to know the key sets its own).
 pub fn tcp_ranks(n: u32, tweak: &(dyn Fn(&mut TcpConfig) + Sync)) -> Vec<Arc<TcpTransport>> {
-    start_ranks(n, "tcp", &|r, job, master| {
-        let mut cfg = TcpConfig::new(r, n, job, master);
-        cfg.connect_timeout = WAIT;
+    start_ranks(n, "tcp", &|mut cfg| {
         tweak(&mut cfg);
         TcpTransport::start(cfg)
     })

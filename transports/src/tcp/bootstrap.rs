@@ -1,13 +1,17 @@
 //! Bootstrap: ranks register with the master (rank 0), which answers with
 //! everyone's listen address once all have arrived; and the launcher's
-//! reports of ranks that exited.
+//! reports of ranks that exited, over a connection that proved the job key
+//! as the launcher's.
 //!
 //! A rank binds its listener first, then connects to the master (retrying
 //! with backoff; with a rendezvous file, re-reading the file each time) and
-//! sends `HELLO{version, role: Register, job, rank, size, listen address}`.
-//! The master refuses (a `REFUSE` frame with the reason, then it closes) a
-//! wrong protocol version (naming both, see [`crate::version`]), a wrong job
-//! id, a wrong size, a rank out of range and a rank already registered.
+//! sends `HELLO{version, role: Register, job, rank, size, listen address,
+//! nonce}`; the two prove the job key to each other (the `handshake`
+//! module). The master refuses (a `REFUSE` frame with the reason, then it
+//! closes) a wrong protocol version (naming both, see [`crate::version`]),
+//! a caller without the key (naming neither job id nor size), and then a
+//! wrong job id, a wrong size, a rank out of range and a rank already
+//! registered.
 //! When all ranks are in, each receives a `TABLE` frame, which carries the
 //! master's version too, checked by the rank. If they are not all in within
 //! the connect timeout, the master refuses those that came, naming the
@@ -16,6 +20,7 @@
 
 use super::conn::{self, bad_connection, read_control, read_header, ReadError};
 use super::frame::{self, kind, Entry, Header, Hello, Role};
+use super::handshake::{self, Failed};
 use super::peer::Shared;
 use super::{MasterAddr, TcpConfig};
 use crate::version::{self, VERSION};
@@ -25,6 +30,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use taskfold_core::auth::{JobAuth, NONCE_LEN};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
@@ -220,7 +226,8 @@ fn try_register(
 ) -> Result<Vec<Entry>, Attempt> {
     let _ = s.set_nodelay(true);
     let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
-    let hello = frame::hello_frame(&Hello {
+    let _ = s.set_read_timeout(Some(cfg.connect_timeout.max(Duration::from_secs(1))));
+    let hello = Hello {
         version: VERSION,
         role: Role::Register,
         job: cfg.job,
@@ -228,9 +235,19 @@ fn try_register(
         size: cfg.size,
         addr: Some(listen),
         node: crate::same_node::node_token(),
-    });
-    s.write_all(&hello)
-        .map_err(|e| Attempt::Retry(format!("registering with {master}: {e}")))?;
+        nonce: [0; NONCE_LEN],
+    };
+    match handshake::call_sync(&mut s, &cfg.auth, hello, 0) {
+        Ok(()) => {}
+        Err(Failed::Broken(d)) => {
+            return Err(Attempt::Retry(format!("registering with {master}: {d}")))
+        }
+        Err(Failed::Refused(r)) => return Err(Attempt::Fatal(TransportError::Refused(r))),
+        Err(f @ Failed::Auth(_)) => {
+            let who = format!("the master at {master}");
+            return Err(Attempt::Fatal(TransportError::Auth(f.describe(&who))));
+        }
+    }
     // The master answers once every rank is in, or refuses at its deadline.
     let _ = s.set_read_timeout(Some(cfg.connect_timeout + Duration::from_secs(5)));
     let max = (u64::from(cfg.size) * frame::ENTRY_LEN as u64).max(u64::from(frame::HANDSHAKE_MAX));
@@ -517,7 +534,8 @@ pub(crate) async fn on_launcher(
 
 /// Tells the master that `rank` exited (for the `taskfold run` launcher,
 /// which is not a rank): connects to the master's listener as the launcher
-/// of `job`, sends one control frame
+/// of `job`, proves the job key of `auth` (and checks the master's proof),
+/// sends one control frame
 /// `taskfold_core::wire::encode(&Msg::RankExited { rank, code, signal })`
 /// and closes gracefully. The master delivers it as
 /// `Event::Message { from: LAUNCHER, .. }`. Blocking; retries the
@@ -525,6 +543,7 @@ pub(crate) async fn on_launcher(
 pub fn report_rank_exit(
     master: &MasterAddr,
     job: u64,
+    auth: &JobAuth,
     rank: u32,
     code: i32,
     signal: i32,
@@ -540,8 +559,7 @@ pub fn report_rank_exit(
     s.set_nodelay(true).map_err(io)?;
     s.set_write_timeout(Some(left)).map_err(io)?;
     s.set_read_timeout(Some(left)).map_err(io)?;
-    let body = encode(&Msg::RankExited { rank, code, signal });
-    let mut out = frame::hello_frame(&Hello {
+    let hello = Hello {
         version: VERSION,
         role: Role::Launcher,
         job,
@@ -549,8 +567,23 @@ pub fn report_rank_exit(
         size: 0,
         addr: None,
         node: 0,
-    });
-    out.extend_from_slice(&Header::new(kind::CONTROL, body.len() as u32).encode());
+        nonce: [0; NONCE_LEN],
+    };
+    match handshake::call_sync(&mut s, auth, hello, 0) {
+        Ok(()) => {}
+        Err(Failed::Refused(r)) => return Err(TransportError::Refused(r)),
+        Err(f @ Failed::Auth(_)) => {
+            let who = format!("the master at {addr}");
+            return Err(TransportError::Auth(f.describe(&who)));
+        }
+        Err(f @ Failed::Broken(_)) => {
+            return Err(TransportError::Io(f.describe(&addr.to_string())))
+        }
+    }
+    let body = encode(&Msg::RankExited { rank, code, signal });
+    let mut out = Header::new(kind::CONTROL, body.len() as u32)
+        .encode()
+        .to_vec();
     out.extend_from_slice(&body);
     out.extend_from_slice(&Header::new(kind::GOODBYE, 0).encode());
     s.write_all(&out).map_err(io)?;

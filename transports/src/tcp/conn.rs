@@ -8,6 +8,7 @@
 //! never delay its own control frames.
 
 use super::frame::{self, kind, Header, Hello, Role, HANDSHAKE_MAX, HEADER_LEN};
+use super::handshake;
 use super::peer::{Link, Shared};
 pub(crate) use super::writer::{run_writer, OutFrame, Writer, WriterEnd};
 use super::{bootstrap, get, metrics};
@@ -21,7 +22,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
-/// How long an accepted connection may take to send its hello.
+/// How long an accepted connection may take to send its hello, and then
+/// its proof of the job key.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a refused caller is given to read the reason and close.
 const REFUSE_LINGER: Duration = Duration::from_secs(2);
@@ -131,7 +133,9 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     }
 }
 
-async fn read_hello(rd: &mut OwnedReadHalf) -> Result<Hello, String> {
+/// Reads the caller's hello: decoded, and its body as received (what the
+/// handshake's proofs are made over).
+async fn read_hello(rd: &mut OwnedReadHalf) -> Result<(Hello, Bytes), String> {
     let hdr = match read_header(rd).await {
         Ok(h) => h,
         Err(ReadError::Eof) => return Err("closed before its hello".into()),
@@ -147,12 +151,15 @@ async fn read_hello(rd: &mut OwnedReadHalf) -> Result<Hello, String> {
     let body = read_payload(rd, hdr.len)
         .await
         .map_err(|e| e.describe(u32::MAX))?;
-    Hello::decode(&body)
+    Ok((Hello::decode(&body)?, body))
 }
 
+/// A connection reached our listener: its hello, the version, the
+/// handshake (nothing else is read before the caller proved the job key),
+/// then what its role asks for.
 async fn handle_accepted(shared: Arc<Shared>, stream: TcpStream, from: SocketAddr) {
-    let (mut rd, wr) = stream.into_split();
-    let hello = match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut rd)).await {
+    let (mut rd, mut wr) = stream.into_split();
+    let (hello, claim) = match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut rd)).await {
         Ok(Ok(h)) => h,
         Ok(Err(detail)) => return bad_connection(shared.rank, from, &detail),
         Err(_) => return bad_connection(shared.rank, from, "no hello in time"),
@@ -161,6 +168,21 @@ async fn handle_accepted(shared: Arc<Shared>, stream: TcpStream, from: SocketAdd
         let reason = version::mismatch(shared.rank, hello.version);
         bad_connection(shared.rank, from, &reason);
         return refuse(rd, wr, reason).await;
+    }
+    let proven = handshake::listen(&mut rd, &mut wr, &shared.auth, shared.rank, &hello, &claim);
+    match tokio::time::timeout(HELLO_TIMEOUT, proven).await {
+        Ok(Ok(())) => {}
+        Ok(Err(handshake::Failed::Auth(_))) => {
+            let reason = handshake::refusal();
+            let claimed = format!(
+                "{reason} (the caller claimed rank {} as {:?})",
+                hello.rank, hello.role
+            );
+            bad_connection(shared.rank, from, &claimed);
+            return refuse(rd, wr, reason).await;
+        }
+        Ok(Err(f)) => return bad_connection(shared.rank, from, &f.describe("the caller")),
+        Err(_) => return bad_connection(shared.rank, from, "no proof of the job key in time"),
     }
     match hello.role {
         Role::Peer => accept_peer(shared, rd, wr, hello, from).await,
@@ -294,7 +316,8 @@ fn ended(shared: &Arc<Shared>, peer: u32, err: ReadError, incoming: bool) {
     shared.link_lost(peer, err.describe(peer), incoming);
 }
 
-/// Our connection to `peer`: connect, hello, then write what is queued.
+/// Our connection to `peer`: connect, handshake, then write what is
+/// queued.
 pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, rx: WriterEnd) {
     let live = shared.live_guard();
     let Some(addr) = shared
@@ -305,47 +328,15 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, rx: WriterEnd) 
     else {
         return shared.link_lost(peer, format!("no address for rank {peer}"), false);
     };
-    let stream =
-        match tokio::time::timeout(shared.connect_timeout, super::sock::connect(addr)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                if !shared.is_closed() {
-                    shared.link_lost(
-                        peer,
-                        format!("connecting to rank {peer} at {addr}: {e}"),
-                        false,
-                    );
-                }
-                return;
+    let (rd, wr) = match connect_proven(&shared, peer, addr).await {
+        Ok(halves) => halves,
+        Err(reason) => {
+            if !shared.is_closed() {
+                shared.link_lost(peer, reason, false);
             }
-            Err(_) => {
-                if !shared.is_closed() {
-                    shared.link_lost(
-                        peer,
-                        format!("connecting to rank {peer} at {addr} timed out"),
-                        false,
-                    );
-                }
-                return;
-            }
-        };
-    let (rd, mut wr) = stream.into_split();
-    let hello = frame::hello_frame(&Hello {
-        version: VERSION,
-        role: Role::Peer,
-        job: shared.job,
-        rank: shared.rank,
-        size: shared.size,
-        addr: None,
-        node: 0,
-    });
-    if let Err(e) = wr.write_all(&hello).await {
-        if !shared.is_closed() {
-            shared.link_lost(peer, format!("hello to rank {peer} failed: {e}"), false);
+            return;
         }
-        return;
-    }
-    metrics::sent(hello.len() as u64, 1);
+    };
     {
         let mut slot = shared.slot(peer);
         if slot.link != Link::Up {
@@ -356,6 +347,42 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, rx: WriterEnd) 
     }
     run_writer(shared, wr, rx, peer).await;
     drop(live);
+}
+
+/// Connects to `peer` at `addr` and runs the caller's handshake: the
+/// connection is returned once `peer` proved the job key (and we sent our
+/// proof), each step within the connect timeout.
+async fn connect_proven(
+    shared: &Shared,
+    peer: u32,
+    addr: SocketAddr,
+) -> Result<(OwnedReadHalf, OwnedWriteHalf), String> {
+    let within = shared.connect_timeout;
+    let stream = match tokio::time::timeout(within, super::sock::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(format!("connecting to rank {peer} at {addr}: {e}")),
+        Err(_) => return Err(format!("connecting to rank {peer} at {addr} timed out")),
+    };
+    let (mut rd, mut wr) = stream.into_split();
+    let hello = Hello {
+        version: VERSION,
+        role: Role::Peer,
+        job: shared.job,
+        rank: shared.rank,
+        size: shared.size,
+        addr: None,
+        node: 0,
+        nonce: [0; taskfold_core::auth::NONCE_LEN],
+    };
+    let call = handshake::call(&mut rd, &mut wr, &shared.auth, hello, peer);
+    match tokio::time::timeout(within, call).await {
+        Ok(Ok(sent)) => {
+            metrics::sent(sent as u64, 2);
+            Ok((rd, wr))
+        }
+        Ok(Err(f)) => Err(f.describe(&format!("rank {peer} at {addr}"))),
+        Err(_) => Err(format!("handshake with rank {peer} at {addr} timed out")),
+    }
 }
 
 /// Reads the responses to our gets (and a goodbye or refusal).

@@ -14,7 +14,9 @@
 //!
 //! | kind | a | b | c | payload |
 //! | --- | --- | --- | --- | --- |
-//! | `HELLO` | | | | [`Hello`] body (51 bytes), which begins with the caller's protocol version ([`crate::version`]) |
+//! | `HELLO` | | | | [`Hello`] body (83 bytes), which begins with the caller's protocol version ([`crate::version`]) and ends with its nonce |
+//! | `CHALLENGE` | | | | the listener's nonce and proof of the job key (64 bytes, [`taskfold_core::auth::Challenge`]) |
+//! | `PROOF` | | | | the caller's proof of the job key (32 bytes) |
 //! | `REFUSE` | | | | the reason, UTF-8 |
 //! | `TABLE` | size | the master's protocol version | | `size` entries of 27 bytes: an address (19 bytes), then the rank's node token (u64 LE) |
 //! | `CONTROL` | | | | the control frame, opaque |
@@ -28,6 +30,7 @@
 use crate::version::VERSION;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use taskfold_core::auth::{CHALLENGE_LEN, NONCE_LEN, PROOF_LEN};
 
 /// Payload of a `GET_LEND` frame: the owner's pid.
 pub const LEND_LEN: u32 = 8;
@@ -44,7 +47,7 @@ pub const ADDR_LEN: usize = 19;
 /// Bytes of one `TABLE` entry: an address and a node token.
 pub const ENTRY_LEN: usize = ADDR_LEN + 8;
 /// Bytes of an encoded [`Hello`] body.
-pub const HELLO_LEN: usize = 24 + ADDR_LEN + 8;
+pub const HELLO_LEN: usize = 24 + ADDR_LEN + 8 + NONCE_LEN;
 
 /// Frame kinds.
 pub mod kind {
@@ -69,6 +72,11 @@ pub mod kind {
     pub const GET_LEND: u8 = 9;
     /// The requester finished reading a loan.
     pub const GET_RETURN: u8 = 10;
+    /// The listener's answer to a hello: its nonce and its proof of the
+    /// job key (see `taskfold_core::auth`).
+    pub const CHALLENGE: u8 = 11;
+    /// The caller's proof of the job key; nothing else is read before it.
+    pub const PROOF: u8 = 12;
 }
 
 /// `GET_ERR` code: the key is not exposed.
@@ -130,6 +138,13 @@ impl Header {
                 return Err(format!("a loan with a payload of {}", hdr.len));
             }
             kind::GET_LEND => {}
+            kind::CHALLENGE if hdr.len != CHALLENGE_LEN as u32 => {
+                return Err(format!("a challenge with a payload of {}", hdr.len));
+            }
+            kind::PROOF if hdr.len != PROOF_LEN as u32 => {
+                return Err(format!("a proof with a payload of {}", hdr.len));
+            }
+            kind::CHALLENGE | kind::PROOF => {}
             kind::GET_REQ | kind::GET_ERR | kind::GOODBYE | kind::GET_RETURN => {
                 if hdr.len != 0 {
                     return Err(format!(
@@ -173,6 +188,9 @@ pub struct Hello {
     /// The caller's node token ([`crate::same_node::node_token`]; 0 when
     /// unknown), carried by a registration into the master's table.
     pub node: u64,
+    /// The caller's fresh nonce for the handshake (see
+    /// `taskfold_core::auth`).
+    pub nonce: [u8; NONCE_LEN],
 }
 
 /// A rank's entry in the master's `TABLE`: where it listens, and its node.
@@ -200,6 +218,7 @@ impl Hello {
             .unwrap_or(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0));
         v.extend_from_slice(&encode_addr(addr));
         v.extend_from_slice(&self.node.to_le_bytes());
+        v.extend_from_slice(&self.nonce);
         v
     }
 
@@ -220,6 +239,7 @@ impl Hello {
                 size: 0,
                 addr: None,
                 node: 0,
+                nonce: [0; NONCE_LEN],
             });
         }
         if b.len() != HELLO_LEN {
@@ -250,6 +270,9 @@ impl Hello {
             size: u32_at(8),
             addr,
             node: u64_at(24 + ADDR_LEN),
+            nonce: b[24 + ADDR_LEN + 8..]
+                .try_into()
+                .map_err(|_| "hello nonce")?,
         })
     }
 }
@@ -364,6 +387,13 @@ pub fn refuse_frame(reason: &str) -> Vec<u8> {
     v
 }
 
+/// Encodes a complete frame of `kind` with `payload`.
+pub fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = Header::new(kind, payload.len() as u32).encode().to_vec();
+    v.extend_from_slice(payload);
+    v
+}
+
 /// Encodes a complete `HELLO` frame.
 pub fn hello_frame(h: &Hello) -> Vec<u8> {
     let body = h.encode();
@@ -407,6 +437,12 @@ mod tests {
         for len in [0, 16, 41] {
             assert!(Header::decode(&Header::new(kind::GET_LEND, len).encode()).is_err());
         }
+        // The handshake's frames have fixed lengths.
+        for (k, len) in [(kind::CHALLENGE, CHALLENGE_LEN), (kind::PROOF, PROOF_LEN)] {
+            assert!(Header::decode(&Header::new(k, len as u32).encode()).is_ok());
+            assert!(Header::decode(&Header::new(k, len as u32 + 1).encode()).is_err());
+            assert!(Header::decode(&Header::new(k, 0).encode()).is_err());
+        }
     }
 
     #[test]
@@ -424,6 +460,7 @@ mod tests {
                 size: 8,
                 addr,
                 node: 0x0123_4567_89ab_cdef,
+                nonce: [7; NONCE_LEN],
             };
             assert_eq!(Hello::decode(&h.encode()), Ok(h));
         }

@@ -4,8 +4,11 @@
 //!
 //! Every rank listens. On its first frame or get to a peer, a rank opens its
 //! own connection to that peer, sends a `HELLO` (job id, its rank, protocol
-//! version) and then uses that connection for all its control frames and get
-//! requests to the peer, in order; the peer answers the gets on the same
+//! version, a fresh nonce), and the two prove the job key to each other
+//! ([`TcpConfig::auth`], the `handshake` module: the caller checks the
+//! peer's proof before it sends anything, the peer reads nothing but the
+//! caller's proof before it matched). The rank then uses that connection
+//! for all its control frames and get requests to the peer, in order; the peer answers the gets on the same
 //! connection. Big responses therefore never sit in front of the peer's own
 //! control frames, which travel on the peer's connection. Each connection
 //! has a single writer task fed by an unbounded channel: [`Transport::send`]
@@ -75,6 +78,7 @@ pub(crate) mod cma;
 mod conn;
 pub mod frame;
 mod get;
+mod handshake;
 pub mod metrics;
 mod peer;
 mod sock;
@@ -89,6 +93,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use taskfold_core::auth::JobAuth;
 use tokio::runtime::Runtime;
 
 /// How long a graceful shutdown waits for its peers to close their side.
@@ -113,6 +118,11 @@ pub struct TcpConfig {
     pub size: u32,
     /// Job id; connections of another job are refused.
     pub job: u64,
+    /// The job key every connection proves, both ways, first (the
+    /// `handshake` module). [`TcpConfig::new`] leaves the job open
+    /// ([`JobAuth::Insecure`], warned about at start); a runtime sets it
+    /// from its settings ([`crate::auth::job_auth`]).
+    pub auth: JobAuth,
     /// How to find the master.
     pub master: MasterAddr,
     /// Address listeners bind (port 0) and advertise; must be reachable by
@@ -166,6 +176,7 @@ impl TcpConfig {
             rank,
             size,
             job,
+            auth: JobAuth::Insecure,
             master,
             bind_host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             max_frame: 64 << 20,
@@ -209,13 +220,22 @@ impl TcpTransport {
     /// Blocking, at most about `connect_timeout`.
     ///
     /// Errors: [`TransportError::Refused`] if the master refuses this process
-    /// (wrong job id, wrong size, rank out of range or already registered,
-    /// other protocol version); [`TransportError::MasterUnreachable`] if no
+    /// (no proof of the job key, wrong job id, wrong size, rank out of
+    /// range or already registered, other protocol version);
+    /// [`TransportError::Auth`] if the master does not prove the job key;
+    /// [`TransportError::MasterUnreachable`] if no
     /// master answers in time; on rank 0, [`TransportError::Io`] naming the
     /// ranks that never registered.
     pub fn start(cfg: TcpConfig) -> Result<Arc<TcpTransport>, TransportError> {
         if cfg.rank >= cfg.size {
             return Err(TransportError::NoSuchRank(cfg.rank));
+        }
+        if cfg.auth == JobAuth::Insecure {
+            tracing::warn!(
+                rank = cfg.rank,
+                "this job runs without a key (insecure mode): any process that reaches its \
+                 ports can take part in it"
+            );
         }
         let started = Instant::now();
         let driven = cfg.threads == 0;

@@ -110,6 +110,8 @@ pub(crate) struct Shared {
     /// Largest buffer a get accepts ([`super::TcpConfig::max_get`]).
     pub max_get: u64,
     pub connect_timeout: Duration,
+    /// The job key every connection proves (see the `handshake` module).
+    pub auth: taskfold_core::auth::JobAuth,
     pub events_tx: flume::Sender<Event>,
     pub events_rx: flume::Receiver<Event>,
     pub exposed: Exposed,
@@ -155,6 +157,7 @@ impl Shared {
             chunk: cfg.chunk.clamp(64, u32::MAX as usize) / 64 * 64,
             max_get: cfg.max_get,
             connect_timeout: cfg.connect_timeout,
+            auth: cfg.auth.clone(),
             events_tx,
             events_rx,
             exposed: Exposed::default(),

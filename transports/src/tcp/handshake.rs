@@ -1,0 +1,203 @@
+//! The handshake every TCP connection opens with: the caller's `HELLO`
+//! (its claim and a fresh nonce), the listener's `CHALLENGE` (its nonce
+//! and its proof of the job key), the caller's `PROOF`. The state and the
+//! proofs are `taskfold_core::auth`'s [`Handshake`]; this module moves its
+//! frames, on tokio streams (the listener, a rank's calls to its peers)
+//! and on blocking ones (a registration, a launcher's report).
+//!
+//! The caller checks the listener's proof before it sends anything else
+//! (no control frame, no get request reaches a process that does not
+//! hold the key); the listener reads nothing after the hello but the
+//! proof until the proof matched (no rank slot, no registration, no
+//! launcher report, no get served before). A caller whose proof fails is
+//! refused with [`REFUSAL`], which names neither the job id nor its size;
+//! a caller that finds the listener's proof wrong sends a `REFUSE` saying
+//! so and closes.
+
+use super::frame::{self, kind, Hello, HANDSHAKE_MAX};
+use crate::auth::nonce;
+use std::io::{self, Read, Write};
+use taskfold_core::auth::{AuthError, Challenge, Handshake, JobAuth, Proof, PROOF_LEN, REFUSAL};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Why a handshake did not end in an authenticated connection.
+#[derive(Debug)]
+pub(crate) enum Failed {
+    /// The other side refused us, with this reason.
+    Refused(String),
+    /// The other side did not prove the job key (`AuthError::Listener`),
+    /// or did not (`AuthError::Caller`: refuse it with [`REFUSAL`]).
+    Auth(AuthError),
+    /// The stream failed, closed or carried something else.
+    Broken(String),
+}
+
+impl Failed {
+    /// What a caller reports when calling `who` failed so.
+    pub(crate) fn describe(&self, who: &str) -> String {
+        match self {
+            Failed::Refused(r) => format!("{who} refused the connection: {r}"),
+            Failed::Auth(e) => format!("{who} is {e}"),
+            Failed::Broken(d) => format!("handshake with {who} failed: {d}"),
+        }
+    }
+}
+
+/// The caller's hello: `hello` with a fresh nonce, and the handshake that
+/// waits for the challenge of rank `callee`.
+fn open(auth: &JobAuth, mut hello: Hello, callee: u32) -> (Vec<u8>, Handshake) {
+    let n = nonce();
+    hello.nonce = n.0;
+    let body = hello.encode();
+    let hs = Handshake::call(auth.key(), &body, callee, n);
+    (frame::frame(kind::HELLO, &body), hs)
+}
+
+/// The caller's answer to the listener's first frame: its proof, or why
+/// there is none.
+fn answer(hs: &mut Handshake, kind: u8, payload: &[u8]) -> Result<Proof, Failed> {
+    match kind {
+        kind::CHALLENGE => {
+            let c = Challenge::decode(payload)
+                .ok_or_else(|| Failed::Broken(format!("a challenge of {} bytes", payload.len())))?;
+            hs.on_challenge(&c).map_err(Failed::Auth)
+        }
+        kind::REFUSE => Err(Failed::Refused(
+            String::from_utf8_lossy(payload).into_owned(),
+        )),
+        k => Err(Failed::Broken(format!(
+            "frame kind {k} where the challenge belongs"
+        ))),
+    }
+}
+
+/// The refusal a caller sends a listener whose proof did not match.
+fn refuse_listener() -> Vec<u8> {
+    frame::refuse_frame(&format!(
+        "the caller found the listener {}",
+        AuthError::Listener
+    ))
+}
+
+/// The caller's side on a blocking stream: sends `hello` (to rank
+/// `callee`), checks the challenge, sends its proof. The stream's own
+/// timeouts bound the wait.
+pub(crate) fn call_sync<S: Read + Write>(
+    s: &mut S,
+    auth: &JobAuth,
+    hello: Hello,
+    callee: u32,
+) -> Result<(), Failed> {
+    let (bytes, mut hs) = open(auth, hello, callee);
+    let broken = |e: io::Error| Failed::Broken(e.to_string());
+    s.write_all(&bytes).map_err(broken)?;
+    let (h, payload) = frame::read_frame_sync(s, u64::from(HANDSHAKE_MAX))
+        .map_err(broken)?
+        .ok_or_else(|| Failed::Broken("closed before its challenge".into()))?;
+    match answer(&mut hs, h.kind, &payload) {
+        Ok(p) => s
+            .write_all(&frame::frame(kind::PROOF, &p.0))
+            .map_err(broken),
+        Err(f) => {
+            if matches!(f, Failed::Auth(_)) {
+                let _ = s.write_all(&refuse_listener());
+            }
+            Err(f)
+        }
+    }
+}
+
+/// The caller's side on a tokio stream; returns the bytes it sent.
+pub(crate) async fn call<R, W>(
+    rd: &mut R,
+    wr: &mut W,
+    auth: &JobAuth,
+    hello: Hello,
+    callee: u32,
+) -> Result<usize, Failed>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let (bytes, mut hs) = open(auth, hello, callee);
+    let broken = |e: io::Error| Failed::Broken(e.to_string());
+    wr.write_all(&bytes).await.map_err(broken)?;
+    let (k, payload) = read_small(rd).await?;
+    match answer(&mut hs, k, &payload) {
+        Ok(p) => {
+            let proof = frame::frame(kind::PROOF, &p.0);
+            wr.write_all(&proof).await.map_err(broken)?;
+            Ok(bytes.len() + proof.len())
+        }
+        Err(f) => {
+            if matches!(f, Failed::Auth(_)) {
+                let _ = wr.write_all(&refuse_listener()).await;
+            }
+            Err(f)
+        }
+    }
+}
+
+/// The listener's side, once rank `own` read the caller's `hello` (whose
+/// body, as received, is `claim`): sends the challenge, then checks the
+/// caller's proof. The caller bounds the wait.
+pub(crate) async fn listen<R, W>(
+    rd: &mut R,
+    wr: &mut W,
+    auth: &JobAuth,
+    own: u32,
+    hello: &Hello,
+    claim: &[u8],
+) -> Result<(), Failed>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let theirs = taskfold_core::auth::Nonce(hello.nonce);
+    let (mut hs, challenge) = Handshake::listen(auth.key(), claim, own, theirs, nonce());
+    let c = frame::frame(kind::CHALLENGE, &challenge.encode());
+    wr.write_all(&c)
+        .await
+        .map_err(|e| Failed::Broken(e.to_string()))?;
+    match read_small(rd).await? {
+        (kind::PROOF, p) if p.len() == PROOF_LEN => {
+            let proof = Proof(p.as_slice().try_into().expect("checked length"));
+            hs.on_proof(&proof).map_err(Failed::Auth)
+        }
+        (kind::REFUSE, reason) => Err(Failed::Refused(
+            String::from_utf8_lossy(&reason).into_owned(),
+        )),
+        (k, _) => Err(Failed::Broken(format!(
+            "frame kind {k} where the proof belongs"
+        ))),
+    }
+}
+
+/// Reads one handshake frame (at most [`HANDSHAKE_MAX`] bytes).
+async fn read_small<R: AsyncRead + Unpin>(rd: &mut R) -> Result<(u8, Vec<u8>), Failed> {
+    let mut h = [0u8; frame::HEADER_LEN];
+    rd.read_exact(&mut h).await.map_err(|e| {
+        Failed::Broken(if e.kind() == io::ErrorKind::UnexpectedEof {
+            "closed during the handshake".into()
+        } else {
+            e.to_string()
+        })
+    })?;
+    let hdr = frame::Header::decode(&h).map_err(Failed::Broken)?;
+    if hdr.len > HANDSHAKE_MAX {
+        return Err(Failed::Broken(format!(
+            "handshake frame of {} bytes",
+            hdr.len
+        )));
+    }
+    let mut payload = vec![0u8; hdr.len as usize];
+    rd.read_exact(&mut payload)
+        .await
+        .map_err(|e| Failed::Broken(e.to_string()))?;
+    Ok((hdr.kind, payload))
+}
+
+/// The reason a listener gives a caller whose proof failed.
+pub(crate) fn refusal() -> String {
+    REFUSAL.to_string()
+}
