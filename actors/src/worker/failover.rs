@@ -37,11 +37,15 @@ pub(crate) struct Rejoining {
     tasks: HashSet<(u64, u64)>,
 }
 
-/// What a join named of its copies, for a report to a new master.
+/// What a join named of its copies, and the master it went to, for a
+/// report to a new master.
 #[derive(Clone, Default)]
 pub(crate) struct Announced {
     pub(crate) replica: Option<u32>,
     pub(crate) standing: Option<Standing>,
+    /// The master the join was sent to: a join that went to the new
+    /// master already is not reported again.
+    pub(crate) to: Option<Rank>,
 }
 
 /// Reductions that ended here lately, with their error.
@@ -72,7 +76,7 @@ impl Handler<Failover> for Worker {
         let mut r = self.rejoining.take().unwrap_or_default();
         r.lost = Some(m.lost);
         for (&key, l) in self.locals.iter_mut() {
-            if l.state.joined() {
+            if l.state.joined() && l.announced.to == Some(m.lost) {
                 r.joined.insert(key);
             }
             l.held.clear();
@@ -161,6 +165,14 @@ impl Worker {
                 has_value: l.value.is_some(),
             })
             .collect();
+        // The new master knows them from this report: should it die too,
+        // they are reported to the next.
+        let to = self.out.master();
+        for key in joined {
+            if let Some(l) = self.locals.get_mut(key) {
+                l.announced.to = Some(to);
+            }
+        }
         // A barrier whose release is on the dead master's board was passed.
         let mut passed = self.barrier_passed;
         self.barriers.retain(|&seq, reply| {

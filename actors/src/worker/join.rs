@@ -239,9 +239,13 @@ impl Worker {
         if !fields.disk {
             local.join.disk = None;
         }
+        // One reading of the master for the record and the send: a
+        // standby may take over in between.
+        let master = self.out.master();
         local.announced = super::failover::Announced {
             replica: fields.replica,
             standing: standing.clone(),
+            to: Some(master),
         };
         let msg = Msg::Join(Joining {
             key,
@@ -252,7 +256,9 @@ impl Worker {
             direct: local.direct.take(),
         });
         tracing::debug!(rank = %rank, key, "joined");
-        self.to_master(&msg);
+        if let Err(e) = self.out.send(master, &msg) {
+            tracing::warn!(rank = %rank, error = %e, "could not reach the master");
+        }
         if fields.safe {
             // Its state machine's safe event: the join naming a copy
             // outside this process is out (a `wait_safe` may return, and a

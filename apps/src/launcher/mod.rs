@@ -27,6 +27,7 @@
 //! `taskfold run --nodes N` spreads the ranks over `N` nodes simulated on
 //! this machine, each with its own network and `/dev/shm` ([`nodes`]).
 
+mod masters;
 pub mod nodes;
 mod output;
 mod progress;
@@ -214,7 +215,7 @@ fn run_job(launch: &Launch, nodes: Option<&NodeSpec>, job: &Job) -> std::io::Res
         children.push((rank, child));
     }
     let grace = master_grace(settings.runtime.failure_timeout);
-    let chain = Masters::new(launch.ranks, cluster.as_ref(), settings.runtime.standby);
+    let chain = masters::Masters::new(launch.ranks, cluster.as_ref(), settings.runtime.standby);
     let exits = watch(children, launch, job, cluster.as_ref(), (grace, chain));
     for p in pumps {
         let _ = p.join();
@@ -277,45 +278,6 @@ fn master_grace(failure_timeout: Duration) -> Duration {
     (failure_timeout * 2 + Duration::from_secs(2)).min(Duration::from_secs(120))
 }
 
-/// Which rank runs the master: rank 0, then each standby that took over
-/// from a dead one, as the ranks choose it
-/// ([`taskfold_core::failover::standby_of`]).
-struct Masters {
-    current: u32,
-    size: u32,
-    dead: taskfold_core::RankSet,
-    nodes: Option<Vec<u64>>,
-    policy: taskfold::Standby,
-}
-
-impl Masters {
-    fn new(size: u32, cluster: Option<&nodes::Cluster>, policy: taskfold::Standby) -> Self {
-        let nodes = cluster.map(|c| (0..size).map(|r| c.node_of(r) as u64).collect());
-        Masters {
-            current: 0,
-            size,
-            dead: taskfold_core::RankSet::new(),
-            nodes,
-            policy,
-        }
-    }
-
-    /// `rank` died: the standby that takes over, if it was the master and
-    /// there is one (`Err(())` if it was the master and there is none).
-    fn died(&mut self, rank: u32) -> Result<Option<u32>, ()> {
-        self.dead.insert(rank as usize);
-        if rank != self.current {
-            return Ok(None);
-        }
-        let nodes = self.nodes.as_deref();
-        let next =
-            taskfold_core::failover::standby_of(rank, self.size, &self.dead, nodes, self.policy);
-        let next = next.ok_or(())?;
-        self.current = next;
-        Ok(Some(next))
-    }
-}
-
 /// Waits for every child; reports each exit to the master as it happens.
 /// If the master ends abnormally and no standby takes over, the ranks
 /// still running after the grace are killed: with no master, no
@@ -325,7 +287,7 @@ fn watch(
     launch: &Launch,
     job: &Job,
     cluster: Option<&nodes::Cluster>,
-    (grace, mut masters): (Duration, Masters),
+    (grace, mut masters): (Duration, masters::Masters),
 ) -> Vec<RankExit> {
     let started = Instant::now();
     let mut exits = Vec::new();
@@ -343,30 +305,9 @@ fn watch(
                         ended_job: false,
                     };
                     if !exit.success() {
-                        eprintln!("taskfold run: rank {rank} {}", exit.describe());
-                        // A clean exit follows finalize, which the master
-                        // already knows; a failure it must learn now.
-                        let master = masters.current;
-                        if rank != 0 && master == 0 && !children.is_empty() {
-                            report(&exit, job, cluster);
-                        }
-                        match masters.died(rank) {
-                            _ if children.is_empty() => {}
-                            Ok(None) => {}
-                            Ok(Some(next)) => eprintln!(
-                                "taskfold run: the master (rank {rank}) died: {}; \
-                                 the standby, rank {next}, takes over",
-                                exit.describe()
-                            ),
-                            Err(()) => {
-                                exit.ended_job = true;
-                                eprintln!(
-                                    "taskfold run: the master (rank {rank}) died: {}; ending the job \
-                                     (the other ranks are killed if still running in {grace:?})",
-                                    exit.describe()
-                                );
-                                master_died = Some(Instant::now());
-                            }
+                        let others = !children.is_empty();
+                        if failed(&mut exit, &mut masters, (job, cluster), others, grace) {
+                            master_died = Some(Instant::now());
                         }
                     }
                     exits.push(exit);
@@ -397,6 +338,49 @@ fn watch(
     }
     exits.sort_by_key(|e| e.rank);
     exits
+}
+
+/// A rank failed (`others`: ranks still run): the master is told, or the
+/// standby's takeover said; true if it was the master and the job ends
+/// with it (no standby).
+fn failed(
+    exit: &mut RankExit,
+    masters: &mut masters::Masters,
+    (job, cluster): (&Job, Option<&nodes::Cluster>),
+    others: bool,
+    grace: Duration,
+) -> bool {
+    let rank = exit.rank;
+    eprintln!("taskfold run: rank {rank} {}", exit.describe());
+    // A clean exit follows finalize, which the master already knows; a
+    // failure it must learn now (only rank 0's address is known here).
+    if rank != 0 && masters.current == 0 && others {
+        report(exit, job, cluster);
+    }
+    // A master lost with no standby ends the job, even if it was the last
+    // to go (the others ended without it).
+    let verdict = masters.died(rank);
+    exit.ended_job = verdict.is_err();
+    match verdict {
+        _ if !others => false,
+        Ok(None) => false,
+        Ok(Some(next)) => {
+            eprintln!(
+                "taskfold run: the master (rank {rank}) died: {}; \
+                 the standby, rank {next}, takes over",
+                exit.describe()
+            );
+            false
+        }
+        Err(()) => {
+            eprintln!(
+                "taskfold run: the master (rank {rank}) died: {}; ending the job \
+                 (the other ranks are killed if still running in {grace:?})",
+                exit.describe()
+            );
+            true
+        }
+    }
 }
 
 /// Tells the master that a rank exited, so it needs no timeout to notice

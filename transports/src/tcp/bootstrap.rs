@@ -25,12 +25,12 @@ use super::peer::Shared;
 use super::{MasterAddr, TcpConfig};
 use crate::version::{self, VERSION};
 use crate::{Event, TransportError, LAUNCHER};
-use std::io::{self, Write};
+use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use taskfold_core::auth::{JobAuth, NONCE_LEN};
+use taskfold_core::auth::NONCE_LEN;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
@@ -157,7 +157,7 @@ fn describe(master: &MasterAddr) -> String {
 }
 
 /// Connects to the master, retrying with backoff until `deadline`.
-fn connect_master(
+pub(super) fn connect_master(
     master: &MasterAddr,
     job: u64,
     deadline: Instant,
@@ -530,76 +530,6 @@ pub(crate) async fn on_launcher(
         }
     }
     let _ = wr.shutdown().await;
-}
-
-/// Tells the master that `rank` exited (for the `taskfold run` launcher,
-/// which is not a rank): connects to the master's listener as the launcher
-/// of `job`, proves the job key of `auth` (and checks the master's proof),
-/// sends one control frame
-/// `taskfold_core::wire::encode(&Msg::RankExited { rank, code, signal })`
-/// and closes gracefully. The master delivers it as
-/// `Event::Message { from: LAUNCHER, .. }`. Blocking; retries the
-/// connection until `timeout`.
-pub fn report_rank_exit(
-    master: &MasterAddr,
-    job: u64,
-    auth: &JobAuth,
-    rank: u32,
-    code: i32,
-    signal: i32,
-    timeout: Duration,
-) -> Result<(), TransportError> {
-    use taskfold_core::wire::{encode, Msg};
-    let deadline = Instant::now() + timeout;
-    let (mut s, addr) = connect_master(master, job, deadline)?;
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(100));
-    let io = |e: io::Error| TransportError::Io(format!("reporting to the master at {addr}: {e}"));
-    s.set_nodelay(true).map_err(io)?;
-    s.set_write_timeout(Some(left)).map_err(io)?;
-    s.set_read_timeout(Some(left)).map_err(io)?;
-    let hello = Hello {
-        version: VERSION,
-        role: Role::Launcher,
-        job,
-        rank: LAUNCHER.0,
-        size: 0,
-        addr: None,
-        node: 0,
-        nonce: [0; NONCE_LEN],
-    };
-    match handshake::call_sync(&mut s, auth, hello, 0) {
-        Ok(()) => {}
-        Err(Failed::Refused(r)) => return Err(TransportError::Refused(r)),
-        Err(f @ Failed::Auth(_)) => {
-            let who = format!("the master at {addr}");
-            return Err(TransportError::Auth(f.describe(&who)));
-        }
-        Err(f @ Failed::Broken(_)) => {
-            return Err(TransportError::Io(f.describe(&addr.to_string())))
-        }
-    }
-    let body = encode(&Msg::RankExited { rank, code, signal });
-    let mut out = Header::new(kind::CONTROL, body.len() as u32)
-        .encode()
-        .to_vec();
-    out.extend_from_slice(&body);
-    out.extend_from_slice(&Header::new(kind::GOODBYE, 0).encode());
-    s.write_all(&out).map_err(io)?;
-    s.shutdown(Shutdown::Write).map_err(io)?;
-    // The master closes its side once it has the report, or refuses.
-    match frame::read_frame_sync(&mut s, u64::from(frame::HANDSHAKE_MAX)) {
-        Ok(None) => Ok(()),
-        Ok(Some((h, p))) if h.kind == kind::REFUSE => Err(TransportError::Refused(
-            String::from_utf8_lossy(&p).into_owned(),
-        )),
-        Ok(Some((h, _))) => Err(TransportError::Protocol {
-            peer: 0,
-            detail: format!("unexpected frame kind {} in answer to a report", h.kind),
-        }),
-        Err(e) => Err(io(e)),
-    }
 }
 
 #[cfg(test)]

@@ -9,13 +9,13 @@ use taskfold_benches::stats::median;
 /// Where the victim was when the kill came.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
-    /// Its join had not gone out yet: its contribution was not safe (under
+    /// A victim's join had not gone out yet: its contribution was not safe (under
     /// synchronous durability the join leaves only once its copies are
     /// written and acknowledged; under asynchronous durability they may
     /// still be on their way after it).
     BeforeSafe,
-    /// Its join had gone out (the runtime's `joined` test hook had marked
-    /// it), or the rank had already ended.
+    /// Every victim's join had gone out (the runtime's `joined` test hook
+    /// had marked it), or the job had already ended.
     AfterSafe,
     /// No kill: the victim never called `reduce` (the job failed first).
     NotKilled,

@@ -81,9 +81,14 @@ pub fn run_trial(
 ) -> TrialEnd {
     let tdir = dir.join(format!("trial-{trial}"));
     let _ = std::fs::create_dir_all(&tdir);
-    // The `joined` hook only marks (never holds): the victim's join went
+    // The `joined` hook only marks (never holds): a victim's join went
     // out, its contribution is safe.
-    let hooks = format!("{}:joined:fault:{}", plan.victim, tdir.display());
+    let hooks = plan
+        .victims
+        .iter()
+        .map(|v| format!("{v}:joined:fault:{}", tdir.display()))
+        .collect::<Vec<_>>()
+        .join(";");
     let launch = job(args, plan, mode, &tdir, None, Some(hooks));
     let nodes = super::node_spec(args);
     let runner = std::thread::spawn(move || launcher::run_on(&launch, nodes.as_ref()));
@@ -141,7 +146,7 @@ struct Kill {
     at: f64,
     /// Seconds from the victim's `reduce` call to the SIGKILL.
     delay: f64,
-    /// Whether the victim's join had gone out (checked just before the
+    /// Whether every victim's join had gone out (checked just before the
     /// signal: a join that leaves in between counts as before).
     phase: Phase,
 }
@@ -175,7 +180,10 @@ fn trial_kill(dir: &Path, plan: &Plan, delay: f64, ended: impl Fn() -> bool) -> 
     if wait > 0.0 {
         std::thread::sleep(Duration::from_secs_f64(wait));
     }
-    let safe = dir.join(format!("held-{rank}-joined")).exists();
+    let safe = plan
+        .victims
+        .iter()
+        .all(|v| dir.join(format!("held-{v}-joined")).exists());
     for pid in pids.into_iter().filter_map(rustix::process::Pid::from_raw) {
         // The job may already be over: nothing to kill then.
         let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
