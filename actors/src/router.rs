@@ -163,7 +163,7 @@ impl Router {
     /// standby, those that come before it took over are kept for then.
     pub(crate) fn route_to_master(&mut self, from: Rank, msg: Msg, wire: usize) -> Option<Msg> {
         let msg = match for_master(&msg) {
-            true => self.keep_for_takeover(from, msg, wire).err()?,
+            true => self.keep_for_takeover(from, msg, wire)?,
             false => msg,
         };
         match msg {

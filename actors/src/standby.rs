@@ -56,22 +56,18 @@ impl Router {
     }
 
     /// Keeps a message for the master that came to this rank before it
-    /// took over (true), if this rank is the one that takes over.
-    pub(crate) fn keep_for_takeover(
-        &mut self,
-        from: Rank,
-        msg: Msg,
-        wire: usize,
-    ) -> Result<(), Msg> {
+    /// took over (`None`), if this rank is the one that takes over; else
+    /// hands it back.
+    pub(crate) fn keep_for_takeover(&mut self, from: Rank, msg: Msg, wire: usize) -> Option<Msg> {
         if self.master.is_some() || self.next_master() != Some(self.rank) {
-            return Err(msg);
+            return Some(msg);
         }
         if self.standby.early.len() >= EARLY_LIMIT {
             tracing::error!(%from, "too many messages before the takeover; dropped");
-            return Ok(());
+            return None;
         }
         self.standby.early.push((from, msg, wire));
-        Ok(())
+        None
     }
 
     /// The watch just declared the master lost (`Some`): this rank turns

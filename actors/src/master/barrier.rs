@@ -37,11 +37,9 @@ impl Handler<BarrierIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: BarrierIn, _: &mut Context<Self>) {
-        let Err(super::takeover::Deferred::Barrier(m)) =
-            self.defer(super::takeover::Deferred::Barrier(m))
-        else {
-            return;
-        };
+        if self.awaiting_reports() {
+            return self.keep(super::takeover::Deferred::Barrier(m));
+        }
         self.count_in(m.wire);
         if m.from.0 >= self.size || self.dead.contains(&m.from.0) {
             tracing::debug!(from = %m.from, "ignoring a barrier from a fenced or unknown rank");

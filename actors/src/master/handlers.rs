@@ -175,11 +175,9 @@ impl Handler<ReplicatedIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: ReplicatedIn, _: &mut Context<Self>) {
-        let Err(super::takeover::Deferred::Replicated(m)) =
-            self.defer(super::takeover::Deferred::Replicated(m))
-        else {
-            return;
-        };
+        if self.awaiting_reports() {
+            return self.keep(super::takeover::Deferred::Replicated(m));
+        }
         self.count_in(m.wire);
         if self.dead.contains(&m.holder.0) {
             return;
@@ -310,11 +308,9 @@ impl Handler<FinalizeIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: FinalizeIn, _: &mut Context<Self>) {
-        let Err(super::takeover::Deferred::Finalize(m)) =
-            self.defer(super::takeover::Deferred::Finalize(m))
-        else {
-            return;
-        };
+        if self.awaiting_reports() {
+            return self.keep(super::takeover::Deferred::Finalize(m));
+        }
         if m.from.0 < self.size && !self.dead.contains(&m.from.0) {
             if self.finalized.insert(m.from.0) {
                 self.rank_left(m.from);

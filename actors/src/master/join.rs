@@ -31,11 +31,9 @@ impl Handler<JoinIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: JoinIn, _: &mut Context<Self>) {
-        let Err(super::takeover::Deferred::Join(m)) =
-            self.defer(super::takeover::Deferred::Join(m))
-        else {
-            return;
-        };
+        if self.awaiting_reports() {
+            return self.keep(super::takeover::Deferred::Join(Box::new(m)));
+        }
         self.count_in(m.wire);
         let JoinIn {
             from, mut joining, ..

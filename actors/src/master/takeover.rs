@@ -30,7 +30,7 @@ pub(crate) struct RejoinIn {
 
 /// A message kept while the reports come in.
 pub(crate) enum Deferred {
-    Join(JoinIn),
+    Join(Box<JoinIn>),
     Barrier(BarrierIn),
     Finalize(FinalizeIn),
     Replicated(ReplicatedIn),
@@ -73,14 +73,15 @@ impl Master {
         tracing::warn!(master = %self.out.master(), %lost, "taking over from the dead master");
     }
 
-    /// Keeps `d` if the reports are still coming (true), to be handed in
-    /// once they are in.
-    pub(super) fn defer(&mut self, d: Deferred) -> Result<(), Deferred> {
-        if !self.taking.state.is_awaiting() {
-            return Err(d);
-        }
+    /// Whether the reports are still coming: a message is then kept
+    /// ([`Master::keep`]), to be handed in once they are in.
+    pub(super) fn awaiting_reports(&self) -> bool {
+        self.taking.state.is_awaiting()
+    }
+
+    /// Keeps `d` until the reports are in.
+    pub(super) fn keep(&mut self, d: Deferred) {
         self.taking.deferred.push(d);
-        Ok(())
     }
 
     /// `rank` reported or died: once every live rank did, the reductions
@@ -96,7 +97,7 @@ impl Master {
         };
         for d in std::mem::take(&mut self.taking.deferred) {
             match d {
-                Deferred::Join(m) => me.do_send(m),
+                Deferred::Join(m) => me.do_send(*m),
                 Deferred::Barrier(m) => me.do_send(m),
                 Deferred::Finalize(m) => me.do_send(m),
                 Deferred::Replicated(m) => me.do_send(m),
