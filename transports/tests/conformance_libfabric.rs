@@ -133,6 +133,7 @@ macro_rules! provider {
                 $provider, WaitMode::$wait;
                 ordered_delivery,
                 send_to_self,
+                nodes_known,
                 send_to_unknown_rank,
                 get_sizes,
     segmented_gets,

@@ -40,6 +40,7 @@ macro_rules! cases {
 cases!(
     ordered_delivery,
     send_to_self,
+    nodes_known,
     send_to_unknown_rank,
     get_sizes,
     segmented_gets,

@@ -105,6 +105,28 @@ pub fn send_to_self(f: Factory<'_>) {
     }
 }
 
+/// Every rank knows every rank's node, alike: the table the bootstrap
+/// spread (over sockets it always exists; the loopback's is optional). On
+/// one machine every rank is on the same node.
+pub fn nodes_known(f: Factory<'_>) {
+    let c = f(3);
+    let tables: Vec<Option<Vec<u64>>> = c
+        .transports
+        .iter()
+        .map(|t| t.nodes().map(<[u64]>::to_vec))
+        .collect();
+    let first = &tables[0];
+    assert!(tables.iter().all(|t| t == first), "{tables:?}");
+    let over_sockets = c.transports[0].name() != "loopback";
+    match first {
+        Some(t) => {
+            assert_eq!(t.len(), 3, "{t:?}");
+            assert!(t.iter().all(|n| *n == t[0]), "one machine, one node: {t:?}");
+        }
+        None => assert!(!over_sockets, "{} knows no nodes", c.transports[0].name()),
+    }
+}
+
 /// Sends to and gets from a rank outside the job fail with `NoSuchRank`.
 pub fn send_to_unknown_rank(f: Factory<'_>) {
     let c = f(2);

@@ -312,6 +312,12 @@ impl Transport for LibfabricTransport {
         "libfabric"
     }
 
+    /// Every rank's node, as the TCP bootstrap learnt them (buddies and
+    /// the standby are then on other nodes, as over TCP).
+    fn nodes(&self) -> Option<&[u64]> {
+        self.tcp.nodes()
+    }
+
     fn send(&self, to: Rank, frame: Bytes) -> Result<(), TransportError> {
         self.check_peer(to)?;
         link::check_frame(frame.len(), self.max_frame)?;
