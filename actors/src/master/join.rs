@@ -133,10 +133,7 @@ impl Master {
         let Some((error, pending)) = self.ended.get_mut(&key) else {
             return false;
         };
-        let msg = Msg::Complete {
-            key,
-            error: Some((&*error).into()),
-        };
+        let msg = super::failed_msg(key, error);
         pending.remove(&from.0);
         if pending.is_empty() {
             self.ended.remove(&key);
@@ -161,10 +158,7 @@ impl Master {
             Ok(r) => r,
             Err(detail) => {
                 let error = ReduceError::InvalidOptions(detail);
-                let msg = Msg::Complete {
-                    key,
-                    error: Some((&error).into()),
-                };
+                let msg = super::failed_msg(key, &error);
                 self.send(from, &msg);
                 return false;
             }
@@ -227,10 +221,7 @@ impl Master {
             return Some(index);
         }
         let error = ReduceError::InvalidOptions(format!("{from} is not a member of the group"));
-        let msg = Msg::Complete {
-            key,
-            error: Some((&error).into()),
-        };
+        let msg = super::failed_msg(key, &error);
         self.send(from, &msg);
         None
     }

@@ -47,6 +47,14 @@ pub(crate) use takeover::RejoinIn;
 /// they get the error when they join. Bounded so it cannot grow forever.
 const ENDED_LIMIT: usize = 16_384;
 
+/// The notice that reduction `key` ended with `error`.
+fn failed_msg(key: u64, error: &ReduceError) -> Msg {
+    Msg::Complete {
+        key,
+        error: Some(error.into()),
+    }
+}
+
 /// The master of a job.
 pub struct Master {
     size: u32,
@@ -221,10 +229,7 @@ impl Master {
         }
         self.stats.reductions_failed += 1;
         metrics::counter!(crate::metrics::REDUCTIONS_FAILED).increment(1);
-        let msg = Msg::Complete {
-            key,
-            error: Some((&error).into()),
-        };
+        let msg = failed_msg(key, &error);
         let mut pending = HashSet::new();
         for (i, &rank) in r.group.members().iter().enumerate() {
             if r.schedule.missing().any(|m| m == i) {

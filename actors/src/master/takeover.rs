@@ -206,10 +206,7 @@ impl Master {
             Ok(r) => r,
             Err(detail) => {
                 let error = ReduceError::InvalidOptions(detail);
-                let msg = Msg::Complete {
-                    key,
-                    error: Some((&error).into()),
-                };
+                let msg = super::failed_msg(key, &error);
                 for h in &members {
                     self.send(Rank(h.joining.rank), &msg);
                 }
@@ -246,12 +243,8 @@ impl Master {
                 self.drive(key);
             }
             Err(error) => {
-                let failure: Failure = (&error).into();
+                let msg = super::failed_msg(key, &error);
                 self.fail(key, error);
-                let msg = Msg::Complete {
-                    key,
-                    error: Some(failure),
-                };
                 for rank in joined {
                     self.send(rank, &msg);
                 }
