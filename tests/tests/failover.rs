@@ -167,3 +167,68 @@ fn folds_made_under_the_dead_master_are_kept_or_redone_sync() {
 fn folds_made_under_the_dead_master_are_kept_or_redone_async() {
     root_joins_after_the_master_died(Durability::Async, 6);
 }
+
+/// A master that falls silent (it stops pinging) is replaced like a dead
+/// one: within the failure timeout and one ping period every other rank
+/// turns to the standby, which then runs the reductions; none hangs.
+#[test]
+fn a_silent_master_is_replaced_within_the_timeout_and_one_period() {
+    use std::sync::Arc;
+    use taskfold::Runtime;
+    use taskfold_transports::loopback::LoopbackHub;
+    use taskfold_transports::Transport;
+    let (period, timeout) = (Duration::from_millis(50), Duration::from_millis(400));
+    let quiet = Config {
+        ping_period: Duration::from_secs(3600),
+        finalize_timeout: Duration::from_secs(1),
+        ..config(Durability::Sync)
+    };
+    let watching = Config {
+        ping_period: period,
+        failure_timeout: timeout,
+        ..config(Durability::Sync)
+    };
+    let (_hub, ts) = LoopbackHub::new(3);
+    let t = Instant::now();
+    let mut rts: Vec<Runtime> = ts
+        .into_iter()
+        .enumerate()
+        .map(|(r, tr)| {
+            let c = if r == 0 { &quiet } else { &watching };
+            Runtime::start(tr as Arc<dyn Transport>, c.clone()).unwrap()
+        })
+        .collect();
+    assert!(rts[1].master_stats().is_none(), "rank 1 is no master yet");
+    // Reductions over ranks 1 and 2 keep completing: under rank 0, then,
+    // once it is found silent, under rank 1.
+    let mut n = 0u64;
+    while t.elapsed() < timeout + period + Duration::from_millis(600) {
+        let opts = |id: String| Reduce::root(2).group(vec![1, 2]).id(id);
+        let fs: Vec<_> = [1u32, 2]
+            .iter()
+            .map(|&r| {
+                rts[r as usize]
+                    .reduce(Sum(value(r, n)), opts(format!("s{n}")))
+                    .unwrap()
+            })
+            .collect();
+        for (r, mut f) in [1u32, 2].into_iter().zip(fs) {
+            let got = f.wait_timeout(Duration::from_secs(10)).unwrap();
+            if r == 2 {
+                assert_eq!(got.unwrap().0, expected(1..3, n), "reduction {n}");
+            }
+        }
+        n += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stats = rts[1].master_stats().expect("rank 1 runs the master now");
+    assert!(stats.reductions_completed > 0, "{stats:?}");
+    assert_eq!(stats.dead, vec![0], "{stats:?}");
+    // Ranks 1 and 2 finalize together under rank 1; rank 0, replaced,
+    // hears from nobody and gives up after its finalize timeout.
+    let (r2, r1) = (rts.pop().unwrap(), rts.pop().unwrap());
+    let other = std::thread::spawn(move || r2.shutdown());
+    r1.shutdown().unwrap();
+    other.join().unwrap().unwrap();
+    assert!(rts.pop().unwrap().shutdown().is_err());
+}
