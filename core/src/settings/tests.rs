@@ -341,15 +341,17 @@ fn arb_checkpoint() -> impl Strategy<Value = CheckpointConfig> {
         (1u16..=128, 1u16..=128, 1usize..=1000),
         proptest::option::of("[a-z0-9-]{1,12}"),
     )
-        .prop_map(|(dir, shared, every, (group, parity, keep), job)| CheckpointConfig {
-            dir: dir.map(PathBuf::from),
-            shared_dir: shared.map(PathBuf::from),
-            intervals: Intervals(every.map(u64::from)),
-            group,
-            parity,
-            keep,
-            job,
-        })
+        .prop_map(
+            |(dir, shared, every, (group, parity, keep), job)| CheckpointConfig {
+                dir: dir.map(PathBuf::from),
+                shared_dir: shared.map(PathBuf::from),
+                intervals: Intervals(every.map(u64::from)),
+                group,
+                parity,
+                keep,
+                job,
+            },
+        )
 }
 
 fn arb_settings() -> impl Strategy<Value = Settings> {
@@ -536,11 +538,17 @@ fn the_checkpoint_variables() {
     .unwrap();
     let c = &s.runtime.checkpoint;
     assert_eq!(c.dir.as_deref(), Some(std::path::Path::new("/l1")));
-    assert_eq!(c.shared_dir.as_deref(), Some(std::path::Path::new("/pfs/job")));
+    assert_eq!(
+        c.shared_dir.as_deref(),
+        Some(std::path::Path::new("/pfs/job"))
+    );
     assert_eq!(c.intervals, Intervals([1, 2, 0, 10]));
     assert_eq!((c.group, c.parity, c.keep), (8, 3, 5));
     assert_eq!(c.job.as_deref(), Some("climate-42"));
-    assert_eq!(Settings::default().runtime.checkpoint.intervals, Intervals([1, 0, 0, 1]));
+    assert_eq!(
+        Settings::default().runtime.checkpoint.intervals,
+        Intervals([1, 0, 0, 1])
+    );
     for (name, bad) in [
         ("TASKFOLD_CHECKPOINT_GROUP", "0"),
         ("TASKFOLD_CHECKPOINT_GROUP", "129"),

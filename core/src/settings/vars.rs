@@ -58,7 +58,8 @@ fn named<T: Named>(v: &OsStr) -> Result<T, ()> {
 }
 
 /// What a level's interval accepts.
-const INTERVAL_EXPECTED: &str = "a whole number of versions (every N-th version; 0 turns the level off)";
+const INTERVAL_EXPECTED: &str =
+    "a whole number of versions (every N-th version; 0 turns the level off)";
 
 /// An L3 group's data or parity shards: 1 to 128 (so that `k + m` stays
 /// within a piece's bound on shards).
