@@ -23,7 +23,8 @@
 //!
 //! # Layout
 //!
-//! - [`runtime`]: [`Runtime`] (`from_env`, `reduce`, `barrier`, shutdown);
+//! - [`runtime`]: [`Runtime`] (`from_env`, `reduce`, `barrier`,
+//!   `checkpoint`, `restore`, shutdown);
 //!   [`builder`]: [`Builder`], a runtime from explicit settings.
 //! - [`future`]: [`ReduceFuture`] (`get`, `is_done`, `wait_timeout`, `.await`;
 //!   `is_safe`, `wait_safe`: when the contribution survives this rank).

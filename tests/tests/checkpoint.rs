@@ -210,6 +210,20 @@ fn with_the_local_directory_lost_the_shared_one_is_read() {
 }
 
 #[test]
+fn a_local_directory_removed_meanwhile_is_made_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let l1 = tmp.path().join("l1");
+    let cluster = LocalCluster::with_config(1, config(&l1, None, "scratch", [1, 0, 0, 0])).unwrap();
+    let rt = cluster.rank(0);
+    checkpoint_all(&cluster, 1..=2);
+    std::fs::remove_dir_all(&l1).unwrap();
+    assert_eq!(rt.restore::<Field>().unwrap(), None, "nothing left");
+    checkpoint_all(&cluster, 3..=3);
+    assert_eq!(rt.restore::<Field>().unwrap(), Some((3, field(0, 3))));
+    cluster.shutdown().unwrap();
+}
+
+#[test]
 fn the_application_computes_while_its_checkpoint_is_written() {
     let tmp = tempfile::tempdir().unwrap();
     let (l1, marks) = (tmp.path().join("l1"), tmp.path().join("marks"));

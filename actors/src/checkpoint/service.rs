@@ -105,11 +105,13 @@ impl Checkpoints {
     }
 
     /// The directories, opened (made, checked, swept of a crashed write's
-    /// temporary files) at the first call; a failure is returned and the
-    /// next call tries again.
+    /// temporary files) at the first call, and again if the local one
+    /// disappeared; a failure is returned and the next call tries again.
     fn stores(&self) -> Result<Arc<Stores>, CheckpointError> {
         let mut held = self.stores.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = &*held {
+        // A local directory removed meanwhile (a cleaned scratch disk) is
+        // made again rather than failing every later checkpoint.
+        if let Some(s) = held.as_ref().filter(|s| s.local.dir().exists()) {
             return Ok(s.clone());
         }
         let keep = self.config.keep;
