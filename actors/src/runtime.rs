@@ -144,7 +144,9 @@ impl Runtime {
     /// (synced, renamed into place), or with the error that stopped the
     /// write; it completes at once if no level is due. The versions kept
     /// are the newest `keep` written (older ones are deleted once a newer
-    /// one is in place): number versions upwards.
+    /// one is in place): number versions upwards. A checkpoint queued
+    /// behind others holds its archive in memory until it is written:
+    /// wait for a future before queueing many more.
     ///
     /// The piece is stamped with the job ([`Runtime::checkpoint_job`]),
     /// this rank, the version and the type's name, so that

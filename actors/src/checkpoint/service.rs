@@ -153,8 +153,9 @@ impl Checkpoints {
         {
             tracing::warn!(
                 rank = self.rank,
-                "TASKFOLD_CHECKPOINT_L2 and _L3 are set, but this runtime writes L1 and L4 only; \
-                 L2 and L3 are skipped"
+                version,
+                "a version is due at L2 or L3 (TASKFOLD_CHECKPOINT_L2, _L3), which this runtime \
+                 does not write: those levels are skipped, L1 and L4 written"
             );
         }
         levels.retain(|l| match l {
