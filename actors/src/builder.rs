@@ -57,6 +57,10 @@ impl Builder {
     pub fn standby(self, policy: crate::Standby) -> Self {
         self.edit(move |s| s.runtime.standby = policy)
     }
+    /// Where and how often checkpoints are written ([`Config::checkpoint`]).
+    pub fn checkpoint(self, c: crate::config::CheckpointConfig) -> Self {
+        self.edit(move |s| s.runtime.checkpoint = c)
+    }
     /// Threads that fold ([`Config::fold_threads`]).
     pub fn fold_threads(self, n: usize) -> Self {
         self.edit(move |s| s.runtime.fold_threads = n)
@@ -125,6 +129,11 @@ impl Builder {
         };
         for edit in self.edits {
             edit(&mut settings);
+        }
+        // Checkpoints are stamped with the job's name unless they are
+        // given one of their own.
+        if settings.runtime.checkpoint.job.is_none() {
+            settings.runtime.checkpoint.job = settings.launch.job_name();
         }
         for name in &settings.unknown {
             tracing::warn!("{name} is set but is no taskfold setting (a typo?); ignored");

@@ -6,5 +6,5 @@
 //! `Settings::from_env` (see the book's Configuration chapter).
 
 pub use taskfold_core::settings::{
-    Completion, Config, Durability, Settings, SettingsError, Standby,
+    CheckpointConfig, Completion, Config, Durability, Settings, SettingsError, Standby,
 };

@@ -11,7 +11,9 @@
 //! `DIR/release-RANK-POINT` exists, at most two minutes.
 //! Points: `before-join`, `disk-written` (the original is on the local disk;
 //! its join and its buddy offer wait), `after-join` (its tasks wait),
-//! `before-get`, `before-fold`, and `joined` (marks only, never holds).
+//! `before-get`, `before-fold`, and `joined` (marks only, never holds);
+//! and `checkpoint`, where `ID` is a checkpoint's version: the rank's
+//! checkpoint writer holds before writing it (the application goes on).
 
 use std::time::{Duration, Instant};
 pub use taskfold_core::settings::hooks::{Hook, Point};

@@ -23,7 +23,8 @@
 //!
 //! # Layout
 //!
-//! - [`runtime`]: [`Runtime`] (`from_env`, `reduce`, `barrier`, shutdown);
+//! - [`runtime`]: [`Runtime`] (`from_env`, `reduce`, `barrier`,
+//!   `checkpoint`, `restore`, shutdown);
 //!   [`builder`]: [`Builder`], a runtime from explicit settings.
 //! - [`future`]: [`ReduceFuture`] (`get`, `is_done`, `wait_timeout`, `.await`;
 //!   `is_safe`, `wait_safe`: when the contribution survives this rank).
@@ -44,8 +45,10 @@
 //! - [`metrics`]: metric names (and, with the cargo feature `prometheus`,
 //!   `metrics::serve_prometheus`). [`config`]: tunables, and [`Settings`]
 //!   (every `TASKFOLD_*` variable, parsed once).
-//! - [`checkpoint`]: checkpoint pieces in files (a rank's local
-//!   directory, the shared directory), written atomically, read verified.
+//! - [`checkpoint`]: [`CheckpointFuture`] and [`CheckpointError`] of
+//!   [`Runtime::checkpoint`] and [`Runtime::restore`], and the pieces in
+//!   files (a rank's local directory, the shared directory), written
+//!   atomically, read verified.
 //! - [`prelude`]: what an application that reduces needs, in one `use`.
 
 pub mod builder;
@@ -77,6 +80,7 @@ mod start;
 mod worker;
 
 pub use builder::Builder;
+pub use checkpoint::{CheckpointError, CheckpointFuture};
 pub use config::{Completion, Config, Durability, Settings, SettingsError, Standby};
 pub use future::{ReduceFuture, Safe};
 pub use local::LocalCluster;

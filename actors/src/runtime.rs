@@ -3,6 +3,13 @@
 /// Builds a [`Runtime`] (also at the crate root, `taskfold::Builder`).
 pub use crate::builder::Builder;
 
+use crate::checkpoint::{CheckpointError, CheckpointFuture, Checkpoints, JobId, Written};
+use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
+use rkyv::bytecheck::CheckBytes;
+use rkyv::rancor;
+use rkyv::ser::allocator::ArenaHandle;
+use rkyv::util::AlignedVec;
+
 use crate::config::{Config, Durability, Settings};
 use crate::future::{ReduceFuture, Slot};
 use crate::master::MasterStats;
@@ -34,6 +41,7 @@ pub struct Runtime {
     thread: Option<JoinHandle<()>>,
     transport: Arc<dyn Transport>,
     config: Config,
+    checkpoints: Checkpoints,
 }
 
 impl Runtime {
@@ -106,6 +114,7 @@ impl Runtime {
             notices,
             thread: Some(thread),
             transport,
+            checkpoints: Checkpoints::new(rank, &config.checkpoint, &config.hooks),
             config,
         })
     }
@@ -123,6 +132,71 @@ impl Runtime {
     /// The transport's name (`"tcp"`, `"loopback"`).
     pub fn transport_name(&self) -> &'static str {
         self.transport.name()
+    }
+
+    /// Checkpoints `state` as version `version` of this rank's state (see
+    /// the book's Checkpoints chapter) and returns at once: the state is
+    /// serialised on this thread, and the levels due at `version`
+    /// ([`Config::checkpoint`]'s intervals: L1, the rank's directory, and
+    /// L4, the shared one, if any) are written on a thread of the
+    /// runtime's own, one checkpoint after the other, while the
+    /// application goes on. The future completes when they are durable
+    /// (synced, renamed into place), or with the error that stopped the
+    /// write; it completes at once if no level is due. The versions kept
+    /// are the newest `keep` written (older ones are deleted once a newer
+    /// one is in place): number versions upwards. A checkpoint queued
+    /// behind others holds its archive in memory until it is written:
+    /// wait for a future before queueing many more.
+    ///
+    /// The piece is stamped with the job ([`Runtime::checkpoint_job`]),
+    /// this rank, the version and the type's name, so that
+    /// [`Runtime::restore`] never takes another job's, rank's or type's
+    /// state for this one.
+    pub fn checkpoint<T>(&self, version: u64, state: &T) -> CheckpointFuture
+    where
+        T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+    {
+        let levels = self.checkpoints.due(version);
+        if levels.is_empty() {
+            return CheckpointFuture::ready(version, Ok(Written { version, levels }));
+        }
+        match rkyv::to_bytes::<rancor::Error>(state) {
+            Ok(payload) => self
+                .checkpoints
+                .write(version, state_tag::<T>(), payload, levels),
+            Err(e) => {
+                CheckpointFuture::ready(version, Err(CheckpointError::Serialize(e.to_string())))
+            }
+        }
+    }
+
+    /// The newest version of this rank's state of type `T` that survived,
+    /// with its version: read from the cheapest level that holds it (L1,
+    /// then L4), its checksum verified and its archive validated before it
+    /// is deserialised. A piece that is damaged, another job's, another
+    /// type's or another rank's is skipped with a warning naming the
+    /// reason, and the next older version is tried; `None` if no version
+    /// is fit. Checkpoints whose future has not completed may not be seen.
+    pub fn restore<T>(&self) -> Result<Option<(u64, T)>, CheckpointError>
+    where
+        T: rkyv::Archive,
+        T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+            + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
+    {
+        self.checkpoints.restore(state_tag::<T>(), |payload| {
+            // The payload is not aligned in the piece: copied into a
+            // buffer that is, to be validated and read.
+            let mut aligned = AlignedVec::<16>::with_capacity(payload.len());
+            aligned.extend_from_slice(payload);
+            rkyv::from_bytes::<T, rancor::Error>(&aligned).map_err(|e| e.to_string())
+        })
+    }
+
+    /// The job id this rank's checkpoints are stamped with:
+    /// `TASKFOLD_CHECKPOINT_JOB`, else the job's name, else
+    /// [`crate::checkpoint::DEFAULT_JOB`].
+    pub fn checkpoint_job(&self) -> JobId {
+        self.checkpoints.job()
     }
 
     /// Starts a reduction of `value`.
@@ -353,4 +427,9 @@ impl Drop for Runtime {
             }
         }
     }
+}
+
+/// The type tag of checkpoints of a `T`.
+fn state_tag<T>() -> u64 {
+    taskfold_core::checkpoint::type_tag(std::any::type_name::<T>())
 }

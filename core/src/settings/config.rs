@@ -79,6 +79,9 @@ pub struct Config {
     /// default `auto`; see [`Standby`] and the book's Fault tolerance
     /// chapter, A master that dies).
     pub standby: Standby,
+    /// Where and how often checkpoints are written
+    /// (`TASKFOLD_CHECKPOINT_*`, see [`super::CheckpointConfig`]).
+    pub checkpoint: super::CheckpointConfig,
     /// Test hooks (`TASKFOLD_TEST_HOOK`), see [`super::hooks`].
     pub hooks: Vec<Hook>,
 }
@@ -100,6 +103,7 @@ impl Default for Config {
             buffer_pool_prefill: true,
             notice_board: true,
             standby: Standby::Auto,
+            checkpoint: super::CheckpointConfig::default(),
             hooks: Vec::new(),
         }
     }

@@ -29,10 +29,13 @@ pub enum Point {
     /// The join was sent: only writes the marker, never holds (used by
     /// `taskfold bench faults` to time its kills).
     Joined,
+    /// The checkpoint writer is about to write version `ID` (held on the
+    /// writer's thread: the application goes on).
+    Checkpoint,
 }
 
 /// Every point, in the order of a reduction.
-pub const POINTS: [Point; 7] = [
+pub const POINTS: [Point; 8] = [
     Point::BeforeJoin,
     Point::DiskWritten,
     Point::AfterJoin,
@@ -40,6 +43,7 @@ pub const POINTS: [Point; 7] = [
     Point::BeforeFold,
     Point::MidGet,
     Point::Joined,
+    Point::Checkpoint,
 ];
 
 impl Point {
@@ -53,6 +57,7 @@ impl Point {
             Point::BeforeFold => "before-fold",
             Point::MidGet => "mid-get",
             Point::Joined => "joined",
+            Point::Checkpoint => "checkpoint",
         }
     }
 }
@@ -72,7 +77,7 @@ pub struct Hook {
 
 /// What `TASKFOLD_TEST_HOOK` accepts (for error messages).
 pub const EXPECTED: &str = "RANK:POINT:ID:DIR entries separated by `;`, POINT one of \
-     before-join, disk-written, after-join, before-get, before-fold, mid-get, joined";
+     before-join, disk-written, after-join, before-get, before-fold, mid-get, joined, checkpoint";
 
 /// Parses `RANK:POINT:ID:DIR[;...]` (empty entries are skipped); `None` if
 /// any entry is malformed.

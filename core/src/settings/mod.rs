@@ -28,6 +28,7 @@
 //! The book's Configuration chapter lists every variable with its type and
 //! default.
 
+pub mod checkpoint;
 pub mod config;
 pub mod hooks;
 pub mod launch;
@@ -37,6 +38,7 @@ mod vars;
 #[cfg(test)]
 mod tests;
 
+pub use checkpoint::CheckpointConfig;
 pub use config::{Completion, Config, Durability, Standby};
 pub use launch::{Identity, KeySource, Launch};
 pub use values::{parse_bool, Named};

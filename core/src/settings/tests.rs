@@ -1,6 +1,7 @@
 use super::hooks::{Hook, Point, POINTS};
 use super::values::*;
 use super::*;
+use crate::checkpoint::Intervals;
 use proptest::prelude::*;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -332,6 +333,27 @@ fn arb_hook() -> impl Strategy<Value = Hook> {
     })
 }
 
+fn arb_checkpoint() -> impl Strategy<Value = CheckpointConfig> {
+    (
+        proptest::option::of("/[a-z]{1,8}"),
+        proptest::option::of("/[a-z/]{1,8}"),
+        any::<[u8; 4]>(),
+        (1u16..=128, 1u16..=128, 1usize..=1000),
+        proptest::option::of("[a-z0-9-]{1,12}"),
+    )
+        .prop_map(
+            |(dir, shared, every, (group, parity, keep), job)| CheckpointConfig {
+                dir: dir.map(PathBuf::from),
+                shared_dir: shared.map(PathBuf::from),
+                intervals: Intervals(every.map(u64::from)),
+                group,
+                parity,
+                keep,
+                job,
+            },
+        )
+}
+
 fn arb_settings() -> impl Strategy<Value = Settings> {
     let launch = (
         proptest::option::of((1u32..1000, 0..launch::SOURCES.len())),
@@ -376,8 +398,9 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             any::<bool>(),
         ),
         proptest::collection::vec(arb_hook(), 0..3),
+        arb_checkpoint(),
     )
-        .prop_map(|(t, r, pool, hooks)| Config {
+        .prop_map(|(t, r, pool, hooks, checkpoint)| Config {
             fold_threads: t.0,
             finalize_timeout: Duration::from_millis(t.1),
             ping_period: Duration::from_millis(t.2),
@@ -391,6 +414,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             buffer_pool_prefill: pool.1,
             notice_board: pool.2,
             hooks,
+            checkpoint,
             ..Config::default()
         });
     let transport = (
@@ -479,11 +503,12 @@ proptest! {
 
     /// A bad value of any variable names that variable.
     #[test]
-    fn bad_values_name_the_variable(which in 0usize..26, junk in "[%@!]{1,80}") {
+    fn bad_values_name_the_variable(which in 0usize..37, junk in "[%@!]{1,80}") {
         let var = &variables()[which];
         // Paths and names accept any text.
         let free = ["TASKFOLD_RENDEZVOUS", "TASKFOLD_JOB", "TASKFOLD_REPLICA_DIR",
-                    "TASKFOLD_FI_PROVIDER", "TASKFOLD_JOB_KEY_FILE"];
+                    "TASKFOLD_FI_PROVIDER", "TASKFOLD_JOB_KEY_FILE", "TASKFOLD_CHECKPOINT_DIR",
+                    "TASKFOLD_CHECKPOINT_SHARED_DIR", "TASKFOLD_CHECKPOINT_JOB"];
         prop_assume!(!free.contains(&var.name));
         let e = parse(&[(var.name, junk.as_str())]).unwrap_err();
         prop_assert_eq!(&e.name, var.name);
@@ -493,6 +518,46 @@ proptest! {
         } else {
             prop_assert_eq!(e.truncated, junk.chars().count() > SettingsError::QUOTED);
         }
+    }
+}
+
+#[test]
+fn the_checkpoint_variables() {
+    let s = parse(&[
+        ("TASKFOLD_CHECKPOINT_DIR", "/l1"),
+        ("TASKFOLD_CHECKPOINT_SHARED_DIR", "/pfs/job"),
+        ("TASKFOLD_CHECKPOINT_L1", "1"),
+        ("TASKFOLD_CHECKPOINT_L2", "2"),
+        ("TASKFOLD_CHECKPOINT_L3", "0"),
+        ("TASKFOLD_CHECKPOINT_L4", " 10 "),
+        ("TASKFOLD_CHECKPOINT_GROUP", "8"),
+        ("TASKFOLD_CHECKPOINT_PARITY", "3"),
+        ("TASKFOLD_CHECKPOINT_KEEP", "5"),
+        ("TASKFOLD_CHECKPOINT_JOB", "climate-42"),
+    ])
+    .unwrap();
+    let c = &s.runtime.checkpoint;
+    assert_eq!(c.dir.as_deref(), Some(std::path::Path::new("/l1")));
+    assert_eq!(
+        c.shared_dir.as_deref(),
+        Some(std::path::Path::new("/pfs/job"))
+    );
+    assert_eq!(c.intervals, Intervals([1, 2, 0, 10]));
+    assert_eq!((c.group, c.parity, c.keep), (8, 3, 5));
+    assert_eq!(c.job.as_deref(), Some("climate-42"));
+    assert_eq!(
+        Settings::default().runtime.checkpoint.intervals,
+        Intervals([1, 0, 0, 1])
+    );
+    for (name, bad) in [
+        ("TASKFOLD_CHECKPOINT_GROUP", "0"),
+        ("TASKFOLD_CHECKPOINT_GROUP", "129"),
+        ("TASKFOLD_CHECKPOINT_PARITY", "0"),
+        ("TASKFOLD_CHECKPOINT_KEEP", "0"),
+        ("TASKFOLD_CHECKPOINT_L2", "-1"),
+        ("TASKFOLD_CHECKPOINT_L4", "often"),
+    ] {
+        assert_eq!(err(&[(name, bad)]).name, name, "{name}={bad}");
     }
 }
 

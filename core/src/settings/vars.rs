@@ -57,11 +57,22 @@ fn named<T: Named>(v: &OsStr) -> Result<T, ()> {
     T::parse(text(v)?).ok_or(())
 }
 
+/// What a level's interval accepts.
+const INTERVAL_EXPECTED: &str =
+    "a whole number of versions (every N-th version; 0 turns the level off)";
+
+/// An L3 group's data or parity shards: 1 to 128 (so that `k + m` stays
+/// within a piece's bound on shards).
+fn shards(v: &OsStr) -> Result<u16, ()> {
+    let n = values::parse_u64(text(v)?).filter(|n| (1..=128).contains(n));
+    Ok(n.ok_or(())? as u16)
+}
+
 fn show(s: impl ToString) -> Option<OsString> {
     Some(s.to_string().into())
 }
 
-static VARIABLES: [Variable; 27] = [
+static VARIABLES: [Variable; 37] = [
     // Launch (rank and size: see `launch::identity`).
     Variable {
         name: "TASKFOLD_MASTER",
@@ -252,6 +263,98 @@ static VARIABLES: [Variable; 27] = [
             Ok(())
         },
         get: |s| show(values::format_bool(s.shared_heap)),
+    },
+    // Checkpoints.
+    Variable {
+        name: "TASKFOLD_CHECKPOINT_DIR",
+        expected: "a directory path",
+        set: |s, v| {
+            s.runtime.checkpoint.dir = Some(v.into());
+            Ok(())
+        },
+        get: |s| s.runtime.checkpoint.dir.as_ref().map(|p| p.into()),
+    },
+    Variable {
+        name: "TASKFOLD_CHECKPOINT_SHARED_DIR",
+        expected: "a directory path",
+        set: |s, v| {
+            s.runtime.checkpoint.shared_dir = Some(v.into());
+            Ok(())
+        },
+        get: |s| s.runtime.checkpoint.shared_dir.as_ref().map(|p| p.into()),
+    },
+    Variable {
+        name: "TASKFOLD_CHECKPOINT_L1",
+        expected: INTERVAL_EXPECTED,
+        set: |s, v| {
+            s.runtime.checkpoint.intervals.0[0] = values::parse_u64(text(v)?).ok_or(())?;
+            Ok(())
+        },
+        get: |s| show(s.runtime.checkpoint.intervals.0[0]),
+    },
+    Variable {
+        name: "TASKFOLD_CHECKPOINT_L2",
+        expected: INTERVAL_EXPECTED,
+        set: |s, v| {
+            s.runtime.checkpoint.intervals.0[1] = values::parse_u64(text(v)?).ok_or(())?;
+            Ok(())
+        },
+        get: |s| show(s.runtime.checkpoint.intervals.0[1]),
+    },
+    Variable {
+        name: "TASKFOLD_CHECKPOINT_L3",
+        expected: INTERVAL_EXPECTED,
+        set: |s, v| {
+            s.runtime.checkpoint.intervals.0[2] = values::parse_u64(text(v)?).ok_or(())?;
+            Ok(())
+        },
+        get: |s| show(s.runtime.checkpoint.intervals.0[2]),
+    },
+    Variable {
+        name: "TASKFOLD_CHECKPOINT_L4",
+        expected: INTERVAL_EXPECTED,
+        set: |s, v| {
+            s.runtime.checkpoint.intervals.0[3] = values::parse_u64(text(v)?).ok_or(())?;
+            Ok(())
+        },
+        get: |s| show(s.runtime.checkpoint.intervals.0[3]),
+    },
+    Variable {
+        name: "TASKFOLD_CHECKPOINT_GROUP",
+        expected: "a number of ranks from 1 to 128",
+        set: |s, v| {
+            s.runtime.checkpoint.group = shards(v)?;
+            Ok(())
+        },
+        get: |s| show(s.runtime.checkpoint.group),
+    },
+    Variable {
+        name: "TASKFOLD_CHECKPOINT_PARITY",
+        expected: "a number of parity pieces from 1 to 128",
+        set: |s, v| {
+            s.runtime.checkpoint.parity = shards(v)?;
+            Ok(())
+        },
+        get: |s| show(s.runtime.checkpoint.parity),
+    },
+    Variable {
+        name: "TASKFOLD_CHECKPOINT_KEEP",
+        expected: "a number of versions from 1 to 1000",
+        set: |s, v| {
+            let n = values::parse_u64(text(v)?).filter(|n| (1..=1000).contains(n));
+            s.runtime.checkpoint.keep = n.ok_or(())? as usize;
+            Ok(())
+        },
+        get: |s| show(s.runtime.checkpoint.keep),
+    },
+    Variable {
+        name: "TASKFOLD_CHECKPOINT_JOB",
+        expected: "any text in UTF-8",
+        set: |s, v| {
+            s.runtime.checkpoint.job = Some(v.to_str().ok_or(())?.to_string());
+            Ok(())
+        },
+        get: |s| s.runtime.checkpoint.job.as_ref().and_then(show),
     },
     // The transport.
     Variable {
