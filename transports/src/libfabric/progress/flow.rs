@@ -13,9 +13,19 @@ use super::Engine;
 use bytes::Bytes;
 use std::collections::{BTreeMap, VecDeque};
 
-/// Frames waiting for an earlier one, per peer, before the peer is
-/// considered broken.
-const REORDER_MAX: usize = 1 << 16;
+/// Control frames waiting in the event channel, at most, before a peer's
+/// next frame waits in the reorder buffer for room (the consumer's pace,
+/// not a peer's, decides how many frames this rank holds; as TCP's).
+pub(crate) const MAX_EVENTS: usize = 4096;
+
+/// The largest flow-control window (messages a sender has outstanding at
+/// a receiver).
+const WINDOW_MAX: u64 = 64;
+
+/// Ordered items of one peer not yet delivered, at most: a peer within its
+/// credits has at most a window of them (twice the largest window leaves
+/// room for a peer whose window was computed otherwise).
+const PENDING_MAX: usize = 2 * WINDOW_MAX as usize;
 
 /// A message waiting for a send slot.
 pub(super) enum Out {
@@ -72,6 +82,8 @@ pub(super) struct Peer {
     credits: u64,
     /// Messages consumed from this peer since we last returned credits.
     consumed: u64,
+    /// Its next frame waits for room in the event channel.
+    pub held: bool,
 }
 
 impl Peer {
@@ -96,7 +108,7 @@ impl Flow {
     /// The state of `size` peers, sharing `budget` pending messages at a
     /// receiver among the senders.
     pub fn new(size: usize, budget: u64) -> Flow {
-        let window = (budget / (size as u64).saturating_sub(1).max(1)).clamp(4, 64);
+        let window = (budget / (size as u64).saturating_sub(1).max(1)).clamp(4, WINDOW_MAX);
         Flow {
             peers: (0..size)
                 .map(|_| Peer {
@@ -125,8 +137,10 @@ impl Flow {
         }
     }
 
-    /// A message other than a credit came from `from`: counted, and
-    /// credits returned (ahead of everything queued) every half window.
+    /// A message other than a credit from `from` was consumed (an ordered
+    /// one once delivered, so that a peer whose frames wait for room in
+    /// the event channel runs out of credits and stops sending): counted,
+    /// and credits returned (ahead of everything queued) every half window.
     pub fn consumed(&mut self, from: u32) {
         let window = self.window;
         let p = &mut self.peers[from as usize];
@@ -247,17 +261,19 @@ impl Engine {
         }
     }
 
-    /// Records an ordered item from `from`; false if it is a duplicate or
-    /// out of range (then dropped).
+    /// Records an ordered item from `from`; false if it is a duplicate (then
+    /// dropped). A peer with more items undelivered than its credits allow
+    /// ([`PENDING_MAX`]; a peer whose frames wait for room is sent no
+    /// credits) broke the flow control: it is suspected, its item dropped.
     pub(super) fn arrived(&mut self, from: u32, seq: u64, item: InItem) -> bool {
         let p = &mut self.flow.peers[from as usize];
-        if seq < p.in_next || p.pending.contains_key(&seq) || p.pending.len() >= REORDER_MAX {
-            tracing::warn!(
-                rank = self.sh.rank,
-                from,
-                seq,
-                "duplicate or runaway frame dropped"
-            );
+        if seq < p.in_next || p.pending.contains_key(&seq) {
+            tracing::warn!(rank = self.sh.rank, from, seq, "duplicate frame dropped");
+            return false;
+        }
+        if p.pending.len() >= PENDING_MAX {
+            crate::libfabric::bound_hit("reorder");
+            self.suspect(from, format!("rank {from} sent beyond its credits"));
             return false;
         }
         p.pending.insert(seq, item);
@@ -265,18 +281,45 @@ impl Engine {
         true
     }
 
-    /// Delivers the frames of `from` that are next in order.
+    /// Delivers again the frames of peers that waited for room in the event
+    /// channel, if there is room now.
+    pub(super) fn drain_held(&mut self) {
+        if self.sh.events_tx.len() >= MAX_EVENTS {
+            return;
+        }
+        let held: Vec<u32> = (0..self.flow.peers.len() as u32)
+            .filter(|&p| self.flow.peers[p as usize].held)
+            .collect();
+        for peer in held {
+            self.flow.peers[peer as usize].held = false;
+            self.drain(peer);
+        }
+    }
+
+    /// Delivers the frames of `from` that are next in order, while the
+    /// event channel has room ([`MAX_EVENTS`]); the rest waits
+    /// ([`Engine::drain_held`]).
     pub(super) fn drain(&mut self, from: u32) {
         loop {
+            if self.sh.events_tx.len() >= MAX_EVENTS {
+                let p = &mut self.flow.peers[from as usize];
+                if !p.held && p.pending.contains_key(&p.in_next) {
+                    p.held = true;
+                    crate::libfabric::bound_hit("events");
+                }
+                return;
+            }
             let p = &mut self.flow.peers[from as usize];
             let next = p.in_next;
             match p.pending.remove(&next) {
                 Some(InItem::Frame(frame)) => {
                     p.in_next += 1;
+                    self.flow.consumed(from);
                     self.sh.deliver(from, frame);
                 }
                 Some(InItem::Bye) => {
                     p.in_next += 1;
+                    self.flow.consumed(from);
                     if self.sh.peer_gone(from) {
                         self.forget_peer(from, &format!("rank {from} shut down"), true);
                     }

@@ -89,6 +89,9 @@ pub(crate) enum Cmd {
     Get {
         from: u32,
         key: BufferKey,
+        /// The most bytes the caller accepts (`None`: the transport's
+        /// maximum).
+        max: Option<u64>,
         reply: Reply,
     },
     /// The peer's link went down or the peer left (link state already
@@ -243,6 +246,7 @@ impl Engine {
                 Err(flume::TryRecvError::Disconnected) => return Turn::Exit,
             }
         }
+        self.drain_held();
         busy |= self.post_sends();
         busy |= self.post_reads();
         busy |= self.poll_completions(comps);
@@ -347,7 +351,12 @@ impl Engine {
     fn command(&mut self, cmd: Cmd) -> bool {
         match cmd {
             Cmd::Send { to, frame } => self.send(to, frame),
-            Cmd::Get { from, key, reply } => self.request(from, key, reply),
+            Cmd::Get {
+                from,
+                key,
+                max,
+                reply,
+            } => self.request(from, key, max, reply),
             Cmd::Forget { peer, reason } => {
                 let graceful = !self.sh.is_down(peer);
                 self.forget_peer(peer, &reason, graceful)
@@ -400,7 +409,11 @@ impl Engine {
                 return;
             }
         };
-        if !matches!(msg, Msg::Credit { .. }) {
+        // Ordered messages count as consumed once delivered (see `drain`).
+        if !matches!(
+            msg,
+            Msg::Credit { .. } | Msg::Control { .. } | Msg::Large { .. } | Msg::Bye { .. }
+        ) {
             self.flow.consumed(from);
         }
         match msg {
