@@ -18,6 +18,11 @@ use std::collections::{BTreeMap, VecDeque};
 /// not a peer's, decides how many frames this rank holds; as TCP's).
 pub(crate) const MAX_EVENTS: usize = 4096;
 
+/// Messages waiting to be sent to a peer, at most, before its next get
+/// request waits (unanswered, its credit not returned): a peer that asks
+/// without taking the answers is no longer served (as TCP's writer bound).
+const OUTQ_MAX: usize = 1024;
+
 /// The largest flow-control window (messages a sender has outstanding at
 /// a receiver).
 const WINDOW_MAX: u64 = 64;
@@ -84,6 +89,9 @@ pub(super) struct Peer {
     consumed: u64,
     /// Its next frame waits for room in the event channel.
     pub held: bool,
+    /// Its get requests not served yet, while [`OUTQ_MAX`] messages wait to
+    /// be sent to it: (request, key).
+    deferred: VecDeque<(u64, u64)>,
 }
 
 impl Peer {
@@ -102,6 +110,10 @@ pub(super) struct Flow {
     ready: VecDeque<u32>,
     /// Flow-control window per peer (messages).
     window: u64,
+    /// Some peer's frames wait for room in the event channel.
+    any_held: bool,
+    /// Get requests deferred, over all peers.
+    deferred: usize,
 }
 
 impl Flow {
@@ -118,6 +130,8 @@ impl Flow {
                 .collect(),
             ready: VecDeque::new(),
             window,
+            any_held: false,
+            deferred: 0,
         }
     }
 
@@ -281,12 +295,60 @@ impl Engine {
         true
     }
 
+    /// A get request `req` for `key` from `from`: served, unless
+    /// [`OUTQ_MAX`] messages wait to be sent to it; then it waits (and its
+    /// credit with it, so an honest peer has at most a window waiting).
+    /// More waiting than any window allows is a broken flow control: the
+    /// peer is suspected, the request dropped.
+    pub(super) fn get_request(&mut self, from: u32, req: u64, key: u64) {
+        let p = &mut self.flow.peers[from as usize];
+        if p.outq.len() < OUTQ_MAX && p.deferred.is_empty() {
+            self.flow.consumed(from);
+            self.serve(from, req, key);
+            return;
+        }
+        if p.deferred.len() >= PENDING_MAX {
+            crate::libfabric::bound_hit("requests");
+            self.suspect(from, format!("rank {from} asked beyond its credits"));
+            return;
+        }
+        if p.deferred.is_empty() {
+            crate::libfabric::bound_hit("writer");
+        }
+        p.deferred.push_back((req, key));
+        self.flow.deferred += 1;
+    }
+
+    /// Serves the get requests that waited, as far as the queues of their
+    /// peers allow.
+    pub(super) fn serve_deferred(&mut self) {
+        if self.flow.deferred == 0 {
+            return;
+        }
+        for peer in 0..self.flow.peers.len() as u32 {
+            // Bounded by the peer's deferred requests.
+            loop {
+                let p = &mut self.flow.peers[peer as usize];
+                if p.outq.len() >= OUTQ_MAX {
+                    break;
+                }
+                let Some((req, key)) = p.deferred.pop_front() else {
+                    break;
+                };
+                self.flow.deferred -= 1;
+                self.flow.consumed(peer);
+                self.serve(peer, req, key);
+            }
+        }
+    }
+
     /// Delivers again the frames of peers that waited for room in the event
     /// channel, if there is room now.
     pub(super) fn drain_held(&mut self) {
-        if self.sh.events_tx.len() >= MAX_EVENTS {
+        if !self.flow.any_held || self.sh.events_tx.len() >= MAX_EVENTS {
             return;
         }
+        self.flow.any_held = false;
         let held: Vec<u32> = (0..self.flow.peers.len() as u32)
             .filter(|&p| self.flow.peers[p as usize].held)
             .collect();
@@ -305,6 +367,7 @@ impl Engine {
                 let p = &mut self.flow.peers[from as usize];
                 if !p.held && p.pending.contains_key(&p.in_next) {
                     p.held = true;
+                    self.flow.any_held = true;
                     crate::libfabric::bound_hit("events");
                 }
                 return;

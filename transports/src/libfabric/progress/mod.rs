@@ -247,6 +247,7 @@ impl Engine {
             }
         }
         self.drain_held();
+        self.serve_deferred();
         busy |= self.post_sends();
         busy |= self.post_reads();
         busy |= self.poll_completions(comps);
@@ -409,10 +410,15 @@ impl Engine {
                 return;
             }
         };
-        // Ordered messages count as consumed once delivered (see `drain`).
+        // Ordered messages count as consumed once delivered (see `drain`),
+        // get requests once served (see `get_request`).
         if !matches!(
             msg,
-            Msg::Credit { .. } | Msg::Control { .. } | Msg::Large { .. } | Msg::Bye { .. }
+            Msg::Credit { .. }
+                | Msg::Control { .. }
+                | Msg::Large { .. }
+                | Msg::Bye { .. }
+                | Msg::GetReq { .. }
         ) {
             self.flow.consumed(from);
         }
@@ -425,7 +431,7 @@ impl Engine {
             Msg::Bye { seq } => {
                 self.arrived(from, seq, InItem::Bye);
             }
-            Msg::GetReq { req, key } => self.serve(from, req, key),
+            Msg::GetReq { req, key } => self.get_request(from, req, key),
             Msg::GetOk { req, at } => self.answered(from, req, Some(at)),
             Msg::GetErr { req, .. } => self.answered(from, req, None),
             Msg::Release { token } => self.released(from, token),
