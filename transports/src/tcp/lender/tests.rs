@@ -100,3 +100,23 @@ fn addresses_are_written_as_the_kernel_writes_them() {
         assert_eq!(v6, "0000000000000000FFFF00000100007F:1F90");
     }
 }
+
+#[test]
+fn another_process_holding_the_other_end_is_found() {
+    let (caller, accepted) = connection();
+    let (ours, theirs) = (caller.local_addr().unwrap(), caller.peer_addr().unwrap());
+    // The listener's end goes to another process (its standard input),
+    // and leaves this one.
+    let fd = std::os::fd::OwnedFd::from(accepted);
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .stdin(std::process::Stdio::from(fd))
+        .spawn()
+        .expect("sleep");
+    let found = holds(child.id(), theirs, ours);
+    let here = holds(std::process::id(), theirs, ours);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(found.expect("readable tables"), "the child holds it");
+    assert!(!here.expect("readable tables"), "this process does not");
+}
