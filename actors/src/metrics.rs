@@ -15,6 +15,9 @@ pub const REDUCTION_SECONDS: &str = "taskfold_reduction_seconds";
 pub const REDUCTIONS_COMPLETED: &str = "taskfold_reductions_completed_total";
 /// Reductions ended with an error.
 pub const REDUCTIONS_FAILED: &str = "taskfold_reductions_failed_total";
+/// Reductions the master refused to open, as `Config::max_reductions`
+/// were live (`TooManyReductions`).
+pub const REDUCTIONS_REFUSED: &str = "taskfold_reductions_refused_total";
 /// Futures of members other than the root completed once their data was
 /// folded in (`Completion::Contributed`), before the reduction ended.
 pub const REDUCTIONS_CONTRIBUTED: &str = "taskfold_reductions_contributed_total";
@@ -108,6 +111,10 @@ fn describe_reductions() {
     describe_histogram!(REDUCTION_SECONDS, Unit::Seconds, "First join to completion");
     describe_counter!(REDUCTIONS_COMPLETED, "Reductions completed");
     describe_counter!(REDUCTIONS_FAILED, "Reductions ended with an error");
+    describe_counter!(
+        REDUCTIONS_REFUSED,
+        "Reductions the master refused to open, too many being live"
+    );
     describe_counter!(
         REDUCTIONS_CONTRIBUTED,
         "Futures completed once this rank's data was folded in (Completion::Contributed)"

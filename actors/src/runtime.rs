@@ -215,8 +215,11 @@ impl Runtime {
     /// handle, and its id stays in use until it ends).
     ///
     /// Errors right away for invalid options (root or this rank outside the
-    /// group, bad id) and for an id already live in this group on this rank;
-    /// every other failure arrives through the future.
+    /// group, bad id), for an id already live in this group on this rank,
+    /// and with [`ReduceError::TooManyReductions`] when
+    /// [`Config::max_reductions`] are live on this rank; every other
+    /// failure arrives through the future (the master's refusal of one
+    /// reduction too many among them).
     pub fn reduce<T: ReduceValue>(
         &self,
         value: T,
@@ -249,14 +252,7 @@ impl Runtime {
             }
         };
         let key = ReductionKey::of(&id, &group).0;
-        if !self
-            .live
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key)
-        {
-            return Err(ReduceError::DuplicateId(id.to_string()));
-        }
+        self.claim(key, &id)?;
         let join = Join {
             id: id.to_string(),
             group: group.members().iter().map(|r| r.0).collect(),
@@ -300,6 +296,22 @@ impl Runtime {
         }
         self.settle(&slot, durability)?;
         Ok(ReduceFuture::new(slot, id.to_string()))
+    }
+
+    /// Marks reduction `key` (`id`) live on this rank: refused if it is
+    /// already, or if [`Config::max_reductions`] are.
+    fn claim(&self, key: u64, id: &ReductionId) -> Result<(), ReduceError> {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if live.contains(&key) {
+            return Err(ReduceError::DuplicateId(id.to_string()));
+        }
+        if live.len() >= self.config.max_reductions {
+            return Err(ReduceError::TooManyReductions {
+                limit: self.config.max_reductions as u64,
+            });
+        }
+        live.insert(key);
+        Ok(())
     }
 
     /// Synchronous durability: waits until the contribution in `slot` is

@@ -178,6 +178,7 @@ fn master_and_detector(
     )
     .start();
     let mut m = Master::new(size, out.clone(), c.task_log_limit);
+    m.set_max_reductions(c.max_reductions);
     m.set_detector(detector.clone());
     ((master_ctx, m), detector)
 }

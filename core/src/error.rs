@@ -80,4 +80,12 @@ pub enum ReduceError {
     /// The result could not be decoded at the root.
     #[error("could not decode the result: {0}")]
     Decode(String),
+    /// The reduction would exceed the number of live reductions allowed at
+    /// once (`TASKFOLD_MAX_REDUCTIONS`, on this rank or at the master); the
+    /// live ones go on. Start it again once some have ended.
+    #[error("more than {limit} reductions would be live at once")]
+    TooManyReductions {
+        /// The limit reached.
+        limit: u64,
+    },
 }

@@ -534,3 +534,70 @@ fn a_root_that_reuses_an_id_at_once_is_not_ended_by_the_old_notice() {
     }
     cluster.shutdown().unwrap();
 }
+
+#[test]
+fn reductions_beyond_the_limit_are_refused_and_the_live_ones_complete() {
+    let cluster = LocalCluster::with_config(
+        3,
+        Config {
+            max_reductions: 2,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let too_many = |r: Result<Option<Sum<u32>>, ReduceError>| {
+        matches!(r, Err(ReduceError::TooManyReductions { limit: 2 }))
+    };
+    // On rank 1: two live reductions (rank 2 has not joined them), and a
+    // third is refused at once.
+    let open = |id: &str| {
+        cluster
+            .rank(1)
+            .reduce(Sum(vec![1u32]), Reduce::root(1).group([1, 2]).id(id))
+    };
+    let (mut a, mut b) = (open("a").unwrap(), open("b").unwrap());
+    assert!(matches!(
+        open("c"),
+        Err(ReduceError::TooManyReductions { limit: 2 })
+    ));
+    // Rank 0 has none live, but the master has two: its third fails.
+    let mut c = cluster
+        .rank(0)
+        .reduce(Sum(vec![1u32]), Reduce::root(0).group([0, 2]).id("c"))
+        .unwrap();
+    assert!(too_many(c.wait_timeout(WAIT)));
+    // The live ones complete.
+    let join = |id: &str, root: u32| {
+        cluster
+            .rank(2)
+            .reduce(Sum(vec![2u32]), Reduce::root(root).group([1, 2]).id(id))
+            .unwrap()
+    };
+    let (mut a2, mut b2) = (join("a", 1), join("b", 1));
+    for f in [&mut a, &mut b] {
+        assert_eq!(f.wait_timeout(WAIT).unwrap().unwrap().0, vec![3]);
+    }
+    for f in [&mut a2, &mut b2] {
+        assert!(f.wait_timeout(WAIT).unwrap().is_none());
+    }
+    // The refused one's other member hears the same.
+    let mut c2 = cluster
+        .rank(2)
+        .reduce(Sum(vec![1u32]), Reduce::root(0).group([0, 2]).id("c"))
+        .unwrap();
+    assert!(too_many(c2.wait_timeout(WAIT)));
+    // Room again: a new reduction completes.
+    let fs: Vec<_> = (0..3)
+        .map(|r| {
+            cluster
+                .rank(r)
+                .reduce(Sum(vec![1u32]), Reduce::root(0).id("d"))
+                .unwrap()
+        })
+        .collect();
+    let got: Vec<_> = fs
+        .into_iter()
+        .map(|mut f| f.wait_timeout(WAIT).unwrap())
+        .collect();
+    assert_eq!(got[0].as_ref().unwrap().0, vec![3]);
+}

@@ -235,3 +235,89 @@ fn a_peer_that_never_reads_is_not_read_either() {
     t0.shutdown();
     t2.shutdown();
 }
+
+/// Rank 1's side: accepts rank 0's connection and answers its get
+/// request with a loan of `total` bytes at `addr` in process `pid`; then
+/// returns whether rank 0 closed the connection (`false`: it returned
+/// the loan instead).
+fn rogue_lends(
+    listener: TcpListener,
+    key: JobKey,
+    pid: u32,
+    addr: u64,
+    total: u64,
+) -> std::thread::JoinHandle<bool> {
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("rank 0 connects");
+        s.set_read_timeout(Some(QUICK)).expect("timeout");
+        common::accept_proven(&mut s, &key, 1);
+        let (req, _) = frame::read_frame_sync(&mut s, 4096)
+            .expect("request")
+            .expect("a frame");
+        assert_eq!(req.kind, kind::GET_REQ);
+        let lend = Header {
+            kind: kind::GET_LEND,
+            len: frame::LEND_LEN,
+            a: req.a,
+            b: addr,
+            c: total,
+        };
+        frame::write_frame_sync(&mut s, lend, &u64::from(pid).to_le_bytes()).expect("the loan");
+        match frame::read_frame_sync(&mut s, 4096) {
+            Ok(Some((h, _))) => {
+                assert_eq!(h.kind, kind::GET_RETURN);
+                assert_eq!(h.a, req.a);
+                false
+            }
+            Ok(None) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    })
+}
+
+/// A loan naming a process that does not hold the connection (another
+/// process of the user, whose memory rank 0 would read) is refused before
+/// anything is read: the link is dropped and counted.
+#[test]
+fn a_loan_naming_another_process_is_refused_and_its_peer_dropped() {
+    let (t0, t2, listener, key) = job_with_a_rogue();
+    let mut victim = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("another process");
+    let bad_before = counter(BAD_CONNECTIONS, None);
+    let rogue = rogue_lends(listener, key, victim.id(), 0x40_0000, 1 << 16);
+    let got = wait("the get from the rogue", t0.get(Rank(1), BufferKey(7)));
+    assert!(got.is_err(), "nothing is read: {got:?}");
+    assert!(
+        rogue.join().expect("the rogue"),
+        "rank 0 closed the connection"
+    );
+    match next_event(&*t0, "the rogue's link going down") {
+        Event::LinkDown {
+            peer: Rank(1),
+            reason,
+        } => assert!(reason.contains("does not hold the connection"), "{reason}"),
+        e => panic!("expected rank 1's link down, got {e:?}"),
+    }
+    assert!(counter(BAD_CONNECTIONS, None) > bad_before);
+    let _ = victim.kill();
+    let _ = victim.wait();
+    t0.shutdown();
+    t2.shutdown();
+}
+
+/// A loan from the process that holds the connection is read (here the
+/// rogue's thread lives in this test's process, and lends a buffer of it).
+#[test]
+fn a_loan_from_the_process_that_holds_the_connection_is_read() {
+    let (t0, t2, listener, key) = job_with_a_rogue();
+    let data: Vec<u8> = (0..1u32 << 16).map(|i| (i % 251) as u8).collect();
+    let at = data.as_ptr() as u64;
+    let rogue = rogue_lends(listener, key, std::process::id(), at, data.len() as u64);
+    let got = wait("the loan", t0.get(Rank(1), BufferKey(7)));
+    assert_eq!(&got.expect("the loan is read")[..], &data[..]);
+    assert!(!rogue.join().expect("the rogue"), "the loan came back");
+    t0.shutdown();
+    t2.shutdown();
+}

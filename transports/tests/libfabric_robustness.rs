@@ -192,3 +192,42 @@ fn a_rank_with_another_key_is_kept_out_of_the_bootstrap() {
     assert_eq!(expect_message(&*t0, "rank 1's frame").0, Rank(1));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A receiver that does not take its events holds at most the event
+/// channel's bound of a sender's frames: the sender runs out of credits
+/// and waits, and every frame arrives, in order, once the receiver reads.
+#[test]
+fn frames_not_taken_wait_with_their_sender_and_none_is_lost() {
+    const BOUND: usize = 4096;
+    const FRAMES: u32 = 3 * BOUND as u32;
+    for p in providers() {
+        let ts = libfabric_ranks(2, p, &|_| {});
+        let events = ts[1].events();
+        for i in 0..FRAMES {
+            ts[0].send(Rank(1), frame(i, 64)).expect("send");
+        }
+        // The channel fills up to its bound, and no further.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while events.len() < BOUND {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{p}: the channel never filled"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(events.len() <= BOUND, "{p}: {} events held", events.len());
+        for i in 0..FRAMES {
+            let (from, f) = expect_message(&*ts[1], "a frame");
+            assert_eq!(from, Rank(0));
+            assert_eq!(f, frame(i, 64), "{p}: frame {i}");
+        }
+        // Gets are served meanwhile and after.
+        ts[0].expose(BufferKey(1), Bytes::from(vec![3u8; 1 << 16]));
+        let got = wait("a get", ts[1].get_within(Rank(0), BufferKey(1), 1 << 16));
+        assert_eq!(got.expect("served").len(), 1 << 16);
+        for t in &ts {
+            t.shutdown();
+        }
+    }
+}

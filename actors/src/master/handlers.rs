@@ -198,15 +198,7 @@ impl Handler<ReplicatedIn> for Master {
                 }
             }
             None if !self.ended.contains_key(&m.key) => {
-                // Notices of reductions that completed before they arrived
-                // would pile up: keep the map small.
-                if self.early_replicas.len() >= 4096 {
-                    self.early_replicas.clear();
-                }
-                self.early_replicas
-                    .entry(m.key)
-                    .or_default()
-                    .push((m.owner, m.holder.0, m.ok));
+                self.note_early_replica(m.key, m.owner, m.holder.0, m.ok);
             }
             None => {}
         }

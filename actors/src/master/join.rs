@@ -5,6 +5,7 @@ use super::handlers::{admit_join, protocol};
 use super::state::Reduction;
 use super::Master;
 use actix::prelude::*;
+use std::collections::HashSet;
 use taskfold_core::roster::{Announcement, StandingCopy};
 use taskfold_core::wire::{Join, Joining, Msg, TaskDone};
 use taskfold_core::{Rank, ReduceError};
@@ -163,6 +164,10 @@ impl Master {
                 return false;
             }
         };
+        if self.reductions.len() >= self.max_reductions {
+            self.refuse_reduction(key, &r, from);
+            return false;
+        }
         for (owner, holder, ok) in self.early_replicas.remove(&key).unwrap_or_default() {
             if let Some(i) = r.group.index_of(Rank(owner)) {
                 r.roster.replicated(i, holder, ok);
@@ -178,6 +183,32 @@ impl Master {
                 self.fail_and_tell(key, from, error);
                 false
             }
+        }
+    }
+
+    /// Refuses to open reduction `key` (`r`, never inserted), as
+    /// `max_reductions` are live: `from` is told at once, the other members
+    /// when they join (as after any failure), so that all of them end it
+    /// alike. The live reductions go on.
+    fn refuse_reduction(&mut self, key: u64, r: &Reduction, from: Rank) {
+        let limit = self.max_reductions as u64;
+        tracing::warn!(id = %r.id, %from, limit, "too many live reductions; refused");
+        metrics::counter!(crate::metrics::REDUCTIONS_REFUSED).increment(1);
+        let error = ReduceError::TooManyReductions { limit };
+        let msg = Msg::Complete {
+            key,
+            error: Some((&error).into()),
+        };
+        self.send(from, &msg);
+        let pending: HashSet<u32> = r
+            .group
+            .members()
+            .iter()
+            .map(|m| m.0)
+            .filter(|&m| m != from.0 && !self.dead.contains(&m))
+            .collect();
+        if !pending.is_empty() {
+            self.remember_ended(key, error, pending);
         }
     }
 

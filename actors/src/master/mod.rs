@@ -55,6 +55,9 @@ fn failed_msg(key: u64, error: &ReduceError) -> Msg {
     }
 }
 
+/// Reductions not open yet whose replica notices the master keeps.
+const EARLY_KEYS: usize = 4096;
+
 /// The master of a job.
 pub struct Master {
     size: u32,
@@ -64,6 +67,9 @@ pub struct Master {
     ended_order: std::collections::VecDeque<u64>,
     /// Replica notices for reductions the master has not seen yet.
     early_replicas: HashMap<u64, Vec<(u32, u32, bool)>>,
+    /// Most reductions live at once (`Config::max_reductions`): a join that
+    /// would open one more fails its reduction with `TooManyReductions`.
+    max_reductions: usize,
     /// This actor's address (for its own timers).
     me: Option<Addr<Master>>,
     dead: HashSet<u32>,
@@ -90,6 +96,37 @@ impl Master {
     /// Connects the failure detector (it needs the master's address first).
     pub(crate) fn set_detector(&mut self, d: Addr<crate::detector::FailureDetector>) {
         self.detector = Some(d);
+    }
+
+    /// Bounds the reductions live at once (see `Config::max_reductions`).
+    pub(crate) fn set_max_reductions(&mut self, limit: usize) {
+        self.max_reductions = limit.max(1);
+    }
+
+    /// Keeps a replica notice of reduction `key`, not open yet. Bounded, as
+    /// a peer sends them: at most [`EARLY_KEYS`] keys (the map is emptied
+    /// when full: notices of reductions that completed before they arrived
+    /// would pile up) and one notice per owner and holder of a key.
+    fn note_early_replica(&mut self, key: u64, owner: u32, holder: u32, ok: bool) {
+        if self.early_replicas.len() >= EARLY_KEYS && !self.early_replicas.contains_key(&key) {
+            self.early_replicas.clear();
+        }
+        let room = (self.size as usize).saturating_mul(2);
+        let notes = self.early_replicas.entry(key).or_default();
+        if let Some(n) = notes.iter_mut().find(|n| (n.0, n.1) == (owner, holder)) {
+            n.2 = ok;
+        } else if notes.len() < room {
+            // Each owner has one buddy at a time: about one notice per
+            // member, twice that leaves room for a buddy replaced.
+            notes.push((owner, holder, ok));
+        } else {
+            tracing::warn!(
+                key,
+                owner,
+                holder,
+                "too many replica notices for one reduction; dropped"
+            );
+        }
     }
 
     /// Posts released barriers on `board` too; every other rank is told
@@ -155,6 +192,7 @@ impl Master {
             ended: HashMap::new(),
             ended_order: Default::default(),
             early_replicas: HashMap::new(),
+            max_reductions: taskfold_core::settings::config::DEFAULT_MAX_REDUCTIONS,
             me: None,
             dead: HashSet::new(),
             dead_at: HashMap::new(),

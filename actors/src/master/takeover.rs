@@ -153,16 +153,12 @@ impl Master {
                 None => self.rebuild_one(key, members, copies.remove(&key).unwrap_or_default()),
             }
         }
-        for (owner_copies_key, list) in copies {
+        for (key, list) in copies {
             // Copies of reductions nobody reported joined: noted as any
             // early copy notice, for when they open.
-            self.early_replicas
-                .entry(owner_copies_key)
-                .or_default()
-                .extend(
-                    list.into_iter()
-                        .map(|(owner, holder)| (owner, holder, true)),
-                );
+            for (owner, holder) in list {
+                self.note_early_replica(key, owner, holder, true);
+            }
         }
         for (rank, seq) in barriers {
             self.rejoin_barrier(rank, seq, passed);

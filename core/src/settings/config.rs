@@ -34,6 +34,13 @@ pub struct Config {
     /// Most bytes of buddy replicas one rank keeps (`TASKFOLD_REPLICA_LIMIT`,
     /// default 4 GiB); offers beyond it are refused.
     pub replica_limit: u64,
+    /// Most reductions live at once (`TASKFOLD_MAX_REDUCTIONS`, default
+    /// 65,536): on this rank, a reduction beyond it is refused at once
+    /// with [`crate::ReduceError::TooManyReductions`]; at the master, a
+    /// join that would open one more fails that reduction with the same
+    /// error (the live ones go on). It bounds what a peer can make the
+    /// master hold (see the book's Security chapter, Bounded peers).
+    pub max_reductions: usize,
     /// Default durability of reductions (`TASKFOLD_DURABILITY=sync|async|off`).
     pub durability: Durability,
     /// When a member other than the root gets its future back, unless the
@@ -86,6 +93,12 @@ pub struct Config {
     pub hooks: Vec<Hook>,
 }
 
+/// The default of [`Config::max_reductions`].
+pub const DEFAULT_MAX_REDUCTIONS: usize = 65_536;
+
+/// The largest [`Config::max_reductions`] a setting accepts.
+pub const MAX_MAX_REDUCTIONS: u64 = 1 << 24;
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -96,6 +109,7 @@ impl Default for Config {
             failure_timeout: Duration::from_secs(3),
             replica_dir: None,
             replica_limit: 4 << 30,
+            max_reductions: DEFAULT_MAX_REDUCTIONS,
             durability: Durability::Async,
             completion: Completion::Result,
             buffer_pool: crate::pool::DEFAULT_LIMIT as u64,

@@ -199,6 +199,8 @@ fn a_refused_value_is_quoted_and_explained() {
         ("TASKFOLD_TEST_HOOK", "3:nowhere:x:/y"),
         ("TASKFOLD_TEST_HOOK", "bad"),
         ("TASKFOLD_REPLICA_LIMIT", "4Q"),
+        ("TASKFOLD_MAX_REDUCTIONS", "0"),
+        ("TASKFOLD_MAX_REDUCTIONS", "16777217"),
     ] {
         let e = err(&[(name, bad)]);
         assert_eq!(e.name, name);
@@ -407,6 +409,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             failure_timeout: Duration::from_millis(t.3),
             replica_dir: r.0.map(PathBuf::from),
             replica_limit: r.1,
+            max_reductions: 1 + (r.1 % (1 << 24)) as usize,
             durability: [Durability::Async, Durability::Sync, Durability::Off][r.2],
             completion: [Completion::Result, Completion::Contributed][usize::from(r.3)],
             buffer_pool: pool.0.unwrap_or(Config::default().buffer_pool),

@@ -72,7 +72,7 @@ fn show(s: impl ToString) -> Option<OsString> {
     Some(s.to_string().into())
 }
 
-static VARIABLES: [Variable; 37] = [
+static VARIABLES: [Variable; 38] = [
     // Launch (rank and size: see `launch::identity`).
     Variable {
         name: "TASKFOLD_MASTER",
@@ -221,6 +221,17 @@ static VARIABLES: [Variable; 37] = [
             Ok(())
         },
         get: |s| show(values::format_size(s.runtime.replica_limit)),
+    },
+    Variable {
+        name: "TASKFOLD_MAX_REDUCTIONS",
+        expected: "a number of reductions from 1 to 16777216",
+        set: |s, v| {
+            let n = values::parse_u64(text(v)?)
+                .filter(|n| (1..=super::config::MAX_MAX_REDUCTIONS).contains(n));
+            s.runtime.max_reductions = n.ok_or(())? as usize;
+            Ok(())
+        },
+        get: |s| show(s.runtime.max_reductions),
     },
     // Buffers and the notice board.
     Variable {

@@ -76,6 +76,11 @@ pub enum Failure {
     Transport(String),
     /// A result could not be decoded.
     Decode(String),
+    /// Too many reductions would be live at once.
+    TooManyReductions {
+        /// The limit reached.
+        limit: u64,
+    },
 }
 
 impl From<&FoldError> for FoldFailure {
@@ -121,6 +126,7 @@ impl From<&ReduceError> for Failure {
             ReduceError::Shutdown => Failure::Shutdown,
             ReduceError::Transport(s) => Failure::Transport(s),
             ReduceError::Decode(s) => Failure::Decode(s),
+            ReduceError::TooManyReductions { limit } => Failure::TooManyReductions { limit },
         }
     }
 }
@@ -143,6 +149,7 @@ impl From<Failure> for ReduceError {
             Failure::Shutdown => ReduceError::Shutdown,
             Failure::Transport(s) => ReduceError::Transport(s),
             Failure::Decode(s) => ReduceError::Decode(s),
+            Failure::TooManyReductions { limit } => ReduceError::TooManyReductions { limit },
         }
     }
 }
@@ -178,6 +185,7 @@ mod tests {
             ReduceError::Shutdown,
             ReduceError::Transport("t".into()),
             ReduceError::Decode("bytes".into()),
+            ReduceError::TooManyReductions { limit: 7 },
         ];
         all.extend(fold.into_iter().map(|error| ReduceError::Fold {
             id: "f".into(),

@@ -102,6 +102,15 @@ use bootstrap::{exchange_names, forward};
 use bytes::Bytes;
 use open::Opened;
 use progress::Cmd;
+
+/// Counts a bound on what a peer can make this rank hold reached (the
+/// TCP transport's counter, [`crate::tcp::metrics::BOUNDS_HIT`], with
+/// `transport="libfabric"`; label `bound`: `events`, `reorder`,
+/// `get_total`).
+pub(crate) fn bound_hit(bound: &'static str) {
+    metrics::counter!(crate::tcp::metrics::BOUNDS_HIT, "transport" => "libfabric", "bound" => bound)
+        .increment(1);
+}
 use shared::Shared;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -179,6 +188,36 @@ impl std::fmt::Debug for LibfabricTransport {
 }
 
 impl LibfabricTransport {
+    /// A get, refused if the owner announces more than `max` bytes (or
+    /// [`LibfabricConfig::max_get`]) before the buffer is allocated.
+    fn get_bounded(&self, from: Rank, key: BufferKey, max: Option<u64>) -> GetFuture {
+        if let Err(e) = self.check_peer(from) {
+            return Box::pin(async move { Err(e) });
+        }
+        if from.0 == self.sh.rank {
+            let r = link::copy_exposed(&self.sh.exposed, from, key);
+            let f: GetFuture = Box::pin(async move { r });
+            return match max {
+                Some(m) => crate::checked_within(f, from, m),
+                None => f,
+            };
+        }
+        let (reply, rx) = futures::channel::oneshot::channel();
+        if let Err(e) = self.sh.command(Cmd::Get {
+            from: from.0,
+            key,
+            max,
+            reply,
+        }) {
+            return Box::pin(async move { Err(e) });
+        }
+        Box::pin(async move {
+            rx.await
+                .unwrap_or(Err(TransportError::Closed))
+                .map(Received::Owned)
+        })
+    }
+
     /// Opens the fabric endpoint, joins the job through the TCP bootstrap,
     /// exchanges endpoint names and starts the progress thread. Blocking,
     /// at most about `cfg.tcp.connect_timeout` (twice: bootstrap, names).
@@ -339,26 +378,23 @@ impl Transport for LibfabricTransport {
     }
 
     fn get(&self, from: Rank, key: BufferKey) -> GetFuture {
-        if let Err(e) = self.check_peer(from) {
-            return Box::pin(async move { Err(e) });
-        }
-        if from.0 == self.sh.rank {
-            let r = link::copy_exposed(&self.sh.exposed, from, key);
-            return Box::pin(async move { r });
-        }
-        let (reply, rx) = futures::channel::oneshot::channel();
-        if let Err(e) = self.sh.command(Cmd::Get {
-            from: from.0,
-            key,
-            reply,
-        }) {
-            return Box::pin(async move { Err(e) });
-        }
-        Box::pin(async move {
-            rx.await
-                .unwrap_or(Err(TransportError::Closed))
-                .map(Received::Owned)
-        })
+        self.get_bounded(from, key, None)
+    }
+
+    /// The owner's answer announces the length before anything is
+    /// allocated: a longer one is refused then.
+    fn get_within(&self, from: Rank, key: BufferKey, max: u64) -> GetFuture {
+        self.get_bounded(from, key, Some(max))
+    }
+
+    fn get_segments_within(
+        &self,
+        from: Rank,
+        key: BufferKey,
+        max: u64,
+        sink: crate::SegmentSink,
+    ) -> crate::SegmentsFuture {
+        crate::one_segment(self.get_bounded(from, key, Some(max)), sink)
     }
 
     fn events(&self) -> flume::Receiver<Event> {

@@ -9,6 +9,7 @@
 
 use super::frame::{self, kind, Header, Hello, Role, HANDSHAKE_MAX, HEADER_LEN};
 use super::handshake;
+use super::lender::Verdict as LoanCheck;
 use super::peer::{Link, Shared};
 pub(crate) use super::writer::{run_writer, OutFrame, Writer, WriterEnd};
 use super::{bootstrap, get, metrics};
@@ -32,6 +33,7 @@ const REFUSE_LINGER: Duration = Duration::from_secs(2);
 /// longer read (one get adds up to its buffer over the chunk size beyond).
 const MAX_QUEUED_ANSWERS: u64 = 1024;
 /// Why a reader stopped.
+#[derive(Debug)]
 pub(crate) enum ReadError {
     /// Clean end of stream at a frame boundary.
     Eof,
@@ -388,6 +390,10 @@ async fn connect_proven(
 /// Reads the responses to our gets (and a goodbye or refusal).
 async fn out_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf) {
     let _live = shared.live_guard();
+    let mut lender = match (rd.local_addr(), rd.peer_addr()) {
+        (Ok(ours), Ok(theirs)) => Some(super::lender::Lender::new(ours, theirs)),
+        _ => None,
+    };
     let err = loop {
         let hdr = match read_header(&mut rd).await {
             Ok(h) => h,
@@ -421,7 +427,19 @@ async fn out_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf) {
                     offset: word(4),
                 });
                 metrics::received(HEADER_LEN as u64 + u64::from(hdr.len), 1);
-                if let Err(e) = get::on_lend(&shared, peer, &hdr, pid, heap) {
+                let verdict = match lender.as_mut() {
+                    Some(l) => l.check(pid).await,
+                    None => Ok(LoanCheck::Unknown("the connection has no addresses".into())),
+                };
+                let read = match verdict {
+                    Ok(LoanCheck::Holder) => get::on_lend(&shared, peer, &hdr, pid, heap),
+                    Ok(LoanCheck::Unknown(why)) => {
+                        get::decline_lend(&shared, peer, &hdr, &why);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = read {
                     break e;
                 }
             }

@@ -382,6 +382,25 @@ pub(crate) fn on_lend(
     Ok(())
 }
 
+/// A loan whose lender could not be checked (`why`, see `super::lender`):
+/// it is returned unread, the get streamed instead, and loans are no
+/// longer asked for.
+pub(crate) fn decline_lend(shared: &Arc<Shared>, peer: u32, hdr: &Header, why: &str) {
+    let req = hdr.a;
+    let Some(p) = take_pending(shared, peer, req) else {
+        return;
+    };
+    tracing::warn!(rank = shared.rank, peer, error = %why, "cannot check whose memory a loan names; streaming gets instead");
+    shared.same.reads_refused();
+    {
+        let mut slot = shared.slot(peer);
+        let _ = shared
+            .outgoing(&mut slot, peer)
+            .send(OutFrame::Return { req });
+    }
+    restream(shared, peer, req, p);
+}
+
 /// Asks again for request `req`, streamed this time.
 fn restream(shared: &Arc<Shared>, peer: u32, req: u64, p: Pending) {
     let mut slot = shared.slot(peer);

@@ -29,7 +29,9 @@ pub(crate) fn bad_connection() {
 
 /// Times a bound on what a peer can make this rank hold was reached
 /// (label `bound`: `events`, `writer`, `loans`, `registrations`,
-/// `get_total`, `chunk`; see the book's Security chapter). A peer that
+/// `get_total`, `chunk`; the libfabric transport's, with
+/// `transport="libfabric"`: `events`, `reorder`, `writer`, `requests`,
+/// `get_total`; see the book's Security chapter). A peer that
 /// breaks a bound is also counted in [`BAD_CONNECTIONS`] when it is
 /// disconnected; one that only fills a queue is slowed down instead.
 pub const BOUNDS_HIT: &str = "taskfold_transport_bounds_hit_total";

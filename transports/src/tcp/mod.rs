@@ -81,6 +81,7 @@ pub mod frame;
 mod get;
 mod handshake;
 mod launcher;
+mod lender;
 pub mod metrics;
 mod peer;
 mod sock;

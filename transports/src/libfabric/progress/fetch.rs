@@ -52,6 +52,8 @@ struct Fetch {
 struct Request {
     peer: u32,
     key: u64,
+    /// The most bytes the caller accepts.
+    max: u64,
     reply: Reply,
     started: Instant,
 }
@@ -108,7 +110,9 @@ impl Fetching {
 
 impl Engine {
     /// Asks `from` where its buffer `key` is.
-    pub(super) fn request(&mut self, from: u32, key: BufferKey, reply: Reply) {
+    /// A longer answer than `max` bytes (or the transport's maximum) is
+    /// refused before anything is allocated.
+    pub(super) fn request(&mut self, from: u32, key: BufferKey, max: Option<u64>, reply: Reply) {
         if let Err(e) = self.sh.check_peer(crate::Rank(from)) {
             let _ = reply.send(Err(e));
             return;
@@ -119,6 +123,7 @@ impl Engine {
             Request {
                 peer: from,
                 key: key.0,
+                max: max.map_or(self.tuning.max_get, |m| m.min(self.tuning.max_get)),
                 reply,
                 started: Instant::now(),
             },
@@ -143,6 +148,17 @@ impl Engine {
             }
         };
         match at {
+            Some(at) if at.len > r.max => {
+                crate::libfabric::bound_hit("get_total");
+                self.release(from, &at);
+                let _ = r.reply.send(Err(TransportError::Protocol {
+                    peer: from,
+                    detail: format!(
+                        "rank {from} offers {} bytes, more than the {} this get accepts",
+                        at.len, r.max
+                    ),
+                }));
+            }
             Some(at) => self.start_fetch(from, at, Purpose::Get(Some(r.reply))),
             None => {
                 let _ = r.reply.send(Err(TransportError::NotExposed {

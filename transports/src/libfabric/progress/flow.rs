@@ -13,9 +13,24 @@ use super::Engine;
 use bytes::Bytes;
 use std::collections::{BTreeMap, VecDeque};
 
-/// Frames waiting for an earlier one, per peer, before the peer is
-/// considered broken.
-const REORDER_MAX: usize = 1 << 16;
+/// Control frames waiting in the event channel, at most, before a peer's
+/// next frame waits in the reorder buffer for room (the consumer's pace,
+/// not a peer's, decides how many frames this rank holds; as TCP's).
+pub(crate) const MAX_EVENTS: usize = 4096;
+
+/// Messages waiting to be sent to a peer, at most, before its next get
+/// request waits (unanswered, its credit not returned): a peer that asks
+/// without taking the answers is no longer served (as TCP's writer bound).
+const OUTQ_MAX: usize = 1024;
+
+/// The largest flow-control window (messages a sender has outstanding at
+/// a receiver).
+const WINDOW_MAX: u64 = 64;
+
+/// Ordered items of one peer not yet delivered, at most: a peer within its
+/// credits has at most a window of them (twice the largest window leaves
+/// room for a peer whose window was computed otherwise).
+const PENDING_MAX: usize = 2 * WINDOW_MAX as usize;
 
 /// A message waiting for a send slot.
 pub(super) enum Out {
@@ -72,6 +87,11 @@ pub(super) struct Peer {
     credits: u64,
     /// Messages consumed from this peer since we last returned credits.
     consumed: u64,
+    /// Its next frame waits for room in the event channel.
+    pub held: bool,
+    /// Its get requests not served yet, while [`OUTQ_MAX`] messages wait to
+    /// be sent to it: (request, key).
+    deferred: VecDeque<(u64, u64)>,
 }
 
 impl Peer {
@@ -90,13 +110,17 @@ pub(super) struct Flow {
     ready: VecDeque<u32>,
     /// Flow-control window per peer (messages).
     window: u64,
+    /// Some peer's frames wait for room in the event channel.
+    any_held: bool,
+    /// Get requests deferred, over all peers.
+    deferred: usize,
 }
 
 impl Flow {
     /// The state of `size` peers, sharing `budget` pending messages at a
     /// receiver among the senders.
     pub fn new(size: usize, budget: u64) -> Flow {
-        let window = (budget / (size as u64).saturating_sub(1).max(1)).clamp(4, 64);
+        let window = (budget / (size as u64).saturating_sub(1).max(1)).clamp(4, WINDOW_MAX);
         Flow {
             peers: (0..size)
                 .map(|_| Peer {
@@ -106,6 +130,8 @@ impl Flow {
                 .collect(),
             ready: VecDeque::new(),
             window,
+            any_held: false,
+            deferred: 0,
         }
     }
 
@@ -125,8 +151,10 @@ impl Flow {
         }
     }
 
-    /// A message other than a credit came from `from`: counted, and
-    /// credits returned (ahead of everything queued) every half window.
+    /// A message other than a credit from `from` was consumed (an ordered
+    /// one once delivered, so that a peer whose frames wait for room in
+    /// the event channel runs out of credits and stops sending): counted,
+    /// and credits returned (ahead of everything queued) every half window.
     pub fn consumed(&mut self, from: u32) {
         let window = self.window;
         let p = &mut self.peers[from as usize];
@@ -247,17 +275,19 @@ impl Engine {
         }
     }
 
-    /// Records an ordered item from `from`; false if it is a duplicate or
-    /// out of range (then dropped).
+    /// Records an ordered item from `from`; false if it is a duplicate (then
+    /// dropped). A peer with more items undelivered than its credits allow
+    /// ([`PENDING_MAX`]; a peer whose frames wait for room is sent no
+    /// credits) broke the flow control: it is suspected, its item dropped.
     pub(super) fn arrived(&mut self, from: u32, seq: u64, item: InItem) -> bool {
         let p = &mut self.flow.peers[from as usize];
-        if seq < p.in_next || p.pending.contains_key(&seq) || p.pending.len() >= REORDER_MAX {
-            tracing::warn!(
-                rank = self.sh.rank,
-                from,
-                seq,
-                "duplicate or runaway frame dropped"
-            );
+        if seq < p.in_next || p.pending.contains_key(&seq) {
+            tracing::warn!(rank = self.sh.rank, from, seq, "duplicate frame dropped");
+            return false;
+        }
+        if p.pending.len() >= PENDING_MAX {
+            crate::libfabric::bound_hit("reorder");
+            self.suspect(from, format!("rank {from} sent beyond its credits"));
             return false;
         }
         p.pending.insert(seq, item);
@@ -265,18 +295,94 @@ impl Engine {
         true
     }
 
-    /// Delivers the frames of `from` that are next in order.
+    /// A get request `req` for `key` from `from`: served, unless
+    /// [`OUTQ_MAX`] messages wait to be sent to it; then it waits (and its
+    /// credit with it, so an honest peer has at most a window waiting).
+    /// More waiting than any window allows is a broken flow control: the
+    /// peer is suspected, the request dropped.
+    pub(super) fn get_request(&mut self, from: u32, req: u64, key: u64) {
+        let p = &mut self.flow.peers[from as usize];
+        if p.outq.len() < OUTQ_MAX && p.deferred.is_empty() {
+            self.flow.consumed(from);
+            self.serve(from, req, key);
+            return;
+        }
+        if p.deferred.len() >= PENDING_MAX {
+            crate::libfabric::bound_hit("requests");
+            self.suspect(from, format!("rank {from} asked beyond its credits"));
+            return;
+        }
+        if p.deferred.is_empty() {
+            crate::libfabric::bound_hit("writer");
+        }
+        p.deferred.push_back((req, key));
+        self.flow.deferred += 1;
+    }
+
+    /// Serves the get requests that waited, as far as the queues of their
+    /// peers allow.
+    pub(super) fn serve_deferred(&mut self) {
+        if self.flow.deferred == 0 {
+            return;
+        }
+        for peer in 0..self.flow.peers.len() as u32 {
+            // Bounded by the peer's deferred requests.
+            loop {
+                let p = &mut self.flow.peers[peer as usize];
+                if p.outq.len() >= OUTQ_MAX {
+                    break;
+                }
+                let Some((req, key)) = p.deferred.pop_front() else {
+                    break;
+                };
+                self.flow.deferred -= 1;
+                self.flow.consumed(peer);
+                self.serve(peer, req, key);
+            }
+        }
+    }
+
+    /// Delivers again the frames of peers that waited for room in the event
+    /// channel, if there is room now.
+    pub(super) fn drain_held(&mut self) {
+        if !self.flow.any_held || self.sh.events_tx.len() >= MAX_EVENTS {
+            return;
+        }
+        self.flow.any_held = false;
+        let held: Vec<u32> = (0..self.flow.peers.len() as u32)
+            .filter(|&p| self.flow.peers[p as usize].held)
+            .collect();
+        for peer in held {
+            self.flow.peers[peer as usize].held = false;
+            self.drain(peer);
+        }
+    }
+
+    /// Delivers the frames of `from` that are next in order, while the
+    /// event channel has room ([`MAX_EVENTS`]); the rest waits
+    /// ([`Engine::drain_held`]).
     pub(super) fn drain(&mut self, from: u32) {
         loop {
+            if self.sh.events_tx.len() >= MAX_EVENTS {
+                let p = &mut self.flow.peers[from as usize];
+                if !p.held && p.pending.contains_key(&p.in_next) {
+                    p.held = true;
+                    self.flow.any_held = true;
+                    crate::libfabric::bound_hit("events");
+                }
+                return;
+            }
             let p = &mut self.flow.peers[from as usize];
             let next = p.in_next;
             match p.pending.remove(&next) {
                 Some(InItem::Frame(frame)) => {
                     p.in_next += 1;
+                    self.flow.consumed(from);
                     self.sh.deliver(from, frame);
                 }
                 Some(InItem::Bye) => {
                     p.in_next += 1;
+                    self.flow.consumed(from);
                     if self.sh.peer_gone(from) {
                         self.forget_peer(from, &format!("rank {from} shut down"), true);
                     }

@@ -89,6 +89,9 @@ pub(crate) enum Cmd {
     Get {
         from: u32,
         key: BufferKey,
+        /// The most bytes the caller accepts (`None`: the transport's
+        /// maximum).
+        max: Option<u64>,
         reply: Reply,
     },
     /// The peer's link went down or the peer left (link state already
@@ -243,6 +246,8 @@ impl Engine {
                 Err(flume::TryRecvError::Disconnected) => return Turn::Exit,
             }
         }
+        self.drain_held();
+        self.serve_deferred();
         busy |= self.post_sends();
         busy |= self.post_reads();
         busy |= self.poll_completions(comps);
@@ -347,7 +352,12 @@ impl Engine {
     fn command(&mut self, cmd: Cmd) -> bool {
         match cmd {
             Cmd::Send { to, frame } => self.send(to, frame),
-            Cmd::Get { from, key, reply } => self.request(from, key, reply),
+            Cmd::Get {
+                from,
+                key,
+                max,
+                reply,
+            } => self.request(from, key, max, reply),
             Cmd::Forget { peer, reason } => {
                 let graceful = !self.sh.is_down(peer);
                 self.forget_peer(peer, &reason, graceful)
@@ -400,7 +410,16 @@ impl Engine {
                 return;
             }
         };
-        if !matches!(msg, Msg::Credit { .. }) {
+        // Ordered messages count as consumed once delivered (see `drain`),
+        // get requests once served (see `get_request`).
+        if !matches!(
+            msg,
+            Msg::Credit { .. }
+                | Msg::Control { .. }
+                | Msg::Large { .. }
+                | Msg::Bye { .. }
+                | Msg::GetReq { .. }
+        ) {
             self.flow.consumed(from);
         }
         match msg {
@@ -412,7 +431,7 @@ impl Engine {
             Msg::Bye { seq } => {
                 self.arrived(from, seq, InItem::Bye);
             }
-            Msg::GetReq { req, key } => self.serve(from, req, key),
+            Msg::GetReq { req, key } => self.get_request(from, req, key),
             Msg::GetOk { req, at } => self.answered(from, req, Some(at)),
             Msg::GetErr { req, .. } => self.answered(from, req, None),
             Msg::Release { token } => self.released(from, token),

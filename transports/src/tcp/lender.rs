@@ -1,0 +1,168 @@
+//! Whose memory a loan names: the pid of a `GET_LEND` checked against the
+//! process that holds the other end of the connection.
+//!
+//! A loan names the owner's pid, and the requester reads that process's
+//! memory (`process_vm_readv`, or a mapping of its heap found through
+//! `/proc/<pid>/fd`). The pid is the peer's word: a peer that holds the job
+//! key could name any process of the user, and the requester would read
+//! that process's memory as if it were the peer's. The kernel does not give
+//! a TCP socket's peer process (`SO_PEERCRED` answers only for Unix
+//! sockets), so the connection's first loan is checked against the kernel's
+//! tables: the named process must hold the socket whose local address is
+//! this connection's remote address and whose remote address is this
+//! connection's local one (`/proc/<pid>/net/tcp` gives the socket's inode,
+//! `/proc/<pid>/fd` the process's sockets). Once checked, a connection's
+//! loans must all name that pid.
+//!
+//! What a failure does: a loan naming a process that does not hold the
+//! connection is a protocol error (the link is dropped and counted as a
+//! bad connection, its gets fail with the link); if the kernel's tables
+//! cannot be read at all, the check cannot be made and no loan is read:
+//! the get is streamed instead and loans are no longer asked for.
+
+use super::conn::ReadError;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+
+/// What the check of a loan's pid found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The pid holds the connection: the loan may be read.
+    Holder,
+    /// The kernel's tables could not be read (why): do not read the loan.
+    Unknown(String),
+}
+
+/// The lender on one connection: the pid its loans name, once checked.
+pub(crate) struct Lender {
+    /// This connection's local and remote addresses.
+    ours: SocketAddr,
+    theirs: SocketAddr,
+    checked: Option<u32>,
+}
+
+impl Lender {
+    /// The lender on the connection from `ours` to `theirs`.
+    pub(crate) fn new(ours: SocketAddr, theirs: SocketAddr) -> Lender {
+        Lender {
+            ours,
+            theirs,
+            checked: None,
+        }
+    }
+
+    /// Checks that a loan naming `pid` comes from the process that holds
+    /// the connection: at once if the connection's first loan named it
+    /// already, else from the kernel's tables (off the reader's task).
+    /// `Err` (a protocol error) if it names another process.
+    pub(crate) async fn check(&mut self, pid: u64) -> Result<Verdict, ReadError> {
+        let Ok(pid) = u32::try_from(pid) else {
+            return Err(ReadError::Protocol(format!("a loan names pid {pid}")));
+        };
+        match self.checked {
+            Some(p) if p == pid => return Ok(Verdict::Holder),
+            Some(p) => {
+                return Err(ReadError::Protocol(format!(
+                    "a loan names pid {pid}; the connection's loans came from pid {p}"
+                )))
+            }
+            None => {}
+        }
+        let (ours, theirs) = (self.ours, self.theirs);
+        let found = tokio::task::spawn_blocking(move || holds(pid, theirs, ours))
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))
+            .and_then(|r| r);
+        match found {
+            Ok(true) => {
+                self.checked = Some(pid);
+                Ok(Verdict::Holder)
+            }
+            Ok(false) => Err(ReadError::Protocol(format!(
+                "a loan names pid {pid}, which does not hold the connection"
+            ))),
+            // No such process: it cannot hold the connection.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ReadError::Protocol(format!(
+                "a loan names pid {pid}, which does not exist"
+            ))),
+            Err(e) => Ok(Verdict::Unknown(e.to_string())),
+        }
+    }
+}
+
+/// Whether process `pid` holds a TCP socket bound to `local` and connected
+/// to `remote` (addresses as that process sees them).
+pub(crate) fn holds(pid: u32, local: SocketAddr, remote: SocketAddr) -> io::Result<bool> {
+    let Some(inode) = socket_inode(pid, local, remote)? else {
+        return Ok(false);
+    };
+    let wanted = format!("socket:[{inode}]");
+    // Bounded by the process's open files.
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let Ok(entry) = entry else { continue };
+        if std::fs::read_link(entry.path()).is_ok_and(|l| l.as_os_str() == wanted.as_str()) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The inode of the TCP socket from `local` to `remote` in the network
+/// namespace of process `pid`, if there is one.
+fn socket_inode(pid: u32, local: SocketAddr, remote: SocketAddr) -> io::Result<Option<u64>> {
+    let want = (table_addr(local), table_addr(remote));
+    for table in ["tcp", "tcp6"] {
+        let text = match std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) {
+            Ok(t) => t,
+            // A kernel without IPv6 has no `tcp6`.
+            Err(e) if table == "tcp6" && e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let v6 = table == "tcp6";
+        // Bounded by the table's lines.
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 10 {
+                continue;
+            }
+            let pick = |(v4, v6s): &(String, String)| if v6 { v6s.clone() } else { v4.clone() };
+            if f[1].eq_ignore_ascii_case(&pick(&want.0))
+                && f[2].eq_ignore_ascii_case(&pick(&want.1))
+            {
+                return Ok(f[9].parse().ok());
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// How `/proc/net/tcp` and `/proc/net/tcp6` write `a`: (the IPv4 table's
+/// form, the IPv6 table's form; an IPv4 address in the IPv6 table is
+/// v4-mapped). Each 32-bit word of the address is printed in the host's
+/// byte order, the port in hexadecimal.
+fn table_addr(a: SocketAddr) -> (String, String) {
+    let words = |octets: &[u8]| -> String {
+        octets
+            .chunks(4)
+            .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+            .collect()
+    };
+    let port = a.port();
+    match a.ip() {
+        IpAddr::V4(ip) => (
+            format!("{}:{port:04X}", words(&ip.octets())),
+            format!("{}:{port:04X}", words(&ip.to_ipv6_mapped().octets())),
+        ),
+        IpAddr::V6(ip) => {
+            let v6 = format!("{}:{port:04X}", words(&ip.octets()));
+            let v4 = ip
+                .to_ipv4_mapped()
+                .map(|v4| format!("{}:{port:04X}", words(&v4.octets())))
+                .unwrap_or_default();
+            (v4, v6)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
