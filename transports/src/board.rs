@@ -24,6 +24,10 @@
 //!   completion is confirmed by a message later (the rank's actors need
 //!   it); a released barrier only to a rank that said it does not read
 //!   the board (the runtime's `Msg::Barrier`).
+//! - Only the master writes notices: a rank maps them **read-only**. The
+//!   bell lies on a page of its own after them, the one page a rank may
+//!   write (it rings it, see below): a rank's bug can ring the bell, which
+//!   costs a spurious look, but never forge a notice.
 //! - The bell is a counter: whoever posts a notice, or answers a waiter
 //!   through its usual channel, adds one and wakes every thread waiting on
 //!   it (`FUTEX_WAKE`). A waiter reads the bell before it looks for its
@@ -41,14 +45,21 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 use taskfold_core::wire::Locator;
 
-/// Bytes of a board.
-pub const BOARD_LEN: usize = 16 << 10;
+/// Bytes of a board's notices (a multiple of every page size in use, so
+/// that the bell's page after them can be mapped apart).
+const NOTICES_LEN: usize = 64 << 10;
+
+/// Bytes of the bell's page.
+const BELL_PAGE: usize = 64 << 10;
+
+/// Bytes of a board: the notices, then the bell's page.
+pub const BOARD_LEN: usize = NOTICES_LEN + BELL_PAGE;
 
 /// First word of every board: tells a board from any other file.
 const MAGIC: u64 = u64::from_le_bytes(*b"tfboard1");
 
-/// Offset of the bell (its own cache line).
-const BELL: usize = 64;
+/// Offset of the bell: the first word of its own page.
+const BELL: usize = NOTICES_LEN;
 
 /// Offset of the ring of released barriers: [`BARRIERS`] slots, barrier
 /// `seq` in slot `seq % BARRIERS`, holding `seq + 1` once released.
@@ -76,7 +87,7 @@ const FENCED: usize = COMPLETION_RING + 8 * COMPLETIONS as usize;
 
 /// Ranks the fenced bitmap can name; a rank beyond reads as fenced, so it
 /// never takes a completion from the board.
-pub const FENCED_RANKS: u32 = ((BOARD_LEN - FENCED) * 8) as u32;
+pub const FENCED_RANKS: u32 = ((NOTICES_LEN - FENCED) * 8) as u32;
 
 /// Where a board lies: enough for a process on the same node to map it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +130,9 @@ impl BoardRef {
 /// A mapped board (see the module docs).
 pub struct Board {
     ptr: *mut u8,
+    /// The creator (the master) writes notices; a rank's mapping of them
+    /// is read-only.
+    writer: bool,
     reference: BoardRef,
     /// The creator keeps its descriptor open: it is how others find it.
     _fd: Option<OwnedFd>,
@@ -138,7 +152,13 @@ impl std::fmt::Debug for Board {
     }
 }
 
-fn map(fd: i32) -> io::Result<*mut u8> {
+/// Maps BOARD_LEN bytes of `fd`: every page writable for the creator
+/// (`writer`), else the notices read-only and the bell's page writable.
+fn map(fd: i32, writer: bool) -> io::Result<*mut u8> {
+    let prot = match writer {
+        true => libc::PROT_READ | libc::PROT_WRITE,
+        false => libc::PROT_READ,
+    };
     // SAFETY: maps BOARD_LEN bytes of a descriptor open for the call, whose
     // length was set (create) or checked (open) to be BOARD_LEN; the
     // result is checked.
@@ -146,7 +166,7 @@ fn map(fd: i32) -> io::Result<*mut u8> {
         libc::mmap(
             std::ptr::null_mut(),
             BOARD_LEN,
-            libc::PROT_READ | libc::PROT_WRITE,
+            prot,
             libc::MAP_SHARED,
             fd,
             0,
@@ -154,6 +174,24 @@ fn map(fd: i32) -> io::Result<*mut u8> {
     };
     if p == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
+    }
+    if !writer {
+        // SAFETY: the bell's page lies inside the mapping just made, and
+        // NOTICES_LEN keeps it page-aligned; the descriptor is open for
+        // writing, which a shared writable page needs.
+        let r = unsafe {
+            libc::mprotect(
+                p.cast::<u8>().add(NOTICES_LEN).cast(),
+                BELL_PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            // SAFETY: unmaps the mapping made above, not yet shared.
+            unsafe { libc::munmap(p, BOARD_LEN) };
+            return Err(e);
+        }
     }
     Ok(p.cast())
 }
@@ -177,9 +215,10 @@ impl Board {
         ))?;
         file.set_len(BOARD_LEN as u64)?;
         let ino = file.metadata()?.ino();
-        let ptr = map(file.as_raw_fd())?;
+        let ptr = map(file.as_raw_fd(), true)?;
         let board = Board {
             ptr,
+            writer: true,
             reference: BoardRef {
                 pid: std::process::id(),
                 fd: raw,
@@ -188,7 +227,7 @@ impl Board {
             },
             _fd: Some(OwnedFd::from(file)),
         };
-        board.word64(0).store(MAGIC, Ordering::Release);
+        board.writable(0).store(MAGIC, Ordering::Release);
         Ok(board)
     }
 
@@ -211,7 +250,8 @@ impl Board {
             )));
         }
         let board = Board {
-            ptr: map(file.as_raw_fd())?,
+            ptr: map(file.as_raw_fd(), false)?,
+            writer: false,
             reference: *r,
             _fd: None,
         };
@@ -226,12 +266,22 @@ impl Board {
         self.reference
     }
 
+    /// A word of the notices, to read (any mapping) or, on the creator's,
+    /// to write.
     fn word64(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= BOARD_LEN);
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= NOTICES_LEN);
         // SAFETY: `offset` is 8-aligned and inside the live mapping (a
         // page-aligned region of BOARD_LEN bytes), which outlives `&self`;
-        // every access to board memory is atomic.
+        // every access to board memory is atomic. Only the creator's
+        // mapping is written through (`writable`).
         unsafe { &*self.ptr.add(offset).cast::<AtomicU64>() }
+    }
+
+    /// A word of the notices to write: the master's mapping only (a
+    /// rank's is read-only; a write there would fault).
+    fn writable(&self, offset: usize) -> &AtomicU64 {
+        assert!(self.writer, "only the board's creator posts notices");
+        self.word64(offset)
     }
 
     fn bell_word(&self) -> &AtomicU32 {
@@ -297,10 +347,10 @@ impl Board {
     /// Posts the reduction `key` as completed and rings the bell. Only the
     /// master posts (one writer), and only successes.
     pub fn post_complete(&self, key: u64) {
-        let head = self.word64(COMPLETION_HEAD);
+        let head = self.writable(COMPLETION_HEAD);
         let n = head.load(Ordering::Relaxed);
         let slot = COMPLETION_RING + 8 * (n % COMPLETIONS) as usize;
-        self.word64(slot).store(key, Ordering::Release);
+        self.writable(slot).store(key, Ordering::Release);
         head.store(n + 1, Ordering::Release);
         self.ring();
     }
@@ -335,7 +385,7 @@ impl Board {
     pub fn fence(&self, rank: u32) {
         if rank < FENCED_RANKS {
             let word = FENCED + 8 * (rank / 64) as usize;
-            self.word64(word)
+            self.writable(word)
                 .fetch_or(1 << (rank % 64), Ordering::Release);
         }
     }
@@ -353,7 +403,7 @@ impl Board {
     /// Posts barrier `seq` as released and rings the bell.
     pub fn post_barrier(&self, seq: u64) {
         let slot = BARRIER_RING + 8 * (seq % BARRIERS) as usize;
-        self.word64(slot).store(seq + 1, Ordering::Release);
+        self.writable(slot).store(seq + 1, Ordering::Release);
         self.ring();
     }
 
@@ -387,6 +437,42 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::time::Instant;
+
+    /// The permissions of this process's mapping that holds `addr`, as
+    /// `/proc/self/maps` shows them (`r--s`, `rw-s`).
+    fn protection_at(addr: usize) -> String {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .find_map(|l| {
+                let (range, rest) = l.split_once(' ')?;
+                let (a, b) = range.split_once('-')?;
+                let (a, b) = (
+                    usize::from_str_radix(a, 16).ok()?,
+                    usize::from_str_radix(b, 16).ok()?,
+                );
+                (a <= addr && addr < b).then(|| rest[..4].to_string())
+            })
+            .unwrap_or_else(|| panic!("no mapping holds {addr:#x}"))
+    }
+
+    #[test]
+    fn a_rank_maps_the_notices_read_only_and_only_the_bell_writable() {
+        let master = Board::create().unwrap();
+        let rank = Board::open(&master.reference()).unwrap();
+        assert_eq!(protection_at(master.ptr as usize), "rw-s");
+        assert_eq!(protection_at(rank.ptr as usize), "r--s");
+        assert_eq!(protection_at(rank.ptr as usize + NOTICES_LEN - 1), "r--s");
+        assert_eq!(protection_at(rank.ptr as usize + BELL), "rw-s");
+        // The rank rings; the master's waiters see it.
+        let seen = master.bell();
+        rank.ring();
+        assert_ne!(master.bell(), seen);
+        // A rank that tried to post would fault: it is refused first.
+        let posted =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rank.post_barrier(1)));
+        assert!(posted.is_err());
+        assert!(!rank.barrier_released(1));
+    }
 
     #[test]
     fn a_reference_survives_its_locator() {
