@@ -560,7 +560,13 @@ fn reductions_beyond_the_limit_are_refused_and_the_live_ones_complete() {
         open("c"),
         Err(ReduceError::TooManyReductions { limit: 2 })
     ));
-    // Rank 0 has none live, but the master has two: its third fails.
+    // Rank 0 has none live, but the master has two (once rank 1's joins
+    // reached it: each waits in its queue for rank 2): its third fails.
+    let deadline = std::time::Instant::now() + WAIT;
+    while cluster.rank(0).master_stats().map_or(0, |m| m.queue_depth) < 2 {
+        assert!(std::time::Instant::now() < deadline, "rank 1's joins never came");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     let mut c = cluster
         .rank(0)
         .reduce(Sum(vec![1u32]), Reduce::root(0).group([0, 2]).id("c"))
