@@ -162,7 +162,7 @@ impl Rng {
     /// decoders' interesting inputs are), sometimes up to `max` bytes.
     pub fn input(&mut self, out: &mut Vec<u8>, max: usize) {
         let r = self.next_u64();
-        let cap = if r % 16 == 0 { max } else { max.min(256) };
+        let cap = if r & 15 == 0 { max } else { max.min(256) };
         let len = ((r >> 8) as usize) % (cap + 1);
         out.clear();
         while out.len() < len {

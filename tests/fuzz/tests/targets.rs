@@ -41,7 +41,11 @@ fn every_target_holds_its_contract_on_generated_cases() {
         assert!(failures.is_empty(), "{failures:#?}");
         // The inputs reach past the first checks: some decode and are
         // round-tripped, or the run proves little.
-        assert!(decoded >= CASES / 100, "{}: only {decoded} of {CASES} cases decoded", t.name);
+        assert!(
+            decoded >= CASES / 100,
+            "{}: only {decoded} of {CASES} cases decoded",
+            t.name
+        );
     }
 }
 
@@ -93,7 +97,9 @@ fn edge_cases() {
         vec![0xff; 64],
         vec![0; 4096],
         // A frame header announcing the largest payload.
-        taskfold_transports::tcp::frame::Header::new(6, u32::MAX).encode().to_vec(),
+        taskfold_transports::tcp::frame::Header::new(6, u32::MAX)
+            .encode()
+            .to_vec(),
         b"tf-rendezvous 1 job=0x2a addr=127.0.0.1:9\n".to_vec(),
         b"tfFIname".to_vec(),
         b"TFCK\x01\x00\x03\x00".to_vec(),
@@ -140,7 +146,12 @@ fn a_chunk_past_the_get_maximum_allocates_nothing() {
     assert!(alloc::peak() < SLACK, "{}", alloc::peak());
     // Within the maximum: the buffer holds what arrived.
     let h = Header { c: 32, ..h };
-    let run = chunks(1 << 20, 1 << 16, false, &[h.encode(), Header { b: 16, ..h }.encode()]);
+    let run = chunks(
+        1 << 20,
+        1 << 16,
+        false,
+        &[h.encode(), Header { b: 16, ..h }.encode()],
+    );
     assert!(run.completed && run.len == 32, "{run:?}");
 }
 

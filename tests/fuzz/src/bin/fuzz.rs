@@ -1,5 +1,6 @@
 //! Long fuzz runs: `cargo run --release -p taskfold-fuzz --bin fuzz --
-//! --cases N [--target NAME] [--seed S] [--max-len BYTES]`.
+//! --cases N [--target NAME] [--seed S] [--max-len BYTES]`, or `-- --list`
+//! for the targets and what each checks.
 //!
 //! Generates `N` inputs per target with a seeded PRNG, runs each
 //! ([`taskfold_fuzz::run_case`]: panics caught, the largest allocation
@@ -19,6 +20,7 @@ struct Args {
     target: Option<String>,
     seed: u64,
     max_len: usize,
+    list: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -27,6 +29,7 @@ fn parse_args() -> Result<Args, String> {
         target: None,
         seed: 1,
         max_len: 4096,
+        list: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -35,6 +38,7 @@ fn parse_args() -> Result<Args, String> {
             "--cases" => a.cases = value()?.parse().map_err(|e| format!("--cases: {e}"))?,
             "--target" => a.target = Some(value()?),
             "--seed" => a.seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--list" => a.list = true,
             "--max-len" => a.max_len = value()?.parse().map_err(|e| format!("--max-len: {e}"))?,
             f => return Err(format!("unknown argument {f}")),
         }
@@ -106,6 +110,12 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let all = targets();
+    if a.list {
+        for t in &all {
+            println!("{:<20} {}", t.name, t.checks);
+        }
+        return ExitCode::SUCCESS;
+    }
     let chosen: Vec<&Target> = all
         .iter()
         .filter(|t| a.target.as_deref().is_none_or(|n| n == t.name))

@@ -15,9 +15,9 @@ use taskfold_core::{replica, RankSet};
 
 fn short_string(u: &mut Unstructured<'_>) -> Result<String> {
     let n = u.int_in_range(0..=24)?;
-    Ok((0..n)
+    (0..n)
         .map(|_| char::arbitrary(u))
-        .collect::<Result<String>>()?)
+        .collect::<Result<String>>()
 }
 
 fn small_vec(u: &mut Unstructured<'_>) -> Result<Vec<u32>> {
