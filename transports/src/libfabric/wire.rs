@@ -183,8 +183,13 @@ impl Msg<'_> {
             token: w[4],
         };
         let w = |i: usize| w[i];
-        if k != kind::CONTROL && len != 0 {
-            return Err(format!("message kind {k} announces a payload of {len}"));
+        // Only a control message carries bytes after its header: another
+        // received with more is malformed, whatever its header says.
+        if k != kind::CONTROL && (len != 0 || b.len() != HEADER) {
+            return Err(format!(
+                "message kind {k} announces a payload of {len}, carries {}",
+                b.len() - HEADER
+            ));
         }
         Ok(match k {
             kind::CONTROL => {
@@ -345,6 +350,12 @@ mod tests {
         let mut bad = b.clone();
         bad.push(0);
         assert!(Msg::decode(&bad).is_err());
+        // A message without payload followed by stray bytes is refused too.
+        let mut b = Vec::new();
+        Msg::Credit { n: 3 }.encode(&mut b);
+        assert_eq!(Msg::decode(&b), Ok(Msg::Credit { n: 3 }));
+        b.push(0);
+        assert!(Msg::decode(&b).is_err(), "bytes after a credit");
         assert_eq!(rank_of(tag_of(5)), Some(5));
         assert_eq!(rank_of(5), None);
     }

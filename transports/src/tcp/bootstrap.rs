@@ -69,8 +69,12 @@ pub(crate) fn reachable(addr: SocketAddr) -> SocketAddr {
 /// Writes the rendezvous file atomically and privately (a new temporary
 /// file mode 0600, then a rename: [`crate::private::write_atomic`]).
 pub(crate) fn write_rendezvous(path: &Path, job: u64, addr: SocketAddr) -> io::Result<()> {
-    let text = format!("{RENDEZVOUS_TAG} {VERSION} job={job:#x} addr={addr}\n");
-    crate::private::write_atomic(path, text.as_bytes())
+    crate::private::write_atomic(path, rendezvous_text(job, addr).as_bytes())
+}
+
+/// The text of the rendezvous file of `job`'s master at `addr`.
+pub(crate) fn rendezvous_text(job: u64, addr: SocketAddr) -> String {
+    format!("{RENDEZVOUS_TAG} {VERSION} job={job:#x} addr={addr}\n")
 }
 
 /// Longest rendezvous file read.
@@ -110,6 +114,18 @@ pub(crate) fn resolve(master: &MasterAddr, job: u64) -> Result<SocketAddr, Unres
         }
         Err(e) => return Err(retry(format!("rendezvous file {e}"))),
     };
+    parse_rendezvous(&text, job, path)
+}
+
+/// The master's address in the text of rendezvous file `path` (see
+/// [`write_rendezvous`]), if it is for `job`. A file of another protocol
+/// version is fatal; anything else wrong is worth waiting out.
+pub(crate) fn parse_rendezvous(
+    text: &str,
+    job: u64,
+    path: &Path,
+) -> Result<SocketAddr, Unresolved> {
+    let retry = |why: String| Unresolved::Retry(why);
     let mut words = text.split_whitespace();
     let (Some(RENDEZVOUS_TAG), Some(v), Some(j), Some(a)) =
         (words.next(), words.next(), words.next(), words.next())

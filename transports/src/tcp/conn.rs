@@ -416,16 +416,10 @@ async fn out_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf) {
                     Ok(b) => b,
                     Err(e) => break e,
                 };
-                let word = |i: usize| {
-                    u64::from_le_bytes(body[8 * i..8 * i + 8].try_into().unwrap_or_default())
+                let (pid, heap) = match frame::decode_lend(&body) {
+                    Ok(l) => l,
+                    Err(e) => break ReadError::Protocol(e),
                 };
-                let pid = word(0);
-                let heap = (hdr.len == frame::LEND_HEAP_LEN).then(|| crate::shm::HeapRef {
-                    fd: word(1) as u32,
-                    ino: word(2),
-                    len: word(3),
-                    offset: word(4),
-                });
                 metrics::received(HEADER_LEN as u64 + u64::from(hdr.len), 1);
                 let verdict = match lender.as_mut() {
                     Some(l) => l.check(pid).await,

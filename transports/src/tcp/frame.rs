@@ -27,6 +27,7 @@
 //! | `GET_LEND` | request id | address | total length | owner pid (u64 LE); then, if the buffer is in the owner's shared heap, its heap descriptor, inode, length and the buffer's offset (4 × u64 LE) |
 //! | `GET_RETURN` | request id | | | none |
 
+use crate::shm::HeapRef;
 use crate::version::VERSION;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -341,6 +342,43 @@ pub fn decode_table(b: &[u8], size: u32) -> Result<Vec<Entry>, String> {
         .collect()
 }
 
+/// Encodes the payload of a `GET_LEND`: the owner's `pid`, then, if the
+/// buffer lies in its shared heap, where.
+pub fn encode_lend(pid: u64, heap: Option<HeapRef>) -> Vec<u8> {
+    let mut body = pid.to_le_bytes().to_vec();
+    if let Some(h) = heap {
+        for v in [u64::from(h.fd), h.ino, h.len, h.offset] {
+            body.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    body
+}
+
+/// Decodes what [`encode_lend`] wrote: the owner's pid and the place in
+/// its heap, if any. A payload of another length, or a descriptor beyond
+/// `u32`, is refused (a truncated descriptor would name another file).
+pub fn decode_lend(b: &[u8]) -> Result<(u64, Option<HeapRef>), String> {
+    if b.len() != LEND_LEN as usize && b.len() != LEND_HEAP_LEN as usize {
+        return Err(format!("a loan with a payload of {}", b.len()));
+    }
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[8 * i..8 * i + 8]);
+        u64::from_le_bytes(w)
+    };
+    if b.len() == LEND_LEN as usize {
+        return Ok((word(0), None));
+    }
+    let fd = u32::try_from(word(1)).map_err(|_| format!("a loan from descriptor {}", word(1)))?;
+    let heap = HeapRef {
+        fd,
+        ino: word(2),
+        len: word(3),
+        offset: word(4),
+    };
+    Ok((word(0), Some(heap)))
+}
+
 /// Writes one frame on a blocking stream.
 pub fn write_frame_sync(w: &mut impl Write, hdr: Header, payload: &[u8]) -> io::Result<()> {
     let mut buf = Vec::with_capacity(HEADER_LEN + payload.len());
@@ -479,6 +517,25 @@ mod tests {
         let err = read_frame_sync(&mut &bytes[..], 1024).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         assert!(read_frame_sync(&mut &[][..], 1024).unwrap().is_none());
+    }
+
+    #[test]
+    fn lend_round_trip_and_wide_descriptor() {
+        let heap = HeapRef {
+            fd: u32::MAX,
+            ino: 1,
+            len: 2,
+            offset: 3,
+        };
+        for h in [None, Some(heap)] {
+            assert_eq!(decode_lend(&encode_lend(7, h)), Ok((7, h)));
+        }
+        // A descriptor word beyond u32 would name another descriptor once
+        // truncated: it is refused.
+        let mut b = encode_lend(7, Some(heap));
+        b[12] = 1;
+        assert!(decode_lend(&b).is_err());
+        assert!(decode_lend(&[0; 16]).is_err());
     }
 
     #[test]

@@ -167,6 +167,39 @@ fn check_chunk(p: &Pending, offset: u64, total: u64, len: u64, max_chunk: u64) -
     }
 }
 
+/// Where the payload of a checked chunk is read into.
+pub(crate) enum Dest {
+    /// A buffer of its own (a segmented get).
+    Piece(taskfold_core::reducer::EncodedBuf),
+    /// This range of the get's buffer (`Pending::buf`).
+    Range(std::ops::Range<usize>),
+}
+
+/// Checks a chunk `offset + len` of `total` bytes for get `p`
+/// ([`check_chunk`]) and makes room for its payload; nothing is allocated
+/// for a refused chunk.
+pub(crate) fn prepare_chunk(
+    p: &mut Pending,
+    offset: u64,
+    total: u64,
+    len: u64,
+    max_chunk: u64,
+) -> Result<Dest, String> {
+    if let Some(detail) = check_chunk(p, offset, total, len, max_chunk) {
+        return Err(detail);
+    }
+    p.total = total;
+    if p.sink.is_some() {
+        return Ok(Dest::Piece(zeroed(len as usize)));
+    }
+    // `total <= p.max` was checked; the buffer holds the `offset` bytes
+    // read so far (chunks come in order).
+    let buf = p
+        .buf
+        .get_or_insert_with(|| taskfold_core::pool::take(total.min(RESERVE_FIRST) as usize));
+    Ok(Dest::Range(grow(buf, total, len)))
+}
+
 /// A chunk arrived: read its payload into the request's buffer (or, for a
 /// segmented get, into a buffer of its own, handed to the sink).
 pub(crate) async fn on_chunk(
@@ -186,29 +219,25 @@ pub(crate) async fn on_chunk(
         )));
     };
     let max_chunk = shared.max_frame.max(shared.chunk as u64);
-    let bad = check_chunk(&p, offset, total, len, max_chunk);
-    if let Some(detail) = bad {
-        let _ = p.tx.send(Err(TransportError::Protocol {
-            peer,
-            detail: detail.clone(),
-        }));
-        return Err(ReadError::Protocol(detail));
-    }
-    p.total = total;
-    let segmented = p.sink.is_some();
+    let into = match prepare_chunk(&mut p, offset, total, len, max_chunk) {
+        Ok(into) => into,
+        Err(detail) => {
+            let _ = p.tx.send(Err(TransportError::Protocol {
+                peer,
+                detail: detail.clone(),
+            }));
+            return Err(ReadError::Protocol(detail));
+        }
+    };
     let mut piece = None;
-    let read = if segmented {
+    let read = match into {
         // A segmented get: each chunk in a buffer of its own, handed over
         // as soon as it is read, while the next one arrives.
-        rd.read_exact(piece.insert(zeroed(len as usize))).await
-    } else {
-        // `total <= p.max` was checked above; the buffer holds the
-        // `offset` bytes read so far (chunks come in order).
-        let buf = p
-            .buf
-            .get_or_insert_with(|| taskfold_core::pool::take(total.min(RESERVE_FIRST) as usize));
-        let range = grow(buf, total, len);
-        rd.read_exact(&mut buf[range]).await
+        Dest::Piece(b) => rd.read_exact(piece.insert(b)).await,
+        Dest::Range(range) => {
+            let buf = p.buf.as_mut().expect("prepare_chunk made the buffer");
+            rd.read_exact(&mut buf[range]).await
+        }
     };
     if let Err(e) = read {
         let _ = p.tx.send(Err(TransportError::LinkDown {
@@ -227,7 +256,7 @@ pub(crate) async fn on_chunk(
         });
     }
     if p.done == p.total {
-        if segmented {
+        if p.sink.is_some() {
             // Every segment is with the caller: the empty buffer says so.
             let _ = p.tx.send(Ok(Received::Owned(crate::RecvBuf::new())));
         } else {
@@ -296,6 +325,18 @@ fn view(
     SharedView::new(mapped, heap.offset as usize, total, Box::new(loan))
 }
 
+/// What is wrong with a loan of `total` bytes from `pid` for a get that
+/// accepts `max` bytes, if anything.
+pub(crate) fn check_lend(max: u64, total: u64, pid: u64) -> Option<String> {
+    if total <= max && pid <= u64::from(u32::MAX) {
+        return None;
+    }
+    metrics::bound_hit("get_total");
+    Some(format!(
+        "loan of {total} bytes from pid {pid}, more than the {max} this get accepts"
+    ))
+}
+
 /// A loan arrived: read it from the owner's memory off the reader task,
 /// return it, and complete the get; if the kernel refuses, ask again for a
 /// stream.
@@ -315,12 +356,7 @@ pub(crate) fn on_lend(
             "loan for unknown request {req}"
         )));
     };
-    if total > p.max || pid > u64::from(u32::MAX) {
-        metrics::bound_hit("get_total");
-        let detail = format!(
-            "loan of {total} bytes from pid {pid}, more than the {} this get accepts",
-            p.max
-        );
+    if let Some(detail) = check_lend(p.max, total, pid) {
         let _ = p.tx.send(Err(TransportError::Protocol {
             peer,
             detail: detail.clone(),

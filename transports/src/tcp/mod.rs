@@ -78,6 +78,9 @@ pub(crate) mod cma;
 mod config;
 mod conn;
 pub mod frame;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod get;
 mod handshake;
 mod launcher;

@@ -407,11 +407,8 @@ fn framed(f: OutFrame) -> (Header, Option<Bytes>) {
 /// The payload of a `GET_LEND`: this process's pid, then, if the buffer
 /// lies in its shared heap, where.
 fn lend_body(heap: Option<crate::shm::HeapRef>) -> Bytes {
-    let mut body = u64::from(std::process::id()).to_le_bytes().to_vec();
-    if let Some(h) = heap {
-        for v in [u64::from(h.fd), h.ino, h.len, h.offset] {
-            body.extend_from_slice(&v.to_le_bytes());
-        }
-    }
-    Bytes::from(body)
+    Bytes::from(super::frame::encode_lend(
+        u64::from(std::process::id()),
+        heap,
+    ))
 }

@@ -1,0 +1,145 @@
+//! Entry points of the fuzz targets (cargo feature `fuzzing`; not part of
+//! the API): the TCP receiver's decisions on untrusted input, driven
+//! without sockets. Each runs the same functions the transport runs; a
+//! failure is returned as the error the transport would raise.
+
+use super::bootstrap::{self, Unresolved};
+use super::frame::{self, kind, Header, HEADER_LEN};
+use super::get::{self, Dest};
+use super::peer::Pending;
+use crate::shm::HeapRef;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// The request id of the get a [`chunks`] run receives.
+pub const REQ: u64 = 1;
+
+/// The master's address read from a rendezvous file's `text`, for `job`
+/// (what a rank does with the file another process wrote).
+pub fn rendezvous(text: &str, job: u64) -> Result<SocketAddr, String> {
+    bootstrap::parse_rendezvous(text, job, Path::new("fuzz")).map_err(|e| match e {
+        Unresolved::Retry(why) => why,
+        Unresolved::Fatal(e) => e.to_string(),
+    })
+}
+
+/// The text the master writes in its rendezvous file.
+pub fn rendezvous_text(job: u64, addr: SocketAddr) -> String {
+    bootstrap::rendezvous_text(job, addr)
+}
+
+/// What a get's receiver made of a sequence of frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkRun {
+    /// Chunks accepted.
+    pub chunks: usize,
+    /// Payload bytes accepted (what the peer must really have sent).
+    pub accepted: u64,
+    /// The announced total, once a chunk was accepted.
+    pub total: u64,
+    /// Every byte of the total arrived: the get completed.
+    pub completed: bool,
+    /// The protocol error that dropped the link, if any.
+    pub error: Option<String>,
+    /// Length of the get's buffer at the end (0 for a segmented get).
+    pub len: usize,
+    /// Capacity of the get's buffer at the end.
+    pub capacity: usize,
+}
+
+/// Feeds the headers `frames` to the receiver of get [`REQ`], which
+/// accepts at most `max` bytes in chunks of at most `max_chunk`
+/// (`segmented`: each chunk in a buffer of its own). A payload is taken
+/// to arrive in full (its bytes are not read); frames of other kinds go
+/// to other handlers and are skipped. Stops at the first error or when
+/// the get completes.
+pub fn chunks(max: u64, max_chunk: u64, segmented: bool, frames: &[[u8; HEADER_LEN]]) -> ChunkRun {
+    let (tx, _rx) = tokio::sync::oneshot::channel();
+    let sink: Option<crate::SegmentSink> = segmented.then(|| Box::new(|_| {}) as _);
+    let mut p = Pending {
+        key: 0,
+        buf: None,
+        total: 0,
+        max,
+        done: 0,
+        view: false,
+        tx,
+        sink,
+    };
+    let mut run = ChunkRun {
+        chunks: 0,
+        accepted: 0,
+        total: 0,
+        completed: false,
+        error: None,
+        len: 0,
+        capacity: 0,
+    };
+    for f in frames {
+        match feed(&mut p, f, max_chunk) {
+            Ok(None) => continue,
+            Ok(Some(len)) => {
+                run.chunks += 1;
+                run.accepted += len;
+                p.done += len;
+                if p.done == p.total {
+                    run.completed = true;
+                    break;
+                }
+            }
+            Err(e) => {
+                run.error = Some(e);
+                break;
+            }
+        }
+    }
+    run.total = p.total;
+    if let Some(b) = &p.buf {
+        (run.len, run.capacity) = (b.len(), b.capacity());
+    }
+    run
+}
+
+/// One frame for get `p`: `Some(len)` for a chunk of `len` bytes
+/// accepted, `None` for a frame of another kind.
+fn feed(p: &mut Pending, f: &[u8; HEADER_LEN], max_chunk: u64) -> Result<Option<u64>, String> {
+    let hdr = Header::decode(f)?;
+    if hdr.kind != kind::GET_CHUNK {
+        return Ok(None);
+    }
+    if hdr.a != REQ {
+        return Err(format!("chunk for unknown request {}", hdr.a));
+    }
+    let len = u64::from(hdr.len);
+    match get::prepare_chunk(p, hdr.b, hdr.c, len, max_chunk)? {
+        Dest::Piece(b) if b.len() as u64 != len => Err(format!("piece of {}", b.len())),
+        Dest::Range(r)
+            if r.len() as u64 != len || Some(r.end) != p.buf.as_ref().map(|b| b.len()) =>
+        {
+            Err(format!("range {r:?} for a chunk of {len}"))
+        }
+        _ => Ok(Some(len)),
+    }
+}
+
+/// What the receiver of a get accepting `max` bytes makes of a `GET_LEND`
+/// frame (`header`, then `body`, the bytes its header announces): the
+/// owner's pid and heap place, or the protocol error.
+pub fn lend(
+    max: u64,
+    header: &[u8; HEADER_LEN],
+    body: &[u8],
+) -> Result<(u64, Option<HeapRef>), String> {
+    let hdr = Header::decode(header)?;
+    if hdr.kind != kind::GET_LEND {
+        return Err(format!("frame kind {}", hdr.kind));
+    }
+    if body.len() as u64 != u64::from(hdr.len) {
+        return Err(format!("{} bytes of a payload of {}", body.len(), hdr.len));
+    }
+    let (pid, heap) = frame::decode_lend(body)?;
+    if let Some(e) = get::check_lend(max, hdr.c, pid) {
+        return Err(e);
+    }
+    Ok((pid, heap))
+}
