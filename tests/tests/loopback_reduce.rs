@@ -564,7 +564,10 @@ fn reductions_beyond_the_limit_are_refused_and_the_live_ones_complete() {
     // reached it: each waits in its queue for rank 2): its third fails.
     let deadline = std::time::Instant::now() + WAIT;
     while cluster.rank(0).master_stats().map_or(0, |m| m.queue_depth) < 2 {
-        assert!(std::time::Instant::now() < deadline, "rank 1's joins never came");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rank 1's joins never came"
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let mut c = cluster
