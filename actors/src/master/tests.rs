@@ -82,7 +82,7 @@ fn tasks_naming(msgs: &[(u32, Msg)], rank: u32) -> usize {
 /// Rank `to` reports task `t` done.
 async fn report(m: &Addr<Master>, to: u32, t: &wire::Task) {
     let done = wire::TaskDone {
-        key: KEY,
+        key: t.key,
         rank: to,
         task_id: t.task_id,
         path: t.receiver_path.union(&t.provider_path),
@@ -469,3 +469,4 @@ fn a_dead_ranks_buddy_that_dies_before_answering_loses_the_original() {
 
 mod left;
 mod limits;
+mod takeover;

@@ -30,9 +30,8 @@ pub(crate) struct Failover {
 /// and its tasks that have not ended here yet (`(key, task id)`). Their
 /// ends are not reported (the new master does not know them); once none
 /// is left the report goes.
-#[derive(Default)]
 pub(crate) struct Rejoining {
-    lost: Option<Rank>,
+    lost: Rank,
     joined: HashSet<u64>,
     tasks: HashSet<(u64, u64)>,
 }
@@ -73,8 +72,12 @@ impl Handler<Failover> for Worker {
         // The tasks the dead master gave (a previous report not sent yet
         // keeps its own), and the ones a test hook queued: the new master
         // schedules anew.
-        let mut r = self.rejoining.take().unwrap_or_default();
-        r.lost = Some(m.lost);
+        let mut r = self.rejoining.take().unwrap_or_else(|| Rejoining {
+            lost: m.lost,
+            joined: HashSet::new(),
+            tasks: HashSet::new(),
+        });
+        r.lost = m.lost;
         for (&key, l) in self.locals.iter_mut() {
             if l.state.joined() && l.announced.to == Some(m.lost) {
                 r.joined.insert(key);
@@ -131,9 +134,6 @@ impl Worker {
                 self.rejoining = other;
                 return;
             }
-        };
-        let Some(lost) = lost else {
-            return;
         };
         let mut msg = self.rejoin(lost, &joined);
         let copies = self.store.send(ListCopies);

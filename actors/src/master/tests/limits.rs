@@ -52,24 +52,7 @@ fn a_join_beyond_the_limit_fails_its_reduction_and_the_live_ones_go_on() {
             settle().await;
             for (to, msg) in sent(&ts) {
                 match msg {
-                    Msg::Task(t) => {
-                        let done = wire::TaskDone {
-                            key: t.key,
-                            rank: to,
-                            task_id: t.task_id,
-                            path: t.receiver_path.union(&t.provider_path),
-                            nanos: 1,
-                            bytes: 1,
-                            direct: None,
-                        };
-                        m.send(TaskDoneIn {
-                            from: Rank(to),
-                            done,
-                            wire: 0,
-                        })
-                        .await
-                        .unwrap();
-                    }
+                    Msg::Task(t) => report(&m, to, &t).await,
                     Msg::Complete { key, error } => completed.push((key, error)),
                     _ => {}
                 }

@@ -1,0 +1,74 @@
+//! A standby's takeover, report by report: what ended under the dead
+//! master is told to the members that missed it, a barrier some rank
+//! passed is released, a later one fails for the dead master.
+use super::*;
+use taskfold_core::wire::{Held, Rejoin};
+use taskfold_core::{RankSet, ReduceError};
+
+fn report_of(rank: u32, f: impl FnOnce(&mut Rejoin)) -> RejoinIn {
+    let mut rejoin = Rejoin {
+        rank,
+        lost: 0,
+        holding: Vec::new(),
+        copies: Vec::new(),
+        ended: Vec::new(),
+        barriers: Vec::new(),
+        passed: 0,
+        finalized: false,
+    };
+    f(&mut rejoin);
+    RejoinIn {
+        from: Rank(rank),
+        rejoin,
+        wire: 0,
+    }
+}
+
+#[test]
+fn what_ended_or_was_passed_under_the_dead_master_is_told_after_the_reports() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        // Rank 1 takes over from rank 0.
+        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
+        let mut master = Master::new(4, Outbox::new(t), 1000);
+        master.take_over(Rank(0), &RankSet::new());
+        let m = master.start();
+        // Rank 2 saw reduction KEY complete and passed barrier 4; rank 3
+        // still holds its part of KEY and waits in barrier 4; rank 1
+        // waits in barrier 5, which nobody passed.
+        m.send(report_of(2, |r| {
+            r.ended = vec![(KEY, None)];
+            r.passed = 4;
+        }))
+        .await
+        .unwrap();
+        m.send(report_of(1, |r| r.barriers = vec![5])).await.unwrap();
+        settle().await;
+        assert!(sent(&ts).is_empty(), "nothing before every report");
+        let held = Held {
+            joining: join(3, None).joining,
+            path: RankSet::single(3),
+            has_value: true,
+        };
+        m.send(report_of(3, |r| {
+            r.holding = vec![held];
+            r.barriers = vec![4];
+        }))
+        .await
+        .unwrap();
+        settle().await;
+        let msgs = sent(&ts);
+        let to = |rank: u32| -> Vec<&Msg> {
+            msgs.iter().filter(|(r, _)| *r == rank).map(|(_, m)| m).collect()
+        };
+        assert!(to(3).contains(&&Msg::Complete { key: KEY, error: None }), "{msgs:?}");
+        assert!(to(3).contains(&&Msg::BarrierDone { seq: 4, error: None }), "{msgs:?}");
+        let failed = to(1).into_iter().any(|m| match m {
+            Msg::BarrierDone { seq: 5, error: Some(e) } => {
+                matches!(ReduceError::from(e.clone()), ReduceError::RanksLost { ref ranks, .. } if ranks == &vec![0])
+            }
+            _ => false,
+        });
+        assert!(failed, "barrier 5 fails with RanksLost [0]: {msgs:?}");
+    });
+}
