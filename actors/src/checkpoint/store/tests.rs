@@ -45,13 +45,24 @@ fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
             Ok(())
         }
     }
+    // One capture at a time: tracing's per-callsite interest is shared by
+    // every thread, and two scoped subscribers coming and going at once
+    // could leave a callsite deaf to this one.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let buf = Buf::default();
     let writer = buf.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_ansi(false)
         .finish();
-    let out = tracing::subscriber::with_default(subscriber, f);
+    let out = tracing::subscriber::with_default(subscriber, || {
+        // A callsite first reached by another test's thread, with no
+        // subscriber there, may have cached "not interested": ask again
+        // now that this one is set.
+        tracing::callsite::rebuild_interest_cache();
+        f()
+    });
     let log = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
     (out, log)
 }
