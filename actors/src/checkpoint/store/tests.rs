@@ -32,7 +32,11 @@ fn store(keep: usize) -> (tempfile::TempDir, FileStore) {
     (root, s)
 }
 
-/// Runs `f` with this thread's log captured.
+/// Runs `f` with the process's log captured: one subscriber for the whole
+/// test binary, installed once, so that no callsite's interest depends on
+/// which test's thread reached it first (scoped subscribers coming and
+/// going on parallel tests' threads lost events). Captures take turns;
+/// another thread's warning in between only adds lines.
 fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
     #[derive(Clone, Default)]
     struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
@@ -45,24 +49,21 @@ fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
             Ok(())
         }
     }
-    // One capture at a time: tracing's per-callsite interest is shared by
-    // every thread, and two scoped subscribers coming and going at once
-    // could leave a callsite deaf to this one.
+    static BUF: std::sync::OnceLock<Buf> = std::sync::OnceLock::new();
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let out = tracing::subscriber::with_default(subscriber, || {
-        // A callsite first reached by another test's thread, with no
-        // subscriber there, may have cached "not interested": ask again
-        // now that this one is set.
-        tracing::callsite::rebuild_interest_cache();
-        f()
+    let buf = BUF.get_or_init(|| {
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
+        buf
     });
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    buf.0.lock().unwrap().clear();
+    let out = f();
     let log = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
     (out, log)
 }
