@@ -45,6 +45,20 @@ impl RankSet {
         !had
     }
 
+    /// Takes `index` out; true if it was in. Trailing empty words are
+    /// dropped, so equal sets stay equal (`==` compares the words).
+    pub fn remove(&mut self, index: usize) -> bool {
+        let (w, b) = (index / 64, index % 64);
+        let had = self.contains(index);
+        if had {
+            self.words[w] &= !(1 << b);
+            while self.words.last() == Some(&0) {
+                self.words.pop();
+            }
+        }
+        had
+    }
+
     /// True if `index` is in the set.
     pub fn contains(&self, index: usize) -> bool {
         self.words

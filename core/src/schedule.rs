@@ -99,6 +99,16 @@ pub enum ScheduleError {
     },
 }
 
+/// How a replacement's join was taken ([`Schedule::join_replacement`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replacement {
+    /// Its original is in, as any member's join.
+    Joined,
+    /// The dead rank's original is in the reduction already; the
+    /// replacement's is held in case that one is lost.
+    Held,
+}
+
 /// A failure the reduction cannot survive: the originals of these group
 /// positions are gone (both copies lost, never contributed, or the root).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -117,6 +127,18 @@ pub struct Schedule {
     root: usize,
     joined: RankSet,
     dead: RankSet,
+    /// Dead positions whose replacement is expected
+    /// ([`Schedule::await_replacement`]): their lost originals are
+    /// awaited, not lost.
+    awaiting: RankSet,
+    /// Replaced positions still dead here: their original was in the
+    /// reduction when their replacement came (a copy of it, or its data
+    /// in flight to a receiver), so it is read as the dead rank's.
+    replaced: RankSet,
+    /// Replaced positions whose replacement joined while the dead rank's
+    /// original was still in: the replacement keeps its data until the
+    /// reduction ends, and it stands in if the dead rank's is lost.
+    held: RankSet,
     queue: VecDeque<Entry>,
     in_flight: HashMap<u64, Assignment>,
     next_task: u64,
@@ -132,6 +154,9 @@ impl Schedule {
             root,
             joined: RankSet::new(),
             dead: RankSet::new(),
+            awaiting: RankSet::new(),
+            replaced: RankSet::new(),
+            held: RankSet::new(),
             queue: VecDeque::new(),
             in_flight: HashMap::new(),
             next_task: 0,
@@ -227,14 +252,15 @@ impl Schedule {
             return Ok(());
         }
         self.dead.insert(index);
-        if index == self.root {
+        let awaited = self.awaiting.contains(index);
+        if index == self.root && !awaited {
             return Err(Unrecoverable {
                 lost: vec![index],
                 root: true,
             });
         }
         let mut split = Vec::new();
-        if !self.joined.contains(index) && has_replica(index) {
+        if !self.joined.contains(index) && !awaited && has_replica(index) {
             // Its ready message was lost with it, but its buddy holds a copy
             // of its original: the original is in, from the replica.
             self.joined.insert(index);
@@ -254,10 +280,115 @@ impl Schedule {
             split.push(t.receiver.path);
             self.requeue(t.provider, &mut split);
         }
+        self.push_singles(split, &has_replica);
+        self.check_recoverable(has_replica)
+    }
+
+    /// Queues every original of `split` as a recovering single, except:
+    /// a replaced position's original that its replacement's held join
+    /// supplies (queued as that join); and the originals of awaited or
+    /// replaced positions that no copy holds (and an awaited root's, whose
+    /// data only its replacement may hold), which are taken out of the
+    /// reduction, to be joined again by the replacement.
+    fn push_singles(&mut self, split: Vec<RankSet>, has_replica: &impl Fn(usize) -> bool) {
         for path in split {
             for k in path.iter() {
-                self.queue.push_back(Entry::single(k, true));
+                let dead = self.dead.contains(k);
+                let expected = self.awaiting.contains(k) || self.replaced.contains(k);
+                if dead && self.held.remove(k) {
+                    self.revived(k);
+                    self.queue.push_back(Entry::single(k, false));
+                } else if dead && expected && (k == self.root || !has_replica(k)) {
+                    self.joined.remove(k);
+                    if self.replaced.contains(k) {
+                        self.revived(k);
+                    }
+                } else {
+                    self.queue.push_back(Entry::single(k, true));
+                }
             }
+        }
+    }
+
+    /// Position `k`'s replacement now stands for it here.
+    fn revived(&mut self, k: usize) {
+        self.replaced.remove(k);
+        self.dead.remove(k);
+    }
+
+    /// Position `index` is dead, or about to be declared so, and a
+    /// replacement of its rank is expected: its original, if no copy of
+    /// it survives, is awaited from the replacement's join instead of
+    /// ending the reduction ([`Schedule::fail`] then takes it out), and
+    /// an awaited root is no loss either. Call before [`Schedule::fail`].
+    pub fn await_replacement(&mut self, index: usize) {
+        if index < self.n && !self.complete {
+            self.awaiting.insert(index);
+            if self.dead.contains(index) {
+                // Declared dead already: what it held is taken out now.
+                let queued: Vec<RankSet> = self
+                    .queue
+                    .iter()
+                    .filter(|e| e.index == index && e.path.len() == 1)
+                    .map(|e| e.path.clone())
+                    .collect();
+                self.queue.retain(|e| !(e.index == index && e.path.len() == 1));
+                self.push_singles(queued, &|_| false);
+            }
+        }
+    }
+
+    /// The replacement of awaited position `index` is in. If its original
+    /// was taken out, the position is alive again and its join is awaited
+    /// as any member's. If the original is still in the reduction (a copy
+    /// of it, or its data being fetched), the position stays dead here,
+    /// where that original is read as the dead rank's, until its fate is
+    /// known ([`Schedule::join_replacement`]).
+    pub fn revive(&mut self, index: usize) {
+        if !self.awaiting.remove(index) {
+            return;
+        }
+        if self.joined.contains(index) && self.dead.contains(index) {
+            self.replaced.insert(index);
+        } else {
+            self.dead.remove(index);
+        }
+    }
+
+    /// The join of position `index`'s replacement ([`Schedule::revive`]
+    /// came first). Its original is counted once: as a new join if the
+    /// dead rank's was taken out; else the dead rank's stays in (a copy,
+    /// or folded into live data, or being fetched) and the replacement's
+    /// is held, to stand in if the dead rank's is lost after all. Either
+    /// way the replacement hears how the reduction ended, as any member.
+    pub fn join_replacement(&mut self, index: usize) -> Result<Replacement, ScheduleError> {
+        if index >= self.n {
+            return Err(ScheduleError::OutOfGroup(index));
+        }
+        if !self.replaced.contains(index) {
+            return self.join(index).map(|()| Replacement::Joined);
+        }
+        if !self.held.insert(index) {
+            return Err(ScheduleError::DuplicateJoin(index));
+        }
+        Ok(Replacement::Held)
+    }
+
+    /// The replacement of `index` did not come in time: its awaited
+    /// original is lost after all. Errors as [`Schedule::check_recoverable`].
+    pub fn give_up(
+        &mut self,
+        index: usize,
+        has_replica: impl Fn(usize) -> bool,
+    ) -> Result<(), Unrecoverable> {
+        if !self.awaiting.remove(index) || self.complete {
+            return Ok(());
+        }
+        if index == self.root && self.dead.contains(index) {
+            return Err(Unrecoverable {
+                lost: vec![index],
+                root: true,
+            });
         }
         self.check_recoverable(has_replica)
     }
@@ -292,20 +423,19 @@ impl Schedule {
         let mut split = Vec::new();
         self.queue.push_back(task.receiver);
         self.requeue(task.provider, &mut split);
-        for path in split {
-            for k in path.iter() {
-                self.queue.push_back(Entry::single(k, true));
-            }
-        }
-        let _ = has_replica;
+        self.push_singles(split, &has_replica);
         Ok(())
     }
 
     /// Puts a provider's message back, or splits it if its holder is dead
     /// (a dead rank's data exists only as replicas of its originals).
     fn requeue(&mut self, provider: Entry, split: &mut Vec<RankSet>) {
-        if self.dead.contains(provider.index) && !(provider.recovering && provider.path.len() == 1)
-        {
+        let i = provider.index;
+        // A replaced rank's single original goes through the split too: its
+        // replacement's held join may stand in for it.
+        let expected = self.awaiting.contains(i) || self.replaced.contains(i);
+        let single = provider.recovering && provider.path.len() == 1;
+        if self.dead.contains(i) && (!single || expected) {
             split.push(provider.path);
         } else {
             self.queue.push_back(provider);
@@ -323,7 +453,10 @@ impl Schedule {
             .filter(|e| self.dead.contains(e.index) && !has_replica(e.index))
             .map(|e| e.index)
             .collect();
-        lost.extend(self.missing().filter(|&i| self.dead.contains(i)));
+        lost.extend(
+            self.missing()
+                .filter(|&i| self.dead.contains(i) && !self.awaiting.contains(i)),
+        );
         if lost.is_empty() {
             Ok(())
         } else {
@@ -461,3 +594,5 @@ pub fn choose_b(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod respawn_tests;

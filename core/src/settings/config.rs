@@ -89,6 +89,10 @@ pub struct Config {
     /// Where and how often checkpoints are written
     /// (`TASKFOLD_CHECKPOINT_*`, see [`super::CheckpointConfig`]).
     pub checkpoint: super::CheckpointConfig,
+    /// Replacements of dead ranks and the way back (`TASKFOLD_RESPAWN`,
+    /// `TASKFOLD_RESPAWN_WAIT_MS`, `TASKFOLD_RESTART`; see
+    /// [`super::RespawnConfig`]).
+    pub respawn: super::RespawnConfig,
     /// Test hooks (`TASKFOLD_TEST_HOOK`), see [`super::hooks`].
     pub hooks: Vec<Hook>,
 }
@@ -118,6 +122,7 @@ impl Default for Config {
             notice_board: true,
             standby: Standby::Auto,
             checkpoint: super::CheckpointConfig::default(),
+            respawn: super::RespawnConfig::default(),
             hooks: Vec::new(),
         }
     }

@@ -63,6 +63,11 @@ pub struct Launch {
     /// `TASKFOLD_INSECURE`: without a key, run anyway, unauthenticated
     /// (warned about). No effect when there is a key.
     pub insecure: bool,
+    /// `TASKFOLD_INCARNATION`: 0 for a rank started with the job, `k` for
+    /// the `k`-th replacement of its rank (`taskfold run --respawn` sets
+    /// it). A replacement registers with the master as such, and the
+    /// runtime tells the application it was restarted.
+    pub incarnation: u32,
 }
 
 /// Where the job key comes from.

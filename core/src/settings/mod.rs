@@ -32,6 +32,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod hooks;
 pub mod launch;
+pub mod respawn;
 pub mod values;
 mod vars;
 
@@ -41,6 +42,7 @@ mod tests;
 pub use checkpoint::CheckpointConfig;
 pub use config::{Completion, Config, Durability, Standby};
 pub use launch::{Identity, KeySource, Launch};
+pub use respawn::{RespawnConfig, Restart};
 pub use values::{parse_bool, Named};
 pub use vars::{variables, Variable, OTHER_KNOWN};
 

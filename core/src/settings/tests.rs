@@ -384,6 +384,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
                     (None, None) => None,
                 },
                 insecure,
+                incarnation: id.map_or(0, |(size, _)| size % 3),
             },
         );
     let runtime = (
@@ -418,6 +419,11 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             notice_board: pool.2,
             hooks,
             checkpoint,
+            respawn: crate::settings::RespawnConfig {
+                budget: (t.1 % 5) as u32,
+                wait: Duration::from_millis(t.2),
+                restart: [Restart::Local, Restart::Global][usize::from(r.3)],
+            },
             ..Config::default()
         });
     let transport = (

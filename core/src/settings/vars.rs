@@ -72,7 +72,7 @@ fn show(s: impl ToString) -> Option<OsString> {
     Some(s.to_string().into())
 }
 
-static VARIABLES: [Variable; 38] = [
+static VARIABLES: [Variable; 42] = [
     // Launch (rank and size: see `launch::identity`).
     Variable {
         name: "TASKFOLD_MASTER",
@@ -139,6 +139,17 @@ static VARIABLES: [Variable; 38] = [
         },
         get: |s| show(values::format_bool(s.launch.insecure)),
     },
+    Variable {
+        name: "TASKFOLD_INCARNATION",
+        expected: "a whole number from 0 to 1048576",
+        set: |s, v| {
+            let n = values::parse_u64(text(v)?)
+                .filter(|n| *n <= u64::from(super::respawn::MAX_INCARNATION));
+            s.launch.incarnation = n.ok_or(())? as u32;
+            Ok(())
+        },
+        get: |s| show(s.launch.incarnation),
+    },
     // The runtime: folds, failure detection, durability.
     Variable {
         name: "TASKFOLD_FOLD_THREADS",
@@ -194,6 +205,35 @@ static VARIABLES: [Variable; 38] = [
             Ok(())
         },
         get: |s| show(s.runtime.standby.name()),
+    },
+    Variable {
+        name: "TASKFOLD_RESPAWN",
+        expected: "a whole number of replacements from 0 to 1048576",
+        set: |s, v| {
+            let n = values::parse_u64(text(v)?)
+                .filter(|n| *n <= u64::from(super::respawn::MAX_INCARNATION));
+            s.runtime.respawn.budget = n.ok_or(())? as u32;
+            Ok(())
+        },
+        get: |s| show(s.runtime.respawn.budget),
+    },
+    Variable {
+        name: "TASKFOLD_RESPAWN_WAIT_MS",
+        expected: "a whole number of milliseconds, at least 1",
+        set: |s, v| {
+            s.runtime.respawn.wait = millis(v, 1)?;
+            Ok(())
+        },
+        get: |s| show(values::format_millis(s.runtime.respawn.wait)),
+    },
+    Variable {
+        name: "TASKFOLD_RESTART",
+        expected: <super::Restart as Named>::EXPECTED,
+        set: |s, v| {
+            s.runtime.respawn.restart = named(v)?;
+            Ok(())
+        },
+        get: |s| show(s.runtime.respawn.restart.name()),
     },
     Variable {
         name: "TASKFOLD_COMPLETION",

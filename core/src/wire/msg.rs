@@ -149,6 +149,29 @@ pub enum Msg {
     /// rank holds, once every task the dead master gave it has ended (see
     /// [`crate::failover`]).
     Rejoin(Rejoin),
+    /// Master → every live rank: `rank` died and its replacement, process
+    /// incarnation `incarnation`, asks to join; it listens at `addr` (the
+    /// transport's own encoding of its address). Each rank lets the
+    /// replacement in on its transport, fencing every older incarnation,
+    /// and answers [`Msg::Readmitted`]; the master lets the replacement
+    /// start only once every live rank did, so that no rank meets it
+    /// before knowing of it.
+    Respawned {
+        /// The rank replaced.
+        rank: u32,
+        /// The replacement's incarnation (1 for the first).
+        incarnation: u32,
+        /// Where the replacement listens (opaque here).
+        addr: Vec<u8>,
+    },
+    /// Rank → master: the replacement of `rank`, incarnation
+    /// `incarnation`, is let in on this rank's transport.
+    Readmitted {
+        /// The rank replaced.
+        rank: u32,
+        /// Its replacement's incarnation.
+        incarnation: u32,
+    },
 }
 
 /// A rank's report to a new master ([`Msg::Rejoin`]).

@@ -1,0 +1,59 @@
+//! Respawned ranks: how many replacements a job may start, how long a
+//! reduction waits for one, and how the application comes back (see the
+//! book's chapter Surviving failures of the application).
+
+use super::values::Named;
+use std::time::Duration;
+
+/// What a job does when a rank's process dies and the launcher can start a
+/// replacement (`taskfold run --respawn N`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RespawnConfig {
+    /// Replacements the launcher may start in this job
+    /// (`TASKFOLD_RESPAWN`, default 0: none; `taskfold run --respawn N`
+    /// sets it). The master expects a replacement for a dead rank only
+    /// while this many have not been used, and never for the master's own
+    /// rank (a standby takes over from a master instead).
+    pub budget: u32,
+    /// How long a reduction that still needs a dead rank's contribution
+    /// waits for its replacement to join again (`TASKFOLD_RESPAWN_WAIT_MS`,
+    /// default 30 s). Past it, the reduction ends with `RanksLost`, as
+    /// without respawn.
+    pub wait: Duration,
+    /// How the application comes back (`TASKFOLD_RESTART=local|global`,
+    /// default `local`).
+    pub restart: Restart,
+}
+
+impl Default for RespawnConfig {
+    fn default() -> Self {
+        RespawnConfig {
+            budget: 0,
+            wait: Duration::from_secs(30),
+            restart: Restart::Local,
+        }
+    }
+}
+
+/// The two ways back after a rank was replaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Restart {
+    /// Only the replacement restores and redoes its lost work; the
+    /// survivors keep computing, and the reductions that wait for the dead
+    /// rank complete once its replacement contributed again.
+    #[default]
+    Local,
+    /// Every rank unwinds to the application's re-init entry point and
+    /// resumes from the newest checkpoint every rank completed (Reinit++).
+    Global,
+}
+
+impl Named for Restart {
+    const NAMES: &'static [(&'static str, Self)] =
+        &[("local", Restart::Local), ("global", Restart::Global)];
+    const EXPECTED: &'static str = "local or global";
+}
+
+/// The largest incarnation number a setting accepts: a rank replaced more
+/// often than this is a job that should not go on.
+pub const MAX_INCARNATION: u32 = 1 << 20;
