@@ -60,6 +60,7 @@ pub mod rank;
 pub mod rankset;
 pub mod reducer;
 pub mod replica;
+pub mod respawn;
 pub mod roster;
 pub mod schedule;
 pub mod settings;
