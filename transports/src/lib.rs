@@ -166,6 +166,19 @@ pub enum Event {
         /// What the transport saw.
         reason: String,
     },
+    /// On the master's rank only: a new process, incarnation
+    /// `incarnation`, proved the job key and asks to replace `peer`; it
+    /// listens at `addr` (this transport's encoding, for
+    /// [`Transport::readmit`]). It waits until [`Transport::admit`] or
+    /// [`Transport::refuse_replacement`] (or the connect timeout).
+    Replacement {
+        /// The rank it replaces.
+        peer: Rank,
+        /// Its incarnation.
+        incarnation: u32,
+        /// Where it listens.
+        addr: Vec<u8>,
+    },
 }
 
 /// Transport failures. Never a panic: the layer above decides what a broken
@@ -235,6 +248,10 @@ pub enum TransportError {
     /// prove it (the message names the variable at fault, never the key).
     #[error("{0}")]
     Auth(String),
+    /// This transport does not replace ranks (`taskfold run --respawn`
+    /// needs the TCP transport).
+    #[error("the {0} transport cannot let a replacement rank in")]
+    Unsupported(&'static str),
 }
 
 /// Moves control frames and data between the ranks of one job.
@@ -332,6 +349,35 @@ pub trait Transport: Send + Sync + 'static {
     /// rank's node is unknown: then copies are placed blind to nodes.
     fn nodes(&self) -> Option<&[u64]> {
         None
+    }
+    /// This process's incarnation: 0 for a rank started with the job, `k`
+    /// for the `k`-th replacement of its rank (the default: 0).
+    fn incarnation(&self) -> u32 {
+        0
+    }
+    /// On the master's rank: lets in the replacement that asked
+    /// ([`Event::Replacement`]): it is answered with every rank's address
+    /// and may start, and this rank serves it from now on (as
+    /// [`Transport::readmit`]). The default: replacements are not
+    /// supported, [`TransportError::Unsupported`].
+    fn admit(&self, peer: Rank, incarnation: u32) -> Result<(), TransportError> {
+        let _ = (peer, incarnation);
+        Err(TransportError::Unsupported(self.name()))
+    }
+    /// On the master's rank: refuses the replacement that asked, telling
+    /// it `reason` (the default does nothing).
+    fn refuse_replacement(&self, peer: Rank, incarnation: u32, reason: &str) {
+        let _ = (peer, incarnation, reason);
+    }
+    /// `peer` was replaced by incarnation `incarnation`, listening at
+    /// `addr` ([`Event::Replacement`]): the older incarnation's
+    /// connections are closed, its pending gets fail, and it is refused
+    /// from now on; sends and gets go to the replacement. A call for an
+    /// incarnation not newer than the one served does nothing. The
+    /// default: [`TransportError::Unsupported`].
+    fn readmit(&self, peer: Rank, incarnation: u32, addr: &[u8]) -> Result<(), TransportError> {
+        let _ = (peer, incarnation, addr);
+        Err(TransportError::Unsupported(self.name()))
     }
     /// The runtime the caller is to drive, if this transport runs on one
     /// ([`Driven`]); `None` (the default) for a transport that runs itself.

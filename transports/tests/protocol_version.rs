@@ -28,6 +28,7 @@ fn hello_of_another_version(addr: std::net::SocketAddr, role: Role, job: u64, ra
         addr: Some(addr),
         node: 0,
         nonce: [0; NONCE_LEN],
+        incarnation: 0,
     });
     s.write_all(&hello).expect("hello");
     let _ = s.shutdown(Shutdown::Write);

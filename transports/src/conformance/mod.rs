@@ -403,7 +403,7 @@ pub fn crash_reports_link_down(f: Factory<'_>) {
                         t.rank().0
                     )
                 }
-                Ok(Event::Message { .. }) => {}
+                Ok(Event::Message { .. } | Event::Replacement { .. }) => {}
                 Err(_) => panic!("rank {}: no LinkDown for the crashed rank", t.rank().0),
             }
         }

@@ -112,6 +112,11 @@ pub(super) fn forward(sh: Arc<Shared>, events: flume::Receiver<Event>, replay: V
                 let _ = sh.events_tx.send(Event::Message { from, frame });
             }
         }
+        // The fabric's addresses cannot be replaced: the runtime refuses
+        // the replacement (the transport says it is unsupported).
+        ev @ Event::Replacement { .. } => {
+            let _ = sh.events_tx.send(ev);
+        }
     };
     for ev in replay {
         handle(ev);

@@ -353,6 +353,16 @@ impl Transport for LibfabricTransport {
 
     /// Every rank's node, as the TCP bootstrap learnt them (buddies and
     /// the standby are then on other nodes, as over TCP).
+    fn incarnation(&self) -> u32 {
+        self.tcp.incarnation()
+    }
+
+    /// The fabric's endpoint names cannot be replaced: a replacement is
+    /// refused at once (the runtime says why).
+    fn refuse_replacement(&self, peer: Rank, incarnation: u32, reason: &str) {
+        self.tcp.refuse_replacement(peer, incarnation, reason);
+    }
+
     fn nodes(&self) -> Option<&[u64]> {
         self.tcp.nodes()
     }

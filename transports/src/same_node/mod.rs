@@ -297,6 +297,14 @@ impl SameNode {
         }
     }
 
+    /// `peer` was replaced by a new process: its memory may be read in
+    /// place again (its heap is mapped anew, by the new process's id).
+    pub fn readmit(&self, peer: u32) {
+        if let Some(u) = self.up.get(peer as usize) {
+            u.store(true, Ordering::SeqCst);
+        }
+    }
+
     /// The transport closed: nothing more is located or read.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);

@@ -41,10 +41,10 @@ const LAUNCHER_IDLE: Duration = Duration::from_secs(30);
 
 /// A registration received by the accept loop, for the master's coordinator.
 pub(crate) struct Registration {
-    hello: Hello,
-    from: SocketAddr,
-    rd: OwnedReadHalf,
-    wr: OwnedWriteHalf,
+    pub(super) hello: Hello,
+    pub(super) from: SocketAddr,
+    pub(super) rd: OwnedReadHalf,
+    pub(super) wr: OwnedWriteHalf,
 }
 
 /// The address other nodes can use for `addr`: `addr` itself, unless it is
@@ -252,6 +252,7 @@ fn try_register(
         addr: Some(listen),
         node: crate::same_node::node_token(),
         nonce: [0; NONCE_LEN],
+        incarnation: cfg.incarnation,
     };
     match handshake::call_sync(&mut s, &cfg.auth, hello, 0) {
         Ok(()) => {}
@@ -312,7 +313,7 @@ fn try_register(
 }
 
 /// Why the master refuses a registration, if it does.
-fn check_registration(
+pub(super) fn check_registration(
     shared: &Shared,
     h: &Hello,
     registered: impl Fn(u32) -> bool,
@@ -379,7 +380,11 @@ pub(crate) async fn on_register(
         },
         None => reg,
     };
-    // The bootstrap is over: every rank is registered.
+    // The bootstrap is over: every rank is registered. A replacement of a
+    // dead rank asks the runtime.
+    if reg.hello.incarnation > 0 {
+        return super::respawn::asks(shared, reg).await;
+    }
     let reason = check_registration(&shared, &reg.hello, |_| true)
         .err()
         .unwrap_or_else(|| "the job has already started".into());
@@ -460,7 +465,7 @@ pub(crate) async fn coordinate(
 /// Sends the address table (and this build's protocol version) to every
 /// registered rank, then closes; returns once every send is done or timed
 /// out.
-async fn send_table(table: &[Entry], conns: Vec<(OwnedReadHalf, OwnedWriteHalf)>) {
+pub(super) async fn send_table(table: &[Entry], conns: Vec<(OwnedReadHalf, OwnedWriteHalf)>) {
     let payload = frame::encode_table(table);
     let mut msg = Header {
         a: table.len() as u64,

@@ -74,6 +74,10 @@ pub struct TcpConfig {
     /// before that thread stops. Nothing moves until the caller runs it. Rank 0's
     /// bootstrap runs it itself while it waits for the ranks to register.
     pub threads: usize,
+    /// This process's incarnation (default 0): `k > 0` registers it as the
+    /// `k`-th replacement of its rank, which the master lets in only if
+    /// that rank died and a replacement is expected ([`crate::Event::Replacement`]).
+    pub incarnation: u32,
 }
 
 impl TcpConfig {
@@ -92,6 +96,7 @@ impl TcpConfig {
             connect_timeout: Duration::from_secs(30),
             loans: true,
             threads: 2,
+            incarnation: 0,
         }
     }
 }

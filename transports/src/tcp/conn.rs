@@ -239,6 +239,12 @@ async fn accept_peer(
         let mut slot = shared.slot(peer);
         if shared.is_closed() {
             Verdict::Goodbye(rd, wr)
+        } else if hello.incarnation != slot.incarnation {
+            let reason = format!(
+                "incarnation {} of rank {peer} is not the one this rank serves ({})",
+                hello.incarnation, slot.incarnation
+            );
+            Verdict::Refuse(rd, wr, reason)
         } else if slot.link != Link::Up {
             Verdict::Refuse(rd, wr, format!("rank {peer} already left the job"))
         } else if slot.incoming.is_some() {
@@ -247,7 +253,7 @@ async fn accept_peer(
             let (tx, rx) = Writer::new();
             slot.incoming = Some(tx.clone());
             let w = tokio::spawn(run_writer(shared.clone(), wr, rx, peer));
-            let r = tokio::spawn(in_reader(shared.clone(), peer, rd, tx));
+            let r = tokio::spawn(in_reader(shared.clone(), peer, hello.incarnation, rd, tx));
             slot.tasks.push(w.abort_handle());
             slot.tasks.push(r.abort_handle());
             Verdict::Accepted
@@ -267,7 +273,7 @@ async fn accept_peer(
 }
 
 /// Reads a peer's control frames and get requests.
-async fn in_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf, wtx: Writer) {
+async fn in_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadHalf, wtx: Writer) {
     let _live = shared.live_guard();
     let err = loop {
         let hdr = match read_header(&mut rd).await {
@@ -302,12 +308,15 @@ async fn in_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf, wtx: W
             k => break ReadError::Protocol(format!("unexpected frame kind {k} from a caller")),
         }
     };
-    ended(&shared, peer, err, true);
+    ended(&shared, peer, inc, err, true);
 }
 
 /// Reports the end of a connection that did not say goodbye (`incoming`:
 /// the peer's connection to us).
-fn ended(shared: &Arc<Shared>, peer: u32, err: ReadError, incoming: bool) {
+fn ended(shared: &Arc<Shared>, peer: u32, inc: u32, err: ReadError, incoming: bool) {
+    if !shared.serves(peer, inc) {
+        return; // a replaced incarnation's connection
+    }
     if shared.is_closed() {
         return;
     }
@@ -320,20 +329,15 @@ fn ended(shared: &Arc<Shared>, peer: u32, err: ReadError, incoming: bool) {
 
 /// Our connection to `peer`: connect, handshake, then write what is
 /// queued.
-pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, rx: WriterEnd) {
+pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, inc: u32, rx: WriterEnd) {
     let live = shared.live_guard();
-    let Some(addr) = shared
-        .addrs
-        .get()
-        .and_then(|t| t.get(peer as usize))
-        .copied()
-    else {
+    let Some(addr) = shared.addr_of(peer) else {
         return shared.link_lost(peer, format!("no address for rank {peer}"), false);
     };
     let (rd, wr) = match connect_proven(&shared, peer, addr).await {
         Ok(halves) => halves,
         Err(reason) => {
-            if !shared.is_closed() {
+            if !shared.is_closed() && shared.serves(peer, inc) {
                 shared.link_lost(peer, reason, false);
             }
             return;
@@ -341,10 +345,10 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, rx: WriterEnd) 
     };
     {
         let mut slot = shared.slot(peer);
-        if slot.link != Link::Up {
+        if slot.link != Link::Up || slot.incarnation != inc {
             return;
         }
-        let r = tokio::spawn(out_reader(shared.clone(), peer, rd));
+        let r = tokio::spawn(out_reader(shared.clone(), peer, inc, rd));
         slot.tasks.push(r.abort_handle());
     }
     run_writer(shared, wr, rx, peer).await;
@@ -375,6 +379,7 @@ async fn connect_proven(
         addr: None,
         node: 0,
         nonce: [0; taskfold_core::auth::NONCE_LEN],
+        incarnation: shared.incarnation,
     };
     let call = handshake::call(&mut rd, &mut wr, &shared.auth, hello, peer);
     match tokio::time::timeout(within, call).await {
@@ -388,7 +393,7 @@ async fn connect_proven(
 }
 
 /// Reads the responses to our gets (and a goodbye or refusal).
-async fn out_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf) {
+async fn out_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadHalf) {
     let _live = shared.live_guard();
     let mut lender = match (rd.local_addr(), rd.peer_addr()) {
         (Ok(ours), Ok(theirs)) => Some(super::lender::Lender::new(ours, theirs)),
@@ -451,5 +456,5 @@ async fn out_reader(shared: Arc<Shared>, peer: u32, mut rd: OwnedReadHalf) {
             k => break ReadError::Protocol(format!("unexpected frame kind {k} from a server")),
         }
     };
-    ended(&shared, peer, err, false);
+    ended(&shared, peer, inc, err, false);
 }

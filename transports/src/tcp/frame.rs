@@ -192,6 +192,11 @@ pub struct Hello {
     /// The caller's fresh nonce for the handshake (see
     /// `taskfold_core::auth`).
     pub nonce: [u8; NONCE_LEN],
+    /// The caller's process incarnation: 0 for a rank started with the
+    /// job, `k` for its `k`-th replacement. A registration with `k > 0`
+    /// asks to replace a dead rank; a peer refuses a caller older than the
+    /// incarnation it knows (the old process is fenced).
+    pub incarnation: u32,
 }
 
 /// A rank's entry in the master's `TABLE`: where it listens, and its node.
@@ -212,7 +217,7 @@ impl Hello {
         v.push(u8::from(self.addr.is_some()));
         v.extend_from_slice(&self.rank.to_le_bytes());
         v.extend_from_slice(&self.size.to_le_bytes());
-        v.extend_from_slice(&[0; 4]);
+        v.extend_from_slice(&self.incarnation.to_le_bytes());
         v.extend_from_slice(&self.job.to_le_bytes());
         let addr = self
             .addr
@@ -241,6 +246,7 @@ impl Hello {
                 addr: None,
                 node: 0,
                 nonce: [0; NONCE_LEN],
+                incarnation: 0,
             });
         }
         if b.len() != HELLO_LEN {
@@ -274,6 +280,7 @@ impl Hello {
             nonce: b[24 + ADDR_LEN + 8..]
                 .try_into()
                 .map_err(|_| "hello nonce")?,
+            incarnation: u32_at(12),
         })
     }
 }
@@ -499,6 +506,7 @@ mod tests {
                 addr,
                 node: 0x0123_4567_89ab_cdef,
                 nonce: [7; NONCE_LEN],
+                incarnation: 5,
             };
             assert_eq!(Hello::decode(&h.encode()), Ok(h));
         }

@@ -48,6 +48,7 @@ pub fn report_rank_exit(
         addr: None,
         node: 0,
         nonce: [0; NONCE_LEN],
+        incarnation: 0,
     };
     match handshake::call_sync(&mut s, auth, hello, 0) {
         Ok(()) => {}

@@ -87,6 +87,7 @@ mod launcher;
 mod lender;
 pub mod metrics;
 mod peer;
+mod respawn;
 mod sock;
 mod writer;
 
@@ -200,7 +201,9 @@ impl TcpTransport {
             .iter()
             .map(|e| (e.node != 0).then_some(e.node))
             .collect();
-        let _ = shared.addrs.set(table.iter().map(|e| e.addr).collect());
+        *shared.addrs.write().unwrap_or_else(|e| e.into_inner()) =
+            table.iter().map(|e| e.addr).collect();
+        let _ = shared.nodes.set(table.iter().map(|e| e.node).collect());
         tracing::info!(rank = cfg.rank, size = cfg.size, %listen_addr, "tcp transport up");
         Ok(Arc::new(TcpTransport {
             shared,
@@ -468,6 +471,36 @@ impl Transport for TcpTransport {
             rt.shutdown_background();
         }
         tracing::debug!(rank = self.shared.rank, "tcp transport shut down");
+    }
+
+    fn incarnation(&self) -> u32 {
+        self.shared.incarnation
+    }
+
+    fn admit(&self, peer: Rank, incarnation: u32) -> Result<(), TransportError> {
+        self.check_peer(peer)?;
+        respawn::admit(&self.shared, peer.0, incarnation)
+    }
+
+    fn refuse_replacement(&self, peer: Rank, incarnation: u32, reason: &str) {
+        if peer.0 >= self.shared.size {
+            return;
+        }
+        let shared = self.shared.clone();
+        let reason = reason.to_string();
+        self.shared.handle.spawn(async move {
+            respawn::refuse_held(&shared, peer.0, incarnation, reason).await;
+        });
+    }
+
+    fn readmit(&self, peer: Rank, incarnation: u32, addr: &[u8]) -> Result<(), TransportError> {
+        self.check_peer(peer)?;
+        if peer.0 == self.shared.rank {
+            return Ok(());
+        }
+        let addr = respawn::decode(addr, peer.0)?;
+        self.shared.readmit(peer.0, incarnation, addr);
+        Ok(())
     }
 
     /// Reads in place from same-node peers, through the heap mappings

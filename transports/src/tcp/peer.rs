@@ -96,6 +96,9 @@ pub(crate) struct PeerSlot {
     pub pending: HashMap<u64, Pending>,
     /// Tasks of both connections, aborted when the link goes down.
     pub tasks: Vec<AbortHandle>,
+    /// The peer's incarnation this slot serves: connections of an older
+    /// one are refused, and their tasks' ends ignored.
+    pub incarnation: u32,
 }
 
 /// The state shared by the transport handle and its tasks.
@@ -115,8 +118,16 @@ pub(crate) struct Shared {
     pub events_tx: flume::Sender<Event>,
     pub events_rx: flume::Receiver<Event>,
     pub exposed: Exposed,
-    /// Every rank's listen address, set once the bootstrap is done.
-    pub addrs: OnceLock<Vec<SocketAddr>>,
+    /// Every rank's listen address, set once the bootstrap is done, and
+    /// changed when a replacement is let in ([`Shared::readmit`]).
+    pub addrs: std::sync::RwLock<Vec<SocketAddr>>,
+    /// Every rank's node token (0 when unknown), set once the bootstrap
+    /// is done (a replacement runs on its rank's node).
+    pub nodes: OnceLock<Vec<u64>>,
+    /// This process's incarnation ([`super::TcpConfig::incarnation`]).
+    pub incarnation: u32,
+    /// Master only: replacements waiting for the runtime's answer.
+    pub replacements: Mutex<HashMap<u32, super::bootstrap::Registration>>,
     peers: Vec<Mutex<PeerSlot>>,
     closed: AtomicBool,
     next_id: AtomicU64,
@@ -161,7 +172,10 @@ impl Shared {
             events_tx,
             events_rx,
             exposed: Exposed::default(),
-            addrs: OnceLock::new(),
+            addrs: std::sync::RwLock::new(Vec::new()),
+            nodes: OnceLock::new(),
+            incarnation: cfg.incarnation,
+            replacements: Mutex::default(),
             peers: (0..cfg.size).map(|_| Mutex::default()).collect(),
             closed: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
@@ -215,15 +229,31 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Where `peer` listens, if known.
+    pub fn addr_of(&self, peer: u32) -> Option<SocketAddr> {
+        self.addrs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(peer as usize)
+            .copied()
+    }
+
+    /// True if the link to `peer` still serves incarnation `inc` (a task
+    /// of an older one's connection ends without effect).
+    pub fn serves(&self, peer: u32, inc: u32) -> bool {
+        self.slot(peer).incarnation == inc
+    }
+
     /// The writer of our outgoing connection to `peer`, opening it if needed.
     pub fn outgoing(self: &Arc<Self>, slot: &mut PeerSlot, peer: u32) -> Writer {
         if let Some(w) = &slot.out {
             return w.clone();
         }
         let (tx, rx) = Writer::new();
+        let inc = slot.incarnation;
         let task = self
             .handle
-            .spawn(conn::run_outgoing(self.clone(), peer, rx));
+            .spawn(conn::run_outgoing(self.clone(), peer, inc, rx));
         slot.tasks.push(task.abort_handle());
         slot.out = Some(tx.clone());
         tx
@@ -362,6 +392,38 @@ impl Shared {
         if let Some(w) = slot.out.take() {
             let _ = w.send(OutFrame::Close);
         }
+    }
+
+    /// `peer`'s replacement, incarnation `inc`, listens at `addr`: the
+    /// older incarnation's connections are closed and its gets fail, and
+    /// the link is up again, to the new address. Nothing if `inc` is not
+    /// newer than the incarnation served.
+    pub fn readmit(&self, peer: u32, inc: u32, addr: SocketAddr) {
+        let mut slot = self.slot(peer);
+        if inc <= slot.incarnation {
+            return;
+        }
+        let reason = format!("rank {peer} was replaced");
+        Self::fail_gets(&mut slot, peer, &reason, self.is_closed());
+        for t in slot.tasks.drain(..) {
+            t.abort();
+        }
+        if let Some(w) = slot.out.take() {
+            let _ = w.send(OutFrame::Close);
+        }
+        slot.incoming = None;
+        slot.link = Link::Up;
+        slot.incarnation = inc;
+        if let Some(a) = self
+            .addrs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(peer as usize)
+        {
+            *a = addr;
+        }
+        self.same.readmit(peer);
+        tracing::info!(rank = self.rank, peer, incarnation = inc, %addr, "a replacement is let in");
     }
 
     /// On shutdown or abort: fails every pending get with `Closed` and takes

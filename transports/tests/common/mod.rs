@@ -21,6 +21,7 @@ pub fn hello(role: Role, job: u64, rank: u32, size: u32, nonce: u8) -> Hello {
         addr: None,
         node: 0,
         nonce: [nonce; NONCE_LEN],
+        incarnation: 0,
     }
 }
 
