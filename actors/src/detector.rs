@@ -111,6 +111,24 @@ pub(crate) struct Forget {
     pub(crate) rank: Rank,
 }
 
+/// A replacement of `rank` was let in: watch it again, from now.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Watch {
+    pub(crate) rank: Rank,
+}
+
+impl Handler<Watch> for FailureDetector {
+    type Result = ();
+
+    fn handle(&mut self, m: Watch, _: &mut Context<Self>) {
+        if let Some(t) = self.last.get_mut(m.rank.0 as usize) {
+            *t = Instant::now();
+            self.declared.remove(&m.rank.0);
+        }
+    }
+}
+
 impl Handler<Forget> for FailureDetector {
     type Result = ();
 

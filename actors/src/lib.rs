@@ -64,6 +64,7 @@ pub mod future;
 pub mod hooks;
 #[cfg(not(feature = "test-hooks"))]
 mod hooks;
+pub mod lifecycle;
 pub mod local;
 mod master;
 pub mod metrics;
@@ -83,6 +84,7 @@ pub use builder::Builder;
 pub use checkpoint::{CheckpointError, CheckpointFuture};
 pub use config::{Completion, Config, Durability, Settings, SettingsError, Standby};
 pub use future::{ReduceFuture, Safe};
+pub use lifecycle::{Lifecycle, RecoveryEvent};
 pub use local::LocalCluster;
 pub use master::{MasterStats, TaskRecord};
 pub use options::Reduce;

@@ -41,6 +41,8 @@ pub const MASTER_BYTES_IN: &str = "taskfold_master_bytes_in_total";
 pub const MASTER_BYTES_OUT: &str = "taskfold_master_bytes_out_total";
 /// Ranks declared failed.
 pub const FAILURES_DETECTED: &str = "taskfold_failures_detected_total";
+/// Replacements of dead ranks let in.
+pub const RESPAWNS: &str = "taskfold_respawns_total";
 /// Time from a rank's last sign of life to its declaration as failed.
 pub const DETECTION_SECONDS: &str = "taskfold_failure_detection_seconds";
 /// Failures a reduction survived (its lost data rescheduled from replicas).
@@ -155,6 +157,7 @@ fn describe_master() {
 fn describe_recovery() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(FAILURES_DETECTED, "Ranks declared failed");
+    describe_counter!(RESPAWNS, "Replacements of dead ranks let in");
     describe_counter!(BAD_FRAMES, "Control frames refused as invalid");
     describe_histogram!(
         DETECTION_SECONDS,

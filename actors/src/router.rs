@@ -8,8 +8,8 @@
 
 use crate::detector::{FailureDetector, PongIn};
 use crate::master::{
-    BarrierIn, ExitReport, FinalizeIn, GetStats, JoinIn, Master, MasterStats, RankDown, RejoinIn,
-    ReplicatedIn, TaskDoneIn, TaskFailedIn,
+    BarrierIn, ExitReport, FinalizeIn, GetStats, JoinIn, Master, MasterStats, RankDown,
+    ReadmittedIn, RejoinIn, ReplacementIn, ReplicatedIn, TaskDoneIn, TaskFailedIn,
 };
 use crate::perf::{GetLocalStats, LocalStats, PerformanceCounter};
 use crate::replica::{OfferIn, PeerGone, ReplicaStore};
@@ -50,6 +50,8 @@ pub(crate) struct Router {
     pub(crate) watch: Option<(MasterWatch, Timing)>,
     /// Who takes over if the master dies (see `crate::standby`).
     pub(crate) standby: crate::standby::Standby,
+    /// This process's lifecycle and the application's failure events.
+    pub(crate) recovery: crate::lifecycle::Recovery,
 }
 
 impl Actor for Router {
@@ -89,6 +91,21 @@ impl StreamHandler<Event> for Router {
                 // the store before this event.
                 self.store.do_send(PeerGone { peer });
             }
+            Event::Replacement {
+                peer,
+                incarnation,
+                addr,
+            } => match &self.master {
+                Some(m) => m.do_send(ReplacementIn {
+                    peer,
+                    incarnation,
+                    addr,
+                }),
+                None => {
+                    let why = "this rank is not the master";
+                    self.out.transport().refuse_replacement(peer, incarnation, why);
+                }
+            },
         }
     }
 
@@ -192,6 +209,13 @@ impl Router {
                     wire,
                 })
             }),
+            Msg::Readmitted { rank, incarnation } => self.master_or_drop(from, |m| {
+                m.do_send(ReadmittedIn {
+                    from,
+                    rank,
+                    incarnation,
+                })
+            }),
             Msg::RankExited { rank, code, signal } if from == LAUNCHER => {
                 self.master_or_drop(from, |m| m.do_send(ExitReport { rank, code, signal }))
             }
@@ -230,7 +254,14 @@ impl Router {
                 tracing::warn!(rank = %self.rank, failed = rank, "the master declared a rank failed");
                 self.standby.rank_failed(Rank(rank));
                 self.worker.do_send(RankFailedIn { rank: Rank(rank) });
+                self.recovery
+                    .heard(crate::lifecycle::RecoveryEvent::RankFailed { rank });
             }
+            Msg::Respawned {
+                rank,
+                incarnation,
+                addr,
+            } => self.respawned(Rank(rank), incarnation, &addr),
             Msg::Ping { seq } => {
                 if let Some((w, _)) = &mut self.watch {
                     w.heard(Instant::now());
@@ -242,6 +273,32 @@ impl Router {
             other => return Some(other),
         }
         None
+    }
+
+    /// The master lets a replacement of `rank` in: this rank's transport
+    /// serves it from now on (and fences the dead process), its worker
+    /// counts it alive again, and the master hears it is let in here.
+    fn respawned(&mut self, rank: Rank, incarnation: u32, addr: &[u8]) {
+        if rank == self.rank {
+            return;
+        }
+        if let Err(e) = self.out.transport().readmit(rank, incarnation, addr) {
+            // Unanswered: the master waits for this rank in vain, and the
+            // replacement is refused when its registration times out.
+            tracing::error!(rank = %self.rank, replaced = %rank, error = %e, "cannot let a replacement in");
+            return;
+        }
+        self.standby.rank_revived(rank);
+        self.worker.do_send(crate::worker::RankRevivedIn { rank });
+        let _ = self.out.to_master(&Msg::Readmitted {
+            rank: rank.0,
+            incarnation,
+        });
+        self.recovery
+            .heard(crate::lifecycle::RecoveryEvent::Respawned {
+                rank: rank.0,
+                incarnation,
+            });
     }
 
     /// Maps the master's notice board, once, if it lies on this node.
@@ -336,5 +393,6 @@ fn for_master(msg: &Msg) -> bool {
             | Msg::Barrier { .. }
             | Msg::Replicated { .. }
             | Msg::Rejoin(_)
+            | Msg::Readmitted { .. }
     )
 }

@@ -42,6 +42,7 @@ pub struct Runtime {
     transport: Arc<dyn Transport>,
     config: Config,
     checkpoints: Checkpoints,
+    recovery: crate::lifecycle::Recovery,
 }
 
 impl Runtime {
@@ -95,6 +96,7 @@ impl Runtime {
                 }
             }
         }
+        let recovery = crate::lifecycle::Recovery::new(transport.incarnation());
         let thread = crate::start::spawn(crate::start::Parts {
             transport: transport.clone(),
             config: config.clone(),
@@ -102,6 +104,7 @@ impl Runtime {
             live: live.clone(),
             notices: notices.clone(),
             commands: cmd_rx,
+            recovery: recovery.clone(),
         })?;
         tracing::debug!(rank, size, transport = transport.name(), "runtime started");
         Ok(Runtime {
@@ -116,7 +119,30 @@ impl Runtime {
             transport,
             checkpoints: Checkpoints::new(rank, &config.checkpoint, &config.hooks),
             config,
+            recovery,
         })
+    }
+
+    /// What this process is, as far as failures go: started with the job
+    /// ([`Lifecycle::New`]), a replacement of a dead process of its rank
+    /// ([`Lifecycle::Restarted`]: restore and redo), or a survivor told of
+    /// replacements ([`Lifecycle::Reinited`]). See the book's chapter
+    /// Surviving failures of the application.
+    ///
+    /// [`Lifecycle::New`]: crate::Lifecycle::New
+    /// [`Lifecycle::Restarted`]: crate::Lifecycle::Restarted
+    /// [`Lifecycle::Reinited`]: crate::Lifecycle::Reinited
+    pub fn lifecycle(&self) -> crate::Lifecycle {
+        self.recovery.lifecycle()
+    }
+
+    /// The job's failure events as this rank hears them (ranks declared
+    /// failed, replacements let in), in order: block on it, poll it, or
+    /// `.recv_async().await` it: no polling of the runtime needed. Every
+    /// receiver shares one queue (an event goes to one of them); the
+    /// newest 1,024 unread events are kept.
+    pub fn recovery_events(&self) -> flume::Receiver<crate::RecoveryEvent> {
+        self.recovery.events()
     }
 
     /// This rank.

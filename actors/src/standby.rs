@@ -38,6 +38,11 @@ impl Standby {
     pub(crate) fn rank_failed(&mut self, rank: Rank) {
         self.dead.insert(rank.0 as usize);
     }
+
+    /// The master let a replacement of `rank` in: it may take over again.
+    pub(crate) fn rank_revived(&mut self, rank: Rank) {
+        self.dead.remove(rank.0 as usize);
+    }
 }
 
 impl Router {

@@ -35,6 +35,9 @@ pub(crate) struct Parts {
     pub(crate) live: Arc<Mutex<HashSet<u64>>>,
     pub(crate) notices: Notices,
     pub(crate) commands: flume::Receiver<Command>,
+    /// This process's lifecycle and failure events, shared with the
+    /// runtime.
+    pub(crate) recovery: crate::lifecycle::Recovery,
 }
 
 /// Starts the actors of rank `p.transport.rank()` on a thread of their own
@@ -111,7 +114,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
         epoch: p.epoch,
         disk: disk.clone(),
     };
-    let (commands, notices) = (p.commands, p.notices);
+    let (commands, notices, recovery) = (p.commands, p.notices, p.recovery);
     Router::create(move |ctx| {
         ctx.add_stream(events.into_stream());
         ctx.add_stream(commands.into_stream());
@@ -126,6 +129,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
             notices,
             watch,
             standby: crate::standby::Standby::new(spare),
+            recovery,
         }
     });
     Ok(())
@@ -179,6 +183,11 @@ fn master_and_detector(
     .start();
     let mut m = Master::new(size, out.clone(), c.task_log_limit);
     m.set_max_reductions(c.max_reductions);
+    if out.transport().rank().0 == 0 && out.transport().replaces() {
+        // Replacements register with the first master only (its address
+        // is the one the launcher gives them).
+        m.set_respawn(c.respawn.budget, c.respawn.wait);
+    }
     m.set_detector(detector.clone());
     ((master_ctx, m), detector)
 }

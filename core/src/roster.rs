@@ -319,6 +319,19 @@ impl<F> Roster<F> {
         }
     }
 
+    /// Member `index` died and its replacement joins in its place, the
+    /// dead rank's original having been taken out of the reduction: it is
+    /// pending again, with no copies (those were of the dead rank's
+    /// original). Nothing unless it is dead.
+    pub fn revive(&mut self, index: usize) {
+        if let Some(m) = self.members.get_mut(index) {
+            if matches!(m.state, State::Dead { .. }) {
+                m.state = State::Pending;
+                m.copies = Copies::default();
+            }
+        }
+    }
+
     /// The members awaiting the verdict of `buddy` (a group position).
     pub fn awaiting_on(&self, buddy: usize) -> impl Iterator<Item = usize> + '_ {
         // Without a verdict awaited there is nothing to look through.

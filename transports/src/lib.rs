@@ -350,6 +350,11 @@ pub trait Transport: Send + Sync + 'static {
     fn nodes(&self) -> Option<&[u64]> {
         None
     }
+    /// Whether this transport lets replacements of dead ranks in
+    /// ([`Transport::admit`], [`Transport::readmit`]); the default: no.
+    fn replaces(&self) -> bool {
+        false
+    }
     /// This process's incarnation: 0 for a rank started with the job, `k`
     /// for the `k`-th replacement of its rank (the default: 0).
     fn incarnation(&self) -> u32 {

@@ -30,6 +30,7 @@ impl Master {
         if self.finalized.contains(&rank.0) {
             return; // it finished its work and left: not a failure
         }
+        let awaited = self.respawn_on_death(rank.0);
         self.fence(rank, &reason, latency);
         // Before the notice that the rank failed: a buddy holding a
         // standing copy of one of its originals is offered it first, on
@@ -49,9 +50,22 @@ impl Master {
         self.fail_barriers();
         let keys: Vec<u64> = self.reductions.keys().copied().collect();
         for key in keys {
+            if awaited {
+                self.await_replacement(key, rank);
+            }
             self.recover(key, rank);
         }
         self.check_finalize();
+    }
+
+    /// Reduction `key` waits for the replacement of its member `rank`
+    /// instead of losing that member's original.
+    fn await_replacement(&mut self, key: u64, rank: Rank) {
+        if let Some(r) = self.reductions.get_mut(&key) {
+            if let Some(i) = r.group.index_of(rank) {
+                r.schedule.await_replacement(i);
+            }
+        }
     }
 
     /// Records `rank`'s failure: its time, the board's fence (before any
@@ -178,7 +192,7 @@ impl Master {
     /// Goes on with reduction `key` after the scheduler took in a death
     /// (`recovered`: of one of its members), or ends it if an original
     /// is lost.
-    fn settle(&mut self, key: u64, outcome: Result<(), Unrecoverable>, recovered: bool) {
+    pub(super) fn settle(&mut self, key: u64, outcome: Result<(), Unrecoverable>, recovered: bool) {
         match outcome {
             Ok(()) => {
                 if recovered {

@@ -70,6 +70,7 @@ impl Master {
             return;
         };
         self.note_end(key, &r);
+        self.note_completed(key);
         self.stats.reductions_completed += 1;
         metrics::counter!(crate::metrics::REDUCTIONS_COMPLETED).increment(1);
         metrics::histogram!(crate::metrics::REDUCTION_SECONDS)

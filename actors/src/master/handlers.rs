@@ -1,5 +1,6 @@
 //! The master's messages, one type each, and their handlers.
 
+use taskfold_core::schedule::Replacement;
 use super::{Master, MasterStats};
 use crate::master::state::Reduction;
 use actix::prelude::*;
@@ -30,14 +31,18 @@ pub(super) fn admit_join(
     join: &Join,
     from: Rank,
     index: usize,
-) -> Result<(), ReduceError> {
+) -> Result<Replacement, ReduceError> {
     if let Some(detail) = r.mismatch(join, from) {
         return Err(ReduceError::Mismatched {
             id: r.id.clone(),
             detail,
         });
     }
-    r.schedule.join(index).map_err(|e| protocol(&r.id, from, e))
+    // A replacement's join (or any member's: `join_replacement` is a join
+    // unless the member was replaced with its dead original still in).
+    r.schedule
+        .join_replacement(index)
+        .map_err(|e| protocol(&r.id, from, e))
 }
 
 pub(super) fn protocol(id: &str, from: Rank, e: impl std::fmt::Display) -> ReduceError {

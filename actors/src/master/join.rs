@@ -7,6 +7,7 @@ use super::Master;
 use actix::prelude::*;
 use std::collections::HashSet;
 use taskfold_core::roster::{Announcement, StandingCopy};
+use taskfold_core::schedule::Replacement;
 use taskfold_core::wire::{Join, Joining, Msg, TaskDone};
 use taskfold_core::{Rank, ReduceError};
 
@@ -43,7 +44,10 @@ impl Handler<JoinIn> for Master {
             return;
         }
         let key = joining.key;
-        if self.answer_late_join(key, from) || !self.open_reduction(key, &joining.join, from) {
+        if self.answer_late_join(key, from)
+            || self.answer_replayed_join(key, from)
+            || !self.open_reduction(key, &joining.join, from)
+        {
             return;
         }
         let Some(index) = self.member_index(key, from) else {
@@ -68,9 +72,18 @@ impl Handler<JoinIn> for Master {
             disk: joining.join.disk.take(),
             standing,
         };
-        let recorded = r.roster.join(index, announcement);
         let outcome = admit_join(r, &joining.join, from, index)
-            .and_then(|()| recorded.map_err(|e| protocol(&r.id, from, e)))
+            .and_then(|kind| match kind {
+                // Its dead incarnation's original stays in: the roster
+                // keeps that member's record.
+                Replacement::Held => Ok(()),
+                Replacement::Joined => {
+                    r.roster.revive(index);
+                    r.roster
+                        .join(index, announcement)
+                        .map_err(|e| protocol(&r.id, from, e))
+                }
+            })
             .map(|()| None);
         self.after_ready(key, from, outcome);
     }

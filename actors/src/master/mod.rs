@@ -23,6 +23,7 @@ mod handlers;
 mod infer;
 mod join;
 mod left;
+mod respawn;
 mod state;
 mod stats;
 mod takeover;
@@ -41,6 +42,7 @@ use taskfold_core::{wire::Msg, Rank, ReduceError};
 pub(crate) use barrier::BarrierIn;
 pub(crate) use handlers::{ExitReport, FinalizeIn, GetStats, RankDown, ReplicatedIn, TaskFailedIn};
 pub(crate) use join::{JoinIn, TaskDoneIn};
+pub(crate) use respawn::{ReadmittedIn, ReplacementIn};
 pub(crate) use takeover::RejoinIn;
 
 /// Reductions that ended in an error while some members had not joined yet:
@@ -90,6 +92,8 @@ pub struct Master {
     board: Option<std::sync::Arc<taskfold_transports::board::Board>>,
     /// A standby's takeover from a dead master, or running.
     taking: takeover::Taking,
+    /// Replacements of dead ranks (see `respawn`).
+    respawn: respawn::Replacements,
 }
 
 impl Master {
@@ -185,6 +189,7 @@ impl Master {
     }
 
     pub(crate) fn new(size: u32, out: Outbox, task_log_limit: usize) -> Self {
+        let out_rank = out.transport().rank().0;
         Master {
             size,
             out,
@@ -205,6 +210,7 @@ impl Master {
             detector: None,
             board: None,
             taking: takeover::Taking::running(),
+            respawn: respawn::Replacements::none(size, out_rank),
         }
     }
 
@@ -308,7 +314,10 @@ impl Master {
 
     /// Sends the finalize acknowledgement once every live rank finalized.
     fn check_finalize(&mut self) {
-        let all = (0..self.size).all(|r| self.finalized.contains(&r) || self.dead.contains(&r));
+        let all = (0..self.size).all(|r| {
+            let gone = self.dead.contains(&r) && !self.respawn.book.awaited(r);
+            self.finalized.contains(&r) || gone
+        });
         if all && !self.finalized.is_empty() {
             let ranks: Vec<u32> = self.finalized.iter().copied().collect();
             for r in ranks {

@@ -58,6 +58,9 @@ pub struct MasterStats {
     pub task_log: std::collections::VecDeque<TaskRecord>,
     /// Ranks declared failed.
     pub dead: Vec<u32>,
+    /// Ranks whose replacement was let in, in that order (see the book's
+    /// chapter Surviving failures of the application).
+    pub respawned: Vec<u32>,
     /// Disk copies of dead ranks' originals that the master inferred
     /// (their announcement never arrived) and handed to recovery.
     pub disk_copies_inferred: u64,

@@ -14,6 +14,21 @@ pub(crate) struct RankFailedIn {
     pub(crate) rank: Rank,
 }
 
+/// The master let a replacement of `rank` in: it can be a buddy again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct RankRevivedIn {
+    pub(crate) rank: Rank,
+}
+
+impl Handler<RankRevivedIn> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, m: RankRevivedIn, _: &mut Context<Self>) {
+        self.dead.remove(m.rank.0 as usize);
+    }
+}
+
 impl Handler<RankFailedIn> for Worker {
     type Result = ();
 

@@ -473,6 +473,10 @@ impl Transport for TcpTransport {
         tracing::debug!(rank = self.shared.rank, "tcp transport shut down");
     }
 
+    fn replaces(&self) -> bool {
+        true
+    }
+
     fn incarnation(&self) -> u32 {
         self.shared.incarnation
     }

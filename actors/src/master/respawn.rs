@@ -1,0 +1,236 @@
+//! Replaced ranks at the master (see the book's chapter Surviving
+//! failures of the application): a dead rank awaited while replacements
+//! are left ([`taskfold_core::respawn::Respawns`]); its replacement let in
+//! once every live rank let it in on its own transport; the reductions
+//! that wait for its original completed by the replacement's join.
+//!
+//! What a crash of the master loses here: the book of replacements and the
+//! completed keys. A standby that takes over expects no replacement (they
+//! register with the first master's address).
+
+use super::Master;
+use actix::prelude::*;
+use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
+use taskfold_core::respawn::{Death, Respawns};
+use taskfold_core::wire::Msg;
+use taskfold_core::Rank;
+
+/// Completed reductions remembered for replacements that join them again.
+const COMPLETED_LIMIT: usize = 65_536;
+
+/// A new process asks to replace dead rank `peer` (the transport's
+/// `Event::Replacement`, on the master's rank).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ReplacementIn {
+    pub(crate) peer: Rank,
+    pub(crate) incarnation: u32,
+    pub(crate) addr: Vec<u8>,
+}
+
+/// Rank `from` let replacement `incarnation` of `rank` in.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ReadmittedIn {
+    pub(crate) from: Rank,
+    pub(crate) rank: u32,
+    pub(crate) incarnation: u32,
+}
+
+/// The wait for `rank`'s replacement is over.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct GiveUp {
+    rank: u32,
+}
+
+/// What the master knows of replacements.
+pub(super) struct Replacements {
+    pub(super) book: Respawns,
+    /// How long a reduction waits for a replacement.
+    wait: Duration,
+    /// Reductions completed lately, oldest first: a replacement that
+    /// joins one again is told it completed.
+    completed: HashSet<u64>,
+    order: VecDeque<u64>,
+}
+
+impl Replacements {
+    /// None expected: a job without respawn, or a standby's master.
+    pub(super) fn none(size: u32, master: u32) -> Self {
+        Replacements {
+            book: Respawns::new(size, 0, master),
+            wait: Duration::ZERO,
+            completed: HashSet::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    /// Records that reduction `key` completed, if replacements may come.
+    pub(super) fn completed(&mut self, key: u64, enabled: bool) {
+        if !enabled || !self.completed.insert(key) {
+            return;
+        }
+        self.order.push_back(key);
+        if self.order.len() > COMPLETED_LIMIT {
+            if let Some(old) = self.order.pop_front() {
+                self.completed.remove(&old);
+            }
+        }
+    }
+}
+
+impl Master {
+    /// Expects up to `budget` replacements, each waited for at most `wait`.
+    pub(crate) fn set_respawn(&mut self, budget: u32, wait: Duration) {
+        let own = self.out.transport().rank().0;
+        self.respawn = Replacements {
+            book: Respawns::new(self.size, budget, own),
+            wait,
+            ..Replacements::none(self.size, own)
+        };
+    }
+
+    /// True if replacements may join reductions again: some were allowed.
+    fn respawn_enabled(&self) -> bool {
+        self.respawn.wait > Duration::ZERO
+    }
+
+    /// Notes a completed reduction for replacements that join it again.
+    pub(super) fn note_completed(&mut self, key: u64) {
+        let on = self.respawn_enabled();
+        self.respawn.completed(key, on);
+    }
+
+    /// `rank` was just declared dead: true if its replacement is awaited
+    /// (the wait for it is started); admissions it held up are finished.
+    pub(super) fn respawn_on_death(&mut self, rank: u32) -> bool {
+        let (death, done) = self.respawn.book.died(rank);
+        for (r, inc) in done {
+            self.admitted(r, inc);
+        }
+        if death == Death::Final {
+            return false;
+        }
+        tracing::warn!(rank, wait = ?self.respawn.wait, "a replacement of the dead rank is awaited");
+        if let Some(me) = &self.me {
+            let (me, wait) = (me.clone(), self.respawn.wait);
+            actix::spawn(async move {
+                actix_rt::time::sleep(wait).await;
+                me.do_send(GiveUp { rank });
+            });
+        }
+        true
+    }
+
+    /// A replacement's join of reduction `key`, which completed already:
+    /// it is told so (its dead incarnation's original was counted). True
+    /// if answered.
+    pub(super) fn answer_replayed_join(&mut self, key: u64, from: Rank) -> bool {
+        let replaced = matches!(
+            self.respawn.book.slot(from.0),
+            Some(taskfold_core::respawn::Slot::Live(i)) if *i > 0
+        );
+        if !replaced || !self.respawn.completed.contains(&key) {
+            return false;
+        }
+        self.send(from, &Msg::Complete { key, error: None });
+        true
+    }
+
+    /// Lets replacement `incarnation` of `rank` start: every live rank
+    /// lets it in, its transport is answered, and every reduction waiting
+    /// for it waits for its join.
+    fn admitted(&mut self, rank: u32, incarnation: u32) {
+        if let Err(e) = self.out.transport().admit(Rank(rank), incarnation) {
+            tracing::error!(rank, incarnation, error = %e, "the replacement could not be let in");
+            return;
+        }
+        self.dead.remove(&rank);
+        self.dead_at.remove(&rank);
+        if let Some(d) = &self.detector {
+            d.do_send(crate::detector::Watch { rank: Rank(rank) });
+        }
+        for r in self.reductions.values_mut() {
+            if let Some(i) = r.group.index_of(Rank(rank)) {
+                r.schedule.revive(i);
+            }
+        }
+        if let Some(b) = &self.board {
+            let msg = Msg::Board {
+                at: b.reference().encode(),
+            };
+            self.send(Rank(rank), &msg);
+        }
+        self.stats.respawned.push(rank);
+        metrics::counter!(crate::metrics::RESPAWNS).increment(1);
+        tracing::warn!(rank, incarnation, "a replacement joined the job");
+    }
+}
+
+impl Handler<ReplacementIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: ReplacementIn, _: &mut Context<Self>) {
+        let (rank, inc) = (m.peer.0, m.incarnation);
+        let own = self.out.transport().rank().0;
+        let live: Vec<u32> = (0..self.size)
+            .filter(|r| !self.dead.contains(r) && !self.finalized.contains(r))
+            .collect();
+        match self.respawn.book.asks(rank, inc, live.iter().copied()) {
+            Err(refusal) => {
+                tracing::warn!(rank, incarnation = inc, %refusal, "a replacement is refused");
+                let t = self.out.transport();
+                t.refuse_replacement(m.peer, inc, &refusal.to_string());
+            }
+            Ok(now) => {
+                let notice = Msg::Respawned {
+                    rank,
+                    incarnation: inc,
+                    addr: m.addr,
+                };
+                for r in live.into_iter().filter(|&r| r != own && r != rank) {
+                    self.send(Rank(r), &notice);
+                }
+                if now {
+                    self.admitted(rank, inc);
+                }
+            }
+        }
+    }
+}
+
+impl Handler<ReadmittedIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: ReadmittedIn, _: &mut Context<Self>) {
+        if self.respawn.book.let_in(m.from.0, m.rank, m.incarnation) {
+            self.admitted(m.rank, m.incarnation);
+        }
+    }
+}
+
+impl Handler<GiveUp> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: GiveUp, _: &mut Context<Self>) {
+        if !self.respawn.book.give_up(m.rank) {
+            return;
+        }
+        tracing::error!(rank = m.rank, "no replacement came in time: its originals are lost");
+        let keys: Vec<u64> = self.reductions.keys().copied().collect();
+        for key in keys {
+            let Some(r) = self.reductions.get_mut(&key) else {
+                continue;
+            };
+            let Some(i) = r.group.index_of(Rank(m.rank)) else {
+                continue;
+            };
+            let (dead, roster) = (&self.dead, &r.roster);
+            let outcome = r.schedule.give_up(i, |k| roster.has_copy(k, dead));
+            self.settle(key, outcome, false);
+        }
+        self.check_finalize();
+    }
+}
