@@ -216,9 +216,19 @@ impl Router {
                     incarnation,
                 })
             }),
-            Msg::RankExited { rank, code, signal } if from == LAUNCHER => {
-                self.master_or_drop(from, |m| m.do_send(ExitReport { rank, code, signal }))
-            }
+            Msg::RankExited {
+                rank,
+                code,
+                signal,
+                incarnation,
+            } if from == LAUNCHER => self.master_or_drop(from, |m| {
+                m.do_send(ExitReport {
+                    rank,
+                    code,
+                    signal,
+                    incarnation,
+                })
+            }),
             Msg::Replicated { key, owner, ok } => self.master_or_drop(from, |m| {
                 m.do_send(ReplicatedIn {
                     holder: from,

@@ -59,6 +59,7 @@ pub fn launch(args: DemoArgs) -> ExitCode {
         timeout: Some(Duration::from_secs(1800)),
         env: Vec::new(),
         log: None,
+        respawn: 0,
     };
     match launcher::run(&launch) {
         Ok(exits) if exits.iter().all(|e| e.success()) => ExitCode::SUCCESS,

@@ -45,6 +45,12 @@ enum Cmd {
         /// (`100mbit`, `1gbit`, `125mbps`).
         #[arg(long, requires = "nodes")]
         link_rate: Option<launcher::nodes::LinkRate>,
+        /// Start again, at most N times in all, a rank (not the master)
+        /// killed by a signal: same rank, next incarnation
+        /// (`TASKFOLD_INCARNATION`), on the same node. Reductions that need
+        /// its lost contribution wait for the replacement.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
+        respawn: u32,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
         program: Vec<OsString>,
@@ -80,6 +86,7 @@ fn main() -> ExitCode {
             timeout,
             nodes,
             link_rate,
+            respawn,
             program,
         } => {
             let nodes = nodes.map(|nodes| launcher::NodeSpec { nodes, link_rate });
@@ -90,14 +97,17 @@ fn main() -> ExitCode {
                 timeout: timeout.map(Duration::from_secs),
                 env: Vec::new(),
                 log: None,
+                respawn,
             };
             match launcher::run_on(&launch, nodes.as_ref()) {
                 Ok(exits) => match launcher::Verdict::of(&exits) {
                     launcher::Verdict::Clean => ExitCode::SUCCESS,
                     launcher::Verdict::Survived(lost) => {
+                        let replaced: Vec<u32> =
+                            exits.iter().filter(|e| e.replaced).map(|e| e.rank).collect();
                         eprintln!(
-                            "taskfold run: the job survived the loss of rank(s) {lost:?}: \
-                             every other rank exited 0"
+                            "taskfold run: the job survived the loss of rank(s) {lost:?} \
+                             (replaced: {replaced:?}): every other process exited 0"
                         );
                         ExitCode::SUCCESS
                     }

@@ -124,6 +124,7 @@ fn a_replayed_handshake_is_refused() {
         rank: 1,
         code: 0,
         signal: 9,
+        incarnation: 0,
     });
     let mut then = frame::frame(kind::CONTROL, &report);
     then.extend_from_slice(&Header::new(kind::GOODBYE, 0).encode());
@@ -219,6 +220,7 @@ fn a_rank_cannot_speak_as_the_launcher() {
         rank: 1,
         code: 0,
         signal: 9,
+        incarnation: 0,
     });
     let mut then = frame::frame(kind::CONTROL, &report);
     then.extend_from_slice(&Header::new(kind::GOODBYE, 0).encode());

@@ -321,7 +321,7 @@ fn unreachable_master_times_out() {
 fn launcher_reports_reach_the_master() {
     let (ts, auth) = keyed(2);
     let master = MasterAddr::Addr(ts[0].master_addr());
-    report_rank_exit(&master, ts[0].job(), &auth, 1, -1, 9, QUICK).expect("report");
+    report_rank_exit(&master, ts[0].job(), &auth, (1, 0), -1, 9, QUICK).expect("report");
     match next_event(&*ts[0], "the launcher's report") {
         Event::Message { from, frame } => {
             assert_eq!(from, LAUNCHER);
@@ -330,25 +330,26 @@ fn launcher_reports_reach_the_master() {
                 Ok(Msg::RankExited {
                     rank: 1,
                     code: -1,
-                    signal: 9
+                    signal: 9,
+                    incarnation: 0
                 })
             );
         }
         e => panic!("expected the report, got {e:?}"),
     }
-    match report_rank_exit(&master, ts[0].job() ^ 1, &auth, 1, 0, 0, QUICK) {
+    match report_rank_exit(&master, ts[0].job() ^ 1, &auth, (1, 0), 0, 0, QUICK) {
         Err(TransportError::Refused(r)) => assert!(r.contains("wrong job id"), "{r}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
     // Rank 1 proves the key as rank 1, not as the master.
     let not_master = MasterAddr::Addr(ts[1].listen_addr());
-    match report_rank_exit(&not_master, ts[0].job(), &auth, 1, 0, 0, QUICK) {
+    match report_rank_exit(&not_master, ts[0].job(), &auth, (1, 0), 0, 0, QUICK) {
         Err(TransportError::Auth(r)) => assert!(r.contains("not of this job"), "{r}"),
         other => panic!("expected the master's proof to fail, got {other:?}"),
     }
     // A launcher without the key: refused, and the master hears nothing.
     let other = JobAuth::Key(fresh_key().expect("a key"));
-    match report_rank_exit(&master, ts[0].job(), &other, 1, 0, 9, QUICK) {
+    match report_rank_exit(&master, ts[0].job(), &other, (1, 0), 0, 9, QUICK) {
         Err(TransportError::Auth(r)) => assert!(r.contains("not of this job"), "{r}"),
         other => panic!("expected the master's proof to fail, got {other:?}"),
     }
@@ -364,7 +365,7 @@ fn launcher_finds_the_master_through_the_rendezvous_file() {
     let mut cfg = TcpConfig::new(0, 1, job, master.clone());
     cfg.auth = auth.clone();
     let t0 = TcpTransport::start(cfg).expect("rank 0");
-    report_rank_exit(&master, job, &auth, 0, 3, 0, QUICK).expect("report");
+    report_rank_exit(&master, job, &auth, (0, 0), 3, 0, QUICK).expect("report");
     let (from, frame) = expect_message(&*t0, "the launcher's report");
     assert_eq!(from, LAUNCHER);
     assert!(matches!(

@@ -263,6 +263,7 @@ pub(crate) struct ExitReport {
     pub(crate) rank: u32,
     pub(crate) code: i32,
     pub(crate) signal: i32,
+    pub(crate) incarnation: u32,
 }
 
 /// How long a launcher's exit report waits for the rank's link to break.
@@ -287,9 +288,12 @@ impl Handler<ExitReport> for Master {
         } else {
             format!("process exited with code {} before finalizing", m.code)
         };
-        let rank = Rank(m.rank);
+        let (rank, incarnation) = (Rank(m.rank), m.incarnation);
         ctx.run_later(EXIT_REPORT_GRACE, move |act, _| {
-            act.rank_down(rank, reason, None)
+            // A process replaced since: its death was declared already.
+            if act.serves(rank.0, incarnation) {
+                act.rank_down(rank, reason, None)
+            }
         });
     }
 }

@@ -12,7 +12,7 @@ use super::Master;
 use actix::prelude::*;
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
-use taskfold_core::respawn::{Death, Respawns};
+use taskfold_core::respawn::{Death, Respawns, Slot};
 use taskfold_core::wire::Msg;
 use taskfold_core::Rank;
 
@@ -54,6 +54,9 @@ pub(super) struct Replacements {
     /// joins one again is told it completed.
     completed: HashSet<u64>,
     order: VecDeque<u64>,
+    /// Replacements that asked before their rank was declared dead (the
+    /// launcher's report of the death is on its way): asked again then.
+    early: std::collections::HashMap<u32, (u32, Vec<u8>)>,
 }
 
 impl Replacements {
@@ -64,6 +67,7 @@ impl Replacements {
             wait: Duration::ZERO,
             completed: HashSet::new(),
             order: VecDeque::new(),
+            early: Default::default(),
         }
     }
 
@@ -113,6 +117,9 @@ impl Master {
         if death == Death::Final {
             return false;
         }
+        if let Some((incarnation, addr)) = self.respawn.early.remove(&rank) {
+            self.asked(Rank(rank), incarnation, addr);
+        }
         tracing::warn!(rank, wait = ?self.respawn.wait, "a replacement of the dead rank is awaited");
         if let Some(me) = &self.me {
             let (me, wait) = (me.clone(), self.respawn.wait);
@@ -122,6 +129,17 @@ impl Master {
             });
         }
         true
+    }
+
+    /// True unless `rank`'s process `incarnation` was replaced: a report
+    /// of its exit is stale then.
+    pub(super) fn serves(&self, rank: u32, incarnation: u32) -> bool {
+        use taskfold_core::respawn::Slot as S;
+        match self.respawn.book.slot(rank) {
+            Some(S::Live(i) | S::Awaited(i) | S::Gone(i)) => *i <= incarnation,
+            Some(S::Admitting { .. }) => false,
+            None => true,
+        }
     }
 
     /// A replacement's join of reduction `key`, which completed already:
@@ -173,8 +191,23 @@ impl Handler<ReplacementIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: ReplacementIn, _: &mut Context<Self>) {
-        let (rank, inc) = (m.peer.0, m.incarnation);
-        let own = self.out.transport().rank().0;
+        let alive = matches!(self.respawn.book.slot(m.peer.0), Some(Slot::Live(_)));
+        if alive && self.respawn.book.left() > 0 && !self.dead.contains(&m.peer.0) {
+            // Its death is not declared yet (the launcher's report may come
+            // after the replacement's request): asked again when it is, or
+            // refused by the transport when its registration times out.
+            self.respawn.early.insert(m.peer.0, (m.incarnation, m.addr));
+            return;
+        }
+        self.asked(m.peer, m.incarnation, m.addr);
+    }
+}
+
+impl Master {
+    /// Replacement `incarnation` of `peer` asks to join: refused, or every
+    /// live rank is told to let it in.
+    fn asked(&mut self, peer: Rank, inc: u32, addr: Vec<u8>) {
+        let rank = peer.0;
         let live: Vec<u32> = (0..self.size)
             .filter(|r| !self.dead.contains(r) && !self.finalized.contains(r))
             .collect();
@@ -182,15 +215,18 @@ impl Handler<ReplacementIn> for Master {
             Err(refusal) => {
                 tracing::warn!(rank, incarnation = inc, %refusal, "a replacement is refused");
                 let t = self.out.transport();
-                t.refuse_replacement(m.peer, inc, &refusal.to_string());
+                t.refuse_replacement(peer, inc, &refusal.to_string());
             }
             Ok(now) => {
                 let notice = Msg::Respawned {
                     rank,
                     incarnation: inc,
-                    addr: m.addr,
+                    addr,
                 };
-                for r in live.into_iter().filter(|&r| r != own && r != rank) {
+                // The master's own rank too: its router tells its worker
+                // and its application (its transport lets the replacement
+                // in again when admitting it, which changes nothing).
+                for r in live.into_iter().filter(|&r| r != rank) {
                     self.send(Rank(r), &notice);
                 }
                 if now {

@@ -103,6 +103,7 @@ pub fn main(args: BenchArgs) -> ExitCode {
             timeout: Some(Duration::from_secs(3600)),
             env: Vec::new(),
             log: None,
+            respawn: 0,
         };
         match launcher::run(&launch) {
             Ok(exits) if exits.iter().all(|e| e.success()) => {}

@@ -122,6 +122,7 @@ fn launch(
         timeout: Some(Duration::from_secs(600)),
         env,
         log: None,
+        respawn: 0,
     };
     match launcher::run(&l) {
         Ok(exits) if exits.iter().all(|e| e.success()) => Ok(()),
@@ -355,7 +356,7 @@ fn recv_from(t: &dyn Transport, peer: Rank) -> Result<Bytes, String> {
     loop {
         match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(Event::Message { from, frame }) if from == peer => return Ok(frame),
-            Ok(Event::Message { .. }) => {}
+            Ok(Event::Message { .. } | Event::Replacement { .. }) => {}
             Ok(Event::LinkDown { peer, reason }) => {
                 return Err(format!("link to rank {} down: {reason}", peer.0))
             }

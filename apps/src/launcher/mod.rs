@@ -31,12 +31,13 @@ mod masters;
 pub mod nodes;
 mod output;
 mod progress;
+mod spawn;
 mod verdict;
 
 pub use nodes::NodeSpec;
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,6 +62,13 @@ pub struct Launch {
     /// Where the ranks' output goes, prefixed with their ranks: this file
     /// (created or truncated) instead of our own stdout and stderr.
     pub log: Option<std::path::PathBuf>,
+    /// Replacements this job may start (`--respawn N`; 0: none). A rank
+    /// other than the master killed by a signal is started again, with
+    /// the same rank and the next incarnation (`TASKFOLD_INCARNATION`), on
+    /// the same node, while the first master lives and replacements are
+    /// left; every rank gets `TASKFOLD_RESPAWN=N` (see the book's chapter
+    /// Surviving failures of the application).
+    pub respawn: u32,
 }
 
 /// How a rank ended.
@@ -72,6 +80,10 @@ pub struct RankExit {
     pub status: ExitStatus,
     /// It was the master and no standby took over: the job ended with it.
     pub ended_job: bool,
+    /// Which process of its rank this was (0: started with the job).
+    pub incarnation: u32,
+    /// A replacement was started for it.
+    pub replaced: bool,
 }
 
 impl RankExit {
@@ -105,12 +117,14 @@ impl RankExit {
 fn ranks_settings(launch: &Launch, job: &Job) -> std::io::Result<Settings> {
     let size = launch.ranks.to_string();
     let key = job.key.to_hex();
+    let respawn = launch.respawn.to_string();
     let ours = [
         ("TASKFOLD_RANK", OsStr::new("0")),
         ("TASKFOLD_SIZE", OsStr::new(&size)),
         ("TASKFOLD_JOB", OsStr::new(&job.name)),
         ("TASKFOLD_RENDEZVOUS", job.rendezvous.as_os_str()),
         ("TASKFOLD_JOB_KEY", OsStr::new(&key)),
+        ("TASKFOLD_RESPAWN", OsStr::new(&respawn)),
         // Removed from the ranks' environment: blank is unset.
         ("TASKFOLD_MASTER", OsStr::new("")),
         ("TASKFOLD_JOB_KEY_FILE", OsStr::new("")),
@@ -182,22 +196,19 @@ fn run_job(launch: &Launch, nodes: Option<&NodeSpec>, job: &Job) -> std::io::Res
         Some(spec) => Some(nodes::Cluster::create(spec, launch.ranks, &job.dir)?),
         None => None,
     };
-    let progress = Arc::new(progress::Progress::new());
     let log = match &launch.log {
         Some(path) => Some(Arc::new(std::sync::Mutex::new(std::fs::File::create(
             path,
         )?))),
         None => None,
     };
-    let mut children: Vec<(u32, Child)> = Vec::new();
-    let mut pumps = Vec::new();
+    let mut spawner = spawn::Spawner::new(launch, job, &settings, cluster.as_ref(), log);
+    let mut children: Vec<(u32, u32, Child)> = Vec::new();
     for rank in 0..launch.ranks {
-        let spawned = rank_command(launch, rank, job, &settings, cluster.as_ref())
-            .and_then(|mut cmd| cmd.spawn());
-        let mut child = match spawned {
-            Ok(c) => c,
+        match spawner.start(rank, 0) {
+            Ok(c) => children.push((rank, 0, c)),
             Err(e) => {
-                for (_, c) in &mut children {
+                for (_, _, c) in &mut children {
                     let _ = c.kill();
                 }
                 return Err(std::io::Error::other(format!(
@@ -205,21 +216,12 @@ fn run_job(launch: &Launch, nodes: Option<&NodeSpec>, job: &Job) -> std::io::Res
                     launch.program
                 )));
             }
-        };
-        pumps.extend(output::pump(
-            rank,
-            &mut child,
-            progress.clone(),
-            log.clone(),
-        ));
-        children.push((rank, child));
+        }
     }
     let grace = master_grace(settings.runtime.failure_timeout);
     let chain = masters::Masters::new(launch.ranks, cluster.as_ref(), settings.runtime.standby);
-    let exits = watch(children, launch, job, cluster.as_ref(), (grace, chain));
-    for p in pumps {
-        let _ = p.join();
-    }
+    let exits = watch(children, &mut spawner, (grace, chain));
+    let progress = spawner.finish();
     progress.finish();
     match cluster.as_ref().and_then(nodes::Cluster::interrupted) {
         Some(signal) => Err(std::io::Error::other(format!(
@@ -227,46 +229,6 @@ fn run_job(launch: &Launch, nodes: Option<&NodeSpec>, job: &Job) -> std::io::Res
         ))),
         None => Ok(exits),
     }
-}
-
-/// The command that starts `rank`, with the launcher's variables.
-fn rank_command(
-    launch: &Launch,
-    rank: u32,
-    job: &Job,
-    settings: &Settings,
-    cluster: Option<&nodes::Cluster>,
-) -> std::io::Result<Command> {
-    let mut cmd = match cluster {
-        Some(c) => c.command(rank, &launch.program)?,
-        None => Command::new(&launch.program),
-    };
-    cmd.args(&launch.args)
-        .env("TASKFOLD_RANK", rank.to_string())
-        .env("TASKFOLD_SIZE", launch.ranks.to_string())
-        .env("TASKFOLD_JOB", &job.name)
-        .env("TASKFOLD_RENDEZVOUS", &job.rendezvous)
-        .env("TASKFOLD_JOB_KEY", job.key.to_hex())
-        .env_remove("TASKFOLD_JOB_KEY_FILE")
-        .env_remove("TASKFOLD_MASTER")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if settings.runtime.replica_dir.is_none() {
-        // One directory per node: a rank that dies leaves its disk
-        // copies where the survivors of its node can read them, so that
-        // the master can recover from a copy its owner never announced
-        // (see the book's Fault tolerance chapter).
-        let replicas = match cluster {
-            Some(c) => c.replica_dir(c.node_of(rank)),
-            None => job.dir.join("replicas"),
-        };
-        cmd.env("TASKFOLD_REPLICA_DIR", replicas);
-    }
-    for (k, v) in &launch.env {
-        cmd.env(k, v);
-    }
-    Ok(cmd)
 }
 
 /// How long the other ranks have to end on their own once the master
@@ -283,12 +245,11 @@ fn master_grace(failure_timeout: Duration) -> Duration {
 /// still running after the grace are killed: with no master, no
 /// reduction can end any more.
 fn watch(
-    mut children: Vec<(u32, Child)>,
-    launch: &Launch,
-    job: &Job,
-    cluster: Option<&nodes::Cluster>,
+    mut children: Vec<(u32, u32, Child)>,
+    spawner: &mut spawn::Spawner<'_>,
     (grace, mut masters): (Duration, masters::Masters),
 ) -> Vec<RankExit> {
+    let (launch, job, cluster) = (spawner.launch, spawner.job, spawner.cluster);
     let started = Instant::now();
     let mut exits = Vec::new();
     let killed = AtomicBool::new(false);
@@ -296,18 +257,25 @@ fn watch(
     while !children.is_empty() {
         let mut i = 0;
         while i < children.len() {
-            match children[i].1.try_wait() {
+            match children[i].2.try_wait() {
                 Ok(Some(status)) => {
-                    let (rank, _) = children.swap_remove(i);
+                    let (rank, incarnation, _) = children.swap_remove(i);
                     let mut exit = RankExit {
                         rank,
                         status,
                         ended_job: false,
+                        incarnation,
+                        replaced: false,
                     };
                     if !exit.success() {
                         let others = !children.is_empty();
                         if failed(&mut exit, &mut masters, (job, cluster), others, grace) {
                             master_died = Some(Instant::now());
+                        }
+                        if others {
+                            if let Some(c) = spawner.replace(&mut exit, masters.current) {
+                                children.push(c);
+                            }
                         }
                     }
                     exits.push(exit);
@@ -322,21 +290,21 @@ fn watch(
         if master_died.is_some_and(|t| t.elapsed() > grace) && !children.is_empty() {
             master_died = None;
             eprintln!("taskfold run: killing the ranks still running without a master");
-            for (_, c) in &mut children {
+            for (_, _, c) in &mut children {
                 let _ = c.kill();
             }
         }
         if let Some(limit) = launch.timeout {
             if started.elapsed() > limit && !killed.swap(true, Ordering::SeqCst) {
                 eprintln!("taskfold run: time limit of {limit:?} reached, killing every rank");
-                for (_, c) in &mut children {
+                for (_, _, c) in &mut children {
                     let _ = c.kill();
                 }
             }
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    exits.sort_by_key(|e| e.rank);
+    exits.sort_by_key(|e| (e.rank, e.incarnation));
     exits
 }
 
@@ -395,7 +363,7 @@ fn report(exit: &RankExit, job: &Job, cluster: Option<&nodes::Cluster>) {
             &master,
             stable_hash(&job.name),
             &auth,
-            exit.rank,
+            (exit.rank, exit.incarnation),
             code,
             signal,
             Duration::from_secs(2),
@@ -431,6 +399,7 @@ mod tests {
             timeout: Some(Duration::from_secs(60)),
             env: Vec::new(),
             log: Some(log.clone()),
+            respawn: 0,
         };
         let exits = run(&launch).unwrap();
         assert!(exits.iter().all(|e| e.success()));
@@ -456,6 +425,7 @@ mod tests {
                     timeout: Some(Duration::from_secs(60)),
                     env: Vec::new(),
                     log: Some(log.clone()),
+                    respawn: 0,
                 };
                 assert!(run(&launch).unwrap().iter().all(RankExit::success));
                 let text = std::fs::read_to_string(&log).unwrap();
@@ -487,6 +457,7 @@ mod tests {
             timeout: Some(Duration::from_secs(60)),
             env: vec![("TASKFOLD_DURABILITY".into(), "sometimes".into())],
             log: None,
+            respawn: 0,
         };
         let e = run(&launch).expect_err("refused");
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
@@ -511,6 +482,7 @@ mod tests {
             timeout: Some(Duration::from_secs(300)),
             env: vec![("TASKFOLD_FAILURE_TIMEOUT_MS".into(), "100".into())],
             log: None,
+            respawn: 0,
         };
         let t = Instant::now();
         let exits = run(&launch).unwrap();
@@ -540,6 +512,7 @@ mod tests {
             timeout: None,
             env: vec![("TASKFOLD_REPLICA_DIR".into(), "/tmp/r".into())],
             log: None,
+            respawn: 0,
         };
         let job = Job {
             dir: "/tmp".into(),

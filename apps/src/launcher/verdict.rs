@@ -49,6 +49,8 @@ mod tests {
             rank,
             status: ExitStatus::from_raw(raw),
             ended_job: false,
+            incarnation: 0,
+            replaced: false,
         }
     }
 

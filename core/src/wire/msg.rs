@@ -144,6 +144,9 @@ pub enum Msg {
         code: i32,
         /// The signal that killed it, or 0.
         signal: i32,
+        /// Which process of the rank it was (0: started with the job): a
+        /// report of a process that was replaced since is stale.
+        incarnation: u32,
     },
     /// Rank → the standby that took over from a dead master: what this
     /// rank holds, once every task the dead master gave it has ended (see

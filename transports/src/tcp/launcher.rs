@@ -16,7 +16,7 @@ use taskfold_core::auth::{JobAuth, NONCE_LEN};
 /// which is not a rank): connects to the master's listener as the launcher
 /// of `job`, proves the job key of `auth` (and checks the master's proof),
 /// sends one control frame
-/// `taskfold_core::wire::encode(&Msg::RankExited { rank, code, signal })`
+/// `taskfold_core::wire::encode(&Msg::RankExited { rank, code, signal, incarnation })`
 /// and closes gracefully. The master delivers it as
 /// `Event::Message { from: LAUNCHER, .. }`. Blocking; retries the
 /// connection until `timeout`.
@@ -24,7 +24,7 @@ pub fn report_rank_exit(
     master: &MasterAddr,
     job: u64,
     auth: &JobAuth,
-    rank: u32,
+    (rank, incarnation): (u32, u32),
     code: i32,
     signal: i32,
     timeout: Duration,
@@ -61,7 +61,12 @@ pub fn report_rank_exit(
             return Err(TransportError::Io(f.describe(&addr.to_string())))
         }
     }
-    let body = encode(&Msg::RankExited { rank, code, signal });
+    let body = encode(&Msg::RankExited {
+        rank,
+        code,
+        signal,
+        incarnation,
+    });
     let mut out = Header::new(kind::CONTROL, body.len() as u32)
         .encode()
         .to_vec();

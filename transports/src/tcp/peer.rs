@@ -313,10 +313,13 @@ impl Shared {
                 Self::fail_gets(&mut slot, peer, &reason, false);
                 slot.out = None;
                 tracing::debug!(rank = self.rank, peer, %reason, "link draining");
-                let shared = self.clone();
+                let (shared, inc) = (self.clone(), slot.incarnation);
                 self.handle.spawn(async move {
                     tokio::time::sleep(DRAIN_GRACE).await;
-                    shared.link_lost(peer, String::new(), true);
+                    // Not if a replacement was let in meanwhile.
+                    if shared.serves(peer, inc) {
+                        shared.link_lost(peer, String::new(), true);
+                    }
                 });
                 return;
             }

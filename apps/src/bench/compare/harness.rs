@@ -66,6 +66,7 @@ impl Harness {
                 ("TASKFOLD_COMPLETION".into(), completion.into()),
             ],
             log: None,
+            respawn: 0,
         };
         let fail = |detail: String| format!("{side} {} p={}: {detail}", r.label, r.np);
         match launcher::run(&launch) {

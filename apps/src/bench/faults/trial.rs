@@ -66,6 +66,7 @@ pub fn job(
         timeout: Some(Duration::from_secs(args.timeout + 30)),
         env,
         log: Some(dir.join("ranks.log")),
+        respawn: 0,
     }
 }
 

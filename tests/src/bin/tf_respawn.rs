@@ -1,0 +1,162 @@
+//! A rank program for the tests of respawned ranks: every rank issues
+//! `--reductions` sum reductions to rank 0, one every `--pace-ms`, while
+//! the test kills a rank; the launcher starts a replacement, which redoes
+//! its reductions from its newest checkpoint (`--checkpoint-every`), or
+//! from the first. Rank 0 checks every result exactly: each rank's
+//! contribution counted once.
+//!
+//! Every rank prints `lifecycle L` when it starts (`resumed at S` if it
+//! restored a checkpoint), then per reduction `ok I` (rank 0, exact),
+//! `done I`, `lost I [RANKS]` or `WRONG I` / `unexpected I`, its failure
+//! events (`event E`), `lifecycle-end L` and a tally `rank R: K ok, L
+//! lost, W wrong, U unexpected`. It exits 0 unless something was wrong or
+//! unexpected.
+
+use clap::Parser;
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::time::Duration;
+use taskfold::{Lifecycle, Reduce, ReduceError, ReduceFuture, Runtime, Sum};
+
+#[derive(Parser)]
+struct Args {
+    /// Reductions per rank.
+    #[arg(long, default_value_t = 40)]
+    reductions: u32,
+    /// Values per contribution.
+    #[arg(long, default_value_t = 4096)]
+    len: usize,
+    /// Pause between two reductions, in milliseconds.
+    #[arg(long, default_value_t = 25)]
+    pace_ms: u64,
+    /// Reductions in flight at once, at most.
+    #[arg(long, default_value_t = 4)]
+    window: usize,
+    /// Checkpoint the next reduction to do every this many (0: never).
+    #[arg(long, default_value_t = 0)]
+    checkpoint_every: u32,
+    /// Where `rank-N.pid` files are written.
+    #[arg(long)]
+    pid_dir: Option<PathBuf>,
+}
+
+/// Rank `rank`'s contribution to reduction `i` (small integers: exact).
+fn value(rank: u32, i: u32) -> f64 {
+    f64::from((rank + 1) * (i % 89 + 1))
+}
+
+#[derive(Default)]
+struct Tally {
+    ok: u32,
+    lost: u32,
+    wrong: u32,
+    unexpected: u32,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let rt = match Runtime::from_env() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tf_respawn: cannot start: {e}");
+            std::process::exit(3);
+        }
+    };
+    let rank = rt.rank();
+    println!("lifecycle {:?}", rt.lifecycle());
+    let start = resume_point(&rt, &args);
+    if let Some(dir) = &args.pid_dir {
+        let tmp = dir.join(format!(".rank-{rank}.pid"));
+        std::fs::write(&tmp, std::process::id().to_string()).unwrap();
+        std::fs::rename(tmp, dir.join(format!("rank-{rank}.pid"))).unwrap();
+    }
+    let mut tally = Tally::default();
+    let mut live: VecDeque<(u32, ReduceFuture<Sum<f64>>)> = VecDeque::new();
+    for i in start..args.reductions {
+        let opts = Reduce::root(0).id(format!("rs-{i}"));
+        let f = rt
+            .reduce(Sum(vec![value(rank, i); args.len]), opts)
+            .expect("reduce");
+        live.push_back((i, f));
+        std::thread::sleep(Duration::from_millis(args.pace_ms));
+        while live.len() > args.window {
+            let (i, f) = live.pop_front().expect("not empty");
+            settle(&rt, i, f, &mut tally);
+            checkpoint(&rt, &args, i + 1);
+        }
+    }
+    for (i, f) in live {
+        settle(&rt, i, f, &mut tally);
+    }
+    for ev in rt.recovery_events().try_iter() {
+        println!("event {ev:?}");
+    }
+    println!("lifecycle-end {:?}", rt.lifecycle());
+    println!(
+        "rank {rank}: {} ok, {} lost, {} wrong, {} unexpected",
+        tally.ok, tally.lost, tally.wrong, tally.unexpected
+    );
+    let _ = rt.shutdown();
+    std::process::exit(i32::from(tally.wrong + tally.unexpected > 0));
+}
+
+/// Where this process starts: a replacement from its newest checkpoint
+/// (every reduction before it had completed), else the first.
+fn resume_point(rt: &Runtime, args: &Args) -> u32 {
+    if args.checkpoint_every == 0 || !matches!(rt.lifecycle(), Lifecycle::Restarted { .. }) {
+        return 0;
+    }
+    match rt.restore::<u32>() {
+        Ok(Some((version, next))) => {
+            println!("resumed at {next} (version {version})");
+            next
+        }
+        Ok(None) => 0,
+        Err(e) => {
+            println!("unexpected restore: {e}");
+            0
+        }
+    }
+}
+
+/// Checkpoints `next` (every reduction before it completed) when due.
+fn checkpoint(rt: &Runtime, args: &Args, next: u32) {
+    if args.checkpoint_every > 0 && next % args.checkpoint_every == 0 {
+        let written = rt.checkpoint(u64::from(next), &next).wait();
+        if let Err(e) = written {
+            println!("unexpected checkpoint: {e}");
+        }
+    }
+}
+
+/// Waits for reduction `i` and checks it.
+fn settle(rt: &Runtime, i: u32, mut f: ReduceFuture<Sum<f64>>, t: &mut Tally) {
+    let all: f64 = (0..rt.size()).map(|r| value(r, i)).sum();
+    match f.wait_timeout(Duration::from_secs(120)) {
+        Ok(Some(sum)) if sum.0.iter().all(|&x| x == all) => {
+            t.ok += 1;
+            println!("ok {i}");
+        }
+        Ok(Some(sum)) => {
+            t.wrong += 1;
+            let bad = sum.0.iter().find(|&&x| x != all);
+            println!("WRONG {i}: {bad:?} instead of {all}");
+        }
+        Ok(None) if rt.rank() != 0 => {
+            t.ok += 1;
+            println!("done {i}");
+        }
+        Err(ReduceError::RanksLost { ranks, .. }) => {
+            t.lost += 1;
+            println!("lost {i} {ranks:?}");
+        }
+        other => {
+            t.unexpected += 1;
+            println!("unexpected {i}: {other:?}");
+        }
+    }
+}
