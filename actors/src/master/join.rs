@@ -246,6 +246,10 @@ impl Master {
             self.stats.disk_copies_inferred += found.len() as u64;
         }
         for i in dead_members {
+            if self.respawn.book.awaited(r.group.rank_at(i).0) {
+                // Its replacement will join instead.
+                r.schedule.await_replacement(i);
+            }
             let (dead, roster) = (&self.dead, &r.roster);
             r.schedule
                 .fail(i, |k| roster.has_copy(k, dead))
