@@ -88,4 +88,14 @@ pub enum ReduceError {
         /// The limit reached.
         limit: u64,
     },
+    /// A rank was replaced and the job rolls back (global restart,
+    /// `TASKFOLD_RESTART=global`): every live reduction ended, and every
+    /// call fails so until the application returns to its re-init entry
+    /// point (`Runtime::run_reinit`), which resumes it from the newest
+    /// checkpoint every rank completed.
+    #[error("the job rolls back after rank failures (epoch {epoch}): return to the re-init entry point")]
+    Reinit {
+        /// The job's new epoch (one more per rollback).
+        epoch: u32,
+    },
 }

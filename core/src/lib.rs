@@ -59,6 +59,7 @@ pub mod quote;
 pub mod rank;
 pub mod rankset;
 pub mod reducer;
+pub mod reinit;
 pub mod replica;
 pub mod respawn;
 pub mod roster;

@@ -76,6 +76,11 @@ pub enum Failure {
     Transport(String),
     /// A result could not be decoded.
     Decode(String),
+    /// The job rolls back to its re-init entry point, epoch `epoch`.
+    Reinit {
+        /// The new epoch.
+        epoch: u32,
+    },
     /// Too many reductions would be live at once.
     TooManyReductions {
         /// The limit reached.
@@ -127,6 +132,7 @@ impl From<&ReduceError> for Failure {
             ReduceError::Transport(s) => Failure::Transport(s),
             ReduceError::Decode(s) => Failure::Decode(s),
             ReduceError::TooManyReductions { limit } => Failure::TooManyReductions { limit },
+            ReduceError::Reinit { epoch } => Failure::Reinit { epoch },
         }
     }
 }
@@ -150,6 +156,7 @@ impl From<Failure> for ReduceError {
             Failure::Transport(s) => ReduceError::Transport(s),
             Failure::Decode(s) => ReduceError::Decode(s),
             Failure::TooManyReductions { limit } => ReduceError::TooManyReductions { limit },
+            Failure::Reinit { epoch } => ReduceError::Reinit { epoch },
         }
     }
 }
@@ -186,6 +193,7 @@ mod tests {
             ReduceError::Transport("t".into()),
             ReduceError::Decode("bytes".into()),
             ReduceError::TooManyReductions { limit: 7 },
+            ReduceError::Reinit { epoch: 3 },
         ];
         all.extend(fold.into_iter().map(|error| ReduceError::Fold {
             id: "f".into(),

@@ -167,6 +167,33 @@ pub enum Msg {
         /// Where the replacement listens (opaque here).
         addr: Vec<u8>,
     },
+    /// Master → every live rank (global restart): a rank was replaced;
+    /// the job rolls back to epoch `epoch`. Every live reduction and
+    /// barrier ends with `ReduceError::Reinit`, and each rank's
+    /// application unwinds to its re-init entry point, where it answers
+    /// [`Msg::ReinitReady`].
+    Reinit {
+        /// The new epoch.
+        epoch: u32,
+    },
+    /// Rank → master: this rank's application is at its re-init entry
+    /// point for `epoch` (`None`: a replacement, which knows no epoch),
+    /// and the newest checkpoint version it holds (`None`: none).
+    ReinitReady {
+        /// The epoch it unwound for.
+        epoch: Option<u32>,
+        /// Its newest checkpoint version.
+        newest: Option<u64>,
+    },
+    /// Master → every live rank: every rank is at its entry point; go on
+    /// from checkpoint `version`, the newest every rank holds (`None`:
+    /// from the start).
+    ReinitGo {
+        /// The epoch.
+        epoch: u32,
+        /// The version to resume from.
+        version: Option<u64>,
+    },
     /// Rank → master: the replacement of `rank`, incarnation
     /// `incarnation`, is let in on this rank's transport.
     Readmitted {
