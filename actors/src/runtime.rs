@@ -209,7 +209,19 @@ impl Runtime {
         T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
             + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
     {
-        self.checkpoints.restore(state_tag::<T>(), |payload| {
+        self.restore_upto(None)
+    }
+
+    /// As [`Runtime::restore`], the newest version not above `max` (all
+    /// versions if `None`): what a global restart resumes from
+    /// ([`Runtime::run_reinit`] gives the version every rank holds).
+    pub fn restore_upto<T>(&self, max: Option<u64>) -> Result<Option<(u64, T)>, CheckpointError>
+    where
+        T: rkyv::Archive,
+        T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+            + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
+    {
+        self.checkpoints.restore(state_tag::<T>(), max, |payload| {
             // The payload is not aligned in the piece: copied into a
             // buffer that is, to be validated and read.
             let mut aligned = AlignedVec::<16>::with_capacity(payload.len());

@@ -237,6 +237,7 @@ impl Checkpoints {
     pub(crate) fn restore<T>(
         &self,
         type_tag: u64,
+        max: Option<u64>,
         decode: impl Fn(&[u8]) -> Result<T, String>,
     ) -> Result<Option<(u64, T)>, CheckpointError> {
         let stores = self.stores()?;
@@ -254,7 +255,9 @@ impl Checkpoints {
                 }
             }
         }
-        // Newest first; of one version, the cheapest level first.
+        // Newest first (up to `max`); of one version, the cheapest level
+        // first.
+        found.retain(|f| max.is_none_or(|m| f.0 <= m));
         found.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         for (version, level, store) in found {
             let expect = Expect {
@@ -280,6 +283,23 @@ impl Checkpoints {
             }
         }
         Ok(None)
+    }
+}
+
+impl Checkpoints {
+    /// The newest version of which this rank holds a piece at some level
+    /// (not read back: [`Checkpoints::restore`] checks it), `None` if none.
+    pub(crate) fn newest_version(&self) -> Option<u64> {
+        let stores = self.stores().ok()?;
+        let levels = [
+            (Level::L1, Some(&stores.local)),
+            (Level::L4, stores.shared.as_ref()),
+        ];
+        levels
+            .into_iter()
+            .filter_map(|(level, store)| store?.versions(self.rank, level).ok())
+            .flatten()
+            .max()
     }
 }
 
