@@ -42,7 +42,11 @@ fn one_trial_of_none_and_restart() {
     let restart = &trials[1];
     let victim = restart["victim"].as_u64().unwrap();
     assert!((1..3).contains(&victim), "{restart}");
-    let launches = if restart["kill_unix_ms"].is_null() { 1 } else { 2 };
+    let launches = if restart["kill_unix_ms"].is_null() {
+        1
+    } else {
+        2
+    };
     assert_eq!(restart["launches"].as_u64().unwrap(), launches, "{restart}");
     let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     assert!(md.contains("| restart | 1 |"), "{md}");

@@ -191,7 +191,10 @@ pub fn run_resumed(
         lost: run.sched.lost().to_vec(),
         redone: run.sched.redone(),
         resumed_at,
-        checkpoints: run.ckpt.as_ref().map_or((0, Duration::ZERO), |c| (c.taken, c.spent)),
+        checkpoints: run
+            .ckpt
+            .as_ref()
+            .map_or((0, Duration::ZERO), |c| (c.taken, c.spent)),
         root,
     })
 }

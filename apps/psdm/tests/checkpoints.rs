@@ -89,7 +89,12 @@ fn resume_and_run(job: &Job, config: &Config, size: u32) -> Vec<(Resumed, Outcom
 }
 
 fn final_image(results: &[(Resumed, Outcome)]) -> &Image {
-    &results[0].1.root.as_ref().expect("rank 0 is the root").image
+    &results[0]
+        .1
+        .root
+        .as_ref()
+        .expect("rank 0 is the root")
+        .image
 }
 
 #[test]
@@ -103,7 +108,9 @@ fn the_state_restores_exactly_and_an_older_cut_is_read_back() {
 
     // A first run from nothing checkpoints every 3 batches: versions 1..=5.
     let first = resume_and_run(&job, &config, size);
-    assert!(first.iter().all(|(r, _)| r.version == 0 && r.state.is_none()));
+    assert!(first
+        .iter()
+        .all(|(r, _)| r.version == 0 && r.state.is_none()));
     assert!(first.iter().all(|(_, o)| o.checkpoints.0 == 5));
     assert!(final_image(&first).relative_difference(&want) <= TOLERANCE);
 
@@ -113,7 +120,9 @@ fn the_state_restores_exactly_and_an_older_cut_is_read_back() {
     for rt in cluster.ranks() {
         let (v, s) = rt.restore::<State>().unwrap().expect("a version");
         assert_eq!((v, s.batches_done, s.rank), (5, 15, rt.rank()));
-        let traces: usize = (0..15).map(|b| job.batch_traces(rt.rank(), size, b).len()).sum();
+        let traces: usize = (0..15)
+            .map(|b| job.batch_traces(rt.rank(), size, b).len())
+            .sum();
         assert_eq!(s.timing[5] as usize, traces, "rank {}", rt.rank());
         if rt.rank() == 0 {
             let img = Image {
@@ -122,11 +131,20 @@ fn the_state_restores_exactly_and_an_older_cut_is_read_back() {
                 data: s.image.clone(),
             };
             let diff = img.relative_difference(&partial_image(&job, size, 15));
-            assert!(diff <= TOLERANCE, "the checkpointed image differs by {diff:e}");
+            assert!(
+                diff <= TOLERANCE,
+                "the checkpointed image differs by {diff:e}"
+            );
         } else {
             assert!(s.image.is_empty());
         }
     }
+    // A replacement process (local restart) takes its own newest version
+    // alone, with no agreement; the root refuses to.
+    let own = resume(cluster.rank(1), &job, Start::Own, &config.checkpoint).unwrap();
+    assert_eq!((own.version, own.state.unwrap().batches_done), (5, 15));
+    let e = resume(cluster.rank(0), &job, Start::Own, &config.checkpoint).unwrap_err();
+    assert!(e.to_string().contains("cannot resume alone"), "{e}");
     let job_id = cluster.rank(2).checkpoint_job();
     cluster.shutdown().unwrap();
 
@@ -205,7 +223,9 @@ fn a_job_killed_and_launched_again_ends_with_the_failure_free_checksum() {
     let ckpt = dir.path().join("ckpt");
     let png = dir.path().join("image.png");
     let hook = format!("1:before-join:psdm-batch-7:{}", dir.path().display());
-    let child = launch(&ckpt, &png, Some(hook)).spawn().expect("taskfold run");
+    let child = launch(&ckpt, &png, Some(hook))
+        .spawn()
+        .expect("taskfold run");
     let held = dir.path().join("held-1-before-join");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !held.exists() && Instant::now() < deadline {
@@ -226,7 +246,10 @@ fn a_job_killed_and_launched_again_ends_with_the_failure_free_checksum() {
     }
     let first = text(&wait_bounded(child, Duration::from_secs(60)));
     assert!(!first.contains("psdm: checksum"), "{first}");
-    assert!(first.contains("@psdm-checkpoint rank=0 version=2"), "{first}");
+    assert!(
+        first.contains("@psdm-checkpoint rank=0 version=2"),
+        "{first}"
+    );
 
     let out: Output = wait_bounded(
         launch(&ckpt, &png, None).spawn().unwrap(),
@@ -245,9 +268,15 @@ fn a_job_killed_and_launched_again_ends_with_the_failure_free_checksum() {
                 .unwrap_or_else(|| panic!("rank {r} did not resume:\n{t}"))
         })
         .collect();
-    assert!(versions.iter().all(|v| *v == versions[0]), "{versions:?}\n{t}");
+    assert!(
+        versions.iter().all(|v| *v == versions[0]),
+        "{versions:?}\n{t}"
+    );
     assert!(["1", "2"].contains(&versions[0]), "{versions:?}\n{t}");
     let got = checksum_printed(&t);
-    assert!((got - want).abs() <= TOLERANCE * want.abs(), "checksum {got} vs {want}\n{t}");
+    assert!(
+        (got - want).abs() <= TOLERANCE * want.abs(),
+        "checksum {got} vs {want}\n{t}"
+    );
     assert!(t.contains("psdm: migrated 288 traces"), "{t}");
 }

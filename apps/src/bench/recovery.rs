@@ -28,7 +28,6 @@
 pub mod report;
 mod trial;
 
-
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -79,7 +78,12 @@ pub struct RecoveryArgs {
     pub trials: u32,
     /// Modes to run (`none` always runs first: it sets the kill window
     /// and the reference checksum).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "none,restart,global,local")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "none,restart,global,local"
+    )]
     pub modes: Vec<Mode>,
     /// Seed of the victims and kill instants.
     #[arg(long, default_value_t = 1)]

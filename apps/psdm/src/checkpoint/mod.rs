@@ -25,7 +25,9 @@
 //!   while the others went on (local restart, `taskfold run --respawn`):
 //!   it restores its own newest version and redoes its batches from there
 //!   under the same reduction ids; the runtime answers its joins of
-//!   reductions already complete as done.
+//!   reductions already complete as done. Not the root: the batch images
+//!   its dead process received are gone, so a replaced root refuses to
+//!   resume alone.
 //!
 //! The agreed version is kept on every rank: a rank waits for its
 //! checkpoint `v` to be durable before it contributes to batch

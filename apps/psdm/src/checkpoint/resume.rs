@@ -38,6 +38,13 @@ pub enum ResumeError {
         /// This rank.
         rank: u32,
     },
+    /// The root's process was replaced alone (local restart): the batch
+    /// images that reached its dead incarnation are gone with it.
+    #[error(
+        "the root, rank {0}, cannot resume alone: the batch images its dead process held are \
+         gone; launch the job again (checkpoint/restart)"
+    )]
+    RootReplaced(u32),
     /// The reduction that agrees on the version failed.
     #[error("the ranks could not agree on a version to resume from: {0}")]
     Agree(#[from] ReduceError),
@@ -75,6 +82,9 @@ pub fn resume(
     };
     if start == Start::Fresh {
         return Ok(fresh(start));
+    }
+    if start == Start::Own && rt.rank() == job.args.root {
+        return Err(ResumeError::RootReplaced(rt.rank()));
     }
     let want = fingerprint(job, rt.size());
     let newest = match rt.restore::<State>()? {
@@ -163,7 +173,9 @@ fn read_version(
             Ok(stored) => match decode(&stored.payload) {
                 Some(s) if s.fingerprint == want && s.rank == rank => return Ok(s),
                 Some(_) => return Err(ResumeError::OtherJob { version }),
-                None => eprintln!("psdm: rank {rank}: version {version} at {level} does not decode"),
+                None => {
+                    eprintln!("psdm: rank {rank}: version {version} at {level} does not decode")
+                }
             },
             Err(e) => eprintln!("psdm: rank {rank}: version {version} at {level}: {e}"),
         }

@@ -25,7 +25,10 @@ fn spread_and_keep() {
     assert_eq!(c(4, 4).spread(), 2);
     assert_eq!(c(1, 4).spread(), 5);
     let e = c(4, 4).check_keep(2).unwrap_err();
-    assert!(e.contains("TASKFOLD_CHECKPOINT_KEEP") && e.contains("least 3"), "{e}");
+    assert!(
+        e.contains("TASKFOLD_CHECKPOINT_KEEP") && e.contains("least 3"),
+        "{e}"
+    );
 }
 
 proptest! {
@@ -82,7 +85,7 @@ fn a_state_round_trips_through_its_archive() {
         image: vec![0.5, -1.0, 3.0],
     };
     let bytes = taskfold::rkyv::to_bytes::<taskfold::rkyv::rancor::Error>(&s).unwrap();
-    let back: State = taskfold::rkyv::from_bytes::<State, taskfold::rkyv::rancor::Error>(&bytes)
-        .unwrap();
+    let back: State =
+        taskfold::rkyv::from_bytes::<State, taskfold::rkyv::rancor::Error>(&bytes).unwrap();
     assert_eq!(back, s);
 }

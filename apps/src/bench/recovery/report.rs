@@ -118,8 +118,7 @@ impl Trial {
             .flat_map(|t| t.lines())
             .filter_map(|l| tagged(l, "@psdm-resumed"))
             .filter(|f| field(f, "rank") == Some(victim as f64))
-            .filter(|f| field(f, "up_unix_ms").is_some_and(|u| u >= kill))
-            .last();
+            .rfind(|f| field(f, "up_unix_ms").is_some_and(|u| u >= kill));
         if let Some(f) = resumed {
             self.resumed_version = field(&f, "version").map(|v| v as u64);
             self.respawn_s = field(&f, "up_unix_ms").map(|u| (u - kill) / 1e3);

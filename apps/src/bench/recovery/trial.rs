@@ -75,7 +75,11 @@ impl Bench {
         };
         for n in 0..none_trials {
             let t = self.trial(Mode::None, n, None);
-            eprintln!("bench recovery: none {}/{none_trials}: {}", n + 1, t.short());
+            eprintln!(
+                "bench recovery: none {}/{none_trials}: {}",
+                n + 1,
+                t.short()
+            );
             report.push(t);
         }
         report.set_reference()?;
