@@ -38,7 +38,7 @@ pub fn describe(job: &Job, size: u32) -> String {
     let bytes = m.nx * m.nz * 4;
     format!(
         "psdm: {}x{} image ({:.1} x {:.1} km), {} shots x {} receivers = {} traces of {} samples, \
-         {} reflectors (seed {}), {} ranks, {} batch reductions of {} KiB to rank {}, up to {} in flight per rank, completion {}",
+         {} reflectors (seed {}), {} ranks, {} batch reductions of {} KiB to rank {}, up to {} in flight per rank, completion {}, {}",
         m.nx,
         m.nz,
         m.width() / 1e3,
@@ -54,7 +54,11 @@ pub fn describe(job: &Job, size: u32) -> String {
         bytes.div_ceil(1024),
         job.args.root,
         job.args.in_flight,
-        job.args.completion
+        job.args.completion,
+        match job.args.checkpoint_every {
+            0 => "no checkpoints".to_string(),
+            b => format!("a checkpoint every {b} batches"),
+        }
     )
 }
 

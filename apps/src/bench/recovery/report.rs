@@ -100,7 +100,13 @@ impl Trial {
         if !self.exit_ok && self.error.is_none() {
             let tail: Vec<&str> = last.lines().rev().take(3).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
-            self.error = Some(format!("the job failed: {}", tail.join(" | ")));
+            let hint = if last.contains("\"--respawn\"") || last.contains("'--respawn'") {
+                "this taskfold run cannot respawn a rank (no --respawn), which global and \
+                 local restart need: "
+            } else {
+                ""
+            };
+            self.error = Some(format!("the job failed: {hint}{}", tail.join(" | ")));
         }
         let (Some(victim), Some(kill)) = (self.victim, self.kill_unix_ms) else {
             return;
