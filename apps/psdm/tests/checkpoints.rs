@@ -280,3 +280,33 @@ fn a_job_killed_and_launched_again_ends_with_the_failure_free_checksum() {
     );
     assert!(t.contains("psdm: migrated 288 traces"), "{t}");
 }
+
+/// A keep too small for the cadence, and an incarnation that is not a
+/// number, are refused at start, naming the variable.
+#[test]
+fn bad_settings_are_refused_at_start() {
+    let run = |args: &[&str], env: (&str, &str)| {
+        let out = Command::new(psdm())
+            .args(args)
+            .env(env.0, env.1)
+            .output()
+            .expect("run psdm");
+        (out.status.code(), text(&out))
+    };
+    let (code, t) = run(
+        &[
+            "--checkpoint-every",
+            "2",
+            "--in-flight",
+            "4",
+            "--local",
+            "2",
+        ],
+        ("TASKFOLD_CHECKPOINT_KEEP", "2"),
+    );
+    assert_eq!(code, Some(2), "{t}");
+    assert!(t.contains("TASKFOLD_CHECKPOINT_KEEP of at least 4"), "{t}");
+    let (code, t) = run(&[], ("TASKFOLD_INCARNATION", "two"));
+    assert_eq!(code, Some(3), "{t}");
+    assert!(t.contains("TASKFOLD_INCARNATION"), "{t}");
+}

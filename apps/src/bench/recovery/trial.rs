@@ -203,8 +203,7 @@ impl Bench {
     }
 
     /// Sleeps until `kill.at` after `began`, then SIGKILLs the victim's
-    /// process; the instant (Unix ms), or `None` if the job was over (or
-    /// the victim not found).
+    /// process; the instant (Unix ms), or `None` if the job was over.
     fn kill_at(&self, child: &Child, kill: Kill, began: Instant) -> Option<f64> {
         let at = began + Duration::from_secs_f64(kill.at);
         let mut pid = None;
@@ -214,8 +213,14 @@ impl Bench {
             }
             std::thread::sleep(Duration::from_millis(2).min(at - Instant::now().min(at)));
         }
-        let pid = pid.or_else(|| rank_pid(child.id(), kill.victim))?;
-        let p = rustix::process::Pid::from_raw(pid)?;
+        // A victim not started yet at the instant is killed once it is
+        // (at most 10 s later); a job already over has none.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pid.is_none() && Instant::now() < deadline && !children(child.id()).is_empty() {
+            pid = rank_pid(child.id(), kill.victim);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let p = rustix::process::Pid::from_raw(pid?)?;
         rustix::process::kill_process(p, rustix::process::Signal::KILL).ok()?;
         Some(unix_ms())
     }
