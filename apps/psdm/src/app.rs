@@ -1,7 +1,10 @@
 //! The program around the rank loop: start the runtime (launched, or
 //! `--local N` ranks in this process), report progress, and at the root
 //! (`--root`) print the summary and write the image. A rank whose run
-//! fails prints why and exits 1; a `--root` outside the job exits 2.
+//! fails prints why and exits 1; a `--root` outside the job exits 2, as
+//! does a `TASKFOLD_CHECKPOINT_KEEP` too small for `--checkpoint-every`.
+//! Before it runs, every rank resumes from its checkpoints if there are
+//! any ([`crate::checkpoint`]); a rank that cannot exits 1.
 
 use crate::checkpoint::resume::{self, Resumed};
 use crate::checkpoint::{incarnation, unix_ms, Start};
@@ -269,7 +272,8 @@ pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
 }
 
 /// Runs `n` ranks in this process (threads over the serialising loopback;
-/// of `settings`, only the metrics address and the launcher apply).
+/// of `settings`, only the metrics address, the launcher and the
+/// checkpoints apply).
 pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
     if let Err(e) = job.args.check_root(n) {
         eprintln!("psdm: {e}");

@@ -11,6 +11,11 @@
 //! (a rank done with a batch does not hear that it failed, so the
 //! survivors could not agree on what to redo).
 //!
+//! Every `--checkpoint-every` batches the rank checkpoints its progress
+//! (and the root its image) without waiting for the write, and a run can
+//! resume after a checkpoint's batches ([`run_resumed`], see
+//! [`crate::checkpoint`]).
+//!
 //! Overlap is measured, not assumed. Between traces the rank polls its live
 //! reductions (`is_done`, which never blocks) and notes when each finished;
 //! a reduction's *latency* runs from `reduce` to that moment, and the part
@@ -178,7 +183,10 @@ pub fn run_resumed(
         }),
         progress,
     };
-    let resumed_at = from.map_or(0, |s| run.resume(s));
+    let resumed_at = match from {
+        Some(s) => run.resume(s)?,
+        None => 0,
+    };
     run.batches()?;
     if let Some(c) = run.ckpt.as_mut() {
         c.finish(rank);
@@ -201,17 +209,23 @@ pub fn run_resumed(
 
 impl Run<'_> {
     /// Takes up the state of a checkpoint: its batches are done. Returns
-    /// them.
-    fn resume(&mut self, s: &State) -> usize {
+    /// them; refuses a state whose image is not this rank's to hold.
+    fn resume(&mut self, s: &State) -> Result<usize, ReduceError> {
+        let cells = self.image.as_ref().map_or(0, |i| i.data.len());
+        if s.image.len() != cells {
+            return Err(ReduceError::InvalidOptions(format!(
+                "the checkpoint holds an image of {} cells where rank {} holds {cells}",
+                s.image.len(),
+                self.rt.rank()
+            )));
+        }
         let done = (s.batches_done as usize).min(self.sched.batches());
         self.sched.resume_at(done);
         self.t = Timing::from_slice(&s.timing);
         if let Some(img) = self.image.as_mut() {
-            if s.image.len() == img.data.len() {
-                img.data.copy_from_slice(&s.image);
-            }
+            img.data.copy_from_slice(&s.image);
         }
-        done
+        Ok(done)
     }
 
     /// Checkpoints once `done` batches are settled, if one is due and no
