@@ -7,7 +7,7 @@
 //! any ([`crate::checkpoint`]); a rank that cannot exits 1.
 
 use crate::checkpoint::resume::{self, Resumed};
-use crate::checkpoint::{incarnation, unix_ms, Start};
+use crate::checkpoint::{incarnation, unix_ms, Lifecycle, Start};
 use crate::image::{Image, TOLERANCE};
 use crate::job::Job;
 use crate::rank::{run_resumed, Outcome, Timing};
@@ -221,7 +221,10 @@ pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
     let (metrics, launcher) = (settings.metrics_addr, under_taskfold_run(&settings));
     let ckpt = settings.runtime.checkpoint.clone();
     let start = match incarnation() {
-        Ok(i) => (i, Start::of(i, job.args.checkpoint_every)),
+        Ok(i) => {
+            let lifecycle = Lifecycle::of_incarnation(i);
+            (i, Start::of(lifecycle, job.args.checkpoint_every))
+        }
         Err(e) => {
             eprintln!("psdm: cannot start: {e}");
             return ExitCode::from(3);
@@ -314,7 +317,7 @@ pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
                     } else {
                         &mut quiet
                     };
-                    let start = (0, Start::of(0, job.args.checkpoint_every));
+                    let start = (0, Start::of(Lifecycle::New, job.args.checkpoint_every));
                     run_one(rt, job, start, ckpt, p)
                 })
             })

@@ -29,6 +29,12 @@
 //!   its dead process received are gone, so a replaced root refuses to
 //!   resume alone.
 //!
+//! Which one follows from the process's [`Lifecycle`]: a new process or
+//! one rolled back with all the others (global restart) takes the cut, a
+//! replacement alone its own version. psdm tells a replacement by
+//! [`INCARNATION_VAR`] ([`Lifecycle::of_incarnation`]); a rank rolled back
+//! in place must be told by the runtime.
+//!
 //! The agreed version is kept on every rank: a rank waits for its
 //! checkpoint `v` to be durable before it contributes to batch
 //! `(v + s) · B - 1` ([`Cadence::wait_before`]), so when any rank holds
@@ -169,15 +175,42 @@ pub enum Start {
     Own,
 }
 
+/// Where this process is in its rank's life, as the runtime's restart
+/// modes see it: psdm resumes accordingly ([`Start::of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// A rank's first process, in a job launched afresh (perhaps a job
+    /// that died and is launched again).
+    New,
+    /// A replacement process of a rank whose process died while the
+    /// others went on (local restart).
+    Restarted,
+    /// A process the runtime rolled back with every other rank (global
+    /// restart).
+    Reinited,
+}
+
+impl Lifecycle {
+    /// The lifecycle of a process of incarnation `incarnation` (see
+    /// [`incarnation`]): the first is new, any later one a replacement.
+    pub fn of_incarnation(incarnation: u32) -> Lifecycle {
+        if incarnation == 0 {
+            Lifecycle::New
+        } else {
+            Lifecycle::Restarted
+        }
+    }
+}
+
 impl Start {
-    /// How a process of incarnation `incarnation` (0 for a rank's first
-    /// process) starts when checkpoints are taken every `every` batches (0:
-    /// off).
-    pub fn of(incarnation: u32, every: usize) -> Start {
-        match (every, incarnation) {
+    /// How a process at `lifecycle` starts when checkpoints are taken
+    /// every `every` batches (0: off): all ranks together from one cut,
+    /// unless it alone was replaced.
+    pub fn of(lifecycle: Lifecycle, every: usize) -> Start {
+        match (every, lifecycle) {
             (0, _) => Start::Fresh,
-            (_, 0) => Start::Cut,
-            _ => Start::Own,
+            (_, Lifecycle::New | Lifecycle::Reinited) => Start::Cut,
+            (_, Lifecycle::Restarted) => Start::Own,
         }
     }
 
