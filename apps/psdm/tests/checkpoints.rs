@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use taskfold::checkpoint::rank_dir;
+use taskfold::checkpoint::{rank_dir, JobId};
 use taskfold::config::CheckpointConfig;
 use taskfold::{Config, LocalCluster};
 use taskfold_psdm::checkpoint::resume::{resume, Resumed};
@@ -232,8 +232,14 @@ fn a_job_killed_and_launched_again_ends_with_the_failure_free_checksum() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(held.exists(), "rank 1 was never held");
-    // The others go on until they need rank 1's batch 7.
-    std::thread::sleep(Duration::from_millis(500));
+    // The others go on until they need rank 1's batch 7: the root takes
+    // version 2 (6 batches) meanwhile.
+    let job_id = JobId::named("psdm-killed-and-relaunched");
+    let v2 = rank_dir(&ckpt, job_id, 0).join("r0-L1-v2.tfck");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !v2.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     for _ in 0..50 {
         let left = children(child.id());
         if left.is_empty() {
