@@ -1,14 +1,20 @@
 //! The program around the rank loop: start the runtime (launched, or
 //! `--local N` ranks in this process), report progress, and at the root
 //! (`--root`) print the summary and write the image. A rank whose run
-//! fails prints why and exits 1; a `--root` outside the job exits 2.
+//! fails prints why and exits 1; a `--root` outside the job exits 2, as
+//! does a `TASKFOLD_CHECKPOINT_KEEP` too small for `--checkpoint-every`.
+//! Before it runs, every rank resumes from its checkpoints if there are
+//! any ([`crate::checkpoint`]); a rank that cannot exits 1.
 
+use crate::checkpoint::resume::{self, Resumed};
+use crate::checkpoint::{incarnation, unix_ms, Lifecycle, Start};
 use crate::image::{Image, TOLERANCE};
 use crate::job::Job;
-use crate::rank::{run_rank, Outcome, Timing};
+use crate::rank::{run_resumed, Outcome, Timing};
 use std::process::ExitCode;
 use std::time::Duration;
-use taskfold::{LocalCluster, ReduceError, Runtime, Settings};
+use taskfold::config::CheckpointConfig;
+use taskfold::{Config, LocalCluster, ReduceError, Runtime, Settings};
 
 /// Reports batch progress at the root: `@taskfold-progress` lines under
 /// `taskfold run` (`launcher`: drawn as a progress bar), plain lines at
@@ -35,7 +41,7 @@ pub fn describe(job: &Job, size: u32) -> String {
     let bytes = m.nx * m.nz * 4;
     format!(
         "psdm: {}x{} image ({:.1} x {:.1} km), {} shots x {} receivers = {} traces of {} samples, \
-         {} reflectors (seed {}), {} ranks, {} batch reductions of {} KiB to rank {}, up to {} in flight per rank, completion {}",
+         {} reflectors (seed {}), {} ranks, {} batch reductions of {} KiB to rank {}, up to {} in flight per rank, completion {}, {}",
         m.nx,
         m.nz,
         m.width() / 1e3,
@@ -51,7 +57,11 @@ pub fn describe(job: &Job, size: u32) -> String {
         bytes.div_ceil(1024),
         job.args.root,
         job.args.in_flight,
-        job.args.completion
+        job.args.completion,
+        match job.args.checkpoint_every {
+            0 => "no checkpoints".to_string(),
+            b => format!("a checkpoint every {b} batches"),
+        }
     )
 }
 
@@ -67,8 +77,21 @@ fn pct(part: Duration, whole: Duration) -> f64 {
     }
 }
 
+/// This rank's one-line account of its time, and of its checkpoints.
+pub fn rank_line(rank: u32, o: &Outcome) -> String {
+    let (n, spent) = o.checkpoints;
+    let mut line = timing_line(rank, &o.timing);
+    if n > 0 {
+        line += &format!("; {n} checkpoints, {:.3} s", secs(spent));
+    }
+    if o.resumed_at > 0 {
+        line += &format!("; resumed after batch {}", o.resumed_at);
+    }
+    line
+}
+
 /// This rank's one-line account of its time.
-pub fn rank_line(rank: u32, t: &Timing) -> String {
+pub fn timing_line(rank: u32, t: &Timing) -> String {
     let mean_latency = if t.reductions > 0 {
         secs(t.latency) / t.reductions as f64
     } else {
@@ -196,6 +219,21 @@ fn under_taskfold_run(settings: &Settings) -> bool {
 /// with the settings of the environment.
 pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
     let (metrics, launcher) = (settings.metrics_addr, under_taskfold_run(&settings));
+    let ckpt = settings.runtime.checkpoint.clone();
+    let start = match incarnation() {
+        Ok(i) => {
+            let lifecycle = Lifecycle::of_incarnation(i);
+            (i, Start::of(lifecycle, job.args.checkpoint_every))
+        }
+        Err(e) => {
+            eprintln!("psdm: cannot start: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    if let Err(e) = resume::cadence(job, &ckpt) {
+        eprintln!("psdm: cannot start: {e}");
+        return ExitCode::from(2);
+    }
     let rt = match Runtime::from_settings(settings) {
         Ok(rt) => rt,
         Err(e) => {
@@ -214,9 +252,9 @@ pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
         println!("{}", describe(job, size));
     }
     let mut progress = progress_reporter(launcher);
-    let code = match run_rank(&rt, job, &mut progress) {
+    let code = match run_one(&rt, job, start, &ckpt, &mut progress) {
         Ok(outcome) => {
-            println!("{}", rank_line(rank, &outcome.timing));
+            println!("{}", rank_line(rank, &outcome));
             match finish_root(job, size, &outcome) {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -226,7 +264,7 @@ pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("psdm: rank {rank}: {}", failure(job, &e));
+            eprintln!("psdm: rank {rank}: {e}");
             ExitCode::from(1)
         }
     };
@@ -237,14 +275,24 @@ pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
 }
 
 /// Runs `n` ranks in this process (threads over the serialising loopback;
-/// of `settings`, only the metrics address and the launcher apply).
+/// of `settings`, only the metrics address, the launcher and the
+/// checkpoints apply).
 pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
     if let Err(e) = job.args.check_root(n) {
         eprintln!("psdm: {e}");
         return ExitCode::from(2);
     }
     let root = job.args.root;
-    let cluster = match LocalCluster::new(n) {
+    let ckpt = settings.runtime.checkpoint.clone();
+    if let Err(e) = resume::cadence(job, &ckpt) {
+        eprintln!("psdm: {e}");
+        return ExitCode::from(2);
+    }
+    let config = Config {
+        checkpoint: ckpt.clone(),
+        ..Config::default()
+    };
+    let cluster = match LocalCluster::with_config(n, config) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("psdm: {e}");
@@ -260,6 +308,7 @@ pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
             .ranks()
             .iter()
             .map(|rt| {
+                let ckpt = &ckpt;
                 s.spawn(move || {
                     let mut progress = progress_reporter(launcher);
                     let mut quiet = |_: usize, _: usize| {};
@@ -268,7 +317,8 @@ pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
                     } else {
                         &mut quiet
                     };
-                    run_rank(rt, job, p)
+                    let start = (0, Start::of(Lifecycle::New, job.args.checkpoint_every));
+                    run_one(rt, job, start, ckpt, p)
                 })
             })
             .collect();
@@ -280,9 +330,9 @@ pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
     let mut code = ExitCode::SUCCESS;
     for (rank, r) in results.iter().enumerate() {
         match r {
-            Ok(o) => println!("{}", rank_line(rank as u32, &o.timing)),
+            Ok(o) => println!("{}", rank_line(rank as u32, o)),
             Err(e) => {
-                eprintln!("psdm: rank {rank}: {}", failure(job, e));
+                eprintln!("psdm: rank {rank}: {e}");
                 code = ExitCode::from(1);
             }
         }
@@ -297,4 +347,44 @@ pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
         eprintln!("psdm: shutdown: {e}");
     }
     code
+}
+
+/// Resumes this rank as `start` (its incarnation, and how it starts)
+/// says, then runs it; the error is said plainly ([`failure`]).
+fn run_one(
+    rt: &Runtime,
+    job: &Job,
+    start: (u32, Start),
+    ckpt: &CheckpointConfig,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Outcome, String> {
+    let up = unix_ms();
+    let resumed = resume::resume(rt, job, start.1, ckpt).map_err(|e| e.to_string())?;
+    say_resumed(rt.rank(), start.0, &resumed, up);
+    run_resumed(rt, job, resumed.state.as_ref(), progress).map_err(|e| failure(job, &e))
+}
+
+/// Says where a rank resumed: a plain line if from a checkpoint, and the
+/// machine-readable `@psdm-resumed` line whenever checkpoints are on
+/// (`up_unix_ms`: when the runtime was up, before restoring).
+fn say_resumed(rank: u32, incarnation: u32, r: &Resumed, up: u128) {
+    if r.start == Start::Fresh {
+        return;
+    }
+    let batches = r.state.as_ref().map_or(0, |s| s.batches_done);
+    if r.version > 0 {
+        println!(
+            "psdm: rank {rank} resumed from checkpoint version {} ({batches} batches done), \
+             restored in {:.3} s",
+            r.version,
+            r.took.as_secs_f64()
+        );
+    }
+    println!(
+        "@psdm-resumed rank={rank} start={} incarnation={incarnation} version={} batches={batches} \
+         restore_ms={:.3} up_unix_ms={up}",
+        r.start.name(),
+        r.version,
+        r.took.as_secs_f64() * 1e3
+    );
 }

@@ -57,6 +57,12 @@ pub struct JobArgs {
     /// node): changes the order contributions arrive in.
     #[arg(long, default_value_t = 0)]
     pub jitter_ms: u64,
+    /// Every rank checkpoints its progress (the root also its image) every
+    /// B batches, and resumes from its checkpoints on start (0: off; see
+    /// the book's psdm section on checkpoints). Above `--in-flight`, the
+    /// runtime's default of two versions kept suffices.
+    #[arg(long, value_name = "B", default_value_t = 6)]
+    pub checkpoint_every: usize,
     /// The rank that receives every batch image, writes the image and
     /// prints the summary (below the job's rank count).
     #[arg(long, default_value_t = 0)]

@@ -34,11 +34,14 @@
 //!   the overlap.
 //! - [`recovery`]: which batch reduction comes next, and which batches the
 //!   survivors redo when ranks are lost.
+//! - [`checkpoint`]: what each rank checkpoints every
+//!   `--checkpoint-every` batches, and how it resumes on start.
 //! - [`app`]: the program around it: runtime start, progress, summary.
 //! - [`observe`]: logs (`RUST_LOG`) and Prometheus metrics
 //!   (`TASKFOLD_METRICS_ADDR`).
 
 pub mod app;
+pub mod checkpoint;
 pub mod image;
 pub mod job;
 pub mod migrate;

@@ -11,12 +11,19 @@
 //! (a rank done with a batch does not hear that it failed, so the
 //! survivors could not agree on what to redo).
 //!
+//! Every `--checkpoint-every` batches the rank checkpoints its progress
+//! (and the root its image) without waiting for the write, and a run can
+//! resume after a checkpoint's batches ([`run_resumed`], see
+//! [`crate::checkpoint`]).
+//!
 //! Overlap is measured, not assumed. Between traces the rank polls its live
 //! reductions (`is_done`, which never blocks) and notes when each finished;
 //! a reduction's *latency* runs from `reduce` to that moment, and the part
 //! of it the rank did not spend blocked in `get` was *hidden* behind
 //! computation.
 
+use crate::checkpoint::writer::{Checkpointer, Parts};
+use crate::checkpoint::{fingerprint, Cadence, State};
 use crate::image::Image;
 use crate::job::Job;
 use crate::model::Rng;
@@ -45,7 +52,9 @@ pub struct Timing {
 }
 
 impl Timing {
-    fn to_vec(self) -> Vec<f64> {
+    /// The timing as numbers (what a checkpoint and the timing
+    /// reductions carry).
+    pub fn to_vec(self) -> Vec<f64> {
         vec![
             self.compute.as_secs_f64(),
             self.wait.as_secs_f64(),
@@ -57,16 +66,18 @@ impl Timing {
         ]
     }
 
-    fn from_slice(v: &[f64]) -> Timing {
+    /// The timing of [`Timing::to_vec`]'s numbers (missing ones zero).
+    pub fn from_slice(v: &[f64]) -> Timing {
+        let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
         let d = |x: f64| Duration::from_secs_f64(x.max(0.0));
         Timing {
-            compute: d(v[0]),
-            wait: d(v[1]),
-            latency: d(v[2]),
-            hidden: d(v[3]),
-            jitter: d(v[4]),
-            traces: v[5] as u64,
-            reductions: v[6] as u64,
+            compute: d(at(0)),
+            wait: d(at(1)),
+            latency: d(at(2)),
+            hidden: d(at(3)),
+            jitter: d(at(4)),
+            traces: at(5) as u64,
+            reductions: at(6) as u64,
         }
     }
 }
@@ -82,6 +93,11 @@ pub struct Outcome {
     pub lost: Vec<u32>,
     /// Batch reductions that failed for a lost rank and were redone.
     pub redone: usize,
+    /// Batches this run resumed after (from a checkpoint), 0 if none.
+    pub resumed_at: usize,
+    /// Checkpoints taken, and the time the rank spent taking them
+    /// (serialising, and blocked on a write not yet durable).
+    pub checkpoints: (u64, Duration),
     /// At the root: the final image and every surviving rank's timing
     /// summed and maximised (element-wise).
     pub root: Option<RootResult>,
@@ -103,6 +119,10 @@ struct Pending {
     issued: Instant,
     done_at: Option<Instant>,
     future: ReduceFuture<InPlace<Sum<f32>>>,
+    /// The rank's timing once it was issued: the work of batches up to
+    /// this one, and no later one (what a checkpoint taken when it
+    /// settles counts).
+    t_issued: Timing,
 }
 
 /// One rank's run: its schedule, its partial state, what it reports.
@@ -114,7 +134,7 @@ struct Run<'a> {
     /// At the root: the batch images added so far.
     image: Option<Image>,
     pending: VecDeque<Pending>,
-    rng: Rng,
+    ckpt: Option<Checkpointer>,
     progress: &'a mut dyn FnMut(usize, usize),
 }
 
@@ -127,6 +147,18 @@ struct Run<'a> {
 pub fn run_rank(
     rt: &Runtime,
     job: &Job,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Outcome, ReduceError> {
+    run_resumed(rt, job, None, progress)
+}
+
+/// As [`run_rank`], resuming after the batches `from` holds (a checkpoint
+/// of this rank, [`crate::checkpoint::resume`]), with its timing and, at
+/// the root, its image.
+pub fn run_resumed(
+    rt: &Runtime,
+    job: &Job,
+    from: Option<&State>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Outcome, ReduceError> {
     let (rank, size) = (rt.rank(), rt.size());
@@ -142,10 +174,23 @@ pub fn run_rank(
         t: Timing::default(),
         image: (rank == root).then(|| Image::zeros(job.model.nx, job.model.nz)),
         pending: VecDeque::new(),
-        rng: Rng::new(job.args.seed ^ (0x5eed_0000 + rank as u64)),
+        ckpt: (job.args.checkpoint_every > 0).then(|| {
+            let cadence = Cadence {
+                every: job.args.checkpoint_every,
+                in_flight: job.args.in_flight,
+            };
+            Checkpointer::new(cadence, fingerprint(job, size))
+        }),
         progress,
     };
+    let resumed_at = match from {
+        Some(s) => run.resume(s)?,
+        None => 0,
+    };
     run.batches()?;
+    if let Some(c) = run.ckpt.as_mut() {
+        c.finish(rank);
+    }
     let elapsed = started.elapsed();
     let root = run.gather()?;
     Ok(Outcome {
@@ -153,11 +198,52 @@ pub fn run_rank(
         elapsed,
         lost: run.sched.lost().to_vec(),
         redone: run.sched.redone(),
+        resumed_at,
+        checkpoints: run
+            .ckpt
+            .as_ref()
+            .map_or((0, Duration::ZERO), |c| (c.taken, c.spent)),
         root,
     })
 }
 
 impl Run<'_> {
+    /// Takes up the state of a checkpoint: its batches are done. Returns
+    /// them; refuses a state whose image is not this rank's to hold.
+    fn resume(&mut self, s: &State) -> Result<usize, ReduceError> {
+        let cells = self.image.as_ref().map_or(0, |i| i.data.len());
+        if s.image.len() != cells {
+            return Err(ReduceError::InvalidOptions(format!(
+                "the checkpoint holds an image of {} cells where rank {} holds {cells}",
+                s.image.len(),
+                self.rt.rank()
+            )));
+        }
+        let done = (s.batches_done as usize).min(self.sched.batches());
+        self.sched.resume_at(done);
+        self.t = Timing::from_slice(&s.timing);
+        if let Some(img) = self.image.as_mut() {
+            img.data.copy_from_slice(&s.image);
+        }
+        Ok(done)
+    }
+
+    /// Checkpoints once `done` batches are settled, if one is due and no
+    /// rank was lost (see [`crate::checkpoint`]); `t` is the timing up to
+    /// the last of them.
+    fn checkpoint(&mut self, done: usize, t: Timing) {
+        let Some(c) = self.ckpt.as_mut() else { return };
+        let Some(version) = c.due(done).filter(|_| self.sched.lost().is_empty()) else {
+            return;
+        };
+        let parts = Parts {
+            batches: done,
+            timing: t.to_vec(),
+            image: self.image.as_ref().map(|i| i.data.as_slice()),
+        };
+        c.take(self.rt, version, parts);
+    }
+
     /// Issues and settles every batch. Issuing and settling interleave by
     /// count alone (issue until `in_flight + 1` are live, then settle the
     /// oldest, blocking if it is not done), so that every survivor issues
@@ -188,9 +274,16 @@ impl Run<'_> {
         let partial = migrate_batch(self.job, &traces, &mut self.t, &mut self.pending);
         let jitter = self.job.args.jitter_ms;
         if jitter > 0 {
-            let ms = self.rng.next_u64() % (jitter + 1);
+            // A function of the rank and the batch alone, so that a batch
+            // redone after a restart sleeps as long.
+            let seed = (self.job.args.seed ^ (0x5eed_0000 + rank as u64))
+                ^ (attempt.batch as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let ms = Rng::new(seed).next_u64() % (jitter + 1);
             std::thread::sleep(Duration::from_millis(ms));
             self.t.jitter += Duration::from_millis(ms);
+        }
+        if let Some(c) = self.ckpt.as_mut() {
+            c.before_issue(rank, attempt.batch);
         }
         let mut opts = Reduce::root(self.job.args.root)
             .id(attempt.id())
@@ -205,6 +298,7 @@ impl Run<'_> {
             issued: Instant::now(),
             done_at: None,
             future,
+            t_issued: self.t,
         });
         Ok(())
     }
@@ -230,6 +324,7 @@ impl Run<'_> {
                 if self.image.is_some() {
                     (self.progress)(done, self.sched.batches());
                 }
+                self.checkpoint(done, p.t_issued);
                 return Ok(());
             }
             Err(e) => e,

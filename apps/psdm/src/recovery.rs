@@ -138,6 +138,14 @@ impl Schedule {
         })
     }
 
+    /// Resumes after `done` batches (a checkpoint's): they count as done
+    /// and the next fresh batch is `done`. Only before any attempt.
+    pub fn resume_at(&mut self, done: usize) {
+        assert_eq!(self.next_fresh, 0, "resumed after an attempt was issued");
+        self.next_fresh = done.min(self.batches);
+        self.done = self.next_fresh;
+    }
+
     /// An attempt succeeded: its batch is done. Returns the batches done.
     pub fn succeeded(&mut self) -> usize {
         self.done += 1;

@@ -3,6 +3,7 @@
 
 pub mod compare;
 pub mod faults;
+pub mod recovery;
 pub mod reduce;
 pub mod transports;
 
@@ -23,6 +24,10 @@ pub enum BenchCmd {
     /// taskfold against MPI_Reduce (Open MPI, MPICH) in the source paper's
     /// scenarios: JSON, a Markdown report with ratios, and SVG plots.
     Compare(compare::CompareArgs),
+    /// psdm with one rank SIGKILLed: time to solution without failure,
+    /// with checkpoint/restart, and with the runtime's global and local
+    /// restart; JSON, a Markdown report and an SVG plot.
+    Recovery(recovery::RecoveryArgs),
 }
 
 /// Runs a benchmark.
@@ -32,5 +37,6 @@ pub fn main(cmd: BenchCmd) -> ExitCode {
         BenchCmd::Faults(a) => faults::main(a),
         BenchCmd::Transports(a) => transports::main(a),
         BenchCmd::Compare(a) => compare::main(a),
+        BenchCmd::Recovery(a) => recovery::main(a),
     }
 }

@@ -1,0 +1,56 @@
+//! A short run of `taskfold bench recovery`: one failure-free trial and
+//! one checkpoint/restart trial of a small psdm job on 3 ranks; both end
+//! with the failure-free checksum, a killed restart trial launched the
+//! job twice, and the JSON, the report and the plot are written.
+
+use std::process::Command;
+use std::time::Duration;
+use taskfold_tests::{run_bounded, target_dir, taskfold_bin, text};
+
+#[test]
+fn one_trial_of_none_and_restart() {
+    let bin = taskfold_bin();
+    let psdm = target_dir().join(format!("psdm{}", std::env::consts::EXE_SUFFIX));
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("report");
+    let mut cmd = Command::new(bin);
+    cmd.args(["bench", "recovery", "--np", "3", "--trials", "1"])
+        .args(["--modes", "none,restart", "--seed", "3", "--timeout", "60"])
+        .arg("--psdm")
+        .arg(&psdm)
+        .arg("--out")
+        .arg(&out_dir)
+        .arg("--")
+        .args(["--nx", "200", "--nz", "100", "--shots", "12"])
+        .args(["--receivers", "48", "--batch", "4", "--in-flight", "2"])
+        .args(["--checkpoint-every", "3"]);
+    let out = run_bounded(cmd, Duration::from_secs(300));
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("recovery.json")).unwrap()).unwrap();
+    let trials = json["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 2, "{json}");
+    let reference = json["reference_checksum"].as_f64().unwrap();
+    assert!(reference.abs() > 0.0, "{json}");
+    for (trial, mode) in trials.iter().zip(["none", "restart"]) {
+        assert_eq!(trial["mode"], mode, "{trial}");
+        assert_eq!(trial["exit_ok"], true, "{trial}");
+        assert_eq!(trial["checksum_matches"], true, "{trial}");
+        assert!(trial["time_to_solution_s"].as_f64().unwrap() > 0.0);
+    }
+    let restart = &trials[1];
+    let victim = restart["victim"].as_u64().unwrap();
+    assert!((1..3).contains(&victim), "{restart}");
+    let launches = if restart["kill_unix_ms"].is_null() {
+        1
+    } else {
+        2
+    };
+    assert_eq!(restart["launches"].as_u64().unwrap(), launches, "{restart}");
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(md.contains("| restart | 1 |"), "{md}");
+    assert!(md.contains("Retrieval"), "{md}");
+    let svg = std::fs::read_to_string(out_dir.join("recovery.svg")).unwrap();
+    assert!(svg.starts_with("<svg"), "{svg}");
+}
