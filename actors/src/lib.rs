@@ -73,6 +73,7 @@ pub mod options;
 mod outbox;
 mod perf;
 mod pool;
+pub mod reinit;
 mod replica;
 mod router;
 pub mod runtime;
@@ -89,6 +90,7 @@ pub use local::LocalCluster;
 pub use master::{MasterStats, TaskRecord};
 pub use options::Reduce;
 pub use perf::LocalStats;
+pub use reinit::Entry;
 pub use runtime::Runtime;
 /// The job's secret key, which every connection between its processes
 /// proves ([`Builder::job_key`]; see the book's Security chapter).

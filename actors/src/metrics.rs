@@ -43,6 +43,8 @@ pub const MASTER_BYTES_OUT: &str = "taskfold_master_bytes_out_total";
 pub const FAILURES_DETECTED: &str = "taskfold_failures_detected_total";
 /// Replacements of dead ranks let in.
 pub const RESPAWNS: &str = "taskfold_respawns_total";
+/// Rollbacks of the job to its re-init entry point (global restart).
+pub const ROLLBACKS: &str = "taskfold_rollbacks_total";
 /// Time from a rank's last sign of life to its declaration as failed.
 pub const DETECTION_SECONDS: &str = "taskfold_failure_detection_seconds";
 /// Failures a reduction survived (its lost data rescheduled from replicas).
@@ -158,6 +160,7 @@ fn describe_recovery() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(FAILURES_DETECTED, "Ranks declared failed");
     describe_counter!(RESPAWNS, "Replacements of dead ranks let in");
+    describe_counter!(ROLLBACKS, "Rollbacks of the job to its re-init entry point");
     describe_counter!(BAD_FRAMES, "Control frames refused as invalid");
     describe_histogram!(
         DETECTION_SECONDS,

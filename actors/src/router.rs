@@ -9,7 +9,7 @@
 use crate::detector::{FailureDetector, PongIn};
 use crate::master::{
     BarrierIn, ExitReport, FinalizeIn, GetStats, JoinIn, Master, MasterStats, RankDown,
-    ReadmittedIn, RejoinIn, ReplacementIn, ReplicatedIn, TaskDoneIn, TaskFailedIn,
+    ReadmittedIn, ReinitReadyIn, RejoinIn, ReplacementIn, ReplicatedIn, TaskDoneIn, TaskFailedIn,
 };
 use crate::perf::{GetLocalStats, LocalStats, PerformanceCounter};
 use crate::replica::{OfferIn, PeerGone, ReplicaStore};
@@ -30,6 +30,11 @@ pub(crate) enum Command {
     Finalize(FinalizeReq),
     Barrier(BarrierReq),
     MasterStats(flume::Sender<MasterStats>),
+    /// The application is at its re-init entry point (global restart).
+    ReinitReady {
+        epoch: Option<u32>,
+        newest: Option<u64>,
+    },
     LocalStats(flume::Sender<LocalStats>),
     Stop,
 }
@@ -52,6 +57,8 @@ pub(crate) struct Router {
     pub(crate) standby: crate::standby::Standby,
     /// This process's lifecycle and the application's failure events.
     pub(crate) recovery: crate::lifecycle::Recovery,
+    /// The global restart's state, shared with the runtime.
+    pub(crate) rollbacks: crate::reinit::Rollbacks,
 }
 
 impl Actor for Router {
@@ -103,7 +110,9 @@ impl StreamHandler<Event> for Router {
                 }),
                 None => {
                     let why = "this rank is not the master";
-                    self.out.transport().refuse_replacement(peer, incarnation, why);
+                    self.out
+                        .transport()
+                        .refuse_replacement(peer, incarnation, why);
                 }
             },
         }
@@ -209,6 +218,13 @@ impl Router {
                     wire,
                 })
             }),
+            Msg::ReinitReady { epoch, newest } => self.master_or_drop(from, |m| {
+                m.do_send(ReinitReadyIn {
+                    from,
+                    epoch,
+                    newest,
+                })
+            }),
             Msg::Readmitted { rank, incarnation } => self.master_or_drop(from, |m| {
                 m.do_send(ReadmittedIn {
                     from,
@@ -272,6 +288,12 @@ impl Router {
                 incarnation,
                 addr,
             } => self.respawned(Rank(rank), incarnation, &addr),
+            Msg::Reinit { epoch } => {
+                tracing::warn!(rank = %self.rank, epoch, "the job rolls back to its re-init entry point");
+                self.rollbacks.unwind(epoch);
+                self.worker.do_send(crate::worker::ReinitIn { epoch });
+            }
+            Msg::ReinitGo { epoch, version } => self.rollbacks.go(epoch, version),
             Msg::Ping { seq } => {
                 if let Some((w, _)) = &mut self.watch {
                     w.heard(Instant::now());
@@ -352,6 +374,9 @@ impl StreamHandler<Command> for Router {
         match cmd {
             Command::Start(s) => self.worker.do_send(s),
             Command::Finalize(f) => self.worker.do_send(f),
+            Command::ReinitReady { epoch, newest } => {
+                let _ = self.out.to_master(&Msg::ReinitReady { epoch, newest });
+            }
             Command::Barrier(b) => self.worker.do_send(b),
             Command::MasterStats(reply) => match &self.master {
                 Some(m) => {
@@ -404,5 +429,6 @@ fn for_master(msg: &Msg) -> bool {
             | Msg::Replicated { .. }
             | Msg::Rejoin(_)
             | Msg::Readmitted { .. }
+            | Msg::ReinitReady { .. }
     )
 }

@@ -33,16 +33,17 @@ use taskfold_transports::Transport;
 pub struct Runtime {
     rank: u32,
     size: u32,
-    cmd: flume::Sender<Command>,
+    pub(crate) cmd: flume::Sender<Command>,
     live: Arc<Mutex<HashSet<u64>>>,
-    auto_ids: Mutex<HashMap<u64, u64>>,
-    barriers: std::sync::atomic::AtomicU64,
+    pub(crate) auto_ids: Mutex<HashMap<u64, u64>>,
+    pub(crate) barriers: std::sync::atomic::AtomicU64,
     notices: crate::notices::Notices,
     thread: Option<JoinHandle<()>>,
     transport: Arc<dyn Transport>,
-    config: Config,
-    checkpoints: Checkpoints,
+    pub(crate) config: Config,
+    pub(crate) checkpoints: Checkpoints,
     recovery: crate::lifecycle::Recovery,
+    pub(crate) rollbacks: crate::reinit::Rollbacks,
 }
 
 impl Runtime {
@@ -97,6 +98,7 @@ impl Runtime {
             }
         }
         let recovery = crate::lifecycle::Recovery::new(transport.incarnation());
+        let rollbacks = crate::reinit::Rollbacks::default();
         let thread = crate::start::spawn(crate::start::Parts {
             transport: transport.clone(),
             config: config.clone(),
@@ -105,6 +107,7 @@ impl Runtime {
             notices: notices.clone(),
             commands: cmd_rx,
             recovery: recovery.clone(),
+            rollbacks: rollbacks.clone(),
         })?;
         tracing::debug!(rank, size, transport = transport.name(), "runtime started");
         Ok(Runtime {
@@ -120,6 +123,7 @@ impl Runtime {
             checkpoints: Checkpoints::new(rank, &config.checkpoint, &config.hooks),
             config,
             recovery,
+            rollbacks,
         })
     }
 
@@ -339,6 +343,8 @@ impl Runtime {
     /// Marks reduction `key` (`id`) live on this rank: refused if it is
     /// already, or if [`Config::max_reductions`] are.
     fn claim(&self, key: u64, id: &ReductionId) -> Result<(), ReduceError> {
+        // A job rolling back takes no reduction until its entry point.
+        self.rollbacks.check()?;
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         if live.contains(&key) {
             return Err(ReduceError::DuplicateId(id.to_string()));
@@ -383,6 +389,7 @@ impl Runtime {
     /// [`ReduceError::MasterLost`] if the master is gone, and
     /// [`ReduceError::Fenced`] on a rank declared failed.
     pub fn barrier(&self) -> Result<(), ReduceError> {
+        self.rollbacks.check()?;
         let seq = self
             .barriers
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -38,6 +38,8 @@ pub(crate) struct Parts {
     /// This process's lifecycle and failure events, shared with the
     /// runtime.
     pub(crate) recovery: crate::lifecycle::Recovery,
+    /// The global restart's state, shared with the runtime.
+    pub(crate) rollbacks: crate::reinit::Rollbacks,
 }
 
 /// Starts the actors of rank `p.transport.rank()` on a thread of their own
@@ -115,6 +117,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
         disk: disk.clone(),
     };
     let (commands, notices, recovery) = (p.commands, p.notices, p.recovery);
+    let rollbacks = p.rollbacks;
     Router::create(move |ctx| {
         ctx.add_stream(events.into_stream());
         ctx.add_stream(commands.into_stream());
@@ -130,6 +133,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
             watch,
             standby: crate::standby::Standby::new(spare),
             recovery,
+            rollbacks,
         }
     });
     Ok(())
@@ -186,7 +190,7 @@ fn master_and_detector(
     if out.transport().rank().0 == 0 && out.transport().replaces() {
         // Replacements register with the first master only (its address
         // is the one the launcher gives them).
-        m.set_respawn(c.respawn.budget, c.respawn.wait);
+        m.set_respawn(c.respawn.budget, c.respawn.wait, c.respawn.restart);
     }
     m.set_detector(detector.clone());
     ((master_ctx, m), detector)

@@ -103,8 +103,11 @@ fn main() -> ExitCode {
                 Ok(exits) => match launcher::Verdict::of(&exits) {
                     launcher::Verdict::Clean => ExitCode::SUCCESS,
                     launcher::Verdict::Survived(lost) => {
-                        let replaced: Vec<u32> =
-                            exits.iter().filter(|e| e.replaced).map(|e| e.rank).collect();
+                        let replaced: Vec<u32> = exits
+                            .iter()
+                            .filter(|e| e.replaced)
+                            .map(|e| e.rank)
+                            .collect();
                         eprintln!(
                             "taskfold run: the job survived the loss of rank(s) {lost:?} \
                              (replaced: {replaced:?}): every other process exited 0"

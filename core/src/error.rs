@@ -93,7 +93,9 @@ pub enum ReduceError {
     /// call fails so until the application returns to its re-init entry
     /// point (`Runtime::run_reinit`), which resumes it from the newest
     /// checkpoint every rank completed.
-    #[error("the job rolls back after rank failures (epoch {epoch}): return to the re-init entry point")]
+    #[error(
+        "the job rolls back after rank failures (epoch {epoch}): return to the re-init entry point"
+    )]
     Reinit {
         /// The job's new epoch (one more per rollback).
         epoch: u32,

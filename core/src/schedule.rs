@@ -332,7 +332,8 @@ impl Schedule {
                     .filter(|e| e.index == index && e.path.len() == 1)
                     .map(|e| e.path.clone())
                     .collect();
-                self.queue.retain(|e| !(e.index == index && e.path.len() == 1));
+                self.queue
+                    .retain(|e| !(e.index == index && e.path.len() == 1));
                 self.push_singles(queued, &|_| false);
             }
         }
@@ -593,6 +594,6 @@ pub fn choose_b(
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod respawn_tests;
+#[cfg(test)]
+mod tests;

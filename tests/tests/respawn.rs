@@ -24,15 +24,24 @@ fn job(respawn: u32, pids: &Path, extra: &[&str], env: &[(&str, &str)]) -> Comma
     let mut cmd = Command::new(taskfold_bin());
     let respawn = respawn.to_string();
     let (n, pace) = (REDUCTIONS.to_string(), PACE_MS.to_string());
-    cmd.args(["run", "-n", "4", "--respawn", &respawn, "--timeout", "240", "--"])
-        .arg(tf_respawn())
-        .args(["--reductions", &n, "--pace-ms", &pace, "--pid-dir"])
-        .arg(pids)
-        .args(extra)
-        .env("TASKFOLD_DURABILITY", "off")
-        .env("TASKFOLD_FAILURE_TIMEOUT_MS", "2000")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args([
+        "run",
+        "-n",
+        "4",
+        "--respawn",
+        &respawn,
+        "--timeout",
+        "240",
+        "--",
+    ])
+    .arg(tf_respawn())
+    .args(["--reductions", &n, "--pace-ms", &pace, "--pid-dir"])
+    .arg(pids)
+    .args(extra)
+    .env("TASKFOLD_DURABILITY", "off")
+    .env("TASKFOLD_FAILURE_TIMEOUT_MS", "2000")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -171,8 +180,14 @@ fn a_replacement_killed_in_turn_is_replaced_again() {
     assert!(ok, "both kills landed:\n{}", text(&out));
     assert_exact(&out);
     let t = text(&out);
-    assert!(t.contains("[3] lifecycle Restarted { incarnation: 2 }"), "{t}");
-    assert!(t.contains("[1] lifecycle-end Reinited { replaced: 2 }"), "{t}");
+    assert!(
+        t.contains("[3] lifecycle Restarted { incarnation: 2 }"),
+        "{t}"
+    );
+    assert!(
+        t.contains("[1] lifecycle-end Reinited { replaced: 2 }"),
+        "{t}"
+    );
 }
 
 #[test]
@@ -194,5 +209,54 @@ fn without_a_replacement_left_the_lost_contributions_end_in_ranks_lost() {
             respawn as usize,
             "{t}"
         );
+    }
+}
+
+/// Under global restart every rank comes back to its entry point and all
+/// resume from one version: the newest every rank holds.
+#[test]
+fn global_restart_resumes_every_rank_from_the_newest_common_checkpoint() {
+    for (trial, every) in [(0u64, "10"), (1, "0")] {
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = dir.path().join("ckpt");
+        let pids = dir.path().join("pids");
+        std::fs::create_dir(&pids).unwrap();
+        let env = [
+            ("TASKFOLD_CHECKPOINT_DIR", ckpt.to_str().unwrap()),
+            ("TASKFOLD_RESTART", "global"),
+        ];
+        let cmd = job(1, &pids, &["--checkpoint-every", every], &env);
+        let at = span().mul_f64(0.3) + instant(trial + 100, span().mul_f64(0.5));
+        let (out, ok) = run_with_kills(cmd, &pids, 1 + trial as u32, &[at]);
+        let t = text(&out);
+        assert!(ok && out.status.success(), "{t}");
+        // One agreed version, the same on every rank (none: from the start).
+        let resumed: Vec<&str> = t
+            .lines()
+            .filter_map(|l| l.split_once("] resumed at ").map(|(_, r)| r))
+            .collect();
+        let next: u32 = match every {
+            "0" => {
+                assert!(resumed.is_empty(), "{t}");
+                0
+            }
+            _ => {
+                assert_eq!(resumed.len(), 4, "{t}");
+                assert!(resumed
+                    .iter()
+                    .all(|r| *r == resumed[0] && r.ends_with("agreed)")));
+                resumed[0].split(' ').next().unwrap().parse().unwrap()
+            }
+        };
+        let entries = t.matches("entry Entry { lifecycle: Reinited").count();
+        assert_eq!(
+            entries, 3,
+            "every survivor came back to its entry point:\n{t}"
+        );
+        let all = format!(
+            "[0] rank 0: {} ok, 0 lost, 0 wrong, 0 unexpected",
+            REDUCTIONS - next
+        );
+        assert_eq!(tally(&t), all, "\n{t}");
     }
 }

@@ -37,6 +37,9 @@ impl Handler<BarrierIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: BarrierIn, _: &mut Context<Self>) {
+        if self.stale(m.from) {
+            return; // sent before its rank heard of the rollback
+        }
         if self.awaiting_reports() {
             return self.keep(super::takeover::Deferred::Barrier(m));
         }

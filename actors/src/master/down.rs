@@ -31,6 +31,7 @@ impl Master {
             return; // it finished its work and left: not a failure
         }
         let awaited = self.respawn_on_death(rank.0);
+        let global = awaited && self.restart == taskfold_core::settings::Restart::Global;
         self.fence(rank, &reason, latency);
         // Before the notice that the rank failed: a buddy holding a
         // standing copy of one of its originals is offered it first, on
@@ -47,6 +48,10 @@ impl Master {
         // Tell the fenced rank too: if it was only stopped, it learns on
         // resuming that it is out of the run.
         let _ = self.out.send(rank, &notice);
+        if global {
+            // Every rank comes back to its entry point instead.
+            return self.roll_back(rank);
+        }
         self.fail_barriers();
         let keys: Vec<u64> = self.reductions.keys().copied().collect();
         for key in keys {

@@ -1,9 +1,9 @@
 //! The master's messages, one type each, and their handlers.
 
-use taskfold_core::schedule::Replacement;
 use super::{Master, MasterStats};
 use crate::master::state::Reduction;
 use actix::prelude::*;
+use taskfold_core::schedule::Replacement;
 use taskfold_core::schedule::Source;
 use taskfold_core::wire::{Join, Msg, TaskFailed, TaskFailure};
 use taskfold_core::{Rank, ReduceError};
@@ -65,6 +65,9 @@ impl Handler<TaskFailedIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: TaskFailedIn, _: &mut Context<Self>) {
+        if self.stale(m.from) {
+            return; // sent before its rank heard of the rollback
+        }
         self.count_in(m.wire);
         self.task_failed(m);
     }
@@ -180,6 +183,9 @@ impl Handler<ReplicatedIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: ReplicatedIn, _: &mut Context<Self>) {
+        if self.stale(m.holder) {
+            return; // sent before its rank heard of the rollback
+        }
         if self.awaiting_reports() {
             return self.keep(super::takeover::Deferred::Replicated(m));
         }

@@ -33,6 +33,9 @@ impl Handler<JoinIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: JoinIn, _: &mut Context<Self>) {
+        if self.stale(m.from) {
+            return; // sent before its rank heard of the rollback
+        }
         if self.awaiting_reports() {
             return self.keep(super::takeover::Deferred::Join(Box::new(m)));
         }
@@ -93,6 +96,9 @@ impl Handler<TaskDoneIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: TaskDoneIn, _: &mut Context<Self>) {
+        if self.stale(m.from) {
+            return; // sent before its rank heard of the rollback
+        }
         self.count_in(m.wire);
         let TaskDoneIn { from, done, .. } = m;
         if !self.accepts(from, done.rank) {

@@ -23,6 +23,7 @@ mod handlers;
 mod infer;
 mod join;
 mod left;
+mod reinit;
 mod respawn;
 mod state;
 mod stats;
@@ -42,6 +43,7 @@ use taskfold_core::{wire::Msg, Rank, ReduceError};
 pub(crate) use barrier::BarrierIn;
 pub(crate) use handlers::{ExitReport, FinalizeIn, GetStats, RankDown, ReplicatedIn, TaskFailedIn};
 pub(crate) use join::{JoinIn, TaskDoneIn};
+pub(crate) use reinit::ReinitReadyIn;
 pub(crate) use respawn::{ReadmittedIn, ReplacementIn};
 pub(crate) use takeover::RejoinIn;
 
@@ -94,6 +96,10 @@ pub struct Master {
     taking: takeover::Taking,
     /// Replacements of dead ranks (see `respawn`).
     respawn: respawn::Replacements,
+    /// How the application comes back from a replacement.
+    restart: taskfold_core::settings::Restart,
+    /// The global restart's rollback (see `reinit`).
+    rollback: taskfold_core::reinit::Rollback,
 }
 
 impl Master {
@@ -211,6 +217,8 @@ impl Master {
             board: None,
             taking: takeover::Taking::running(),
             respawn: respawn::Replacements::none(size, out_rank),
+            restart: Default::default(),
+            rollback: Default::default(),
         }
     }
 

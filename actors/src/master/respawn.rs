@@ -13,6 +13,7 @@ use actix::prelude::*;
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 use taskfold_core::respawn::{Death, Respawns, Slot};
+use taskfold_core::settings::Restart;
 use taskfold_core::wire::Msg;
 use taskfold_core::Rank;
 
@@ -71,6 +72,12 @@ impl Replacements {
         }
     }
 
+    /// Forgets the completed reductions (a rollback numbers them afresh).
+    pub(super) fn forget_completed(&mut self) {
+        self.completed.clear();
+        self.order.clear();
+    }
+
     /// Records that reduction `key` completed, if replacements may come.
     pub(super) fn completed(&mut self, key: u64, enabled: bool) {
         if !enabled || !self.completed.insert(key) {
@@ -86,8 +93,10 @@ impl Replacements {
 }
 
 impl Master {
-    /// Expects up to `budget` replacements, each waited for at most `wait`.
-    pub(crate) fn set_respawn(&mut self, budget: u32, wait: Duration) {
+    /// Expects up to `budget` replacements, each waited for at most
+    /// `wait`, and comes back from them by `restart`.
+    pub(crate) fn set_respawn(&mut self, budget: u32, wait: Duration, restart: Restart) {
+        self.restart = restart;
         let own = self.out.transport().rank().0;
         self.respawn = Replacements {
             book: Respawns::new(self.size, budget, own),
@@ -115,6 +124,7 @@ impl Master {
             self.admitted(r, inc);
         }
         if death == Death::Final {
+            self.left_rollback(rank);
             return false;
         }
         if let Some((incarnation, addr)) = self.respawn.early.remove(&rank) {
@@ -254,7 +264,11 @@ impl Handler<GiveUp> for Master {
         if !self.respawn.book.give_up(m.rank) {
             return;
         }
-        tracing::error!(rank = m.rank, "no replacement came in time: its originals are lost");
+        tracing::error!(
+            rank = m.rank,
+            "no replacement came in time: its originals are lost"
+        );
+        self.left_rollback(m.rank);
         let keys: Vec<u64> = self.reductions.keys().copied().collect();
         for key in keys {
             let Some(r) = self.reductions.get_mut(&key) else {

@@ -61,6 +61,8 @@ pub struct MasterStats {
     /// Ranks whose replacement was let in, in that order (see the book's
     /// chapter Surviving failures of the application).
     pub respawned: Vec<u32>,
+    /// Global restarts: rollbacks of the job to its re-init entry point.
+    pub rollbacks: u64,
     /// Disk copies of dead ranks' originals that the master inferred
     /// (their announcement never arrived) and handed to recovery.
     pub disk_copies_inferred: u64,

@@ -29,7 +29,7 @@ pub(crate) use barrier::{BarrierDoneIn, BarrierReq};
 pub(crate) use end::{CompleteIn, FinalizeAckIn, FinalizeReq, MasterGone, ReleaseIn};
 pub(crate) use failover::Failover;
 pub(crate) use join::StartReduce;
-pub(crate) use recovery::{RankFailedIn, RankRevivedIn, ReplicaAckIn};
+pub(crate) use recovery::{RankFailedIn, RankRevivedIn, ReinitIn, ReplicaAckIn};
 pub(crate) use task::TaskIn;
 
 use crate::future::Slot;

@@ -14,6 +14,24 @@ pub(crate) struct RankFailedIn {
     pub(crate) rank: Rank,
 }
 
+/// The master rolls the job back (global restart): every live reduction
+/// and barrier of this rank ends with `ReduceError::Reinit`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ReinitIn {
+    pub(crate) epoch: u32,
+}
+
+impl Handler<ReinitIn> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, m: ReinitIn, _: &mut Context<Self>) {
+        let error = ReduceError::Reinit { epoch: m.epoch };
+        self.fail_all(error.clone());
+        self.fail_waiters(&error);
+    }
+}
+
 /// The master let a replacement of `rank` in: it can be a buddy again.
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -56,7 +56,11 @@ impl<'a> Spawner<'a> {
     /// one), the first master still leads (replacements register with
     /// it) and replacements are left. Returns its rank, incarnation and
     /// process.
-    pub(super) fn replace(&mut self, exit: &mut RankExit, master: u32) -> Option<(u32, u32, Child)> {
+    pub(super) fn replace(
+        &mut self,
+        exit: &mut RankExit,
+        master: u32,
+    ) -> Option<(u32, u32, Child)> {
         let killed = exit.code_and_signal().1 != 0;
         if !killed || self.left == 0 || exit.rank == master || master != 0 {
             return None;
@@ -138,4 +142,3 @@ fn rank_command(
     }
     Ok(cmd)
 }
-

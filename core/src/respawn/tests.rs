@@ -25,7 +25,10 @@ fn a_replacement_is_live_once_every_live_rank_let_it_in() {
     assert_eq!(r.asks(2, 1, [0, 1, 3]), Ok(false));
     assert!(!r.let_in(1, 2, 1));
     assert!(!r.let_in(1, 2, 1), "a repeated answer counts once");
-    assert!(!r.let_in(3, 2, 7), "another incarnation's answer is ignored");
+    assert!(
+        !r.let_in(3, 2, 7),
+        "another incarnation's answer is ignored"
+    );
     assert!(r.let_in(3, 2, 1));
     assert_eq!(r.slot(2), Some(&Slot::Live(1)));
 }

@@ -37,8 +37,7 @@ fn simulate_respawns(
         events.push((t + delay, Ev::Back(k)));
     }
     for _ in 0..(60 * n + 60) {
-        let Some(k) = (0..events.len()).min_by(|&a, &b| events[a].0.total_cmp(&events[b].0))
-        else {
+        let Some(k) = (0..events.len()).min_by(|&a, &b| events[a].0.total_cmp(&events[b].0)) else {
             break;
         };
         let (now, ev) = events.swap_remove(k);
@@ -136,7 +135,10 @@ fn a_copied_original_makes_the_replacements_join_a_duplicate() {
     s.await_replacement(1);
     s.fail(1, |_| true).unwrap();
     s.revive(1);
-    assert!(s.is_dead(1), "read from its buddy, not from the replacement");
+    assert!(
+        s.is_dead(1),
+        "read from its buddy, not from the replacement"
+    );
     assert_eq!(s.join_replacement(1), Ok(Replacement::Held));
 }
 
@@ -162,4 +164,3 @@ proptest! {
         prop_assert_eq!(got, Ok(vec![1; n]));
     }
 }
-

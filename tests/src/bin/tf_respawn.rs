@@ -16,7 +16,7 @@ use clap::Parser;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Duration;
-use taskfold::{Lifecycle, Reduce, ReduceError, ReduceFuture, Runtime, Sum};
+use taskfold::{Entry, Lifecycle, Reduce, ReduceError, ReduceFuture, Runtime, Sum};
 
 #[derive(Parser)]
 struct Args {
@@ -68,30 +68,22 @@ fn main() {
     };
     let rank = rt.rank();
     println!("lifecycle {:?}", rt.lifecycle());
-    let start = resume_point(&rt, &args);
     if let Some(dir) = &args.pid_dir {
         let tmp = dir.join(format!(".rank-{rank}.pid"));
         std::fs::write(&tmp, std::process::id().to_string()).unwrap();
         std::fs::rename(tmp, dir.join(format!("rank-{rank}.pid"))).unwrap();
     }
-    let mut tally = Tally::default();
-    let mut live: VecDeque<(u32, ReduceFuture<Sum<f64>>)> = VecDeque::new();
-    for i in start..args.reductions {
-        let opts = Reduce::root(0).id(format!("rs-{i}"));
-        let f = rt
-            .reduce(Sum(vec![value(rank, i); args.len]), opts)
-            .expect("reduce");
-        live.push_back((i, f));
-        std::thread::sleep(Duration::from_millis(args.pace_ms));
-        while live.len() > args.window {
-            let (i, f) = live.pop_front().expect("not empty");
-            settle(&rt, i, f, &mut tally);
-            checkpoint(&rt, &args, i + 1);
+    // The re-init entry point: a global restart runs it again.
+    let tally = match rt.run_reinit(|rt, entry| run(rt, &args, entry)) {
+        Ok(t) => t,
+        Err(e) => {
+            println!("unexpected run: {e}");
+            Tally {
+                unexpected: 1,
+                ..Tally::default()
+            }
         }
-    }
-    for (i, f) in live {
-        settle(&rt, i, f, &mut tally);
-    }
+    };
     for ev in rt.recovery_events().try_iter() {
         println!("event {ev:?}");
     }
@@ -102,6 +94,50 @@ fn main() {
     );
     let _ = rt.shutdown();
     std::process::exit(i32::from(tally.wrong + tally.unexpected > 0));
+}
+
+/// One run from the entry point: the reductions from where this process
+/// resumes to the last. A rollback ends it with `ReduceError::Reinit`.
+fn run(rt: &Runtime, args: &Args, entry: Entry) -> Result<Tally, ReduceError> {
+    println!("entry {entry:?}");
+    let start = match entry.resume {
+        Some(v) => agreed(rt, v),
+        None => resume_point(rt, args),
+    };
+    let mut tally = Tally::default();
+    let mut live: VecDeque<(u32, ReduceFuture<Sum<f64>>)> = VecDeque::new();
+    for i in start..args.reductions {
+        let opts = Reduce::root(0).id(format!("rs-{i}"));
+        live.push_back((
+            i,
+            rt.reduce(Sum(vec![value(rt.rank(), i); args.len]), opts)?,
+        ));
+        std::thread::sleep(Duration::from_millis(args.pace_ms));
+        while live.len() > args.window {
+            let (i, f) = live.pop_front().expect("not empty");
+            settle(rt, i, f, &mut tally)?;
+            checkpoint(rt, args, i + 1);
+        }
+    }
+    for (i, f) in live {
+        settle(rt, i, f, &mut tally)?;
+    }
+    Ok(tally)
+}
+
+/// Where every rank resumes after a global restart: version `v`, the
+/// newest every rank holds.
+fn agreed(rt: &Runtime, v: u64) -> u32 {
+    match rt.restore_upto::<u32>(Some(v)) {
+        Ok(Some((version, next))) => {
+            println!("resumed at {next} (version {version}, agreed)");
+            next
+        }
+        other => {
+            println!("unexpected restore of version {v}: {other:?}");
+            0
+        }
+    }
 }
 
 /// Where this process starts: a replacement from its newest checkpoint
@@ -133,8 +169,13 @@ fn checkpoint(rt: &Runtime, args: &Args, next: u32) {
     }
 }
 
-/// Waits for reduction `i` and checks it.
-fn settle(rt: &Runtime, i: u32, mut f: ReduceFuture<Sum<f64>>, t: &mut Tally) {
+/// Waits for reduction `i` and checks it; a rollback is returned.
+fn settle(
+    rt: &Runtime,
+    i: u32,
+    mut f: ReduceFuture<Sum<f64>>,
+    t: &mut Tally,
+) -> Result<(), ReduceError> {
     let all: f64 = (0..rt.size()).map(|r| value(r, i)).sum();
     match f.wait_timeout(Duration::from_secs(120)) {
         Ok(Some(sum)) if sum.0.iter().all(|&x| x == all) => {
@@ -154,9 +195,14 @@ fn settle(rt: &Runtime, i: u32, mut f: ReduceFuture<Sum<f64>>, t: &mut Tally) {
             t.lost += 1;
             println!("lost {i} {ranks:?}");
         }
+        Err(e @ ReduceError::Reinit { .. }) => {
+            println!("rollback at {i}: {e}");
+            return Err(e);
+        }
         other => {
             t.unexpected += 1;
             println!("unexpected {i}: {other:?}");
         }
     }
+    Ok(())
 }

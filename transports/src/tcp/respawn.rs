@@ -74,19 +74,25 @@ pub(super) async fn refuse_held(shared: &Shared, peer: u32, incarnation: u32, re
 
 /// Admits the held registration of `peer`'s `incarnation`: this rank
 /// serves it from now on, and it receives every rank's address.
-pub(super) fn admit(shared: &Arc<Shared>, peer: u32, incarnation: u32) -> Result<(), TransportError> {
-    let reg = take(shared, peer, incarnation).ok_or_else(|| {
-        TransportError::Protocol {
-            peer,
-            detail: format!("no replacement of rank {peer} (incarnation {incarnation}) is waiting"),
-        }
+pub(super) fn admit(
+    shared: &Arc<Shared>,
+    peer: u32,
+    incarnation: u32,
+) -> Result<(), TransportError> {
+    let reg = take(shared, peer, incarnation).ok_or_else(|| TransportError::Protocol {
+        peer,
+        detail: format!("no replacement of rank {peer} (incarnation {incarnation}) is waiting"),
     })?;
     let addr = reg.hello.addr.ok_or_else(|| TransportError::Protocol {
         peer,
         detail: "a registration without an address".into(),
     })?;
     shared.readmit(peer, incarnation, addr);
-    let addrs = shared.addrs.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let addrs = shared
+        .addrs
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let nodes = shared.nodes.get().cloned().unwrap_or_default();
     let table: Vec<Entry> = addrs
         .iter()

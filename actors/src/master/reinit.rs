@@ -1,0 +1,90 @@
+//! Global restart at the master (`TASKFOLD_RESTART=global`, see the
+//! book's chapter Surviving failures of the application): when a dead
+//! rank's replacement is awaited, the job rolls back to a new epoch.
+//! Every live reduction, barrier and remembered end is dropped (each rank
+//! ends its own with `ReduceError::Reinit` on the notice), messages of a
+//! rank not yet back at its entry point are stale and dropped, and once
+//! every rank, the replacement too, is back
+//! ([`taskfold_core::reinit::Rollback`]) all go on from the newest
+//! checkpoint version every rank holds.
+
+use super::Master;
+use actix::prelude::*;
+use taskfold_core::reinit::Go;
+use taskfold_core::wire::Msg;
+use taskfold_core::Rank;
+
+/// Rank `from` is at its re-init entry point for `epoch`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ReinitReadyIn {
+    pub(crate) from: Rank,
+    pub(crate) epoch: Option<u32>,
+    pub(crate) newest: Option<u64>,
+}
+
+impl Master {
+    /// True while `from` has not come back to its entry point in a
+    /// rollback: what it sends about reductions and barriers is stale.
+    pub(super) fn stale(&self, from: Rank) -> bool {
+        self.rollback.waits_for(from.0)
+    }
+
+    /// Rolls the job back after `rank`'s death (its replacement is
+    /// awaited): every rank, the replacement included, must come back to
+    /// its entry point.
+    pub(super) fn roll_back(&mut self, rank: Rank) {
+        let ranks: Vec<u32> = (0..self.size)
+            .filter(|r| !self.finalized.contains(r))
+            .filter(|r| !self.dead.contains(r) || *r == rank.0)
+            .collect();
+        let epoch = self.rollback.begin(ranks);
+        tracing::warn!(%rank, epoch, "the job rolls back to its re-init entry point");
+        let keys: Vec<u64> = self.reductions.keys().copied().collect();
+        for key in keys {
+            if let Some(r) = self.reductions.remove(&key) {
+                self.note_end(key, &r);
+            }
+        }
+        self.ended.clear();
+        self.ended_order.clear();
+        self.early_replicas.clear();
+        self.barriers.clear();
+        self.respawn.forget_completed();
+        self.stats.rollbacks += 1;
+        metrics::counter!(crate::metrics::ROLLBACKS).increment(1);
+        self.update_queue_gauge();
+        let notice = Msg::Reinit { epoch };
+        for r in 0..self.size {
+            self.send(Rank(r), &notice);
+        }
+    }
+
+    /// `rank` will not come back (no replacement): not waited for.
+    pub(super) fn left_rollback(&mut self, rank: u32) {
+        if let Some(go) = self.rollback.left(rank) {
+            self.go(go);
+        }
+    }
+
+    fn go(&mut self, go: Go) {
+        tracing::info!(epoch = go.epoch, version = ?go.version, "every rank is at its re-init entry point");
+        let msg = Msg::ReinitGo {
+            epoch: go.epoch,
+            version: go.version,
+        };
+        for r in 0..self.size {
+            self.send(Rank(r), &msg);
+        }
+    }
+}
+
+impl Handler<ReinitReadyIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: ReinitReadyIn, _: &mut Context<Self>) {
+        if let Some(go) = self.rollback.ready(m.from.0, m.epoch, m.newest) {
+            self.go(go);
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! Global restart at a rank (Reinit++; `TASKFOLD_RESTART=global`): when a
+//! rank is replaced, the master rolls the job back to a new epoch; every
+//! rank's live reductions and barriers end with [`ReduceError::Reinit`],
+//! and so does every call until the application is back at its re-init
+//! entry point, [`Runtime::run_reinit`]. There each rank tells the master
+//! the newest checkpoint it holds; once every rank (the replacement too)
+//! is there, all resume from the newest version every rank holds. The
+//! master's side is `taskfold_core::reinit`.
+
+use crate::router::Command;
+use crate::{Lifecycle, Runtime};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use taskfold_core::ReduceError;
+
+/// Where the application's entry point stands, as the master said.
+#[derive(Debug, Default)]
+struct State {
+    /// The epoch the master rolled the job back to (0: never).
+    epoch: u32,
+    /// Unwinding to `epoch`: calls fail until the go.
+    unwinding: bool,
+    /// The last go: its epoch and the version to resume from.
+    go: Option<(u32, Option<u64>)>,
+}
+
+/// The rollback state shared by the runtime and its router.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Rollbacks(Arc<(Mutex<State>, Condvar)>);
+
+impl Rollbacks {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0 .0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The master rolls the job back to `epoch`.
+    pub(crate) fn unwind(&self, epoch: u32) {
+        let mut s = self.state();
+        if epoch > s.epoch {
+            (s.epoch, s.unwinding) = (epoch, true);
+        }
+        self.0 .1.notify_all();
+    }
+
+    /// Every rank is at its entry point for `epoch`: go on from `version`.
+    pub(crate) fn go(&self, epoch: u32, version: Option<u64>) {
+        let mut s = self.state();
+        if epoch >= s.epoch {
+            (s.epoch, s.unwinding, s.go) = (epoch, false, Some((epoch, version)));
+        }
+        self.0 .1.notify_all();
+    }
+
+    /// The error every call gets while the job rolls back, if it does.
+    pub(crate) fn check(&self) -> Result<(), ReduceError> {
+        let s = self.state();
+        match s.unwinding {
+            true => Err(ReduceError::Reinit { epoch: s.epoch }),
+            false => Ok(()),
+        }
+    }
+}
+
+/// What the application's entry point is called with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Where this process stands ([`Runtime::lifecycle`]).
+    pub lifecycle: Lifecycle,
+    /// The checkpoint version to resume from, the newest every rank holds
+    /// ([`Runtime::restore_upto`]); `None`: start from the beginning
+    /// (the first entry of a process started with the job, or no version
+    /// held by every rank).
+    pub resume: Option<u64>,
+}
+
+impl Runtime {
+    /// Runs `body`, the application's re-init entry point. Under
+    /// `TASKFOLD_RESTART=global`, when a rank is replaced every rank's
+    /// calls fail with [`ReduceError::Reinit`]; `body` returns that error
+    /// (with `?`), every rank meets the others here, and `body` runs again
+    /// with [`Entry::resume`], the newest checkpoint version every rank
+    /// holds, to restore with [`Runtime::restore_upto`]. A replacement
+    /// meets the others before its first run. Any other result of `body`
+    /// is returned. Without global restart this is one call of `body`.
+    ///
+    /// Bounded: at most one more run than the job's replacements, and each
+    /// meeting waits at most the respawn wait plus twice the failure
+    /// timeout ([`ReduceError::Timeout`]).
+    pub fn run_reinit<T>(
+        &self,
+        mut body: impl FnMut(&Runtime, Entry) -> Result<T, ReduceError>,
+    ) -> Result<T, ReduceError> {
+        let global = self.config.respawn.restart == taskfold_core::settings::Restart::Global;
+        let mut resume = None;
+        if global && matches!(self.lifecycle(), Lifecycle::Restarted { .. }) {
+            resume = self.meet(None)?;
+        }
+        let runs = self.config.respawn.budget.saturating_add(2);
+        let mut last = ReduceError::Reinit { epoch: 0 };
+        for _ in 0..runs {
+            let entry = Entry {
+                lifecycle: self.lifecycle(),
+                resume,
+            };
+            match body(self, entry) {
+                Err(ReduceError::Reinit { epoch }) if global => {
+                    last = ReduceError::Reinit { epoch };
+                    resume = self.meet(Some(epoch))?;
+                }
+                other => return other,
+            }
+        }
+        Err(last)
+    }
+
+    /// Tells the master this rank is at its entry point for `epoch`
+    /// (`None`: a replacement) and waits for the go; returns the version
+    /// to resume from. Told of a newer rollback meanwhile, it answers for
+    /// that one.
+    fn meet(&self, mut epoch: Option<u32>) -> Result<Option<u64>, ReduceError> {
+        self.reset_numbering();
+        let limit = self.config.respawn.wait + self.config.failure_timeout * 2;
+        let deadline = Instant::now() + limit;
+        let newest = self.checkpoints.newest_version();
+        self.tell_ready(epoch, newest)?;
+        let (lock, cv) = &*self.rollbacks.0;
+        let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some((e, version)) = s.go {
+                if !s.unwinding && epoch.is_none_or(|mine| e >= mine) {
+                    return Ok(version);
+                }
+            }
+            if s.unwinding && epoch.is_some_and(|mine| s.epoch > mine) {
+                // Another rank was replaced meanwhile: answer again.
+                epoch = Some(s.epoch);
+                drop(s);
+                self.tell_ready(epoch, newest)?;
+                s = lock.lock().unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ReduceError::Timeout(limit));
+            }
+            let wait = left.min(Duration::from_millis(200));
+            s = cv
+                .wait_timeout(s, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    fn tell_ready(&self, epoch: Option<u32>, newest: Option<u64>) -> Result<(), ReduceError> {
+        self.cmd
+            .send(Command::ReinitReady { epoch, newest })
+            .map_err(|_| ReduceError::Shutdown)
+    }
+
+    /// Every rank numbers its barriers and unnamed reductions from zero
+    /// again, as the replacement does.
+    fn reset_numbering(&self) {
+        self.barriers.store(0, std::sync::atomic::Ordering::Relaxed);
+        self.auto_ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
