@@ -149,6 +149,10 @@ pub enum Msg {
     /// rank holds, once every task the dead master gave it has ended (see
     /// [`crate::failover`]).
     Rejoin(Rejoin),
+    /// Rank ↔ rank: multilevel checkpoints between ranks (L2 copies, L3
+    /// shards and parity, a restarted rank's queries; see
+    /// [`super::checkpoint`]).
+    Checkpoint(super::checkpoint::CheckpointMsg),
 }
 
 /// A rank's report to a new master ([`Msg::Rejoin`]).
