@@ -50,6 +50,8 @@ pub(crate) struct Router {
     pub(crate) watch: Option<(MasterWatch, Timing)>,
     /// Who takes over if the master dies (see `crate::standby`).
     pub(crate) standby: crate::standby::Standby,
+    /// The rank's checkpoint engine.
+    pub(crate) checkpoints: crate::checkpoint::Inbox,
 }
 
 impl Actor for Router {
@@ -88,6 +90,7 @@ impl StreamHandler<Event> for Router {
                 // After every offer `peer` sent, which this router handed to
                 // the store before this event.
                 self.store.do_send(PeerGone { peer });
+                self.checkpoints.dead(peer);
             }
         }
     }
@@ -151,6 +154,7 @@ impl Router {
                 ok,
                 same_node,
             }),
+            Msg::Checkpoint(m) if from != LAUNCHER => self.checkpoints.deliver(from, m),
             other => {
                 metrics::counter!(crate::metrics::BAD_FRAMES).increment(1);
                 tracing::error!(%from, msg = ?other, "message not accepted from this sender; dropped");
@@ -229,6 +233,7 @@ impl Router {
             Msg::RankFailed { rank } => {
                 tracing::warn!(rank = %self.rank, failed = rank, "the master declared a rank failed");
                 self.standby.rank_failed(Rank(rank));
+                self.checkpoints.dead(Rank(rank));
                 self.worker.do_send(RankFailedIn { rank: Rank(rank) });
             }
             Msg::Ping { seq } => {

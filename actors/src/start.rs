@@ -35,6 +35,8 @@ pub(crate) struct Parts {
     pub(crate) live: Arc<Mutex<HashSet<u64>>>,
     pub(crate) notices: Notices,
     pub(crate) commands: flume::Receiver<Command>,
+    /// The rank's checkpoint engine, for the router.
+    pub(crate) checkpoints: crate::checkpoint::Inbox,
 }
 
 /// Starts the actors of rank `p.transport.rank()` on a thread of their own
@@ -111,7 +113,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
         epoch: p.epoch,
         disk: disk.clone(),
     };
-    let (commands, notices) = (p.commands, p.notices);
+    let (commands, notices, checkpoints) = (p.commands, p.notices, p.checkpoints);
     Router::create(move |ctx| {
         ctx.add_stream(events.into_stream());
         ctx.add_stream(commands.into_stream());
@@ -126,6 +128,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
             notices,
             watch,
             standby: crate::standby::Standby::new(spare),
+            checkpoints,
         }
     });
     Ok(())

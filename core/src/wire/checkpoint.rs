@@ -168,7 +168,9 @@ pub enum Body {
 pub fn buffer_key(body: Body, who: u32, n: u64, group: u32) -> u64 {
     let mut h = crate::id::stable_hash("checkpoint-body");
     for word in [body as u64, u64::from(who), n, u64::from(group)] {
-        h = (h ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+        h = (h ^ word)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(29);
     }
     h
 }

@@ -14,7 +14,10 @@ fn a_checkpoint_settles_once_every_level_did() {
     assert!(!p.durable(Level::L3), "a failed level stays failed");
     let partial = p.outcome().unwrap().unwrap_err();
     assert_eq!(partial.written, vec![Level::L1, Level::L2]);
-    assert_eq!(partial.failed, vec![(Level::L3, "encoder dead".to_string())]);
+    assert_eq!(
+        partial.failed,
+        vec![(Level::L3, "encoder dead".to_string())]
+    );
 }
 
 #[test]
@@ -33,7 +36,11 @@ fn coding_gathers_encodes_stores_and_announces() {
     let mut c = Coding::new(3, 2);
     assert_eq!(c.shard(1, 10, 9), Next::Wait);
     assert_eq!(c.shard(0, 12, 9), Next::Wait);
-    assert_eq!(c.lost(Role::Member(1), "gone"), Next::Wait, "its shard is here");
+    assert_eq!(
+        c.lost(Role::Member(1), "gone"),
+        Next::Wait,
+        "its shard is here"
+    );
     assert_eq!(c.shard(2, 4, 9), Next::Encode);
     c.sent();
     assert_eq!(c.stored(1, true, ""), Next::Wait);
