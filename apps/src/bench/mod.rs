@@ -1,6 +1,7 @@
 //! `taskfold bench ...`: benchmark harness. Figures are medians, with a
 //! baseline measured in the same run; report ratios, not absolute times.
 
+pub mod checkpoint;
 pub mod compare;
 pub mod faults;
 pub mod reduce;
@@ -23,6 +24,10 @@ pub enum BenchCmd {
     /// taskfold against MPI_Reduce (Open MPI, MPICH) in the source paper's
     /// scenarios: JSON, a Markdown report with ratios, and SVG plots.
     Compare(compare::CompareArgs),
+    /// Multilevel checkpoints: L3 encoding throughput per core, and the
+    /// retrieval of a rank whose node and partner's node were lost,
+    /// aware of the failure against FTI-style probing.
+    Checkpoint(checkpoint::CheckpointArgs),
 }
 
 /// Runs a benchmark.
@@ -32,5 +37,6 @@ pub fn main(cmd: BenchCmd) -> ExitCode {
         BenchCmd::Faults(a) => faults::main(a),
         BenchCmd::Transports(a) => transports::main(a),
         BenchCmd::Compare(a) => compare::main(a),
+        BenchCmd::Checkpoint(a) => checkpoint::main(a),
     }
 }
