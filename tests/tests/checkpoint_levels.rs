@@ -315,8 +315,8 @@ fn l3_rebuilds_a_rank_after_the_loss_of_m_shards_of_its_group() {
 #[test]
 fn one_loss_more_than_m_is_refused_at_l3_and_l4_is_read() {
     let j = six();
-    j.checkpoint_all(1..=3);
-    assert!(j.l4.exists(), "version 2 went to L4");
+    // L3 keeps versions 4 and 3, L4 versions 4 and 2.
+    j.checkpoint_all(1..=4);
     let p = j.placement();
     let (r, others) = victims(&p, 2);
     std::fs::remove_dir_all(j.dir(r)).unwrap();
@@ -332,22 +332,24 @@ fn one_loss_more_than_m_is_refused_at_l3_and_l4_is_read() {
         .unwrap();
     assert_eq!(
         (got.version, got.level, got.tried),
-        (2, Level::L4, vec![Level::L4])
+        (4, Level::L4, vec![Level::L4])
     );
     // Probing tries L3 too, and refuses it: too few shards.
     let got = rt
         .restore_with::<Field>(&Retrieval::Probing)
         .unwrap()
         .unwrap();
-    assert_eq!((got.version, got.level), (2, Level::L4));
+    assert_eq!((got.version, got.level), (4, Level::L4));
     assert_eq!(got.tried, vec![Level::L1, Level::L3, Level::L4]);
-    // A damaged newest L4 piece: nothing older there (keep is 2, L4 holds
-    // version 2 alone), so nothing is restored.
-    let l4 = rank_dir(&j.l4, rt.checkpoint_job(), r).join(format!("r{r}-L4-v2.tfck"));
-    damage(&l4);
+    // A damaged newest L4 piece: the version before, from L4.
+    let l4 = |v: u64| rank_dir(&j.l4, rt.checkpoint_job(), r).join(format!("r{r}-L4-v{v}.tfck"));
+    damage(&l4(4));
     let (got, log) = logged(|| rt.restore_after::<Field>(&failure).unwrap());
-    assert_eq!(got, None);
+    assert_eq!(got, Some((2, field(r, 2))));
     assert!(log.contains("checksum mismatch"), "{log}");
+    // Both damaged: nothing fit is left, and nothing is restored.
+    damage(&l4(2));
+    assert_eq!(rt.restore_after::<Field>(&failure).unwrap(), None);
 }
 
 #[test]
