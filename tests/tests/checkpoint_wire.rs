@@ -80,8 +80,25 @@ fn missing(t: &LoopbackTransport, msg: CheckpointMsg) -> String {
     }
 }
 
-#[test]
-fn foreign_or_damaged_pieces_are_refused_and_good_ones_kept_for_their_owner() {
+/// Rank 0's runtime, ranks 1 and 2 bare, and the directory root.
+struct Peers {
+    hub: Arc<LoopbackHub>,
+    t1: Arc<LoopbackTransport>,
+    t2: Arc<LoopbackTransport>,
+    rt: Option<Runtime>,
+    job: JobId,
+    tmp: tempfile::TempDir,
+}
+
+impl Drop for Peers {
+    fn drop(&mut self) {
+        self.hub.kill(Rank(1));
+        self.hub.kill(Rank(2));
+        drop(self.rt.take());
+    }
+}
+
+fn peers() -> Peers {
     let tmp = tempfile::tempdir().unwrap();
     let config = Config {
         checkpoint: CheckpointConfig {
@@ -95,29 +112,63 @@ fn foreign_or_damaged_pieces_are_refused_and_good_ones_kept_for_their_owner() {
     let (hub, mut ts) = LoopbackHub::new(3);
     let (t2, t1) = (ts.pop().unwrap(), ts.pop().unwrap());
     let rt = Runtime::start(ts.pop().unwrap() as Arc<dyn Transport>, config).unwrap();
-    let job = rt.checkpoint_job();
     // Interleaved 0, 1, 2 on three nodes: rank 0 is rank 2's partner only.
     assert_eq!(rt.checkpoint_placement().unwrap().partner(2), Some(0));
+    let job = rt.checkpoint_job();
+    Peers {
+        hub,
+        t1,
+        t2,
+        rt: Some(rt),
+        job,
+        tmp,
+    }
+}
 
-    let (ok, why) = offer(&t1, 1, 1, l2_piece(job, 1, 1));
+#[test]
+fn foreign_or_damaged_copies_are_refused_and_a_good_one_stored() {
+    let p = peers();
+    let (t1, t2, job) = (&p.t1, &p.t2, p.job);
+    let (ok, why) = offer(t1, 1, 1, l2_piece(job, 1, 1));
     assert!(!ok && why.contains("not rank 1's partner"), "{why}");
-    let (ok, why) = offer(&t2, 2, 1, l2_piece(JobId::named("theirs"), 2, 1));
+    let (ok, why) = offer(t2, 2, 1, l2_piece(JobId::named("theirs"), 2, 1));
     assert!(!ok && why.contains("of this job"), "{why}");
-    let (ok, why) = offer(&t2, 2, 1, l2_piece(job, 1, 1));
+    let (ok, why) = offer(t2, 2, 1, l2_piece(job, 1, 1));
     assert!(!ok && why.contains("owner 1"), "{why}");
-    let (ok, why) = offer(&t2, 2, 1, l2_piece(job, 2, 9));
+    let (ok, why) = offer(t2, 2, 1, l2_piece(job, 2, 9));
     assert!(!ok && why.contains("version 9"), "{why}");
     let mut damaged = l2_piece(job, 2, 1);
     damaged[50] ^= 1;
-    let (ok, why) = offer(&t2, 2, 1, damaged);
+    let (ok, why) = offer(t2, 2, 1, damaged);
     assert!(!ok && why.contains("checksum"), "{why}");
-    let (ok, why) = offer(&t2, 2, 1, b"not a piece".to_vec());
+    let (ok, why) = offer(t2, 2, 1, b"not a piece".to_vec());
     assert!(!ok && why.contains("bad magic"), "{why}");
-    let (ok, why) = offer(&t2, 2, 1, l2_piece(job, 2, 1));
+    let held = rank_dir(p.tmp.path(), job, 0).join("held-r2");
+    assert!(
+        !held.join("r2-L2-v1.tfck").exists(),
+        "nothing refused is stored"
+    );
+    let (ok, why) = offer(t2, 2, 1, l2_piece(job, 2, 1));
     assert!(ok, "{why}");
-    let held = rank_dir(tmp.path(), job, 0).join("held-r2");
     assert!(held.join("r2-L2-v1.tfck").is_file());
+    // A shard to a rank that is no group's encoder here: refused.
+    send(
+        t1,
+        CheckpointMsg::Shard {
+            version: 1,
+            group: 7,
+            len: 10,
+            type_tag: 77,
+        },
+    );
+    assert!(matches!(answer(t1), CheckpointMsg::CodingFailed { .. }));
+}
 
+#[test]
+fn a_copy_is_served_to_its_owner_alone_and_as_its_type() {
+    let p = peers();
+    let (t1, t2, job) = (&p.t1, &p.t2, p.job);
+    assert!(offer(t2, 2, 1, l2_piece(job, 2, 1)).0);
     // Rank 1 may not list or fetch rank 2's copy; nor ask of a level 9.
     let query = |req, level, owner| CheckpointMsg::Query {
         req,
@@ -125,8 +176,8 @@ fn foreign_or_damaged_pieces_are_refused_and_good_ones_kept_for_their_owner() {
         owner,
         group: 0,
     };
-    assert!(missing(&t1, query(1, 2, 2)).contains("may not ask"));
-    assert!(missing(&t1, query(2, 9, 1)).contains("may not ask"));
+    assert!(missing(t1, query(1, 2, 2)).contains("may not ask"));
+    assert!(missing(t1, query(2, 9, 1)).contains("may not ask"));
     let fetch = |req, owner, type_tag| CheckpointMsg::Fetch {
         req,
         level: 2,
@@ -136,20 +187,20 @@ fn foreign_or_damaged_pieces_are_refused_and_good_ones_kept_for_their_owner() {
         version: 1,
         type_tag,
     };
-    assert!(missing(&t1, fetch(3, 2, 77)).contains("may not ask"));
+    assert!(missing(t1, fetch(3, 2, 77)).contains("may not ask"));
     // Rank 2 asking for another type: refused, with the reason.
-    assert!(missing(&t2, fetch(4, 2, 78)).contains("type tag"));
+    assert!(missing(t2, fetch(4, 2, 78)).contains("type tag"));
     // Rank 2's own copy: listed, lent, intact.
-    send(&t2, query(5, 2, 2));
+    send(t2, query(5, 2, 2));
     assert_eq!(
-        answer(&t2),
+        answer(t2),
         CheckpointMsg::Holding {
             req: 5,
             pieces: vec![(1, 0)]
         }
     );
-    send(&t2, fetch(6, 2, 77));
-    let len = match answer(&t2) {
+    send(t2, fetch(6, 2, 77));
+    let len = match answer(t2) {
         CheckpointMsg::Piece { req: 6, len } => len,
         other => panic!("{other:?}"),
     };
@@ -166,21 +217,6 @@ fn foreign_or_damaged_pieces_are_refused_and_good_ones_kept_for_their_owner() {
         piece::check(&got, &expect).unwrap().payload,
         b"the owner's state"
     );
-
-    // A shard to a rank that is no group's encoder here: refused.
-    send(
-        &t1,
-        CheckpointMsg::Shard {
-            version: 1,
-            group: 7,
-            len: 10,
-            type_tag: 77,
-        },
-    );
-    assert!(matches!(answer(&t1), CheckpointMsg::CodingFailed { .. }));
-    hub.kill(Rank(1));
-    hub.kill(Rank(2));
-    drop(rt);
 }
 
 /// Waits for a loopback get (ready at once).
