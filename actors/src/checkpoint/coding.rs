@@ -8,7 +8,7 @@ use super::holder::MAX_BODY;
 use super::Level;
 use bytes::Bytes;
 use std::time::Instant;
-use taskfold_core::checkpoint::erasure::{self, Stamp};
+use taskfold_core::checkpoint::erasure::Stamp;
 use taskfold_core::checkpoint::flow::{Next, Role};
 use taskfold_core::checkpoint::{Coding, EcGroup, Header, Shard};
 use taskfold_core::wire::checkpoint::{buffer_key, Body, CheckpointMsg};
@@ -131,6 +131,7 @@ impl Engine {
         let Some(e) = self.encoding.get_mut(&(g.index, version)) else {
             return Next::Wait;
         };
+        let coder = &mut self.coder;
         let shards: Vec<Vec<u8>> = e
             .shards
             .iter_mut()
@@ -142,7 +143,7 @@ impl Engine {
             version,
             type_tag: e.type_tag,
         };
-        let pieces = match erasure::encode_pieces(stamp, g, &data) {
+        let pieces = match coder.encode_pieces(stamp, g, &data) {
             Ok(p) => p,
             Err(err) => return e.coding.abort(&format!("coding: {err}")),
         };

@@ -95,6 +95,8 @@ pub(crate) struct Engine {
     pub(super) own: HashMap<u64, Own>,
     pub(super) encoding: HashMap<(u32, u64), Encoding>,
     pub(super) lent: HashMap<(u32, u64), Lent>,
+    /// The L3 coder, its working space kept between versions.
+    pub(super) coder: taskfold_core::checkpoint::erasure::Coder,
 }
 
 /// How often deadlines are checked.
@@ -110,6 +112,7 @@ impl Engine {
             own: HashMap::new(),
             encoding: HashMap::new(),
             lent: HashMap::new(),
+            coder: Default::default(),
         };
         loop {
             match rx.recv_timeout(TICK) {
