@@ -51,7 +51,7 @@ fn start(n: u32, rendezvous: &Path, dir: &Path) -> Vec<Runtime> {
                     .rank(r)
                     .size(n)
                     .master(MasterAddr::Rendezvous(path))
-                    .job("tcp-levels".to_string())
+                    .job("tcp-levels")
                     .job_key(key)
                     .build()
                     .expect("start")
