@@ -111,3 +111,43 @@ proptest! {
         prop_assert_eq!(c.settled(), failed || announced == 1);
     }
 }
+
+proptest! {
+    /// Whatever the order of events, each level due settles once, the
+    /// outcome comes only when none waits, and it accounts for every
+    /// level due: written or failed, never both.
+    #[test]
+    fn progress_settles_each_level_once(
+        due in proptest::collection::vec(1u8..5, 0..6),
+        events in proptest::collection::vec((1u8..5, proptest::bool::ANY), 0..20),
+    ) {
+        let due: Vec<Level> = due.iter().map(|&n| Level::from_number(n).unwrap()).collect();
+        let mut p = Progress::new(3, &due);
+        let mut first: std::collections::BTreeMap<Level, bool> = Default::default();
+        for (n, ok) in events {
+            let l = Level::from_number(n).unwrap();
+            let changed = if ok { p.durable(l) } else { p.failed(l, "x") };
+            prop_assert_eq!(changed, due.contains(&l) && !first.contains_key(&l));
+            if changed {
+                first.insert(l, ok);
+            }
+        }
+        let mut levels = due.clone();
+        levels.sort();
+        levels.dedup();
+        match p.outcome() {
+            None => prop_assert!(first.len() < levels.len()),
+            Some(out) => {
+                prop_assert_eq!(first.len(), levels.len());
+                let written: Vec<Level> = first.iter().filter(|(_, &ok)| ok).map(|(&l, _)| l).collect();
+                match out {
+                    Ok(w) => { prop_assert_eq!(&w, &written); prop_assert_eq!(w, levels); }
+                    Err(partial) => {
+                        prop_assert_eq!(partial.written, written);
+                        prop_assert_eq!(partial.failed.len(), first.values().filter(|ok| !**ok).count());
+                    }
+                }
+            }
+        }
+    }
+}
