@@ -140,6 +140,12 @@ impl Engine {
         ) {
             hold();
         }
+        // A checkpoint of this version still under way is given up first:
+        // its bodies share the new one's keys.
+        if let Some(old) = self.own.remove(&job.version) {
+            let why = "superseded by a newer checkpoint of that version";
+            self.finish(job.version, old, Some(why));
+        }
         let mut own = Own {
             progress: Progress::new(job.version, &job.levels),
             done: Some(job.done),
@@ -165,13 +171,6 @@ impl Engine {
                     own.progress.failed(level, reason);
                 }
             }
-        }
-        if let Some(old) = self.own.remove(&job.version) {
-            self.finish(
-                old.progress.version(),
-                old,
-                Some("superseded by a newer checkpoint of that version"),
-            );
         }
         self.settle(job.version, own);
     }
