@@ -43,15 +43,13 @@ struct Job {
     cluster: LocalCluster,
 }
 
-/// `nodes.len()` ranks, rank `r` on node `nodes[r]`, with L3 groups of
-/// `k` and `m` parity pieces.
-fn job(nodes: Vec<u64>, every: [u64; 4], k: u16, m: u16, hooks: Vec<Hook>) -> Job {
-    let tmp = tempfile::tempdir().unwrap();
-    let (l1, l4) = (tmp.path().join("l1"), tmp.path().join("pfs"));
-    let config = Config {
+/// Checkpoints to `l1` (and `l4` if L4 is on), with L3 groups of `k` and
+/// `m` parity pieces.
+fn config(l1: &Path, l4: &Path, every: [u64; 4], k: u16, m: u16, hooks: Vec<Hook>) -> Config {
+    Config {
         checkpoint: CheckpointConfig {
-            dir: Some(l1.clone()),
-            shared_dir: (every[3] != 0).then(|| l4.clone()),
+            dir: Some(l1.to_path_buf()),
+            shared_dir: (every[3] != 0).then(|| l4.to_path_buf()),
             intervals: Intervals(every),
             group: k,
             parity: m,
@@ -62,7 +60,15 @@ fn job(nodes: Vec<u64>, every: [u64; 4], k: u16, m: u16, hooks: Vec<Hook>) -> Jo
         finalize_timeout: Duration::from_secs(10),
         hooks,
         ..Config::default()
-    };
+    }
+}
+
+/// `nodes.len()` ranks, rank `r` on node `nodes[r]`, with L3 groups of
+/// `k` and `m` parity pieces.
+fn job(nodes: Vec<u64>, every: [u64; 4], k: u16, m: u16, hooks: Vec<Hook>) -> Job {
+    let tmp = tempfile::tempdir().unwrap();
+    let (l1, l4) = (tmp.path().join("l1"), tmp.path().join("pfs"));
+    let config = config(&l1, &l4, every, k, m, hooks);
     let cluster = LocalCluster::with_nodes(nodes, config).unwrap();
     Job {
         _tmp: tmp,
@@ -197,6 +203,41 @@ fn l2_is_restored_from_the_partner_once_l1_is_wiped() {
     let (restored, log) = logged(|| rt.restore_after::<Field>(&failure).unwrap());
     assert_eq!(restored, Some((2, field(1, 2))));
     assert!(log.contains("checksum mismatch"), "{log}");
+}
+
+#[test]
+fn a_restarted_job_reads_the_copy_its_partner_kept_on_disk() {
+    let nodes: Vec<u64> = (0..3).collect();
+    let j = job(nodes.clone(), [1, 1, 0, 0], 4, 2, vec![]);
+    j.checkpoint_all(1..=2);
+    let Job {
+        _tmp,
+        l1,
+        l4,
+        cluster,
+        ..
+    } = j;
+    cluster.shutdown().unwrap();
+    // Rank 2's node is lost; the job restarts, rank 2 elsewhere.
+    let job_id = taskfold::checkpoint::JobId::named("levels");
+    std::fs::remove_dir_all(rank_dir(&l1, job_id, 2)).unwrap();
+    let again = config(&l1, &l4, [1, 1, 0, 0], 4, 2, vec![]);
+    let cluster = LocalCluster::with_nodes(nodes, again).unwrap();
+    let rt = cluster.rank(2);
+    let failure = Failure::new([2], [2]);
+    let got = rt
+        .restore_with::<Field>(&Retrieval::Aware(failure))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (got.version, &got.state, got.level),
+        (2, &field(2, 2), Level::L2)
+    );
+    assert_eq!(got.tried, [Level::L2]);
+    // The others read their own directories.
+    let got = cluster.rank(0).restore::<Field>().unwrap();
+    assert_eq!(got, Some((2, field(0, 2))));
+    cluster.shutdown().unwrap();
 }
 
 #[test]
