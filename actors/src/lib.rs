@@ -46,9 +46,11 @@
 //!   `metrics::serve_prometheus`). [`config`]: tunables, and [`Settings`]
 //!   (every `TASKFOLD_*` variable, parsed once).
 //! - [`checkpoint`]: [`CheckpointFuture`] and [`CheckpointError`] of
-//!   [`Runtime::checkpoint`] and [`Runtime::restore`], and the pieces in
+//!   [`Runtime::checkpoint`] and [`Runtime::restore`], the pieces in
 //!   files (a rank's local directory, the shared directory), written
-//!   atomically, read verified.
+//!   atomically, read verified, and the rank's checkpoint engine, which
+//!   moves L2 copies and L3 shards between ranks and serves the pieces it
+//!   holds to a restarted rank.
 //! - [`prelude`]: what an application that reduces needs, in one `use`.
 
 pub mod builder;

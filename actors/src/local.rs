@@ -30,6 +30,19 @@ impl LocalCluster {
         Ok(LocalCluster { hub, ranks })
     }
 
+    /// Starts `nodes.len()` ranks with `config`, rank `r` said to run on
+    /// node `nodes[r]` (as the transport would learn it), to try
+    /// node-aware placement (checkpoint partners and groups) in one
+    /// process.
+    pub fn with_nodes(nodes: Vec<u64>, config: Config) -> Result<Self, StartError> {
+        let (hub, ts) = LoopbackHub::with_nodes(nodes);
+        let ranks = ts
+            .into_iter()
+            .map(|t| Runtime::start(t as Arc<dyn Transport>, config.clone()))
+            .collect::<Result<_, _>>()?;
+        Ok(LocalCluster { hub, ranks })
+    }
+
     /// The runtime of `rank`.
     pub fn rank(&self, rank: u32) -> &Runtime {
         &self.ranks[rank as usize]

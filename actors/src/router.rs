@@ -59,6 +59,8 @@ pub(crate) struct Router {
     pub(crate) recovery: crate::lifecycle::Recovery,
     /// The global restart's state, shared with the runtime.
     pub(crate) rollbacks: crate::reinit::Rollbacks,
+    /// The rank's checkpoint engine.
+    pub(crate) checkpoints: crate::checkpoint::Inbox,
 }
 
 impl Actor for Router {
@@ -97,6 +99,7 @@ impl StreamHandler<Event> for Router {
                 // After every offer `peer` sent, which this router handed to
                 // the store before this event.
                 self.store.do_send(PeerGone { peer });
+                self.checkpoints.dead(peer);
             }
             Event::Replacement {
                 peer,
@@ -177,6 +180,7 @@ impl Router {
                 ok,
                 same_node,
             }),
+            Msg::Checkpoint(m) if from != LAUNCHER => self.checkpoints.deliver(from, m),
             other => {
                 metrics::counter!(crate::metrics::BAD_FRAMES).increment(1);
                 tracing::error!(%from, msg = ?other, "message not accepted from this sender; dropped");
@@ -279,6 +283,7 @@ impl Router {
             Msg::RankFailed { rank } => {
                 tracing::warn!(rank = %self.rank, failed = rank, "the master declared a rank failed");
                 self.standby.rank_failed(Rank(rank));
+                self.checkpoints.dead(Rank(rank));
                 self.worker.do_send(RankFailedIn { rank: Rank(rank) });
                 self.recovery
                     .heard(crate::lifecycle::RecoveryEvent::RankFailed { rank });
@@ -321,6 +326,7 @@ impl Router {
             return;
         }
         self.standby.rank_revived(rank);
+        self.checkpoints.revived(rank);
         self.worker.do_send(crate::worker::RankRevivedIn { rank });
         let _ = self.out.to_master(&Msg::Readmitted {
             rank: rank.0,

@@ -3,7 +3,10 @@
 /// Builds a [`Runtime`] (also at the crate root, `taskfold::Builder`).
 pub use crate::builder::Builder;
 
-use crate::checkpoint::{CheckpointError, CheckpointFuture, Checkpoints, JobId, Written};
+use crate::checkpoint::{
+    CheckpointError, CheckpointFuture, Checkpoints, Failure, JobId, Placement, Restored, Retrieval,
+    Written,
+};
 use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
 use rkyv::bytecheck::CheckBytes;
 use rkyv::rancor;
@@ -99,6 +102,8 @@ impl Runtime {
         }
         let recovery = crate::lifecycle::Recovery::new(transport.incarnation());
         let rollbacks = crate::reinit::Rollbacks::default();
+        let (checkpoints, inbox) =
+            Checkpoints::start(transport.clone(), &config).map_err(StartError::Thread)?;
         let thread = crate::start::spawn(crate::start::Parts {
             transport: transport.clone(),
             config: config.clone(),
@@ -108,6 +113,7 @@ impl Runtime {
             commands: cmd_rx,
             recovery: recovery.clone(),
             rollbacks: rollbacks.clone(),
+            checkpoints: inbox,
         })?;
         tracing::debug!(rank, size, transport = transport.name(), "runtime started");
         Ok(Runtime {
@@ -120,7 +126,7 @@ impl Runtime {
             notices,
             thread: Some(thread),
             transport,
-            checkpoints: Checkpoints::new(rank, &config.checkpoint, &config.hooks),
+            checkpoints,
             config,
             recovery,
             rollbacks,
@@ -167,14 +173,16 @@ impl Runtime {
     /// Checkpoints `state` as version `version` of this rank's state (see
     /// the book's Checkpoints chapter) and returns at once: the state is
     /// serialised on this thread, and the levels due at `version`
-    /// ([`Config::checkpoint`]'s intervals: L1, the rank's directory, and
-    /// L4, the shared one, if any) are written on a thread of the
-    /// runtime's own, one checkpoint after the other, while the
-    /// application goes on. The future completes when they are durable
-    /// (synced, renamed into place), or with the error that stopped the
-    /// write; it completes at once if no level is due. The versions kept
-    /// are the newest `keep` written (older ones are deleted once a newer
-    /// one is in place): number versions upwards. A checkpoint queued
+    /// ([`Config::checkpoint`]'s intervals) are made durable by a thread of
+    /// the runtime's own while the application goes on: L1 (the rank's
+    /// directory) and L4 (the shared one) written there; L2 a copy stored
+    /// by the rank's partner; L3 the group's states coded into parity
+    /// pieces stored by their holders (every member of a group checkpoints
+    /// the versions due at L3). The future completes when every level due
+    /// is durable (for L2 and L3, once their holders said so), or with
+    /// [`CheckpointError::Levels`] naming the levels that failed and those
+    /// written; at once if no level is due. The versions kept are the
+    /// newest `keep` written: number versions upwards. A checkpoint queued
     /// behind others holds its archive in memory until it is written:
     /// wait for a future before queueing many more.
     ///
@@ -201,19 +209,50 @@ impl Runtime {
     }
 
     /// The newest version of this rank's state of type `T` that survived,
-    /// with its version: read from the cheapest level that holds it (L1,
-    /// then L4), its checksum verified and its archive validated before it
-    /// is deserialised. A piece that is damaged, another job's, another
-    /// type's or another rank's is skipped with a warning naming the
-    /// reason, and the next older version is tried; `None` if no version
-    /// is fit. Checkpoints whose future has not completed may not be seen.
+    /// with its version, read knowing what this rank learnt of the
+    /// failures ([`Runtime::checkpoint_failure`]): [`Runtime::restore_after`]
+    /// that failure.
     pub fn restore<T>(&self) -> Result<Option<(u64, T)>, CheckpointError>
     where
         T: rkyv::Archive,
         T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
             + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
     {
-        self.restore_upto(None)
+        self.restore_after(&self.checkpoints.failure())
+    }
+
+    /// The newest version of this rank's state of type `T` that survived
+    /// `failure`, with its version: read from the cheapest level that
+    /// survived it (L1, the local directory; L2, the partner's copy; L3,
+    /// the group's surviving shards and parity, decoded; L4, the shared
+    /// directory), asking no holder that `failure` names dead; the next
+    /// surviving level if that one holds nothing fit. Its checksum is
+    /// verified and its archive validated before it is deserialised. A
+    /// piece that is damaged, another job's, another type's or another
+    /// rank's is skipped with a warning naming the reason, and the version
+    /// before tried; `None` if no version is fit. Checkpoints whose future
+    /// has not completed may not be seen.
+    pub fn restore_after<T>(&self, failure: &Failure) -> Result<Option<(u64, T)>, CheckpointError>
+    where
+        T: rkyv::Archive,
+        T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+            + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
+    {
+        let r = self.restore_with::<T>(&Retrieval::Aware(failure.clone()))?;
+        Ok(r.map(|r| (r.version, r.state)))
+    }
+
+    /// [`Runtime::restore_after`] with the retrieval chosen: aware of a
+    /// failure, or FTI-style probing of L1, L2, L3, L4 in turn (a holder
+    /// dead or silent costs `Config::failure_timeout`); says which level
+    /// the state came from and which levels were tried.
+    pub fn restore_with<T>(&self, how: &Retrieval) -> Result<Option<Restored<T>>, CheckpointError>
+    where
+        T: rkyv::Archive,
+        T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+            + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
+    {
+        self.restore_from(how, None)
     }
 
     /// As [`Runtime::restore`], the newest version not above `max` (all
@@ -225,13 +264,43 @@ impl Runtime {
         T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
             + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
     {
-        self.checkpoints.restore(state_tag::<T>(), max, |payload| {
+        let how = Retrieval::Aware(self.checkpoints.failure());
+        let r = self.restore_from::<T>(&how, max)?;
+        Ok(r.map(|r| (r.version, r.state)))
+    }
+
+    fn restore_from<T>(
+        &self,
+        how: &Retrieval,
+        max: Option<u64>,
+    ) -> Result<Option<Restored<T>>, CheckpointError>
+    where
+        T: rkyv::Archive,
+        T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+            + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
+    {
+        let decode = |payload: &[u8]| {
             // The payload is not aligned in the piece: copied into a
             // buffer that is, to be validated and read.
             let mut aligned = AlignedVec::<16>::with_capacity(payload.len());
             aligned.extend_from_slice(payload);
             rkyv::from_bytes::<T, rancor::Error>(&aligned).map_err(|e| e.to_string())
-        })
+        };
+        self.checkpoints
+            .restore(how, state_tag::<T>(), max, &decode)
+    }
+
+    /// What this rank learnt of the failures: the ranks declared failed
+    /// or whose link broke, and the nodes none of whose ranks is alive.
+    pub fn checkpoint_failure(&self) -> Failure {
+        self.checkpoints.failure()
+    }
+
+    /// Where this job's checkpoint pieces go: every rank's partner (L2)
+    /// and the L3 groups with their parity holders (`None` if the
+    /// settings allow no groups).
+    pub fn checkpoint_placement(&self) -> Option<&Placement> {
+        self.checkpoints.placement()
     }
 
     /// The job id this rank's checkpoints are stamped with:

@@ -40,6 +40,8 @@ pub(crate) struct Parts {
     pub(crate) recovery: crate::lifecycle::Recovery,
     /// The global restart's state, shared with the runtime.
     pub(crate) rollbacks: crate::reinit::Rollbacks,
+    /// The rank's checkpoint engine, for the router.
+    pub(crate) checkpoints: crate::checkpoint::Inbox,
 }
 
 /// Starts the actors of rank `p.transport.rank()` on a thread of their own
@@ -117,7 +119,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
         disk: disk.clone(),
     };
     let (commands, notices, recovery) = (p.commands, p.notices, p.recovery);
-    let rollbacks = p.rollbacks;
+    let (rollbacks, checkpoints) = (p.rollbacks, p.checkpoints);
     Router::create(move |ctx| {
         ctx.add_stream(events.into_stream());
         ctx.add_stream(commands.into_stream());
@@ -134,6 +136,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
             standby: crate::standby::Standby::new(spare),
             recovery,
             rollbacks,
+            checkpoints,
         }
     });
     Ok(())

@@ -3,12 +3,16 @@
 //! and the files they use.
 //!
 //! A [`FileStore`] is one directory of pieces: a rank's local directory
-//! (its L1 pieces, and the L2 copies and L3 shards it holds for others)
-//! or the job's shared directory (L4). The format, placement and
-//! retrieval rules are pure and live in [`taskfold_core::checkpoint`].
-//! The runtime writes L1 and L4; L2 and L3, which need pieces to travel
-//! between ranks, are not written by it (a due one is skipped with a
-//! warning).
+//! (its L1 pieces and its own L3 data pieces; the L2 copies and L3 parity
+//! it holds for others in private subdirectories, `held-r<owner>` and
+//! `held-g<group>`) or the job's shared directory (L4). The format,
+//! placement and retrieval rules are pure and live in
+//! [`taskfold_core::checkpoint`]; a rank's engine thread (`engine`)
+//! writes its levels, moves L2 copies and L3 shards between ranks over
+//! the transport (control frames for the messages, one-sided gets for
+//! the bodies), and serves the pieces it holds; a restore reads on the
+//! calling thread ([`Retrieval`]: aware of the failure, or FTI-style
+//! probing).
 //!
 //! What a failure does: a write is atomic (a temporary file, synced, then
 //! renamed), so a crash mid-write leaves the previous version whole. A
@@ -16,17 +20,27 @@
 //! skipped with a warning naming the reason, and the next older version is
 //! read instead; nothing unchecked is ever restored. A directory that is a
 //! symbolic link, not owned by this user or open to others is refused at
-//! open and at every write. A write that fails fails its
-//! [`CheckpointFuture`] with the reason; the previous versions stay.
+//! open and at every write. A level that fails (a write, a partner that
+//! died or refused, a group whose encoder or parity holder died) fails
+//! the [`CheckpointFuture`] with [`CheckpointError::Levels`], which names
+//! it and the levels that were written; the previous versions stay.
 
+mod coding;
+mod ctx;
+mod engine;
 mod future;
+mod holder;
+mod retrieve;
 mod service;
 mod store;
 
+pub use ctx::rank_dir;
 pub use future::{CheckpointFuture, Written};
-pub(crate) use service::Checkpoints;
-pub use service::{rank_dir, DEFAULT_JOB};
+pub use retrieve::{Restored, Retrieval};
+pub use service::DEFAULT_JOB;
+pub(crate) use service::{Checkpoints, Inbox};
 pub use store::{FileStore, PieceKey, StoreError, Stored};
+pub use taskfold_core::checkpoint::{Failure, Placement};
 pub use taskfold_core::checkpoint::{JobId, Level};
 
 use std::io;
@@ -45,16 +59,18 @@ pub enum CheckpointError {
     /// be made.
     #[error("cannot make a checkpoint directory: {0}")]
     FreshDir(#[source] io::Error),
-    /// Writing a level's piece failed; the versions before stay.
-    #[error("checkpoint {version} at {level}: {source}")]
-    Write {
-        /// The level.
-        level: Level,
+    /// A level due was not made durable (its write failed, its partner
+    /// or its group's encoder or a parity holder died, refused or did not
+    /// answer); the levels in `written` are durable, and the versions
+    /// before stay.
+    #[error("checkpoint {version}: {} failed; written at {written:?}", failed_levels(.failed))]
+    Levels {
         /// The version.
         version: u64,
-        /// Why.
-        #[source]
-        source: StoreError,
+        /// The levels durable.
+        written: Vec<Level>,
+        /// The levels failed, each with why.
+        failed: Vec<(Level, String)>,
     },
     /// The writer's thread could not be started.
     #[error("cannot start the checkpoint writer: {0}")]
@@ -62,4 +78,9 @@ pub enum CheckpointError {
     /// The runtime stopped before the checkpoint was written.
     #[error("the runtime stopped before the checkpoint was written")]
     Shutdown,
+}
+
+fn failed_levels(failed: &[(Level, String)]) -> String {
+    let each: Vec<String> = failed.iter().map(|(l, r)| format!("{l} ({r})")).collect();
+    each.join(", ")
 }

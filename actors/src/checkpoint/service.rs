@@ -1,68 +1,72 @@
-//! A rank's checkpoints: its directories, opened at the first use, and
-//! the thread that writes its pieces behind the application's back.
+//! A rank's checkpoints as the runtime sees them: the engine's thread,
+//! started with the runtime, the router's way in ([`Inbox`]), and the
+//! application's calls (checkpoint, restore).
 
-use super::future::{CheckpointFuture, Completer, Written};
-use super::store::{FileStore, StoreError};
+use super::ctx::{Ctx, CtxParts};
+use super::engine::{Engine, Input, Job};
+use super::future::{CheckpointFuture, Written};
+use super::retrieve::{Reader, Restored, Retrieval};
 use super::CheckpointError;
-use crate::hooks;
-use std::path::{Path, PathBuf};
+use crate::config::Config;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use taskfold_core::checkpoint::{Expect, Header, JobId, Level};
-use taskfold_core::settings::hooks::{Hook, Point};
-use taskfold_core::settings::CheckpointConfig;
+use taskfold_core::checkpoint::{Failure, JobId, Level, Placement};
+use taskfold_core::wire::checkpoint::CheckpointMsg;
+use taskfold_core::Rank;
+use taskfold_transports::Transport;
 
 /// The name a job's pieces are stamped with when neither
 /// `TASKFOLD_CHECKPOINT_JOB` nor the job's name says (a [`crate::LocalCluster`]).
 pub const DEFAULT_JOB: &str = "taskfold";
 
-/// Where rank `rank` of job `job` keeps its pieces under the root `root`
-/// (`TASKFOLD_CHECKPOINT_DIR`, `TASKFOLD_CHECKPOINT_SHARED_DIR`):
-/// `<root>/job-<job id>/r<rank>`. Each job has its own directory, so that
-/// two jobs never write over each other's pieces.
-pub fn rank_dir(root: &Path, job: JobId, rank: u32) -> PathBuf {
-    root.join(format!("job-{:016x}", job.0))
-        .join(format!("r{rank}"))
+/// The router's way into a rank's checkpoint engine: checkpoint messages
+/// and the deaths the runtime learns.
+#[derive(Clone)]
+pub(crate) struct Inbox {
+    ctx: Arc<Ctx>,
+    tx: flume::Sender<Input>,
 }
 
-/// A rank's directories of pieces.
-struct Stores {
-    /// L1.
-    local: FileStore,
-    /// L4, if the job has a shared directory.
-    shared: Option<FileStore>,
-    /// A fresh directory made for this process (no directory was
-    /// configured): removed when the last write is done.
-    fresh: Option<PathBuf>,
-}
-
-impl Drop for Stores {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.fresh {
-            let _ = std::fs::remove_dir_all(dir);
+impl Inbox {
+    /// A checkpoint message from `from`: an answer goes straight to the
+    /// thread that asked, anything else to the engine.
+    pub(crate) fn deliver(&self, from: Rank, msg: CheckpointMsg) {
+        match msg {
+            CheckpointMsg::Holding { req, .. }
+            | CheckpointMsg::Piece { req, .. }
+            | CheckpointMsg::Missing { req, .. } => self.ctx.requests.answer(from.0, req, msg),
+            msg => {
+                let _ = self.tx.send(Input::Msg { from: from.0, msg });
+            }
         }
+    }
+
+    /// `rank` died (declared failed, or its link broke).
+    pub(crate) fn dead(&self, rank: Rank) {
+        if !self.ctx.is_dead(rank.0) {
+            self.ctx.mark_dead(rank.0);
+            let _ = self.tx.send(Input::Dead(rank.0));
+        }
+    }
+
+    /// `rank` was replaced by a live process: its pieces may be placed
+    /// and asked for again.
+    pub(crate) fn revived(&self, rank: Rank) {
+        self.ctx.mark_alive(rank.0);
     }
 }
 
-/// One checkpoint for the writer.
-struct Job {
-    version: u64,
-    type_tag: u64,
-    payload: rkyv::util::AlignedVec,
-    levels: Vec<Level>,
-    stores: Arc<Stores>,
-    done: Completer,
-}
-
-/// The writer thread, and the channel that feeds it (closed on drop: the
-/// thread writes what it was given, then ends).
-struct Writer {
-    tx: Option<flume::Sender<Job>>,
+/// A rank's checkpoints (see [`crate::Runtime::checkpoint`]).
+pub(crate) struct Checkpoints {
+    ctx: Arc<Ctx>,
+    tx: Option<flume::Sender<Input>>,
     thread: Option<JoinHandle<()>>,
+    /// A due level that cannot be written here was warned about.
+    warned: AtomicBool,
 }
 
-impl Drop for Writer {
+impl Drop for Checkpoints {
     fn drop(&mut self) {
         drop(self.tx.take());
         if let Some(t) = self.thread.take() {
@@ -71,102 +75,96 @@ impl Drop for Writer {
     }
 }
 
-/// A rank's checkpoints (see [`crate::Runtime::checkpoint`]).
-pub(crate) struct Checkpoints {
-    rank: u32,
-    job: JobId,
-    config: CheckpointConfig,
-    hooks: Vec<Hook>,
-    stores: Mutex<Option<Arc<Stores>>>,
-    writer: Mutex<Option<Writer>>,
-    /// A due L2 or L3 was skipped (warned about once).
-    warned: AtomicBool,
-}
-
 impl Checkpoints {
-    /// Rank `rank`'s checkpoints as `config` describes them; nothing is
-    /// opened or started before the first use.
-    pub(crate) fn new(rank: u32, config: &CheckpointConfig, hooks: &[Hook]) -> Checkpoints {
-        let name = config.job.as_deref().unwrap_or(DEFAULT_JOB);
-        Checkpoints {
-            rank,
+    /// Rank `transport.rank()`'s checkpoints as `config` describes them,
+    /// and the router's way in. The engine's thread starts now (it serves
+    /// other ranks' pieces before this rank checkpoints); the directories
+    /// are opened at the first use.
+    pub(crate) fn start(
+        transport: Arc<dyn Transport>,
+        config: &Config,
+    ) -> std::io::Result<(Checkpoints, Inbox)> {
+        let c = &config.checkpoint;
+        let name = c.job.as_deref().unwrap_or(DEFAULT_JOB);
+        let ctx = Arc::new(Ctx::new(CtxParts {
             job: JobId::named(name),
-            config: config.clone(),
-            hooks: hooks.to_vec(),
-            stores: Mutex::new(None),
-            writer: Mutex::new(None),
+            config: c,
+            answer_timeout: config.failure_timeout,
+            deadline: config.finalize_timeout,
+            hooks: &config.hooks,
+            transport,
+        }));
+        let (tx, rx) = flume::unbounded();
+        let engine_ctx = ctx.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("taskfold-ckpt-{}", ctx.rank))
+            .spawn(move || Engine::run(engine_ctx, rx))?;
+        let inbox = Inbox {
+            ctx: ctx.clone(),
+            tx: tx.clone(),
+        };
+        let me = Checkpoints {
+            ctx,
+            tx: Some(tx),
+            thread: Some(thread),
             warned: AtomicBool::new(false),
-        }
+        };
+        Ok((me, inbox))
     }
 
     /// The job id pieces are stamped with.
     pub(crate) fn job(&self) -> JobId {
-        self.job
+        self.ctx.job
     }
 
-    /// The directories, opened (made, checked, swept of a crashed write's
-    /// temporary files) at the first call, and again if the local one
-    /// disappeared; a failure is returned and the next call tries again.
-    fn stores(&self) -> Result<Arc<Stores>, CheckpointError> {
-        let mut held = self.stores.lock().unwrap_or_else(|e| e.into_inner());
-        // A local directory removed meanwhile (a cleaned scratch disk) is
-        // made again rather than failing every later checkpoint.
-        if let Some(s) = held.as_ref().filter(|s| s.local.dir().exists()) {
-            return Ok(s.clone());
+    /// The partners and groups, if the settings allow them.
+    pub(crate) fn placement(&self) -> Option<&Placement> {
+        self.ctx.placement().ok()
+    }
+
+    /// What this rank knows of the failures so far.
+    pub(crate) fn failure(&self) -> Failure {
+        self.ctx.failure()
+    }
+
+    /// Whether `level` can be written (or read) in this job at all.
+    fn possible(&self, level: Level) -> Result<(), String> {
+        let p = self.ctx.placement();
+        match level {
+            Level::L1 => Ok(()),
+            Level::L2 => p?
+                .partner(self.ctx.rank)
+                .map(drop)
+                .ok_or_else(|| "no partner in a job of one rank".into()),
+            Level::L3 => p?
+                .group_of(self.ctx.rank)
+                .map(drop)
+                .ok_or_else(|| "no L3 group".into()),
+            Level::L4 => match self.ctx.config.shared_dir {
+                Some(_) => Ok(()),
+                None => Err("no shared directory".into()),
+            },
         }
-        let keep = self.config.keep;
-        let (local_dir, fresh) = match &self.config.dir {
-            Some(root) => (rank_dir(root, self.job, self.rank), None),
-            None => {
-                let prefix = format!("taskfold-ckpt-r{}-", self.rank);
-                let dir = taskfold_transports::private::fresh_dir(&prefix)
-                    .map_err(CheckpointError::FreshDir)?;
-                (dir.clone(), Some(dir))
-            }
-        };
-        let local = FileStore::open(&local_dir, keep).map_err(CheckpointError::Open)?;
-        local.sweep(self.rank).map_err(CheckpointError::Open)?;
-        let shared = match &self.config.shared_dir {
-            Some(root) => {
-                let s = FileStore::open(&rank_dir(root, self.job, self.rank), keep)
-                    .map_err(CheckpointError::Open)?;
-                s.sweep(self.rank).map_err(CheckpointError::Open)?;
-                Some(s)
-            }
-            None => None,
-        };
-        let stores = Arc::new(Stores {
-            local,
-            shared,
-            fresh,
-        });
-        *held = Some(stores.clone());
-        Ok(stores)
     }
 
-    /// The levels written at `version` (L2 and L3 are not written by this
-    /// runtime: a due one is skipped, with a warning the first time).
+    /// The levels written at `version` (a level due that this job cannot
+    /// have is skipped, with a warning the first time).
     pub(crate) fn due(&self, version: u64) -> Vec<Level> {
-        let mut levels = self.config.intervals.levels_at(version);
-        if levels.iter().any(|l| matches!(l, Level::L2 | Level::L3))
-            && !self.warned.swap(true, Ordering::Relaxed)
-        {
-            tracing::warn!(
-                rank = self.rank,
-                version,
-                "a version is due at L2 or L3 (TASKFOLD_CHECKPOINT_L2, _L3), which this runtime \
-                 does not write: those levels are skipped, L1 and L4 written"
-            );
-        }
-        levels.retain(|l| match l {
-            Level::L1 => true,
-            Level::L4 => self.config.shared_dir.is_some(),
-            Level::L2 | Level::L3 => false,
+        let mut levels = self.ctx.config.intervals.levels_at(version);
+        levels.retain(|&l| match self.possible(l) {
+            Ok(()) => true,
+            Err(_) if l == Level::L4 => false,
+            Err(reason) => {
+                if !self.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(rank = self.ctx.rank, version, level = %l, %reason, "a checkpoint level is due that this job cannot write; skipped");
+                }
+                false
+            }
         });
         levels
     }
 
-    /// Hands `payload` (the state's archive) to the writer for the levels
+    /// Hands `payload` (the state's archive) to the engine for the levels
     /// due at `version`.
     pub(crate) fn write(
         &self,
@@ -175,111 +173,70 @@ impl Checkpoints {
         payload: rkyv::util::AlignedVec,
         levels: Vec<Level>,
     ) -> CheckpointFuture {
-        let stores = match self.stores() {
-            Ok(s) => s,
-            Err(e) => return CheckpointFuture::ready(version, Err(e)),
-        };
+        if levels.is_empty() {
+            return CheckpointFuture::ready(version, Ok(Written { version, levels }));
+        }
+        if let Err(e) = self.ctx.stores() {
+            return CheckpointFuture::ready(version, Err(e));
+        }
         let (future, done) = CheckpointFuture::pending(version);
         let job = Job {
             version,
             type_tag,
             payload,
             levels,
-            stores,
             done,
         };
-        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        if writer.is_none() {
-            match self.start_writer() {
-                Ok(w) => *writer = Some(w),
-                Err(e) => {
-                    job.done.fill(Err(CheckpointError::Thread(e)));
-                    return future;
-                }
-            }
-        }
-        if let Some(tx) = writer.as_ref().and_then(|w| w.tx.as_ref()) {
+        if let Some(tx) = &self.tx {
             // A send that fails drops the job: its completer fails the
             // future with `Shutdown`.
-            let _ = tx.send(job);
+            let _ = tx.send(Input::Job(job));
         }
         future
     }
 
-    fn start_writer(&self) -> std::io::Result<Writer> {
-        let (tx, rx) = flume::unbounded::<Job>();
-        let (rank, job_id, hooks) = (self.rank, self.job, self.hooks.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("taskfold-ckpt-{rank}"))
-            .spawn(move || {
-                while let Ok(job) = rx.recv() {
-                    if let Some(hold) = hooks::hold_blocking(
-                        &hooks,
-                        rank,
-                        Point::Checkpoint,
-                        &job.version.to_string(),
-                    ) {
-                        hold();
-                    }
-                    let outcome = write_levels(rank, job_id, &job);
-                    job.done.fill(outcome);
-                }
-            })?;
-        Ok(Writer {
-            tx: Some(tx),
-            thread: Some(thread),
-        })
-    }
-
     /// The newest version of this rank's state of type tag `type_tag` that
-    /// reads back intact, and decodes with `decode`, from the cheapest
-    /// level holding it; every piece skipped is logged with the reason.
+    /// reads back intact and decodes with `decode`, from the levels `how`
+    /// chooses; every piece skipped is logged with the reason.
     pub(crate) fn restore<T>(
         &self,
+        how: &Retrieval,
         type_tag: u64,
         max: Option<u64>,
-        decode: impl Fn(&[u8]) -> Result<T, String>,
-    ) -> Result<Option<(u64, T)>, CheckpointError> {
-        let stores = self.stores()?;
-        let levels = [
-            (Level::L1, Some(&stores.local)),
-            (Level::L4, stores.shared.as_ref()),
-        ];
-        let mut found: Vec<(u64, Level, &FileStore)> = Vec::new();
-        for (level, store) in levels {
-            let Some(store) = store else { continue };
-            match store.versions(self.rank, level) {
-                Ok(vs) => found.extend(vs.into_iter().map(|v| (v, level, store))),
-                Err(e) => {
-                    tracing::warn!(rank = self.rank, %level, reason = %e, "checkpoint level unreadable, skipped")
-                }
+        decode: &dyn Fn(&[u8]) -> Result<T, String>,
+    ) -> Result<Option<Restored<T>>, CheckpointError> {
+        let written = |l: Level| {
+            (l == Level::L1 || self.ctx.config.intervals.0[usize::from(l.number() - 1)] != 0)
+                && self.possible(l).is_ok()
+        };
+        let (levels, failure, probing): (Vec<Level>, Failure, bool) = match how {
+            Retrieval::Probing => (Level::ALL.to_vec(), Failure::default(), true),
+            Retrieval::Aware(f) => {
+                let surviving = match self.ctx.placement() {
+                    Ok(p) => p.surviving(self.ctx.rank, f),
+                    Err(_) => vec![Level::L1, Level::L4],
+                };
+                (surviving, f.clone(), false)
             }
-        }
-        // Newest first (up to `max`); of one version, the cheapest level
-        // first.
-        found.retain(|f| max.is_none_or(|m| f.0 <= m));
-        found.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        for (version, level, store) in found {
-            let expect = Expect {
-                job: self.job,
-                type_tag,
-                owner: Some(self.rank),
-                version: Some(version),
-                level: Some(level),
-            };
-            let key = super::PieceKey {
-                owner: self.rank,
-                level,
-                shard: None,
-                version,
-            };
-            let skipped = |reason: &dyn std::fmt::Display| tracing::warn!(rank = self.rank, version, %level, %reason, "checkpoint piece skipped");
-            match store.read(&key, &expect) {
-                Ok(stored) => match decode(&stored.payload) {
-                    Ok(state) => return Ok(Some((version, state))),
-                    Err(e) => skipped(&format!("its state does not decode: {e}")),
-                },
-                Err(e) => skipped(&e),
+        };
+        let reader = Reader {
+            ctx: &self.ctx,
+            type_tag,
+            decode,
+            probing,
+            failure,
+            max,
+        };
+        let mut tried = Vec::new();
+        for level in levels.into_iter().filter(|&l| written(l)) {
+            tried.push(level);
+            if let Some((version, state)) = reader.level(level)? {
+                return Ok(Some(Restored {
+                    version,
+                    state,
+                    level,
+                    tried,
+                }));
             }
         }
         Ok(None)
@@ -287,49 +244,17 @@ impl Checkpoints {
 }
 
 impl Checkpoints {
-    /// The newest version of which this rank holds a piece at some level
-    /// (not read back: [`Checkpoints::restore`] checks it), `None` if none.
+    /// The newest version of which this rank holds a piece on its own
+    /// disk or the shared directory (not read back: a restore checks it),
+    /// `None` if none: what a global restart's rank reports.
     pub(crate) fn newest_version(&self) -> Option<u64> {
-        let stores = self.stores().ok()?;
-        let levels = [
-            (Level::L1, Some(&stores.local)),
-            (Level::L4, stores.shared.as_ref()),
-        ];
-        levels
-            .into_iter()
-            .filter_map(|(level, store)| store?.versions(self.rank, level).ok())
-            .flatten()
-            .max()
+        let stores = self.ctx.stores().ok()?;
+        let rank = self.ctx.rank;
+        let local = stores.local.versions(rank, Level::L1).ok();
+        let shared = stores
+            .shared
+            .as_ref()
+            .and_then(|s| s.versions(rank, Level::L4).ok());
+        local.into_iter().chain(shared).flatten().max()
     }
-}
-
-/// Writes `job`'s piece at each of its levels, cheapest first; stops at
-/// the first failure.
-fn write_levels(rank: u32, job_id: JobId, job: &Job) -> Result<Written, CheckpointError> {
-    for &level in &job.levels {
-        let store = match level {
-            Level::L4 => job.stores.shared.as_ref(),
-            _ => Some(&job.stores.local),
-        };
-        let Some(store) = store else { continue };
-        let header = Header {
-            job: job_id,
-            owner: rank,
-            version: job.version,
-            type_tag: job.type_tag,
-            level,
-            shard: None,
-        };
-        store
-            .write(&header, &job.payload)
-            .map_err(|source: StoreError| CheckpointError::Write {
-                level,
-                version: job.version,
-                source,
-            })?;
-    }
-    Ok(Written {
-        version: job.version,
-        levels: job.levels.clone(),
-    })
 }

@@ -1,6 +1,7 @@
 //! `taskfold bench ...`: benchmark harness. Figures are medians, with a
 //! baseline measured in the same run; report ratios, not absolute times.
 
+pub mod checkpoint;
 pub mod compare;
 pub mod faults;
 pub mod recovery;
@@ -28,6 +29,10 @@ pub enum BenchCmd {
     /// with checkpoint/restart, and with the runtime's global and local
     /// restart; JSON, a Markdown report and an SVG plot.
     Recovery(recovery::RecoveryArgs),
+    /// Multilevel checkpoints: L3 encoding throughput per core, and the
+    /// retrieval of a rank whose node and partner's node were lost,
+    /// aware of the failure against FTI-style probing.
+    Checkpoint(checkpoint::CheckpointArgs),
 }
 
 /// Runs a benchmark.
@@ -38,5 +43,6 @@ pub fn main(cmd: BenchCmd) -> ExitCode {
         BenchCmd::Transports(a) => transports::main(a),
         BenchCmd::Compare(a) => compare::main(a),
         BenchCmd::Recovery(a) => recovery::main(a),
+        BenchCmd::Checkpoint(a) => checkpoint::main(a),
     }
 }

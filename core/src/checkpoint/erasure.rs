@@ -7,8 +7,9 @@
 //! recorded, so any `k` of the `k + m` shards rebuild the others byte for
 //! byte. Fewer than `k` survivors is a typed error, never a guess.
 //!
-//! [`encode`] and [`rebuild`] work on bare shards (and [`encode`] is the
-//! function to time for the coder's throughput); [`encode_pieces`] and
+//! [`encode`] and [`rebuild`] work on bare shards ([`Coder`] keeps its
+//! working space between calls and codes shards a cache-sized stripe at a
+//! time: the one to time for the coder's throughput); [`encode_pieces`] and
 //! [`rebuild_pieces`] wrap them in checksummed pieces ([`super::piece`]).
 
 use super::piece::{self, Expect, Header, PieceError, Shard, MAX_SHARDS};
@@ -87,18 +88,92 @@ fn padded(shard: &[u8], len: usize) -> Cow<'_, [u8]> {
     Cow::Owned(v)
 }
 
-/// The `m` parity shards of the data shards `data` (`k = data.len()`),
-/// each [`shard_len`] bytes long.
-pub fn encode(data: &[&[u8]], m: usize) -> Result<Vec<Vec<u8>>, ErasureError> {
-    check_geometry(data.len(), m)?;
-    let lens: Vec<u64> = data.iter().map(|d| d.len() as u64).collect();
-    let len = shard_len(&lens);
-    let mut enc = ReedSolomonEncoder::new(data.len(), m, len)?;
-    for d in data {
-        enc.add_original_shard(padded(d, len))?;
+/// Bytes of each shard coded at once. The coder makes several passes
+/// over its working space (`k + m` rounded up, times this): a stripe of
+/// this size keeps it in the cache, where whole shards of megabytes would
+/// stream it from memory at every pass. A multiple of 64, the coder's
+/// unit, so that every stripe but the last is coded as in a whole shard.
+pub const STRIPE: usize = 32 << 10;
+
+/// A Reed–Solomon coder that keeps its working space between calls (an
+/// encoder codes every version of its group's checkpoint) and codes
+/// shards stripe by stripe ([`STRIPE`]). Its parity is byte for byte the
+/// parity of the whole shards coded at once.
+#[derive(Default)]
+pub struct Coder {
+    enc: Option<ReedSolomonEncoder>,
+}
+
+impl std::fmt::Debug for Coder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coder").finish_non_exhaustive()
     }
-    let out = enc.encode()?;
-    Ok(out.recovery_iter().map(<[u8]>::to_vec).collect())
+}
+
+/// Bytes `at..at + n` of `shard`, zero-padded past its end.
+fn stripe_of(shard: &[u8], at: usize, n: usize) -> Cow<'_, [u8]> {
+    match shard.get(at..at + n) {
+        Some(s) => Cow::Borrowed(s),
+        None => {
+            let mut v = shard.get(at..).unwrap_or_default().to_vec();
+            v.resize(n, 0);
+            Cow::Owned(v)
+        }
+    }
+}
+
+impl Coder {
+    /// A coder; its working space is made at the first call.
+    pub fn new() -> Coder {
+        Coder::default()
+    }
+
+    /// The encoder, set for `k` data and `m` parity shards of `n` bytes.
+    fn encoder(
+        &mut self,
+        k: usize,
+        m: usize,
+        n: usize,
+    ) -> Result<&mut ReedSolomonEncoder, ErasureError> {
+        match self.enc.take() {
+            Some(mut e) => {
+                e.reset(k, m, n)?;
+                Ok(self.enc.insert(e))
+            }
+            None => Ok(self.enc.insert(ReedSolomonEncoder::new(k, m, n)?)),
+        }
+    }
+
+    /// The `m` parity shards of the data shards `data` (`k = data.len()`),
+    /// each [`shard_len`] bytes long.
+    pub fn encode(&mut self, data: &[&[u8]], m: usize) -> Result<Vec<Vec<u8>>, ErasureError> {
+        let k = data.len();
+        check_geometry(k, m)?;
+        let lens: Vec<u64> = data.iter().map(|d| d.len() as u64).collect();
+        let len = shard_len(&lens);
+        let mut parity = vec![Vec::with_capacity(len); m];
+        let mut at = 0;
+        while at < len {
+            // Even, as the coder requires: `len` and `STRIPE` are.
+            let n = STRIPE.min(len - at);
+            let enc = self.encoder(k, m, n)?;
+            for d in data {
+                enc.add_original_shard(stripe_of(d, at, n))?;
+            }
+            let out = enc.encode()?;
+            for (p, r) in parity.iter_mut().zip(out.recovery_iter()) {
+                p.extend_from_slice(r);
+            }
+            at += n;
+        }
+        Ok(parity)
+    }
+}
+
+/// The `m` parity shards of the data shards `data` (`k = data.len()`),
+/// each [`shard_len`] bytes long ([`Coder::encode`] with a fresh coder).
+pub fn encode(data: &[&[u8]], m: usize) -> Result<Vec<Vec<u8>>, ErasureError> {
+    Coder::new().encode(data, m)
 }
 
 /// The `k` data shards (`k = lens.len()`, at their true lengths), rebuilt
@@ -186,34 +261,46 @@ pub fn encode_pieces(
     group: &EcGroup,
     data: &[&[u8]],
 ) -> Result<Vec<Vec<u8>>, ErasureError> {
-    if data.len() != group.members.len() {
-        return Err(ErasureError::Mismatch("one data shard per member needed"));
+    Coder::new().encode_pieces(stamp, group, data)
+}
+
+impl Coder {
+    /// [`encode_pieces`] with this coder.
+    pub fn encode_pieces(
+        &mut self,
+        stamp: Stamp,
+        group: &EcGroup,
+        data: &[&[u8]],
+    ) -> Result<Vec<Vec<u8>>, ErasureError> {
+        if data.len() != group.members.len() {
+            return Err(ErasureError::Mismatch("one data shard per member needed"));
+        }
+        let parity = self.encode(data, group.parity.len())?;
+        let lens: Vec<u64> = data.iter().map(|d| d.len() as u64).collect();
+        let owners = group.members.iter().chain(&group.parity);
+        let payloads = data.iter().copied().chain(parity.iter().map(Vec::as_slice));
+        owners
+            .zip(payloads)
+            .enumerate()
+            .map(|(index, (&owner, payload))| {
+                let header = Header {
+                    job: stamp.job,
+                    owner,
+                    version: stamp.version,
+                    type_tag: stamp.type_tag,
+                    level: Level::L3,
+                    shard: Some(Shard {
+                        group: group.index,
+                        members: group.members.clone(),
+                        m: group.parity.len() as u16,
+                        index: index as u16,
+                        lens: lens.clone(),
+                    }),
+                };
+                Ok(piece::encode(&header, payload)?)
+            })
+            .collect()
     }
-    let parity = encode(data, group.parity.len())?;
-    let lens: Vec<u64> = data.iter().map(|d| d.len() as u64).collect();
-    let owners = group.members.iter().chain(&group.parity);
-    let payloads = data.iter().copied().chain(parity.iter().map(Vec::as_slice));
-    owners
-        .zip(payloads)
-        .enumerate()
-        .map(|(index, (&owner, payload))| {
-            let header = Header {
-                job: stamp.job,
-                owner,
-                version: stamp.version,
-                type_tag: stamp.type_tag,
-                level: Level::L3,
-                shard: Some(Shard {
-                    group: group.index,
-                    members: group.members.clone(),
-                    m: group.parity.len() as u16,
-                    index: index as u16,
-                    lens: lens.clone(),
-                }),
-            };
-            Ok(piece::encode(&header, payload)?)
-        })
-        .collect()
 }
 
 /// Rebuilds the data shards of one group's checkpoint from the pieces

@@ -23,6 +23,8 @@
 //! [`plan`] decides where a restarted rank reads from: knowing which ranks
 //! and nodes died, the cheapest level that survived, without probing the
 //! levels that are gone (each of which would cost a detection timeout).
+//! [`flow`] follows a checkpoint made across ranks: which of a rank's
+//! levels are durable, and a group encoder's progress through one L3.
 //! [`select`] picks the version to restore: the newest one complete for a
 //! rank, or for every rank (a global restart).
 //!
@@ -30,12 +32,14 @@
 //! returns an error and allocates no more than the input's length.
 
 pub mod erasure;
+pub mod flow;
 pub mod piece;
 pub mod placement;
 pub mod plan;
 pub mod select;
 
 pub use erasure::ErasureError;
+pub use flow::{Coding, Partial, Progress};
 pub use piece::{Expect, Header, Piece, PieceError, Shard};
 pub use placement::{EcGroup, Placement, PlacementError};
 pub use plan::{Failure, Probe};

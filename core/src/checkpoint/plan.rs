@@ -49,8 +49,9 @@ impl Failure {
 }
 
 impl Placement {
-    /// Whether `holder`'s local disk can give `rank` its piece.
-    fn serves(&self, holder: u32, rank: u32, failure: &Failure) -> bool {
+    /// Whether `holder`'s local disk can give `rank` its piece after
+    /// `failure`: its node survived, and it is `rank` itself or alive.
+    pub fn serves(&self, holder: u32, rank: u32, failure: &Failure) -> bool {
         let Some(node) = self.node(holder) else {
             return false;
         };

@@ -13,6 +13,10 @@ mod msg;
 
 mod failure;
 
+// rkyv's derive generates undocumented variant structs for enums.
+#[allow(missing_docs)]
+pub mod checkpoint;
+
 pub use failure::{Failure, FoldFailure};
 pub use msg::*;
 
@@ -110,6 +114,16 @@ mod tests {
             nanos: 1234,
             bytes: 4096,
             direct: None,
+        });
+        assert_eq!(decode(&encode(&m)).unwrap(), m);
+    }
+
+    #[test]
+    fn a_checkpoint_message_round_trips() {
+        let m = Msg::Checkpoint(checkpoint::CheckpointMsg::Coded {
+            version: 4,
+            group: 1,
+            lens: vec![10, 12, 9],
         });
         assert_eq!(decode(&encode(&m)).unwrap(), m);
     }

@@ -202,6 +202,10 @@ pub enum Msg {
         /// Its replacement's incarnation.
         incarnation: u32,
     },
+    /// Rank ↔ rank: multilevel checkpoints between ranks (L2 copies, L3
+    /// shards and parity, a restarted rank's queries; see
+    /// [`super::checkpoint`]).
+    Checkpoint(super::checkpoint::CheckpointMsg),
 }
 
 /// A rank's report to a new master ([`Msg::Rejoin`]).
