@@ -6,5 +6,6 @@
 //! `Settings::from_env` (see the book's Configuration chapter).
 
 pub use taskfold_core::settings::{
-    CheckpointConfig, Completion, Config, Durability, Settings, SettingsError, Standby,
+    CheckpointConfig, Completion, Config, Durability, RespawnConfig, Restart, Settings,
+    SettingsError, Standby,
 };

@@ -7,14 +7,14 @@
 //! any ([`crate::checkpoint`]); a rank that cannot exits 1.
 
 use crate::checkpoint::resume::{self, Resumed};
-use crate::checkpoint::{incarnation, unix_ms, Lifecycle, Start};
+use crate::checkpoint::{unix_ms, Lifecycle, Start};
 use crate::image::{Image, TOLERANCE};
 use crate::job::Job;
 use crate::rank::{run_resumed, Outcome, Timing};
 use std::process::ExitCode;
 use std::time::Duration;
-use taskfold::config::CheckpointConfig;
-use taskfold::{Config, LocalCluster, ReduceError, Runtime, Settings};
+use taskfold::config::Restart;
+use taskfold::{Config, Entry, LocalCluster, ReduceError, Runtime, Settings};
 
 /// Reports batch progress at the root: `@taskfold-progress` lines under
 /// `taskfold run` (`launcher`: drawn as a progress bar), plain lines at
@@ -216,20 +216,14 @@ fn under_taskfold_run(settings: &Settings) -> bool {
 }
 
 /// Runs one rank of a job started by `taskfold run`, `mpiexec` or `srun`,
-/// with the settings of the environment.
+/// with the settings of the environment. Its work is the runtime's
+/// re-init entry point ([`Runtime::run_reinit`]): under global restart
+/// every rank comes back there when one is replaced, and all resume from
+/// one checkpoint; a replacement under local restart resumes alone.
 pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
     let (metrics, launcher) = (settings.metrics_addr, under_taskfold_run(&settings));
     let ckpt = settings.runtime.checkpoint.clone();
-    let start = match incarnation() {
-        Ok(i) => {
-            let lifecycle = Lifecycle::of_incarnation(i);
-            (i, Start::of(lifecycle, job.args.checkpoint_every))
-        }
-        Err(e) => {
-            eprintln!("psdm: cannot start: {e}");
-            return ExitCode::from(3);
-        }
-    };
+    let global = settings.runtime.respawn.restart == Restart::Global;
     if let Err(e) = resume::cadence(job, &ckpt) {
         eprintln!("psdm: cannot start: {e}");
         return ExitCode::from(2);
@@ -252,7 +246,10 @@ pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
         println!("{}", describe(job, size));
     }
     let mut progress = progress_reporter(launcher);
-    let code = match run_one(&rt, job, start, &ckpt, &mut progress) {
+    let outcome = rt
+        .run_reinit(|rt, entry| entry_point(rt, job, entry, global, &mut progress))
+        .unwrap_or_else(|e| Err(failure(job, &e)));
+    let code = match outcome {
         Ok(outcome) => {
             println!("{}", rank_line(rank, &outcome));
             match finish_root(job, size, &outcome) {
@@ -272,6 +269,43 @@ pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
         eprintln!("psdm: rank {rank}: shutdown: {e}");
     }
     code
+}
+
+/// One run of a rank from the re-init entry point: resumed as `entry`
+/// says (a replacement alone from its own checkpoint under local restart,
+/// every rank from one cut otherwise). A rollback is returned as
+/// [`ReduceError::Reinit`]; any other failure as the rank's error.
+fn entry_point(
+    rt: &Runtime,
+    job: &Job,
+    entry: Entry,
+    global: bool,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Result<Outcome, String>, ReduceError> {
+    let (incarnation, lifecycle) = match entry.lifecycle {
+        taskfold::Lifecycle::Restarted { incarnation } if !global => {
+            (incarnation, Lifecycle::Restarted)
+        }
+        taskfold::Lifecycle::Restarted { incarnation } => (incarnation, Lifecycle::Reinited),
+        taskfold::Lifecycle::Reinited { .. } => (0, Lifecycle::Reinited),
+        taskfold::Lifecycle::New => (0, Lifecycle::New),
+    };
+    let start = (incarnation, Start::of(lifecycle, job.args.checkpoint_every));
+    match run_one(rt, job, start, progress) {
+        Err(RunError::Reduce(e @ ReduceError::Reinit { .. })) => Err(e),
+        Err(RunError::Resume(resume::ResumeError::Agree(e @ ReduceError::Reinit { .. }))) => {
+            Err(e)
+        }
+        Err(RunError::Reduce(e)) => Ok(Err(failure(job, &e))),
+        Err(RunError::Resume(e)) => Ok(Err(e.to_string())),
+        Ok(o) => Ok(Ok(o)),
+    }
+}
+
+/// Why a rank's run ended without an outcome.
+enum RunError {
+    Resume(resume::ResumeError),
+    Reduce(ReduceError),
 }
 
 /// Runs `n` ranks in this process (threads over the serialising loopback;
@@ -308,7 +342,6 @@ pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
             .ranks()
             .iter()
             .map(|rt| {
-                let ckpt = &ckpt;
                 s.spawn(move || {
                     let mut progress = progress_reporter(launcher);
                     let mut quiet = |_: usize, _: usize| {};
@@ -318,7 +351,10 @@ pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
                         &mut quiet
                     };
                     let start = (0, Start::of(Lifecycle::New, job.args.checkpoint_every));
-                    run_one(rt, job, start, ckpt, p)
+                    run_one(rt, job, start, p).map_err(|e| match e {
+                        RunError::Reduce(e) => failure(job, &e),
+                        RunError::Resume(e) => e.to_string(),
+                    })
                 })
             })
             .collect();
@@ -355,13 +391,12 @@ fn run_one(
     rt: &Runtime,
     job: &Job,
     start: (u32, Start),
-    ckpt: &CheckpointConfig,
     progress: &mut dyn FnMut(usize, usize),
-) -> Result<Outcome, String> {
+) -> Result<Outcome, RunError> {
     let up = unix_ms();
-    let resumed = resume::resume(rt, job, start.1, ckpt).map_err(|e| e.to_string())?;
+    let resumed = resume::resume(rt, job, start.1).map_err(RunError::Resume)?;
     say_resumed(rt.rank(), start.0, &resumed, up);
-    run_resumed(rt, job, resumed.state.as_ref(), progress).map_err(|e| failure(job, &e))
+    run_resumed(rt, job, resumed.state.as_ref(), progress).map_err(RunError::Reduce)
 }
 
 /// Says where a rank resumed: a plain line if from a checkpoint, and the

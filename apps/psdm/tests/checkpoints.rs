@@ -76,7 +76,7 @@ fn resume_and_run(job: &Job, config: &Config, size: u32) -> Vec<(Resumed, Outcom
             .iter()
             .map(|rt| {
                 s.spawn(move || {
-                    let r = resume(rt, job, Start::Cut, &config.checkpoint).expect("resume");
+                    let r = resume(rt, job, Start::Cut).expect("resume");
                     let o = run_resumed(rt, job, r.state.as_ref(), &mut |_, _| {}).expect("run");
                     (r, o)
                 })
@@ -141,9 +141,9 @@ fn the_state_restores_exactly_and_an_older_cut_is_read_back() {
     }
     // A replacement process (local restart) takes its own newest version
     // alone, with no agreement; the root refuses to.
-    let own = resume(cluster.rank(1), &job, Start::Own, &config.checkpoint).unwrap();
+    let own = resume(cluster.rank(1), &job, Start::Own).unwrap();
     assert_eq!((own.version, own.state.unwrap().batches_done), (5, 15));
-    let e = resume(cluster.rank(0), &job, Start::Own, &config.checkpoint).unwrap_err();
+    let e = resume(cluster.rank(0), &job, Start::Own).unwrap_err();
     assert!(e.to_string().contains("cannot resume alone"), "{e}");
     let job_id = cluster.rank(2).checkpoint_job();
     cluster.shutdown().unwrap();

@@ -8,7 +8,11 @@
 //! their environment alone: every connection of the job proves it, the
 //! launcher's reports too) and, unless set already,
 //! `TASKFOLD_REPLICA_DIR` (in the same directory, so that the survivors can
-//! read a dead rank's disk copies; removed with the job). Output lines are
+//! read a dead rank's disk copies; removed with the job) and
+//! `TASKFOLD_CHECKPOINT_DIR` (one per node, there too, so that a
+//! replacement finds its dead process's checkpoints), and with
+//! `--respawn N`, `TASKFOLD_RESPAWN` and each process's
+//! `TASKFOLD_INCARNATION`. Output lines are
 //! prefixed with `[rank]`. The ranks' settings are parsed before any rank
 //! starts (see `taskfold::Settings`): a bad `TASKFOLD_*` value stops the
 //! job with one error naming it. When a rank exits, the launcher tells the master at once (before any

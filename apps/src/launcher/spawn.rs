@@ -137,6 +137,17 @@ fn rank_command(
         };
         cmd.env("TASKFOLD_REPLICA_DIR", replicas);
     }
+    if settings.runtime.checkpoint.dir.is_none() {
+        // One directory per node, kept for the job: a replacement started
+        // on its rank's node finds the checkpoints of its dead process
+        // there (L1; see the book's chapter Surviving failures of the
+        // application).
+        let local = match cluster {
+            Some(c) => c.replica_dir(c.node_of(rank)).with_file_name("checkpoints"),
+            None => job.dir.join("checkpoints"),
+        };
+        cmd.env("TASKFOLD_CHECKPOINT_DIR", local);
+    }
     for (k, v) in &launch.env {
         cmd.env(k, v);
     }

@@ -31,9 +31,8 @@
 //!
 //! Which one follows from the process's [`Lifecycle`]: a new process or
 //! one rolled back with all the others (global restart) takes the cut, a
-//! replacement alone its own version. psdm tells a replacement by
-//! [`INCARNATION_VAR`] ([`Lifecycle::of_incarnation`]); a rank rolled back
-//! in place must be told by the runtime.
+//! replacement alone its own version, as the runtime's lifecycle and
+//! restart mode say (`Runtime::lifecycle`, `TASKFOLD_RESTART`).
 //!
 //! The agreed version is kept on every rank: a rank waits for its
 //! checkpoint `v` to be durable before it contributes to batch
@@ -190,18 +189,6 @@ pub enum Lifecycle {
     Reinited,
 }
 
-impl Lifecycle {
-    /// The lifecycle of a process of incarnation `incarnation` (see
-    /// [`incarnation`]): the first is new, any later one a replacement.
-    pub fn of_incarnation(incarnation: u32) -> Lifecycle {
-        if incarnation == 0 {
-            Lifecycle::New
-        } else {
-            Lifecycle::Restarted
-        }
-    }
-}
-
 impl Start {
     /// How a process at `lifecycle` starts when checkpoints are taken
     /// every `every` batches (0: off): all ranks together from one cut,
@@ -221,25 +208,6 @@ impl Start {
             Start::Cut => "cut",
             Start::Own => "own",
         }
-    }
-}
-
-/// The environment variable `taskfold run --respawn` gives a replacement
-/// process: its incarnation, 1 and up.
-pub const INCARNATION_VAR: &str = "TASKFOLD_INCARNATION";
-
-/// This process's incarnation: [`INCARNATION_VAR`], 0 when unset. Read by
-/// psdm because the runtime does not tell a replacement process from a
-/// first one (see the book's psdm section on checkpoints); a value that
-/// is not a number is refused, naming the variable.
-pub fn incarnation() -> Result<u32, String> {
-    match std::env::var(INCARNATION_VAR) {
-        Err(std::env::VarError::NotPresent) => Ok(0),
-        Ok(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| format!("{INCARNATION_VAR}={v:?}: not a non-negative integer")),
-        Err(e) => Err(format!("{INCARNATION_VAR}: {e}")),
     }
 }
 

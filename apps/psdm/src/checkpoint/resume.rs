@@ -5,11 +5,9 @@
 use super::{fingerprint, Cadence, Start, State};
 use crate::job::Job;
 use std::time::{Duration, Instant};
-use taskfold::checkpoint::{rank_dir, CheckpointError, FileStore, Level, PieceKey};
+use taskfold::checkpoint::CheckpointError;
 use taskfold::config::CheckpointConfig;
-use taskfold::rkyv::{rancor, util::AlignedVec};
 use taskfold::{Completion, Min, Reduce, ReduceError, Runtime};
-use taskfold_core::checkpoint::Expect;
 
 /// Why a rank cannot resume.
 #[derive(Debug, thiserror::Error)]
@@ -63,16 +61,9 @@ pub struct Resumed {
     pub took: Duration,
 }
 
-/// Resumes rank `rt` of `job` as `start` says; `config` is the
-/// runtime's checkpoint configuration (to read an agreed version older
-/// than the newest). Every rank of a [`Start::Cut`] must call it: it
-/// joins one reduction per rank.
-pub fn resume(
-    rt: &Runtime,
-    job: &Job,
-    start: Start,
-    config: &CheckpointConfig,
-) -> Result<Resumed, ResumeError> {
+/// Resumes rank `rt` of `job` as `start` says. Every rank of a
+/// [`Start::Cut`] must call it: it joins one reduction per rank.
+pub fn resume(rt: &Runtime, job: &Job, start: Start) -> Result<Resumed, ResumeError> {
     let began = Instant::now();
     let fresh = |start| Resumed {
         start,
@@ -101,7 +92,7 @@ pub fn resume(
     let state = match newest {
         _ if version == 0 => None,
         Some((v, s)) if v == version => Some(s),
-        _ => Some(read_version(rt, config, version, want)?),
+        _ => Some(read_version(rt, version, want)?),
     };
     // The root's image is the job's size, the others hold none.
     let cells = if rt.rank() == job.args.root {
@@ -140,55 +131,17 @@ pub fn agree(rt: &Runtime, mine: u64) -> Result<u64, ReduceError> {
     Ok(agreed.expect("this rank is the root of one of the reductions"))
 }
 
-/// Reads version `version` of this rank's state, L1 then L4, checking it
-/// as the runtime's `restore` does.
-fn read_version(
-    rt: &Runtime,
-    config: &CheckpointConfig,
-    version: u64,
-    want: u64,
-) -> Result<State, ResumeError> {
+/// Reads version `version` of this rank's state (the newest not above
+/// it, which must be it), checked as any restore.
+fn read_version(rt: &Runtime, version: u64, want: u64) -> Result<State, ResumeError> {
     let rank = rt.rank();
-    let levels = [(Level::L1, &config.dir), (Level::L4, &config.shared_dir)];
-    for (level, root) in levels {
-        let Some(root) = root else { continue };
-        let dir = rank_dir(root, rt.checkpoint_job(), rank);
-        let Ok(store) = FileStore::open(&dir, config.keep) else {
-            continue;
-        };
-        let expect = Expect {
-            job: rt.checkpoint_job(),
-            type_tag: taskfold_core::checkpoint::type_tag(std::any::type_name::<State>()),
-            owner: Some(rank),
-            version: Some(version),
-            level: Some(level),
-        };
-        let key = PieceKey {
-            owner: rank,
-            level,
-            shard: None,
-            version,
-        };
-        match store.read(&key, &expect) {
-            Ok(stored) => match decode(&stored.payload) {
-                Some(s) if s.fingerprint == want && s.rank == rank => return Ok(s),
-                Some(_) => return Err(ResumeError::OtherJob { version }),
-                None => {
-                    eprintln!("psdm: rank {rank}: version {version} at {level} does not decode")
-                }
-            },
-            Err(e) => eprintln!("psdm: rank {rank}: version {version} at {level}: {e}"),
+    match rt.restore_upto::<State>(Some(version))? {
+        Some((v, s)) if v == version && s.fingerprint == want && s.rank == rank => Ok(s),
+        Some((v, s)) if v == version && (s.fingerprint != want || s.rank != rank) => {
+            Err(ResumeError::OtherJob { version })
         }
+        _ => Err(ResumeError::NotKept { version, rank }),
     }
-    Err(ResumeError::NotKept { version, rank })
-}
-
-/// A [`State`] from its archive (validated before it is read).
-fn decode(payload: &[u8]) -> Option<State> {
-    // The payload is not aligned in the piece: copied into a buffer that is.
-    let mut aligned = AlignedVec::<16>::with_capacity(payload.len());
-    aligned.extend_from_slice(payload);
-    taskfold::rkyv::from_bytes::<State, rancor::Error>(&aligned).ok()
 }
 
 /// The cadence of `job`, refused if the runtime keeps too few versions.
