@@ -84,9 +84,8 @@ fn run_with_kills(mut cmd: Command, dir: &Path, victim: u32, kills: &[Duration])
             landed = false;
             break;
         };
-        let started = Instant::now();
         std::thread::sleep(at);
-        landed &= signal(pid, Signal::KILL).is_ok() && started.elapsed() < at * 2 + ms(500);
+        landed &= signal(pid, Signal::KILL).is_ok();
         old = Some(pid);
     }
     (wait_bounded(child, Duration::from_secs(300)), landed)

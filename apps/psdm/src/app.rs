@@ -293,9 +293,7 @@ fn entry_point(
     let start = (incarnation, Start::of(lifecycle, job.args.checkpoint_every));
     match run_one(rt, job, start, progress) {
         Err(RunError::Reduce(e @ ReduceError::Reinit { .. })) => Err(e),
-        Err(RunError::Resume(resume::ResumeError::Agree(e @ ReduceError::Reinit { .. }))) => {
-            Err(e)
-        }
+        Err(RunError::Resume(resume::ResumeError::Agree(e @ ReduceError::Reinit { .. }))) => Err(e),
         Err(RunError::Reduce(e)) => Ok(Err(failure(job, &e))),
         Err(RunError::Resume(e)) => Ok(Err(e.to_string())),
         Ok(o) => Ok(Ok(o)),

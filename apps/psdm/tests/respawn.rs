@@ -1,0 +1,156 @@
+//! psdm under `taskfold run --respawn` (the book's chapter Surviving
+//! failures of the application): a rank other than the root SIGKILLed at
+//! an instant drawn over the whole run is replaced, and the job ends with
+//! exit code 0 and the failure-free image checksum, both ways back: the
+//! replacement alone resumes from its checkpoint (local restart), or every
+//! rank rolls back to one (global restart).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use taskfold_psdm::image::TOLERANCE;
+use taskfold_psdm::job::{Job, JobArgs};
+use taskfold_tests::{signal, taskfold_bin, text, wait_bounded, Signal};
+
+/// 24 batches per rank on 3 ranks, a checkpoint every 4, paced so that a
+/// run lasts about a second and a half.
+const ARGS: &[&str] = &[
+    "--nx",
+    "160",
+    "--nz",
+    "90",
+    "--shots",
+    "8",
+    "--receivers",
+    "54",
+    "--batch",
+    "6",
+    "--in-flight",
+    "2",
+    "--checkpoint-every",
+    "4",
+    "--jitter-ms",
+    "60",
+];
+
+fn psdm() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_psdm"))
+}
+
+fn checksum_printed(t: &str) -> f64 {
+    t.lines()
+        .find_map(|l| l.split("psdm: checksum ").nth(1))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no checksum printed:\n{t}"))
+}
+
+/// `taskfold run -n 3 --respawn 1` of psdm, restarting by `restart`.
+fn launch(restart: &str, out: &Path) -> Command {
+    let mut cmd = Command::new(taskfold_bin());
+    cmd.args(["run", "-n", "3", "--respawn", "1", "--timeout", "200", "--"])
+        .arg(psdm())
+        .args(ARGS)
+        .arg("--out")
+        .arg(out)
+        .env("TASKFOLD_RESTART", restart)
+        .env_remove("TASKFOLD_CHECKPOINT_DIR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// The live process of `rank` among the children of `parent`.
+fn rank_pid(parent: u32, rank: u32) -> Option<i32> {
+    let want = format!("TASKFOLD_RANK={rank}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+        let (state, ppid) = (rest.next()?, rest.next()?.parse::<u32>().ok()?);
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        let mine = env.split(|&b| b == 0).any(|v| v == want.as_bytes());
+        (ppid == parent && state != "Z" && mine).then_some(pid)
+    })
+}
+
+/// A uniform instant in `[0, span)` from `seed` (splitmix64).
+fn instant(seed: u64, span: Duration) -> Duration {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    span.mul_f64((z >> 11) as f64 / (1u64 << 53) as f64)
+}
+
+/// Runs the job, SIGKILLs `victim` `at` after it started; the output and
+/// whether the kill hit a live process of the victim.
+fn run_killed(restart: &str, victim: u32, at: Duration) -> (Output, bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let child = launch(restart, &dir.path().join("image.png"))
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut pid = None;
+    while pid.is_none() && Instant::now() < deadline {
+        pid = rank_pid(child.id(), victim);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(at);
+    let hit = pid.is_some_and(|p| signal(p, Signal::KILL).is_ok());
+    (wait_bounded(child, Duration::from_secs(200)), hit)
+}
+
+#[test]
+fn a_rank_killed_anywhere_is_replaced_and_the_image_is_the_failure_free_one() {
+    let job = Job::new(JobArgs::parse(ARGS).expect("valid options")).expect("valid job");
+    let want = job.migrate_sequentially().checksum();
+    let dir = tempfile::tempdir().unwrap();
+    let began = Instant::now();
+    let clean = wait_bounded(
+        launch("local", &dir.path().join("clean.png"))
+            .spawn()
+            .unwrap(),
+        Duration::from_secs(200),
+    );
+    let span = began.elapsed();
+    assert!(clean.status.success(), "{}", text(&clean));
+    for restart in ["local", "global"] {
+        let mut landed = 0;
+        for trial in 0..6u64 {
+            if landed == 2 {
+                break;
+            }
+            let victim = 1 + (trial % 2) as u32;
+            let (out, hit) = run_killed(restart, victim, instant(trial, span));
+            let t = text(&out);
+            if !hit || !t.contains("is started again") {
+                continue; // the victim had ended: drawn again
+            }
+            landed += 1;
+            assert!(out.status.success(), "{restart}:\n{t}");
+            let got = checksum_printed(&t);
+            assert!(
+                (got - want).abs() <= TOLERANCE * want.abs(),
+                "{restart}: checksum {got} vs {want}\n{t}"
+            );
+            assert!(t.contains("(replaced: ["), "{t}");
+            // The replacement resumed alone from its own checkpoint, or
+            // every rank came back to the entry point and resumed again.
+            let (start, again) = match restart {
+                "local" => ("own", 1),
+                _ => ("cut", 2),
+            };
+            let resumed = format!("@psdm-resumed rank={victim} start={start} incarnation=1 ");
+            assert!(
+                t.contains(&resumed),
+                "{restart}: the replacement resumed:\n{t}"
+            );
+            let root = t.matches("@psdm-resumed rank=0 ").count();
+            assert_eq!(root, again, "{restart}: the root's entries:\n{t}");
+        }
+        assert_eq!(
+            landed, 2,
+            "{restart}: two kills landed while the victim ran"
+        );
+    }
+}
