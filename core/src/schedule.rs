@@ -139,6 +139,10 @@ pub struct Schedule {
     /// original was still in: the replacement keeps its data until the
     /// reduction ends, and it stands in if the dead rank's is lost.
     held: RankSet,
+    /// Replaced positions whose original was taken out and whose
+    /// replacement has not joined yet: waited for only until
+    /// [`Schedule::give_up`].
+    rejoin_due: RankSet,
     queue: VecDeque<Entry>,
     in_flight: HashMap<u64, Assignment>,
     next_task: u64,
@@ -157,6 +161,7 @@ impl Schedule {
             awaiting: RankSet::new(),
             replaced: RankSet::new(),
             held: RankSet::new(),
+            rejoin_due: RankSet::new(),
             queue: VecDeque::new(),
             in_flight: HashMap::new(),
             next_task: 0,
@@ -198,6 +203,7 @@ impl Schedule {
         if !self.joined.insert(index) {
             return Err(ScheduleError::DuplicateJoin(index));
         }
+        self.rejoin_due.remove(index);
         self.queue.push_back(Entry::single(index, false));
         Ok(())
     }
@@ -353,6 +359,7 @@ impl Schedule {
             self.replaced.insert(index);
         } else {
             self.dead.remove(index);
+            self.rejoin_due.insert(index);
         }
     }
 
@@ -375,14 +382,25 @@ impl Schedule {
         Ok(Replacement::Held)
     }
 
-    /// The replacement of `index` did not come in time: its awaited
-    /// original is lost after all. Errors as [`Schedule::check_recoverable`].
+    /// The replacement of `index` did not come, or did not join again,
+    /// in time: its awaited original is lost after all. Errors as
+    /// [`Schedule::check_recoverable`], or for the original a replacement
+    /// never joined again.
     pub fn give_up(
         &mut self,
         index: usize,
         has_replica: impl Fn(usize) -> bool,
     ) -> Result<(), Unrecoverable> {
-        if !self.awaiting.remove(index) || self.complete {
+        if self.complete {
+            return Ok(());
+        }
+        if self.rejoin_due.remove(index) {
+            return Err(Unrecoverable {
+                lost: vec![index],
+                root: index == self.root,
+            });
+        }
+        if !self.awaiting.remove(index) {
             return Ok(());
         }
         if index == self.root && self.dead.contains(index) {

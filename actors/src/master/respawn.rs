@@ -39,11 +39,12 @@ pub(crate) struct ReadmittedIn {
     pub(crate) incarnation: u32,
 }
 
-/// The wait for `rank`'s replacement is over.
+/// The wait for `rank`'s replacement, after its death at `died`, is over.
 #[derive(Message)]
 #[rtype(result = "()")]
 struct GiveUp {
     rank: u32,
+    died: std::time::Instant,
 }
 
 /// What the master knows of replacements.
@@ -58,6 +59,8 @@ pub(super) struct Replacements {
     /// Replacements that asked before their rank was declared dead (the
     /// launcher's report of the death is on its way): asked again then.
     early: std::collections::HashMap<u32, (u32, Vec<u8>)>,
+    /// When each awaited rank died: its wait runs from then.
+    died: std::collections::HashMap<u32, std::time::Instant>,
 }
 
 impl Replacements {
@@ -69,6 +72,7 @@ impl Replacements {
             completed: HashSet::new(),
             order: VecDeque::new(),
             early: Default::default(),
+            died: Default::default(),
         }
     }
 
@@ -131,11 +135,13 @@ impl Master {
             self.asked(Rank(rank), incarnation, addr);
         }
         tracing::warn!(rank, wait = ?self.respawn.wait, "a replacement of the dead rank is awaited");
+        let died = std::time::Instant::now();
+        self.respawn.died.insert(rank, died);
         if let Some(me) = &self.me {
             let (me, wait) = (me.clone(), self.respawn.wait);
             actix::spawn(async move {
                 actix_rt::time::sleep(wait).await;
-                me.do_send(GiveUp { rank });
+                me.do_send(GiveUp { rank, died });
             });
         }
         true
@@ -261,14 +267,19 @@ impl Handler<GiveUp> for Master {
     type Result = ();
 
     fn handle(&mut self, m: GiveUp, _: &mut Context<Self>) {
-        if !self.respawn.book.give_up(m.rank) {
-            return;
+        if self.respawn.died.get(&m.rank) != Some(&m.died) {
+            return; // the wait of an earlier death
         }
-        tracing::error!(
-            rank = m.rank,
-            "no replacement came in time: its originals are lost"
-        );
-        self.left_rollback(m.rank);
+        self.respawn.died.remove(&m.rank);
+        if self.respawn.book.give_up(m.rank) {
+            tracing::error!(
+                rank = m.rank,
+                "no replacement came in time: its originals are lost"
+            );
+            self.left_rollback(m.rank);
+        }
+        // A replacement in but not joined again where its dead process's
+        // original was taken out ends those reductions too.
         let keys: Vec<u64> = self.reductions.keys().copied().collect();
         for key in keys {
             let Some(r) = self.reductions.get_mut(&key) else {

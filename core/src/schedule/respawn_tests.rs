@@ -129,6 +129,31 @@ fn a_replacement_that_never_comes_ends_the_reduction_when_given_up() {
 }
 
 #[test]
+fn a_replacement_that_never_joins_again_ends_the_reduction_when_given_up() {
+    let mut s = Schedule::new(3, 0);
+    (0..3).for_each(|i| s.join(i).unwrap());
+    s.await_replacement(2);
+    s.fail(2, |_| false).unwrap();
+    s.revive(2);
+    assert!(!s.is_dead(2), "its replacement is awaited as a member");
+    assert_eq!(
+        s.give_up(2, |_| false),
+        Err(Unrecoverable {
+            lost: vec![2],
+            root: false
+        })
+    );
+    // Joined in time: nothing to give up.
+    let mut s = Schedule::new(3, 0);
+    (0..3).for_each(|i| s.join(i).unwrap());
+    s.await_replacement(2);
+    s.fail(2, |_| false).unwrap();
+    s.revive(2);
+    s.join_replacement(2).unwrap();
+    assert_eq!(s.give_up(2, |_| false), Ok(()));
+}
+
+#[test]
 fn a_copied_original_makes_the_replacements_join_a_duplicate() {
     let mut s = Schedule::new(3, 0);
     (0..3).for_each(|i| s.join(i).unwrap());

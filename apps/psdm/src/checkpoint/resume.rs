@@ -87,7 +87,13 @@ pub fn resume(rt: &Runtime, job: &Job, start: Start) -> Result<Resumed, ResumeEr
     let mine = newest.as_ref().map_or(0, |(v, _)| *v);
     let version = match start {
         Start::Cut => agree(rt, mine)?,
-        _ => mine,
+        _ => {
+            // A replacement joins the agreement too: its dead process may
+            // have died before contributing, and the others wait for it
+            // (a join of an agreement that completed is answered at once).
+            agreement(rt, mine)?;
+            mine
+        }
     };
     let state = match newest {
         _ if version == 0 => None,
@@ -114,6 +120,14 @@ pub fn resume(rt: &Runtime, job: &Job, start: Start) -> Result<Resumed, ResumeEr
 /// The smallest of every rank's `mine`, on every rank: one reduction of the
 /// minimum per rank, each to that rank (the runtime reduces to one root).
 pub fn agree(rt: &Runtime, mine: u64) -> Result<u64, ReduceError> {
+    let agreed = agreement(rt, mine)?;
+    agreed.ok_or_else(|| ReduceError::Decode("no agreed version reached this rank".into()))
+}
+
+/// Joins the agreement with `mine`: the least version, as this rank's
+/// reduction received it (`None` for a replacement whose dead process's
+/// agreement had completed).
+fn agreement(rt: &Runtime, mine: u64) -> Result<Option<u64>, ReduceError> {
     let futures: Vec<_> = (0..rt.size())
         .map(|root| {
             let opts = Reduce::root(root)
@@ -128,7 +142,7 @@ pub fn agree(rt: &Runtime, mine: u64) -> Result<u64, ReduceError> {
             agreed = v.first().copied();
         }
     }
-    Ok(agreed.expect("this rank is the root of one of the reductions"))
+    Ok(agreed)
 }
 
 /// Reads version `version` of this rank's state (the newest not above
