@@ -34,6 +34,9 @@ pub mod fault_tolerance {}
 #[doc = include_str!("src/checkpoints.md")]
 pub mod checkpoints {}
 
+#[doc = include_str!("src/surviving.md")]
+pub mod surviving {}
+
 #[doc = include_str!("src/transports.md")]
 pub mod transports {}
 

@@ -113,6 +113,14 @@ impl Runtime {
         Err(last)
     }
 
+    /// `Err(ReduceError::Reinit)` while the job rolls back (global
+    /// restart), else `Ok`; never blocks. An application that computes
+    /// long between taskfold calls checks it between units of work, to
+    /// come back to its entry point at once rather than at its next call.
+    pub fn check_reinit(&self) -> Result<(), ReduceError> {
+        self.rollbacks.check()
+    }
+
     /// Tells the master this rank is at its entry point for `epoch`
     /// (`None`: a replacement) and waits for the go; returns the version
     /// to resume from. Told of a newer rollback meanwhile, it answers for

@@ -165,7 +165,7 @@ fn a_replacement_resumes_from_its_newest_checkpoint() {
         .find_map(|l| l.strip_prefix("[2] resumed at "))
         .unwrap_or_else(|| panic!("the replacement did not restore:\n{t}"));
     let next: u32 = resumed.split(' ').next().unwrap().parse().unwrap();
-    assert!(next >= 10 && next % 10 == 0, "{resumed}");
+    assert!(next >= 10 && next.is_multiple_of(10), "{resumed}");
     // It redid only what its checkpoint did not hold.
     let redone = format!("[2] rank 2: {} ok, 0 lost", REDUCTIONS - next);
     assert!(t.contains(&redone), "{t}");

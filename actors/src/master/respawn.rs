@@ -197,6 +197,13 @@ impl Master {
             };
             self.send(Rank(rank), &msg);
         }
+        // The replacement learns the job's failures as the others did:
+        // its buddies, its standby and its checkpoint retrieval know
+        // which ranks (and so which nodes) are gone.
+        let dead: Vec<u32> = self.dead.iter().copied().collect();
+        for r in dead {
+            self.send(Rank(rank), &Msg::RankFailed { rank: r });
+        }
         self.stats.respawned.push(rank);
         metrics::counter!(crate::metrics::RESPAWNS).increment(1);
         tracing::warn!(rank, incarnation, "a replacement joined the job");

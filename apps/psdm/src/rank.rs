@@ -271,7 +271,7 @@ impl Run<'_> {
         let traces = self
             .job
             .attempt_traces(rank, size, attempt.batch, &attempt.lost);
-        let partial = migrate_batch(self.job, &traces, &mut self.t, &mut self.pending);
+        let partial = migrate_batch(self.rt, self.job, &traces, (&mut self.t, &mut self.pending))?;
         let jitter = self.job.args.jitter_ms;
         if jitter > 0 {
             // A function of the rank and the batch alone, so that a batch
@@ -417,18 +417,20 @@ impl Run<'_> {
 
 /// Migrates `traces` into a new partial image, counting its time in `t`
 /// and noting, between traces, which `pending` reductions finished
-/// meanwhile (never blocks).
+/// meanwhile (never blocks). A rollback of the job (global restart) ends
+/// it between two traces, with `ReduceError::Reinit`.
 fn migrate_batch(
+    rt: &Runtime,
     job: &Job,
     traces: &[usize],
-    t: &mut Timing,
-    pending: &mut VecDeque<Pending>,
-) -> InPlace<Sum<f32>> {
+    (t, pending): (&mut Timing, &mut VecDeque<Pending>),
+) -> Result<InPlace<Sum<f32>>, ReduceError> {
     let (nx, nz) = (job.model.nx, job.model.nz);
     // Migrated straight into the contribution's wire form: `reduce`
     // sends it without a serialising copy.
     let mut partial = InPlace::<Sum<f32>>::zeroed(nx * nz);
     for &g in traces {
+        rt.check_reinit()?;
         let c = Instant::now();
         let trace = job.survey.model_trace(&job.model, g);
         let (is, ir) = job.survey.geometry(g);
@@ -443,5 +445,5 @@ fn migrate_batch(
             }
         }
     }
-    partial
+    Ok(partial)
 }

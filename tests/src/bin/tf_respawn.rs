@@ -161,7 +161,7 @@ fn resume_point(rt: &Runtime, args: &Args) -> u32 {
 
 /// Checkpoints `next` (every reduction before it completed) when due.
 fn checkpoint(rt: &Runtime, args: &Args, next: u32) {
-    if args.checkpoint_every > 0 && next % args.checkpoint_every == 0 {
+    if args.checkpoint_every > 0 && next.is_multiple_of(args.checkpoint_every) {
         let written = rt.checkpoint(u64::from(next), &next).wait();
         if let Err(e) = written {
             println!("unexpected checkpoint: {e}");

@@ -84,12 +84,17 @@ impl Bench {
         }
         report.set_reference()?;
         let window = report.failure_free_s;
-        for &mode in self.args.modes.iter().filter(|&&m| m != Mode::None) {
-            for n in 0..self.args.trials {
-                let kill = Kill {
-                    at: window * rng.unit(),
-                    victim: self.victim(&mut rng),
-                };
+        // One drawn kill per trial number, the same for every mode, and the
+        // modes in turn: their medians compare the same failures under the
+        // same load.
+        let kills: Vec<Kill> = (0..self.args.trials)
+            .map(|_| Kill {
+                at: window * rng.unit(),
+                victim: self.victim(&mut rng),
+            })
+            .collect();
+        for (n, kill) in (0..self.args.trials).zip(kills) {
+            for &mode in self.args.modes.iter().filter(|&&m| m != Mode::None) {
                 let t = self.trial(mode, n, Some(kill));
                 eprintln!(
                     "bench recovery: {} {}/{}: {}",
