@@ -276,7 +276,10 @@ fn watch(
                         if failed(&mut exit, &mut masters, (job, cluster), others, grace) {
                             master_died = Some(Instant::now());
                         }
-                        if others {
+                        // Not once the master has exited: the job is over
+                        // (it finalized), and a replacement would find none.
+                        let leads = children.iter().any(|c| c.0 == masters.current);
+                        if others && leads {
                             if let Some(c) = spawner.replace(&mut exit, masters.current) {
                                 children.push(c);
                             }

@@ -53,8 +53,8 @@ impl<'a> Spawner<'a> {
 
     /// Starts a replacement for the process that ended with `exit`, if it
     /// was killed by a signal, is not the master (`master`, the current
-    /// one), the first master still leads (replacements register with
-    /// it) and replacements are left. Returns its rank, incarnation and
+    /// one, whose process the caller saw running), the first master still
+    /// leads (replacements register with it) and replacements are left. Returns its rank, incarnation and
     /// process.
     pub(super) fn replace(
         &mut self,
