@@ -153,4 +153,25 @@ pub enum StartError {
     /// Security chapter).
     #[error("replica directory: {0}")]
     ReplicaDir(std::io::Error),
+    /// This process replaces a rank that finished its work in the job
+    /// before its process died (see the book's chapter Surviving failures
+    /// of the application): nothing waits for it, and it should end as a
+    /// rank that finished does (exit code 0).
+    #[error("this replacement has nothing to do: its rank finished its work in this job")]
+    RankFinished,
+}
+
+impl StartError {
+    /// The start error of a transport that could not start: a replacement
+    /// refused because its rank finished is [`StartError::RankFinished`].
+    pub(crate) fn of_transport(e: taskfold_transports::TransportError) -> StartError {
+        match e {
+            taskfold_transports::TransportError::Refused(r)
+                if r.contains(taskfold_transports::RANK_FINISHED) =>
+            {
+                StartError::RankFinished
+            }
+            e => StartError::Transport(e),
+        }
+    }
 }

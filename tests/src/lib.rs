@@ -90,6 +90,16 @@ pub fn wait_for_pid(path: &Path, limit: Duration) -> i32 {
     panic!("no pid file at {} within {limit:?}", path.display());
 }
 
+/// A uniform instant in `[0, span)` drawn from `seed` (splitmix64): the
+/// failure instants of the multi-process tests, reproducible by seed.
+pub fn drawn_instant(seed: u64, span: Duration) -> Duration {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    span.mul_f64((z >> 11) as f64 / (1u64 << 53) as f64)
+}
+
 /// A fresh job key, as `TASKFOLD_JOB_KEY` takes it: what a user gives the
 /// ranks of a job started by `mpiexec` or `srun` (`taskfold run` makes
 /// its own).

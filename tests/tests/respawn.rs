@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use taskfold_tests::{signal, taskfold_bin, text, wait_bounded, Signal};
+use taskfold_tests::{drawn_instant, signal, taskfold_bin, text, wait_bounded, Signal};
 
 /// Reductions per rank, and the pause between two: the run's length.
 const REDUCTIONS: u32 = 80;
@@ -61,15 +61,6 @@ fn pid_of(dir: &Path, rank: u32, old: Option<i32>, limit: Duration) -> Option<i3
         std::thread::sleep(Duration::from_millis(5));
     }
     None
-}
-
-/// A uniform instant in `[0, span)` from `seed` (splitmix64).
-fn instant(seed: u64, span: Duration) -> Duration {
-    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    span.mul_f64((z >> 11) as f64 / (1u64 << 53) as f64)
 }
 
 /// Runs a job and SIGKILLs `victim` at each of `kills` (the next one once
@@ -124,7 +115,7 @@ fn a_rank_killed_at_any_instant_is_replaced_and_every_reduction_is_exact() {
             break;
         }
         let dir = tempfile::tempdir().unwrap();
-        let at = instant(trial, span());
+        let at = drawn_instant(trial, span());
         let victim = 1 + (trial % 3) as u32;
         let (out, ok) = run_with_kills(job(1, dir.path(), &[], &[]), dir.path(), victim, &[at]);
         let t = text(&out);
@@ -225,7 +216,7 @@ fn global_restart_resumes_every_rank_from_the_newest_common_checkpoint() {
             ("TASKFOLD_RESTART", "global"),
         ];
         let cmd = job(1, &pids, &["--checkpoint-every", every], &env);
-        let at = span().mul_f64(0.3) + instant(trial + 100, span().mul_f64(0.5));
+        let at = span().mul_f64(0.3) + drawn_instant(trial + 100, span().mul_f64(0.5));
         let (out, ok) = run_with_kills(cmd, &pids, 1 + trial as u32, &[at]);
         let t = text(&out);
         assert!(ok && out.status.success(), "{t}");

@@ -181,6 +181,11 @@ pub enum Event {
     },
 }
 
+/// The reason the master gives a replacement whose rank finished its
+/// work in the job (it finalized before its process died): nothing waits
+/// for it. A runtime reports this refusal as its own start error.
+pub const RANK_FINISHED: &str = "its rank finished its work in this job";
+
 /// Transport failures. Never a panic: the layer above decides what a broken
 /// link means (with fault tolerance, usually a failed rank).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -214,6 +214,14 @@ impl Handler<ReplacementIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: ReplacementIn, _: &mut Context<Self>) {
+        if self.finalized.contains(&m.peer.0) {
+            // Its rank finished its work: nothing waits for a replacement.
+            let why = taskfold_transports::RANK_FINISHED;
+            self.out
+                .transport()
+                .refuse_replacement(m.peer, m.incarnation, why);
+            return;
+        }
         let alive = matches!(self.respawn.book.slot(m.peer.0), Some(Slot::Live(_)));
         if alive && self.respawn.book.left() > 0 && !self.dead.contains(&m.peer.0) {
             // Its death is not declared yet (the launcher's report may come

@@ -14,7 +14,7 @@ use crate::rank::{run_resumed, Outcome, Timing};
 use std::process::ExitCode;
 use std::time::Duration;
 use taskfold::config::Restart;
-use taskfold::{Config, Entry, LocalCluster, ReduceError, Runtime, Settings};
+use taskfold::{Config, Entry, LocalCluster, ReduceError, Runtime, Settings, StartError};
 
 /// Reports batch progress at the root: `@taskfold-progress` lines under
 /// `taskfold run` (`launcher`: drawn as a progress bar), plain lines at
@@ -230,6 +230,11 @@ pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
     }
     let rt = match Runtime::from_settings(settings) {
         Ok(rt) => rt,
+        // A replacement of a rank that had finished: its work is done.
+        Err(e @ StartError::RankFinished) => {
+            eprintln!("psdm: {e}");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             eprintln!("psdm: {e}");
             return ExitCode::from(3);

@@ -5,7 +5,10 @@
 //! `taskfold run` a job whose processes are all SIGKILLed mid-run and
 //! launched again ends with the failure-free checksum.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{checksum_printed, psdm};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use taskfold::checkpoint::{rank_dir, JobId};
@@ -163,17 +166,6 @@ fn the_state_restores_exactly_and_an_older_cut_is_read_back() {
     assert!(diff <= TOLERANCE, "the resumed image differs by {diff:e}");
     let total = &again[0].1.root.as_ref().unwrap().total;
     assert_eq!(total.traces, job.survey.traces() as u64);
-}
-
-fn psdm() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_psdm"))
-}
-
-fn checksum_printed(t: &str) -> f64 {
-    t.lines()
-        .find_map(|l| l.split("psdm: checksum ").nth(1))
-        .and_then(|r| r.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no checksum printed:\n{t}"))
 }
 
 /// The live children of `parent`.

@@ -5,12 +5,15 @@
 //! replacement alone resumes from its checkpoint (local restart), or every
 //! rank rolls back to one (global restart).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{checksum_printed, psdm};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use taskfold_psdm::image::TOLERANCE;
 use taskfold_psdm::job::{Job, JobArgs};
-use taskfold_tests::{signal, taskfold_bin, text, wait_bounded, Signal};
+use taskfold_tests::{drawn_instant, signal, taskfold_bin, text, wait_bounded, Signal};
 
 /// 24 batches per rank on 3 ranks, a checkpoint every 4, paced so that a
 /// run lasts about a second and a half.
@@ -32,17 +35,6 @@ const ARGS: &[&str] = &[
     "--jitter-ms",
     "60",
 ];
-
-fn psdm() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_psdm"))
-}
-
-fn checksum_printed(t: &str) -> f64 {
-    t.lines()
-        .find_map(|l| l.split("psdm: checksum ").nth(1))
-        .and_then(|r| r.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no checksum printed:\n{t}"))
-}
 
 /// `taskfold run -n 3 --respawn 1` of psdm, restarting by `restart`.
 fn launch(restart: &str, out: &Path) -> Command {
@@ -71,15 +63,6 @@ fn rank_pid(parent: u32, rank: u32) -> Option<i32> {
         let mine = env.split(|&b| b == 0).any(|v| v == want.as_bytes());
         (ppid == parent && state != "Z" && mine).then_some(pid)
     })
-}
-
-/// A uniform instant in `[0, span)` from `seed` (splitmix64).
-fn instant(seed: u64, span: Duration) -> Duration {
-    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    span.mul_f64((z >> 11) as f64 / (1u64 << 53) as f64)
 }
 
 /// Runs the job, SIGKILLs `victim` `at` after it started; the output and
@@ -121,7 +104,7 @@ fn a_rank_killed_anywhere_is_replaced_and_the_image_is_the_failure_free_one() {
                 break;
             }
             let victim = 1 + (trial % 2) as u32;
-            let (out, hit) = run_killed(restart, victim, instant(trial, span));
+            let (out, hit) = run_killed(restart, victim, drawn_instant(trial, span));
             let t = text(&out);
             if !hit || !t.contains("is started again") {
                 continue; // the victim had ended: drawn again

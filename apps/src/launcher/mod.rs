@@ -278,7 +278,9 @@ fn watch(
                         }
                         // Not once the master has exited: the job is over
                         // (it finalized), and a replacement would find none.
-                        let leads = children.iter().any(|c| c.0 == masters.current);
+                        let leads = children
+                            .iter_mut()
+                            .any(|c| c.0 == masters.current && matches!(c.2.try_wait(), Ok(None)));
                         if others && leads {
                             if let Some(c) = spawner.replace(&mut exit, masters.current) {
                                 children.push(c);

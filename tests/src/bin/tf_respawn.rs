@@ -61,6 +61,10 @@ fn main() {
     let args = Args::parse();
     let rt = match Runtime::from_env() {
         Ok(rt) => rt,
+        Err(e @ taskfold::StartError::RankFinished) => {
+            eprintln!("tf_respawn: {e}");
+            std::process::exit(0);
+        }
         Err(e) => {
             eprintln!("tf_respawn: cannot start: {e}");
             std::process::exit(3);
