@@ -71,7 +71,7 @@ mod tests {
             .filter_map(|l| l.split("](").nth(1))
             .filter_map(|rest| rest.split(')').next())
             .collect();
-        assert_eq!(pages.len(), 14, "{pages:?}");
+        assert_eq!(pages.len(), 15, "{pages:?}");
         for page in pages {
             let include = format!("include_str!(\"src/{page}\")");
             assert!(
