@@ -91,7 +91,9 @@ pub fn resume(rt: &Runtime, job: &Job, start: Start) -> Result<Resumed, ResumeEr
             // A replacement joins the agreement too: its dead process may
             // have died before contributing, and the others wait for it
             // (a join of an agreement that completed is answered at once).
-            agreement(rt, mine)?;
+            if matches!(rt.lifecycle(), taskfold::Lifecycle::Restarted { .. }) {
+                agreement(rt, mine)?;
+            }
             mine
         }
     };
