@@ -15,20 +15,21 @@
 use crate::master::{Master, RankDown};
 use crate::outbox::Outbox;
 use actix::prelude::*;
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
+use taskfold_core::watch::{Lost, MasterWatch, Timing};
 use taskfold_core::wire::Msg;
 use taskfold_core::Rank;
 
 /// The failure detector of a job.
 pub struct FailureDetector {
-    size: u32,
     out: Outbox,
     master: Addr<Master>,
-    period: Duration,
-    timeout: Duration,
-    last: Vec<Instant>,
-    declared: HashSet<u32>,
+    timing: Timing,
+    /// Per rank, the incarnation watched and its watch: the one silence
+    /// rule of [`taskfold_core::watch`], which a rank also applies to its
+    /// master (this detector's own stalls are not the ranks' silence). A
+    /// replacement is watched afresh from when it is seen.
+    watches: Vec<(u32, MasterWatch)>,
     seq: u64,
 }
 
@@ -40,29 +41,44 @@ impl FailureDetector {
         period: Duration,
         timeout: Duration,
     ) -> Self {
+        let now = Instant::now();
+        let view = out.view().read();
+        let watches = (0..size)
+            .map(|r| (view.incarnation(r), MasterWatch::new(now)))
+            .collect();
+        drop(view);
         FailureDetector {
-            size,
             out,
             master,
-            period,
-            timeout,
-            last: vec![Instant::now(); size as usize],
-            declared: HashSet::new(),
+            timing: Timing { period, timeout },
+            watches,
             seq: 0,
         }
     }
 
+    /// Every ping period: each live rank silent past the timeout is
+    /// declared failed (once per incarnation), the others pinged.
     fn tick(&mut self) {
         let now = Instant::now();
         self.seq += 1;
         let own = self.out.transport().rank().0;
-        for r in 0..self.size {
-            if r == own || self.declared.contains(&r) {
+        let view = self.out.view().clone();
+        for (r, (watched, watch)) in self.watches.iter_mut().enumerate() {
+            let r = r as u32;
+            let (dead, incarnation) = {
+                let v = view.read();
+                (v.is_dead(r), v.incarnation(r))
+            };
+            if r == own || dead {
                 continue;
             }
-            let silent = now.duration_since(self.last[r as usize]);
-            if silent > self.timeout {
-                self.declared.insert(r);
+            if *watched != incarnation {
+                (*watched, *watch) = (incarnation, MasterWatch::new(now));
+            }
+            if watch.is_lost() {
+                continue; // declared; the master decides
+            }
+            if let Some(Lost::Silent(silent)) = watch.check(now, self.timing) {
                 self.master.do_send(RankDown {
                     rank: Rank(r),
                     reason: format!("no answer to pings for {} ms", silent.as_millis()),
@@ -83,7 +99,7 @@ impl Actor for FailureDetector {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.run_interval(self.period, |act, _| act.tick());
+        ctx.run_interval(self.timing.period, |act, _| act.tick());
     }
 }
 
@@ -98,41 +114,8 @@ impl Handler<PongIn> for FailureDetector {
     type Result = ();
 
     fn handle(&mut self, m: PongIn, _: &mut Context<Self>) {
-        if let Some(t) = self.last.get_mut(m.from.0 as usize) {
-            *t = Instant::now();
+        if let Some((_, w)) = self.watches.get_mut(m.from.0 as usize) {
+            w.heard(Instant::now());
         }
-    }
-}
-
-/// The master declared a rank failed by other means: stop watching it.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Forget {
-    pub(crate) rank: Rank,
-}
-
-/// A replacement of `rank` was let in: watch it again, from now.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Watch {
-    pub(crate) rank: Rank,
-}
-
-impl Handler<Watch> for FailureDetector {
-    type Result = ();
-
-    fn handle(&mut self, m: Watch, _: &mut Context<Self>) {
-        if let Some(t) = self.last.get_mut(m.rank.0 as usize) {
-            *t = Instant::now();
-            self.declared.remove(&m.rank.0);
-        }
-    }
-}
-
-impl Handler<Forget> for FailureDetector {
-    type Result = ();
-
-    fn handle(&mut self, m: Forget, _: &mut Context<Self>) {
-        self.declared.insert(m.rank.0);
     }
 }

@@ -69,6 +69,7 @@ mod hooks;
 pub mod lifecycle;
 pub mod local;
 mod master;
+mod membership;
 pub mod metrics;
 mod notices;
 pub mod options;
@@ -159,6 +160,12 @@ pub enum StartError {
     /// rank that finished does (exit code 0).
     #[error("this replacement has nothing to do: its rank finished its work in this job")]
     RankFinished,
+    /// This process was one of the job's spares (`TASKFOLD_SPARES`) and
+    /// the job ended without needing it (see the book's chapter Surviving
+    /// failures of the application): it should end as a rank that
+    /// finished does (exit code 0).
+    #[error("this spare was not needed: the job ended")]
+    Spare,
 }
 
 impl StartError {

@@ -1,7 +1,7 @@
 //! Encoding and sending control messages, with per-role accounting.
 
+use crate::membership::View;
 use bytes::Bytes;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use taskfold_core::wire::{self, Msg};
 use taskfold_core::Rank;
@@ -9,31 +9,35 @@ use taskfold_transports::{Transport, TransportError};
 
 /// Encodes [`Msg`]s into frames and hands them to the transport.
 ///
-/// Its clones share which rank is the master: rank 0, until a standby
-/// takes over from a dead master (the router moves it, see
+/// Messages for the master go to the rank this rank's membership view
+/// names (rank 0, until a standby takes over from a dead master: see
 /// [`taskfold_core::failover`]).
 #[derive(Clone)]
 pub(crate) struct Outbox {
     transport: Arc<dyn Transport>,
-    master: Arc<AtomicU32>,
+    view: View,
 }
 
 impl Outbox {
-    pub(crate) fn new(transport: Arc<dyn Transport>) -> Self {
-        Outbox {
-            transport,
-            master: Arc::new(AtomicU32::new(0)),
-        }
+    pub(crate) fn new(transport: Arc<dyn Transport>, view: View) -> Self {
+        Outbox { transport, view }
+    }
+
+    /// An outbox with a view of its own, as `transport` joined (tests).
+    #[cfg(test)]
+    pub(crate) fn of(transport: Arc<dyn Transport>) -> Self {
+        let view = View::joined(&*transport);
+        Outbox { transport, view }
     }
 
     /// The rank that runs the master now.
     pub(crate) fn master(&self) -> Rank {
-        Rank(self.master.load(Ordering::Acquire))
+        self.view.master()
     }
 
-    /// A standby took over: messages for the master go to `rank` from now.
-    pub(crate) fn set_master(&self, rank: Rank) {
-        self.master.store(rank.0, Ordering::Release);
+    /// This rank's membership view.
+    pub(crate) fn view(&self) -> &View {
+        &self.view
     }
 
     /// Sends `msg` to the master.

@@ -19,6 +19,7 @@ use crate::worker::{
 };
 use actix::prelude::*;
 use std::time::Instant;
+use taskfold_core::membership::Change;
 use taskfold_core::watch::{MasterWatch, Timing};
 use taskfold_core::wire::{self, Msg};
 use taskfold_core::Rank;
@@ -85,6 +86,12 @@ impl StreamHandler<Event> for Router {
             },
             Event::LinkDown { peer, reason } => {
                 tracing::warn!(rank = %self.rank, %peer, %reason, "link down");
+                let view = self.out.view();
+                let incarnation = view.read().incarnation(peer.0);
+                view.apply(Change::Unreachable {
+                    rank: peer.0,
+                    incarnation,
+                });
                 if let Some(m) = &self.master {
                     m.do_send(RankDown {
                         rank: peer,
@@ -104,11 +111,13 @@ impl StreamHandler<Event> for Router {
             Event::Replacement {
                 peer,
                 incarnation,
+                node,
                 addr,
             } => match &self.master {
                 Some(m) => m.do_send(ReplacementIn {
                     peer,
                     incarnation,
+                    node,
                     addr,
                 }),
                 None => {
@@ -280,9 +289,14 @@ impl Router {
                 seq,
                 error: error.map(Into::into),
             }),
-            Msg::RankFailed { rank } => {
-                tracing::warn!(rank = %self.rank, failed = rank, "the master declared a rank failed");
-                self.standby.rank_failed(Rank(rank));
+            Msg::RankFailed { rank, incarnation } => {
+                // On the master's rank its master applied it already.
+                let view = self.out.view();
+                if incarnation < view.read().incarnation(rank) {
+                    return None; // about a process replaced since
+                }
+                view.apply(Change::Failed { rank, incarnation });
+                tracing::warn!(rank = %self.rank, failed = rank, incarnation, "the master declared a rank failed");
                 self.checkpoints.dead(Rank(rank));
                 self.worker.do_send(RankFailedIn { rank: Rank(rank) });
                 self.recovery
@@ -292,7 +306,8 @@ impl Router {
                 rank,
                 incarnation,
                 addr,
-            } => self.respawned(Rank(rank), incarnation, &addr),
+                node,
+            } => self.respawned(Rank(rank), incarnation, &addr, node),
             Msg::Reinit { epoch } => {
                 tracing::warn!(rank = %self.rank, epoch, "the job rolls back to its re-init entry point");
                 self.rollbacks.unwind(epoch);
@@ -315,7 +330,7 @@ impl Router {
     /// The master lets a replacement of `rank` in: this rank's transport
     /// serves it from now on (and fences the dead process), its worker
     /// counts it alive again, and the master hears it is let in here.
-    fn respawned(&mut self, rank: Rank, incarnation: u32, addr: &[u8]) {
+    fn respawned(&mut self, rank: Rank, incarnation: u32, addr: &[u8], node: u64) {
         if rank == self.rank {
             return;
         }
@@ -325,9 +340,15 @@ impl Router {
             tracing::error!(rank = %self.rank, replaced = %rank, error = %e, "cannot let a replacement in");
             return;
         }
-        self.standby.rank_revived(rank);
-        self.checkpoints.revived(rank);
-        self.worker.do_send(crate::worker::RankRevivedIn { rank });
+        // On the master's rank the master writes the view when the
+        // replacement is in (every live rank let it in).
+        if self.master.is_none() {
+            self.out.view().apply(Change::Replaced {
+                rank: rank.0,
+                incarnation,
+                node,
+            });
+        }
         let _ = self.out.to_master(&Msg::Readmitted {
             rank: rank.0,
             incarnation,

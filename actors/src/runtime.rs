@@ -47,6 +47,8 @@ pub struct Runtime {
     pub(crate) checkpoints: Checkpoints,
     recovery: crate::lifecycle::Recovery,
     pub(crate) rollbacks: crate::reinit::Rollbacks,
+    /// This rank's membership view.
+    view: crate::membership::View,
 }
 
 impl Runtime {
@@ -102,8 +104,9 @@ impl Runtime {
         }
         let recovery = crate::lifecycle::Recovery::new(transport.incarnation());
         let rollbacks = crate::reinit::Rollbacks::default();
-        let (checkpoints, inbox) =
-            Checkpoints::start(transport.clone(), &config).map_err(StartError::Thread)?;
+        let view = crate::membership::View::joined(&*transport);
+        let (checkpoints, inbox) = Checkpoints::start(transport.clone(), view.clone(), &config)
+            .map_err(StartError::Thread)?;
         let thread = crate::start::spawn(crate::start::Parts {
             transport: transport.clone(),
             config: config.clone(),
@@ -114,6 +117,7 @@ impl Runtime {
             recovery: recovery.clone(),
             rollbacks: rollbacks.clone(),
             checkpoints: inbox,
+            view: view.clone(),
         })?;
         tracing::debug!(rank, size, transport = transport.name(), "runtime started");
         Ok(Runtime {
@@ -130,6 +134,7 @@ impl Runtime {
             config,
             recovery,
             rollbacks,
+            view,
         })
     }
 
@@ -163,6 +168,13 @@ impl Runtime {
     /// Ranks in the job.
     pub fn size(&self) -> u32 {
         self.size
+    }
+
+    /// The rank that runs the master now, as this rank knows it: rank 0
+    /// at the start, then each standby that took over from a dead master
+    /// (see the book's Fault tolerance chapter, A master that dies).
+    pub fn master(&self) -> u32 {
+        self.view.master().0
     }
 
     /// The transport's name (`"tcp"`, `"loopback"`).

@@ -8,19 +8,19 @@ use crate::start::Spare;
 use crate::worker::{Failover, MasterGone};
 use std::time::Instant;
 use taskfold_core::failover::standby_of;
+use taskfold_core::membership::Change;
 use taskfold_core::watch::{Lost, MasterWatch};
 use taskfold_core::wire::Msg;
-use taskfold_core::{Rank, RankSet};
+use taskfold_core::Rank;
 
 /// Most messages for the master a standby keeps before it takes over
 /// itself (ranks that saw the master die first report at once).
 const EARLY_LIMIT: usize = 65_536;
 
-/// What a rank knows to take over, or turn to whoever does.
+/// What a rank knows to take over, or turn to whoever does (the dead
+/// ranks and the master are in the membership view).
 pub(crate) struct Standby {
     spare: Spare,
-    /// The ranks the master declared failed, and the dead masters.
-    dead: RankSet,
     /// Messages for the master that came before this standby took over.
     early: Vec<(Rank, Msg, usize)>,
 }
@@ -29,35 +29,19 @@ impl Standby {
     pub(crate) fn new(spare: Spare) -> Self {
         Standby {
             spare,
-            dead: RankSet::new(),
             early: Vec::new(),
         }
-    }
-
-    /// The master declared `rank` failed.
-    pub(crate) fn rank_failed(&mut self, rank: Rank) {
-        self.dead.insert(rank.0 as usize);
-    }
-
-    /// The master let a replacement of `rank` in: it may take over again.
-    pub(crate) fn rank_revived(&mut self, rank: Rank) {
-        self.dead.remove(rank.0 as usize);
     }
 }
 
 impl Router {
     /// The rank that takes over if the current master dies.
     fn next_master(&self) -> Option<Rank> {
-        let t = self.out.transport();
+        let view = self.out.view();
         let policy = self.standby.spare.config.standby;
-        standby_of(
-            self.out.master().0,
-            t.size(),
-            &self.standby.dead,
-            t.nodes(),
-            policy,
-        )
-        .map(Rank)
+        let nodes = view.nodes();
+        let v = view.read();
+        standby_of(v.master(), v.size(), &v.dead(), nodes.as_deref(), policy).map(Rank)
     }
 
     /// Keeps a message for the master that came to this rank before it
@@ -84,7 +68,8 @@ impl Router {
         };
         let old = self.out.master();
         let next = self.next_master();
-        self.standby.dead.insert(old.0 as usize);
+        let view = self.out.view().clone();
+        view.failed(old);
         let Some(next) = next else {
             tracing::error!(rank = %self.rank, reason = %lost, "the master is lost");
             self.worker.do_send(MasterGone {
@@ -93,7 +78,8 @@ impl Router {
             return;
         };
         tracing::warn!(rank = %self.rank, reason = %lost, standby = %next, "the master is lost; turning to the standby");
-        self.out.set_master(next);
+        let term = view.read().term() + 1;
+        view.apply(Change::MasterMoved { to: next.0, term });
         if next == self.rank {
             self.take_over(old);
         } else if let Some((w, _)) = &mut self.watch {
@@ -108,8 +94,7 @@ impl Router {
     /// Starts this rank's master, taking over from `lost`, and hands it
     /// what came early.
     fn take_over(&mut self, lost: Rank) {
-        let mut dead = self.standby.dead.clone();
-        dead.insert(lost.0 as usize);
+        let dead = self.out.view().dead();
         let (m, d) = crate::start::standby_master(&self.standby.spare, &self.out, lost, &dead);
         self.master = Some(m);
         self.detector = Some(d);

@@ -42,6 +42,8 @@ pub(crate) struct Parts {
     pub(crate) rollbacks: crate::reinit::Rollbacks,
     /// The rank's checkpoint engine, for the router.
     pub(crate) checkpoints: crate::checkpoint::Inbox,
+    /// This rank's membership view, shared with the runtime.
+    pub(crate) view: crate::membership::View,
 }
 
 /// Starts the actors of rank `p.transport.rank()` on a thread of their own
@@ -80,7 +82,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
     let rank = p.transport.rank().0;
     let c = &p.config;
     let pool = FoldPool::new(c.fold_threads, rank).map_err(StartError::Thread)?;
-    let out = Outbox::new(p.transport.clone());
+    let out = Outbox::new(p.transport.clone(), p.view.clone());
     let perf = PerformanceCounter::new(rank).start();
     let disk = Arc::new(
         ReplicaDisk::open(c.replica_dir.as_deref(), rank).map_err(StartError::ReplicaDir)?,
@@ -162,11 +164,6 @@ pub(crate) fn standby_master(
         m.enable_disk_inference(root.clone(), std::path::Path::new(&own), s.epoch);
     }
     m.take_over(lost, dead);
-    for r in dead.iter().chain([lost.0 as usize]) {
-        d.do_send(crate::detector::Forget {
-            rank: Rank(r as u32),
-        });
-    }
     (ctx.run(m), d)
 }
 

@@ -72,6 +72,9 @@ enum Cmd {
     /// (internal) one rank of `bench compare`.
     #[command(hide = true)]
     CompareRank(bench::compare::rank::CompareRankArgs),
+    /// (internal) one rank of `bench chaos`.
+    #[command(hide = true)]
+    BenchChaosRank(bench::chaos::ChaosRankArgs),
     /// (internal) one background-load process of `bench compare`.
     #[command(hide = true)]
     BenchLoad(bench::compare::LoadArgs),
@@ -134,5 +137,6 @@ fn main() -> ExitCode {
         Cmd::BenchFaultRank(args) => bench::faults::rank_main(args),
         Cmd::CompareRank(args) => bench::compare::rank::rank_main(args),
         Cmd::BenchLoad(args) => bench::compare::load_main(args),
+        Cmd::BenchChaosRank(args) => bench::chaos::rank_main(args),
     }
 }

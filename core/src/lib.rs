@@ -25,6 +25,8 @@
 //!   (fetch and fold overlap).
 //! - [`wire`]: versioned rkyv control messages, validated on receipt.
 //! - [`schedule`]: the master's per-reduction queue and the pairing rules.
+//! - [`membership`]: who is in the job as one rank knows it: every rank's
+//!   incarnation and node, the dead, the master.
 //! - [`roster`]: each member's lifecycle in a reduction, as the master sees
 //!   it (joins, copies, deaths, the verdicts about standing copies).
 //! - [`replica`]: replica buffers (checksummed), their keys, buddy placement.
@@ -52,6 +54,7 @@ pub mod error;
 pub mod failover;
 pub mod id;
 pub mod inplace;
+pub mod membership;
 pub mod perf;
 pub mod pieces;
 pub mod pool;

@@ -42,7 +42,7 @@
 //! whether the original can be had.
 
 use crate::wire::{Locator, Standing};
-use std::collections::HashSet;
+use crate::rankset::RankSet;
 
 /// A standing copy of a member's original (see the module's
 /// documentation).
@@ -272,6 +272,16 @@ impl<F> Roster<F> {
         true
     }
 
+    /// `holder` was replaced by a new process: the copies its dead one
+    /// held are gone (the new one holds none of them).
+    pub fn holder_replaced(&mut self, holder: u32) {
+        for m in &mut self.members {
+            if m.copies.replica == Some(holder) {
+                m.copies.replica = None;
+            }
+        }
+    }
+
     /// Member `index`'s latest message names where its current data is
     /// read in place (each names the sender's current data). Only a live,
     /// joined member has data to read.
@@ -292,13 +302,13 @@ impl<F> Roster<F> {
     /// The members awaiting its own verdict ([`Roster::awaiting_on`]) wait
     /// no longer: the master decides each of them ([`Roster::verdict`])
     /// once the scheduler heard of this death.
-    pub fn died(&mut self, index: usize, dead: &HashSet<u32>) -> Option<Death> {
+    pub fn died(&mut self, index: usize, dead: &RankSet) -> Option<Death> {
         let offer_to = match &self.members.get(index)?.state {
             State::Awaiting { .. } | State::Dead { .. } => return None,
             State::Pending => None,
             State::Joined(j) => j.standing.as_ref().and_then(|s| {
                 let lives = self.members[s.buddy].state.lives();
-                (lives && !dead.contains(&s.copy.buddy)).then_some(s.buddy)
+                (lives && !dead.contains(s.copy.buddy as usize)).then_some(s.buddy)
             }),
         };
         let next = match offer_to {
@@ -412,28 +422,28 @@ impl<F> Roster<F> {
     /// Whether a copy of member `index`'s original can still be had: a
     /// replica whose holder is not in `dead`, or its own disk copy where
     /// others can read it.
-    pub fn has_copy(&self, index: usize, dead: &HashSet<u32>) -> bool {
+    pub fn has_copy(&self, index: usize, dead: &RankSet) -> bool {
         self.copy_at(index, dead).is_some()
     }
 
     /// Where member `index`'s original can be read from a copy: its
     /// buddy's, if the holder lives, else its disk copy.
-    pub fn copy_at(&self, index: usize, dead: &HashSet<u32>) -> Option<CopyAt<'_>> {
+    pub fn copy_at(&self, index: usize, dead: &RankSet) -> Option<CopyAt<'_>> {
         let c = &self.members.get(index)?.copies;
         match (c.replica, &c.disk) {
-            (Some(holder), _) if !dead.contains(&holder) => Some(CopyAt::Replica { holder }),
+            (Some(holder), _) if !dead.contains(holder as usize) => Some(CopyAt::Replica { holder }),
             (_, Some(dir)) => Some(CopyAt::Disk { dir }),
             _ => None,
         }
     }
 
     /// The live holder of member `index`'s replica, if any.
-    pub fn live_replica(&self, index: usize, dead: &HashSet<u32>) -> Option<u32> {
+    pub fn live_replica(&self, index: usize, dead: &RankSet) -> Option<u32> {
         self.members
             .get(index)?
             .copies
             .replica
-            .filter(|h| !dead.contains(h))
+            .filter(|&h| !dead.contains(h as usize))
     }
 
     /// Member `index`'s disk copy could not be read: it is no copy.
@@ -447,11 +457,11 @@ impl<F> Roster<F> {
     /// now: it died before its join arrived, no disk copy and no live
     /// replica of it is known, and it was not looked for before. Marks it
     /// looked for (once per reduction).
-    pub fn look_for_disk(&mut self, index: usize, dead: &HashSet<u32>) -> bool {
+    pub fn look_for_disk(&mut self, index: usize, dead: &RankSet) -> bool {
         let Some(m) = self.members.get_mut(index) else {
             return false;
         };
-        let live_copy = m.copies.replica.is_some_and(|h| !dead.contains(&h));
+        let live_copy = m.copies.replica.is_some_and(|h| !dead.contains(h as usize));
         match &mut m.state {
             State::Dead {
                 joined: false,

@@ -176,7 +176,9 @@ pub enum Event {
         peer: Rank,
         /// Its incarnation.
         incarnation: u32,
-        /// Where it listens.
+        /// Its node (an opaque token; 0: unknown).
+        node: u64,
+        /// Where it listens (opaque bytes for [`Transport::readmit`]).
         addr: Vec<u8>,
     },
 }
@@ -354,6 +356,24 @@ pub trait Transport: Send + Sync + 'static {
     /// rank's node is unknown: then copies are placed blind to nodes.
     fn nodes(&self) -> Option<&[u64]> {
         None
+    }
+    /// Every rank's incarnation as this process joined the job (a
+    /// replacement joins a job where others were replaced before it); the
+    /// default: all 0.
+    fn incarnations(&self) -> Vec<u32> {
+        vec![0; self.size() as usize]
+    }
+    /// The rank that ran the master when this process joined (the
+    /// default: rank 0).
+    fn master_rank(&self) -> Rank {
+        Rank(0)
+    }
+    /// This rank runs the master from now on (a standby took over): the
+    /// transport takes what only the master takes (replacements, the
+    /// launcher's reports) and tells newcomers where it is, if it can.
+    /// The default does nothing.
+    fn become_master(&self) -> Result<(), TransportError> {
+        Ok(())
     }
     /// Whether this transport lets replacements of dead ranks in
     /// ([`Transport::admit`], [`Transport::readmit`]); the default: no.

@@ -96,10 +96,15 @@ fn a_master_of_another_version_is_refused_by_the_rank() {
         hs.on_proof(&proof).expect("the rank proves the key");
         // The table of a master of another version.
         let table = frame::encode_table(&[
-            frame::Entry { addr, node: 0 },
+            frame::Entry {
+                addr,
+                node: 0,
+                incarnation: 0,
+            },
             frame::Entry {
                 addr: hello.addr.expect("its address"),
                 node: hello.node,
+                incarnation: 0,
             },
         ]);
         let hdr = Header {

@@ -144,7 +144,8 @@ pub(crate) struct Ctx {
     /// Partners and groups, or why there are none.
     pub(crate) placement: Result<Placement, String>,
     stores: Mutex<Option<Arc<Stores>>>,
-    dead: Mutex<BTreeSet<u32>>,
+    /// This rank's membership view: which ranks are dead or unreachable.
+    view: crate::membership::View,
     pub(crate) requests: Requests,
 }
 
@@ -156,6 +157,7 @@ pub(crate) struct CtxParts<'a> {
     pub(crate) deadline: Duration,
     pub(crate) hooks: &'a [Hook],
     pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) view: crate::membership::View,
 }
 
 impl Ctx {
@@ -179,7 +181,7 @@ impl Ctx {
             transport: p.transport,
             placement,
             stores: Mutex::new(None),
-            dead: Mutex::new(BTreeSet::new()),
+            view: p.view,
             requests: Requests::default(),
         }
     }
@@ -230,34 +232,16 @@ impl Ctx {
         self.placement.as_ref().map_err(Clone::clone)
     }
 
-    /// `rank` is known dead (declared failed, or its link broke).
-    pub(crate) fn mark_dead(&self, rank: u32) {
-        self.dead
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(rank);
-    }
-
-    /// `rank` lives again (a replacement was let in).
-    pub(crate) fn mark_alive(&self, rank: u32) {
-        self.dead
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&rank);
-    }
-
-    /// Whether `rank` is known dead.
+    /// Whether `rank` is known dead (declared failed, or its link from
+    /// this rank broke).
     pub(crate) fn is_dead(&self, rank: u32) -> bool {
-        self.dead
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&rank)
+        self.view.read().is_unreachable(rank)
     }
 
     /// What this rank knows of the failures: the ranks known dead, and the
     /// nodes none of whose ranks is alive (this rank's own is alive).
     pub(crate) fn failure(&self) -> Failure {
-        let dead = self.dead.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let dead: BTreeSet<u32> = self.view.read().unreachable().iter().map(|r| r as u32).collect();
         let mut nodes = BTreeSet::new();
         if let Ok(p) = self.placement() {
             let all: Vec<u32> = (0..p.ranks() as u32).collect();

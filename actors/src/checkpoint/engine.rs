@@ -318,7 +318,6 @@ impl Engine {
 
     /// `rank` died: the levels and codings that needed it fail.
     fn dead(&mut self, rank: u32) {
-        self.ctx.mark_dead(rank);
         let versions: Vec<u64> = self.own.keys().copied().collect();
         for v in versions {
             let needs = |o: &Own, l: Level, who: Option<u32>| {

@@ -42,18 +42,10 @@ impl Inbox {
         }
     }
 
-    /// `rank` died (declared failed, or its link broke).
+    /// `rank` died (declared failed, or its link broke: the membership
+    /// view says so already): what waits for it fails.
     pub(crate) fn dead(&self, rank: Rank) {
-        if !self.ctx.is_dead(rank.0) {
-            self.ctx.mark_dead(rank.0);
-            let _ = self.tx.send(Input::Dead(rank.0));
-        }
-    }
-
-    /// `rank` was replaced by a live process: its pieces may be placed
-    /// and asked for again.
-    pub(crate) fn revived(&self, rank: Rank) {
-        self.ctx.mark_alive(rank.0);
+        let _ = self.tx.send(Input::Dead(rank.0));
     }
 }
 
@@ -82,6 +74,7 @@ impl Checkpoints {
     /// are opened at the first use.
     pub(crate) fn start(
         transport: Arc<dyn Transport>,
+        view: crate::membership::View,
         config: &Config,
     ) -> std::io::Result<(Checkpoints, Inbox)> {
         let c = &config.checkpoint;
@@ -93,6 +86,7 @@ impl Checkpoints {
             deadline: config.finalize_timeout,
             hooks: &config.hooks,
             transport,
+            view,
         }));
         let (tx, rx) = flume::unbounded();
         let engine_ctx = ctx.clone();

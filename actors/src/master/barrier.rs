@@ -44,7 +44,7 @@ impl Handler<BarrierIn> for Master {
             return self.keep(super::takeover::Deferred::Barrier(m));
         }
         self.count_in(m.wire);
-        if m.from.0 >= self.size || self.dead.contains(&m.from.0) {
+        if m.from.0 >= self.size || self.out.view().is_dead(m.from.0) {
             tracing::debug!(from = %m.from, "ignoring a barrier from a fenced or unknown rank");
             return;
         }
@@ -105,7 +105,8 @@ impl Master {
             .finalized
             .iter()
             .filter(|r| !arrived.is_some_and(|a| a.contains_key(r)));
-        let ranks: BTreeSet<u32> = self.dead.iter().chain(left).copied().collect();
+        let dead = self.out.view().dead();
+        let ranks: BTreeSet<u32> = dead.iter().map(|r| r as u32).chain(left.copied()).collect();
         if ranks.is_empty() {
             return None;
         }
@@ -152,13 +153,13 @@ mod tests {
 
     fn master(ts: &[Arc<LoopbackTransport>]) -> Addr<Master> {
         let t: Arc<dyn Transport> = ts[0].clone();
-        Master::new(ts.len() as u32, Outbox::new(t), 1000).start()
+        Master::new(ts.len() as u32, Outbox::of(t), 1000).start()
     }
 
     /// A master that posts on `board` (call inside a system).
     fn master_with_board(ts: &[Arc<LoopbackTransport>], board: Arc<Board>) -> Addr<Master> {
         let t: Arc<dyn Transport> = ts[0].clone();
-        let mut master = Master::new(ts.len() as u32, Outbox::new(t), 1000);
+        let mut master = Master::new(ts.len() as u32, Outbox::of(t), 1000);
         master.set_board(board);
         master.start()
     }

@@ -22,7 +22,7 @@ impl Master {
     /// ends every reduction that needed its data.
     pub(super) fn rank_down(&mut self, rank: Rank, reason: String, latency: Option<Duration>) {
         let own = self.out.transport().rank();
-        if rank.0 >= self.size || rank == own || !self.dead.insert(rank.0) {
+        if rank.0 >= self.size || rank == own || !self.out.view().failed(rank) {
             return;
         }
         // A standby taking over waits for it no more.
@@ -39,7 +39,11 @@ impl Master {
         // memory when it reads the offer (it lets go of that mapping once
         // it hears of the death).
         self.offer_standing_copies(rank);
-        let notice = Msg::RankFailed { rank: rank.0 };
+        let incarnation = self.out.view().read().incarnation(rank.0);
+        let notice = Msg::RankFailed {
+            rank: rank.0,
+            incarnation,
+        };
         for r in 0..self.size {
             if r != rank.0 {
                 self.send(Rank(r), &notice);
@@ -82,9 +86,6 @@ impl Master {
         if let Some(b) = &self.board {
             b.fence(rank.0);
         }
-        if let Some(d) = &self.detector {
-            d.do_send(crate::detector::Forget { rank });
-        }
         self.stats.dead.push(rank.0);
         metrics::counter!(crate::metrics::FAILURES_DETECTED).increment(1);
         if let Some(l) = latency {
@@ -102,7 +103,7 @@ impl Master {
             let Some(i) = r.group.index_of(rank) else {
                 continue;
             };
-            if let Some(Death::Offer(s)) = r.roster.died(i, &self.dead) {
+            if let Some(Death::Offer(s)) = r.roster.died(i, &self.out.view().dead()) {
                 offers.push((key, i, s));
             }
         }
@@ -155,7 +156,7 @@ impl Master {
         let unanswered: Vec<usize> = member
             .map(|i| r.roster.awaiting_on(i).collect())
             .unwrap_or_default();
-        let (dead, roster) = (&self.dead, &r.roster);
+        let (dead, roster) = (&self.out.view().dead(), &r.roster);
         let has = |k: usize| roster.has_copy(k, dead);
         let outcome = match member {
             Some(i) if !awaits => r.schedule.fail(i, has),
@@ -181,7 +182,7 @@ impl Master {
         if !r.roster.verdict(index) {
             return;
         }
-        let (dead, roster) = (&self.dead, &r.roster);
+        let (dead, roster) = (&self.out.view().dead(), &r.roster);
         let outcome = r.schedule.fail(index, |k| roster.has_copy(k, dead));
         if outcome.is_ok() {
             if r.roster.is_held() {

@@ -99,7 +99,7 @@ impl Master {
         let source = match a.source {
             Source::Data => DataSource::Data,
             Source::Original => DataSource::Original,
-            Source::Replica => match r.roster.copy_at(a.provider.index, &self.dead) {
+            Source::Replica => match r.roster.copy_at(a.provider.index, &self.out.view().dead()) {
                 Some(CopyAt::Replica { holder }) => DataSource::Replica { holder },
                 Some(CopyAt::Disk { dir }) => DataSource::Disk {
                     dir: dir.to_owned(),

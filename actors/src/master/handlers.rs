@@ -87,7 +87,7 @@ impl Master {
     /// Handles a task's failure report (also one held while the reduction
     /// waited for a buddy's verdict, see `taskfold_core::roster`).
     pub(super) fn task_failed(&mut self, m: TaskFailedIn) {
-        if self.dead.contains(&m.from.0) {
+        if self.out.view().is_dead(m.from.0) {
             return;
         }
         let key = m.failed.key;
@@ -124,7 +124,7 @@ impl Master {
             .map(|t| (t.source, t.provider.index));
         let source = task.map(|(src, p)| match src {
             // `None`: it was the dead rank's disk copy.
-            Source::Replica => r.roster.live_replica(p, &self.dead).map(Rank),
+            Source::Replica => r.roster.live_replica(p, &self.out.view().dead()).map(Rank),
             _ => Some(r.group.rank_at(p)),
         });
         if let (true, Some(Some(src))) = (peer_down, source) {
@@ -152,7 +152,7 @@ impl Master {
             self.fail(key, error);
             return;
         }
-        let (dead, roster) = (&self.dead, &r.roster);
+        let (dead, roster) = (&self.out.view().dead(), &r.roster);
         let has = |k: usize| roster.has_copy(k, dead);
         if r.schedule.fetch_failed(task_id, index, has).is_err() {
             return; // already rescheduled (the receiver's report came late)
@@ -190,7 +190,7 @@ impl Handler<ReplicatedIn> for Master {
             return self.keep(super::takeover::Deferred::Replicated(m));
         }
         self.count_in(m.wire);
-        if self.dead.contains(&m.holder.0) {
+        if self.out.view().is_dead(m.holder.0) {
             return;
         }
         match self.reductions.get_mut(&m.key) {
@@ -318,7 +318,7 @@ impl Handler<FinalizeIn> for Master {
         if self.awaiting_reports() {
             return self.keep(super::takeover::Deferred::Finalize(m));
         }
-        if m.from.0 < self.size && !self.dead.contains(&m.from.0) {
+        if m.from.0 < self.size && !self.out.view().is_dead(m.from.0) {
             if self.finalized.insert(m.from.0) {
                 self.rank_left(m.from);
             }

@@ -234,7 +234,7 @@ impl DiskInference {
         &self,
         key: u64,
         r: &mut Reduction,
-        dead: &HashSet<u32>,
+        dead: &taskfold_core::RankSet,
         dead_at: &HashMap<u32, SystemTime>,
     ) -> Vec<u32> {
         let mut inferred = Vec::new();

@@ -136,7 +136,7 @@ impl Master {
     /// Whether a message of `from` that names `claimed` as its sender is
     /// read at all: not from a fenced rank, not in another's name.
     fn accepts(&self, from: Rank, claimed: u32) -> bool {
-        if self.dead.contains(&from.0) {
+        if self.out.view().is_dead(from.0) {
             tracing::debug!(%from, "ignoring a message from a fenced rank");
             return false;
         }
@@ -224,7 +224,7 @@ impl Master {
             .members()
             .iter()
             .map(|m| m.0)
-            .filter(|&m| m != from.0 && !self.dead.contains(&m))
+            .filter(|&m| m != from.0 && !self.out.view().is_dead(m))
             .collect();
         if !pending.is_empty() {
             self.remember_ended(key, error, pending);
@@ -239,16 +239,16 @@ impl Master {
         r: &mut Reduction,
     ) -> Result<(), ReduceError> {
         let dead_members: Vec<usize> = (0..r.group.len())
-            .filter(|&i| self.dead.contains(&r.group.rank_at(i).0))
+            .filter(|&i| self.out.view().is_dead(r.group.rank_at(i).0))
             .collect();
         for &i in &dead_members {
             // Never joined: nothing to offer.
-            r.roster.died(i, &self.dead);
+            r.roster.died(i, &self.out.view().dead());
         }
         if let Some(inf) = &self.infer {
             // Members that died before anyone joined may have left their
             // original on disk unannounced.
-            let found = inf.infer(key, r, &self.dead, &self.dead_at);
+            let found = inf.infer(key, r, &self.out.view().dead(), &self.dead_at);
             self.stats.disk_copies_inferred += found.len() as u64;
         }
         for i in dead_members {
@@ -256,7 +256,7 @@ impl Master {
                 // Its replacement will join instead.
                 r.schedule.await_replacement(i);
             }
-            let (dead, roster) = (&self.dead, &r.roster);
+            let (dead, roster) = (&self.out.view().dead(), &r.roster);
             r.schedule
                 .fail(i, |k| roster.has_copy(k, dead))
                 .map_err(|u| r.lost(&u))?;

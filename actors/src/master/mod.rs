@@ -76,8 +76,8 @@ pub struct Master {
     max_reductions: usize,
     /// This actor's address (for its own timers).
     me: Option<Addr<Master>>,
-    dead: HashSet<u32>,
-    /// When each dead rank was declared failed.
+    /// When each dead rank was declared failed (who is dead is in the
+    /// membership view, `out.view()`).
     dead_at: HashMap<u32, SystemTime>,
     /// Finding the disk copies of ranks that died before announcing them
     /// (only with a shared replica directory).
@@ -190,7 +190,7 @@ impl Master {
         let (Some(inf), Some(r)) = (&self.infer, self.reductions.get_mut(&key)) else {
             return;
         };
-        let found = inf.infer(key, r, &self.dead, &self.dead_at);
+        let found = inf.infer(key, r, &self.out.view().dead(), &self.dead_at);
         self.stats.disk_copies_inferred += found.len() as u64;
     }
 
@@ -205,7 +205,6 @@ impl Master {
             early_replicas: HashMap::new(),
             max_reductions: taskfold_core::settings::config::DEFAULT_MAX_REDUCTIONS,
             me: None,
-            dead: HashSet::new(),
             dead_at: HashMap::new(),
             infer: None,
             finalized: HashSet::new(),
@@ -225,7 +224,7 @@ impl Master {
     /// Sends to a rank, counting the master's outgoing load. A failed send is
     /// logged: the link-down event that follows declares the rank failed.
     fn send(&mut self, to: Rank, msg: &Msg) -> bool {
-        if self.dead.contains(&to.0) {
+        if self.out.view().is_dead(to.0) {
             return false;
         }
         match self.out.send(to, msg) {
@@ -285,7 +284,7 @@ impl Master {
         let mut pending = HashSet::new();
         for (i, &rank) in r.group.members().iter().enumerate() {
             if r.schedule.missing().any(|m| m == i) {
-                if !self.dead.contains(&rank.0) {
+                if !self.out.view().is_dead(rank.0) {
                     pending.insert(rank.0);
                 }
             } else {
@@ -323,7 +322,7 @@ impl Master {
     /// Sends the finalize acknowledgement once every live rank finalized.
     fn check_finalize(&mut self) {
         let all = (0..self.size).all(|r| {
-            let gone = self.dead.contains(&r) && !self.respawn.book.awaited(r);
+            let gone = self.out.view().is_dead(r) && !self.respawn.book.awaited(r);
             self.finalized.contains(&r) || gone
         });
         if all && !self.finalized.is_empty() {

@@ -36,7 +36,7 @@ impl Master {
     pub(super) fn roll_back(&mut self, rank: Rank) {
         let ranks: Vec<u32> = (0..self.size)
             .filter(|r| !self.finalized.contains(r))
-            .filter(|r| !self.dead.contains(r) || *r == rank.0)
+            .filter(|&r| !self.out.view().is_dead(r) || r == rank.0)
             .collect();
         let epoch = self.rollback.begin(ranks);
         tracing::warn!(%rank, epoch, "the job rolls back to its re-init entry point");

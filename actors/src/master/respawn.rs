@@ -27,7 +27,28 @@ const COMPLETED_LIMIT: usize = 65_536;
 pub(crate) struct ReplacementIn {
     pub(crate) peer: Rank,
     pub(crate) incarnation: u32,
+    pub(crate) node: u64,
     pub(crate) addr: Vec<u8>,
+}
+
+/// A replacement that asked: its incarnation, where it listens, its node.
+#[derive(Clone, Debug)]
+pub(super) struct Asking {
+    incarnation: u32,
+    addr: Vec<u8>,
+    node: u64,
+}
+
+impl Asking {
+    /// The notice that lets it in at a live rank.
+    fn notice(&self, rank: u32) -> Msg {
+        Msg::Respawned {
+            rank,
+            incarnation: self.incarnation,
+            addr: self.addr.clone(),
+            node: self.node,
+        }
+    }
 }
 
 /// Rank `from` let replacement `incarnation` of `rank` in.
@@ -58,7 +79,9 @@ pub(super) struct Replacements {
     order: VecDeque<u64>,
     /// Replacements that asked before their rank was declared dead (the
     /// launcher's report of the death is on its way): asked again then.
-    early: std::collections::HashMap<u32, (u32, Vec<u8>)>,
+    early: std::collections::HashMap<u32, Asking>,
+    /// Replacements being let in, by rank.
+    admitting: std::collections::BTreeMap<u32, Asking>,
     /// When each awaited rank died: its wait runs from then.
     died: std::collections::HashMap<u32, std::time::Instant>,
 }
@@ -72,6 +95,7 @@ impl Replacements {
             completed: HashSet::new(),
             order: VecDeque::new(),
             early: Default::default(),
+            admitting: Default::default(),
             died: Default::default(),
         }
     }
@@ -131,8 +155,8 @@ impl Master {
             self.left_rollback(rank);
             return false;
         }
-        if let Some((incarnation, addr)) = self.respawn.early.remove(&rank) {
-            self.asked(Rank(rank), incarnation, addr);
+        if let Some(a) = self.respawn.early.remove(&rank) {
+            self.asked(Rank(rank), a);
         }
         tracing::warn!(rank, wait = ?self.respawn.wait, "a replacement of the dead rank is awaited");
         let died = std::time::Instant::now();
@@ -177,16 +201,20 @@ impl Master {
     /// lets it in, its transport is answered, and every reduction waiting
     /// for it waits for its join.
     fn admitted(&mut self, rank: u32, incarnation: u32) {
+        let asking = self.respawn.admitting.remove(&rank);
         if let Err(e) = self.out.transport().admit(Rank(rank), incarnation) {
             tracing::error!(rank, incarnation, error = %e, "the replacement could not be let in");
             return;
         }
-        self.dead.remove(&rank);
+        let node = asking.map_or(0, |a| a.node);
+        self.out.view().apply(taskfold_core::membership::Change::Replaced {
+            rank,
+            incarnation,
+            node,
+        });
         self.dead_at.remove(&rank);
-        if let Some(d) = &self.detector {
-            d.do_send(crate::detector::Watch { rank: Rank(rank) });
-        }
         for r in self.reductions.values_mut() {
+            r.roster.holder_replaced(rank);
             if let Some(i) = r.group.index_of(Rank(rank)) {
                 r.schedule.revive(i);
             }
@@ -200,9 +228,29 @@ impl Master {
         // The replacement learns the job's failures as the others did:
         // its buddies, its standby and its checkpoint retrieval know
         // which ranks (and so which nodes) are gone.
-        let dead: Vec<u32> = self.dead.iter().copied().collect();
-        for r in dead {
-            self.send(Rank(rank), &Msg::RankFailed { rank: r });
+        let failed: Vec<Msg> = {
+            let v = self.out.view().read();
+            v.dead()
+                .iter()
+                .map(|r| Msg::RankFailed {
+                    rank: r as u32,
+                    incarnation: v.incarnation(r as u32),
+                })
+                .collect()
+        };
+        for msg in failed {
+            self.send(Rank(rank), &msg);
+        }
+        // And the replacements being let in meanwhile, which the live
+        // ranks were told of before it was one of them.
+        let others: Vec<Msg> = self
+            .respawn
+            .admitting
+            .iter()
+            .map(|(&r, a)| a.notice(r))
+            .collect();
+        for msg in others {
+            self.send(Rank(rank), &msg);
         }
         self.stats.respawned.push(rank);
         metrics::counter!(crate::metrics::RESPAWNS).increment(1);
@@ -222,25 +270,30 @@ impl Handler<ReplacementIn> for Master {
                 .refuse_replacement(m.peer, m.incarnation, why);
             return;
         }
+        let asking = Asking {
+            incarnation: m.incarnation,
+            addr: m.addr,
+            node: m.node,
+        };
         let alive = matches!(self.respawn.book.slot(m.peer.0), Some(Slot::Live(_)));
-        if alive && self.respawn.book.left() > 0 && !self.dead.contains(&m.peer.0) {
+        if alive && self.respawn.book.left() > 0 && !self.out.view().is_dead(m.peer.0) {
             // Its death is not declared yet (the launcher's report may come
             // after the replacement's request): asked again when it is, or
             // refused by the transport when its registration times out.
-            self.respawn.early.insert(m.peer.0, (m.incarnation, m.addr));
+            self.respawn.early.insert(m.peer.0, asking);
             return;
         }
-        self.asked(m.peer, m.incarnation, m.addr);
+        self.asked(m.peer, asking);
     }
 }
 
 impl Master {
     /// Replacement `incarnation` of `peer` asks to join: refused, or every
     /// live rank is told to let it in.
-    fn asked(&mut self, peer: Rank, inc: u32, addr: Vec<u8>) {
-        let rank = peer.0;
+    fn asked(&mut self, peer: Rank, asking: Asking) {
+        let (rank, inc) = (peer.0, asking.incarnation);
         let live: Vec<u32> = (0..self.size)
-            .filter(|r| !self.dead.contains(r) && !self.finalized.contains(r))
+            .filter(|&r| !self.out.view().is_dead(r) && !self.finalized.contains(&r))
             .collect();
         match self.respawn.book.asks(rank, inc, live.iter().copied()) {
             Err(refusal) => {
@@ -249,11 +302,8 @@ impl Master {
                 t.refuse_replacement(peer, inc, &refusal.to_string());
             }
             Ok(now) => {
-                let notice = Msg::Respawned {
-                    rank,
-                    incarnation: inc,
-                    addr,
-                };
+                let notice = asking.notice(rank);
+                self.respawn.admitting.insert(rank, asking);
                 // The master's own rank too: its router tells its worker
                 // and its application (its transport lets the replacement
                 // in again when admitting it, which changes nothing).
@@ -303,7 +353,7 @@ impl Handler<GiveUp> for Master {
             let Some(i) = r.group.index_of(Rank(m.rank)) else {
                 continue;
             };
-            let (dead, roster) = (&self.dead, &r.roster);
+            let (dead, roster) = (&self.out.view().dead(), &r.roster);
             let outcome = r.schedule.give_up(i, |k| roster.has_copy(k, dead));
             self.settle(key, outcome, false);
         }

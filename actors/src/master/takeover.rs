@@ -61,7 +61,8 @@ impl Master {
         let mut all = dead.clone();
         all.insert(lost.0 as usize);
         for r in all.iter() {
-            self.dead.insert(r as u32);
+            // Marked dead in the view by the router already: a no-op then.
+            self.out.view().failed(Rank(r as u32));
             self.dead_at.insert(r as u32, std::time::SystemTime::now());
         }
         self.stats.dead.extend(all.iter().map(|r| r as u32));
@@ -297,7 +298,7 @@ impl Handler<RejoinIn> for Master {
     fn handle(&mut self, m: RejoinIn, _: &mut Context<Self>) {
         self.count_in(m.wire);
         let from = m.from;
-        if self.dead.contains(&from.0) || m.rejoin.rank != from.0 {
+        if self.out.view().is_dead(from.0) || m.rejoin.rank != from.0 {
             tracing::warn!(%from, "a report from a fenced rank, or in another's name; dropped");
             return;
         }

@@ -129,7 +129,7 @@ async fn settle() {
 
 fn master(ts: &[Arc<LoopbackTransport>]) -> Addr<Master> {
     let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-    Master::new(4, Outbox::new(t), 1000).start()
+    Master::new(4, Outbox::of(t), 1000).start()
 }
 
 /// Every member joins (`early` as given), then every task of the first
@@ -225,7 +225,7 @@ fn a_rank_that_dies_with_a_standing_copy_is_recovered_from_its_buddy() {
         assert!(
             matches!(
                 to_3.as_slice(),
-                [Msg::ReplicaOffer { owner: 2, heap: Some(h), wants_ack: false, .. }, Msg::RankFailed { rank: 2 }, ..]
+                [Msg::ReplicaOffer { owner: 2, heap: Some(h), wants_ack: false, .. }, Msg::RankFailed { rank: 2, incarnation: 0 }, ..]
                     if *h == standing(2, 3).heap
             ),
             "{to_3:?}"

@@ -97,6 +97,7 @@ impl Handler<StartReduce> for Worker {
                 fetch: None,
                 flight,
                 announced: Default::default(),
+                holder: None,
             },
         );
         let value = m.value;
@@ -173,7 +174,7 @@ impl Worker {
         // buddy answers. With synchronous durability the join still waits
         // for the buddy's answer to an offer. The first fold here goes
         // into a new buffer.
-        let buddy = super::buddy(&local.group, self.rank, &self.dead, t);
+        let buddy = super::buddy(&local.group, self.rank, self.out.view());
         let viewing = super::viewing_buddy(buddy, self.same_node_buddy);
         let in_place = viewing.and_then(|b| super::locate(t, &original).map(|heap| (b, heap)));
         let action = local.state.serialised(in_place.as_ref().map(|(b, _)| b.0));
@@ -345,6 +346,9 @@ impl Worker {
         match self.out.send(buddy, &msg) {
             Ok(_) => {
                 tracing::debug!(rank = %self.rank, %buddy, key, "replica offered");
+                if let Some(l) = self.locals.get_mut(&key) {
+                    l.holder = Some(buddy);
+                }
                 (Some(buddy), in_heap)
             }
             Err(e) => {

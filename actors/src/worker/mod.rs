@@ -29,7 +29,7 @@ pub(crate) use barrier::{BarrierDoneIn, BarrierReq};
 pub(crate) use end::{CompleteIn, FinalizeAckIn, FinalizeReq, MasterGone, ReleaseIn};
 pub(crate) use failover::Failover;
 pub(crate) use join::StartReduce;
-pub(crate) use recovery::{RankFailedIn, RankRevivedIn, ReinitIn, ReplicaAckIn};
+pub(crate) use recovery::{RankFailedIn, ReinitIn, ReplicaAckIn};
 pub(crate) use task::TaskIn;
 
 use crate::future::Slot;
@@ -46,7 +46,7 @@ use std::sync::{Arc, Mutex};
 use taskfold_core::contribution::Contribution;
 use taskfold_core::reducer::Decoder;
 use taskfold_core::wire::{Join, Msg, Task};
-use taskfold_core::{Group, Rank, RankSet, ReduceError, ReduceValue};
+use taskfold_core::{Group, Rank, ReduceError, ReduceValue};
 
 /// A fetch in progress, cancellable if its source is declared failed.
 pub(crate) struct Fetching {
@@ -92,6 +92,9 @@ pub(crate) struct Local {
     pub(crate) fetch: Option<Fetching>,
     /// What the join named of the original's copies (for a new master).
     pub(crate) announced: failover::Announced,
+    /// The buddy the original was last offered to (a copy there is made
+    /// again elsewhere if that buddy dies).
+    pub(crate) holder: Option<Rank>,
 }
 
 /// The worker of one rank.
@@ -104,8 +107,6 @@ pub struct Worker {
     disk: Arc<ReplicaDisk>,
     hooks: Vec<Hook>,
     locals: HashMap<u64, Local>,
-    /// Ranks the master declared failed.
-    dead: RankSet,
     fenced: bool,
     /// Keys of this rank's live reductions, shared with `Runtime::reduce` so
     /// that a duplicate id is refused at once, on the caller's thread.
@@ -163,7 +164,6 @@ impl Worker {
             disk: p.disk,
             hooks: p.hooks,
             locals: HashMap::new(),
-            dead: RankSet::new(),
             fenced: false,
             live: p.live,
             finalize: Vec::new(),
@@ -189,11 +189,10 @@ impl Worker {
     }
 
     /// This rank's buddy in `group` ([`taskfold_core::replica::buddy_on`]):
-    /// the next live member on another node, by the node of every rank the
-    /// transport learnt at the start, so that the worker offers to the
-    /// rank the others expect.
+    /// the next live member on another node, by the membership view, so
+    /// that the worker offers to the rank the others expect.
     fn buddy(&self, group: &Group) -> Option<Rank> {
-        buddy(group, self.rank, &self.dead, self.out.transport())
+        buddy(group, self.rank, self.out.view())
     }
 
     fn to_master(&self, msg: &Msg) {
@@ -203,15 +202,11 @@ impl Worker {
     }
 }
 
-/// `rank`'s buddy in `group` by the nodes `t` knows (see
+/// `rank`'s buddy in `group` by the membership `view` (see
 /// [`Worker::buddy`]); for call sites that hold a borrow of a local.
-fn buddy(
-    group: &Group,
-    rank: Rank,
-    dead: &RankSet,
-    t: &std::sync::Arc<dyn taskfold_transports::Transport>,
-) -> Option<Rank> {
-    taskfold_core::replica::buddy_on(group, rank, dead, t.nodes())
+fn buddy(group: &Group, rank: Rank, view: &crate::membership::View) -> Option<Rank> {
+    let nodes = view.nodes();
+    taskfold_core::replica::buddy_on(group, rank, &view.dead(), nodes.as_deref())
 }
 
 /// `buddy` ([`Worker::buddy`]), if it is `same_node` (see

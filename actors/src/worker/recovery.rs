@@ -32,21 +32,6 @@ impl Handler<ReinitIn> for Worker {
     }
 }
 
-/// The master let a replacement of `rank` in: it can be a buddy again.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct RankRevivedIn {
-    pub(crate) rank: Rank,
-}
-
-impl Handler<RankRevivedIn> for Worker {
-    type Result = ();
-
-    fn handle(&mut self, m: RankRevivedIn, _: &mut Context<Self>) {
-        self.dead.remove(m.rank.0 as usize);
-    }
-}
-
 impl Handler<RankFailedIn> for Worker {
     type Result = ();
 
@@ -62,7 +47,6 @@ impl Worker {
     /// cancelled, and joins awaiting it as a buddy offered to the next.
     pub(super) fn rank_died(&mut self, rank: Rank, ctx: &mut Context<Self>) {
         let orphaned = self.copies_held_by(rank);
-        self.dead.insert(rank.0 as usize);
         if self.same_node_buddy == Some(rank) {
             self.same_node_buddy = None;
         }
@@ -99,11 +83,10 @@ impl Worker {
         }
     }
 
-    /// The reductions whose joined original has its copy at `rank` (this
-    /// rank's buddy with the current dead set), to be copied again when
-    /// `rank` dies. Only checksummed originals: one viewed in place on
-    /// this node is offered by the master on this rank's behalf, and one
-    /// without durability has no copy.
+    /// The reductions whose joined original was offered to `rank` last,
+    /// to be copied again when `rank` dies. Only checksummed originals:
+    /// one viewed in place on this node is offered by the master on this
+    /// rank's behalf, and one without durability has no copy.
     fn copies_held_by(&self, rank: Rank) -> Vec<u64> {
         if rank == self.rank {
             return Vec::new();
@@ -116,7 +99,7 @@ impl Worker {
                     .as_deref()
                     .is_some_and(|o| taskfold_core::replica::announced_len(o).is_some())
             })
-            .filter(|(_, l)| self.buddy(&l.group) == Some(rank))
+            .filter(|(_, l)| l.holder == Some(rank))
             .map(|(k, _)| *k)
             .collect()
     }

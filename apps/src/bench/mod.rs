@@ -1,6 +1,7 @@
 //! `taskfold bench ...`: benchmark harness. Figures are medians, with a
 //! baseline measured in the same run; report ratios, not absolute times.
 
+pub mod chaos;
 pub mod checkpoint;
 pub mod compare;
 pub mod faults;
@@ -33,6 +34,12 @@ pub enum BenchCmd {
     /// retrieval of a rank whose node and partner's node were lost,
     /// aware of the failure against FTI-style probing.
     Checkpoint(checkpoint::CheckpointArgs),
+    /// Failure campaigns: K kills per trial (workers, replacements, the
+    /// master, nodes, spares; at any instant, during an admission, a
+    /// restore or a rollback) over a job that reduces and checkpoints
+    /// every step; counts the trials that end exact, in a typed error,
+    /// wrong, or hung.
+    Chaos(chaos::ChaosArgs),
 }
 
 /// Runs a benchmark.
@@ -44,5 +51,6 @@ pub fn main(cmd: BenchCmd) -> ExitCode {
         BenchCmd::Compare(a) => compare::main(a),
         BenchCmd::Recovery(a) => recovery::main(a),
         BenchCmd::Checkpoint(a) => checkpoint::main(a),
+        BenchCmd::Chaos(a) => chaos::main(a),
     }
 }

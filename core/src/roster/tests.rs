@@ -27,8 +27,12 @@ fn with_standing(owner: usize, buddy: usize) -> Announcement {
     }
 }
 
-fn dead(ranks: &[u32]) -> HashSet<u32> {
-    ranks.iter().copied().collect()
+fn dead(ranks: &[u32]) -> RankSet {
+    let mut s = RankSet::new();
+    for &r in ranks {
+        s.insert(r as usize);
+    }
+    s
 }
 
 #[test]
@@ -257,7 +261,7 @@ fn op(n: usize) -> impl Strategy<Value = Op> {
 /// What the roster must say, kept the plain way.
 #[derive(Default)]
 struct Model {
-    dead: HashSet<u32>,
+    dead: RankSet,
     joined: Vec<bool>,
     replica: Vec<Option<u32>>,
     disk: Vec<bool>,
@@ -283,7 +287,7 @@ impl Model {
     }
 
     fn lives(&self, i: usize) -> bool {
-        !self.dead.contains(&(i as u32))
+        !self.dead.contains(i)
     }
 }
 
@@ -319,7 +323,7 @@ fn apply(r: &mut Roster<u32>, m: &mut Model, op: &Op) -> Result<(), TestCaseErro
             }
         }
         Op::Replicated { who, holder, ok } => {
-            if m.dead.contains(&holder) {
+            if m.dead.contains(holder as usize) {
                 return Ok(()); // the master drops a dead rank's messages
             }
             r.replicated(who, holder, ok);
@@ -332,7 +336,7 @@ fn apply(r: &mut Roster<u32>, m: &mut Model, op: &Op) -> Result<(), TestCaseErro
             }
         }
         Op::Die(rank) => {
-            if !m.dead.insert(rank) {
+            if !m.dead.insert(rank as usize) {
                 return Ok(());
             }
             let i = rank as usize;
@@ -407,11 +411,11 @@ fn check(r: &Roster<u32>, m: &Model) -> Result<(), TestCaseError> {
         prop_assert!(m.offers[i] <= 1, "member {} offered twice", i);
         // A copy is available exactly while its holder lives (or a disk
         // copy is known): never once the holder died.
-        let live_replica = m.replica[i].filter(|h| !m.dead.contains(h));
+        let live_replica = m.replica[i].filter(|h| !m.dead.contains(*h as usize));
         prop_assert_eq!(r.live_replica(i, &m.dead), live_replica);
         prop_assert_eq!(r.has_copy(i, &m.dead), live_replica.is_some() || m.disk[i]);
         if let Some(CopyAt::Replica { holder }) = r.copy_at(i, &m.dead) {
-            prop_assert!(!m.dead.contains(&holder));
+            prop_assert!(!m.dead.contains(holder as usize));
         }
     }
     prop_assert_eq!(r.is_held(), awaited > 0);
@@ -447,11 +451,11 @@ proptest! {
         for i in 0..n {
             r.join(i, with_standing(i, (i + 1) % n)).unwrap();
         }
-        let mut dead = HashSet::new();
+        let mut dead = RankSet::new();
         for &i in order.iter().filter(|&&i| i < n) {
-            dead.insert(i as u32);
+            dead.insert(i);
             let buddy = (i + 1) % n;
-            let buddy_died_first = dead.contains(&(buddy as u32));
+            let buddy_died_first = dead.contains(buddy);
             match r.died(i, &dead) {
                 Some(Death::Offer(s)) => {
                     prop_assert!(!buddy_died_first);
@@ -473,4 +477,19 @@ proptest! {
             prop_assert!(awaiting <= dead.len());
         }
     }
+}
+
+#[test]
+fn copies_held_by_a_replaced_rank_are_gone() {
+    let mut r: Roster<()> = Roster::new(3);
+    r.join(1, Announcement::default()).unwrap();
+    r.join(2, Announcement::default()).unwrap();
+    r.replicated(1, 2, true);
+    r.replicated(2, 0, true);
+    assert!(r.has_copy(1, &dead(&[1])));
+    // Rank 2 died and its replacement is in: it holds none of the
+    // dead process's copies, though it is not dead.
+    r.holder_replaced(2);
+    assert!(!r.has_copy(1, &dead(&[1])));
+    assert!(r.has_copy(2, &dead(&[2])), "copies elsewhere stay");
 }

@@ -33,6 +33,9 @@ pub enum Msg {
     RankFailed {
         /// The failed rank.
         rank: u32,
+        /// Its process that failed (a notice about an older one than a
+        /// rank knows is stale: see `taskfold_core::membership`).
+        incarnation: u32,
     },
     /// Master → rank: liveness probe.
     Ping {
@@ -166,6 +169,9 @@ pub enum Msg {
         incarnation: u32,
         /// Where the replacement listens (opaque here).
         addr: Vec<u8>,
+        /// The replacement's node (a spare may run elsewhere than the
+        /// process it replaces).
+        node: u64,
     },
     /// Master → every live rank (global restart): a rank was replaced;
     /// the job rolls back to epoch `epoch`. Every live reduction and

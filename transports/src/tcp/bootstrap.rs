@@ -211,17 +211,28 @@ enum Attempt {
     Fatal(TransportError),
 }
 
-/// Registers a rank (not 0) with the master; returns the master's address
-/// and the address table. Blocking.
-pub(crate) fn register(
-    cfg: &TcpConfig,
-    listen: SocketAddr,
-) -> Result<(SocketAddr, Vec<Entry>), TransportError> {
+/// What a rank learns when it joins: the master's address and rank, and
+/// every rank's entry.
+pub(crate) struct Joined {
+    pub(crate) master_addr: SocketAddr,
+    pub(crate) master: u32,
+    pub(crate) table: Vec<Entry>,
+}
+
+/// Registers a rank with the master (a rank other than the master's, or a
+/// replacement); returns what it joined. Blocking.
+pub(crate) fn register(cfg: &TcpConfig, listen: SocketAddr) -> Result<Joined, TransportError> {
     let deadline = Instant::now() + cfg.connect_timeout;
     loop {
         let (stream, addr) = connect_master(&cfg.master, cfg.job, deadline)?;
         match try_register(cfg, listen, stream, addr) {
-            Ok(table) => return Ok((addr, table)),
+            Ok((master, table)) => {
+                return Ok(Joined {
+                    master_addr: addr,
+                    master,
+                    table,
+                })
+            }
             Err(Attempt::Fatal(e)) => return Err(e),
             Err(Attempt::Retry(why)) => {
                 if Instant::now() >= deadline {
@@ -239,7 +250,7 @@ fn try_register(
     listen: SocketAddr,
     mut s: TcpStream,
     master: SocketAddr,
-) -> Result<Vec<Entry>, Attempt> {
+) -> Result<(u32, Vec<Entry>), Attempt> {
     let _ = s.set_nodelay(true);
     let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
     let _ = s.set_read_timeout(Some(cfg.connect_timeout.max(Duration::from_secs(1))));
@@ -274,13 +285,16 @@ fn try_register(
             version::check("the master", theirs).map_err(Attempt::Fatal)?;
             let mut table = frame::decode_table(&p, cfg.size)
                 .map_err(|d| Attempt::Fatal(TransportError::Protocol { peer: 0, detail: d }))?;
-            if let Some(t0) = table.first_mut() {
-                if t0.addr.ip().is_unspecified() {
-                    t0.addr = master;
-                }
+            let at = u32::try_from(h.c).ok().filter(|&m| m < cfg.size && m != cfg.rank);
+            let Some(at) = at else {
+                let detail = format!("the table names rank {} as the master", h.c);
+                return Err(Attempt::Fatal(TransportError::Protocol { peer: 0, detail }));
+            };
+            if table[at as usize].addr.ip().is_unspecified() {
+                table[at as usize].addr = master;
             }
             let _ = s.shutdown(Shutdown::Both);
-            Ok(table)
+            Ok((at, table))
         }
         Ok(Some((h, p))) if h.kind == kind::REFUSE => Err(Attempt::Fatal(TransportError::Refused(
             String::from_utf8_lossy(&p).into_owned(),
@@ -336,7 +350,7 @@ pub(super) fn check_registration(
             h.rank, shared.size
         ));
     }
-    if h.rank == 0 || registered(h.rank) {
+    if h.rank == shared.rank || registered(h.rank) {
         return Err(format!("rank {} is already registered", h.rank));
     }
     h.addr
@@ -351,7 +365,7 @@ pub(crate) async fn on_register(
     hello: Hello,
     from: SocketAddr,
 ) {
-    if shared.rank != 0 {
+    if !shared.hosts_master() {
         let reason = format!("rank {} is not the master", shared.rank);
         bad_connection(shared.rank, from, &reason);
         return conn::refuse(rd, wr, reason).await;
@@ -402,9 +416,10 @@ pub(crate) async fn coordinate(
 ) -> Result<Vec<Entry>, TransportError> {
     let n = shared.size as usize;
     let mut table: Vec<Option<Entry>> = vec![None; n];
-    table[0] = Some(Entry {
+    table[shared.rank as usize] = Some(Entry {
         addr: own,
         node: crate::same_node::node_token(),
+        incarnation: shared.incarnation,
     });
     let mut conns = Vec::new();
     let mut refusals = Vec::new();
@@ -427,6 +442,7 @@ pub(crate) async fn coordinate(
                 table[reg.hello.rank as usize] = Some(Entry {
                     addr,
                     node: reg.hello.node,
+                    incarnation: reg.hello.incarnation,
                 });
                 conns.push((reg.rd, reg.wr));
                 missing -= 1;
@@ -457,19 +473,24 @@ pub(crate) async fn coordinate(
         return Err(TransportError::Io(reason));
     }
     let table: Vec<Entry> = table.into_iter().flatten().collect();
-    send_table(&table, conns).await;
+    send_table(&table, shared.rank, conns).await;
     tracing::info!(size = n, "all ranks registered");
     Ok(table)
 }
 
-/// Sends the address table (and this build's protocol version) to every
-/// registered rank, then closes; returns once every send is done or timed
-/// out.
-pub(super) async fn send_table(table: &[Entry], conns: Vec<(OwnedReadHalf, OwnedWriteHalf)>) {
+/// Sends the address table (and this build's protocol version, and the
+/// rank of the master, `master`) to every registered rank, then closes;
+/// returns once every send is done or timed out.
+pub(super) async fn send_table(
+    table: &[Entry],
+    master: u32,
+    conns: Vec<(OwnedReadHalf, OwnedWriteHalf)>,
+) {
     let payload = frame::encode_table(table);
     let mut msg = Header {
         a: table.len() as u64,
         b: u64::from(VERSION),
+        c: u64::from(master),
         ..Header::new(kind::TABLE, payload.len() as u32)
     }
     .encode()
@@ -505,7 +526,7 @@ pub(crate) async fn on_launcher(
     hello: Hello,
     from: SocketAddr,
 ) {
-    let refusal = if shared.rank != 0 {
+    let refusal = if !shared.hosts_master() {
         Some(format!("rank {} is not the master", shared.rank))
     } else if hello.job != shared.job {
         Some(format!(

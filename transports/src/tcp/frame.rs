@@ -18,7 +18,7 @@
 //! | `CHALLENGE` | | | | the listener's nonce and proof of the job key (64 bytes, [`taskfold_core::auth::Challenge`]) |
 //! | `PROOF` | | | | the caller's proof of the job key (32 bytes) |
 //! | `REFUSE` | | | | the reason, UTF-8 |
-//! | `TABLE` | size | the master's protocol version | | `size` entries of 27 bytes: an address (19 bytes), then the rank's node token (u64 LE) |
+//! | `TABLE` | size | the master's protocol version | the master's rank | `size` entries of 31 bytes: an address (19 bytes), the rank's node token (u64 LE), its current incarnation (u32 LE) |
 //! | `CONTROL` | | | | the control frame, opaque |
 //! | `GET_REQ` | request id | key | node token (0: stream it) | none |
 //! | `GET_CHUNK` | request id | offset | total length | `len` bytes of the buffer |
@@ -45,8 +45,8 @@ pub const MAGIC: [u8; 2] = *b"tf";
 pub const HANDSHAKE_MAX: u32 = 4096;
 /// Bytes of one encoded address in a `TABLE` or `HELLO`.
 pub const ADDR_LEN: usize = 19;
-/// Bytes of one `TABLE` entry: an address and a node token.
-pub const ENTRY_LEN: usize = ADDR_LEN + 8;
+/// Bytes of one `TABLE` entry: an address, a node token, an incarnation.
+pub const ENTRY_LEN: usize = ADDR_LEN + 8 + 4;
 /// Bytes of an encoded [`Hello`] body.
 pub const HELLO_LEN: usize = 24 + ADDR_LEN + 8 + NONCE_LEN;
 
@@ -199,13 +199,42 @@ pub struct Hello {
     pub incarnation: u32,
 }
 
-/// A rank's entry in the master's `TABLE`: where it listens, and its node.
+/// A rank's entry in the master's `TABLE`: where it listens, its node,
+/// and which of its processes is the one in the job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
     /// The rank's listen address.
     pub addr: SocketAddr,
     /// The rank's node token (0 when unknown).
     pub node: u64,
+    /// The rank's current incarnation: connections of an older one are
+    /// refused (a replacement learns who replaced whom before it).
+    pub incarnation: u32,
+}
+
+impl Entry {
+    /// The entry's bytes (as one entry of a `TABLE`).
+    pub fn encode(&self) -> [u8; ENTRY_LEN] {
+        let mut out = [0u8; ENTRY_LEN];
+        out[..ADDR_LEN].copy_from_slice(&encode_addr(self.addr));
+        out[ADDR_LEN..ADDR_LEN + 8].copy_from_slice(&self.node.to_le_bytes());
+        out[ADDR_LEN + 8..].copy_from_slice(&self.incarnation.to_le_bytes());
+        out
+    }
+
+    /// Decodes [`Entry::encode`]'s bytes.
+    pub fn decode(b: &[u8]) -> Result<Entry, String> {
+        if b.len() != ENTRY_LEN {
+            return Err(format!("table entry of {} bytes", b.len()));
+        }
+        let (addr, rest) = b.split_at(ADDR_LEN);
+        let (node, inc) = rest.split_at(8);
+        Ok(Entry {
+            addr: decode_addr(addr)?,
+            node: u64::from_le_bytes(node.try_into().map_err(|_| "node token")?),
+            incarnation: u32::from_le_bytes(inc.try_into().map_err(|_| "incarnation")?),
+        })
+    }
 }
 
 impl Hello {
@@ -324,8 +353,7 @@ pub fn decode_addr(b: &[u8]) -> Result<SocketAddr, String> {
 pub fn encode_table(entries: &[Entry]) -> Vec<u8> {
     let mut v = Vec::with_capacity(entries.len() * ENTRY_LEN);
     for e in entries {
-        v.extend_from_slice(&encode_addr(e.addr));
-        v.extend_from_slice(&e.node.to_le_bytes());
+        v.extend_from_slice(&e.encode());
     }
     v
 }
@@ -338,15 +366,7 @@ pub fn decode_table(b: &[u8], size: u32) -> Result<Vec<Entry>, String> {
             b.len()
         ));
     }
-    b.chunks(ENTRY_LEN)
-        .map(|c| {
-            let (addr, node) = c.split_at(ADDR_LEN);
-            Ok(Entry {
-                addr: decode_addr(addr)?,
-                node: u64::from_le_bytes(node.try_into().expect("8 bytes")),
-            })
-        })
-        .collect()
+    b.chunks(ENTRY_LEN).map(Entry::decode).collect()
 }
 
 /// Encodes the payload of a `GET_LEND`: the owner's `pid`, then, if the
@@ -552,10 +572,12 @@ mod tests {
             Entry {
                 addr: "127.0.0.1:1".parse().unwrap(),
                 node: 7,
+                incarnation: 0,
             },
             Entry {
                 addr: "[::1]:2".parse().unwrap(),
                 node: u64::MAX,
+                incarnation: 3,
             },
         ];
         assert_eq!(decode_table(&encode_table(&t), 2), Ok(t));

@@ -118,6 +118,13 @@ pub struct TcpTransport {
     /// Every rank's node token, from the master's table; `None` if some
     /// rank could not know its own.
     nodes: Option<Vec<u64>>,
+    /// Every rank's incarnation, from the master's table.
+    incarnations: Vec<u32>,
+    /// The rank that ran the master when this process joined.
+    master: u32,
+    /// How ranks find the master: a rendezvous file is rewritten by a
+    /// standby that takes over ([`Transport::become_master`]).
+    rendezvous: MasterAddr,
 }
 
 impl std::fmt::Debug for TcpTransport {
@@ -158,8 +165,11 @@ impl TcpTransport {
         let driven = cfg.threads == 0;
         let runtime = build_runtime(&cfg)?;
         let shared = Arc::new(Shared::new(&cfg, runtime.handle().clone()));
-        let bind = match (&cfg.master, cfg.rank) {
-            (MasterAddr::Addr(a), 0) => *a,
+        // Rank 0's first process hosts the master; a replacement of rank 0
+        // joins whichever rank runs the master then, as any rank does.
+        let hosts = cfg.rank == 0 && cfg.incarnation == 0;
+        let bind = match (&cfg.master, hosts) {
+            (MasterAddr::Addr(a), true) => *a,
             _ => SocketAddr::new(cfg.bind_host, 0),
         };
         let listener = {
@@ -178,7 +188,8 @@ impl TcpTransport {
             Ok(x) => x,
             Err(e) => return fail(TransportError::Io(format!("binding {bind}: {e}")), runtime),
         };
-        let registrations = (cfg.rank == 0).then(|| {
+        let registrations = hosts.then(|| {
+            shared.set_hosts_master();
             // Bounded: connections beyond are refused, not queued.
             let (tx, rx) = flume::bounded(bootstrap::max_registrations(cfg.size));
             *shared.registrar.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
@@ -193,23 +204,25 @@ impl TcpTransport {
             }
             None => bootstrap::register(&cfg, listen_addr),
         };
-        let (master_addr, table) = match joined {
+        let joined = match joined {
             Ok(x) => x,
             Err(e) => return fail(e, runtime),
         };
+        let table = &joined.table;
         let nodes: Option<Vec<u64>> = table
             .iter()
             .map(|e| (e.node != 0).then_some(e.node))
             .collect();
-        *shared.addrs.write().unwrap_or_else(|e| e.into_inner()) =
-            table.iter().map(|e| e.addr).collect();
-        let _ = shared.nodes.set(table.iter().map(|e| e.node).collect());
+        shared.adopt_table(table);
         tracing::info!(rank = cfg.rank, size = cfg.size, %listen_addr, "tcp transport up");
         Ok(Arc::new(TcpTransport {
+            rendezvous: cfg.master.clone(),
+            incarnations: table.iter().map(|e| e.incarnation).collect(),
+            master: joined.master,
             shared,
             driven,
             runtime: Mutex::new(Some(runtime)),
-            master_addr,
+            master_addr: joined.master_addr,
             listen_addr,
             nodes,
         }))
@@ -323,7 +336,7 @@ fn host_master(
     rx: flume::Receiver<bootstrap::Registration>,
     listen_addr: SocketAddr,
     deadline: Instant,
-) -> Result<(SocketAddr, Vec<frame::Entry>), TransportError> {
+) -> Result<bootstrap::Joined, TransportError> {
     if let MasterAddr::Rendezvous(path) = &cfg.master {
         let public = bootstrap::reachable(listen_addr);
         bootstrap::write_rendezvous(path, cfg.job, public).map_err(|e| {
@@ -350,7 +363,11 @@ fn host_master(
             let _ = std::fs::remove_file(path);
         }
     }
-    r.map(|table| (listen_addr, table))
+    r.map(|table| bootstrap::Joined {
+        master_addr: listen_addr,
+        master: cfg.rank,
+        table,
+    })
 }
 
 impl Transport for TcpTransport {
@@ -502,8 +519,8 @@ impl Transport for TcpTransport {
         if peer.0 == self.shared.rank {
             return Ok(());
         }
-        let addr = respawn::decode(addr, peer.0)?;
-        self.shared.readmit(peer.0, incarnation, addr);
+        let e = respawn::decode(addr, peer.0)?;
+        self.shared.readmit(peer.0, incarnation, e.addr, e.node);
         Ok(())
     }
 
@@ -515,6 +532,28 @@ impl Transport for TcpTransport {
 
     fn nodes(&self) -> Option<&[u64]> {
         self.nodes.as_deref()
+    }
+
+    fn incarnations(&self) -> Vec<u32> {
+        self.incarnations.clone()
+    }
+
+    fn master_rank(&self) -> Rank {
+        Rank(self.master)
+    }
+
+    /// Takes the master's part: replacements and the launcher's reports
+    /// are taken here from now on, and a rendezvous file, if the job has
+    /// one, names this rank's address, so that replacements find it.
+    fn become_master(&self) -> Result<(), TransportError> {
+        self.shared.set_hosts_master();
+        if let MasterAddr::Rendezvous(path) = &self.rendezvous {
+            let public = bootstrap::reachable(self.listen_addr);
+            bootstrap::write_rendezvous(path, self.shared.job, public).map_err(|e| {
+                TransportError::Io(format!("writing the rendezvous file {}: {e}", path.display()))
+            })?;
+        }
+        Ok(())
     }
 
     fn driven(&self) -> Option<&dyn Driven> {

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -122,8 +122,13 @@ pub(crate) struct Shared {
     /// changed when a replacement is let in ([`Shared::readmit`]).
     pub addrs: std::sync::RwLock<Vec<SocketAddr>>,
     /// Every rank's node token (0 when unknown), set once the bootstrap
-    /// is done (a replacement runs on its rank's node).
-    pub nodes: OnceLock<Vec<u64>>,
+    /// is done, and changed when a replacement is let in (a spare may
+    /// run on another node than the process it replaces).
+    pub nodes: std::sync::RwLock<Vec<u64>>,
+    /// Whether this rank hosts the master: it takes registrations and
+    /// the launcher's reports (rank 0's first process, or a standby that
+    /// took over).
+    hosts_master: AtomicBool,
     /// This process's incarnation ([`super::TcpConfig::incarnation`]).
     pub incarnation: u32,
     /// Master only: replacements waiting for the runtime's answer.
@@ -173,7 +178,8 @@ impl Shared {
             events_rx,
             exposed: Exposed::default(),
             addrs: std::sync::RwLock::new(Vec::new()),
-            nodes: OnceLock::new(),
+            nodes: std::sync::RwLock::new(Vec::new()),
+            hosts_master: AtomicBool::new(false),
             incarnation: cfg.incarnation,
             replacements: Mutex::default(),
             peers: (0..cfg.size).map(|_| Mutex::default()).collect(),
@@ -397,11 +403,55 @@ impl Shared {
         }
     }
 
-    /// `peer`'s replacement, incarnation `inc`, listens at `addr`: the
-    /// older incarnation's connections are closed and its gets fail, and
-    /// the link is up again, to the new address. Nothing if `inc` is not
-    /// newer than the incarnation served.
-    pub fn readmit(&self, peer: u32, inc: u32, addr: SocketAddr) {
+    /// Whether this rank hosts the master.
+    pub fn hosts_master(&self) -> bool {
+        self.hosts_master.load(Ordering::Acquire)
+    }
+
+    /// This rank hosts the master from now on.
+    pub fn set_hosts_master(&self) {
+        self.hosts_master.store(true, Ordering::Release);
+    }
+
+    /// The master's table, as this rank joined: every rank's address and
+    /// node, and the incarnation of each that is in the job (connections
+    /// of older ones are refused).
+    pub fn adopt_table(&self, table: &[super::frame::Entry]) {
+        *self.addrs.write().unwrap_or_else(|e| e.into_inner()) =
+            table.iter().map(|e| e.addr).collect();
+        *self.nodes.write().unwrap_or_else(|e| e.into_inner()) =
+            table.iter().map(|e| e.node).collect();
+        for (peer, e) in table.iter().enumerate() {
+            if peer as u32 != self.rank {
+                self.slot(peer as u32).incarnation = e.incarnation;
+            }
+        }
+    }
+
+    /// The table this rank would hand a replacement: every rank's
+    /// address, node and the incarnation it serves.
+    pub fn table(&self) -> Vec<super::frame::Entry> {
+        let addrs = self.addrs.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner()).clone();
+        addrs
+            .iter()
+            .enumerate()
+            .map(|(r, &addr)| super::frame::Entry {
+                addr,
+                node: nodes.get(r).copied().unwrap_or(0),
+                incarnation: match r as u32 == self.rank {
+                    true => self.incarnation,
+                    false => self.slot(r as u32).incarnation,
+                },
+            })
+            .collect()
+    }
+
+    /// `peer`'s replacement, incarnation `inc`, on node `node`, listens at
+    /// `addr`: the older incarnation's connections are closed and its gets
+    /// fail, and the link is up again, to the new address. Nothing if
+    /// `inc` is not newer than the incarnation served.
+    pub fn readmit(&self, peer: u32, inc: u32, addr: SocketAddr, node: u64) {
         let mut slot = self.slot(peer);
         if inc <= slot.incarnation {
             return;
@@ -424,6 +474,14 @@ impl Shared {
             .get_mut(peer as usize)
         {
             *a = addr;
+        }
+        if let Some(n) = self
+            .nodes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(peer as usize)
+        {
+            *n = node;
         }
         self.same.readmit(peer);
         tracing::info!(rank = self.rank, peer, incarnation = inc, %addr, "a replacement is let in");

@@ -9,7 +9,7 @@
 
 use super::bootstrap::{check_registration, send_table, Registration};
 use super::conn::{bad_connection, refuse};
-use super::frame::{self, Entry};
+use super::frame::Entry;
 use super::peer::Shared;
 use crate::{Event, Rank, TransportError};
 use std::sync::Arc;
@@ -31,6 +31,7 @@ pub(super) async fn asks(shared: Arc<Shared>, mut reg: Registration) {
         reg.hello.addr = Some(addr);
     }
     let (peer, incarnation) = (reg.hello.rank, reg.hello.incarnation);
+    let node = reg.hello.node;
     let older = shared
         .replacements
         .lock()
@@ -41,10 +42,16 @@ pub(super) async fn asks(shared: Arc<Shared>, mut reg: Registration) {
         tokio::spawn(refuse(old.rd, old.wr, reason));
     }
     tracing::info!(rank = shared.rank, peer, incarnation, %addr, "a replacement asks to join");
+    let entry = Entry {
+        addr,
+        node,
+        incarnation,
+    };
     let _ = shared.events_tx.send(Event::Replacement {
         peer: Rank(peer),
         incarnation,
-        addr: frame::encode_addr(addr).to_vec(),
+        node,
+        addr: entry.encode().to_vec(),
     });
     // Unanswered within the connect timeout: refused.
     tokio::time::sleep(shared.connect_timeout).await;
@@ -87,28 +94,17 @@ pub(super) fn admit(
         peer,
         detail: "a registration without an address".into(),
     })?;
-    shared.readmit(peer, incarnation, addr);
-    let addrs = shared
-        .addrs
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    let nodes = shared.nodes.get().cloned().unwrap_or_default();
-    let table: Vec<Entry> = addrs
-        .iter()
-        .enumerate()
-        .map(|(r, &addr)| Entry {
-            addr,
-            node: nodes.get(r).copied().unwrap_or(0),
-        })
-        .collect();
+    shared.readmit(peer, incarnation, addr, reg.hello.node);
+    let table = shared.table();
+    let master = shared.rank;
     shared.handle.spawn(async move {
-        send_table(&table, vec![(reg.rd, reg.wr)]).await;
+        send_table(&table, master, vec![(reg.rd, reg.wr)]).await;
     });
     Ok(())
 }
 
-/// Decodes an address from [`Event::Replacement`] for [`Shared::readmit`].
-pub(super) fn decode(addr: &[u8], peer: u32) -> Result<std::net::SocketAddr, TransportError> {
-    frame::decode_addr(addr).map_err(|detail| TransportError::Protocol { peer, detail })
+/// Decodes where a replacement listens and runs, from
+/// [`Event::Replacement`], for [`Shared::readmit`].
+pub(super) fn decode(addr: &[u8], peer: u32) -> Result<Entry, TransportError> {
+    Entry::decode(addr).map_err(|detail| TransportError::Protocol { peer, detail })
 }

@@ -27,7 +27,7 @@ fn a_join_beyond_the_limit_fails_its_reduction_and_the_live_ones_go_on() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
         let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-        let mut master = Master::new(4, Outbox::new(t), 1000);
+        let mut master = Master::new(4, Outbox::of(t), 1000);
         master.set_max_reductions(2);
         let m = master.start();
         // Rank 1 opens three reductions; the third is one too many.
@@ -77,7 +77,7 @@ fn a_join_beyond_the_limit_fails_its_reduction_and_the_live_ones_go_on() {
 fn replica_notices_of_a_reduction_not_open_are_bounded() {
     let (_hub, ts) = LoopbackHub::new(4);
     let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-    let mut master = Master::new(4, Outbox::new(t), 1000);
+    let mut master = Master::new(4, Outbox::of(t), 1000);
     for i in 0..10_000u32 {
         master.note_early_replica(KEY, i % 64, i / 64, i % 2 == 0);
     }

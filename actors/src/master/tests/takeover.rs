@@ -30,7 +30,7 @@ fn what_ended_or_was_passed_under_the_dead_master_is_told_after_the_reports() {
     actix_rt::System::new().block_on(async move {
         // Rank 1 takes over from rank 0.
         let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
-        let mut master = Master::new(4, Outbox::new(t), 1000);
+        let mut master = Master::new(4, Outbox::of(t), 1000);
         master.take_over(Rank(0), &RankSet::new());
         let m = master.start();
         // Rank 2 saw reduction KEY complete and passed barrier 4; rank 3

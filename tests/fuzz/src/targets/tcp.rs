@@ -112,6 +112,7 @@ pub fn table_target(u: &mut Unstructured<'_>) -> Result<usize> {
         entries.push(Entry {
             addr: addr(u)?,
             node: u64::arbitrary(u)?,
+            incarnation: u32::arbitrary(u)?,
         });
     }
     let n = entries.len() as u32;
