@@ -51,6 +51,16 @@ impl Rollbacks {
         self.0 .1.notify_all();
     }
 
+    /// The epoch the job runs in, or the error every call gets while the
+    /// job rolls back.
+    pub(crate) fn running(&self) -> Result<u32, ReduceError> {
+        let s = self.state();
+        match s.unwinding {
+            true => Err(ReduceError::Reinit { epoch: s.epoch }),
+            false => Ok(s.epoch),
+        }
+    }
+
     /// The error every call gets while the job rolls back, if it does.
     pub(crate) fn check(&self) -> Result<(), ReduceError> {
         let s = self.state();
@@ -129,8 +139,8 @@ impl Runtime {
         self.reset_numbering();
         let limit = self.config.respawn.wait + self.config.failure_timeout * 2;
         let deadline = Instant::now() + limit;
-        let newest = self.checkpoints.newest_version();
-        self.tell_ready(epoch, newest)?;
+        let held = self.checkpoints.held_versions();
+        self.tell_ready(epoch, &held)?;
         let (lock, cv) = &*self.rollbacks.0;
         let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -143,7 +153,7 @@ impl Runtime {
                 // Another rank was replaced meanwhile: answer again.
                 epoch = Some(s.epoch);
                 drop(s);
-                self.tell_ready(epoch, newest)?;
+                self.tell_ready(epoch, &held)?;
                 s = lock.lock().unwrap_or_else(|e| e.into_inner());
                 continue;
             }
@@ -159,9 +169,10 @@ impl Runtime {
         }
     }
 
-    fn tell_ready(&self, epoch: Option<u32>, newest: Option<u64>) -> Result<(), ReduceError> {
+    fn tell_ready(&self, epoch: Option<u32>, held: &[u64]) -> Result<(), ReduceError> {
+        let held = held.to_vec();
         self.cmd
-            .send(Command::ReinitReady { epoch, newest })
+            .send(Command::ReinitReady { epoch, held })
             .map_err(|_| ReduceError::Shutdown)
     }
 

@@ -34,7 +34,7 @@ pub(crate) enum Command {
     /// The application is at its re-init entry point (global restart).
     ReinitReady {
         epoch: Option<u32>,
-        newest: Option<u64>,
+        held: Vec<u64>,
     },
     LocalStats(flume::Sender<LocalStats>),
     Stop,
@@ -231,13 +231,9 @@ impl Router {
                     wire,
                 })
             }),
-            Msg::ReinitReady { epoch, newest } => self.master_or_drop(from, |m| {
-                m.do_send(ReinitReadyIn {
-                    from,
-                    epoch,
-                    newest,
-                })
-            }),
+            Msg::ReinitReady { epoch, held } => {
+                self.master_or_drop(from, |m| m.do_send(ReinitReadyIn { from, epoch, held }))
+            }
             Msg::Readmitted { rank, incarnation } => self.master_or_drop(from, |m| {
                 m.do_send(ReadmittedIn {
                     from,
@@ -401,8 +397,8 @@ impl StreamHandler<Command> for Router {
         match cmd {
             Command::Start(s) => self.worker.do_send(s),
             Command::Finalize(f) => self.worker.do_send(f),
-            Command::ReinitReady { epoch, newest } => {
-                let _ = self.out.to_master(&Msg::ReinitReady { epoch, newest });
+            Command::ReinitReady { epoch, held } => {
+                let _ = self.out.to_master(&Msg::ReinitReady { epoch, held });
             }
             Command::Barrier(b) => self.worker.do_send(b),
             Command::MasterStats(reply) => match &self.master {

@@ -375,7 +375,8 @@ impl Runtime {
             }
         };
         let key = ReductionKey::of(&id, &group).0;
-        self.claim(key, &id)?;
+        // The epoch it starts in: a rollback that overtakes it ends it.
+        let epoch = self.claim(key, &id)?;
         let join = Join {
             id: id.to_string(),
             group: group.members().iter().map(|r| r.0).collect(),
@@ -402,6 +403,7 @@ impl Runtime {
         };
         let durability = opts.durability.unwrap_or(self.config.durability);
         let start = StartReduce {
+            epoch,
             key,
             join,
             group,
@@ -423,9 +425,9 @@ impl Runtime {
 
     /// Marks reduction `key` (`id`) live on this rank: refused if it is
     /// already, or if [`Config::max_reductions`] are.
-    fn claim(&self, key: u64, id: &ReductionId) -> Result<(), ReduceError> {
+    fn claim(&self, key: u64, id: &ReductionId) -> Result<u32, ReduceError> {
         // A job rolling back takes no reduction until its entry point.
-        self.rollbacks.check()?;
+        let epoch = self.rollbacks.running()?;
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         if live.contains(&key) {
             return Err(ReduceError::DuplicateId(id.to_string()));
@@ -436,7 +438,7 @@ impl Runtime {
             });
         }
         live.insert(key);
-        Ok(())
+        Ok(epoch)
     }
 
     /// Synchronous durability: waits until the contribution in `slot` is

@@ -139,14 +139,12 @@ impl Membership {
             Change::Failed { rank, incarnation } => {
                 self.set_status(rank, incarnation, Status::Dead)
             }
-            Change::Unreachable { rank, incarnation } => {
-                match self.members.get(rank as usize) {
-                    Some(m) if m.status == Status::Live => {
-                        self.set_status(rank, incarnation, Status::Unreachable)
-                    }
-                    _ => false,
+            Change::Unreachable { rank, incarnation } => match self.members.get(rank as usize) {
+                Some(m) if m.status == Status::Live => {
+                    self.set_status(rank, incarnation, Status::Unreachable)
                 }
-            }
+                _ => false,
+            },
             Change::Replaced {
                 rank,
                 incarnation,

@@ -12,8 +12,18 @@
 //! A rank answers for the epoch it unwound for; an answer for an older
 //! epoch is stale (the rank will answer again for the new one). A
 //! replacement knows no epoch: it answers once it is in.
+//!
+//! Each answer lists the checkpoint versions the rank holds (it keeps
+//! only its newest few, so a rank ahead of the others may no longer hold
+//! the version a slower one has newest): the go names the newest version
+//! in every list, or none, and every rank resumes from that one.
 
 use crate::rankset::RankSet;
+use std::collections::BTreeSet;
+
+/// Versions one answer may list, at most (a rank keeps a few; more from a
+/// peer is refused rather than stored).
+pub const MAX_HELD: usize = 64;
 
 /// Where the job's rollback stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,9 +37,8 @@ pub enum Rollback {
         epoch: u32,
         /// Ranks not at their entry point yet.
         waiting: RankSet,
-        /// The newest checkpoint version every rank that answered holds
-        /// (`None` once one holds none).
-        common: Option<u64>,
+        /// The checkpoint versions every rank that answered holds.
+        common: BTreeSet<u64>,
         /// No rank answered yet.
         first: bool,
     },
@@ -76,16 +85,17 @@ impl Rollback {
         *self = Rollback::Unwinding {
             epoch,
             waiting,
-            common: None,
+            common: BTreeSet::new(),
             first: true,
         };
         epoch
     }
 
     /// `rank` is at its entry point for `epoch` (`None`: a replacement),
-    /// holding checkpoints up to `newest`. Returns the go once every rank
-    /// is; a stale or repeated answer changes nothing.
-    pub fn ready(&mut self, rank: u32, epoch: Option<u32>, newest: Option<u64>) -> Option<Go> {
+    /// holding the checkpoint versions `held` (at most [`MAX_HELD`] are
+    /// counted). Returns the go once every rank is; a stale or repeated
+    /// answer changes nothing.
+    pub fn ready(&mut self, rank: u32, epoch: Option<u32>, held: &[u64]) -> Option<Go> {
         let Rollback::Unwinding {
             epoch: e,
             waiting,
@@ -98,10 +108,10 @@ impl Rollback {
         if epoch.is_some_and(|a| a != *e) || !waiting.remove(rank as usize) {
             return None;
         }
-        *common = match (*first, *common, newest) {
-            (true, _, n) => n,
-            (false, Some(c), Some(n)) => Some(c.min(n)),
-            _ => None,
+        let held: BTreeSet<u64> = held.iter().take(MAX_HELD).copied().collect();
+        *common = match *first {
+            true => held,
+            false => common.intersection(&held).copied().collect(),
         };
         *first = false;
         self.go_if_done()
@@ -133,7 +143,7 @@ impl Rollback {
         }
         let go = Go {
             epoch: *epoch,
-            version: *common,
+            version: common.last().copied(),
         };
         *self = Rollback::Running(go.epoch);
         Some(go)
@@ -150,15 +160,15 @@ mod tests {
         let mut r = Rollback::default();
         assert_eq!(r.begin([0, 1, 2]), 1);
         assert!(r.waits_for(2));
-        assert_eq!(r.ready(0, Some(1), Some(40)), None);
-        assert_eq!(r.ready(1, Some(1), Some(30)), None);
-        assert_eq!(r.ready(1, Some(1), Some(10)), None, "once");
-        let go = r.ready(2, None, Some(50));
+        assert_eq!(r.ready(0, Some(1), &[39, 40]), None);
+        assert_eq!(r.ready(1, Some(1), &[29, 30, 40]), None);
+        assert_eq!(r.ready(1, Some(1), &[10]), None, "once");
+        let go = r.ready(2, None, &[30, 40, 50]);
         assert_eq!(
             go,
             Some(Go {
                 epoch: 1,
-                version: Some(30)
+                version: Some(40)
             })
         );
         assert_eq!(r, Rollback::Running(1));
@@ -169,32 +179,44 @@ mod tests {
     fn a_rank_without_checkpoints_makes_everyone_start_over() {
         let mut r = Rollback::default();
         r.begin([0, 1]);
-        r.ready(0, Some(1), Some(4));
-        assert_eq!(r.ready(1, Some(1), None).unwrap().version, None);
+        r.ready(0, Some(1), &[4]);
+        assert_eq!(r.ready(1, Some(1), &[]).unwrap().version, None);
+    }
+
+    #[test]
+    fn a_rank_ahead_that_dropped_the_slowest_ranks_newest_agrees_on_none_older() {
+        // Rank 1 keeps its two newest, 7 and 8; rank 0 is at 5 and 6.
+        let mut r = Rollback::default();
+        r.begin([0, 1]);
+        r.ready(0, Some(1), &[5, 6]);
+        assert_eq!(r.ready(1, Some(1), &[7, 8]).unwrap().version, None);
+        r.begin([0, 1]);
+        r.ready(0, Some(2), &[5, 6]);
+        assert_eq!(r.ready(1, Some(2), &[6, 7]).unwrap().version, Some(6));
     }
 
     #[test]
     fn a_stale_answer_is_ignored_and_a_second_failure_starts_over() {
         let mut r = Rollback::default();
         r.begin([0, 1, 2]);
-        r.ready(0, Some(1), Some(4));
+        r.ready(0, Some(1), &[4]);
         assert_eq!(r.begin([0, 1, 2]), 2);
-        assert_eq!(r.ready(1, Some(1), Some(4)), None, "stale");
+        assert_eq!(r.ready(1, Some(1), &[4]), None, "stale");
         assert!(r.waits_for(1));
-        r.ready(0, Some(2), Some(4));
-        r.ready(1, Some(2), Some(4));
+        r.ready(0, Some(2), &[4]);
+        r.ready(1, Some(2), &[4]);
         assert_eq!(r.left(2).map(|g| g.epoch), Some(2));
     }
 
     proptest! {
         /// The go comes once every rank answered (or left), and names the
-        /// least of their newest versions.
+        /// newest version every rank holds.
         #[test]
-        fn the_go_names_the_least_newest_version(
-            newest in proptest::collection::vec(proptest::option::of(0u64..100), 1..10),
+        fn the_go_names_the_newest_version_every_rank_holds(
+            held in proptest::collection::vec(proptest::collection::btree_set(0u64..12, 0..4), 1..10),
             order in any::<u64>(),
         ) {
-            let n = newest.len() as u32;
+            let n = held.len() as u32;
             let mut r = Rollback::default();
             let epoch = r.begin(0..n);
             let mut ranks: Vec<u32> = (0..n).collect();
@@ -203,11 +225,11 @@ mod tests {
             let mut go = None;
             for (i, &rank) in ranks.iter().enumerate() {
                 prop_assert!(go.is_none());
-                go = r.ready(rank, Some(epoch), newest[rank as usize]);
+                let list: Vec<u64> = held[rank as usize].iter().copied().collect();
+                go = r.ready(rank, Some(epoch), &list);
                 prop_assert_eq!(go.is_some(), i + 1 == k);
             }
-            let want = newest.iter().copied().collect::<Option<Vec<u64>>>()
-                .map(|v| v.into_iter().min().unwrap());
+            let want = (0..12u64).rev().find(|v| held.iter().all(|h| h.contains(v)));
             prop_assert_eq!(go, Some(Go { epoch, version: want }));
         }
     }

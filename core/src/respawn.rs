@@ -85,9 +85,18 @@ impl Respawns {
     /// allowed `budget` replacements; `master`'s rank is never awaited (a
     /// standby takes over from a master instead).
     pub fn new(size: u32, budget: u32, master: u32) -> Self {
+        Respawns::joined(&vec![0; size as usize], budget, master)
+    }
+
+    /// A job whose rank `r` runs as incarnation `incarnations[r]` (a
+    /// replacement may have taken a rank's place while the job started, or
+    /// before a standby took over): those replacements count against
+    /// `budget`.
+    pub fn joined(incarnations: &[u32], budget: u32, master: u32) -> Self {
+        let used: u64 = incarnations.iter().map(|&i| u64::from(i)).sum();
         Respawns {
-            slots: vec![Slot::Live(0); size as usize],
-            left: budget,
+            slots: incarnations.iter().map(|&i| Slot::Live(i)).collect(),
+            left: u32::try_from(u64::from(budget).saturating_sub(used)).unwrap_or(0),
             master,
         }
     }

@@ -41,8 +41,8 @@
 //! no verdict is awaited ([`Roster::take_held`]), when the scheduler knows
 //! whether the original can be had.
 
-use crate::wire::{Locator, Standing};
 use crate::rankset::RankSet;
+use crate::wire::{Locator, Standing};
 
 /// A standing copy of a member's original (see the module's
 /// documentation).
@@ -431,7 +431,9 @@ impl<F> Roster<F> {
     pub fn copy_at(&self, index: usize, dead: &RankSet) -> Option<CopyAt<'_>> {
         let c = &self.members.get(index)?.copies;
         match (c.replica, &c.disk) {
-            (Some(holder), _) if !dead.contains(holder as usize) => Some(CopyAt::Replica { holder }),
+            (Some(holder), _) if !dead.contains(holder as usize) => {
+                Some(CopyAt::Replica { holder })
+            }
             (_, Some(dir)) => Some(CopyAt::Disk { dir }),
             _ => None,
         }

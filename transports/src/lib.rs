@@ -375,6 +375,13 @@ pub trait Transport: Send + Sync + 'static {
     fn become_master(&self) -> Result<(), TransportError> {
         Ok(())
     }
+    /// On the master's rank: every rank finished (finalized or is gone
+    /// for good): a process that joins from now on (a late replacement, a
+    /// spare) is told so ([`RANK_FINISHED`]) rather than left to find no
+    /// master. The default does nothing.
+    fn job_over(&self) -> Result<(), TransportError> {
+        Ok(())
+    }
     /// Whether this transport lets replacements of dead ranks in
     /// ([`Transport::admit`], [`Transport::readmit`]); the default: no.
     fn replaces(&self) -> bool {

@@ -241,7 +241,13 @@ impl Ctx {
     /// What this rank knows of the failures: the ranks known dead, and the
     /// nodes none of whose ranks is alive (this rank's own is alive).
     pub(crate) fn failure(&self) -> Failure {
-        let dead: BTreeSet<u32> = self.view.read().unreachable().iter().map(|r| r as u32).collect();
+        let dead: BTreeSet<u32> = self
+            .view
+            .read()
+            .unreachable()
+            .iter()
+            .map(|r| r as u32)
+            .collect();
         let mut nodes = BTreeSet::new();
         if let Ok(p) = self.placement() {
             let all: Vec<u32> = (0..p.ranks() as u32).collect();

@@ -216,23 +216,7 @@ impl<T> Reader<'_, T> {
         if !self.asks(partner) {
             return None;
         }
-        let query = move |req| CheckpointMsg::Query {
-            req,
-            level: 2,
-            owner: me,
-            group: 0,
-        };
-        let versions = match self
-            .ask_all(vec![(partner, Box::new(query))])
-            .pop()
-            .flatten()
-        {
-            Some(CheckpointMsg::Holding { pieces, .. }) => pieces,
-            other => {
-                tracing::warn!(rank = me, partner, answer = ?other, "no L2 copy listed by the partner");
-                return None;
-            }
-        };
+        let versions = self.partner_listing(partner)?;
         for (version, _) in versions.into_iter().filter(|&(v, _)| self.fits(v)) {
             let q = |req| CheckpointMsg::Fetch {
                 req,
@@ -254,6 +238,29 @@ impl<T> Reader<'_, T> {
             }
         }
         None
+    }
+
+    /// The versions of this rank's state `partner` lists as its L2 copies
+    /// (`None`: no answer).
+    pub(crate) fn partner_listing(&self, partner: u32) -> Option<Vec<(u64, u16)>> {
+        let me = self.ctx.rank;
+        let query = move |req| CheckpointMsg::Query {
+            req,
+            level: 2,
+            owner: me,
+            group: 0,
+        };
+        match self
+            .ask_all(vec![(partner, Box::new(query))])
+            .pop()
+            .flatten()
+        {
+            Some(CheckpointMsg::Holding { pieces, .. }) => Some(pieces),
+            other => {
+                tracing::warn!(rank = me, partner, answer = ?other, "no L2 copy listed by the partner");
+                None
+            }
+        }
     }
 
     /// The newest version of this rank's state its group can rebuild.

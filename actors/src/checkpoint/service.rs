@@ -238,17 +238,59 @@ impl Checkpoints {
 }
 
 impl Checkpoints {
-    /// The newest version of which this rank holds a piece on its own
-    /// disk or the shared directory (not read back: a restore checks it),
-    /// `None` if none: what a global restart's rank reports.
-    pub(crate) fn newest_version(&self) -> Option<u64> {
-        let stores = self.ctx.stores().ok()?;
+    /// The versions of which this rank holds a piece on its own disk or
+    /// the shared directory (not read back: a restore checks it); with
+    /// neither (a replacement on another node than its dead process),
+    /// those its partner lists as L2 copies: what a global restart's rank
+    /// reports, newest first, at most [`taskfold_core::reinit::MAX_HELD`].
+    pub(crate) fn held_versions(&self) -> Vec<u64> {
         let rank = self.ctx.rank;
-        let local = stores.local.versions(rank, Level::L1).ok();
-        let shared = stores
-            .shared
-            .as_ref()
-            .and_then(|s| s.versions(rank, Level::L4).ok());
-        local.into_iter().chain(shared).flatten().max()
+        let mut held: Vec<u64> = match self.ctx.stores() {
+            Ok(stores) => {
+                let local = stores.local.versions(rank, Level::L1).ok();
+                let shared = stores
+                    .shared
+                    .as_ref()
+                    .and_then(|s| s.versions(rank, Level::L4).ok());
+                local.into_iter().chain(shared).flatten().collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        if held.is_empty() {
+            held = self.partner_versions();
+        }
+        held.sort_unstable_by(|a, b| b.cmp(a));
+        held.dedup();
+        held.truncate(taskfold_core::reinit::MAX_HELD);
+        held
+    }
+
+    /// The versions this rank's partner holds of its state at L2.
+    fn partner_versions(&self) -> Vec<u64> {
+        let written = self.ctx.config.intervals.0[usize::from(Level::L2.number() - 1)] != 0;
+        let partner = self
+            .ctx
+            .placement()
+            .ok()
+            .and_then(|p| p.partner(self.ctx.rank));
+        let (Some(partner), true) = (partner, written) else {
+            return Vec::new();
+        };
+        if self.ctx.is_dead(partner) {
+            return Vec::new();
+        }
+        let none = |_: &[u8]| -> Result<(), String> { Ok(()) };
+        let reader = Reader {
+            ctx: &self.ctx,
+            type_tag: 0,
+            decode: &none,
+            probing: false,
+            failure: Failure::default(),
+            max: None,
+        };
+        reader
+            .partner_listing(partner)
+            .map(|l| l.into_iter().map(|(v, _)| v).collect())
+            .unwrap_or_default()
     }
 }

@@ -326,6 +326,11 @@ impl Master {
             self.finalized.contains(&r) || gone
         });
         if all && !self.finalized.is_empty() {
+            // The job is over: a replacement or spare still on its way
+            // finds that out instead of a master that is gone.
+            if let Err(e) = self.out.transport().job_over() {
+                tracing::warn!(error = %e, "cannot say the job is over");
+            }
             let ranks: Vec<u32> = self.finalized.iter().copied().collect();
             for r in ranks {
                 self.send(Rank(r), &Msg::FinalizeAck);

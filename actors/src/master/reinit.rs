@@ -20,7 +20,7 @@ use taskfold_core::Rank;
 pub(crate) struct ReinitReadyIn {
     pub(crate) from: Rank,
     pub(crate) epoch: Option<u32>,
-    pub(crate) newest: Option<u64>,
+    pub(crate) held: Vec<u64>,
 }
 
 impl Master {
@@ -83,7 +83,18 @@ impl Handler<ReinitReadyIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: ReinitReadyIn, _: &mut Context<Self>) {
-        if let Some(go) = self.rollback.ready(m.from.0, m.epoch, m.newest) {
+        if let (None, taskfold_core::reinit::Rollback::Running(epoch)) = (m.epoch, &self.rollback) {
+            // A replacement that met no rollback: it took its rank's place
+            // while the job started (its dead process never joined), so
+            // it starts from the beginning, as the others did.
+            let msg = Msg::ReinitGo {
+                epoch: *epoch,
+                version: None,
+            };
+            self.send(m.from, &msg);
+            return;
+        }
+        if let Some(go) = self.rollback.ready(m.from.0, m.epoch, &m.held) {
             self.go(go);
         }
     }

@@ -126,8 +126,9 @@ impl Master {
     pub(crate) fn set_respawn(&mut self, budget: u32, wait: Duration, restart: Restart) {
         self.restart = restart;
         let own = self.out.transport().rank().0;
+        let incarnations = self.out.view().read().incarnations();
         self.respawn = Replacements {
-            book: Respawns::new(self.size, budget, own),
+            book: Respawns::joined(&incarnations, budget, own),
             wait,
             ..Replacements::none(self.size, own)
         };
@@ -207,11 +208,13 @@ impl Master {
             return;
         }
         let node = asking.map_or(0, |a| a.node);
-        self.out.view().apply(taskfold_core::membership::Change::Replaced {
-            rank,
-            incarnation,
-            node,
-        });
+        self.out
+            .view()
+            .apply(taskfold_core::membership::Change::Replaced {
+                rank,
+                incarnation,
+                node,
+            });
         self.dead_at.remove(&rank);
         for r in self.reductions.values_mut() {
             r.roster.holder_replaced(rank);

@@ -21,6 +21,8 @@ use taskfold_transports::BufferKey;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct StartReduce {
+    /// The global restart's epoch the application called `reduce` in.
+    pub(crate) epoch: u32,
     pub(crate) key: u64,
     pub(crate) join: Join,
     pub(crate) group: Group,
@@ -34,7 +36,10 @@ impl Handler<StartReduce> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: StartReduce, ctx: &mut Context<Self>) {
-        if let Some(e) = self.gone() {
+        // Called before a rollback this worker heard of: it ended with it.
+        let stale = (m.epoch < self.epoch)
+            .then_some(taskfold_core::ReduceError::Reinit { epoch: self.epoch });
+        if let Some(e) = self.gone().or(stale) {
             m.slot.fill(Err(e));
             self.live
                 .lock()

@@ -139,6 +139,8 @@ pub struct Worker {
     barrier_passed: u64,
     /// This actor's address, for messages to itself.
     me: Option<Addr<Worker>>,
+    /// The global restart's epoch this worker heard of last.
+    epoch: u32,
 }
 
 /// What a worker is built from.
@@ -177,6 +179,7 @@ impl Worker {
             ended: Default::default(),
             barrier_passed: 0,
             me: None,
+            epoch: 0,
         }
     }
 

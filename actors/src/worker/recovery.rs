@@ -26,6 +26,7 @@ impl Handler<ReinitIn> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: ReinitIn, _: &mut Context<Self>) {
+        self.epoch = self.epoch.max(m.epoch);
         let error = ReduceError::Reinit { epoch: m.epoch };
         self.fail_all(error.clone());
         self.fail_waiters(&error);

@@ -127,3 +127,21 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn replacements_that_joined_before_count_against_the_budget() {
+    let mut r = Respawns::joined(&[0, 2, 1], 4, 0);
+    assert_eq!(r.left(), 1);
+    assert_eq!(r.slot(1), Some(&Slot::Live(2)));
+    assert_eq!(r.died(2).0, Death::Awaited);
+    assert_eq!(
+        r.asks(2, 1, [0, 1]),
+        Err(Refusal::Stale {
+            rank: 2,
+            got: 1,
+            dead: 1
+        })
+    );
+    assert_eq!(r.died(1).0, Death::Final, "the budget is spent");
+    assert_eq!(Respawns::joined(&[3, 3], 2, 0).left(), 0);
+}

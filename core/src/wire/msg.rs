@@ -184,12 +184,13 @@ pub enum Msg {
     },
     /// Rank → master: this rank's application is at its re-init entry
     /// point for `epoch` (`None`: a replacement, which knows no epoch),
-    /// and the newest checkpoint version it holds (`None`: none).
+    /// and the checkpoint versions it holds (the master counts the first
+    /// `taskfold_core::reinit::MAX_HELD`).
     ReinitReady {
         /// The epoch it unwound for.
         epoch: Option<u32>,
-        /// Its newest checkpoint version.
-        newest: Option<u64>,
+        /// The checkpoint versions it holds, newest first.
+        held: Vec<u64>,
     },
     /// Master → every live rank: every rank is at its entry point; go on
     /// from checkpoint `version`, the newest every rank holds (`None`:

@@ -77,6 +77,16 @@ pub(crate) fn rendezvous_text(job: u64, addr: SocketAddr) -> String {
     format!("{RENDEZVOUS_TAG} {VERSION} job={job:#x} addr={addr}\n")
 }
 
+/// The word a rendezvous file holds instead of an address once its job is
+/// over.
+const OVER: &str = "over";
+
+/// Rewrites the rendezvous file of `job` to say the job is over.
+pub(crate) fn write_over(path: &Path, job: u64) -> io::Result<()> {
+    let text = format!("{RENDEZVOUS_TAG} {VERSION} job={job:#x} {OVER}\n");
+    crate::private::write_atomic(path, text.as_bytes())
+}
+
 /// Longest rendezvous file read.
 const RENDEZVOUS_MAX: u64 = 4096;
 
@@ -155,6 +165,10 @@ pub(crate) fn parse_rendezvous(
         theirs,
     )
     .map_err(Unresolved::Fatal)?;
+    if a == OVER {
+        let why = format!("the job is over: {}", crate::RANK_FINISHED);
+        return Err(Unresolved::Fatal(TransportError::Refused(why)));
+    }
     a.strip_prefix("addr=")
         .and_then(|a| a.parse().ok())
         .ok_or_else(|| {
@@ -285,7 +299,9 @@ fn try_register(
             version::check("the master", theirs).map_err(Attempt::Fatal)?;
             let mut table = frame::decode_table(&p, cfg.size)
                 .map_err(|d| Attempt::Fatal(TransportError::Protocol { peer: 0, detail: d }))?;
-            let at = u32::try_from(h.c).ok().filter(|&m| m < cfg.size && m != cfg.rank);
+            let at = u32::try_from(h.c)
+                .ok()
+                .filter(|&m| m < cfg.size && m != cfg.rank);
             let Some(at) = at else {
                 let detail = format!("the table names rank {} as the master", h.c);
                 return Err(Attempt::Fatal(TransportError::Protocol { peer: 0, detail }));

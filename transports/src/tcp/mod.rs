@@ -534,6 +534,20 @@ impl Transport for TcpTransport {
         self.nodes.as_deref()
     }
 
+    /// A rendezvous file, if the job has one, says the job is over.
+    fn job_over(&self) -> Result<(), TransportError> {
+        if let (MasterAddr::Rendezvous(path), true) = (&self.rendezvous, self.shared.hosts_master())
+        {
+            bootstrap::write_over(path, self.shared.job).map_err(|e| {
+                TransportError::Io(format!(
+                    "writing the rendezvous file {}: {e}",
+                    path.display()
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
     fn incarnations(&self) -> Vec<u32> {
         self.incarnations.clone()
     }
@@ -550,7 +564,10 @@ impl Transport for TcpTransport {
         if let MasterAddr::Rendezvous(path) = &self.rendezvous {
             let public = bootstrap::reachable(self.listen_addr);
             bootstrap::write_rendezvous(path, self.shared.job, public).map_err(|e| {
-                TransportError::Io(format!("writing the rendezvous file {}: {e}", path.display()))
+                TransportError::Io(format!(
+                    "writing the rendezvous file {}: {e}",
+                    path.display()
+                ))
             })?;
         }
         Ok(())

@@ -215,7 +215,10 @@ fn check(args: &ChaosArgs) -> Result<(), String> {
         return Err("--np must be at least 3".into());
     }
     if args.root >= args.np {
-        return Err(format!("--root {} is not a rank of --np {}", args.root, args.np));
+        return Err(format!(
+            "--root {} is not a rank of --np {}",
+            args.root, args.np
+        ));
     }
     if args.kills.contains(&0) || args.kills.is_empty() {
         return Err("--kills must be at least 1".into());

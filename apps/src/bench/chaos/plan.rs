@@ -126,7 +126,9 @@ pub fn draw(args: &ChaosArgs, restart: Restart, k: u32, rng: &mut Rng) -> Plan {
             instant,
             at: rng.unit(),
             stage: rng.below(3) as u8,
-            node: args.sim_nodes.map_or(0, |nodes| rng.below(nodes as usize) as u32),
+            node: args
+                .sim_nodes
+                .map_or(0, |nodes| rng.below(nodes as usize) as u32),
         });
     }
     // Kills at any instant strike in the order of their instants, each

@@ -160,7 +160,20 @@ fn run(
     if nth > 1 {
         mark(&args.dir, &format!("resumed-{me}-{nth}"), "");
     }
-    let start = resume_point(rt, args, me, entry);
+    let Some(start) = resume_point(rt, args, me, entry) else {
+        // The version every rank agreed to resume from cannot be read
+        // here: this rank leaves, and the others' steps end in a typed
+        // error rather than wait for it.
+        return Ok(false);
+    };
+    append(
+        &args.dir,
+        "notes",
+        &format!(
+            "{me} run {nth} from step {start} (resume {:?})",
+            entry.resume
+        ),
+    );
     let mut clean = true;
     let mut master = None;
     let mut live: VecDeque<(u32, ReduceFuture<Sum<f64>>)> = VecDeque::new();
@@ -198,8 +211,9 @@ fn unwound(args: &ChaosRankArgs, me: &str, e: ReduceError) -> ReduceError {
 }
 
 /// Where this run starts: the agreed version (global restart), a
-/// replacement's newest checkpoint (local restart), else step 0.
-fn resume_point(rt: &Runtime, args: &ChaosRankArgs, me: &str, entry: Entry) -> u32 {
+/// replacement's newest checkpoint (local restart), else step 0; `None`
+/// if the agreed version cannot be read (every rank must start from it).
+fn resume_point(rt: &Runtime, args: &ChaosRankArgs, me: &str, entry: Entry) -> Option<u32> {
     let restarted = matches!(rt.lifecycle(), Lifecycle::Restarted { .. });
     let global = std::env::var("TASKFOLD_RESTART").is_ok_and(|v| v == "global");
     let restored = match entry.resume {
@@ -211,15 +225,21 @@ fn resume_point(rt: &Runtime, args: &ChaosRankArgs, me: &str, entry: Entry) -> u
             mark(&args.dir, &format!("restore-{me}"), "");
             rt.restore::<u32>()
         }
-        None => return 0,
+        None => return Some(0),
     };
-    match restored {
-        Ok(Some((_, next))) => next,
-        Ok(None) => 0,
-        Err(e) => {
-            // Redone from the start: slower, never wrong.
-            append(&args.dir, "notes", &format!("{me} restore failed: {e}"));
-            0
+    match (restored, entry.resume) {
+        (Ok(Some((v, next))), Some(agreed)) if v == agreed => Some(next),
+        (Ok(Some((_, next))), None) => Some(next),
+        // A replacement with nothing to restore redoes its steps from the
+        // first: slower, never wrong.
+        (Ok(None), None) => Some(0),
+        (other, agreed) => {
+            let what = format!("{me} cannot restore version {agreed:?}: {other:?}");
+            append(&args.dir, "errors", &what);
+            match agreed {
+                Some(_) => None,
+                None => Some(0),
+            }
         }
     }
 }

@@ -247,11 +247,18 @@ impl Report {
                     ));
                 }
             }
-            for t in c.trials_detail.iter().filter(|t| t.outcome != Outcome::Exact) {
+            for t in c
+                .trials_detail
+                .iter()
+                .filter(|t| t.outcome != Outcome::Exact)
+            {
                 out.push(format!(
                     "  not exact: {:?} {:?}{}",
                     t.outcome,
-                    t.struck.iter().map(|s| s.whom.join("+")).collect::<Vec<_>>(),
+                    t.struck
+                        .iter()
+                        .map(|s| s.whom.join("+"))
+                        .collect::<Vec<_>>(),
                     t.log
                         .as_ref()
                         .map(|l| format!(", log {}", l.display()))

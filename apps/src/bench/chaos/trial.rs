@@ -71,7 +71,10 @@ impl Bench {
                         self.args.trials,
                         end.outcome,
                         end.seconds,
-                        end.struck.iter().map(|s| s.whom.join("+")).collect::<Vec<_>>()
+                        end.struck
+                            .iter()
+                            .map(|s| s.whom.join("+"))
+                            .collect::<Vec<_>>()
                     );
                     report.add(k, restart, end);
                 }
@@ -116,14 +119,21 @@ impl Bench {
             }
             before = watch::look(&dir).names;
         }
-        let verdict = running.join().unwrap_or_else(|_| Err("the launcher panicked".into()));
+        let verdict = running
+            .join()
+            .unwrap_or_else(|_| Err("the launcher panicked".into()));
         let seconds = launched.elapsed().as_secs_f64();
         let hung = launched.elapsed() >= limit;
         let outcome = judge(&dir, self.args.steps, verdict.as_ref().err(), hung);
         let log = (outcome != Outcome::Exact)
             .then(|| {
-                let name = format!("{}-{}k-{n}-{}.log", restart.name(), kills, std::process::id());
-                watch::keep_log(&dir.join("ranks.log"), &self.keep.join(name))
+                let name = format!(
+                    "{}-{}k-{n}-{}.log",
+                    restart.name(),
+                    kills,
+                    std::process::id()
+                );
+                watch::keep_log(&dir, &self.keep.join(name))
             })
             .flatten();
         let _ = std::fs::remove_dir_all(&dir);
@@ -168,7 +178,10 @@ impl Bench {
         let mut env: Vec<(String, String)> = vec![
             ("TASKFOLD_RESTART".into(), restart.name().into()),
             ("TASKFOLD_STANDBY".into(), standby.into()),
-            ("TASKFOLD_FAILURE_TIMEOUT_MS".into(), a.failure_timeout_ms.to_string()),
+            (
+                "TASKFOLD_FAILURE_TIMEOUT_MS".into(),
+                a.failure_timeout_ms.to_string(),
+            ),
             ("TASKFOLD_SPARES".into(), spares.to_string()),
         ];
         if std::env::var_os("RUST_LOG").is_none() {
@@ -194,8 +207,15 @@ impl Bench {
                     nodes,
                     link_rate: None,
                 });
+                let exits_log = dir.join("exits");
                 std::thread::spawn(move || {
-                    let exits = launcher::run_on(&launch, nodes.as_ref()).map_err(|e| e.to_string())?;
+                    let exits =
+                        launcher::run_on(&launch, nodes.as_ref()).map_err(|e| e.to_string())?;
+                    let text: String = exits
+                        .iter()
+                        .map(|e| format!("rank {}.{} {}\n", e.rank, e.incarnation, e.describe()))
+                        .collect();
+                    let _ = std::fs::write(&exits_log, text);
                     match launcher::Verdict::of(&exits) {
                         launcher::Verdict::Failed => Err(failed_ranks(&exits)),
                         _ => Ok(()),
@@ -219,14 +239,19 @@ impl Bench {
         dir: &Path,
     ) -> Command {
         let mut cmd = Command::new(mpiexec().unwrap_or_else(|| "mpiexec".into()));
-        cmd.args(["-n", &slots.to_string(), "-disable-auto-cleanup", "-prepend-rank"])
-            .arg(&self.exe)
-            .args(rank_args)
-            .env("TASKFOLD_RENDEZVOUS", dir.join("master.addr"))
-            .env("TASKFOLD_JOB", format!("chaos-{}", dir.display()))
-            .env("TASKFOLD_CHECKPOINT_DIR", dir.join("checkpoints"))
-            .env("TASKFOLD_REPLICA_DIR", dir.join("replicas"))
-            .envs(env);
+        cmd.args([
+            "-n",
+            &slots.to_string(),
+            "-disable-auto-cleanup",
+            "-prepend-rank",
+        ])
+        .arg(&self.exe)
+        .args(rank_args)
+        .env("TASKFOLD_RENDEZVOUS", dir.join("master.addr"))
+        .env("TASKFOLD_JOB", format!("chaos-{}", dir.display()))
+        .env("TASKFOLD_CHECKPOINT_DIR", dir.join("checkpoints"))
+        .env("TASKFOLD_REPLICA_DIR", dir.join("replicas"))
+        .envs(env);
         if let Ok(key) = taskfold_transports::auth::fresh_key() {
             cmd.env("TASKFOLD_JOB_KEY", key.to_hex());
         }

@@ -226,8 +226,19 @@ fn being_admitted(seen: &Seen, before: &BTreeSet<String>) -> Option<Proc> {
 }
 
 /// The processes `kill` strikes, as the job stands.
-fn choose(job: &Job, kill: &Kill, seen: &Seen, before: &BTreeSet<String>, rng: &mut Rng) -> Vec<Proc> {
-    let working: Vec<Proc> = seen.procs.iter().copied().filter(|p| p.rank.is_some()).collect();
+fn choose(
+    job: &Job,
+    kill: &Kill,
+    seen: &Seen,
+    before: &BTreeSet<String>,
+    rng: &mut Rng,
+) -> Vec<Proc> {
+    let working: Vec<Proc> = seen
+        .procs
+        .iter()
+        .copied()
+        .filter(|p| p.rank.is_some())
+        .collect();
     let pick = |from: &[Proc], rng: &mut Rng| match from.is_empty() {
         true => Vec::new(),
         false => vec![rng.pick(from)],
@@ -267,15 +278,27 @@ fn choose(job: &Job, kill: &Kill, seen: &Seen, before: &BTreeSet<String>, rng: &
             .filter(|p| job.node_of(p.slot) == kill.node)
             .collect(),
         Victim::Spare => {
-            let parked: Vec<Proc> = seen.procs.iter().copied().filter(|p| p.rank.is_none()).collect();
+            let parked: Vec<Proc> = seen
+                .procs
+                .iter()
+                .copied()
+                .filter(|p| p.rank.is_none())
+                .collect();
             pick(&parked, rng)
         }
     }
 }
 
-/// The ranks' output kept for a trial that was not exact.
-pub fn keep_log(from: &Path, to: &Path) -> Option<PathBuf> {
+/// The ranks' output kept for a trial that was not exact, followed by
+/// what they wrote of their results and errors.
+pub fn keep_log(dir: &Path, to: &Path) -> Option<PathBuf> {
     std::fs::create_dir_all(to.parent()?).ok()?;
-    std::fs::copy(from, to).ok()?;
+    let mut text = std::fs::read_to_string(dir.join("ranks.log")).unwrap_or_default();
+    for name in ["ok", "errors", "notes", "exits"] {
+        if let Ok(t) = std::fs::read_to_string(dir.join(name)) {
+            text.push_str(&format!("==> {name} <==\n{t}"));
+        }
+    }
+    std::fs::write(to, text).ok()?;
     Some(to.to_path_buf())
 }
