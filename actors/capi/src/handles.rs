@@ -39,7 +39,7 @@ impl Kind {
     }
 }
 
-/// This process's session number (31 bits, never 0).
+/// This process's session number (24 bits, never 0).
 fn session() -> u64 {
     static SESSION: OnceLock<u64> = OnceLock::new();
     *SESSION.get_or_init(|| {
@@ -47,7 +47,7 @@ fn session() -> u64 {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         let mixed = (t ^ (u64::from(std::process::id()) << 17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        ((mixed >> 33) & 0x7fff_ffff).max(1)
+        ((mixed >> 33) & 0xff_ffff).max(1)
     })
 }
 
@@ -124,7 +124,7 @@ impl<T> Table<T> {
         let (tag, sess, serial) = (h >> 56, (h >> 32) & 0xff_ffff, h as u32);
         let msg = if h == 0 {
             format!("the {what} handle is null (0)")
-        } else if sess != session() & 0xff_ffff || serial == 0 {
+        } else if sess != session() || serial == 0 {
             format!("{h:#x} is not a {what} handle of this process")
         } else if tag != self.kind as u64 {
             match Kind::of(tag) {

@@ -1,6 +1,7 @@
 //! `taskfold bench ...`: benchmark harness. Figures are medians, with a
 //! baseline measured in the same run; report ratios, not absolute times.
 
+pub mod capi;
 pub mod checkpoint;
 pub mod compare;
 pub mod faults;
@@ -33,6 +34,10 @@ pub enum BenchCmd {
     /// retrieval of a rank whose node and partner's node were lost,
     /// aware of the failure against FTI-style probing.
     Checkpoint(checkpoint::CheckpointArgs),
+    /// The C API against the Rust API: `bench reduce`'s Rust ranks and
+    /// its C variant (`apps/c/bench_reduce.c`) in alternating jobs of one
+    /// run, and their ratio.
+    Capi(capi::CapiArgs),
 }
 
 /// Runs a benchmark.
@@ -44,5 +49,6 @@ pub fn main(cmd: BenchCmd) -> ExitCode {
         BenchCmd::Compare(a) => compare::main(a),
         BenchCmd::Recovery(a) => recovery::main(a),
         BenchCmd::Checkpoint(a) => checkpoint::main(a),
+        BenchCmd::Capi(a) => capi::main(a),
     }
 }
