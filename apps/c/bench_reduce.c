@@ -5,14 +5,16 @@
  * each size, an f32 sum reduction per repetition to rank 1 (rank 0 alone),
  * its contribution filled in a tf_buf before the clock starts (the Rust
  * ranks build their InPlace contribution there too), timed from the call
- * to the outcome known after a barrier, the root copying the result out
- * inside the timed region (as the Rust ranks' `to_vec` does). Each
+ * to the outcome known after a barrier, the root copying the result into
+ * a fresh allocation inside the timed region (as the Rust ranks' `to_vec`
+ * does). Each
  * repetition's time is the maximum over ranks; rank 0 writes the figures
  * (median, min, max, and a memcpy of the same bytes) as JSON.
  *
  *   taskfold run -n 8 -- ./bench_reduce --sizes 2097152,8388608 \
- *       --reps 10 --warmup 2 --out figures.json
+ *       --reps 10 --warmup 2 --out figures.json [--fresh-pages 1]
  */
+#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,11 +70,13 @@ static double memcpy_median(size_t bytes, unsigned reps) {
 int main(int argc, char **argv) {
   const char *sizes_arg = "2097152", *out = NULL;
   unsigned reps = 10, warmup = 2;
+  int fresh_pages = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--sizes")) sizes_arg = argv[i + 1];
     else if (!strcmp(argv[i], "--reps")) reps = (unsigned)atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--warmup")) warmup = (unsigned)atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--out")) out = argv[i + 1];
+    else if (!strcmp(argv[i], "--fresh-pages")) fresh_pages = atoi(argv[i + 1]);
     else {
       fprintf(stderr, "bench_reduce: unknown option %s\n", argv[i]);
       return 2;
@@ -82,6 +86,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_reduce: --out PATH and --reps N (N > 0) are needed\n");
     return 2;
   }
+  /* --fresh-pages 1: the copy of the result faults fresh pages in every
+   * repetition, as the Rust ranks' copy does (it comes from the shared
+   * heap, which gives a freed block's pages back at once); by default
+   * glibc keeps them after the first free (its mmap threshold grows), as
+   * in any C program. */
+  if (fresh_pages) mallopt(M_MMAP_THRESHOLD, 128 << 10);
   check(tf_init(), "tf_init");
   int32_t rank, size;
   check(tf_rank(&rank), "tf_rank");
@@ -101,7 +111,7 @@ int main(int argc, char **argv) {
   for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
     size_t bytes = strtoull(tok, NULL, 10);
     size_t n = bytes / 4 ? bytes / 4 : 1;
-    float *data = malloc(n * sizeof(float)), *result = malloc(n * sizeof(float));
+    float *data = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) data[i] = 1.0f;
     double *times = calloc(reps, sizeof(double)), *maxed = calloc(reps, sizeof(double));
     tf_buf buf;
@@ -120,9 +130,11 @@ int main(int argc, char **argv) {
       tf_status st;
       check(tf_ireduce_buf(buf, TF_SUM, root, &o, &req), "tf_ireduce_buf");
       check(tf_wait(&req, &st), "tf_wait");
+      float *result = NULL;
       if (st.is_result) {
         float *sum;
         check(tf_buf_data(buf, (void **)&sum, NULL), "tf_buf_data");
+        result = malloc(n * sizeof(float)); /* a fresh copy, as `to_vec` */
         memcpy(result, sum, n * sizeof(float));
       }
       double dt = now() - t0;
@@ -133,6 +145,7 @@ int main(int argc, char **argv) {
             code = 1;
             break;
           }
+      free(result);
       if (rep >= warmup) times[rep - warmup] = dt;
     }
     check(tf_buf_free(&buf), "tf_buf_free");
@@ -154,7 +167,6 @@ int main(int argc, char **argv) {
       first = 0;
     }
     free(data);
-    free(result);
     free(times);
     free(maxed);
   }

@@ -34,12 +34,18 @@ fn blocks(page: &str, markdown: &str) -> Vec<Block> {
             } else {
                 // Blocks inside list items are indented: drop the indent.
                 let indent = line.len() - trimmed.len();
-                b.code.push_str(if indent >= 2 { &line[indent.min(2)..] } else { line });
+                b.code.push_str(if indent >= 2 {
+                    &line[indent.min(2)..]
+                } else {
+                    line
+                });
                 b.code.push('\n');
             }
             continue;
         }
-        let Some(info) = trimmed.strip_prefix("```") else { continue };
+        let Some(info) = trimmed.strip_prefix("```") else {
+            continue;
+        };
         let mut tags = info.split(',').map(str::trim);
         let lang = tags.next().unwrap_or("").to_string();
         let tags: Vec<&str> = tags.collect();
@@ -82,7 +88,10 @@ fn compile(b: &Block, dir: &Path, lib: &Path, n: usize) -> PathBuf {
     if b.lang == "c" {
         let src = dir.join(format!("block{n}.c"));
         let code = if b.fragment {
-            format!("#include <taskfold.h>\nvoid fragment(void);\nvoid fragment(void) {{\n{}}}\nint main(void) {{ return 0; }}\n", b.code)
+            format!(
+                "#include <taskfold.h>\nvoid fragment(void);\nvoid fragment(void) {{\n{}}}\nint main(void) {{ return 0; }}\n",
+                b.code
+            )
         } else {
             b.code.clone()
         };
@@ -92,10 +101,16 @@ fn compile(b: &Block, dir: &Path, lib: &Path, n: usize) -> PathBuf {
             // A fragment sets variables it shows and never reads them.
             cmd.arg("-Wno-unused-but-set-variable");
         }
-        cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-D_POSIX_C_SOURCE=200809L"])
-            .arg("-I")
-            .arg(capi().join("include"))
-            .arg(&src);
+        cmd.args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-D_POSIX_C_SOURCE=200809L",
+        ])
+        .arg("-I")
+        .arg(capi().join("include"))
+        .arg(&src);
     } else {
         let src = dir.join(format!("block{n}.f90"));
         std::fs::write(&src, &b.code).unwrap();
@@ -162,7 +177,8 @@ fn the_c_and_fortran_blocks_compile_and_run() {
             continue;
         }
         let mut cmd = Command::new(taskfold_bin());
-        cmd.args(["run", "-n", "2", "--timeout", "120", "--"]).arg(&exe);
+        cmd.args(["run", "-n", "2", "--timeout", "120", "--"])
+            .arg(&exe);
         let out = run_bounded(cmd, Duration::from_secs(180));
         assert!(
             out.status.success(),
@@ -182,7 +198,10 @@ fn blocks_are_found_with_their_flags() {
     let b = blocks("x.md", md);
     assert_eq!(b.len(), 3);
     assert!(b[2].fragment && b[2].no_run && !b[0].fragment);
-    assert_eq!((b[0].lang.as_str(), b[0].no_run, b[0].line), ("c", false, 2));
+    assert_eq!(
+        (b[0].lang.as_str(), b[0].no_run, b[0].line),
+        ("c", false, 2)
+    );
     assert_eq!(b[0].code, "int main(void) { return 0; }\n");
     assert_eq!((b[1].lang.as_str(), b[1].no_run), ("fortran", true));
     assert_eq!(b[1].code, "end\n");

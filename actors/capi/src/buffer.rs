@@ -116,7 +116,11 @@ pub unsafe extern "C" fn tf_buf_alloc(
 ///
 /// `data` and `count` are null or point to writable variables.
 #[no_mangle]
-pub unsafe extern "C" fn tf_buf_data(buf: tf_buf, data: *mut *mut c_void, count: *mut usize) -> c_int {
+pub unsafe extern "C" fn tf_buf_data(
+    buf: tf_buf,
+    data: *mut *mut c_void,
+    count: *mut usize,
+) -> c_int {
     guard("tf_buf_data", || {
         runtime()?;
         let (ptr, n) = BUFFERS.with(buf, |b| b.ready().map(|s| s.data()))??;

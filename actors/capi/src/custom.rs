@@ -37,7 +37,12 @@ compile_error!("custom folds hand archived words to C as native ones: little-end
 /// for different reductions. Both pointers are 8-byte aligned.
 #[allow(non_camel_case_types)]
 pub type tf_fold_fn = Option<
-    unsafe extern "C" fn(inout: *mut c_void, input: *const c_void, len: usize, ctx: *mut c_void) -> c_int,
+    unsafe extern "C" fn(
+        inout: *mut c_void,
+        input: *const c_void,
+        len: usize,
+        ctx: *mut c_void,
+    ) -> c_int,
 >;
 
 /// A handle on a custom operation from `tf_op_create`.
@@ -86,7 +91,10 @@ fn apply(
     input: *const c_void,
 ) -> Result<(), FoldError> {
     let ops = BY_ID.read().unwrap_or_else(|e| e.into_inner());
-    let name = |id: u64| ops.get(&id).map_or_else(|| format!("{id:#x}"), |o| o.name.clone());
+    let name = |id: u64| {
+        ops.get(&id)
+            .map_or_else(|| format!("{id:#x}"), |o| o.name.clone())
+    };
     if op != their_op {
         return Err(FoldError::Custom(format!(
             "custom operation {:?} here, {:?} from the peer",
@@ -158,7 +166,12 @@ impl ReducerBody for Custom {
             other.count.to_native(),
         );
         let words = ArchivedVec::as_slice_seal(words).unseal();
-        apply(here, theirs, words.as_mut_ptr().cast(), other.words.as_ptr().cast())
+        apply(
+            here,
+            theirs,
+            words.as_mut_ptr().cast(),
+            other.words.as_ptr().cast(),
+        )
     }
 }
 
@@ -236,10 +249,7 @@ pub unsafe extern "C" fn tf_op_free(op: *mut tf_op) -> c_int {
             return Ok(());
         }
         let id = OPS.take(h)?;
-        BY_ID
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
+        BY_ID.write().unwrap_or_else(|e| e.into_inner()).remove(&id);
         // SAFETY: as above.
         unsafe { op.write(TF_OP_NULL) };
         Ok(())

@@ -79,17 +79,35 @@ const DESCRIPTIONS: [(c_int, &CStr); 28] = [
     (TF_SUCCESS, c"success"),
     (TF_ERR_NULL_POINTER, c"a required pointer argument is null"),
     (TF_ERR_ARGUMENT, c"an argument is out of range"),
-    (TF_ERR_NOT_INITIALIZED, c"taskfold is not initialised (call tf_init first)"),
+    (
+        TF_ERR_NOT_INITIALIZED,
+        c"taskfold is not initialised (call tf_init first)",
+    ),
     (TF_ERR_FINALIZED, c"taskfold was finalised"),
-    (TF_ERR_ALREADY_INITIALIZED, c"taskfold is already initialised"),
+    (
+        TF_ERR_ALREADY_INITIALIZED,
+        c"taskfold is already initialised",
+    ),
     (TF_ERR_START, c"the runtime could not start"),
     (TF_ERR_HANDLE, c"not a live handle of this process"),
-    (TF_ERR_BUSY, c"the buffer is lent to a reduction in progress"),
+    (
+        TF_ERR_BUSY,
+        c"the buffer is lent to a reduction in progress",
+    ),
     (TF_ERR_INVALID_OPTIONS, c"invalid reduction options"),
-    (TF_ERR_DUPLICATE_ID, c"a reduction with this id is already live"),
-    (TF_ERR_MISMATCH, c"the ranks disagree on the reduction (type, length or root)"),
+    (
+        TF_ERR_DUPLICATE_ID,
+        c"a reduction with this id is already live",
+    ),
+    (
+        TF_ERR_MISMATCH,
+        c"the ranks disagree on the reduction (type, length or root)",
+    ),
     (TF_ERR_FOLD, c"a fold failed"),
-    (TF_ERR_RANKS_LOST, c"ranks died and their contributions were lost"),
+    (
+        TF_ERR_RANKS_LOST,
+        c"ranks died and their contributions were lost",
+    ),
     (TF_ERR_ROOT_LOST, c"the reduction's root died"),
     (TF_ERR_MASTER_LOST, c"the master is unreachable"),
     (TF_ERR_TIMEOUT, c"timed out (the request is still live)"),
@@ -98,12 +116,18 @@ const DESCRIPTIONS: [(c_int, &CStr); 28] = [
     (TF_ERR_TRANSPORT, c"transport error"),
     (TF_ERR_DECODE, c"the result could not be decoded"),
     (TF_ERR_TOO_MANY, c"too many reductions live at once"),
-    (TF_ERR_REINIT, c"the job rolls back: return to the re-init entry point"),
+    (
+        TF_ERR_REINIT,
+        c"the job rolls back: return to the re-init entry point",
+    ),
     (TF_ERR_CHECKPOINT, c"checkpoint error"),
     (TF_ERR_TRUNCATED, c"the buffer is too small"),
     (TF_ERR_INTERNAL, c"internal error (a caught panic)"),
     (TF_ERR_IN_STATUS, c"a request failed: see its status"),
-    (TF_ERR_RANK_FINISHED, c"this replacement's rank already finished its work"),
+    (
+        TF_ERR_RANK_FINISHED,
+        c"this replacement's rank already finished its work",
+    ),
 ];
 
 /// An error of a call: its code and the message `tf_last_error` gives.
@@ -181,7 +205,12 @@ thread_local! {
 pub fn fail(e: Error) -> c_int {
     // An interior NUL cannot come from our own messages, but a user's id
     // may hold one: cut there rather than lose the message.
-    let bytes: Vec<u8> = e.message.into_bytes().into_iter().take_while(|&b| b != 0).collect();
+    let bytes: Vec<u8> = e
+        .message
+        .into_bytes()
+        .into_iter()
+        .take_while(|&b| b != 0)
+        .collect();
     let msg = CString::new(bytes).unwrap_or_default();
     LAST.with(|l| *l.borrow_mut() = msg);
     e.code

@@ -153,11 +153,21 @@ mod tests {
         assert_eq!(requests.take(r).unwrap(), "r");
         let gone = requests.take(r).unwrap_err();
         assert_eq!(gone.code, TF_ERR_HANDLE);
-        assert!(gone.message.contains("already completed"), "{}", gone.message);
+        assert!(
+            gone.message.contains("already completed"),
+            "{}",
+            gone.message
+        );
         let kind = requests.take(b).unwrap_err();
-        assert!(kind.message.contains("is a buffer handle, not a request"), "{}", kind.message);
+        assert!(
+            kind.message.contains("is a buffer handle, not a request"),
+            "{}",
+            kind.message
+        );
         let foreign = requests.take(0x1234_5678).unwrap_err();
-        assert!(foreign.message.contains("not a request handle of this process"));
+        assert!(foreign
+            .message
+            .contains("not a request handle of this process"));
         let null = requests.take(0).unwrap_err();
         assert!(null.message.contains("null"));
         assert_eq!(buffers.with(b, |v| *v).unwrap(), "b");

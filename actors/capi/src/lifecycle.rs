@@ -38,7 +38,8 @@ pub struct tf_entry {
 /// or `TF_ERR_REINIT` when a taskfold call failed with it (the job rolls
 /// back: the entry point is then called again once every rank is back).
 #[allow(non_camel_case_types)]
-pub type tf_entry_fn = Option<unsafe extern "C" fn(entry: *const tf_entry, ctx: *mut c_void) -> c_int>;
+pub type tf_entry_fn =
+    Option<unsafe extern "C" fn(entry: *const tf_entry, ctx: *mut c_void) -> c_int>;
 
 fn entry_of(l: Lifecycle, resume: Option<u64>) -> tf_entry {
     let (lifecycle, count) = match l {

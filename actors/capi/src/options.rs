@@ -86,13 +86,23 @@ pub unsafe fn resolve(root: i32, opts: *const tf_options) -> Result<Reduce, Erro
         TF_DURABILITY_ASYNC => r.durability(Durability::Async),
         TF_DURABILITY_SYNC => r.durability(Durability::Sync),
         TF_DURABILITY_OFF => r.durability(Durability::Off),
-        d => return Err(Error::new(TF_ERR_ARGUMENT, format!("unknown durability {d}"))),
+        d => {
+            return Err(Error::new(
+                TF_ERR_ARGUMENT,
+                format!("unknown durability {d}"),
+            ))
+        }
     };
     r = match o.completion {
         TF_COMPLETION_DEFAULT => r,
         TF_COMPLETION_RESULT => r.completion(Completion::Result),
         TF_COMPLETION_CONTRIBUTED => r.completion(Completion::Contributed),
-        c => return Err(Error::new(TF_ERR_ARGUMENT, format!("unknown completion {c}"))),
+        c => {
+            return Err(Error::new(
+                TF_ERR_ARGUMENT,
+                format!("unknown completion {c}"),
+            ))
+        }
     };
     Ok(r)
 }

@@ -88,7 +88,12 @@ struct Typed<R: ArrayOp> {
     sink: Sink,
 }
 
-fn begin<R>(rt: &Runtime, v: InPlace<R>, opts: Reduce, sink: Sink) -> Result<Box<dyn Pending>, Error>
+fn begin<R>(
+    rt: &Runtime,
+    v: InPlace<R>,
+    opts: Reduce,
+    sink: Sink,
+) -> Result<Box<dyn Pending>, Error>
 where
     R: ArrayOp,
     R::Elem: Elem,
@@ -150,7 +155,10 @@ where
                 if src.len() != *bytes {
                     return Err(Error::new(
                         crate::error::TF_ERR_DECODE,
-                        format!("the result has {} bytes, the receive buffer {bytes}", src.len()),
+                        format!(
+                            "the result has {} bytes, the receive buffer {bytes}",
+                            src.len()
+                        ),
                     ));
                 }
                 // SAFETY: the caller keeps the receive buffer of `bytes`
@@ -278,7 +286,10 @@ pub fn check(dtype: c_int, op: Option<c_int>, count: usize) -> Result<usize, Err
     let size = elem_size(dtype)?;
     if let Some(op) = op {
         if !(TF_SUM..=TF_PROD).contains(&op) {
-            return Err(Error::new(TF_ERR_ARGUMENT, format!("unknown operation {op}")));
+            return Err(Error::new(
+                TF_ERR_ARGUMENT,
+                format!("unknown operation {op}"),
+            ));
         }
     }
     // The runtime's archives address their elements with 32-bit offsets.
@@ -384,7 +395,10 @@ pub unsafe extern "C" fn tf_ireduce_buf(
             return Err(Error::null("req"));
         }
         if !(TF_SUM..=TF_PROD).contains(&op) {
-            return Err(Error::new(TF_ERR_ARGUMENT, format!("unknown operation {op}")));
+            return Err(Error::new(
+                TF_ERR_ARGUMENT,
+                format!("unknown operation {op}"),
+            ));
         }
         // SAFETY: the caller's contract.
         let opts = unsafe { resolve(root, opts) }?;

@@ -11,7 +11,17 @@ use taskfold_psdm::job::{Job, JobArgs};
 
 /// A small survey (psdm's options), quick in a debug build.
 const SURVEY: [&str; 12] = [
-    "--nx", "160", "--nz", "80", "--shots", "6", "--receivers", "40", "--batch", "12", "--in-flight",
+    "--nx",
+    "160",
+    "--nz",
+    "80",
+    "--shots",
+    "6",
+    "--receivers",
+    "40",
+    "--batch",
+    "12",
+    "--in-flight",
     "3",
 ];
 
@@ -34,7 +44,10 @@ fn assert_psdm_image(out: &std::process::Output, raw: &Path) {
     let reference = Job::new(args).unwrap().migrate_sequentially();
     let image = Image::read_raw(raw).unwrap_or_else(|e| panic!("no image ({e}):\n{t}"));
     let diff = image.relative_difference(&reference);
-    assert!(diff <= TOLERANCE, "relative difference {diff:e} from psdm's image:\n{t}");
+    assert!(
+        diff <= TOLERANCE,
+        "relative difference {diff:e} from psdm's image:\n{t}"
+    );
     let printed: f64 = t
         .lines()
         .find_map(|l| l.split("kirchhoff: checksum ").nth(1))
@@ -42,7 +55,10 @@ fn assert_psdm_image(out: &std::process::Output, raw: &Path) {
         .unwrap_or_else(|| panic!("no checksum printed:\n{t}"));
     let want = reference.checksum();
     let rel = ((printed - want) / want).abs();
-    assert!(rel <= TOLERANCE, "checksum {printed:e}, psdm's {want:e} ({rel:e}):\n{t}");
+    assert!(
+        rel <= TOLERANCE,
+        "checksum {printed:e}, psdm's {want:e} ({rel:e}):\n{t}"
+    );
     assert!(reference.norm() > 0.0);
 }
 
@@ -84,7 +100,11 @@ fn fortran_derived_type_under_taskfold_run() {
     let dir = tempfile::tempdir().unwrap();
     let out = under_taskfold(4, &field_stats(dir.path()), &["6"]);
     assert_every_rank(&out, 4, |r| format!("[{r}] rank {r}: fortran stats ok"));
-    assert!(text(&out).contains("field_stats: 6 steps over 4 ranks"), "{}", text(&out));
+    assert!(
+        text(&out).contains("field_stats: 6 steps over 4 ranks"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -106,11 +126,13 @@ fn the_c_benchmark_runs_beside_the_rust_one() {
     compile_c(&[app("c/bench_reduce.c")], &exe);
     let json = dir.path().join("capi.json");
     let mut cmd = std::process::Command::new(taskfold_bin());
-    cmd.args(["bench", "capi", "--np", "2", "--size", "64K", "--reps", "2", "--warmup", "1"])
-        .args(["--rounds", "1", "--program"])
-        .arg(&exe)
-        .arg("--json")
-        .arg(&json);
+    cmd.args([
+        "bench", "capi", "--np", "2", "--size", "64K", "--reps", "2", "--warmup", "1",
+    ])
+    .args(["--rounds", "1", "--program"])
+    .arg(&exe)
+    .arg("--json")
+    .arg(&json);
     let out = run_bounded(cmd, LIMIT);
     let t = text(&out);
     assert!(out.status.success(), "{t}");

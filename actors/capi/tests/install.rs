@@ -111,9 +111,23 @@ fn find_package_builds_the_c_and_fortran_examples() {
     cmake(&apps.join("c"), &c, &prefix);
     cmake(&apps.join("fortran"), &f, &prefix);
     // The static build needs no libtaskfold.so at run time.
-    let ldd = Command::new("ldd").arg(c.join("kirchhoff_static")).output().unwrap();
+    let ldd = Command::new("ldd")
+        .arg(c.join("kirchhoff_static"))
+        .output()
+        .unwrap();
     assert!(!String::from_utf8_lossy(&ldd.stdout).contains("libtaskfold"));
-    let small = ["--nx", "64", "--nz", "32", "--shots", "2", "--receivers", "8", "--batch", "4"];
+    let small = [
+        "--nx",
+        "64",
+        "--nz",
+        "32",
+        "--shots",
+        "2",
+        "--receivers",
+        "8",
+        "--batch",
+        "4",
+    ];
     for exe in ["kirchhoff", "kirchhoff_static"] {
         let out = under_taskfold(2, &c.join(exe), &small);
         assert_every_rank(&out, 2, |r| format!("[{r}] rank {r}: kirchhoff done"));

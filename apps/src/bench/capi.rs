@@ -41,6 +41,11 @@ pub struct CapiArgs {
     /// Also write the figures to this JSON file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Makes the C program's copy of the result fault fresh pages in at
+    /// every repetition, as the Rust ranks' copy from the shared heap
+    /// does (by default glibc reuses them, as in any C program).
+    #[arg(long)]
+    pub c_fresh_pages: bool,
 }
 
 /// One side's figure at one size.
@@ -64,7 +69,12 @@ struct Row {
 }
 
 /// One job of `program args` on `np` ranks; rank 0's figures.
-fn job(np: u32, program: OsString, mut args: Vec<OsString>, tag: &str) -> Result<Vec<Figure>, String> {
+fn job(
+    np: u32,
+    program: OsString,
+    mut args: Vec<OsString>,
+    tag: &str,
+) -> Result<Vec<Figure>, String> {
     let out = std::env::temp_dir().join(format!("taskfold-capi-{tag}-{}.json", std::process::id()));
     args.extend(["--out".into(), out.clone().into_os_string()]);
     let launch = Launch {
@@ -124,7 +134,12 @@ pub fn main(args: CapiArgs) -> ExitCode {
         rust_args.extend(["--values".into(), "in-place".into()]);
         let jobs = [
             (exe.clone().into_os_string(), rust_args, "rust", &mut rust),
-            (args.program.clone().into_os_string(), common.clone(), "c", &mut c),
+            (
+                args.program.clone().into_os_string(),
+                common.clone(),
+                "c",
+                &mut c,
+            ),
         ];
         for (program, job_args, tag, into) in jobs {
             match job(args.np, program, job_args, tag) {
@@ -134,7 +149,11 @@ pub fn main(args: CapiArgs) -> ExitCode {
                     }
                 }
                 Ok(figs) => {
-                    eprintln!("bench capi: round {round}: {tag} figures for {} sizes, not {}", figs.len(), args.size.len());
+                    eprintln!(
+                        "bench capi: round {round}: {tag} figures for {} sizes, not {}",
+                        figs.len(),
+                        args.size.len()
+                    );
                     return ExitCode::from(1);
                 }
                 Err(e) => {

@@ -52,15 +52,22 @@ pub fn build(mut cmd: Command) {
 pub fn compile_c(srcs: &[PathBuf], out: &Path) {
     let lib = lib_dir();
     let mut cmd = Command::new("cc");
-    cmd.args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-D_POSIX_C_SOURCE=200809L"])
-        .arg("-I")
-        .arg(crate_dir().join("include"))
-        .args(srcs)
-        .arg("-L")
-        .arg(&lib)
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .args(["-ltaskfold_capi", "-lm", "-o"])
-        .arg(out);
+    cmd.args([
+        "-std=c11",
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-D_POSIX_C_SOURCE=200809L",
+    ])
+    .arg("-I")
+    .arg(crate_dir().join("include"))
+    .args(srcs)
+    .arg("-L")
+    .arg(&lib)
+    .arg(format!("-Wl,-rpath,{}", lib.display()))
+    .args(["-ltaskfold_capi", "-lm", "-o"])
+    .arg(out);
     build(cmd);
 }
 
@@ -143,6 +150,10 @@ pub fn assert_every_rank(out: &Output, np: u32, line: impl Fn(u32) -> String) {
     let t = text(out);
     assert!(out.status.success(), "job failed:\n{t}");
     for r in 0..np {
-        assert!(t.contains(&line(r)), "rank {r} did not say {:?}:\n{t}", line(r));
+        assert!(
+            t.contains(&line(r)),
+            "rank {r} did not say {:?}:\n{t}",
+            line(r)
+        );
     }
 }
