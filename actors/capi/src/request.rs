@@ -281,8 +281,12 @@ pub unsafe extern "C" fn tf_wait_all(
             });
             if let Err(e) = outcome {
                 if !st.is_null() {
+                    let failed = tf_status {
+                        error: e.code,
+                        ..tf_status::default()
+                    };
                     // SAFETY: as above (a handle error reaches no report).
-                    unsafe { (*st).error = e.code };
+                    unsafe { st.write(failed) };
                 }
                 first.get_or_insert(e);
             }

@@ -15,11 +15,18 @@ fn c_test(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
 /// Every call as documented: typed reductions of the six datatypes and
 /// four operations, a zero-copy buffer, custom folds over a struct and a
 /// blob, options, test and timed waits, barriers, checkpoint and restore,
-/// the lifecycle and the re-init entry point, overlapped reductions.
+/// the lifecycle and the re-init entry point, overlapped reductions;
+/// checkpoints at L1 and L4 (`TASKFOLD_CHECKPOINT_SHARED_DIR`).
 #[test]
 fn every_call_works_from_c_under_taskfold_run() {
-    let (_dir, exe) = c_test("api");
-    let out = under_taskfold(3, &exe, &[]);
+    let (dir, exe) = c_test("api");
+    // Checkpoints at L4 too (the shared directory), besides L1.
+    let shared = dir.path().join("shared");
+    let mut cmd = std::process::Command::new(taskfold_bin());
+    cmd.env("TASKFOLD_CHECKPOINT_SHARED_DIR", &shared)
+        .args(["run", "-n", "3", "--timeout", "200", "--"])
+        .arg(&exe);
+    let out = run_bounded(cmd, LIMIT);
     assert_every_rank(&out, 3, |r| format!("[{r}] rank {r}: api ok"));
 }
 
