@@ -26,3 +26,28 @@ fn the_checked_in_header_is_the_generated_one() {
         path.display()
     );
 }
+
+/// The Fortran module's constants are the header's: every `TF_*` code,
+/// datatype, operation and option value with the same number.
+#[test]
+fn the_fortran_module_has_every_constant_of_the_header() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let header = std::fs::read_to_string(dir.join("include/taskfold.h")).unwrap();
+    let module = std::fs::read_to_string(dir.join("fortran/taskfold.f90")).unwrap();
+    let mut n = 0;
+    for line in header.lines() {
+        let Some(def) = line.strip_prefix("#define TF_") else {
+            continue;
+        };
+        let mut parts = def.split_whitespace();
+        let (name, value) = (parts.next().unwrap(), parts.next().unwrap());
+        let plain = format!(":: TF_{name} = {value}\n");
+        let wide = format!(":: TF_{name} = {value}_c_int64_t\n");
+        assert!(
+            module.contains(&plain) || module.contains(&wide),
+            "fortran/taskfold.f90 lacks TF_{name} = {value}"
+        );
+        n += 1;
+    }
+    assert!(n >= 50, "only {n} constants in the header");
+}
