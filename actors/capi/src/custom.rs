@@ -13,7 +13,7 @@
 use crate::error::{guard, Error, TF_ERR_ARGUMENT};
 use crate::handles::{Kind, Table};
 use crate::options::{resolve, tf_options};
-use crate::request::{issue, tf_request, tf_status, Done, Pending};
+use crate::request::{issue, outcome_within, tf_request, tf_status, Done, Pending};
 use crate::state::runtime;
 use rkyv::munge::munge;
 use rkyv::seal::Seal;
@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{LazyLock, RwLock};
 use std::time::Duration;
-use taskfold::{FoldError, ReduceError, ReduceFuture, ReducerBody};
+use taskfold::{FoldError, ReduceFuture, ReducerBody};
 
 #[cfg(target_endian = "big")]
 compile_error!("custom folds hand archived words to C as native ones: little-endian only");
@@ -268,16 +268,7 @@ impl Pending for CustomPending {
     }
 
     fn wait(&mut self, d: Option<Duration>) -> Option<Done> {
-        let outcome = match d {
-            None => self.fut.take()?.get(),
-            Some(d) => match self.fut.as_mut()?.wait_timeout(d) {
-                Err(ReduceError::Timeout(_)) => return None,
-                other => {
-                    self.fut = None;
-                    other
-                }
-            },
-        };
+        let outcome = outcome_within(&mut self.fut, d)?;
         Some(match outcome {
             Err(e) => Err(e.into()),
             Ok(None) => Ok(tf_status::default()),

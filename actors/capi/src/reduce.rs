@@ -12,7 +12,7 @@
 use crate::buffer::{Storage, BUFFERS};
 use crate::error::{guard, Error, TF_ERR_ARGUMENT};
 use crate::options::{resolve, tf_options};
-use crate::request::{issue, tf_request, tf_status, Done, Pending};
+use crate::request::{issue, outcome_within, tf_request, tf_status, Done, Pending};
 use crate::state::runtime;
 use std::ffi::{c_int, c_void};
 use std::time::Duration;
@@ -117,16 +117,7 @@ where
     }
 
     fn wait(&mut self, d: Option<Duration>) -> Option<Done> {
-        let outcome = match d {
-            None => self.fut.take()?.get(),
-            Some(d) => match self.fut.as_mut()?.wait_timeout(d) {
-                Err(ReduceError::Timeout(_)) => return None,
-                other => {
-                    self.fut = None;
-                    other
-                }
-            },
-        };
+        let outcome = outcome_within(&mut self.fut, d)?;
         Some(self.deliver(outcome))
     }
 }

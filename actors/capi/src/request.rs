@@ -52,6 +52,25 @@ pub trait Pending: Send {
     fn wait(&mut self, d: Option<Duration>) -> Option<Done>;
 }
 
+/// A reduction's outcome once it is known within `d` (`None`: however
+/// long it takes); `None` if it is not known by then (the future stays).
+/// The future is gone once its outcome was taken.
+pub fn outcome_within<T: 'static>(
+    fut: &mut Option<taskfold::ReduceFuture<T>>,
+    d: Option<Duration>,
+) -> Option<Result<Option<T>, taskfold::ReduceError>> {
+    match d {
+        None => Some(fut.take()?.get()),
+        Some(d) => match fut.as_mut()?.wait_timeout(d) {
+            Err(taskfold::ReduceError::Timeout(_)) => None,
+            other => {
+                *fut = None;
+                Some(other)
+            }
+        },
+    }
+}
+
 /// The live requests of this process.
 pub static REQUESTS: LazyLock<Table<Box<dyn Pending>>> =
     LazyLock::new(|| Table::new(Kind::Request));
