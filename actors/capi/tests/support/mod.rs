@@ -84,7 +84,12 @@ pub fn compile_fortran(srcs: &[PathBuf], out: &Path, dir: &Path) {
         .arg(&module);
     build(cmd);
     let mut cmd = Command::new("gfortran");
-    cmd.args(["-O2", "-Wall", "-Werror"])
+    // The program's own modules' files go to `dir` too (by default to the
+    // working directory, which concurrent tests share).
+    cmd.current_dir(dir)
+        .args(["-O2", "-Wall", "-Werror"])
+        .arg("-J")
+        .arg(dir)
         .arg("-I")
         .arg(dir)
         .args(srcs)
