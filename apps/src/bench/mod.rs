@@ -2,6 +2,7 @@
 //! baseline measured in the same run; report ratios, not absolute times.
 
 pub mod chaos;
+pub mod capi;
 pub mod checkpoint;
 pub mod compare;
 pub mod faults;
@@ -40,6 +41,10 @@ pub enum BenchCmd {
     /// every step; counts the trials that end exact, in a typed error,
     /// wrong, or hung.
     Chaos(chaos::ChaosArgs),
+    /// The C API against the Rust API: `bench reduce`'s Rust ranks and
+    /// its C variant (`apps/c/bench_reduce.c`) in alternating jobs of one
+    /// run, and their ratio.
+    Capi(capi::CapiArgs),
 }
 
 /// Runs a benchmark.
@@ -52,5 +57,6 @@ pub fn main(cmd: BenchCmd) -> ExitCode {
         BenchCmd::Recovery(a) => recovery::main(a),
         BenchCmd::Checkpoint(a) => checkpoint::main(a),
         BenchCmd::Chaos(a) => chaos::main(a),
+        BenchCmd::Capi(a) => capi::main(a),
     }
 }
