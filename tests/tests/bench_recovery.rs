@@ -48,6 +48,12 @@ fn one_trial_of_none_and_restart() {
         2
     };
     assert_eq!(restart["launches"].as_u64().unwrap(), launches, "{restart}");
+    if launches == 2 {
+        // Read from the victim's `@psdm-resumed` line of the second
+        // launch: the benchmark asked psdm for its markers.
+        assert!(restart["respawn_s"].as_f64().is_some(), "{restart}");
+        assert!(restart["resumed_version"].as_u64().is_some(), "{restart}");
+    }
     let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     assert!(md.contains("| restart | 1 |"), "{md}");
     assert!(md.contains("Retrieval"), "{md}");

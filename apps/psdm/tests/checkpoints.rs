@@ -189,6 +189,8 @@ fn launch(ckpt: &Path, out: &Path, hook: Option<String>) -> Command {
     cmd.args(["run", "-n", "3", "--timeout", "150", "--"])
         .arg(psdm())
         .args(ARGS)
+        // The `@psdm-checkpoint` lines, and every rank's resume line.
+        .args(["--markers", "--verbose"])
         .arg("--out")
         .arg(out)
         .env("TASKFOLD_CHECKPOINT_DIR", ckpt)

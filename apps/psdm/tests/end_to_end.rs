@@ -139,7 +139,7 @@ fn taskfold_run_on_1_3_and_4_ranks_gives_the_same_image() {
             .args(SMALL)
             .args(&extra)
             // Noisy nodes: contributions arrive in a different order.
-            .args(["--jitter-ms", if np > 1 { "15" } else { "0" }])
+            .args(["--jitter", if np > 1 { "15ms" } else { "0s" }])
             // Both completions: by default a rank other than the root is
             // done with a batch once its part was folded in.
             .args([

@@ -32,8 +32,8 @@ const ARGS: &[&str] = &[
     "2",
     "--checkpoint-every",
     "4",
-    "--jitter-ms",
-    "60",
+    "--jitter",
+    "60ms",
 ];
 
 /// `taskfold run -n 3 --respawn 1` of psdm, restarting by `restart`.
@@ -42,6 +42,8 @@ fn launch(restart: &str, out: &Path) -> Command {
     cmd.args(["run", "-n", "3", "--respawn", "1", "--timeout", "200", "--"])
         .arg(psdm())
         .args(ARGS)
+        // The `@psdm-resumed` lines this test reads.
+        .arg("--markers")
         .arg("--out")
         .arg(out)
         .env("TASKFOLD_RESTART", restart)

@@ -19,7 +19,8 @@
 //!   process); a mode whose jobs fail is reported with its error, never
 //!   left out. For `local` each trial also gets a lower bound: `T` plus
 //!   the dead rank's work since its last checkpoint, its respawn and its
-//!   restore (from psdm's `@psdm-checkpoint` and `@psdm-resumed` lines).
+//!   restore (from the `@psdm-checkpoint` and `@psdm-resumed` lines that
+//!   psdm prints when asked, with `--markers`, as every trial asks).
 //!
 //! Writes `recovery.json` (every trial), `report.md` (medians per mode)
 //! and `recovery.svg` (time to solution against the kill instant) into

@@ -57,6 +57,9 @@ fn named<T: Named>(v: &OsStr) -> Result<T, ()> {
     T::parse(text(v)?).ok_or(())
 }
 
+/// What a duration of at least a millisecond accepts.
+const MILLIS_AT_LEAST_1: &str = "milliseconds, at least 1 (e.g. 250, or with a unit: 250ms, 3s)";
+
 /// What a level's interval accepts.
 const INTERVAL_EXPECTED: &str =
     "a whole number of versions (every N-th version; 0 turns the level off)";
@@ -163,7 +166,7 @@ static VARIABLES: [Variable; 42] = [
     },
     Variable {
         name: "TASKFOLD_FINALIZE_TIMEOUT_MS",
-        expected: "a whole number of milliseconds",
+        expected: "milliseconds (e.g. 120000, or with a unit: 2m)",
         set: |s, v| {
             s.runtime.finalize_timeout = millis(v, 0)?;
             Ok(())
@@ -172,7 +175,7 @@ static VARIABLES: [Variable; 42] = [
     },
     Variable {
         name: "TASKFOLD_PING_MS",
-        expected: "a whole number of milliseconds, at least 1",
+        expected: MILLIS_AT_LEAST_1,
         set: |s, v| {
             s.runtime.ping_period = millis(v, 1)?;
             Ok(())
@@ -181,7 +184,7 @@ static VARIABLES: [Variable; 42] = [
     },
     Variable {
         name: "TASKFOLD_FAILURE_TIMEOUT_MS",
-        expected: "a whole number of milliseconds, at least 1",
+        expected: MILLIS_AT_LEAST_1,
         set: |s, v| {
             s.runtime.failure_timeout = millis(v, 1)?;
             Ok(())
@@ -219,7 +222,7 @@ static VARIABLES: [Variable; 42] = [
     },
     Variable {
         name: "TASKFOLD_RESPAWN_WAIT_MS",
-        expected: "a whole number of milliseconds, at least 1",
+        expected: MILLIS_AT_LEAST_1,
         set: |s, v| {
             s.runtime.respawn.wait = millis(v, 1)?;
             Ok(())

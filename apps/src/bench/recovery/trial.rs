@@ -174,6 +174,9 @@ impl Bench {
         cmd.arg("--")
             .arg(&self.psdm)
             .args(&self.args.psdm_args)
+            // The `@psdm-checkpoint` and `@psdm-resumed` lines the report
+            // reads (psdm is quiet without it).
+            .arg("--markers")
             .arg("--out")
             .arg(dir.join("image.png"))
             .env("TASKFOLD_CHECKPOINT_DIR", dir.join("ckpt"))
