@@ -21,7 +21,7 @@ fn run(extra: &[&str], trials: u64) -> Vec<serde_json::Value> {
         "--size",
         "1M",
         "--timeout",
-        "20",
+        "20s",
     ])
     .arg("--trials")
     .arg(trials.to_string())

@@ -91,7 +91,7 @@ impl Checkpoints {
             config: c,
             answer_timeout: config.failure_timeout,
             deadline: config.finalize_timeout,
-            hooks: &config.hooks,
+            hooks: &crate::hooks::of(config),
             transport,
         }));
         let (tx, rx) = flume::unbounded();

@@ -82,7 +82,11 @@ pub fn describe(job: &Job, size: u32) -> Vec<String> {
         format!(
             "psdm: {}, {} of {kib} KiB to rank {}",
             count(size, "rank", "ranks"),
-            count(job.batches(size) as u64, "batch reduction", "batch reductions"),
+            count(
+                job.batches(size) as u64,
+                "batch reduction",
+                "batch reductions"
+            ),
             job.args.root,
         ),
         format!(
@@ -124,7 +128,11 @@ pub fn rank_line(rank: u32, t: &Timing, checkpoints: (u64, Duration), resumed_at
     );
     let (n, spent) = checkpoints;
     if n > 0 {
-        line += &format!("; {} ({:.3} s)", count(n, "checkpoint", "checkpoints"), secs(spent));
+        line += &format!(
+            "; {} ({:.3} s)",
+            count(n, "checkpoint", "checkpoints"),
+            secs(spent)
+        );
     }
     if resumed_at > 0 {
         line += &format!("; resumed after batch {resumed_at}");
@@ -152,7 +160,11 @@ pub fn summary(size: u32, outcome: &Outcome, root: &RootResult) -> Vec<String> {
     if !outcome.lost.is_empty() {
         lines.push(format!(
             "psdm: lost {} {}, whose traces the others migrated; {} redone",
-            if outcome.lost.len() == 1 { "rank" } else { "ranks" },
+            if outcome.lost.len() == 1 {
+                "rank"
+            } else {
+                "ranks"
+            },
             ranks_list(&outcome.lost),
             count(outcome.redone as u64, "batch reduction", "batch reductions"),
         ));
@@ -176,7 +188,11 @@ pub fn summary(size: u32, outcome: &Outcome, root: &RootResult) -> Vec<String> {
     lines.push(format!(
         "psdm: overlap: {} per rank, {mean_latency:.3} s latency each, {:.0}% hidden \
          behind migration",
-        count(total.reductions / ranks as u64, "batch reduction", "batch reductions"),
+        count(
+            total.reductions / ranks as u64,
+            "batch reduction",
+            "batch reductions"
+        ),
         pct(total.hidden, total.latency)
     ));
     if root.checkpoints.0 > 0.0 {
@@ -312,15 +328,13 @@ pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
         .run_reinit(|rt, entry| entry_point(rt, job, entry, global, &mut progress))
         .unwrap_or_else(|e| Err(failure(job, &e)));
     let code = match outcome {
-        Ok(outcome) => {
-            match finish_root(job, size, &outcome) {
-                Ok(_) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("psdm: cannot write the image: {e}");
-                    ExitCode::from(1)
-                }
+        Ok(outcome) => match finish_root(job, size, &outcome) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("psdm: cannot write the image: {e}");
+                ExitCode::from(1)
             }
-        }
+        },
         Err(e) => {
             eprintln!("psdm: rank {rank}: {e}");
             ExitCode::from(1)

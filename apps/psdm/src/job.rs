@@ -101,8 +101,15 @@ fn duration(v: &str) -> Result<Duration, String> {
 
 /// The value parser of an option renamed `new` (its old name ended in
 /// `-{unit}`): always refused, with the new spelling.
-fn renamed(new: &'static str, unit: &'static str) -> impl Fn(&str) -> Result<String, String> + Clone {
-    move |v| Err(format!("renamed {new}, which takes a unit: {new} {v}{unit}"))
+fn renamed(
+    new: &'static str,
+    unit: &'static str,
+) -> impl Fn(&str) -> Result<String, String> + Clone {
+    move |v| {
+        Err(format!(
+            "renamed {new}, which takes a unit: {new} {v}{unit}"
+        ))
+    }
 }
 
 impl JobArgs {

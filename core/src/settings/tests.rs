@@ -456,6 +456,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             metrics_addr,
             shared_heap,
             unknown: Vec::new(),
+            unknown_warned: false,
         },
     )
 }

@@ -2,7 +2,7 @@
 //! sets and prints its field of [`Settings`].
 
 use super::values::{self, Named, BOOL_EXPECTED, SIZE_EXPECTED};
-use super::{hooks, launch, Settings};
+use super::{launch, Settings};
 use std::ffi::{OsStr, OsString};
 use std::time::Duration;
 
@@ -24,6 +24,19 @@ pub struct Variable {
 pub const OTHER_KNOWN: &[(&str, &str)] = &[
     ("TASKFOLD_RANK", "the launch identity (with TASKFOLD_SIZE)"),
     ("TASKFOLD_SIZE", "the launch identity (with TASKFOLD_RANK)"),
+    (
+        "TASKFOLD_CONFIG",
+        "the settings file (see taskfold_core::settings::sources)",
+    ),
+    (
+        "TASKFOLD_RUN_CHECKED",
+        "set by taskfold run for its ranks: it warned about unknown variables once for the job",
+    ),
+    (
+        "TASKFOLD_TEST_HOOK",
+        "tests only, in builds with the cargo feature test-hooks: hold a rank at a point of a \
+         reduction (taskfold_core::settings::hooks)",
+    ),
     (
         "TASKFOLD_CONFORMANCE_CASE",
         "the libfabric conformance test: marks the child process that runs one case",
@@ -466,7 +479,16 @@ static VARIABLES: [Variable; 42] = [
         },
         get: |s| show(values::format_bool(s.transport.tcp_loans)),
     },
-    // Observability and tests.
+    // Observability.
+    Variable {
+        name: "TASKFOLD_LOG",
+        expected: <super::LogLevel as Named>::EXPECTED,
+        set: |s, v| {
+            s.runtime.log = named(v)?;
+            Ok(())
+        },
+        get: |s| show(s.runtime.log.name()),
+    },
     Variable {
         name: "TASKFOLD_METRICS_ADDR",
         expected: "an address with a port (e.g. 127.0.0.1:9100)",
@@ -475,17 +497,5 @@ static VARIABLES: [Variable; 42] = [
             Ok(())
         },
         get: |s| s.metrics_addr.as_ref().and_then(show),
-    },
-    Variable {
-        name: "TASKFOLD_TEST_HOOK",
-        expected: hooks::EXPECTED,
-        set: |s, v| {
-            s.runtime.hooks = hooks::parse(v.to_str().ok_or(())?).ok_or(())?;
-            Ok(())
-        },
-        get: |s| {
-            let text = hooks::format(&s.runtime.hooks)?;
-            (!text.is_empty()).then(|| text.into())
-        },
     },
 ];

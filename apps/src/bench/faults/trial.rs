@@ -40,7 +40,7 @@ pub fn job(
         "--dir".into(),
         dir.as_os_str().into(),
         "--timeout".into(),
-        args.timeout.to_string().into(),
+        args.timeout.as_secs().max(1).to_string().into(),
         "--warmup".into(),
         args.warmup.to_string().into(),
     ];
@@ -63,7 +63,7 @@ pub fn job(
         ranks: args.np,
         program: exe.into_os_string(),
         args: a,
-        timeout: Some(Duration::from_secs(args.timeout + 30)),
+        timeout: Some(args.timeout + Duration::from_secs(30)),
         env,
         log: Some(dir.join("ranks.log")),
         respawn: 0,
