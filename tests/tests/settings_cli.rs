@@ -218,7 +218,10 @@ fn an_application_without_a_logger_hears_of_a_failed_rank() {
         .lines()
         .find(|l| l.starts_with("[0] ") && l.contains("rank declared failed"))
         .unwrap_or_else(|| panic!("no warning at the master:\n{t}"));
-    assert!(said.contains("ERROR") && said.contains("rank=1"), "{said}");
+    assert!(
+        said.contains("ERROR") && said.contains("rank=rank 1 "),
+        "{said}"
+    );
     assert!(!t.contains('\x1b'), "colour codes in a pipe:\n{t}");
     let out = taskfold_in(dir.path(), &run, &[("TASKFOLD_LOG", "off")]);
     let t = text(&out);

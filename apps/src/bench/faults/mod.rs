@@ -9,8 +9,9 @@
 //! then know whether their buddies are on their node) and one more, and
 //! SIGKILL the victim at a uniformly random instant in `[0, t]` after the
 //! victim's `reduce` call: before its contribution is safe as well as
-//! after. Each trial records that phase (safe: the victim's join went out,
-//! as the runtime's `joined` test hook marks it) and its outcome at a
+//! after. Each trial records that phase (safe: the victim's future said
+//! its contribution survives the victim's death, `ReduceFuture::is_safe`)
+//! and its outcome at a
 //! surviving rank: the correct result, a typed error, a wrong result, or
 //! nothing within the timeout (a hang).
 
@@ -259,7 +260,7 @@ fn run_mode(
         eprintln!("bench faults: {e}");
         return Err(ExitCode::from(2));
     }
-    let cal = trial::job(args, plan, mode, &dir, Some(5), None);
+    let cal = trial::job(args, plan, mode, &dir, Some(5));
     let read = |_| std::fs::read_to_string(dir.join("calibration"));
     let t = match crate::launcher::run_on(&cal, node_spec(args).as_ref()).map(read) {
         Ok(Ok(s)) => s.trim().parse::<f64>().unwrap_or(f64::NAN),
