@@ -14,8 +14,13 @@
 //! `--respawn N`, `TASKFOLD_RESPAWN` and each process's
 //! `TASKFOLD_INCARNATION`. Output lines are
 //! prefixed with `[rank]`. The ranks' settings are parsed before any rank
-//! starts (see `taskfold::Settings`): a bad `TASKFOLD_*` value stops the
-//! job with one error naming it. When a rank exits, the launcher tells the master at once (before any
+//! starts (see `taskfold::Settings`): a bad `TASKFOLD_*` value (or key of
+//! the settings file) stops the job with one error naming it, and a
+//! variable that is no setting is warned about once for the job (the
+//! ranks, given `TASKFOLD_RUN_CHECKED`, do not repeat it). Each rank that
+//! does not exit 0 is said in one line as it ends, and the job in one
+//! verdict ([`cli`] maps it to the exit code: 0, 1, 2, or 124 for
+//! `--timeout`). When a rank exits, the launcher tells the master at once (before any
 //! timeout could notice), so reductions that need that rank end without
 //! waiting. If rank 0 (the master) ends abnormally, the job cannot go on:
 //! the launcher says so, gives the other ranks twice the failure timeout
