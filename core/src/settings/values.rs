@@ -125,7 +125,7 @@ pub fn format_duration(d: Duration) -> String {
         ("ms", 1_000_000),
         ("us", 1_000),
     ] {
-        if nanos % scale == 0 {
+        if nanos.is_multiple_of(scale) {
             return format!("{}{unit}", nanos / scale);
         }
     }
