@@ -40,8 +40,11 @@
 //! - `notices`: where application threads wait on the master's notice
 //!   board (released barriers, completed reductions) beside their own
 //!   answer.
-//! - `hooks`: test hooks that hold a rank at an exact point (public API
-//!   only with the cargo feature `test-hooks`, for integration tests).
+//! - `hooks`: test hooks that hold a rank at an exact point, with the
+//!   cargo feature `test-hooks` (test suites only; without it every check
+//!   is a constant "no hook" and `TASKFOLD_TEST_HOOK` is refused).
+//! - `logger`: the stderr logger the runtime installs when the application
+//!   has no `tracing` subscriber (`TASKFOLD_LOG`, default `warn`).
 //! - [`metrics`]: metric names (and, with the cargo feature `prometheus`,
 //!   `metrics::serve_prometheus`). [`config`]: tunables, and [`Settings`]
 //!   (every `TASKFOLD_*` variable, parsed once).

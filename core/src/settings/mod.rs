@@ -25,6 +25,13 @@
 //! allocating). [`Settings::shared_heap`] is the same variable parsed here,
 //! so that a bad value still stops the start.
 //!
+//! An optional settings file (`taskfold.toml`, or `TASKFOLD_CONFIG`) holds
+//! the same settings under the variables' names without `TASKFOLD_`, in
+//! lower case; the environment wins over it ([`sources`], which also says
+//! where each value came from, for `taskfold config`). Test hooks
+//! (`TASKFOLD_TEST_HOOK`) are no setting of the table: they exist with the
+//! cargo feature `test-hooks` only, and are refused without it.
+//!
 //! The book's Configuration chapter lists every variable with its type and
 //! default.
 
@@ -82,7 +89,8 @@ pub struct Settings {
     pub unknown_warned: bool,
 }
 
-/// The test hooks' variable (tests only: see [`test_hooks`]).
+/// The test hooks' variable: read in builds with the cargo feature
+/// `test-hooks`, refused in any other ([`NO_TEST_HOOKS`]).
 pub const TEST_HOOK_VAR: &str = "TASKFOLD_TEST_HOOK";
 
 /// `TASKFOLD_TEST_HOOK`'s value `v` into `s`: the hooks, in a build with
