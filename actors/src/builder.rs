@@ -130,13 +130,20 @@ impl Builder {
         for edit in self.edits {
             edit(&mut settings);
         }
+        // Before the first warning (an unknown variable, an insecure job).
+        crate::logger::install_default(settings.runtime.log);
         // Checkpoints are stamped with the job's name unless they are
         // given one of their own.
         if settings.runtime.checkpoint.job.is_none() {
             settings.runtime.checkpoint.job = settings.launch.job_name();
         }
-        for name in &settings.unknown {
-            tracing::warn!("{name} is set but is no taskfold setting (a typo?); ignored");
+        // Under `taskfold run` the launcher warned, once for the job.
+        for name in settings.unknown.iter().filter(|_| !settings.unknown_warned) {
+            let hint = match taskfold_core::settings::sources::closest(name) {
+                Some(close) => format!(" (did you mean {close}?)"),
+                None => String::new(),
+            };
+            tracing::warn!("{name} is set but is no taskfold setting{hint}; ignored");
         }
         let transport = match self.transport {
             Some(t) => t,

@@ -102,7 +102,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
         perf: perf.clone(),
         store: store.clone(),
         disk: disk.clone(),
-        hooks: c.hooks.clone(),
+        hooks: crate::hooks::of(c),
         live: p.live.clone(),
     })
     .start();

@@ -13,19 +13,33 @@ pub mod transports;
 use clap::Subcommand;
 use std::process::ExitCode;
 
+/// Examples of `taskfold bench --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  taskfold bench reduce --np 4,8 --size 128K,2M --json out.json
+  taskfold bench faults --np 8 --size 8M --trials 100
+  taskfold bench compare --out compare/
+  taskfold bench recovery --out recovery/ --np 4 --trials 10
+  taskfold bench checkpoint --size 4M,16M
+  taskfold bench transports
+
+Run `taskfold bench <benchmark> --help` for each one's options.";
+
 /// The benchmarks.
 #[derive(Subcommand)]
 pub enum BenchCmd {
     /// Median time per reduction (max over ranks) next to a memcpy of the
     /// same bytes.
     Reduce(reduce::BenchArgs),
-    /// Failure injection: SIGKILL a rank at a random instant of a reduction.
+    /// Failure injection: SIGKILL a worker, the root, the master or a node
+    /// at a random instant of a reduction, and count the outcomes.
     Faults(faults::FaultArgs),
     /// Transports against each other: latency, get throughput, reduction
     /// time (TCP and libfabric, ratios to TCP).
     Transports(transports::TransportArgs),
-    /// taskfold against MPI_Reduce (Open MPI, MPICH) in the source paper's
-    /// scenarios: JSON, a Markdown report with ratios, and SVG plots.
+    /// taskfold against MPI_Reduce (Open MPI, MPICH) with quiet ranks, a
+    /// slow rank, staggered arrivals, background load and concurrent
+    /// reductions: JSON, a Markdown report of ratios, and SVG plots.
     Compare(compare::CompareArgs),
     /// psdm with one rank SIGKILLed: time to solution without failure,
     /// with checkpoint/restart, and with the runtime's global and local

@@ -179,7 +179,7 @@ fn a_refused_value_is_quoted_and_explained() {
     let e = err(&[("TASKFOLD_PING_MS", "abc")]);
     assert_eq!(
         e.to_string(),
-        "TASKFOLD_PING_MS=\"abc\": expected a whole number of milliseconds, at least 1"
+        "TASKFOLD_PING_MS=\"abc\": expected milliseconds, at least 1 (e.g. 250, or with a unit: 250ms, 3s)"
     );
     let long = "x".repeat(1000);
     let e = err(&[("TASKFOLD_DURABILITY", long.as_str())]);
@@ -456,6 +456,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             metrics_addr,
             shared_heap,
             unknown: Vec::new(),
+            unknown_warned: false,
         },
     )
 }

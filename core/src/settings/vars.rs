@@ -2,7 +2,7 @@
 //! sets and prints its field of [`Settings`].
 
 use super::values::{self, Named, BOOL_EXPECTED, SIZE_EXPECTED};
-use super::{hooks, launch, Settings};
+use super::{launch, Settings};
 use std::ffi::{OsStr, OsString};
 use std::time::Duration;
 
@@ -24,6 +24,19 @@ pub struct Variable {
 pub const OTHER_KNOWN: &[(&str, &str)] = &[
     ("TASKFOLD_RANK", "the launch identity (with TASKFOLD_SIZE)"),
     ("TASKFOLD_SIZE", "the launch identity (with TASKFOLD_RANK)"),
+    (
+        "TASKFOLD_CONFIG",
+        "the settings file (see taskfold_core::settings::sources)",
+    ),
+    (
+        "TASKFOLD_RUN_CHECKED",
+        "set by taskfold run for its ranks: it warned about unknown variables once for the job",
+    ),
+    (
+        "TASKFOLD_TEST_HOOK",
+        "tests only, in builds with the cargo feature test-hooks: hold a rank at a point of a \
+         reduction (taskfold_core::settings::hooks)",
+    ),
     (
         "TASKFOLD_CONFORMANCE_CASE",
         "the libfabric conformance test: marks the child process that runs one case",
@@ -56,6 +69,9 @@ fn size(v: &OsStr) -> Result<u64, ()> {
 fn named<T: Named>(v: &OsStr) -> Result<T, ()> {
     T::parse(text(v)?).ok_or(())
 }
+
+/// What a duration of at least a millisecond accepts.
+const MILLIS_AT_LEAST_1: &str = "milliseconds, at least 1 (e.g. 250, or with a unit: 250ms, 3s)";
 
 /// What a level's interval accepts.
 const INTERVAL_EXPECTED: &str =
@@ -163,7 +179,7 @@ static VARIABLES: [Variable; 42] = [
     },
     Variable {
         name: "TASKFOLD_FINALIZE_TIMEOUT_MS",
-        expected: "a whole number of milliseconds",
+        expected: "milliseconds (e.g. 120000, or with a unit: 2m)",
         set: |s, v| {
             s.runtime.finalize_timeout = millis(v, 0)?;
             Ok(())
@@ -172,7 +188,7 @@ static VARIABLES: [Variable; 42] = [
     },
     Variable {
         name: "TASKFOLD_PING_MS",
-        expected: "a whole number of milliseconds, at least 1",
+        expected: MILLIS_AT_LEAST_1,
         set: |s, v| {
             s.runtime.ping_period = millis(v, 1)?;
             Ok(())
@@ -181,7 +197,7 @@ static VARIABLES: [Variable; 42] = [
     },
     Variable {
         name: "TASKFOLD_FAILURE_TIMEOUT_MS",
-        expected: "a whole number of milliseconds, at least 1",
+        expected: MILLIS_AT_LEAST_1,
         set: |s, v| {
             s.runtime.failure_timeout = millis(v, 1)?;
             Ok(())
@@ -219,7 +235,7 @@ static VARIABLES: [Variable; 42] = [
     },
     Variable {
         name: "TASKFOLD_RESPAWN_WAIT_MS",
-        expected: "a whole number of milliseconds, at least 1",
+        expected: MILLIS_AT_LEAST_1,
         set: |s, v| {
             s.runtime.respawn.wait = millis(v, 1)?;
             Ok(())
@@ -463,7 +479,16 @@ static VARIABLES: [Variable; 42] = [
         },
         get: |s| show(values::format_bool(s.transport.tcp_loans)),
     },
-    // Observability and tests.
+    // Observability.
+    Variable {
+        name: "TASKFOLD_LOG",
+        expected: <super::LogLevel as Named>::EXPECTED,
+        set: |s, v| {
+            s.runtime.log = named(v)?;
+            Ok(())
+        },
+        get: |s| show(s.runtime.log.name()),
+    },
     Variable {
         name: "TASKFOLD_METRICS_ADDR",
         expected: "an address with a port (e.g. 127.0.0.1:9100)",
@@ -472,17 +497,5 @@ static VARIABLES: [Variable; 42] = [
             Ok(())
         },
         get: |s| s.metrics_addr.as_ref().and_then(show),
-    },
-    Variable {
-        name: "TASKFOLD_TEST_HOOK",
-        expected: hooks::EXPECTED,
-        set: |s, v| {
-            s.runtime.hooks = hooks::parse(v.to_str().ok_or(())?).ok_or(())?;
-            Ok(())
-        },
-        get: |s| {
-            let text = hooks::format(&s.runtime.hooks)?;
-            (!text.is_empty()).then(|| text.into())
-        },
     },
 ];

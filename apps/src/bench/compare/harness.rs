@@ -5,7 +5,7 @@ use super::run::Run;
 use super::side_name;
 use crate::launcher::{self, Launch};
 use std::path::PathBuf;
-use std::time::Duration;
+
 use taskfold_benches::compare::{find, Record, Sample};
 use taskfold_benches::mpi::{self, Mpi};
 use taskfold_benches::report::Report;
@@ -60,7 +60,7 @@ impl Harness {
             ranks: r.np,
             program: self.exe.clone().into_os_string(),
             args: args.into_iter().map(Into::into).collect(),
-            timeout: Some(Duration::from_secs(r.args.timeout)),
+            timeout: Some(r.args.timeout),
             env: vec![
                 ("TASKFOLD_DURABILITY".into(), durability.into()),
                 ("TASKFOLD_COMPLETION".into(), completion.into()),
@@ -97,7 +97,7 @@ impl Harness {
                 m.command_line(r.np, &args),
             ));
             let samples = m
-                .run(r.np, &args, Duration::from_secs(r.args.timeout))
+                .run(r.np, &args, r.args.timeout)
                 .map_err(|e| e.to_string())?;
             for s in samples {
                 let p = self.param_of(r, &s);

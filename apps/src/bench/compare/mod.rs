@@ -35,6 +35,9 @@ use taskfold_core::settings::Named;
 
 /// Options of `bench compare`.
 #[derive(Args, Debug, Clone)]
+#[command(
+    after_help = "Examples:\n  taskfold bench compare --out compare/\n  taskfold bench compare --out quick/ --np 2,4 --size 512K --scenarios quiet,slow --reps 3"
+)]
 pub struct CompareArgs {
     /// Directory for compare.json, report.md and the plots.
     #[arg(long)]
@@ -96,9 +99,10 @@ pub struct CompareArgs {
     /// see the book's Benchmarks chapter).
     #[arg(long)]
     pub sizes_in_one_job: bool,
-    /// Kill a run (one side, one scenario) after this many seconds.
-    #[arg(long, default_value_t = 1800)]
-    pub timeout: u64,
+    /// Kill a run (one side, one scenario) after this long, with its unit.
+    #[arg(long, value_name = "DURATION", default_value = "30m",
+          value_parser = crate::launcher::cli::duration)]
+    pub timeout: std::time::Duration,
 }
 
 /// The report's name for taskfold under `durability` and `completion`:

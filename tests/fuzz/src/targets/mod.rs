@@ -77,12 +77,13 @@ pub fn all() -> Vec<Target> {
             "TASKFOLD_* pairs: refusals name the variable; round trip",
             settings::settings_target,
         ),
-        t(
-            "hooks",
-            "test hooks: entry count; round trip",
-            settings::hooks_target,
-        ),
     ];
+    #[cfg(feature = "test-hooks")]
+    all.push(t(
+        "hooks",
+        "test hooks: entry count; round trip",
+        settings::hooks_target,
+    ));
     #[cfg(feature = "libfabric")]
     all.extend([
         t(
