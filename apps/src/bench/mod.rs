@@ -1,8 +1,8 @@
 //! `taskfold bench ...`: benchmark harness. Figures are medians, with a
 //! baseline measured in the same run; report ratios, not absolute times.
 
-pub mod chaos;
 pub mod capi;
+pub mod chaos;
 pub mod checkpoint;
 pub mod compare;
 pub mod faults;
