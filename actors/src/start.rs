@@ -190,7 +190,7 @@ fn master_and_detector(
     if out.transport().rank().0 == 0 && out.transport().replaces() {
         // Replacements register with the first master only (its address
         // is the one the launcher gives them).
-        m.set_respawn(c.respawn.budget, c.respawn.wait, c.respawn.restart);
+        m.set_respawn(&c.respawn);
     }
     m.set_detector(detector.clone());
     ((master_ctx, m), detector)

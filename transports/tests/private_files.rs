@@ -25,7 +25,7 @@ fn rank_one(path: &Path, job: u64) -> (TransportError, Duration) {
 
 fn good_text(job: u64) -> String {
     format!(
-        "taskfold-rendezvous {} job={job:#x} addr=127.0.0.1:9\n",
+        "taskfold-rendezvous {} job={job:#x} addr=127.0.0.1:9 master=0\n",
         taskfold_transports::version::VERSION
     )
 }

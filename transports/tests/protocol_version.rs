@@ -136,7 +136,7 @@ fn a_rendezvous_file_of_another_version_is_refused_at_once() {
     let job = fresh_job();
     taskfold_transports::private::write_atomic(
         &path,
-        format!("taskfold-rendezvous {OTHER} job={job:#x} addr=127.0.0.1:9\n").as_bytes(),
+        format!("taskfold-rendezvous {OTHER} job={job:#x} addr=127.0.0.1:9 master=0\n").as_bytes(),
     )
     .expect("the file");
     let mut cfg = TcpConfig::new(1, 2, job, MasterAddr::Rendezvous(path));

@@ -13,6 +13,7 @@ Examples:
   taskfold run -n 4 -- target/release/psdm
   taskfold run -np 4 --timeout 10m -- ./my_app --steps 100
   taskfold run -n 4 --respawn 2 -- ./my_app
+  taskfold run -n 6 --spares 2 -- ./my_app      (4 working ranks, 2 spares)
   sudo taskfold run --sim-nodes 2 -n 4 --link-rate 1gbit -- ./my_app
 
 Exit codes: 0 every rank exited 0, or the job survived the ranks it lost to
@@ -45,13 +46,21 @@ pub struct RunArgs {
     /// (`100mbit`, `1gbit`, `125mbps`).
     #[arg(long, requires = "sim_nodes")]
     pub link_rate: Option<super::nodes::LinkRate>,
-    /// Start again, at most N times in all, a rank (not the master)
-    /// killed by a signal: same rank, next incarnation
-    /// (`TASKFOLD_INCARNATION`), on the same node. Reductions that need
-    /// its lost contribution wait for the replacement.
+    /// Start again, at most N times in all, a rank killed by a signal
+    /// (the master's too, once a standby took over): same rank, next
+    /// incarnation (`TASKFOLD_INCARNATION`), on the same node. Reductions
+    /// that need its lost contribution wait for the replacement.
     #[arg(long, value_name = "N", default_value_t = 0,
           value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
     pub respawn: u32,
+    /// Keep the last S of the -n processes as spares
+    /// (`TASKFOLD_SPARES`): out of the application's view (it sees -n
+    /// minus S ranks) until a rank dies, when one takes its place as its
+    /// next incarnation. The way back under every launcher; instead of
+    /// --respawn.
+    #[arg(long, value_name = "S", default_value_t = 0, conflicts_with = "respawn",
+          value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
+    pub spares: u32,
     /// The program and its arguments.
     #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
     pub program: Vec<OsString>,
@@ -85,7 +94,7 @@ pub fn renamed_nodes(v: &str) -> Result<String, String> {
 
 /// The options of `run` that take a value (a `-np` after one of them is
 /// its value, not the option).
-const TAKES_VALUE: [&str; 7] = [
+const TAKES_VALUE: [&str; 8] = [
     "-n",
     "--np",
     "--timeout",
@@ -93,6 +102,7 @@ const TAKES_VALUE: [&str; 7] = [
     "--nodes",
     "--link-rate",
     "--respawn",
+    "--spares",
 ];
 
 /// The command line with MPI's `-np N` (or `-np=N`) among `taskfold
@@ -139,7 +149,10 @@ pub fn main(a: RunArgs) -> ExitCode {
         program: a.program[0].clone(),
         args: a.program[1..].to_vec(),
         timeout: a.timeout,
-        env: Vec::new(),
+        env: match a.spares {
+            0 => Vec::new(),
+            s => vec![("TASKFOLD_SPARES".to_string(), s.to_string())],
+        },
         log: None,
         respawn: a.respawn,
     };

@@ -88,7 +88,7 @@ fn show(s: impl ToString) -> Option<OsString> {
     Some(s.to_string().into())
 }
 
-static VARIABLES: [Variable; 42] = [
+static VARIABLES: [Variable; 43] = [
     // Launch (rank and size: see `launch::identity`).
     Variable {
         name: "TASKFOLD_MASTER",
@@ -232,6 +232,17 @@ static VARIABLES: [Variable; 42] = [
             Ok(())
         },
         get: |s| show(s.runtime.respawn.budget),
+    },
+    Variable {
+        name: "TASKFOLD_SPARES",
+        expected: "a whole number of spare processes from 0 to 1048576",
+        set: |s, v| {
+            let n = values::parse_u64(text(v)?)
+                .filter(|n| *n <= u64::from(super::respawn::MAX_INCARNATION));
+            s.runtime.respawn.spares = n.ok_or(())? as u32;
+            Ok(())
+        },
+        get: |s| show(s.runtime.respawn.spares),
     },
     Variable {
         name: "TASKFOLD_RESPAWN_WAIT_MS",

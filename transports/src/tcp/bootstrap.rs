@@ -68,14 +68,24 @@ pub(crate) fn reachable(addr: SocketAddr) -> SocketAddr {
 
 /// Writes the rendezvous file atomically and privately (a new temporary
 /// file mode 0600, then a rename: [`crate::private::write_atomic`]).
-pub(crate) fn write_rendezvous(path: &Path, job: u64, addr: SocketAddr) -> io::Result<()> {
-    crate::private::write_atomic(path, rendezvous_text(job, addr).as_bytes())
+pub(crate) fn write_rendezvous(
+    path: &Path,
+    job: u64,
+    addr: SocketAddr,
+    master: u32,
+) -> io::Result<()> {
+    crate::private::write_atomic(path, rendezvous_text(job, addr, master).as_bytes())
 }
 
-/// The text of the rendezvous file of `job`'s master at `addr`.
-pub(crate) fn rendezvous_text(job: u64, addr: SocketAddr) -> String {
-    format!("{RENDEZVOUS_TAG} {VERSION} job={job:#x} addr={addr}\n")
+/// The text of the rendezvous file of `job`'s master, rank `master`, at
+/// `addr` (a standby that took over writes its own).
+pub(crate) fn rendezvous_text(job: u64, addr: SocketAddr, master: u32) -> String {
+    format!("{RENDEZVOUS_TAG} {VERSION} job={job:#x} addr={addr} master={master}\n")
 }
+
+/// Where the master is: its address and its rank (which a caller's proof
+/// of the job key names).
+pub(crate) type Found = (SocketAddr, u32);
 
 /// The word a rendezvous file holds instead of an address once its job is
 /// over.
@@ -104,12 +114,13 @@ pub(crate) enum Unresolved {
     Fatal(TransportError),
 }
 
-/// The master's address for `job`, reading the rendezvous file if needed.
-/// A file of this job written by a master of another protocol version is
-/// fatal; one of another job (an earlier job's, say) is waited out.
-pub(crate) fn resolve(master: &MasterAddr, job: u64) -> Result<SocketAddr, Unresolved> {
+/// The master's address and rank for `job`, reading the rendezvous file
+/// if needed (a fixed address is rank 0's). A file of this job written by
+/// a master of another protocol version is fatal, as is one that says the
+/// job is over; one of another job (an earlier job's, say) is waited out.
+pub(crate) fn resolve(master: &MasterAddr, job: u64) -> Result<Found, Unresolved> {
     let path = match master {
-        MasterAddr::Addr(a) => return Ok(*a),
+        MasterAddr::Addr(a) => return Ok((*a, 0)),
         MasterAddr::Rendezvous(p) => p,
     };
     let retry = |why: String| Unresolved::Retry(why);
@@ -127,14 +138,10 @@ pub(crate) fn resolve(master: &MasterAddr, job: u64) -> Result<SocketAddr, Unres
     parse_rendezvous(&text, job, path)
 }
 
-/// The master's address in the text of rendezvous file `path` (see
-/// [`write_rendezvous`]), if it is for `job`. A file of another protocol
-/// version is fatal; anything else wrong is worth waiting out.
-pub(crate) fn parse_rendezvous(
-    text: &str,
-    job: u64,
-    path: &Path,
-) -> Result<SocketAddr, Unresolved> {
+/// The master's address and rank in the text of rendezvous file `path`
+/// (see [`write_rendezvous`]), if it is for `job`. A file of another
+/// protocol version is fatal; anything else wrong is worth waiting out.
+pub(crate) fn parse_rendezvous(text: &str, job: u64, path: &Path) -> Result<Found, Unresolved> {
     let retry = |why: String| Unresolved::Retry(why);
     let mut words = text.split_whitespace();
     let (Some(RENDEZVOUS_TAG), Some(v), Some(j), Some(a)) =
@@ -169,14 +176,18 @@ pub(crate) fn parse_rendezvous(
         let why = format!("the job is over: {}", crate::RANK_FINISHED);
         return Err(Unresolved::Fatal(TransportError::Refused(why)));
     }
-    a.strip_prefix("addr=")
-        .and_then(|a| a.parse().ok())
-        .ok_or_else(|| {
-            retry(format!(
-                "rendezvous file {} has a bad address",
-                path.display()
-            ))
-        })
+    let addr = a.strip_prefix("addr=").and_then(|a| a.parse().ok());
+    let rank = words
+        .next()
+        .and_then(|m| m.strip_prefix("master="))
+        .and_then(|m| m.parse().ok());
+    match (addr, rank) {
+        (Some(a), Some(r)) => Ok((a, r)),
+        _ => Err(retry(format!(
+            "rendezvous file {} has a bad address or master rank",
+            path.display()
+        ))),
+    }
 }
 
 fn describe(master: &MasterAddr) -> String {
@@ -186,24 +197,25 @@ fn describe(master: &MasterAddr) -> String {
     }
 }
 
-/// Connects to the master, retrying with backoff until `deadline`.
+/// Connects to the master, retrying with backoff until `deadline`;
+/// returns the stream, its address and the master's rank.
 pub(super) fn connect_master(
     master: &MasterAddr,
     job: u64,
     deadline: Instant,
-) -> Result<(TcpStream, SocketAddr), TransportError> {
+) -> Result<(TcpStream, SocketAddr, u32), TransportError> {
     let mut backoff = Duration::from_millis(10);
     loop {
         let last = match resolve(master, job) {
             Err(Unresolved::Fatal(e)) => return Err(e),
             Err(Unresolved::Retry(why)) => why,
-            Ok(addr) => {
+            Ok((addr, rank)) => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 match TcpStream::connect_timeout(
                     &addr,
                     left.clamp(Duration::from_millis(1), Duration::from_secs(2)),
                 ) {
-                    Ok(s) => return Ok((s, addr)),
+                    Ok(s) => return Ok((s, addr, rank)),
                     Err(e) => format!("connecting to {addr}: {e}"),
                 }
             }
@@ -238,8 +250,8 @@ pub(crate) struct Joined {
 pub(crate) fn register(cfg: &TcpConfig, listen: SocketAddr) -> Result<Joined, TransportError> {
     let deadline = Instant::now() + cfg.connect_timeout;
     loop {
-        let (stream, addr) = connect_master(&cfg.master, cfg.job, deadline)?;
-        match try_register(cfg, listen, stream, addr) {
+        let (stream, addr, rank) = connect_master(&cfg.master, cfg.job, deadline)?;
+        match try_register(cfg, listen, stream, (addr, rank)) {
             Ok((master, table)) => {
                 return Ok(Joined {
                     master_addr: addr,
@@ -263,7 +275,7 @@ fn try_register(
     cfg: &TcpConfig,
     listen: SocketAddr,
     mut s: TcpStream,
-    master: SocketAddr,
+    (master, master_rank): Found,
 ) -> Result<(u32, Vec<Entry>), Attempt> {
     let _ = s.set_nodelay(true);
     let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
@@ -279,7 +291,7 @@ fn try_register(
         nonce: [0; NONCE_LEN],
         incarnation: cfg.incarnation,
     };
-    match handshake::call_sync(&mut s, &cfg.auth, hello, 0) {
+    match handshake::call_sync(&mut s, &cfg.auth, hello, master_rank) {
         Ok(()) => {}
         Err(Failed::Broken(d)) => {
             return Err(Attempt::Retry(format!("registering with {master}: {d}")))

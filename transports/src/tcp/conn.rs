@@ -190,6 +190,7 @@ async fn handle_accepted(shared: Arc<Shared>, stream: TcpStream, from: SocketAdd
         Role::Peer => accept_peer(shared, rd, wr, hello, from).await,
         Role::Register => bootstrap::on_register(shared, rd, wr, hello, from).await,
         Role::Launcher => bootstrap::on_launcher(shared, rd, wr, hello, from).await,
+        Role::Spare => super::spare::on_spare(shared, rd, wr, hello, from).await,
     }
 }
 

@@ -26,6 +26,9 @@
 //! | `GOODBYE` | | | | none |
 //! | `GET_LEND` | request id | address | total length | owner pid (u64 LE); then, if the buffer is in the owner's shared heap, its heap descriptor, inode, length and the buffer's offset (4 × u64 LE) |
 //! | `GET_RETURN` | request id | | | none |
+//! | `PARKED` | size | the master's protocol version | the master's rank | a `TABLE`'s entries |
+//! | `ASSIGN` | the rank to take | the incarnation to take it as | | none |
+//! | `DISMISS` | | | | none |
 
 use crate::shm::HeapRef;
 use crate::version::VERSION;
@@ -78,6 +81,12 @@ pub mod kind {
     pub const CHALLENGE: u8 = 11;
     /// The caller's proof of the job key; nothing else is read before it.
     pub const PROOF: u8 = 12;
+    /// The master's answer to a spare: parked (payload: the table).
+    pub const PARKED: u8 = 13;
+    /// The master to a parked spare: take rank `a` as incarnation `b`.
+    pub const ASSIGN: u8 = 14;
+    /// The master to a parked spare: the job is over.
+    pub const DISMISS: u8 = 15;
 }
 
 /// `GET_ERR` code: the key is not exposed.
@@ -169,6 +178,8 @@ pub enum Role {
     Peer = 2,
     /// The launcher reporting to the master.
     Launcher = 3,
+    /// A spare parking with the master until a rank needs it.
+    Spare = 4,
 }
 
 /// The body of a `HELLO` frame.
@@ -285,6 +296,7 @@ impl Hello {
             1 => Role::Register,
             2 => Role::Peer,
             3 => Role::Launcher,
+            4 => Role::Spare,
             r => return Err(format!("unknown role {r}")),
         };
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);

@@ -14,18 +14,18 @@ use std::path::Path;
 /// The request id of the get a [`chunks`] run receives.
 pub const REQ: u64 = 1;
 
-/// The master's address read from a rendezvous file's `text`, for `job`
-/// (what a rank does with the file another process wrote).
-pub fn rendezvous(text: &str, job: u64) -> Result<SocketAddr, String> {
+/// The master's address and rank read from a rendezvous file's `text`,
+/// for `job` (what a rank does with the file another process wrote).
+pub fn rendezvous(text: &str, job: u64) -> Result<(SocketAddr, u32), String> {
     bootstrap::parse_rendezvous(text, job, Path::new("fuzz")).map_err(|e| match e {
         Unresolved::Retry(why) => why,
         Unresolved::Fatal(e) => e.to_string(),
     })
 }
 
-/// The text the master writes in its rendezvous file.
-pub fn rendezvous_text(job: u64, addr: SocketAddr) -> String {
-    bootstrap::rendezvous_text(job, addr)
+/// The text the master, rank `master`, writes in its rendezvous file.
+pub fn rendezvous_text(job: u64, addr: SocketAddr, master: u32) -> String {
+    bootstrap::rendezvous_text(job, addr, master)
 }
 
 /// What a get's receiver made of a sequence of frames.

@@ -31,7 +31,7 @@ pub fn report_rank_exit(
 ) -> Result<(), TransportError> {
     use taskfold_core::wire::{encode, Msg};
     let deadline = Instant::now() + timeout;
-    let (mut s, addr) = connect_master(master, job, deadline)?;
+    let (mut s, addr, master_rank) = connect_master(master, job, deadline)?;
     let left = deadline
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(100));
@@ -50,7 +50,7 @@ pub fn report_rank_exit(
         nonce: [0; NONCE_LEN],
         incarnation: 0,
     };
-    match handshake::call_sync(&mut s, auth, hello, 0) {
+    match handshake::call_sync(&mut s, auth, hello, master_rank) {
         Ok(()) => {}
         Err(Failed::Refused(r)) => return Err(TransportError::Refused(r)),
         Err(f @ Failed::Auth(_)) => {

@@ -89,6 +89,7 @@ pub mod metrics;
 mod peer;
 mod respawn;
 mod sock;
+pub mod spare;
 mod writer;
 
 pub use config::{MasterAddr, TcpConfig};
@@ -339,7 +340,7 @@ fn host_master(
 ) -> Result<bootstrap::Joined, TransportError> {
     if let MasterAddr::Rendezvous(path) = &cfg.master {
         let public = bootstrap::reachable(listen_addr);
-        bootstrap::write_rendezvous(path, cfg.job, public).map_err(|e| {
+        bootstrap::write_rendezvous(path, cfg.job, public, cfg.rank).map_err(|e| {
             TransportError::Io(format!(
                 "writing the rendezvous file {}: {e}",
                 path.display()
@@ -534,8 +535,18 @@ impl Transport for TcpTransport {
         self.nodes.as_deref()
     }
 
-    /// A rendezvous file, if the job has one, says the job is over.
+    fn assign_spare(&self, peer: Rank, incarnation: u32) -> bool {
+        peer.0 < self.shared.size && spare::assign(&self.shared, peer.0, incarnation)
+    }
+
+    fn spares_parked(&self) -> usize {
+        self.shared.parked().len()
+    }
+
+    /// Every parked spare is dismissed, and a rendezvous file, if the job
+    /// has one, says the job is over.
     fn job_over(&self) -> Result<(), TransportError> {
+        spare::dismiss_all(&self.shared);
         if let (MasterAddr::Rendezvous(path), true) = (&self.rendezvous, self.shared.hosts_master())
         {
             bootstrap::write_over(path, self.shared.job).map_err(|e| {
@@ -563,12 +574,14 @@ impl Transport for TcpTransport {
         self.shared.set_hosts_master();
         if let MasterAddr::Rendezvous(path) = &self.rendezvous {
             let public = bootstrap::reachable(self.listen_addr);
-            bootstrap::write_rendezvous(path, self.shared.job, public).map_err(|e| {
-                TransportError::Io(format!(
-                    "writing the rendezvous file {}: {e}",
-                    path.display()
-                ))
-            })?;
+            bootstrap::write_rendezvous(path, self.shared.job, public, self.shared.rank).map_err(
+                |e| {
+                    TransportError::Io(format!(
+                        "writing the rendezvous file {}: {e}",
+                        path.display()
+                    ))
+                },
+            )?;
         }
         Ok(())
     }

@@ -129,6 +129,9 @@ pub(crate) struct Shared {
     /// the launcher's reports (rank 0's first process, or a standby that
     /// took over).
     hosts_master: AtomicBool,
+    /// On the master: spares parked until a rank needs one, oldest first.
+    parked: Mutex<std::collections::VecDeque<super::spare::Parked>>,
+    next_spare: AtomicU64,
     /// This process's incarnation ([`super::TcpConfig::incarnation`]).
     pub incarnation: u32,
     /// Master only: replacements waiting for the runtime's answer.
@@ -180,6 +183,8 @@ impl Shared {
             addrs: std::sync::RwLock::new(Vec::new()),
             nodes: std::sync::RwLock::new(Vec::new()),
             hosts_master: AtomicBool::new(false),
+            parked: Mutex::default(),
+            next_spare: AtomicU64::new(0),
             incarnation: cfg.incarnation,
             replacements: Mutex::default(),
             peers: (0..cfg.size).map(|_| Mutex::default()).collect(),
@@ -406,6 +411,17 @@ impl Shared {
     /// Whether this rank hosts the master.
     pub fn hosts_master(&self) -> bool {
         self.hosts_master.load(Ordering::Acquire)
+    }
+
+    /// The spares parked here.
+    pub fn parked(&self) -> MutexGuard<'_, std::collections::VecDeque<super::spare::Parked>> {
+        // Every update is a single queue operation: consistent after a panic.
+        self.parked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A number for the next parked spare.
+    pub fn next_spare_id(&self) -> u64 {
+        self.next_spare.fetch_add(1, Ordering::Relaxed)
     }
 
     /// This rank hosts the master from now on.
