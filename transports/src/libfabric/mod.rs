@@ -89,6 +89,7 @@ pub mod fi;
 mod open;
 mod progress;
 mod shared;
+pub mod source;
 mod stale;
 pub mod wire;
 
@@ -98,7 +99,7 @@ use crate::tcp::{TcpConfig, TcpTransport};
 use crate::{
     link, BufferKey, Event, GetFuture, Rank, Received, SameNode, Transport, TransportError,
 };
-use bootstrap::{exchange_names, forward};
+use bootstrap::{start_up, Forwarder};
 use bytes::Bytes;
 use open::Opened;
 use progress::Cmd;
@@ -170,6 +171,8 @@ impl LibfabricConfig {
 pub struct LibfabricTransport {
     sh: Arc<Shared>,
     tcp: Arc<TcpTransport>,
+    /// This endpoint's name, sent to a replacement this rank lets in.
+    name: Vec<u8>,
     provider: String,
     fabric: String,
     max_frame: u64,
@@ -240,25 +243,13 @@ impl LibfabricTransport {
         } = open::open(&cfg)?;
         let tcp = TcpTransport::start(cfg.tcp.clone())?;
         let deadline = Instant::now() + cfg.tcp.connect_timeout;
-        let (names, replay) = match exchange_names(&tcp, &provider, &name, deadline) {
+        let (addrs, replay) = match start_up(&tcp, &av, &provider, &name, deadline) {
             Ok(x) => x,
             Err(e) => {
                 tcp.shutdown();
                 return Err(e);
             }
         };
-        let mut addrs = Vec::with_capacity(names.len());
-        for (peer, n) in names.iter().enumerate() {
-            let a = match n {
-                Some(n) => av.insert(n).map_err(|e| {
-                    tcp.shutdown();
-                    TransportError::from(e)
-                })?,
-                None => libfabric_sys::FI_ADDR_UNSPEC,
-            };
-            tracing::trace!(rank = cfg.tcp.rank, peer, addr = a, name = %String::from_utf8_lossy(n.as_deref().unwrap_or_default()), "address inserted");
-            addrs.push(a);
-        }
         let left = tcp.clone();
         engine.connect(addrs, Box::new(move |p| left.peer_left(Rank(p))));
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
@@ -272,15 +263,22 @@ impl LibfabricTransport {
             format!("taskfold-fi-r{rank}"),
             Box::new(move || engine.run()),
         )?;
-        let (sh2, events) = (sh.clone(), tcp.events());
+        let fwd = Forwarder {
+            sh: sh.clone(),
+            tcp: tcp.clone(),
+            av,
+            provider: provider.clone(),
+        };
+        let events = tcp.events();
         let forwarder = spawn(
             format!("taskfold-fi-fwd-r{rank}"),
-            Box::new(move || forward(sh2, events, replay)),
+            Box::new(move || fwd.run(events, replay)),
         )?;
         tracing::info!(rank, size = cfg.tcp.size, %provider, %fabric, "libfabric transport up");
         Ok(Arc::new(LibfabricTransport {
             sh,
             tcp,
+            name,
             provider,
             fabric,
             max_frame: cfg.tcp.max_frame,
@@ -327,6 +325,33 @@ impl LibfabricTransport {
         Ok(())
     }
 
+    /// A replacement of `peer` may be let in: a rank of the job, and the
+    /// transport open.
+    fn check_replaced(&self, peer: Rank) -> Result<(), TransportError> {
+        crate::link::check_peer(self.sh.is_closed(), self.sh.size, peer)
+    }
+
+    /// The fabric side of letting in `peer`'s replacement `incarnation`:
+    /// false if that incarnation (or a newer one) is served already.
+    fn let_in(&self, peer: u32, incarnation: u32) -> Result<bool, TransportError> {
+        if peer == self.sh.rank || !self.sh.let_in(peer, incarnation) {
+            return Ok(false);
+        }
+        let (done, rx) = flume::bounded(1);
+        self.sh.command(Cmd::Readmit { peer, done })?;
+        rx.recv_timeout(Duration::from_secs(10))
+            .map_err(|_| TransportError::Closed)?;
+        Ok(true)
+    }
+
+    /// Sends this rank's endpoint name to `peer`'s replacement over TCP.
+    fn send_name(&self, peer: Rank) {
+        let frame = Bytes::from(wire::name_frame(&self.provider, &self.name));
+        if let Err(e) = self.tcp.send(peer, frame) {
+            tracing::warn!(rank = self.sh.rank, peer = peer.0, error = %e, "sending the endpoint name to a replacement");
+        }
+    }
+
     fn join(&self) {
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         let me = std::thread::current().id();
@@ -357,10 +382,45 @@ impl Transport for LibfabricTransport {
         self.tcp.incarnation()
     }
 
-    /// The fabric's endpoint names cannot be replaced: a replacement is
-    /// refused at once (the runtime says why).
+    /// Replacements register through the TCP bootstrap, as over TCP, and
+    /// are let in on the fabric too ([`Transport::readmit`]).
+    fn replaces(&self) -> bool {
+        self.tcp.replaces()
+    }
+
+    /// Lets the replacement in on the fabric (as [`Transport::readmit`]),
+    /// then answers it through the TCP bootstrap.
+    fn admit(&self, peer: Rank, incarnation: u32) -> Result<(), TransportError> {
+        self.check_replaced(peer)?;
+        let fresh = self.let_in(peer.0, incarnation)?;
+        self.tcp.admit(peer, incarnation)?;
+        if fresh {
+            self.send_name(peer);
+        }
+        Ok(())
+    }
+
     fn refuse_replacement(&self, peer: Rank, incarnation: u32, reason: &str) {
         self.tcp.refuse_replacement(peer, incarnation, reason);
+    }
+
+    /// The older process's TCP connections closed and its gets failed (the
+    /// TCP transport's readmit); on the fabric, everything pending with it
+    /// failed, its endpoint refused from now on (no rank's address vector
+    /// entry is its), its sequences started anew; this rank's name sent to
+    /// the replacement, whose name is inserted when it comes, and frames
+    /// to it wait until it inserted this rank's.
+    fn readmit(&self, peer: Rank, incarnation: u32, addr: &[u8]) -> Result<(), TransportError> {
+        self.check_replaced(peer)?;
+        if peer.0 == self.sh.rank {
+            return Ok(());
+        }
+        let fresh = self.let_in(peer.0, incarnation)?;
+        self.tcp.readmit(peer, incarnation, addr)?;
+        if fresh {
+            self.send_name(peer);
+        }
+        Ok(())
     }
 
     fn nodes(&self) -> Option<&[u64]> {
