@@ -86,6 +86,8 @@
 
 mod bootstrap;
 pub mod fi;
+#[doc(hidden)]
+pub mod intruder;
 mod open;
 mod progress;
 mod shared;
@@ -284,6 +286,13 @@ impl LibfabricTransport {
             max_frame: cfg.tcp.max_frame,
             threads: Mutex::new(vec![progress, forwarder]),
         }))
+    }
+
+    /// This rank's endpoint name (`fi_getname`): no secret — any process
+    /// on the fabric may learn it; a message is believed by where the
+    /// provider says it came from, not by who knows a name.
+    pub fn endpoint_name(&self) -> &[u8] {
+        &self.name
     }
 
     /// The provider in use (`"tcp;ofi_rxm"`).

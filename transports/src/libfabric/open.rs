@@ -61,7 +61,10 @@ pub fn provider_available(provider: &str) -> bool {
 /// derived from the node given) are asked without it. Manual progress is
 /// asked for (the progress thread polls anyway; a provider thread would
 /// only compete for cores), and done without if the provider refuses.
-fn find(provider: &Option<String>, source: Option<String>) -> Result<InfoList, FabricError> {
+pub(super) fn find(
+    provider: &Option<String>,
+    source: Option<String>,
+) -> Result<InfoList, FabricError> {
     let mut hints = Hints {
         provider: provider.clone(),
         source: None,
