@@ -23,17 +23,20 @@ pub fn fresh_key() -> Result<JobKey, TransportError> {
     Ok(JobKey::from_bytes(k))
 }
 
-/// A fresh nonce for one side of one handshake.
-pub(crate) fn nonce() -> Nonce {
+/// A fresh nonce for one side of one handshake, or why there is none:
+/// the handshake then ends (a predictable nonce would let a recorded
+/// handshake be replayed against this side).
+pub(crate) fn nonce() -> Result<Nonce, String> {
+    nonce_from(getrandom::fill)
+}
+
+/// [`nonce`] with the random source given (a test makes it fail).
+pub(crate) fn nonce_from(
+    fill: impl FnOnce(&mut [u8]) -> Result<(), getrandom::Error>,
+) -> Result<Nonce, String> {
     let mut n = [0u8; NONCE_LEN];
-    // The system's random source does not fail once the process runs (a
-    // job key was drawn or read at start); if it ever did, this side's
-    // nonce would be predictable, never the other side's, and a replay
-    // would still fail against that other side's fresh one.
-    if let Err(e) = getrandom::fill(&mut n) {
-        tracing::error!(error = %e, "no random nonce from the system");
-    }
-    Nonce(n)
+    fill(&mut n).map_err(|e| format!("no random nonce from the system: {e}"))?;
+    Ok(Nonce(n))
 }
 
 /// How this process proves it belongs to its job, from its settings: the
@@ -92,6 +95,12 @@ mod tests {
         let (a, b) = (fresh_key().expect("a key"), fresh_key().expect("a key"));
         assert_ne!(a, b);
         assert_ne!(nonce(), nonce());
+    }
+
+    #[test]
+    fn a_failed_random_source_gives_no_nonce() {
+        let e = nonce_from(|_| Err(getrandom::Error::UNSUPPORTED)).unwrap_err();
+        assert!(e.contains("no random nonce"), "{e}");
     }
 
     #[test]

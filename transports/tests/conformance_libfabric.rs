@@ -158,7 +158,7 @@ macro_rules! provider {
 }
 
 /// The fabric path against an endpoint outside the job, and a
-/// replacement let in over the fabric (`fabric_cases.rs`), once per
+/// replacement let in over the fabric (`fabric/cases.rs`), once per
 /// provider, each case in a process of its own.
 macro_rules! fabric {
     ($module:ident, $provider:expr; $($case:ident),* $(,)?) => {
@@ -177,7 +177,7 @@ macro_rules! fabric {
     };
 }
 
-#[path = "fabric_cases.rs"]
+#[path = "fabric/cases.rs"]
 mod fabric_cases;
 
 macro_rules! fabric_all {

@@ -207,7 +207,9 @@ pub(super) fn connect_master(
 }
 
 enum Attempt {
-    Retry(String),
+    /// Try again; at the deadline, fail with the error given, if any, else
+    /// as unreachable.
+    Retry(String, Option<TransportError>),
     Fatal(TransportError),
 }
 
@@ -223,9 +225,9 @@ pub(crate) fn register(
         match try_register(cfg, listen, stream, addr) {
             Ok(table) => return Ok((addr, table)),
             Err(Attempt::Fatal(e)) => return Err(e),
-            Err(Attempt::Retry(why)) => {
+            Err(Attempt::Retry(why, last)) => {
                 if Instant::now() >= deadline {
-                    return Err(TransportError::MasterUnreachable(why));
+                    return Err(last.unwrap_or(TransportError::MasterUnreachable(why)));
                 }
                 tracing::debug!(rank = cfg.rank, %why, "registration failed, retrying");
                 std::thread::sleep(Duration::from_millis(50));
@@ -254,15 +256,29 @@ fn try_register(
         nonce: [0; NONCE_LEN],
         incarnation: cfg.incarnation,
     };
+    // Before the listener proved the key, nothing it says ends the
+    // registration: whoever holds the master's address could refuse every
+    // starting rank. The rank tries again until its connect timeout, and
+    // fails then with what it was last told.
+    let who = format!("the master at {master}");
     match handshake::call_sync(&mut s, &cfg.auth, hello, 0) {
         Ok(()) => {}
         Err(Failed::Broken(d)) => {
-            return Err(Attempt::Retry(format!("registering with {master}: {d}")))
+            return Err(Attempt::Retry(
+                format!("registering with {master}: {d}"),
+                None,
+            ))
         }
-        Err(Failed::Refused(r)) => return Err(Attempt::Fatal(TransportError::Refused(r))),
+        Err(f @ Failed::Refused(_)) => {
+            let why = f.describe(&who);
+            return Err(Attempt::Retry(
+                why.clone(),
+                Some(TransportError::Refused(why)),
+            ));
+        }
         Err(f @ Failed::Auth(_)) => {
-            let who = format!("the master at {master}");
-            return Err(Attempt::Fatal(TransportError::Auth(f.describe(&who))));
+            let why = f.describe(&who);
+            return Err(Attempt::Retry(why.clone(), Some(TransportError::Auth(why))));
         }
     }
     // The master answers once every rank is in, or refuses at its deadline.
@@ -289,9 +305,10 @@ fn try_register(
             peer: 0,
             detail: format!("unexpected frame kind {} during the bootstrap", h.kind),
         })),
-        Ok(None) => Err(Attempt::Retry(format!(
-            "master {master} closed the connection"
-        ))),
+        Ok(None) => Err(Attempt::Retry(
+            format!("master {master} closed the connection"),
+            None,
+        )),
         Err(e)
             if matches!(
                 e.kind(),
@@ -308,7 +325,10 @@ fn try_register(
                 detail: e.to_string(),
             }))
         }
-        Err(e) => Err(Attempt::Retry(format!("registering with {master}: {e}"))),
+        Err(e) => Err(Attempt::Retry(
+            format!("registering with {master}: {e}"),
+            None,
+        )),
     }
 }
 

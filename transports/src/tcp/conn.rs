@@ -12,7 +12,7 @@ use super::handshake;
 use super::lender::Verdict as LoanCheck;
 use super::peer::{Link, Shared};
 pub(crate) use super::writer::{run_writer, OutFrame, Writer, WriterEnd};
-use super::{bootstrap, get, metrics};
+use super::{bootstrap, gate, get, metrics};
 use crate::version::{self, VERSION};
 use bytes::Bytes;
 use std::io;
@@ -23,9 +23,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
-/// How long an accepted connection may take to send its hello, and then
-/// its proof of the job key.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a refused caller is given to read the reason and close.
 const REFUSE_LINGER: Duration = Duration::from_secs(2);
 /// Frames queued on a connection to a peer, at most, before its next get
@@ -92,6 +89,13 @@ pub(crate) async fn read_control<R: AsyncRead + Unpin>(
     read_payload(r, hdr.len).await
 }
 
+/// Counts a connection that proved nothing in time (logged at debug
+/// level: a stranger holding idle connections must not fill the log).
+fn unproven(rank: u32, from: SocketAddr, detail: &str) {
+    tracing::debug!(rank, %from, detail, "dropping connection");
+    metrics::bad_connection();
+}
+
 /// Logs and counts a connection dropped for bad input.
 pub(crate) fn bad_connection(rank: u32, from: SocketAddr, detail: &str) {
     tracing::warn!(rank, %from, detail, "dropping connection");
@@ -118,13 +122,29 @@ async fn linger_close(mut rd: OwnedReadHalf, mut wr: OwnedWriteHalf, last: Vec<u
     .await;
 }
 
-/// Accepts connections until the runtime is shut down.
+/// Accepts connections until the runtime is shut down; each waits for its
+/// proof of the job key at the listener's gate ([`gate`]).
 pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    let gate = gate::shared();
     loop {
         match listener.accept().await {
             Ok((s, from)) => {
+                let (id, evicted) = gate
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .enter(from.ip());
+                for h in evicted {
+                    metrics::bound_hit("handshakes");
+                    h.abort();
+                }
                 super::sock::tune_accepted(&s);
-                tokio::spawn(handle_accepted(shared.clone(), s, from));
+                let ticket = gate::Ticket::new(gate.clone(), id);
+                let task = tokio::spawn(handle_accepted(shared.clone(), s, from, ticket));
+                let mut g = gate.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(h) = g.attach(id, task.abort_handle()) {
+                    // Evicted already (another connection came meanwhile).
+                    h.abort();
+                }
             }
             Err(e) => {
                 // Out of descriptors and the like: back off, keep serving.
@@ -157,23 +177,33 @@ async fn read_hello(rd: &mut OwnedReadHalf) -> Result<(Hello, Bytes), String> {
 }
 
 /// A connection reached our listener: its hello, the version, the
-/// handshake (nothing else is read before the caller proved the job key),
-/// then what its role asks for.
-async fn handle_accepted(shared: Arc<Shared>, stream: TcpStream, from: SocketAddr) {
+/// handshake (nothing else is read before the caller proved the job key;
+/// all within [`gate::PRE_PROOF_TIMEOUT`]), then, its place at the gate
+/// freed, what its role asks for.
+async fn handle_accepted(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    from: SocketAddr,
+    ticket: gate::Ticket,
+) {
     let (mut rd, mut wr) = stream.into_split();
-    let (hello, claim) = match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut rd)).await {
+    let until = tokio::time::Instant::now() + gate::PRE_PROOF_TIMEOUT;
+    let (hello, claim) = match tokio::time::timeout_at(until, read_hello(&mut rd)).await {
         Ok(Ok(h)) => h,
         Ok(Err(detail)) => return bad_connection(shared.rank, from, &detail),
-        Err(_) => return bad_connection(shared.rank, from, "no hello in time"),
+        Err(_) => return unproven(shared.rank, from, "no hello in time"),
     };
     if hello.version != VERSION {
-        let reason = version::mismatch(shared.rank, hello.version);
-        bad_connection(shared.rank, from, &reason);
-        return refuse(rd, wr, reason).await;
+        bad_connection(
+            shared.rank,
+            from,
+            &version::mismatch(shared.rank, hello.version),
+        );
+        return refuse(rd, wr, version::refusal(hello.version)).await;
     }
     let proven = handshake::listen(&mut rd, &mut wr, &shared.auth, shared.rank, &hello, &claim);
-    match tokio::time::timeout(HELLO_TIMEOUT, proven).await {
-        Ok(Ok(())) => {}
+    match tokio::time::timeout_at(until, proven).await {
+        Ok(Ok(())) => ticket.done(),
         Ok(Err(handshake::Failed::Auth(_))) => {
             let reason = handshake::refusal();
             let claimed = format!(
@@ -184,7 +214,7 @@ async fn handle_accepted(shared: Arc<Shared>, stream: TcpStream, from: SocketAdd
             return refuse(rd, wr, reason).await;
         }
         Ok(Err(f)) => return bad_connection(shared.rank, from, &f.describe("the caller")),
-        Err(_) => return bad_connection(shared.rank, from, "no proof of the job key in time"),
+        Err(_) => return unproven(shared.rank, from, "no proof of the job key in time"),
     }
     match hello.role {
         Role::Peer => accept_peer(shared, rd, wr, hello, from).await,
@@ -357,18 +387,51 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, inc: u32, rx: W
 
 /// Connects to `peer` at `addr` and runs the caller's handshake: the
 /// connection is returned once `peer` proved the job key (and we sent our
-/// proof), each step within the connect timeout.
+/// proof), within the connect timeout. A connection that its listener
+/// closed, or that was refused or answered by someone without the key,
+/// before the proof is tried again until then: the listener's gate may
+/// have made room for newer connections (see [`gate`]), and what comes
+/// before the proof is anybody's word. A connection refused by the
+/// kernel (nobody listens: the peer died) fails at once.
 async fn connect_proven(
     shared: &Shared,
     peer: u32,
     addr: SocketAddr,
 ) -> Result<(OwnedReadHalf, OwnedWriteHalf), String> {
-    let within = shared.connect_timeout;
-    let stream = match tokio::time::timeout(within, super::sock::connect(addr)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(format!("connecting to rank {peer} at {addr}: {e}")),
-        Err(_) => return Err(format!("connecting to rank {peer} at {addr} timed out")),
-    };
+    let until = tokio::time::Instant::now() + shared.connect_timeout;
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        let why = match tokio::time::timeout_at(until, connect_once(shared, peer, addr)).await {
+            Ok(Ok(c)) => return Ok(c),
+            Ok(Err(Once::Fatal(why))) => return Err(why),
+            Ok(Err(Once::Again(why))) => why,
+            Err(_) => format!("handshake with rank {peer} at {addr} timed out"),
+        };
+        if tokio::time::Instant::now() + backoff >= until {
+            return Err(why);
+        }
+        tracing::debug!(rank = shared.rank, peer, %why, "connecting again");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(200));
+    }
+}
+
+/// Why one attempt to connect failed.
+enum Once {
+    /// Nobody listens there.
+    Fatal(String),
+    /// Worth another attempt.
+    Again(String),
+}
+
+async fn connect_once(
+    shared: &Shared,
+    peer: u32,
+    addr: SocketAddr,
+) -> Result<(OwnedReadHalf, OwnedWriteHalf), Once> {
+    let stream = super::sock::connect(addr)
+        .await
+        .map_err(|e| Once::Fatal(format!("connecting to rank {peer} at {addr}: {e}")))?;
     let (mut rd, mut wr) = stream.into_split();
     let hello = Hello {
         version: VERSION,
@@ -381,14 +444,12 @@ async fn connect_proven(
         nonce: [0; taskfold_core::auth::NONCE_LEN],
         incarnation: shared.incarnation,
     };
-    let call = handshake::call(&mut rd, &mut wr, &shared.auth, hello, peer);
-    match tokio::time::timeout(within, call).await {
-        Ok(Ok(sent)) => {
+    match handshake::call(&mut rd, &mut wr, &shared.auth, hello, peer).await {
+        Ok(sent) => {
             metrics::sent(sent as u64, 2);
             Ok((rd, wr))
         }
-        Ok(Err(f)) => Err(f.describe(&format!("rank {peer} at {addr}"))),
-        Err(_) => Err(format!("handshake with rank {peer} at {addr} timed out")),
+        Err(f) => Err(Once::Again(f.describe(&format!("rank {peer} at {addr}")))),
     }
 }
 

@@ -12,7 +12,11 @@
 //! launcher report, no get served before). A caller whose proof fails is
 //! refused with [`REFUSAL`], which names neither the job id nor its size;
 //! a caller that finds the listener's proof wrong sends a `REFUSE` saying
-//! so and closes.
+//! so and closes. A refusal that comes before the listener proved the key
+//! is anybody's word: its text is quoted ([`PRE_PROOF_QUOTE`] characters
+//! at most, escaped) and it ends nothing but this connection (the callers
+//! retry). A side whose random source fails sends nothing and ends the
+//! handshake.
 
 use super::frame::{self, kind, Hello, HANDSHAKE_MAX};
 use crate::auth::nonce;
@@ -20,10 +24,15 @@ use std::io::{self, Read, Write};
 use taskfold_core::auth::{AuthError, Challenge, Handshake, JobAuth, Proof, PROOF_LEN, REFUSAL};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+/// Characters of an unauthenticated refusal quoted, at most: enough for
+/// every refusal a listener of the job sends before its proof.
+pub(crate) const PRE_PROOF_QUOTE: usize = 120;
+
 /// Why a handshake did not end in an authenticated connection.
 #[derive(Debug)]
 pub(crate) enum Failed {
-    /// The other side refused us, with this reason.
+    /// The other side refused us before it proved the job key, with this
+    /// reason (quoted: anybody may have sent it).
     Refused(String),
     /// The other side did not prove the job key (`AuthError::Listener`),
     /// or did not (`AuthError::Caller`: refuse it with [`REFUSAL`]).
@@ -36,7 +45,9 @@ impl Failed {
     /// What a caller reports when calling `who` failed so.
     pub(crate) fn describe(&self, who: &str) -> String {
         match self {
-            Failed::Refused(r) => format!("{who} refused the connection: {r}"),
+            Failed::Refused(r) => {
+                format!("{who} refused the connection before proving the job key: {r}")
+            }
             Failed::Auth(e) => format!("{who} is {e}"),
             Failed::Broken(d) => format!("handshake with {who} failed: {d}"),
         }
@@ -45,12 +56,18 @@ impl Failed {
 
 /// The caller's hello: `hello` with a fresh nonce, and the handshake that
 /// waits for the challenge of rank `callee`.
-fn open(auth: &JobAuth, mut hello: Hello, callee: u32) -> (Vec<u8>, Handshake) {
-    let n = nonce();
+fn open(auth: &JobAuth, mut hello: Hello, callee: u32) -> Result<(Vec<u8>, Handshake), Failed> {
+    let n = nonce().map_err(Failed::Broken)?;
     hello.nonce = n.0;
     let body = hello.encode();
     let hs = Handshake::call(auth.key(), &body, callee, n);
-    (frame::frame(kind::HELLO, &body), hs)
+    Ok((frame::frame(kind::HELLO, &body), hs))
+}
+
+/// The quoted text of a refusal received before the proof.
+fn unproven(payload: &[u8]) -> String {
+    let text = String::from_utf8_lossy(payload);
+    taskfold_core::quote::quote_at_most(&text, PRE_PROOF_QUOTE).to_string()
 }
 
 /// The caller's answer to the listener's first frame: its proof, or why
@@ -62,9 +79,7 @@ fn answer(hs: &mut Handshake, kind: u8, payload: &[u8]) -> Result<Proof, Failed>
                 .ok_or_else(|| Failed::Broken(format!("a challenge of {} bytes", payload.len())))?;
             hs.on_challenge(&c).map_err(Failed::Auth)
         }
-        kind::REFUSE => Err(Failed::Refused(
-            String::from_utf8_lossy(payload).into_owned(),
-        )),
+        kind::REFUSE => Err(Failed::Refused(unproven(payload))),
         k => Err(Failed::Broken(format!(
             "frame kind {k} where the challenge belongs"
         ))),
@@ -88,7 +103,7 @@ pub(crate) fn call_sync<S: Read + Write>(
     hello: Hello,
     callee: u32,
 ) -> Result<(), Failed> {
-    let (bytes, mut hs) = open(auth, hello, callee);
+    let (bytes, mut hs) = open(auth, hello, callee)?;
     let broken = |e: io::Error| Failed::Broken(e.to_string());
     s.write_all(&bytes).map_err(broken)?;
     let (h, payload) = frame::read_frame_sync(s, u64::from(HANDSHAKE_MAX))
@@ -119,7 +134,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let (bytes, mut hs) = open(auth, hello, callee);
+    let (bytes, mut hs) = open(auth, hello, callee)?;
     let broken = |e: io::Error| Failed::Broken(e.to_string());
     wr.write_all(&bytes).await.map_err(broken)?;
     let (k, payload) = read_small(rd).await?;
@@ -154,7 +169,8 @@ where
     W: AsyncWrite + Unpin,
 {
     let theirs = taskfold_core::auth::Nonce(hello.nonce);
-    let (mut hs, challenge) = Handshake::listen(auth.key(), claim, own, theirs, nonce());
+    let ours = nonce().map_err(Failed::Broken)?;
+    let (mut hs, challenge) = Handshake::listen(auth.key(), claim, own, theirs, ours);
     let c = frame::frame(kind::CHALLENGE, &challenge.encode());
     wr.write_all(&c)
         .await
@@ -164,9 +180,7 @@ where
             let proof = Proof(p.as_slice().try_into().expect("checked length"));
             hs.on_proof(&proof).map_err(Failed::Auth)
         }
-        (kind::REFUSE, reason) => Err(Failed::Refused(
-            String::from_utf8_lossy(&reason).into_owned(),
-        )),
+        (kind::REFUSE, reason) => Err(Failed::Refused(unproven(&reason))),
         (k, _) => Err(Failed::Broken(format!(
             "frame kind {k} where the proof belongs"
         ))),

@@ -81,6 +81,7 @@ pub mod frame;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gate;
 mod get;
 mod handshake;
 mod launcher;

@@ -143,7 +143,7 @@ pub mod bits {
     /// `FI_RMA`.
     pub const RMA: u64 = sys::FI_RMA as u64;
     /// `FI_SOURCE`: completions report their source address.
-    pub const SOURCE: u64 = sys::FI_SOURCE as u64;
+    pub const SOURCE: u64 = sys::FI_SOURCE;
     /// `FI_READ`.
     pub const READ: u64 = sys::FI_READ as u64;
     /// `FI_REMOTE_READ`.
