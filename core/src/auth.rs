@@ -89,6 +89,27 @@ impl JobKey {
     }
 }
 
+impl JobKey {
+    /// Overwrites the key with zeros (`zeroize`: writes the compiler
+    /// keeps even though nothing reads them after).
+    pub fn wipe(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+
+    /// True if every byte is zero (a wiped key, or the public one).
+    pub fn is_zero(&self) -> bool {
+        self.0.iter().all(|&b| b == 0)
+    }
+}
+
+/// Every copy of a key is wiped when dropped: a runtime that ended leaves
+/// no key in its memory.
+impl Drop for JobKey {
+    fn drop(&mut self) {
+        self.wipe();
+    }
+}
+
 impl fmt::Debug for JobKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("JobKey(<secret>)")
@@ -98,6 +119,10 @@ impl fmt::Debug for JobKey {
 /// What describes a key or its absence in error messages and settings.
 pub const KEY_EXPECTED: &str =
     "64 hexadecimal digits, a 256-bit key (e.g. from `openssl rand -hex 32`)";
+
+/// [`JobKey::PUBLIC`] in a place of its own (a key with a destructor is
+/// not promoted to one).
+static PUBLIC_KEY: JobKey = JobKey::PUBLIC;
 
 /// How the processes of a job prove they belong to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,7 +139,7 @@ impl JobAuth {
     pub fn key(&self) -> &JobKey {
         match self {
             JobAuth::Key(k) => k,
-            JobAuth::Insecure => &JobKey::PUBLIC,
+            JobAuth::Insecure => &PUBLIC_KEY,
         }
     }
 }

@@ -133,6 +133,8 @@ pub(crate) struct Shared {
     pub size: u32,
     pub events_tx: flume::Sender<Event>,
     pub events_rx: flume::Receiver<Event>,
+    /// Bytes of the frames delivered that the runtime still holds.
+    pub event_bytes: crate::link::EventBytes,
     links: Mutex<Vec<Link>>,
     closed: AtomicBool,
     /// The exposed buffers, each with its registration once a peer asked
@@ -172,6 +174,7 @@ impl Shared {
             size,
             events_tx,
             events_rx,
+            event_bytes: Default::default(),
             links: Mutex::new(vec![Link::Up; size as usize]),
             closed: AtomicBool::new(false),
             exposed: Exposed::default(),
@@ -273,7 +276,7 @@ impl Shared {
         if !matches!(links.get(peer as usize), Some(Link::Down(_))) && !self.is_closed() {
             let _ = self.events_tx.send(Event::Message {
                 from: Rank(peer),
-                frame,
+                frame: self.event_bytes.track(frame),
             });
         }
     }

@@ -547,13 +547,17 @@ pub(crate) async fn on_launcher(
             Ok(Err(ReadError::Io(e))) => return bad_connection(shared.rank, from, &e.to_string()),
             Err(_) => return bad_connection(shared.rank, from, "launcher idle"),
         };
+        if hdr.kind == kind::CONTROL {
+            // As a peer's: the launcher waits for room in the channel.
+            shared.event_room(None, u64::from(hdr.len)).await;
+        }
         match hdr.kind {
             kind::CONTROL => match read_control(&mut rd, &hdr, shared.max_frame).await {
                 Ok(frame) => {
                     if !shared.is_closed() {
                         let _ = shared.events_tx.send(Event::Message {
                             from: LAUNCHER,
-                            frame,
+                            frame: shared.event_bytes.track(frame),
                         });
                     }
                 }

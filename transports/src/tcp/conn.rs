@@ -312,7 +312,7 @@ async fn in_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadHa
         };
         match hdr.kind {
             kind::CONTROL => {
-                shared.event_room(peer).await;
+                shared.event_room(Some(peer), u64::from(hdr.len)).await;
                 match read_control(&mut rd, &hdr, shared.max_frame).await {
                     Ok(frame) => shared.deliver(peer, frame),
                     Err(e) => break e,

@@ -372,7 +372,10 @@ impl Engine {
     /// Delivers again the frames of peers that waited for room in the event
     /// channel, if there is room now.
     pub(super) fn drain_held(&mut self) {
-        if !self.flow.any_held || self.sh.events_tx.len() >= MAX_EVENTS {
+        if !self.flow.any_held
+            || self.sh.events_tx.len() >= MAX_EVENTS
+            || self.sh.event_bytes.held() >= crate::link::MAX_EVENT_BYTES
+        {
             return;
         }
         self.flow.any_held = false;
@@ -385,12 +388,24 @@ impl Engine {
         }
     }
 
+    /// True if the event channel has room for `from`'s next frame: fewer
+    /// than [`MAX_EVENTS`] frames, and its bytes within what the runtime
+    /// may hold ([`crate::link::MAX_EVENT_BYTES`]).
+    fn room_for_next(&self, from: u32) -> bool {
+        let p = &self.flow.peers[from as usize];
+        let len = match p.pending.get(&p.in_next) {
+            Some(InItem::Frame(f)) => f.len() as u64,
+            _ => 0,
+        };
+        self.sh.events_tx.len() < MAX_EVENTS && self.sh.event_bytes.room(len)
+    }
+
     /// Delivers the frames of `from` that are next in order, while the
-    /// event channel has room ([`MAX_EVENTS`]); the rest waits
+    /// event channel has room ([`Engine::room_for_next`]); the rest waits
     /// ([`Engine::drain_held`]).
     pub(super) fn drain(&mut self, from: u32) {
         loop {
-            if self.sh.events_tx.len() >= MAX_EVENTS {
+            if !self.room_for_next(from) {
                 let p = &mut self.flow.peers[from as usize];
                 if !p.held && p.pending.contains_key(&p.in_next) {
                     p.held = true;
