@@ -193,6 +193,7 @@ impl Place {
         let mut tcp = tcp_config(rank, size, job, master);
         tcp.auth = taskfold_transports::auth::job_auth(launch)?;
         tcp.incarnation = launch.incarnation;
+        tcp.integrity = launch.integrity;
         select::start(&settings.transport, tcp).map_err(StartError::of_transport)
     }
 }

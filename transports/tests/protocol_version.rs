@@ -29,6 +29,7 @@ fn hello_of_another_version(addr: std::net::SocketAddr, role: Role, job: u64, ra
         node: 0,
         nonce: [0; NONCE_LEN],
         incarnation: 0,
+        mac: false,
     });
     s.write_all(&hello).expect("hello");
     let _ = s.shutdown(Shutdown::Write);

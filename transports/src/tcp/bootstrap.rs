@@ -255,6 +255,7 @@ fn try_register(
         node: crate::same_node::node_token(),
         nonce: [0; NONCE_LEN],
         incarnation: cfg.incarnation,
+        mac: cfg.integrity,
     };
     // Before the listener proved the key, nothing it says ends the
     // registration: whoever holds the master's address could refuse every
@@ -262,7 +263,7 @@ fn try_register(
     // fails then with what it was last told.
     let who = format!("the master at {master}");
     match handshake::call_sync(&mut s, &cfg.auth, hello, 0) {
-        Ok(()) => {}
+        Ok(_) => {}
         Err(Failed::Broken(d)) => {
             return Err(Attempt::Retry(
                 format!("registering with {master}: {d}"),
@@ -520,7 +521,7 @@ pub(super) async fn send_table(table: &[Entry], conns: Vec<(OwnedReadHalf, Owned
 /// The launcher's connection: control frames delivered from [`LAUNCHER`].
 pub(crate) async fn on_launcher(
     shared: Arc<Shared>,
-    mut rd: OwnedReadHalf,
+    mut rd: conn::Rd,
     mut wr: OwnedWriteHalf,
     hello: Hello,
     from: SocketAddr,
@@ -537,7 +538,7 @@ pub(crate) async fn on_launcher(
     };
     if let Some(reason) = refusal {
         bad_connection(shared.rank, from, &reason);
-        return conn::refuse(rd, wr, reason).await;
+        return conn::refuse(rd.into_inner(), wr, reason).await;
     }
     loop {
         let hdr = match tokio::time::timeout(LAUNCHER_IDLE, read_header(&mut rd)).await {
@@ -554,6 +555,10 @@ pub(crate) async fn on_launcher(
         match hdr.kind {
             kind::CONTROL => match read_control(&mut rd, &hdr, shared.max_frame).await {
                 Ok(frame) => {
+                    if let Err(e) = rd.end_frame().await {
+                        let d = e.describe(LAUNCHER.0);
+                        return bad_connection(shared.rank, from, &d);
+                    }
                     if !shared.is_closed() {
                         let _ = shared.events_tx.send(Event::Message {
                             from: LAUNCHER,
@@ -564,7 +569,12 @@ pub(crate) async fn on_launcher(
                 Err(ReadError::Protocol(d)) => return bad_connection(shared.rank, from, &d),
                 Err(_) => return bad_connection(shared.rank, from, "launcher frame cut short"),
             },
-            kind::GOODBYE => break,
+            kind::GOODBYE => {
+                if let Err(e) = rd.end_frame().await {
+                    return bad_connection(shared.rank, from, &e.describe(LAUNCHER.0));
+                }
+                break;
+            }
             k => {
                 return bad_connection(
                     shared.rank,

@@ -9,10 +9,15 @@
 
 use super::frame::{self, kind, Header, Hello, Role, HANDSHAKE_MAX, HEADER_LEN};
 use super::handshake;
+use super::integrity::MacRead;
 use super::lender::Verdict as LoanCheck;
 use super::peer::{Link, Shared};
 pub(crate) use super::writer::{run_writer, OutFrame, Writer, WriterEnd};
 use super::{bootstrap, gate, get, metrics};
+use taskfold_core::auth::{FrameKeys, FrameMac};
+
+/// A connection's read half, its frames checked if the job asks for it.
+pub(crate) type Rd = MacRead<OwnedReadHalf>;
 use crate::version::{self, VERSION};
 use bytes::Bytes;
 use std::io;
@@ -39,7 +44,7 @@ pub(crate) enum ReadError {
 }
 
 impl ReadError {
-    fn describe(&self, peer: u32) -> String {
+    pub(crate) fn describe(&self, peer: u32) -> String {
         match self {
             ReadError::Eof => format!("rank {peer} closed the connection without a goodbye"),
             ReadError::Io(e) => format!("connection with rank {peer} failed: {e}"),
@@ -202,8 +207,11 @@ async fn handle_accepted(
         return refuse(rd, wr, version::refusal(hello.version)).await;
     }
     let proven = handshake::listen(&mut rd, &mut wr, &shared.auth, shared.rank, &hello, &claim);
-    match tokio::time::timeout_at(until, proven).await {
-        Ok(Ok(())) => ticket.done(),
+    let keys = match tokio::time::timeout_at(until, proven).await {
+        Ok(Ok(keys)) => {
+            ticket.done();
+            keys
+        }
         Ok(Err(handshake::Failed::Auth(_))) => {
             let reason = handshake::refusal();
             let claimed = format!(
@@ -215,13 +223,38 @@ async fn handle_accepted(
         }
         Ok(Err(f)) => return bad_connection(shared.rank, from, &f.describe("the caller")),
         Err(_) => return unproven(shared.rank, from, "no proof of the job key in time"),
+    };
+    // The launcher always seals its report; ranks must agree with us.
+    if hello.role != Role::Launcher && hello.mac != shared.integrity {
+        let side = |mac: bool| if mac { "mac" } else { "off" };
+        let reason = format!(
+            "TASKFOLD_INTEGRITY differs: rank {} runs `{}`, the caller `{}`",
+            shared.rank,
+            side(shared.integrity),
+            side(hello.mac)
+        );
+        bad_connection(shared.rank, from, &reason);
+        return refuse(rd, wr, reason).await;
     }
+    // What this listener sends and receives (the caller's direction in).
+    let (send, recv) = if hello.mac {
+        let (s, r) = keys.for_side(false);
+        (Some(s), Some(r))
+    } else {
+        (None, None)
+    };
     match hello.role {
-        Role::Peer => accept_peer(shared, rd, wr, hello, from).await,
+        Role::Peer => accept_peer(shared, rd, wr, hello, from, (send, recv)).await,
         Role::Register => bootstrap::on_register(shared, rd, wr, hello, from).await,
-        Role::Launcher => bootstrap::on_launcher(shared, rd, wr, hello, from).await,
+        Role::Launcher => {
+            bootstrap::on_launcher(shared, MacRead::new(rd, recv), wr, hello, from).await
+        }
     }
 }
+
+/// A connection's frame MACs: what it sends, what it receives (`None`:
+/// without `TASKFOLD_INTEGRITY=mac`).
+type Macs = (Option<FrameMac>, Option<FrameMac>);
 
 fn check_peer(shared: &Shared, h: &Hello) -> Result<(), String> {
     if h.job != shared.job {
@@ -259,6 +292,7 @@ async fn accept_peer(
     wr: OwnedWriteHalf,
     hello: Hello,
     from: SocketAddr,
+    (send, recv): Macs,
 ) {
     if let Err(reason) = check_peer(&shared, &hello) {
         bad_connection(shared.rank, from, &reason);
@@ -282,7 +316,8 @@ async fn accept_peer(
         } else {
             let (tx, rx) = Writer::new();
             slot.incoming = Some(tx.clone());
-            let w = tokio::spawn(run_writer(shared.clone(), wr, rx, peer));
+            let w = tokio::spawn(run_writer(shared.clone(), wr, rx, peer, send));
+            let rd = MacRead::new(rd, recv);
             let r = tokio::spawn(in_reader(shared.clone(), peer, hello.incarnation, rd, tx));
             slot.tasks.push(w.abort_handle());
             slot.tasks.push(r.abort_handle());
@@ -303,7 +338,7 @@ async fn accept_peer(
 }
 
 /// Reads a peer's control frames and get requests.
-async fn in_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadHalf, wtx: Writer) {
+async fn in_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: Rd, wtx: Writer) {
     let _live = shared.live_guard();
     let err = loop {
         let hdr = match read_header(&mut rd).await {
@@ -314,11 +349,17 @@ async fn in_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadHa
             kind::CONTROL => {
                 shared.event_room(Some(peer), u64::from(hdr.len)).await;
                 match read_control(&mut rd, &hdr, shared.max_frame).await {
-                    Ok(frame) => shared.deliver(peer, frame),
+                    Ok(frame) => match rd.end_frame().await {
+                        Ok(()) => shared.deliver(peer, frame),
+                        Err(e) => break e,
+                    },
                     Err(e) => break e,
                 }
             }
             kind::GET_REQ => {
+                if let Err(e) = rd.end_frame().await {
+                    break e;
+                }
                 metrics::received(HEADER_LEN as u64, 1);
                 if wtx.queued() >= MAX_QUEUED_ANSWERS {
                     metrics::bound_hit("writer");
@@ -327,10 +368,16 @@ async fn in_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadHa
                 get::serve(&shared, &wtx, peer, hdr.a, hdr.b, hdr.c);
             }
             kind::GET_RETURN => {
+                if let Err(e) = rd.end_frame().await {
+                    break e;
+                }
                 metrics::received(HEADER_LEN as u64, 1);
                 shared.loans().returned(peer, hdr.a);
             }
             kind::GOODBYE => {
+                if let Err(e) = rd.end_frame().await {
+                    break e;
+                }
                 shared.peer_gone(peer);
                 let _ = wtx.send(OutFrame::Close);
                 return;
@@ -364,8 +411,8 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, inc: u32, rx: W
     let Some(addr) = shared.addr_of(peer) else {
         return shared.link_lost(peer, format!("no address for rank {peer}"), false);
     };
-    let (rd, wr) = match connect_proven(&shared, peer, addr).await {
-        Ok(halves) => halves,
+    let (rd, wr, keys) = match connect_proven(&shared, peer, addr).await {
+        Ok(c) => c,
         Err(reason) => {
             if !shared.is_closed() && shared.serves(peer, inc) {
                 shared.link_lost(peer, reason, false);
@@ -373,15 +420,23 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, inc: u32, rx: W
             return;
         }
     };
+    let (send, recv) = match shared.integrity {
+        true => {
+            let (s, r) = keys.for_side(true);
+            (Some(s), Some(r))
+        }
+        false => (None, None),
+    };
     {
         let mut slot = shared.slot(peer);
         if slot.link != Link::Up || slot.incarnation != inc {
             return;
         }
+        let rd = MacRead::new(rd, recv);
         let r = tokio::spawn(out_reader(shared.clone(), peer, inc, rd));
         slot.tasks.push(r.abort_handle());
     }
-    run_writer(shared, wr, rx, peer).await;
+    run_writer(shared, wr, rx, peer, send).await;
     drop(live);
 }
 
@@ -393,11 +448,7 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, inc: u32, rx: W
 /// have made room for newer connections (see [`gate`]), and what comes
 /// before the proof is anybody's word. A connection refused by the
 /// kernel (nobody listens: the peer died) fails at once.
-async fn connect_proven(
-    shared: &Shared,
-    peer: u32,
-    addr: SocketAddr,
-) -> Result<(OwnedReadHalf, OwnedWriteHalf), String> {
+async fn connect_proven(shared: &Shared, peer: u32, addr: SocketAddr) -> Result<Connected, String> {
     let until = tokio::time::Instant::now() + shared.connect_timeout;
     let mut backoff = Duration::from_millis(5);
     loop {
@@ -424,11 +475,10 @@ enum Once {
     Again(String),
 }
 
-async fn connect_once(
-    shared: &Shared,
-    peer: u32,
-    addr: SocketAddr,
-) -> Result<(OwnedReadHalf, OwnedWriteHalf), Once> {
+/// A connection whose handshake succeeded, and its frame keys.
+type Connected = (OwnedReadHalf, OwnedWriteHalf, FrameKeys);
+
+async fn connect_once(shared: &Shared, peer: u32, addr: SocketAddr) -> Result<Connected, Once> {
     let stream = super::sock::connect(addr)
         .await
         .map_err(|e| Once::Fatal(format!("connecting to rank {peer} at {addr}: {e}")))?;
@@ -443,20 +493,21 @@ async fn connect_once(
         node: 0,
         nonce: [0; taskfold_core::auth::NONCE_LEN],
         incarnation: shared.incarnation,
+        mac: shared.integrity,
     };
     match handshake::call(&mut rd, &mut wr, &shared.auth, hello, peer).await {
-        Ok(sent) => {
+        Ok((sent, keys)) => {
             metrics::sent(sent as u64, 2);
-            Ok((rd, wr))
+            Ok((rd, wr, keys))
         }
         Err(f) => Err(Once::Again(f.describe(&format!("rank {peer} at {addr}")))),
     }
 }
 
 /// Reads the responses to our gets (and a goodbye or refusal).
-async fn out_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadHalf) {
+async fn out_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: Rd) {
     let _live = shared.live_guard();
-    let mut lender = match (rd.local_addr(), rd.peer_addr()) {
+    let mut lender = match (rd.inner().local_addr(), rd.inner().peer_addr()) {
         (Ok(ours), Ok(theirs)) => Some(super::lender::Lender::new(ours, theirs)),
         _ => None,
     };
@@ -472,6 +523,9 @@ async fn out_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadH
                 }
             }
             kind::GET_ERR => {
+                if let Err(e) = rd.end_frame().await {
+                    break e;
+                }
                 metrics::received(HEADER_LEN as u64, 1);
                 if let Err(e) = get::on_error(&shared, peer, &hdr) {
                     break e;
@@ -482,6 +536,9 @@ async fn out_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadH
                     Ok(b) => b,
                     Err(e) => break e,
                 };
+                if let Err(e) = rd.end_frame().await {
+                    break e;
+                }
                 let (pid, heap) = match frame::decode_lend(&body) {
                     Ok(l) => l,
                     Err(e) => break ReadError::Protocol(e),
@@ -504,9 +561,14 @@ async fn out_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadH
                 }
             }
             kind::GOODBYE => {
+                if let Err(e) = rd.end_frame().await {
+                    break e;
+                }
                 metrics::received(HEADER_LEN as u64, 1);
                 return shared.peer_gone(peer);
             }
+            // Not sealed (a refusal ends the connection, which anyone on
+            // the path can do anyway): its text is only quoted.
             kind::REFUSE if hdr.len <= HANDSHAKE_MAX => {
                 let reason = match read_payload(&mut rd, hdr.len).await {
                     Ok(b) => taskfold_core::quote::quote(&String::from_utf8_lossy(&b)).to_string(),

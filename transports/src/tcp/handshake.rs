@@ -21,7 +21,9 @@
 use super::frame::{self, kind, Hello, HANDSHAKE_MAX};
 use crate::auth::nonce;
 use std::io::{self, Read, Write};
-use taskfold_core::auth::{AuthError, Challenge, Handshake, JobAuth, Proof, PROOF_LEN, REFUSAL};
+use taskfold_core::auth::{
+    AuthError, Challenge, FrameKeys, Handshake, JobAuth, Proof, PROOF_LEN, REFUSAL,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Characters of an unauthenticated refusal quoted, at most: enough for
@@ -94,15 +96,22 @@ fn refuse_listener() -> Vec<u8> {
     ))
 }
 
+/// The keys of an authenticated handshake's frame MACs.
+fn keys(hs: &Handshake) -> FrameKeys {
+    hs.frame_keys()
+        .cloned()
+        .expect("an authenticated handshake has frame keys")
+}
+
 /// The caller's side on a blocking stream: sends `hello` (to rank
-/// `callee`), checks the challenge, sends its proof. The stream's own
-/// timeouts bound the wait.
+/// `callee`), checks the challenge, sends its proof; returns the frame
+/// keys. The stream's own timeouts bound the wait.
 pub(crate) fn call_sync<S: Read + Write>(
     s: &mut S,
     auth: &JobAuth,
     hello: Hello,
     callee: u32,
-) -> Result<(), Failed> {
+) -> Result<FrameKeys, Failed> {
     let (bytes, mut hs) = open(auth, hello, callee)?;
     let broken = |e: io::Error| Failed::Broken(e.to_string());
     s.write_all(&bytes).map_err(broken)?;
@@ -112,7 +121,8 @@ pub(crate) fn call_sync<S: Read + Write>(
     match answer(&mut hs, h.kind, &payload) {
         Ok(p) => s
             .write_all(&frame::frame(kind::PROOF, &p.0))
-            .map_err(broken),
+            .map_err(broken)
+            .map(|()| keys(&hs)),
         Err(f) => {
             if matches!(f, Failed::Auth(_)) {
                 let _ = s.write_all(&refuse_listener());
@@ -122,14 +132,15 @@ pub(crate) fn call_sync<S: Read + Write>(
     }
 }
 
-/// The caller's side on a tokio stream; returns the bytes it sent.
+/// The caller's side on a tokio stream; returns the bytes it sent and the
+/// frame keys.
 pub(crate) async fn call<R, W>(
     rd: &mut R,
     wr: &mut W,
     auth: &JobAuth,
     hello: Hello,
     callee: u32,
-) -> Result<usize, Failed>
+) -> Result<(usize, FrameKeys), Failed>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -142,7 +153,7 @@ where
         Ok(p) => {
             let proof = frame::frame(kind::PROOF, &p.0);
             wr.write_all(&proof).await.map_err(broken)?;
-            Ok(bytes.len() + proof.len())
+            Ok((bytes.len() + proof.len(), keys(&hs)))
         }
         Err(f) => {
             if matches!(f, Failed::Auth(_)) {
@@ -155,7 +166,7 @@ where
 
 /// The listener's side, once rank `own` read the caller's `hello` (whose
 /// body, as received, is `claim`): sends the challenge, then checks the
-/// caller's proof. The caller bounds the wait.
+/// caller's proof; returns the frame keys. The caller bounds the wait.
 pub(crate) async fn listen<R, W>(
     rd: &mut R,
     wr: &mut W,
@@ -163,7 +174,7 @@ pub(crate) async fn listen<R, W>(
     own: u32,
     hello: &Hello,
     claim: &[u8],
-) -> Result<(), Failed>
+) -> Result<FrameKeys, Failed>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -178,7 +189,8 @@ where
     match read_small(rd).await? {
         (kind::PROOF, p) if p.len() == PROOF_LEN => {
             let proof = Proof(p.as_slice().try_into().expect("checked length"));
-            hs.on_proof(&proof).map_err(Failed::Auth)
+            hs.on_proof(&proof).map_err(Failed::Auth)?;
+            Ok(keys(&hs))
         }
         (kind::REFUSE, reason) => Err(Failed::Refused(unproven(&reason))),
         (k, _) => Err(Failed::Broken(format!(

@@ -84,6 +84,7 @@ pub mod fuzzing;
 pub mod gate;
 mod get;
 mod handshake;
+mod integrity;
 mod launcher;
 mod lender;
 pub mod metrics;

@@ -128,6 +128,8 @@ pub(crate) struct Shared {
     pub nodes: OnceLock<Vec<u64>>,
     /// This process's incarnation ([`super::TcpConfig::incarnation`]).
     pub incarnation: u32,
+    /// Frames are sealed with MACs ([`super::TcpConfig::integrity`]).
+    pub integrity: bool,
     /// Master only: replacements waiting for the runtime's answer.
     pub replacements: Mutex<HashMap<u32, super::bootstrap::Registration>>,
     peers: Vec<Mutex<PeerSlot>>,
@@ -178,6 +180,7 @@ impl Shared {
             addrs: std::sync::RwLock::new(Vec::new()),
             nodes: OnceLock::new(),
             incarnation: cfg.incarnation,
+            integrity: cfg.integrity,
             replacements: Mutex::default(),
             peers: (0..cfg.size).map(|_| Mutex::default()).collect(),
             closed: AtomicBool::new(false),
