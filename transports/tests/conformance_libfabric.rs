@@ -189,6 +189,7 @@ macro_rules! fabric_all {
                 a_forged_sequence_number_does_not_displace_the_real_frame,
                 a_guessed_memory_key_reads_nothing,
                 a_replacement_is_let_in_over_the_fabric,
+                integrity_is_refused_over_the_fabric,
             );
         )*
     };

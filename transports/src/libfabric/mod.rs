@@ -119,6 +119,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// Why a rank asking for `TASKFOLD_INTEGRITY=mac` over libfabric does not
+/// start: fabric messages and RMA reads are not sealed (messages are taken
+/// only from their rank's endpoint, which keeps out other endpoints, not a
+/// party on the fabric's path).
+pub const INTEGRITY_UNSUPPORTED: &str = "TASKFOLD_INTEGRITY=mac is not available over libfabric:      its messages and reads are not sealed; use TASKFOLD_TRANSPORT=tcp, or a fabric that      protects its traffic itself";
+
 /// Environment variable naming the libfabric provider.
 pub const PROVIDER_ENV: &str = "TASKFOLD_FI_PROVIDER";
 
@@ -234,6 +240,9 @@ impl LibfabricTransport {
     pub fn start(cfg: LibfabricConfig) -> Result<Arc<LibfabricTransport>, TransportError> {
         if cfg.tcp.rank >= cfg.tcp.size {
             return Err(TransportError::NoSuchRank(cfg.tcp.rank));
+        }
+        if cfg.tcp.integrity {
+            return Err(TransportError::Refused(INTEGRITY_UNSUPPORTED.into()));
         }
         let Opened {
             mut engine,

@@ -67,7 +67,7 @@ fn open(auth: &JobAuth, mut hello: Hello, callee: u32) -> Result<(Vec<u8>, Hands
 }
 
 /// The quoted text of a refusal received before the proof.
-fn unproven(payload: &[u8]) -> String {
+pub(crate) fn unproven(payload: &[u8]) -> String {
     let text = String::from_utf8_lossy(payload);
     taskfold_core::quote::quote_at_most(&text, PRE_PROOF_QUOTE).to_string()
 }

@@ -229,3 +229,22 @@ pub fn a_replacement_is_let_in_over_the_fabric(provider: &str) {
     );
     new.shutdown();
 }
+
+/// `TASKFOLD_INTEGRITY=mac` over libfabric is refused at start, naming
+/// the variable (its messages are not sealed).
+pub fn integrity_is_refused_over_the_fabric(provider: &str) {
+    let tcp = taskfold_transports::tcp::TcpConfig {
+        integrity: true,
+        ..taskfold_transports::tcp::TcpConfig::new(
+            0,
+            1,
+            1,
+            MasterAddr::Addr(([127, 0, 0, 1], 9).into()),
+        )
+    };
+    let cfg = LibfabricConfig::new(tcp, Some(provider.to_string()));
+    match LibfabricTransport::start(cfg) {
+        Err(e) => assert!(e.to_string().contains("TASKFOLD_INTEGRITY=mac"), "{e}"),
+        Ok(_) => panic!("a sealed job started over libfabric"),
+    }
+}
