@@ -47,7 +47,9 @@ pub fn sealed_target(u: &mut Unstructured<'_>) -> Result<usize> {
     if changed {
         mutate(u, &mut stream)?;
     }
-    let (taken, err) = fuzzing::sealed_frames(&stream, k.from_caller(), 1 << 16);
+    // The frame bound at the stream's length: a longer frame is refused
+    // before its buffer is made (as the transport does at its maximum).
+    let (taken, err) = fuzzing::sealed_frames(&stream, k.from_caller(), stream.len() as u64);
     if !taken.is_empty() {
         crate::hit();
     }
@@ -120,15 +122,19 @@ pub fn refusal_target(u: &mut Unstructured<'_>) -> Result<usize> {
 pub fn source_target(u: &mut Unstructured<'_>) -> Result<usize> {
     use taskfold_transports::libfabric::source::sender;
     use taskfold_transports::libfabric::wire::{rank_of, tag_of};
+    let mut addr = |u: &mut Unstructured<'_>| -> Result<u64> {
+        let any = u64::arbitrary(u)?;
+        Ok(*u.choose(&[0, 1, 2, u64::MAX, any])?)
+    };
     let addrs: Vec<u64> = (0..u.int_in_range(0..=8u8)?)
-        .map(|_| Ok(*u.choose(&[0, 1, 2, u64::MAX, u64::arbitrary(u)?])?))
+        .map(|_| addr(u))
         .collect::<Result<_>>()?;
     let tag = if bool::arbitrary(u)? {
         tag_of(u.int_in_range(0..=9u32)?)
     } else {
         u64::arbitrary(u)?
     };
-    let src = *u.choose(&[0, 1, 2, u64::MAX, u64::arbitrary(u)?])?;
+    let src = addr(u)?;
     if let Ok(r) = sender(&addrs, tag, src) {
         crate::hit();
         assert_eq!(rank_of(tag), Some(r));
