@@ -175,7 +175,8 @@ pub fn open_owned_for_write(path: &Path) -> io::Result<File> {
 /// same-node peer's shared heap or the master's notice board, which the
 /// peer names in its messages), for reading (and writing if `write`),
 /// and checks what was opened as [`open_owned`] does: a regular file
-/// owned by this user with no permission for group or others. Opened
+/// owned by this user with no permission for group or others (else an
+/// error of kind `InvalidData`, naming the path and why). Opened
 /// without blocking (a FIFO named there is refused, not waited on); the
 /// process must be this user's (the kernel's own check on `/proc/<pid>/fd`
 /// asks the right to trace it).
@@ -190,10 +191,13 @@ pub fn open_peer_fd(pid: u32, fd: impl std::fmt::Display, write: bool) -> io::Re
         .open(&path)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     let meta = file.metadata()?;
+    // Refused as "not what was named" (`InvalidData`), not as the kernel
+    // saying no: the descriptor may have been closed and reused.
+    let not_named = |e: io::Error| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
     if !meta.is_file() {
-        return Err(refused(&path, "not a regular file".into()));
+        return Err(not_named(refused(&path, "not a regular file".into())));
     }
-    check_private(&path, &meta, "file")?;
+    check_private(&path, &meta, "file").map_err(not_named)?;
     Ok(file)
 }
 

@@ -292,7 +292,7 @@ async fn accept_peer(
     wr: OwnedWriteHalf,
     hello: Hello,
     from: SocketAddr,
-    (send, recv): Macs,
+    (mut send, recv): Macs,
 ) {
     if let Err(reason) = check_peer(&shared, &hello) {
         bad_connection(shared.rank, from, &reason);
@@ -316,7 +316,7 @@ async fn accept_peer(
         } else {
             let (tx, rx) = Writer::new();
             slot.incoming = Some(tx.clone());
-            let w = tokio::spawn(run_writer(shared.clone(), wr, rx, peer, send));
+            let w = tokio::spawn(run_writer(shared.clone(), wr, rx, peer, send.take()));
             let rd = MacRead::new(rd, recv);
             let r = tokio::spawn(in_reader(shared.clone(), peer, hello.incarnation, rd, tx));
             slot.tasks.push(w.abort_handle());
@@ -328,7 +328,12 @@ async fn accept_peer(
         Verdict::Accepted => tracing::debug!(rank = shared.rank, peer, "peer connected"),
         // We are shutting down: the caller sees a goodbye, not a failure.
         Verdict::Goodbye(rd, wr) => {
-            linger_close(rd, wr, Header::new(kind::GOODBYE, 0).encode().to_vec()).await;
+            let head = Header::new(kind::GOODBYE, 0).encode();
+            let mut bye = head.to_vec();
+            if let Some(m) = send.as_mut() {
+                bye.extend_from_slice(&m.seal(&[&head]));
+            }
+            linger_close(rd, wr, bye).await;
         }
         Verdict::Refuse(rd, wr, reason) => {
             bad_connection(shared.rank, from, &reason);

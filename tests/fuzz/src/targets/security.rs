@@ -122,7 +122,7 @@ pub fn refusal_target(u: &mut Unstructured<'_>) -> Result<usize> {
 pub fn source_target(u: &mut Unstructured<'_>) -> Result<usize> {
     use taskfold_transports::libfabric::source::sender;
     use taskfold_transports::libfabric::wire::{rank_of, tag_of};
-    let mut addr = |u: &mut Unstructured<'_>| -> Result<u64> {
+    let addr = |u: &mut Unstructured<'_>| -> Result<u64> {
         let any = u64::arbitrary(u)?;
         Ok(*u.choose(&[0, 1, 2, u64::MAX, any])?)
     };
