@@ -23,6 +23,18 @@
 //! queue. Launcher reports (`taskfold run` telling the
 //! master that a rank exited) arrive over TCP and are forwarded as they are.
 //!
+//! # Who sent a message
+//!
+//! The endpoint is opened with `FI_SOURCE`: a message is taken only if the
+//! provider reports it as coming from the address-vector entry of the rank
+//! its tag claims ([`source`]); a readiness barrier over TCP keeps every
+//! rank from sending before its peers inserted its name. Exposed memory is
+//! registered under random 64-bit keys where the provider does not choose
+//! them. A dead rank's replacement registers through the TCP bootstrap and
+//! is let in on the fabric too ([`Transport::readmit`], `admit`): its name
+//! and readiness are exchanged over TCP, and the older endpoint is no
+//! rank's entry from then on. See the book's Security chapter.
+//!
 //! # Control frames
 //!
 //! Each frame travels as one tagged message (see [`wire`]): a 48-byte

@@ -11,13 +11,13 @@
 //! the key in a round trip, so a new connection of the job gets in however
 //! many idle ones a stranger keeps open, and a stranger keeps a
 //! connection only until it is the oldest. The rank's callers retry a
-//! connection closed before its challenge (see [`super::conn`]). Each
+//! connection closed before its challenge (see the `conn` module). Each
 //! eviction is counted in [`super::metrics::BOUNDS_HIT`] (`handshakes`).
 //!
 //! The bookkeeping is pure ([`Gate`]): the accept loop enters each
 //! connection, attaches its task's abort handle, and aborts what
 //! [`Gate::enter`] evicts; a connection leaves when its handshake ends,
-//! either way ([`Ticket`]'s drop).
+//! either way (its ticket is dropped).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
