@@ -224,24 +224,12 @@ async fn handle_accepted(
         Ok(Err(f)) => return bad_connection(shared.rank, from, &f.describe("the caller")),
         Err(_) => return unproven(shared.rank, from, "no proof of the job key in time"),
     };
-    // The launcher always seals its report; ranks must agree with us.
-    if hello.role != Role::Launcher && hello.mac != shared.integrity {
-        let side = |mac: bool| if mac { "mac" } else { "off" };
-        let reason = format!(
-            "TASKFOLD_INTEGRITY differs: rank {} runs `{}`, the caller `{}`",
-            shared.rank,
-            side(shared.integrity),
-            side(hello.mac)
-        );
-        bad_connection(shared.rank, from, &reason);
-        return refuse(rd, wr, reason).await;
-    }
-    // What this listener sends and receives (the caller's direction in).
-    let (send, recv) = if hello.mac {
-        let (s, r) = keys.for_side(false);
-        (Some(s), Some(r))
-    } else {
-        (None, None)
+    let (send, recv) = match listener_macs(&shared, &hello, &keys) {
+        Ok(m) => m,
+        Err(reason) => {
+            bad_connection(shared.rank, from, &reason);
+            return refuse(rd, wr, reason).await;
+        }
     };
     match hello.role {
         Role::Peer => accept_peer(shared, rd, wr, hello, from, (send, recv)).await,
@@ -255,6 +243,27 @@ async fn handle_accepted(
 /// A connection's frame MACs: what it sends, what it receives (`None`:
 /// without `TASKFOLD_INTEGRITY=mac`).
 type Macs = (Option<FrameMac>, Option<FrameMac>);
+
+/// The listener's MACs of a proven connection, or why it is refused: a
+/// rank must agree with us on `TASKFOLD_INTEGRITY`; the launcher always
+/// seals its report.
+fn listener_macs(shared: &Shared, hello: &Hello, keys: &FrameKeys) -> Result<Macs, String> {
+    if hello.role != Role::Launcher && hello.mac != shared.integrity {
+        let side = |mac: bool| if mac { "mac" } else { "off" };
+        return Err(format!(
+            "TASKFOLD_INTEGRITY differs: rank {} runs `{}`, the caller `{}`",
+            shared.rank,
+            side(shared.integrity),
+            side(hello.mac)
+        ));
+    }
+    Ok(if hello.mac {
+        let (s, r) = keys.for_side(false);
+        (Some(s), Some(r))
+    } else {
+        (None, None)
+    })
+}
 
 fn check_peer(shared: &Shared, h: &Hello) -> Result<(), String> {
     if h.job != shared.job {
