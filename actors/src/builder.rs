@@ -203,6 +203,7 @@ impl Place {
         let mut tcp = tcp_config(rank, size, job, master);
         tcp.auth = auth;
         tcp.incarnation = settings.launch.incarnation;
+        tcp.integrity = settings.launch.integrity;
         select::start(&settings.transport, tcp).map_err(StartError::of_transport)
     }
 }

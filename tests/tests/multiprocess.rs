@@ -83,6 +83,28 @@ fn taskfold_run_4_ranks_without_the_shared_heap() {
     assert_eq!(bytes_read_in_place(&out), 0, "{}", text(&out));
 }
 
+/// With `TASKFOLD_INTEGRITY=mac` every frame between the ranks is sealed;
+/// with the shared heap and cross-memory copies off, every contribution
+/// crosses a socket, sealed: the results are the same. A launch with an
+/// unknown value is refused naming the variable.
+#[test]
+fn taskfold_run_4_ranks_with_every_frame_sealed() {
+    let mut cmd = launch(
+        4,
+        &["--size", "4194304", "--reductions", "8", "--root", "2"],
+    );
+    cmd.env("TASKFOLD_INTEGRITY", "mac")
+        .env("TASKFOLD_SHARED_HEAP", "off")
+        .env("TASKFOLD_TCP_CMA", "0");
+    let out = run_bounded(cmd, LIMIT);
+    assert_all_ok(&out, 4);
+    let mut bad = launch(2, &["--size", "1024", "--reductions", "1"]);
+    bad.env("TASKFOLD_INTEGRITY", "sha");
+    let out = run_bounded(bad, LIMIT);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("TASKFOLD_INTEGRITY"), "{}", text(&out));
+}
+
 /// The TCP transport on one thread (`TASKFOLD_TCP_THREADS=1`) gives the
 /// same results; a thread count that is not one is refused by the launcher
 /// before any rank starts, with an error naming the variable.

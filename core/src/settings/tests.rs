@@ -366,10 +366,11 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             proptest::option::of(any::<[u8; 32]>()),
             proptest::option::of("/[a-z/]{1,12}"),
             any::<bool>(),
+            any::<bool>(),
         ),
     )
         .prop_map(
-            |(id, master, rendezvous, job, (key, key_file, insecure))| Launch {
+            |(id, master, rendezvous, job, (key, key_file, insecure, integrity))| Launch {
                 identity: id.map(|(size, l)| Identity {
                     rank: size / 2,
                     size,
@@ -385,6 +386,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
                 },
                 insecure,
                 incarnation: id.map_or(0, |(size, _)| size % 3),
+                integrity,
             },
         );
     let runtime = (
@@ -421,6 +423,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             checkpoint,
             respawn: crate::settings::RespawnConfig {
                 budget: (t.1 % 5) as u32,
+                spares: (t.1 % 3) as u32,
                 wait: Duration::from_millis(t.2),
                 restart: [Restart::Local, Restart::Global][usize::from(r.3)],
             },

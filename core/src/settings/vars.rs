@@ -88,7 +88,7 @@ fn show(s: impl ToString) -> Option<OsString> {
     Some(s.to_string().into())
 }
 
-static VARIABLES: [Variable; 43] = [
+static VARIABLES: [Variable; 44] = [
     // Launch (rank and size: see `launch::identity`).
     Variable {
         name: "TASKFOLD_MASTER",
@@ -154,6 +154,19 @@ static VARIABLES: [Variable; 43] = [
             Ok(())
         },
         get: |s| show(values::format_bool(s.launch.insecure)),
+    },
+    Variable {
+        name: "TASKFOLD_INTEGRITY",
+        expected: "`off` or `mac`",
+        set: |s, v| {
+            s.launch.integrity = match text(v)? {
+                "off" => false,
+                "mac" => true,
+                _ => return Err(()),
+            };
+            Ok(())
+        },
+        get: |s| show(if s.launch.integrity { "mac" } else { "off" }),
     },
     Variable {
         name: "TASKFOLD_INCARNATION",

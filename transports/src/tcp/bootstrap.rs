@@ -233,7 +233,9 @@ pub(super) fn connect_master(
 }
 
 enum Attempt {
-    Retry(String),
+    /// Try again; at the deadline, fail with the error given, if any, else
+    /// as unreachable.
+    Retry(String, Option<TransportError>),
     Fatal(TransportError),
 }
 
@@ -260,9 +262,9 @@ pub(crate) fn register(cfg: &TcpConfig, listen: SocketAddr) -> Result<Joined, Tr
                 })
             }
             Err(Attempt::Fatal(e)) => return Err(e),
-            Err(Attempt::Retry(why)) => {
+            Err(Attempt::Retry(why, last)) => {
                 if Instant::now() >= deadline {
-                    return Err(TransportError::MasterUnreachable(why));
+                    return Err(last.unwrap_or(TransportError::MasterUnreachable(why)));
                 }
                 tracing::debug!(rank = cfg.rank, %why, "registration failed, retrying");
                 std::thread::sleep(Duration::from_millis(50));
@@ -290,16 +292,31 @@ fn try_register(
         node: crate::same_node::node_token(),
         nonce: [0; NONCE_LEN],
         incarnation: cfg.incarnation,
+        mac: cfg.integrity,
     };
+    // Before the listener proved the key, nothing it says ends the
+    // registration: whoever holds the master's address could refuse every
+    // starting rank. The rank tries again until its connect timeout, and
+    // fails then with what it was last told.
+    let who = format!("the master at {master}");
     match handshake::call_sync(&mut s, &cfg.auth, hello, master_rank) {
-        Ok(()) => {}
+        Ok(_) => {}
         Err(Failed::Broken(d)) => {
-            return Err(Attempt::Retry(format!("registering with {master}: {d}")))
+            return Err(Attempt::Retry(
+                format!("registering with {master}: {d}"),
+                None,
+            ))
         }
-        Err(Failed::Refused(r)) => return Err(Attempt::Fatal(TransportError::Refused(r))),
+        Err(f @ Failed::Refused(_)) => {
+            let why = f.describe(&who);
+            return Err(Attempt::Retry(
+                why.clone(),
+                Some(TransportError::Refused(why)),
+            ));
+        }
         Err(f @ Failed::Auth(_)) => {
-            let who = format!("the master at {master}");
-            return Err(Attempt::Fatal(TransportError::Auth(f.describe(&who))));
+            let why = f.describe(&who);
+            return Err(Attempt::Retry(why.clone(), Some(TransportError::Auth(why))));
         }
     }
     // The master answers once every rank is in, or refuses at its deadline.
@@ -331,9 +348,10 @@ fn try_register(
             peer: 0,
             detail: format!("unexpected frame kind {} during the bootstrap", h.kind),
         })),
-        Ok(None) => Err(Attempt::Retry(format!(
-            "master {master} closed the connection"
-        ))),
+        Ok(None) => Err(Attempt::Retry(
+            format!("master {master} closed the connection"),
+            None,
+        )),
         Err(e)
             if matches!(
                 e.kind(),
@@ -350,7 +368,10 @@ fn try_register(
                 detail: e.to_string(),
             }))
         }
-        Err(e) => Err(Attempt::Retry(format!("registering with {master}: {e}"))),
+        Err(e) => Err(Attempt::Retry(
+            format!("registering with {master}: {e}"),
+            None,
+        )),
     }
 }
 
@@ -549,7 +570,7 @@ pub(super) async fn send_table(
 /// The launcher's connection: control frames delivered from [`LAUNCHER`].
 pub(crate) async fn on_launcher(
     shared: Arc<Shared>,
-    mut rd: OwnedReadHalf,
+    mut rd: conn::Rd,
     mut wr: OwnedWriteHalf,
     hello: Hello,
     from: SocketAddr,
@@ -566,7 +587,7 @@ pub(crate) async fn on_launcher(
     };
     if let Some(reason) = refusal {
         bad_connection(shared.rank, from, &reason);
-        return conn::refuse(rd, wr, reason).await;
+        return conn::refuse(rd.into_inner(), wr, reason).await;
     }
     loop {
         let hdr = match tokio::time::timeout(LAUNCHER_IDLE, read_header(&mut rd)).await {
@@ -576,20 +597,33 @@ pub(crate) async fn on_launcher(
             Ok(Err(ReadError::Io(e))) => return bad_connection(shared.rank, from, &e.to_string()),
             Err(_) => return bad_connection(shared.rank, from, "launcher idle"),
         };
+        if hdr.kind == kind::CONTROL {
+            // As a peer's: the launcher waits for room in the channel.
+            shared.event_room(None, u64::from(hdr.len)).await;
+        }
         match hdr.kind {
             kind::CONTROL => match read_control(&mut rd, &hdr, shared.max_frame).await {
                 Ok(frame) => {
+                    if let Err(e) = rd.end_frame().await {
+                        let d = e.describe(LAUNCHER.0);
+                        return bad_connection(shared.rank, from, &d);
+                    }
                     if !shared.is_closed() {
                         let _ = shared.events_tx.send(Event::Message {
                             from: LAUNCHER,
-                            frame,
+                            frame: shared.event_bytes.track(frame),
                         });
                     }
                 }
                 Err(ReadError::Protocol(d)) => return bad_connection(shared.rank, from, &d),
                 Err(_) => return bad_connection(shared.rank, from, "launcher frame cut short"),
             },
-            kind::GOODBYE => break,
+            kind::GOODBYE => {
+                if let Err(e) = rd.end_frame().await {
+                    return bad_connection(shared.rank, from, &e.describe(LAUNCHER.0));
+                }
+                break;
+            }
             k => {
                 return bad_connection(
                     shared.rank,

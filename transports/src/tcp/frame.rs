@@ -208,6 +208,10 @@ pub struct Hello {
     /// asks to replace a dead rank; a peer refuses a caller older than the
     /// incarnation it knows (the old process is fenced).
     pub incarnation: u32,
+    /// The caller seals every frame after the handshake with a MAC
+    /// (`TASKFOLD_INTEGRITY=mac`; flag bit 1). A rank refuses a peer or a
+    /// registration that does not agree with it; the launcher always does.
+    pub mac: bool,
 }
 
 /// A rank's entry in the master's `TABLE`: where it listens, its node,
@@ -254,7 +258,7 @@ impl Hello {
         let mut v = Vec::with_capacity(HELLO_LEN);
         v.extend_from_slice(&self.version.to_le_bytes());
         v.push(self.role as u8);
-        v.push(u8::from(self.addr.is_some()));
+        v.push(u8::from(self.addr.is_some()) | (u8::from(self.mac) << 1));
         v.extend_from_slice(&self.rank.to_le_bytes());
         v.extend_from_slice(&self.size.to_le_bytes());
         v.extend_from_slice(&self.incarnation.to_le_bytes());
@@ -287,6 +291,7 @@ impl Hello {
                 node: 0,
                 nonce: [0; NONCE_LEN],
                 incarnation: 0,
+                mac: false,
             });
         }
         if b.len() != HELLO_LEN {
@@ -305,10 +310,13 @@ impl Hello {
             w.copy_from_slice(&b[i..i + 8]);
             u64::from_le_bytes(w)
         };
-        let addr = match b[3] {
+        let flags = b[3];
+        if flags & !3 != 0 {
+            return Err(format!("bad hello flags {flags}"));
+        }
+        let addr = match flags & 1 {
             0 => None,
-            1 => Some(decode_addr(&b[24..24 + ADDR_LEN])?),
-            f => return Err(format!("bad hello flags {f}")),
+            _ => Some(decode_addr(&b[24..24 + ADDR_LEN])?),
         };
         Ok(Hello {
             version,
@@ -322,6 +330,7 @@ impl Hello {
                 .try_into()
                 .map_err(|_| "hello nonce")?,
             incarnation: u32_at(12),
+            mac: flags & 2 != 0,
         })
     }
 }
@@ -539,6 +548,7 @@ mod tests {
                 node: 0x0123_4567_89ab_cdef,
                 nonce: [7; NONCE_LEN],
                 incarnation: 5,
+                mac: true,
             };
             assert_eq!(Hello::decode(&h.encode()), Ok(h));
         }

@@ -143,3 +143,46 @@ pub fn lend(
     }
     Ok((pid, heap))
 }
+
+/// What a sealed connection's reader takes of `stream` (the bytes a
+/// connection carried after the handshake, `TASKFOLD_INTEGRITY=mac`):
+/// the control frames' payloads it accepted, in order, until the first
+/// frame that is not a control frame within `max_frame` or fails its
+/// tag (whose error is returned too). Runs the reader's own
+/// [`super::integrity::MacRead`], header and payload reads.
+pub fn sealed_frames(
+    stream: &[u8],
+    mac: taskfold_core::auth::FrameMac,
+    max_frame: u64,
+) -> (Vec<Vec<u8>>, Option<String>) {
+    use super::conn::{read_control, read_header, ReadError};
+    let mut rd = super::integrity::MacRead::new(stream, Some(mac));
+    let mut taken = Vec::new();
+    let err = futures::executor::block_on(async {
+        loop {
+            let hdr = match read_header(&mut rd).await {
+                Ok(h) => h,
+                Err(ReadError::Eof) => return None,
+                Err(e) => return Some(e.describe(0)),
+            };
+            if hdr.kind != kind::CONTROL {
+                return Some(format!("frame kind {}", hdr.kind));
+            }
+            let frame = match read_control(&mut rd, &hdr, max_frame).await {
+                Ok(f) => f,
+                Err(e) => return Some(e.describe(0)),
+            };
+            if let Err(e) = rd.end_frame().await {
+                return Some(e.describe(0));
+            }
+            taken.push(frame.to_vec());
+        }
+    });
+    (taken, err)
+}
+
+/// The text a caller keeps of a refusal received before the listener
+/// proved the job key (quoted, bounded).
+pub fn pre_proof_refusal(payload: &[u8]) -> String {
+    super::handshake::unproven(payload)
+}

@@ -20,6 +20,12 @@
 //! caller takes ([`crate::Driven::take_driver`]) and runs on a thread of
 //! its own, beside its own tasks (the runtime's actors do).
 //!
+//! Before its proof, a connection waits at the listener's gate ([`gate`]:
+//! at most 256 unproven connections, 64 per address, 3 s each, the oldest
+//! closed to make room); a refusal received before the other side's proof
+//! is quoted and only makes the caller try again within its connect
+//! timeout.
+//!
 //! # Frame format
 //!
 //! A fixed 32-byte header (`b"tf"`, kind, reserved byte, payload length as
@@ -27,7 +33,10 @@
 //! table of kinds. A control frame is `CONTROL` with the opaque bytes as
 //! payload (at most [`TcpConfig::max_frame`]; larger ones are refused by the
 //! sender with [`TransportError::FrameTooLarge`] and by the receiver, which
-//! drops the connection).
+//! drops the connection). With [`TcpConfig::integrity`]
+//! (`TASKFOLD_INTEGRITY=mac`) every frame after the handshake is followed
+//! by a 16-byte tag under its connection's and direction's key, checked
+//! before the frame is acted on (the `integrity` module and the writer).
 //!
 //! # Cost of a get
 //!
@@ -81,8 +90,10 @@ pub mod frame;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gate;
 mod get;
 mod handshake;
+mod integrity;
 mod launcher;
 mod lender;
 pub mod metrics;

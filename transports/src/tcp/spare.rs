@@ -13,7 +13,10 @@
 //! registers as a replacement (`respawn`). At the job's end the master
 //! sends every parked spare `DISMISS`. A parked spare whose master dies
 //! looks for the new one — the rendezvous file, which a standby rewrites,
-//! else every rank of the table in turn — and parks there.
+//! else every rank of the table in turn — and parks there. The master's
+//! frames to a spare are always sealed with a MAC (as the launcher's
+//! reports are), whatever `TASKFOLD_INTEGRITY` says: a party on the path
+//! cannot send a spare to take a rank.
 
 use super::bootstrap::{self, Found};
 use super::conn::{bad_connection, refuse};
@@ -26,20 +29,34 @@ use crate::TransportError;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use taskfold_core::auth::{JobAuth, NONCE_LEN};
+use taskfold_core::auth::{FrameMac, JobAuth, NONCE_LEN, TAG_LEN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 
 /// Spares a master keeps parked, at most (more are refused).
 pub(crate) const MAX_PARKED: usize = 4096;
 
-/// A parked spare at the master: its connection's writing half.
+/// A parked spare at the master: its connection's writing half, and the
+/// MAC that seals what is written on it.
 pub(crate) struct Parked {
     /// Which parked spare (to take it out when its connection closes).
     id: u64,
     /// Its launcher rank.
     slot: u32,
     wr: OwnedWriteHalf,
+    mac: FrameMac,
+}
+
+impl Parked {
+    /// `hdr` and `payload`, sealed, as one write.
+    fn sealed(&mut self, hdr: Header, payload: &[u8]) -> Vec<u8> {
+        let head = hdr.encode();
+        let tag = self.mac.seal(&[&head, payload]);
+        let mut out = head.to_vec();
+        out.extend_from_slice(payload);
+        out.extend_from_slice(&tag);
+        out
+    }
 }
 
 /// A spare's `HELLO` reached the master's listener (after the proof):
@@ -47,9 +64,10 @@ pub(crate) struct Parked {
 pub(crate) async fn on_spare(
     shared: Arc<Shared>,
     mut rd: tokio::net::tcp::OwnedReadHalf,
-    mut wr: OwnedWriteHalf,
+    wr: OwnedWriteHalf,
     hello: Hello,
     from: SocketAddr,
+    mac: Option<FrameMac>,
 ) {
     let refusal = if !shared.hosts_master() {
         Some(format!("rank {} is not the master", shared.rank))
@@ -57,13 +75,16 @@ pub(crate) async fn on_spare(
         Some("a spare of another job, or of another size".to_string())
     } else if shared.parked().len() >= MAX_PARKED {
         Some("too many spares are parked".to_string())
+    } else if mac.is_none() {
+        Some("a spare's connection must be sealed".to_string())
     } else {
         None
     };
-    if let Some(reason) = refusal {
+    let (Some(mac), None) = (mac, refusal.clone()) else {
+        let reason = refusal.unwrap_or_default();
         bad_connection(shared.rank, from, &reason);
         return refuse(rd, wr, reason).await;
-    }
+    };
     let table = frame::encode_table(&shared.table());
     let hdr = Header {
         a: u64::from(shared.size),
@@ -71,14 +92,14 @@ pub(crate) async fn on_spare(
         c: u64::from(shared.rank),
         ..Header::new(kind::PARKED, table.len() as u32)
     };
-    let mut msg = hdr.encode().to_vec();
-    msg.extend_from_slice(&table);
-    if wr.write_all(&msg).await.is_err() {
-        return;
-    }
     let id = shared.next_spare_id();
     let slot = hello.rank;
-    shared.parked().push_back(Parked { id, slot, wr });
+    let mut parked = Parked { id, slot, wr, mac };
+    let msg = parked.sealed(hdr, &table);
+    if parked.wr.write_all(&msg).await.is_err() {
+        return;
+    }
+    shared.parked().push_back(parked);
     tracing::info!(
         rank = shared.rank,
         spare = slot,
@@ -110,8 +131,9 @@ pub(crate) fn assign(shared: &Arc<Shared>, peer: u32, incarnation: u32) -> bool 
         b: u64::from(incarnation),
         ..Header::new(kind::ASSIGN, 0)
     };
+    let msg = p.sealed(hdr, &[]);
     shared.handle.spawn(async move {
-        let _ = p.wr.write_all(&hdr.encode()).await;
+        let _ = p.wr.write_all(&msg).await;
         let _ = p.wr.shutdown().await;
     });
     true
@@ -172,9 +194,9 @@ pub fn park(cfg: &SpareConfig) -> Result<Parking, TransportError> {
     let mut lost: Option<u32> = None;
     loop {
         let deadline = Instant::now() + cfg.connect_timeout;
-        let (mut s, found) = find_master(cfg, &table, lost, deadline)?;
+        let (mut s, found, mut mac) = find_master(cfg, &table, lost, deadline)?;
         tracing::info!(slot = cfg.slot, master = found.1, "this spare is parked");
-        match wait_parked(&mut s, cfg) {
+        match wait_parked(&mut s, &mut mac, cfg) {
             Ok(Some(p)) => return Ok(p),
             Ok(None) => {
                 tracing::warn!(
@@ -197,12 +219,16 @@ pub fn park(cfg: &SpareConfig) -> Result<Parking, TransportError> {
 /// Waits on a parked connection: `Ok(Some)` the master's word, `Ok(None)`
 /// the connection ended, `Err(table)` the master's table arrived and then
 /// the connection ended.
-fn wait_parked(s: &mut TcpStream, cfg: &SpareConfig) -> Result<Option<Parking>, Vec<Entry>> {
+fn wait_parked(
+    s: &mut TcpStream,
+    mac: &mut FrameMac,
+    cfg: &SpareConfig,
+) -> Result<Option<Parking>, Vec<Entry>> {
     let mut table = Vec::new();
     let _ = s.set_read_timeout(None);
     let max = u64::from(cfg.size) * frame::ENTRY_LEN as u64 + u64::from(frame::HANDSHAKE_MAX);
     loop {
-        match frame::read_frame_sync(s, max) {
+        match read_sealed(s, mac, max) {
             Ok(Some((h, p))) if h.kind == kind::PARKED => {
                 if let Ok(t) = frame::decode_table(&p, cfg.size) {
                     table = t;
@@ -222,6 +248,27 @@ fn wait_parked(s: &mut TcpStream, cfg: &SpareConfig) -> Result<Option<Parking>, 
     }
 }
 
+/// Reads one frame and its tag; a frame whose tag does not match ends
+/// the connection (an error).
+fn read_sealed(
+    s: &mut TcpStream,
+    mac: &mut FrameMac,
+    max: u64,
+) -> std::io::Result<Option<(Header, Vec<u8>)>> {
+    use std::io::Read;
+    let Some((h, p)) = frame::read_frame_sync(s, max)? else {
+        return Ok(None);
+    };
+    let mut tag = [0u8; TAG_LEN];
+    s.read_exact(&mut tag)?;
+    let mut hasher = mac.begin();
+    hasher.update(&h.encode());
+    hasher.update(&p);
+    mac.check(&hasher, &tag)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
+    Ok(Some((h, p)))
+}
+
 /// Connects and parks with the master: the rendezvous file's, or the
 /// fixed address's, and once `lost` died, any rank of `table` that runs
 /// the master now. Retries until `deadline`.
@@ -230,7 +277,7 @@ fn find_master(
     table: &[Entry],
     lost: Option<u32>,
     deadline: Instant,
-) -> Result<(TcpStream, Found), TransportError> {
+) -> Result<(TcpStream, Found, FrameMac), TransportError> {
     let mut last = String::from("no master answered");
     loop {
         let mut candidates: Vec<Found> = Vec::new();
@@ -251,7 +298,7 @@ fn find_master(
         }
         for found in candidates {
             match try_park(cfg, found) {
-                Ok(s) => return Ok((s, found)),
+                Ok((s, mac)) => return Ok((s, found, mac)),
                 Err(why) => last = why,
             }
         }
@@ -265,7 +312,7 @@ fn find_master(
 }
 
 /// One attempt to park with the master at `found`.
-fn try_park(cfg: &SpareConfig, (addr, rank): Found) -> Result<TcpStream, String> {
+fn try_park(cfg: &SpareConfig, (addr, rank): Found) -> Result<(TcpStream, FrameMac), String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
         .map_err(|e| format!("connecting to {addr}: {e}"))?;
     let _ = s.set_nodelay(true);
@@ -282,9 +329,10 @@ fn try_park(cfg: &SpareConfig, (addr, rank): Found) -> Result<TcpStream, String>
         node: crate::same_node::node_token(),
         nonce: [0; NONCE_LEN],
         incarnation: 0,
+        mac: true,
     };
     match handshake::call_sync(&mut s, &cfg.auth, hello, rank) {
-        Ok(()) => Ok(s),
+        Ok(keys) => Ok((s, keys.from_listener())),
         Err(Failed::Refused(r)) if r.contains(crate::RANK_FINISHED) => {
             Err(format!("{addr}: the job is over"))
         }

@@ -29,16 +29,24 @@ impl Harness {
     fn taskfold(&mut self, r: &Run) -> Result<(), String> {
         for d in &r.args.durability {
             for c in &r.args.completion {
-                self.taskfold_with(r, d, c)?;
+                for i in &r.args.integrity {
+                    self.taskfold_with(r, d, c, i)?;
+                }
             }
         }
         Ok(())
     }
 
-    fn taskfold_with(&mut self, r: &Run, durability: &str, completion: &str) -> Result<(), String> {
-        let side = side_name(durability, completion);
+    fn taskfold_with(
+        &mut self,
+        r: &Run,
+        durability: &str,
+        completion: &str,
+        integrity: &str,
+    ) -> Result<(), String> {
+        let side = side_name(durability, completion, integrity);
         let out = r.args.out.join(format!(
-            "taskfold-{durability}-{completion}-{}-p{}{}.jsonl",
+            "taskfold-{durability}-{completion}-{integrity}-{}-p{}{}.jsonl",
             r.label,
             r.np,
             r.suffix()
@@ -47,7 +55,7 @@ impl Harness {
         args.extend(r.driver_args());
         args.extend(["--out".into(), out.display().to_string()]);
         let cmd = format!(
-            "TASKFOLD_DURABILITY={durability} TASKFOLD_COMPLETION={completion} {} run -n {} -- {} {}",
+            "TASKFOLD_DURABILITY={durability} TASKFOLD_COMPLETION={completion} TASKFOLD_INTEGRITY={integrity} {} run -n {} -- {} {}",
             self.exe.display(),
             r.np,
             self.exe.display(),
@@ -64,6 +72,7 @@ impl Harness {
             env: vec![
                 ("TASKFOLD_DURABILITY".into(), durability.into()),
                 ("TASKFOLD_COMPLETION".into(), completion.into()),
+                ("TASKFOLD_INTEGRITY".into(), integrity.into()),
             ],
             log: None,
             respawn: 0,

@@ -75,6 +75,12 @@ pub struct CompareArgs {
     /// the side the targets are judged on.
     #[arg(long, value_delimiter = ',', default_value = "result")]
     pub completion: Vec<String>,
+    /// `TASKFOLD_INTEGRITY` of taskfold's sides (`off`, `mac`), one side
+    /// per value: `--integrity off,mac` measures the cost of sealing
+    /// every frame against the same build in the same run. The first is
+    /// the side the targets are judged on.
+    #[arg(long, value_delimiter = ',', default_value = "off")]
+    pub integrity: Vec<String>,
     /// Baselines to run, if installed.
     #[arg(long, value_delimiter = ',', default_value = "openmpi,mpich")]
     pub mpi: Vec<String>,
@@ -105,15 +111,18 @@ pub struct CompareArgs {
     pub timeout: std::time::Duration,
 }
 
-/// The report's name for taskfold under `durability` and `completion`:
-/// `taskfold` for the defaults, else what differs from them.
-fn side_name(durability: &str, completion: &str) -> String {
+/// The report's name for taskfold under `durability`, `completion` and
+/// `integrity`: `taskfold` for the defaults, else what differs from them.
+fn side_name(durability: &str, completion: &str, integrity: &str) -> String {
     let mut differs = Vec::new();
     if durability != "async" {
         differs.push(format!("durability {durability}"));
     }
     if completion != "result" {
         differs.push(format!("completion {completion}"));
+    }
+    if integrity != "off" {
+        differs.push(format!("integrity {integrity}"));
     }
     if differs.is_empty() {
         "taskfold".into()
@@ -151,6 +160,7 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
     let first = side_name(
         a.durability.first().map_or("async", |d| d.as_str()),
         a.completion.first().map_or("result", |c| c.as_str()),
+        a.integrity.first().map_or("off", |i| i.as_str()),
     );
     let mut h = Harness {
         exe: exe.clone(),
@@ -199,6 +209,11 @@ fn check_sides(a: &CompareArgs) -> Result<(), String> {
     for c in &a.completion {
         if !matches!(c.as_str(), "result" | "contributed") {
             return Err(format!("--completion {c}: expected result or contributed"));
+        }
+    }
+    for i in &a.integrity {
+        if !matches!(i.as_str(), "off" | "mac") {
+            return Err(format!("--integrity {i}: expected off or mac"));
         }
     }
     Ok(())

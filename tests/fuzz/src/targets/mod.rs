@@ -3,6 +3,7 @@
 mod core;
 #[cfg(feature = "libfabric")]
 mod libfabric;
+mod security;
 mod settings;
 mod tcp;
 
@@ -77,6 +78,21 @@ pub fn all() -> Vec<Target> {
             "TASKFOLD_* pairs: refusals name the variable; round trip",
             settings::settings_target,
         ),
+        t(
+            "tcp_sealed",
+            "sealed frames (TASKFOLD_INTEGRITY=mac): only frames sealed, in order, are taken",
+            security::sealed_target,
+        ),
+        t(
+            "tcp_gate",
+            "pending handshakes: bounded in all and per address; evictions of pending ones",
+            security::gate_target,
+        ),
+        t(
+            "tcp_refusal",
+            "a refusal before the proof: quoted, no control character, bounded",
+            security::refusal_target,
+        ),
     ];
     #[cfg(feature = "test-hooks")]
     all.push(t(
@@ -95,6 +111,11 @@ pub fn all() -> Vec<Target> {
             "libfabric_name",
             "endpoint-name frame: version first, lengths; round trip",
             libfabric::name_target,
+        ),
+        t(
+            "libfabric_source",
+            "fabric source check: taken only from the claimed rank's AV entry",
+            security::source_target,
         ),
     ]);
     all

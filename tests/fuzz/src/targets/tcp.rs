@@ -74,6 +74,7 @@ fn hello(u: &mut Unstructured<'_>) -> Result<Hello> {
         node: u64::arbitrary(u)?,
         nonce: <[u8; NONCE_LEN]>::arbitrary(u)?,
         incarnation: u32::arbitrary(u)?,
+        mac: bool::arbitrary(u)?,
     })
 }
 
