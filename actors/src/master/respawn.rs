@@ -87,6 +87,9 @@ pub(super) struct Replacements {
     /// The job has spares (`TASKFOLD_SPARES`): the master calls one for
     /// each awaited rank.
     pub(super) spares: bool,
+    /// The job's spares, and how many were called so far.
+    pub(super) spares_total: u32,
+    pub(super) spares_called: u32,
     /// The launcher may start replacements itself (`TASKFOLD_RESPAWN`).
     pub(super) launcher: bool,
 }
@@ -103,6 +106,8 @@ impl Replacements {
             admitting: Default::default(),
             died: Default::default(),
             spares: false,
+            spares_total: 0,
+            spares_called: 0,
             launcher: false,
         }
     }
@@ -135,10 +140,17 @@ impl Master {
         self.restart = c.restart;
         let own = self.out.transport().rank().0;
         let incarnations = self.out.view().read().incarnations();
+        // Spares that took ranks while the job started were called.
+        let taken: u32 = match c.budget {
+            0 => incarnations.iter().sum(),
+            _ => 0,
+        };
         self.respawn = Replacements {
+            spares_called: taken,
             book: Respawns::joined(&incarnations, c.replacements(), own),
             wait: c.wait,
             spares: c.spares > 0,
+            spares_total: c.spares,
             launcher: c.budget > 0,
             ..Replacements::none(self.size, own)
         };

@@ -18,6 +18,11 @@ use taskfold_core::Rank;
 /// starting its transport and registering takes milliseconds.
 const SPARE_WAIT: Duration = Duration::from_secs(5);
 
+/// How often the master looks again for a parked spare when none was
+/// parked at a death (spares still starting, or parking again with a
+/// standby), until the rank's wait runs out.
+const SPARE_POLL: Duration = Duration::from_millis(100);
+
 /// The spare called for `rank`, dead at `died`, should have asked by now.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -28,8 +33,9 @@ struct SpareDue {
 
 impl Master {
     /// Calls a parked spare to take `rank`'s place (dead at `died`), if
-    /// the job has spares. False if no replacement can come: no spare is
-    /// parked, and the launcher starts none.
+    /// the job has spares: at once, or as soon as one parks (within the
+    /// rank's wait). False if no replacement can come: every spare was
+    /// called already, and the launcher starts none.
     pub(super) fn call_spare(&mut self, rank: u32, died: Instant) -> bool {
         if !self.respawn.spares {
             return true;
@@ -38,14 +44,24 @@ impl Master {
             return true;
         };
         let t = self.out.transport();
-        if !t.assign_spare(Rank(rank), dead + 1) {
-            tracing::warn!(rank, "no spare is parked to take the dead rank's place");
-            return self.respawn.launcher;
-        }
+        let again = if t.assign_spare(Rank(rank), dead + 1) {
+            self.respawn.spares_called += 1;
+            SPARE_WAIT
+        } else if self.respawn.spares_called >= self.respawn.spares_total && !self.respawn.launcher
+        {
+            tracing::warn!(
+                rank,
+                "every spare was called: none is left to take the dead rank's place"
+            );
+            return false;
+        } else {
+            tracing::info!(rank, "no spare is parked yet to take the dead rank's place");
+            SPARE_POLL
+        };
         if let Some(me) = &self.me {
             let me = me.clone();
             actix::spawn(async move {
-                actix_rt::time::sleep(SPARE_WAIT).await;
+                actix_rt::time::sleep(again).await;
                 me.do_send(SpareDue { rank, died });
             });
         }

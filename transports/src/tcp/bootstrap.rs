@@ -473,9 +473,18 @@ pub(crate) async fn coordinate(
     let mut conns = Vec::new();
     let mut refusals = Vec::new();
     let mut missing = n - 1;
+    let mut deadline = deadline;
+    let mut spared = false;
     while missing > 0 {
         let reg = match tokio::time::timeout_at(deadline, rx.recv_async()).await {
             Ok(Ok(r)) => r,
+            Err(_) if !spared && spares_take(&shared, &table) => {
+                // The ranks that never came (dead before they registered)
+                // are taken by parked spares, which register in turn.
+                spared = true;
+                deadline = tokio::time::Instant::now() + shared.connect_timeout;
+                continue;
+            }
             _ => break,
         };
         match check_registration(&shared, &reg.hello, |r| table[r as usize].is_some()) {
@@ -525,6 +534,21 @@ pub(crate) async fn coordinate(
     send_table(&table, shared.rank, conns).await;
     tracing::info!(size = n, "all ranks registered");
     Ok(table)
+}
+
+/// Sends a parked spare to take each rank missing from `table`, as its
+/// first replacement; false (nothing sent) if too few are parked.
+fn spares_take(shared: &Arc<Shared>, table: &[Option<Entry>]) -> bool {
+    let absent: Vec<u32> = (0..table.len() as u32)
+        .filter(|&r| table[r as usize].is_none())
+        .collect();
+    if absent.is_empty() || shared.parked().len() < absent.len() {
+        return false;
+    }
+    tracing::warn!(ranks = ?absent, "ranks never registered: spares take their places");
+    absent
+        .into_iter()
+        .all(|r| super::spare::assign(shared, r, 1))
 }
 
 /// Sends the address table (and this build's protocol version, and the

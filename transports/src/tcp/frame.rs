@@ -144,6 +144,7 @@ impl Header {
         };
         match hdr.kind {
             kind::HELLO | kind::REFUSE | kind::TABLE | kind::CONTROL | kind::GET_CHUNK => {}
+            kind::PARKED => {}
             kind::GET_LEND if hdr.len != LEND_LEN && hdr.len != LEND_HEAP_LEN => {
                 return Err(format!("a loan with a payload of {}", hdr.len));
             }
@@ -155,7 +156,12 @@ impl Header {
                 return Err(format!("a proof with a payload of {}", hdr.len));
             }
             kind::CHALLENGE | kind::PROOF => {}
-            kind::GET_REQ | kind::GET_ERR | kind::GOODBYE | kind::GET_RETURN => {
+            kind::GET_REQ
+            | kind::GET_ERR
+            | kind::GOODBYE
+            | kind::GET_RETURN
+            | kind::ASSIGN
+            | kind::DISMISS => {
                 if hdr.len != 0 {
                     return Err(format!(
                         "frame kind {} with a payload of {}",

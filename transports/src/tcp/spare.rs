@@ -243,7 +243,15 @@ fn wait_parked(
                 return Err(table);
             }
             Ok(Some((h, _))) if h.kind == kind::DISMISS => return Ok(Some(Parking::Dismissed)),
-            _ => return Err(table),
+            other => {
+                let what = match other {
+                    Ok(Some((h, _))) => format!("frame kind {}", h.kind),
+                    Ok(None) => "the connection closed".into(),
+                    Err(e) => e.to_string(),
+                };
+                tracing::debug!(slot = cfg.slot, %what, "parked with the master no more");
+                return Err(table);
+            }
         }
     }
 }
