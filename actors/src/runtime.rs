@@ -95,7 +95,7 @@ impl Runtime {
         let (cmd_tx, cmd_rx) = flume::unbounded::<Command>();
         let live = Arc::new(Mutex::new(HashSet::new()));
         let notices = crate::notices::Notices::default();
-        if rank == 0 && config.notice_board {
+        if transport.master_rank().0 == rank && config.notice_board {
             match taskfold_transports::board::Board::create() {
                 Ok(b) => notices.set(Arc::new(b)),
                 Err(e) => {

@@ -88,12 +88,16 @@ fn actors(p: Parts) -> Result<(), StartError> {
         ReplicaDisk::open(c.replica_dir.as_deref(), rank).map_err(StartError::ReplicaDir)?,
     );
     let store = ReplicaStore::new(rank, out.clone(), disk.clone(), c.replica_limit).start();
-    let (master, detector) = match rank {
-        0 => {
+    // The rank that ran the master when this process joined: rank 0's
+    // first process, or a standby after a takeover (a replacement of rank
+    // 0 then joins as any rank).
+    let hosts = p.transport.master_rank().0 == rank;
+    let (master, detector) = match hosts {
+        true => {
             let (m, d) = master(&p, &out, &disk);
             (Some(m), Some(d))
         }
-        _ => (None, None),
+        false => (None, None),
     };
     let worker = Worker::new(WorkerParts {
         rank: Rank(rank),
@@ -107,7 +111,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
     })
     .start();
     // Every rank but the master's own watches its master.
-    let watch = (rank != 0).then(|| {
+    let watch = (!hosts).then(|| {
         let timing = Timing {
             period: c.ping_period,
             timeout: c.failure_timeout,
@@ -187,9 +191,10 @@ fn master_and_detector(
     .start();
     let mut m = Master::new(size, out.clone(), c.task_log_limit);
     m.set_max_reductions(c.max_reductions);
-    if out.transport().rank().0 == 0 && out.transport().replaces() {
-        // Replacements register with the first master only (its address
-        // is the one the launcher gives them).
+    if out.transport().replaces() {
+        // Replacements and spares find whichever rank runs the master (a
+        // standby rewrites the rendezvous file; spares look through the
+        // table).
         m.set_respawn(&c.respawn);
     }
     m.set_detector(detector.clone());

@@ -44,10 +44,10 @@ impl Timing {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Lost {
     /// No ping for this long (this rank's own absences discounted).
-    #[error("no ping from the master (rank 0) for {} ms", .0.as_millis())]
+    #[error("no ping from the master for {} ms", .0.as_millis())]
     Silent(Duration),
     /// The link to the master went down.
-    #[error("the link to the master (rank 0) went down: {0}")]
+    #[error("the link to the master went down: {0}")]
     LinkDown(String),
 }
 

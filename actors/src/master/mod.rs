@@ -345,6 +345,7 @@ impl Actor for Master {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.me = Some(ctx.address());
+        self.await_the_dead();
         if let Some(b) = &self.board {
             let msg = Msg::Board {
                 at: b.reference().encode(),

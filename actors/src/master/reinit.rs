@@ -63,6 +63,21 @@ impl Master {
         }
     }
 
+    /// A standby took over a job that ran in `epoch`: its rollbacks are
+    /// numbered after it; under global restart, if a dead rank's
+    /// replacement is awaited (the dead master's, say), the job rolls back
+    /// at once (a rollback the dead master began is begun again).
+    pub(super) fn resume_epoch(&mut self, epoch: u32) {
+        self.rollback = taskfold_core::reinit::Rollback::Running(epoch);
+        if self.restart != taskfold_core::settings::Restart::Global {
+            return;
+        }
+        let awaited = (0..self.size).find(|&r| self.respawn.book.awaited(r));
+        if let Some(r) = awaited {
+            self.roll_back(Rank(r));
+        }
+    }
+
     /// `rank` will not come back (no replacement): not waited for.
     pub(super) fn left_rollback(&mut self, rank: u32) {
         if let Some(go) = self.rollback.left(rank) {

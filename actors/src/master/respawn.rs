@@ -92,6 +92,9 @@ pub(super) struct Replacements {
     pub(super) spares_called: u32,
     /// The launcher may start replacements itself (`TASKFOLD_RESPAWN`).
     pub(super) launcher: bool,
+    /// A standby's: the ranks dead when it took over, awaited once it
+    /// runs.
+    pub(super) pending: Vec<u32>,
 }
 
 impl Replacements {
@@ -109,6 +112,7 @@ impl Replacements {
             spares_total: 0,
             spares_called: 0,
             launcher: false,
+            pending: Vec::new(),
         }
     }
 

@@ -71,7 +71,23 @@ impl Master {
             reports: Vec::new(),
             deferred: Vec::new(),
         };
+        // The dead ranks' replacements are awaited here from now on (once
+        // this actor runs: their waits are timers).
+        self.respawn.pending = all.iter().map(|r| r as u32).collect();
+        // Replacements, spares and the launcher find this rank now.
+        if let Err(e) = self.out.transport().become_master() {
+            tracing::error!(error = %e, "cannot tell newcomers where the master is now");
+        }
         tracing::warn!(master = %self.out.master(), %lost, "taking over from the dead master");
+    }
+
+    /// The dead ranks a standby took over with: each awaits its
+    /// replacement here, as under the dead master (while replacements
+    /// are left).
+    pub(super) fn await_the_dead(&mut self) {
+        for rank in std::mem::take(&mut self.respawn.pending) {
+            self.respawn_on_death(rank);
+        }
     }
 
     /// Whether the reports are still coming: a message is then kept
@@ -113,6 +129,7 @@ impl Master {
         let mut ended: HashMap<u64, Option<Failure>> = HashMap::new();
         let mut held: HashMap<u64, Vec<Held>> = HashMap::new();
         let passed = reports.iter().map(|r| r.passed).max().unwrap_or(0);
+        let epoch = reports.iter().map(|r| r.epoch).max().unwrap_or(0);
         let mut barriers = Vec::new();
         let mut finalized = Vec::new();
         for r in reports {
@@ -131,6 +148,10 @@ impl Master {
             }
         }
         for (&key, error) in &ended {
+            if error.is_none() {
+                // A replacement that joins it again is told it completed.
+                self.note_completed(key);
+            }
             // A member yet to join a reduction that failed is told then.
             if let (Some(f), false) = (error, held.contains_key(&key)) {
                 let everyone = (0..self.size).collect();
@@ -174,6 +195,7 @@ impl Master {
             reductions = rebuilt,
             "took over: the live reductions are rebuilt"
         );
+        self.resume_epoch(epoch);
         self.check_finalize();
     }
 

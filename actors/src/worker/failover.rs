@@ -191,6 +191,7 @@ impl Worker {
             barriers: self.barriers.keys().copied().collect(),
             passed,
             finalized: self.finalizing == super::end::Finalize::Sent,
+            epoch: self.epoch,
         }
     }
 }

@@ -30,6 +30,11 @@ impl Masters {
         }
     }
 
+    /// A replacement of `rank` was started: it may take over again.
+    pub(super) fn revived(&mut self, rank: u32) {
+        self.dead.remove(rank as usize);
+    }
+
     /// `rank` died: the standby that takes over, if it was the master and
     /// there is one (`Err(())` if it was the master and there is none).
     pub(super) fn died(&mut self, rank: u32) -> Result<Option<u32>, ()> {

@@ -367,6 +367,7 @@ fn watch(
                             .any(|c| c.0 == masters.current && matches!(c.2.try_wait(), Ok(None)));
                         if others && leads && stopped.is_none() {
                             if let Some((c, note)) = spawner.replace(&mut exit, masters.current) {
+                                masters.revived(c.0);
                                 children.push(c);
                                 notes.push(note);
                             }
@@ -438,9 +439,10 @@ fn failed(
 ) -> (bool, Vec<String>) {
     let rank = exit.rank;
     // A clean exit follows finalize, which the master already knows; a
-    // failure it must learn now (only rank 0's address is known here).
-    if rank != 0 && masters.current == 0 && others {
-        report(exit, job, cluster);
+    // failure it must learn now (the rendezvous file names whichever rank
+    // runs the master).
+    if rank != masters.current && others {
+        report(exit, job, (cluster, masters.current));
     }
     // A master lost with no standby ends the job, even if it was the last
     // to go (the others ended without it).
@@ -471,10 +473,10 @@ fn failed(
     }
 }
 
-/// Tells the master that a rank exited, so it needs no timeout to notice
-/// (from the master's node, the only one where its address exists, when
-/// the job runs on simulated nodes).
-fn report(exit: &RankExit, job: &Job, cluster: Option<&nodes::Cluster>) {
+/// Tells the master, rank `master`, that a rank exited, so it needs no
+/// timeout to notice (from the master's node, the only one where its
+/// address exists, when the job runs on simulated nodes).
+fn report(exit: &RankExit, job: &Job, (cluster, current): (Option<&nodes::Cluster>, u32)) {
     let (code, signal) = exit.code_and_signal();
     let master = MasterAddr::Rendezvous(job.rendezvous.clone());
     let auth = JobAuth::Key(job.key.clone());
@@ -492,7 +494,7 @@ fn report(exit: &RankExit, job: &Job, cluster: Option<&nodes::Cluster>) {
     };
     let res = match cluster {
         Some(c) => c
-            .in_node(c.node_of(0), send)
+            .in_node(c.node_of(current), send)
             .unwrap_or_else(|e| Err(format!("entering the master's node: {e}"))),
         None => send(),
     };

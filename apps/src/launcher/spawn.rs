@@ -53,8 +53,8 @@ impl<'a> Spawner<'a> {
 
     /// Starts a replacement for the process that ended with `exit`, if it
     /// was killed by a signal, is not the master (`master`, the current
-    /// one, whose process the caller saw running), the first master still
-    /// leads (replacements register with it) and replacements are left.
+    /// one, whose process the caller saw running: replacements register
+    /// with it, through the rendezvous file) and replacements are left.
     /// Returns its rank, incarnation and process, and what the dead
     /// rank's line says of it.
     pub(super) fn replace(
@@ -63,7 +63,7 @@ impl<'a> Spawner<'a> {
         master: u32,
     ) -> Option<((u32, u32, Child), String)> {
         let killed = exit.code_and_signal().1 != 0;
-        if !killed || self.left == 0 || exit.rank == master || master != 0 {
+        if !killed || self.left == 0 || exit.rank == master {
             return None;
         }
         let (rank, incarnation) = (exit.rank, exit.incarnation + 1);

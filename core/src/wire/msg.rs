@@ -236,6 +236,9 @@ pub struct Rejoin {
     pub passed: u64,
     /// The sender's finalize was sent.
     pub finalized: bool,
+    /// The global restart's epoch the sender last heard of (a new master
+    /// numbers its rollbacks after every rank's).
+    pub epoch: u32,
 }
 
 /// One reduction in a [`Rejoin`].

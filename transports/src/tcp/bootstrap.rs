@@ -232,6 +232,34 @@ pub(super) fn connect_master(
     }
 }
 
+/// For a replacement of rank 0: whether the master it would join is its
+/// own dead predecessor, with no standby after it — the rendezvous file
+/// (or the fixed address) still names rank 0 and nobody answers there for
+/// a while. That happens when rank 0 died while the job started; a
+/// standby that took over a running job rewrites the file first.
+pub(crate) fn orphaned(cfg: &TcpConfig) -> bool {
+    let wait = (cfg.connect_timeout / 10).clamp(Duration::from_millis(500), Duration::from_secs(3));
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        match resolve(&cfg.master, cfg.job) {
+            Ok((_, master)) if master != 0 => return false,
+            Ok((addr, _)) => {
+                if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                    return false; // someone answers there: join it
+                }
+            }
+            Err(Unresolved::Fatal(_)) => return false,
+            Err(Unresolved::Retry(_)) => {}
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    tracing::warn!(
+        rank = cfg.rank,
+        "the master died while the job started: this replacement hosts it"
+    );
+    true
+}
+
 enum Attempt {
     /// Try again; at the deadline, fail with the error given, if any, else
     /// as unreachable.

@@ -178,8 +178,10 @@ impl TcpTransport {
         let runtime = build_runtime(&cfg)?;
         let shared = Arc::new(Shared::new(&cfg, runtime.handle().clone()));
         // Rank 0's first process hosts the master; a replacement of rank 0
-        // joins whichever rank runs the master then, as any rank does.
-        let hosts = cfg.rank == 0 && cfg.incarnation == 0;
+        // joins whichever rank runs the master then, as any rank does,
+        // unless the master it would replace died with no one after it
+        // (while the job started): then it hosts the master itself.
+        let hosts = cfg.rank == 0 && (cfg.incarnation == 0 || bootstrap::orphaned(&cfg));
         let bind = match (&cfg.master, hosts) {
             (MasterAddr::Addr(a), true) => *a,
             _ => SocketAddr::new(cfg.bind_host, 0),

@@ -15,6 +15,7 @@ fn report_of(rank: u32, f: impl FnOnce(&mut Rejoin)) -> RejoinIn {
         barriers: Vec::new(),
         passed: 0,
         finalized: false,
+        epoch: 0,
     };
     f(&mut rejoin);
     RejoinIn {
