@@ -4,7 +4,8 @@
 //! as the launcher's.
 //!
 //! A rank binds its listener first, then connects to the master (retrying
-//! with backoff; with a rendezvous file, re-reading the file each time) and
+//! with backoff; with a rendezvous file, re-reading the file each time;
+//! with the launcher's store, after its fence, [`crate::pmi`]) and
 //! sends `HELLO{version, role: Register, job, rank, size, listen address,
 //! nonce}`; the two prove the job key to each other (the `handshake`
 //! module). The master refuses (a `REFUSE` frame with the reason, then it
@@ -111,6 +112,7 @@ pub(crate) fn resolve(master: &MasterAddr, job: u64) -> Result<SocketAddr, Unres
     let path = match master {
         MasterAddr::Addr(a) => return Ok(*a),
         MasterAddr::Rendezvous(p) => p,
+        MasterAddr::Store(s) => return s.lookup().map_err(Unresolved::Fatal),
     };
     let retry = |why: String| Unresolved::Retry(why);
     // Believed only if this user wrote it privately: a file another user
@@ -183,6 +185,7 @@ fn describe(master: &MasterAddr) -> String {
     match master {
         MasterAddr::Addr(a) => a.to_string(),
         MasterAddr::Rendezvous(p) => format!("rendezvous file {}", p.display()),
+        MasterAddr::Store(s) => s.describe(),
     }
 }
 
