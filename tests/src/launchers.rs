@@ -122,3 +122,20 @@ pub fn rank_pid(mark: &str, rank: u32) -> Option<i32> {
         (has(mark) && ids.iter().any(|id| has(id))).then_some(pid)
     })
 }
+
+/// Checks that a `tf_check` job of `np` ranks ended well: every rank
+/// reported, none failed a reduction, nothing was wrong.
+pub fn assert_tf_check_ok(out: &std::process::Output, np: u32) {
+    let t = crate::text(out);
+    assert!(out.status.success(), "job failed:\n{t}");
+    for r in 0..np {
+        assert!(
+            t.contains(&format!("rank {r}: ")),
+            "rank {r} did not report:\n{t}"
+        );
+    }
+    assert!(!t.contains("WRONG"), "{t}");
+    assert_eq!(t.matches(" 0 failed").count(), np as usize, "{t}");
+    // With a key from the store, never the insecure mode.
+    assert!(!t.contains("insecure mode"), "{t}");
+}
