@@ -27,9 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use taskfold_core::auth::JobKey;
 use taskfold_core::id::stable_hash;
-use taskfold_core::settings::pmi::{discovery, NO_MASTER};
-use taskfold_core::settings::Discovery;
-pub use taskfold_core::settings::{Identity, Launch};
+pub use taskfold_core::settings::pmi::discovery;
+use taskfold_core::settings::pmi::NO_MASTER;
+pub use taskfold_core::settings::{Discovery, Identity, Launch, Protocol};
 use taskfold_transports::pmi::StoreMaster;
 use taskfold_transports::tcp::MasterAddr;
 

@@ -41,6 +41,29 @@ fn mpiexec_ranks_find_the_master_and_the_key_in_hydras_store() {
     assert_tf_check_ok(&out, 4);
 }
 
+/// Variables naming the master come before the store: with a rendezvous
+/// file (and a key file) set, rank 0 writes the file, which says at the
+/// end that the job is over; the store carries nothing.
+#[test]
+fn mpiexec_variables_come_before_the_store() {
+    let Some(hydra) = launchers::hydra() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rendezvous = dir.path().join("master.addr");
+    let mut cmd = mpiexec(&hydra, 3, JOB);
+    cmd.env("TASKFOLD_RENDEZVOUS", &rendezvous).env(
+        "TASKFOLD_JOB_KEY_FILE",
+        taskfold_tests::job_key_file(dir.path()),
+    );
+    assert_tf_check_ok(&run_bounded(cmd, LIMIT), 3);
+    let written = std::fs::read_to_string(&rendezvous).expect("rank 0 wrote the rendezvous file");
+    assert!(
+        written.starts_with("taskfold-rendezvous ") && written.trim_end().ends_with(" over"),
+        "{written}"
+    );
+}
+
 /// Rank 0 given a key and the others none: the others say so at once,
 /// naming the variables (and the launcher then ends the job).
 #[test]

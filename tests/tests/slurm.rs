@@ -89,6 +89,34 @@ fn srun_ranks_keep_a_key_file_of_their_own() {
     assert!(t.contains("proof of the job key did not match"), "{t}");
 }
 
+/// A rank that never reaches the store's fence (here a process that is
+/// no taskfold rank) leaves the others waiting at most 30 s: they then
+/// fail, naming the fence.
+#[test]
+fn srun_a_rank_that_never_reaches_the_fence_fails_the_others_in_time() {
+    let Some(srun) = launchers::slurm() else {
+        return;
+    };
+    let mut cmd = launchers::srun(&srun, 2, "pmi2");
+    let script = format!(
+        "if [ \"$SLURM_PROCID\" = 1 ]; then exec sleep 120; fi; exec {} --reductions 1",
+        tf_check().display()
+    );
+    // Rank 0's failure ends the job (the sleeper with it).
+    cmd.arg("--kill-on-bad-exit=1").args(["sh", "-c", &script]);
+    let started = std::time::Instant::now();
+    let out = run_bounded(cmd, LIMIT);
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("0: tf_check: cannot start: master unreachable: the launcher's key-value store (pmi1, job ")
+            && t.contains("barrier_in: no answer from the launcher in time (every rank of the job must reach the fence within 30s)"),
+        "{t}"
+    );
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(100), "took {took:?}:\n{t}");
+}
+
 /// `srun --mpi=pmix`: PMIx's store (cargo feature `pmix`).
 #[cfg(feature = "pmix")]
 #[test]

@@ -245,3 +245,18 @@ fn a_pmi_fd_that_is_no_socket_is_refused_naming_it() {
 fn tempfile_fd() -> std::fs::File {
     std::fs::File::open("/proc/self/stat").unwrap()
 }
+
+#[test]
+fn a_process_opens_its_store_once() {
+    let socks = job(1, hydra);
+    let fd = socks[0].as_raw_fd();
+    let first = super::open(super::Protocol::Pmi1 { fd }, 0, T);
+    assert!(first.is_ok(), "{:?}", first.err());
+    let e = super::open(super::Protocol::Pmi1 { fd }, 0, T)
+        .err()
+        .expect("a second start is refused");
+    assert!(
+        e.contains("a second runtime needs TASKFOLD_MASTER or TASKFOLD_RENDEZVOUS"),
+        "{e}"
+    );
+}
