@@ -102,7 +102,7 @@ pub fn open(protocol: Protocol, rank: u32, timeout: Duration) -> Result<Box<dyn 
     match protocol {
         Protocol::Pmi1 { fd } => Ok(Box::new(pmi1::Pmi1::connect(fd, rank, timeout)?)),
         #[cfg(feature = "pmix")]
-        Protocol::Pmix => Ok(Box::new(pmix::Pmix::init(rank)?)),
+        Protocol::Pmix => Ok(Box::new(pmix::Pmix::init(rank, timeout)?)),
         #[cfg(feature = "pmi2")]
         Protocol::Pmi2 => Ok(Box::new(pmi2::Pmi2::init(rank)?)),
         #[allow(unreachable_patterns)]
@@ -111,7 +111,6 @@ pub fn open(protocol: Protocol, rank: u32, timeout: Duration) -> Result<Box<dyn 
 }
 
 /// Why a protocol this build lacks cannot be used.
-#[allow(dead_code)]
 fn not_built(p: Protocol) -> String {
     let name = p.name();
     format!(

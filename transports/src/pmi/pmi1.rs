@@ -21,7 +21,7 @@
 
 use super::Kvs;
 use socket2::Socket;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::mem::ManuallyDrop;
 use std::os::fd::FromRawFd;
 use std::time::Duration;
@@ -110,7 +110,7 @@ impl Pmi1 {
         let io = |e: std::io::Error| format!("{what}: {e}");
         let mut line = request.as_bytes().to_vec();
         line.push(b'\n');
-        (&*self.sock).write_all(&line).map_err(io)?;
+        self.send_all(&line).map_err(io)?;
         self.sock
             .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
             .map_err(io)?;
@@ -127,6 +127,20 @@ impl Pmi1 {
                 Err(format!("{what}: the launcher answered rc={rc} ({msg})"))
             }
         }
+    }
+
+    /// Writes all of `bytes`; a launcher gone is an error, never the
+    /// SIGPIPE that would end a process embedding taskfold from C.
+    fn send_all(&self, mut bytes: &[u8]) -> std::io::Result<()> {
+        while !bytes.is_empty() {
+            match self.sock.send_with_flags(bytes, libc::MSG_NOSIGNAL) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// One answer line, without its newline.

@@ -17,6 +17,8 @@ const MAX_NSPACE: usize = 256;
 /// This process's PMIx client.
 pub(crate) struct Pmix {
     nspace: String,
+    /// How long a get waits for its value.
+    timeout: Duration,
 }
 
 /// What a PMIx status means, for an error about `what`.
@@ -38,8 +40,9 @@ fn c_string(what: &str, s: &str) -> Result<CString, String> {
 }
 
 impl Pmix {
-    /// `PMIx_Init`; the server must name this process rank `rank`.
-    pub(crate) fn init(rank: u32) -> Result<Pmix, String> {
+    /// `PMIx_Init`; the server must name this process rank `rank`. A get
+    /// waits at most `timeout`.
+    pub(crate) fn init(rank: u32, timeout: Duration) -> Result<Pmix, String> {
         let mut ns = [0 as c_char; MAX_NSPACE];
         let mut theirs = 0u32;
         // SAFETY: `ns` holds MAX_NSPACE bytes and the shim writes at most
@@ -52,7 +55,7 @@ impl Pmix {
         let nspace = unsafe { CStr::from_ptr(ns.as_ptr()) }
             .to_string_lossy()
             .into_owned();
-        let me = Pmix { nspace };
+        let me = Pmix { nspace, timeout };
         if theirs != rank {
             return Err(format!(
                 "PMIx names this process rank {theirs} of namespace {}, the launcher's variables \
@@ -101,7 +104,7 @@ impl Kvs for Pmix {
             pmix_sys::tf_pmix_get(
                 rank,
                 k.as_ptr(),
-                secs(Duration::from_secs(30)),
+                secs(self.timeout),
                 buf.as_mut_ptr(),
                 buf.len(),
             )
