@@ -2,12 +2,16 @@
 //! tests: every page is the documentation of one module below, so
 //! `cargo test -p taskfold-book` compiles and runs every Rust code block of
 //! the book. Blocks marked `no_run` (a `main` that needs a launcher) are
-//! compiled only.
+//! compiled only. The C and Fortran blocks (tagged `c` and `fortran`) are
+//! whole programs: `tests/c_blocks.rs` compiles each against
+//! libtaskfold and runs it under `taskfold run -n 2` (`no_run`: compiled
+//! only).
 //!
 //! # Layout
 //!
 //! One empty module per page, in the order of `src/SUMMARY.md`:
-//! [`introduction`], [`getting_started`], [`embedding`], [`reducer_body`],
+//! [`introduction`], [`getting_started`], [`embedding`], [`embedding_c`],
+//! [`reducer_body`],
 //! [`non_blocking`], [`fault_tolerance`], [`checkpoints`], [`transports`],
 //! [`launching`], [`configuration`], [`security`], [`metrics`],
 //! [`benchmarks`],
@@ -21,6 +25,9 @@ pub mod getting_started {}
 
 #[doc = include_str!("src/embedding.md")]
 pub mod embedding {}
+
+#[doc = include_str!("src/embedding-c.md")]
+pub mod embedding_c {}
 
 #[doc = include_str!("src/reducer-body.md")]
 pub mod reducer_body {}
@@ -71,7 +78,7 @@ mod tests {
             .filter_map(|l| l.split("](").nth(1))
             .filter_map(|rest| rest.split(')').next())
             .collect();
-        assert_eq!(pages.len(), 15, "{pages:?}");
+        assert_eq!(pages.len(), 16, "{pages:?}");
         for page in pages {
             let include = format!("include_str!(\"src/{page}\")");
             assert!(

@@ -10,8 +10,9 @@ use taskfold_core::auth::JobKey;
 use taskfold_core::id::stable_hash;
 use taskfold_core::settings::{KeySource, TransportSettings};
 use taskfold_transports::select;
+use taskfold_transports::tcp::spare::Parking;
 use taskfold_transports::tcp::{MasterAddr, TcpConfig};
-use taskfold_transports::Transport;
+use taskfold_transports::{Transport, TransportError};
 
 /// A change to the settings, applied in order at [`Builder::build`].
 type Edit = Box<dyn FnOnce(&mut Settings) + Send>;
@@ -130,13 +131,20 @@ impl Builder {
         for edit in self.edits {
             edit(&mut settings);
         }
+        // Before the first warning (an unknown variable, an insecure job).
+        crate::logger::install_default(settings.runtime.log);
         // Checkpoints are stamped with the job's name unless they are
         // given one of their own.
         if settings.runtime.checkpoint.job.is_none() {
             settings.runtime.checkpoint.job = settings.launch.job_name();
         }
-        for name in &settings.unknown {
-            tracing::warn!("{name} is set but is no taskfold setting (a typo?); ignored");
+        // Under `taskfold run` the launcher warned, once for the job.
+        for name in settings.unknown.iter().filter(|_| !settings.unknown_warned) {
+            let hint = match taskfold_core::settings::sources::closest(name) {
+                Some(close) => format!(" (did you mean {close}?)"),
+                None => String::new(),
+            };
+            tracing::warn!("{name} is set but is no taskfold setting{hint}; ignored");
         }
         let transport = match self.transport {
             Some(t) => t,
@@ -147,7 +155,7 @@ impl Builder {
                     master: self.master,
                     job: self.job,
                 };
-                place.start_transport(&settings)?
+                place.start_transport(&mut settings)?
             }
         };
         Runtime::start_at(transport, settings.runtime, epoch)
@@ -166,7 +174,7 @@ struct Place {
 impl Place {
     /// Starts the transport the settings choose (TCP, or libfabric with
     /// `TASKFOLD_TRANSPORT=libfabric`).
-    fn start_transport(self, settings: &Settings) -> Result<Arc<dyn Transport>, StartError> {
+    fn start_transport(self, settings: &mut Settings) -> Result<Arc<dyn Transport>, StartError> {
         let launch = &settings.launch;
         let (rank, size) = match (self.rank, self.size) {
             (Some(r), Some(s)) => (r, s),
@@ -191,13 +199,72 @@ impl Place {
                 (m, self.job.unwrap_or(j), key)
             }
         };
-        let mut tcp = tcp_config(rank, size, job, master);
-        tcp.auth = match stored {
+        let auth = match stored {
             Some(key) => taskfold_core::auth::JobAuth::Key(key),
             None => taskfold_transports::auth::job_auth(launch)?,
         };
-        tcp.incarnation = launch.incarnation;
+        let (rank, size) = spare_or_rank(settings, (rank, size), (&master, job, &auth))?;
+        let mut tcp = tcp_config(rank, size, job, master);
+        tcp.auth = auth;
+        tcp.incarnation = settings.launch.incarnation;
+        tcp.integrity = settings.launch.integrity;
         select::start(&settings.transport, tcp).map_err(StartError::of_transport)
+    }
+}
+
+/// This process's rank and the job's working size, with
+/// `TASKFOLD_SPARES` counted: the last spares of the `size` processes
+/// started are kept out of the application's view, and one of them
+/// (`rank` among the processes) waits here, parked with the master, until
+/// it is given a dead rank to take (its incarnation goes into
+/// `settings`) or the job ends ([`StartError::Spare`]).
+fn spare_or_rank(
+    settings: &mut Settings,
+    (rank, size): (u32, u32),
+    (master, job, auth): (&MasterAddr, u64, &taskfold_core::auth::JobAuth),
+) -> Result<(u32, u32), StartError> {
+    let spares = settings.runtime.respawn.spares;
+    if spares == 0 {
+        return Ok((rank, size));
+    }
+    if spares >= size {
+        return Err(StartError::Identity(format!(
+            "TASKFOLD_SPARES={spares} leaves no rank to work: the job has {size} processes"
+        )));
+    }
+    let working = size - spares;
+    if rank < working {
+        return Ok((rank, working));
+    }
+    let cfg = taskfold_transports::tcp::spare::SpareConfig {
+        job,
+        size: working,
+        slot: rank,
+        master: master.clone(),
+        auth: auth.clone(),
+        connect_timeout: TcpConfig::new(0, working, job, master.clone()).connect_timeout,
+    };
+    tracing::info!(
+        slot = rank,
+        working,
+        "this process is a spare: it waits to be needed"
+    );
+    match taskfold_transports::tcp::spare::park(&cfg) {
+        Ok(Parking::Assigned { rank, incarnation }) => {
+            tracing::warn!(
+                slot = cfg.slot,
+                rank,
+                incarnation,
+                "this spare takes a dead rank's place"
+            );
+            settings.launch.incarnation = incarnation;
+            Ok((rank, working))
+        }
+        Ok(Parking::Dismissed) => Err(StartError::Spare),
+        Err(TransportError::Refused(r)) if r.contains(taskfold_transports::RANK_FINISHED) => {
+            Err(StartError::Spare)
+        }
+        Err(e) => Err(StartError::Transport(e)),
     }
 }
 

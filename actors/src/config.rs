@@ -6,6 +6,6 @@
 //! `Settings::from_env` (see the book's Configuration chapter).
 
 pub use taskfold_core::settings::{
-    CheckpointConfig, Completion, Config, Durability, RespawnConfig, Restart, Settings,
+    CheckpointConfig, Completion, Config, Durability, LogLevel, RespawnConfig, Restart, Settings,
     SettingsError, Standby,
 };

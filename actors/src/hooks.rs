@@ -3,9 +3,10 @@
 //! before its contribution is announced, before its replica left it, while
 //! its data is fetched or folded), deterministically.
 //!
-//! `TASKFOLD_TEST_HOOK=RANK:POINT:ID:DIR[;...]` (parsed with every other
-//! setting, see `taskfold_core::settings::hooks`; a malformed entry stops
-//! the start). When rank `RANK` reaches `POINT` in reduction `ID`, it
+//! `TASKFOLD_TEST_HOOK=RANK:POINT:ID:DIR[;...]` (parsed with the settings,
+//! see `taskfold_core::settings::hooks`; a malformed entry stops the
+//! start), in builds with the cargo feature `test-hooks` only: the test
+//! suites enable it, a release build has no hooks (`hooks_off.rs`). When rank `RANK` reaches `POINT` in reduction `ID`, it
 //! writes `DIR/held-RANK-POINT` and waits (only that reduction waits; the
 //! rank keeps answering pings and serving data) until
 //! `DIR/release-RANK-POINT` exists, at most two minutes.
@@ -17,6 +18,11 @@
 
 use std::time::{Duration, Instant};
 pub use taskfold_core::settings::hooks::{Hook, Point};
+
+/// The hooks of `config`.
+pub(crate) fn of(config: &crate::Config) -> Vec<Hook> {
+    config.hooks.clone()
+}
 
 /// The hook of `rank` at `point` in reduction `id`, if any.
 fn find<'a>(hooks: &'a [Hook], rank: u32, point: Point, id: &str) -> Option<&'a Hook> {

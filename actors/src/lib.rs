@@ -40,8 +40,11 @@
 //! - `notices`: where application threads wait on the master's notice
 //!   board (released barriers, completed reductions) beside their own
 //!   answer.
-//! - `hooks`: test hooks that hold a rank at an exact point (public API
-//!   only with the cargo feature `test-hooks`, for integration tests).
+//! - `hooks`: test hooks that hold a rank at an exact point, with the
+//!   cargo feature `test-hooks` (test suites only; without it every check
+//!   is a constant "no hook" and `TASKFOLD_TEST_HOOK` is refused).
+//! - `logger`: the stderr logger the runtime installs when the application
+//!   has no `tracing` subscriber (`TASKFOLD_LOG`, default `warn`).
 //! - [`metrics`]: metric names (and, with the cargo feature `prometheus`,
 //!   `metrics::serve_prometheus`). [`config`]: tunables, and [`Settings`]
 //!   (every `TASKFOLD_*` variable, parsed once).
@@ -59,15 +62,16 @@ pub mod config;
 mod detector;
 pub mod env;
 pub mod future;
-// The test hooks are read from `TASKFOLD_TEST_HOOK` in every build; only
-// integration tests that build `Config::hooks` themselves need to name
-// their types, so the module is public API only for them.
+// Test hooks exist only in test builds (the cargo feature `test-hooks`);
+// elsewhere every check is a constant "no hook".
 #[cfg(feature = "test-hooks")]
 pub mod hooks;
 #[cfg(not(feature = "test-hooks"))]
+#[path = "hooks_off.rs"]
 mod hooks;
 pub mod lifecycle;
 pub mod local;
+mod logger;
 mod master;
 mod membership;
 pub mod metrics;

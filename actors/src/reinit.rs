@@ -105,7 +105,7 @@ impl Runtime {
         if global && matches!(self.lifecycle(), Lifecycle::Restarted { .. }) {
             resume = self.meet(None)?;
         }
-        let runs = self.config.respawn.budget.saturating_add(2);
+        let runs = self.config.respawn.replacements().saturating_add(2);
         let mut last = ReduceError::Reinit { epoch: 0 };
         for _ in 0..runs {
             let entry = Entry {

@@ -87,6 +87,7 @@ impl Runtime {
     ) -> Result<Runtime, StartError> {
         let rank = transport.rank().0;
         let size = transport.size();
+        crate::logger::install_default(config.log);
         crate::metrics::describe();
         taskfold_core::pool::set_limit(usize::try_from(config.buffer_pool).unwrap_or(usize::MAX));
         taskfold_core::pool::follow_peak(config.buffer_pool_follows_peak);

@@ -102,7 +102,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
         perf: perf.clone(),
         store: store.clone(),
         disk: disk.clone(),
-        hooks: c.hooks.clone(),
+        hooks: crate::hooks::of(c),
         live: p.live.clone(),
     })
     .start();
@@ -190,7 +190,7 @@ fn master_and_detector(
     if out.transport().rank().0 == 0 && out.transport().replaces() {
         // Replacements register with the first master only (its address
         // is the one the launcher gives them).
-        m.set_respawn(c.respawn.budget, c.respawn.wait, c.respawn.restart);
+        m.set_respawn(&c.respawn);
     }
     m.set_detector(detector.clone());
     ((master_ctx, m), detector)

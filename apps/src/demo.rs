@@ -11,6 +11,9 @@ use taskfold::{Reduce, ReduceFuture, Runtime, Sum};
 
 /// Options of the demo.
 #[derive(Args, Clone, Debug)]
+#[command(
+    after_help = "Examples:\n  taskfold demo\n  taskfold demo -n 8 --reductions 200 --size 4M"
+)]
 pub struct DemoArgs {
     /// Ranks to start.
     #[arg(short = 'n', long = "np", default_value_t = 4)]

@@ -1,11 +1,10 @@
 //! `taskfold`: launch ranks, run the demo, run benchmarks.
 
 use clap::{Parser, Subcommand};
-use std::ffi::OsString;
 use std::process::ExitCode;
-use std::time::Duration;
 
 mod bench;
+mod config;
 
 /// Large blocks (contributions, receive buffers) in shared memory, so that
 /// ranks on one node fold each other's data in place.
@@ -16,11 +15,22 @@ mod launcher;
 mod observe;
 mod sizes;
 
+/// Examples of `taskfold --help`.
+const EXAMPLES: &str = "\
+Examples:
+  taskfold run -n 4 -- target/release/psdm     start 4 ranks of a program
+  taskfold config                              every setting in effect, and where from
+  taskfold demo -n 4                           ranks computing while they reduce
+  taskfold bench reduce --np 4 --size 2M       time a reduction against a memcpy
+
+Run `taskfold help <command>` for a command's options and examples.";
+
 #[derive(Parser)]
 #[command(
     name = "taskfold",
     version,
-    about = "Fault-tolerant, task-parallel distributed reductions"
+    about = "Fault-tolerant, task-parallel distributed reductions",
+    after_help = EXAMPLES
 )]
 struct Cli {
     #[command(subcommand)]
@@ -30,35 +40,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Start N ranks of PROGRAM on this machine and watch them.
-    Run {
-        /// Number of ranks.
-        #[arg(short = 'n', long = "np", value_parser = clap::value_parser!(u32).range(1..=4096))]
-        ranks: u32,
-        /// Kill every rank after this many seconds.
-        #[arg(long)]
-        timeout: Option<u64>,
-        /// Spread the ranks over this many nodes simulated on this machine
-        /// (network and mount namespaces; needs root).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(launcher::nodes::MAX_NODES)))]
-        nodes: Option<u32>,
-        /// Limit each simulated node's link to this rate, both ways
-        /// (`100mbit`, `1gbit`, `125mbps`).
-        #[arg(long, requires = "nodes")]
-        link_rate: Option<launcher::nodes::LinkRate>,
-        /// Start again, at most N times in all, a rank (not the master)
-        /// killed by a signal: same rank, next incarnation
-        /// (`TASKFOLD_INCARNATION`), on the same node. Reductions that need
-        /// its lost contribution wait for the replacement.
-        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
-        respawn: u32,
-        /// The program and its arguments.
-        #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
-        program: Vec<OsString>,
-    },
+    Run(launcher::cli::RunArgs),
+    /// Print every setting in effect, and where it comes from.
+    Config(config::ConfigArgs),
     /// Run the demo: ranks computing while reducing a stream of f32 arrays.
     Demo(demo::DemoArgs),
-    /// Benchmarks.
-    #[command(subcommand)]
+    /// Benchmarks: each reports ratios to a baseline measured in the same
+    /// run.
+    #[command(subcommand, after_help = bench::EXAMPLES)]
     Bench(bench::BenchCmd),
     /// (internal) one rank of the demo.
     #[command(hide = true)]
@@ -82,54 +71,10 @@ enum Cmd {
 
 fn main() -> ExitCode {
     observe::init_logging();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(launcher::cli::mpi_style(std::env::args_os()));
     match cli.command {
-        Cmd::Run {
-            ranks,
-            timeout,
-            nodes,
-            link_rate,
-            respawn,
-            program,
-        } => {
-            let nodes = nodes.map(|nodes| launcher::NodeSpec { nodes, link_rate });
-            let launch = launcher::Launch {
-                ranks,
-                program: program[0].clone(),
-                args: program[1..].to_vec(),
-                timeout: timeout.map(Duration::from_secs),
-                env: Vec::new(),
-                log: None,
-                respawn,
-            };
-            match launcher::run_on(&launch, nodes.as_ref()) {
-                Ok(exits) => match launcher::Verdict::of(&exits) {
-                    launcher::Verdict::Clean => ExitCode::SUCCESS,
-                    launcher::Verdict::Survived(lost) => {
-                        let replaced: Vec<u32> = exits
-                            .iter()
-                            .filter(|e| e.replaced)
-                            .map(|e| e.rank)
-                            .collect();
-                        eprintln!(
-                            "taskfold run: the job survived the loss of rank(s) {lost:?} \
-                             (replaced: {replaced:?}): every other process exited 0"
-                        );
-                        ExitCode::SUCCESS
-                    }
-                    launcher::Verdict::Failed => {
-                        for e in exits.iter().filter(|e| !e.success()) {
-                            eprintln!("taskfold run: rank {} {}", e.rank, e.describe());
-                        }
-                        ExitCode::from(1)
-                    }
-                },
-                Err(e) => {
-                    eprintln!("taskfold run: {e}");
-                    ExitCode::from(2)
-                }
-            }
-        }
+        Cmd::Run(args) => launcher::cli::main(args),
+        Cmd::Config(args) => config::main(args),
         Cmd::Demo(args) => demo::launch(args),
         Cmd::DemoRank(args) => demo::rank_main(args),
         Cmd::Bench(cmd) => bench::main(cmd),
@@ -138,5 +83,34 @@ fn main() -> ExitCode {
         Cmd::CompareRank(args) => bench::compare::rank::rank_main(args),
         Cmd::BenchLoad(args) => bench::compare::load_main(args),
         Cmd::BenchChaosRank(args) => bench::chaos::rank_main(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every command a user can call has examples in its help: the
+    /// `taskfold` command, and each visible subcommand, down the tree.
+    #[test]
+    fn every_visible_command_has_examples() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let help = cmd
+                .get_after_help()
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            if !help.contains("Examples:") {
+                missing.push(path.to_string());
+            }
+            for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+                if sub.get_name() != "help" {
+                    walk(sub, &format!("{path} {}", sub.get_name()), missing);
+                }
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "taskfold", &mut missing);
+        assert!(missing.is_empty(), "no examples in the help of {missing:?}");
     }
 }

@@ -35,8 +35,11 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::fmt;
 
+mod frame_mac;
 #[cfg(test)]
 mod tests;
+
+pub use frame_mac::{FrameKeys, FrameMac, MacError, TAG_LEN};
 
 /// Bytes of a job key.
 pub const KEY_LEN: usize = 32;
@@ -47,6 +50,9 @@ pub const PROOF_LEN: usize = 32;
 
 /// Separates these MACs from any other use of the key.
 const DOMAIN: &[u8] = b"taskfold job handshake v1";
+
+/// Separates the frame keys from the proofs.
+const FRAME_KEY_DOMAIN: &[u8] = b"taskfold frame keys v1";
 
 /// Why a listener refuses a caller whose proof did not match: no job id,
 /// no size, no key.
@@ -89,6 +95,27 @@ impl JobKey {
     }
 }
 
+impl JobKey {
+    /// Overwrites the key with zeros (`zeroize`: writes the compiler
+    /// keeps even though nothing reads them after).
+    pub fn wipe(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+
+    /// True if every byte is zero (a wiped key, or the public one).
+    pub fn is_zero(&self) -> bool {
+        self.0.iter().all(|&b| b == 0)
+    }
+}
+
+/// Every copy of a key is wiped when dropped: a runtime that ended leaves
+/// no key in its memory.
+impl Drop for JobKey {
+    fn drop(&mut self) {
+        self.wipe();
+    }
+}
+
 impl fmt::Debug for JobKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("JobKey(<secret>)")
@@ -98,6 +125,10 @@ impl fmt::Debug for JobKey {
 /// What describes a key or its absence in error messages and settings.
 pub const KEY_EXPECTED: &str =
     "64 hexadecimal digits, a 256-bit key (e.g. from `openssl rand -hex 32`)";
+
+/// [`JobKey::PUBLIC`] in a place of its own (a key with a destructor is
+/// not promoted to one).
+static PUBLIC_KEY: JobKey = JobKey::PUBLIC;
 
 /// How the processes of a job prove they belong to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,7 +145,7 @@ impl JobAuth {
     pub fn key(&self) -> &JobKey {
         match self {
             JobAuth::Key(k) => k,
-            JobAuth::Insecure => &JobKey::PUBLIC,
+            JobAuth::Insecure => &PUBLIC_KEY,
         }
     }
 }
@@ -218,6 +249,25 @@ impl Transcript {
         )
     }
 
+    /// The frame keys of this connection (see [`Handshake::frame_keys`]):
+    /// HMAC-SHA256 under the job key of the whole transcript and the
+    /// direction, under a label of their own (a key is never a proof).
+    fn frame_keys(&self, listener_nonce: &Nonce) -> FrameKeys {
+        let key = |dir: u8| -> [u8; 32] {
+            let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key.0)
+                .expect("HMAC takes any key length");
+            mac.update(FRAME_KEY_DOMAIN);
+            mac.update(&[dir]);
+            mac.update(&self.callee.to_le_bytes());
+            mac.update(&self.caller_nonce.0);
+            mac.update(&listener_nonce.0);
+            mac.update(&(self.claim.len() as u64).to_le_bytes());
+            mac.update(&self.claim);
+            mac.finalize().into_bytes().into()
+        };
+        FrameKeys::new(key(Side::Caller as u8), key(Side::Listener as u8))
+    }
+
     /// Constant-time check of the other side's proof.
     fn verify(&self, side: Side, listener_nonce: &Nonce, proof: &Proof) -> bool {
         self.mac(side, listener_nonce)
@@ -235,8 +285,10 @@ pub enum Handshake {
     /// The listener sent its [`Challenge`]; it waits for the caller's
     /// proof.
     AwaitingProof(Box<Transcript>, Nonce),
-    /// Both proofs matched: the connection belongs to the job.
-    Authenticated,
+    /// Both proofs matched: the connection belongs to the job. The keys of
+    /// its frames' MACs, if the job asks for them
+    /// ([`Handshake::frame_keys`]), are derived from this handshake.
+    Authenticated(Box<FrameKeys>),
     /// A proof did not match, or a step came out of order. Final.
     Failed(AuthError),
 }
@@ -283,7 +335,7 @@ impl Handshake {
         let result = match &*self {
             Handshake::AwaitingChallenge(t) => {
                 if t.verify(Side::Listener, &c.nonce, &c.proof) {
-                    Ok(t.prove(Side::Caller, &c.nonce))
+                    Ok((t.prove(Side::Caller, &c.nonce), t.frame_keys(&c.nonce)))
                 } else {
                     Err(AuthError::Listener)
                 }
@@ -292,11 +344,16 @@ impl Handshake {
                 "a challenge to a side that expects none",
             )),
         };
-        *self = match result {
-            Ok(_) => Handshake::Authenticated,
-            Err(e) => Handshake::Failed(e),
-        };
-        result
+        match result {
+            Ok((proof, keys)) => {
+                *self = Handshake::Authenticated(Box::new(keys));
+                Ok(proof)
+            }
+            Err(e) => {
+                *self = Handshake::Failed(e);
+                Err(e)
+            }
+        }
     }
 
     /// The listener receives the caller's proof.
@@ -304,22 +361,37 @@ impl Handshake {
         let result = match &*self {
             Handshake::AwaitingProof(t, nonce) => {
                 if t.verify(Side::Caller, nonce, p) {
-                    Ok(())
+                    Ok(t.frame_keys(nonce))
                 } else {
                     Err(AuthError::Caller)
                 }
             }
             _ => Err(AuthError::OutOfOrder("a proof to a side that expects none")),
         };
-        *self = match result {
-            Ok(()) => Handshake::Authenticated,
-            Err(e) => Handshake::Failed(e),
-        };
-        result
+        match result {
+            Ok(keys) => {
+                *self = Handshake::Authenticated(Box::new(keys));
+                Ok(())
+            }
+            Err(e) => {
+                *self = Handshake::Failed(e);
+                Err(e)
+            }
+        }
     }
 
     /// True once both proofs matched.
     pub fn is_authenticated(&self) -> bool {
-        matches!(self, Handshake::Authenticated)
+        matches!(self, Handshake::Authenticated(_))
+    }
+
+    /// The keys of this connection's frame MACs, once authenticated: the
+    /// same on both sides, one per direction, known to nobody without the
+    /// job key and new with every connection (both nonces are in them).
+    pub fn frame_keys(&self) -> Option<&FrameKeys> {
+        match self {
+            Handshake::Authenticated(k) => Some(k),
+            _ => None,
+        }
     }
 }

@@ -132,6 +132,16 @@ impl<R: ArrayOp> InPlace<R> {
         self.as_slice().to_vec()
     }
 
+    /// The same buffer as a contribution of another array reducer of the
+    /// same element type (e.g. `Sum<f32>` to `Max<f32>`), without copying:
+    /// the layout depends on the element type alone.
+    pub fn with_op<S: ArrayOp<Elem = R::Elem>>(mut self) -> InPlace<S> {
+        InPlace {
+            buf: std::mem::replace(&mut self.buf, AlignedVec::new()),
+            _op: PhantomData,
+        }
+    }
+
     /// The archive: everything after the header.
     fn archive(&self) -> &[u8] {
         &self.buf[HEADER_LEN..]
@@ -301,6 +311,16 @@ mod tests {
             other.into_encoded(32).is_err(),
             "only with the replica header"
         );
+    }
+
+    #[test]
+    fn changes_its_reducer_without_copying() {
+        let v = InPlace::<Sum<f32>>::from_slice(&[1.0, 5.0]);
+        let ptr = v.as_slice().as_ptr();
+        let m = v.with_op::<Max<f32>>();
+        assert_eq!(m.as_slice(), &[1.0, 5.0]);
+        assert_eq!(m.as_slice().as_ptr(), ptr);
+        assert_eq!(decode::<Max<f32>>(m.archive()).unwrap().0, vec![1.0, 5.0]);
     }
 
     #[test]

@@ -16,19 +16,26 @@ pub const QUOTE_MAX: usize = 40;
 /// `"abc"`, or `"abc…" (+N bytes)` when `s` is longer than [`QUOTE_MAX`]
 /// characters.
 pub fn quote(s: &str) -> Quoted<'_> {
-    Quoted(s)
+    Quoted(s, QUOTE_MAX)
+}
+
+/// Like [`quote`], quoting at most `max` characters: for a sentence that
+/// must be read whole when it is what it claims (a listener's refusal
+/// before it proved the job key), yet stays bounded and escaped.
+pub fn quote_at_most(s: &str, max: usize) -> Quoted<'_> {
+    Quoted(s, max)
 }
 
 /// A string quoted for an error or a log ([`quote`]); formats on display.
 #[derive(Clone, Copy, Debug)]
-pub struct Quoted<'a>(&'a str);
+pub struct Quoted<'a>(&'a str, usize);
 
 impl fmt::Display for Quoted<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let end = self
             .0
             .char_indices()
-            .nth(QUOTE_MAX)
+            .nth(self.1)
             .map_or(self.0.len(), |(i, _)| i);
         let (head, rest) = self.0.split_at(end);
         if rest.is_empty() {

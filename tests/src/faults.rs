@@ -92,7 +92,7 @@ impl Job {
         setup: &Setup,
     ) -> Child {
         let mut cmd = Command::new(&self.taskfold);
-        cmd.args(["run", "-n", "4", "--timeout", "150", "--"])
+        cmd.args(["run", "-n", "4", "--timeout", "150s", "--"])
             .arg(&self.tf_check)
             .args([
                 "--size",
@@ -187,7 +187,7 @@ fn recovered(out: &Output, dead: u32) {
     assert!(out.status.success(), "the job survived:\n{t}");
     assert!(
         t.contains(&format!(
-            "taskfold run: the job survived the loss of rank(s) [{dead}]"
+            "taskfold run: done: the job survived the loss of rank {dead}"
         )),
         "{t}"
     );

@@ -12,22 +12,42 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The `taskfold` binary of this workspace, built on first use if missing
-/// (a test run builds this crate's binaries, not other crates').
+/// The `taskfold` binary of this workspace, built once per test process
+/// (a test run builds this crate's binaries, not other crates') as a user
+/// builds it: without the test hooks. Only that binary is built, so the
+/// programs this crate's tests run with hooks are left as they are.
 pub fn taskfold_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| built("taskfold-cli", "taskfold", &[]))
+        .clone()
+}
+
+/// The `psdm` binary of this workspace, built once per test process, with
+/// the test hooks (its own tests hold its ranks with them).
+pub fn psdm_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let path = target_dir().join(format!("taskfold{}", std::env::consts::EXE_SUFFIX));
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--workspace", "--bins"])
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "building the taskfold binary failed");
-        assert!(path.exists(), "{} missing after build", path.display());
-        path
+        built(
+            "taskfold-psdm",
+            "psdm",
+            &["--features", "taskfold/test-hooks"],
+        )
     })
     .clone()
+}
+
+/// Builds binary `bin` of `package` into this test's target directory.
+fn built(package: &str, bin: &str, extra: &[&str]) -> PathBuf {
+    let path = target_dir().join(format!("{bin}{}", std::env::consts::EXE_SUFFIX));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "-p", package, "--bin", bin])
+        .args(extra)
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "building {bin} failed");
+    assert!(path.exists(), "{} missing after build", path.display());
+    path
 }
 
 /// The directory holding this test's binaries (`target/<profile>`).

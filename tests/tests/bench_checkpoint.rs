@@ -20,8 +20,8 @@ fn a_short_run_reports_both_figures() {
         "2",
         "--state",
         "64K",
-        "--timeout-ms",
-        "300",
+        "--timeout",
+        "300ms",
         "--retrieval-reps",
         "1",
     ])

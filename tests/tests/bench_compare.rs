@@ -31,7 +31,7 @@ fn small_comparison_writes_json_report_and_plots() {
         "--reps-concurrent",
         "2",
         "--timeout",
-        "120",
+        "120s",
         "--completion",
         "result,contributed",
         "--out",

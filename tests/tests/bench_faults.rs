@@ -21,7 +21,7 @@ fn run(extra: &[&str], trials: u64) -> Vec<serde_json::Value> {
         "--size",
         "1M",
         "--timeout",
-        "20",
+        "20s",
     ])
     .arg("--trials")
     .arg(trials.to_string())
@@ -141,5 +141,42 @@ fn a_killed_master_with_a_standby_is_recovered_once_its_contribution_is_safe() {
     for e in r["errors"].as_array().unwrap() {
         let e = e.as_str().unwrap();
         assert!(e.contains("lost the contributions of ranks [0]"), "{e}");
+    }
+}
+
+/// A trial's phase comes from the ranks themselves: each marks, through
+/// the public API (`ReduceFuture::is_safe`), the instant its contribution
+/// to the reduction that is hit became safe (no test hook: the
+/// `taskfold` command has none).
+#[test]
+fn every_rank_marks_when_its_contribution_is_safe() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(taskfold_bin());
+    cmd.args(["run", "-n", "3", "--timeout", "100s", "--"])
+        .arg(taskfold_bin())
+        .args([
+            "bench-fault-rank",
+            "--size",
+            "4096",
+            "--root",
+            "0",
+            "--timeout",
+            "30",
+        ])
+        .arg("--dir")
+        .arg(dir.path());
+    let out = run_bounded(cmd, Duration::from_secs(150));
+    assert!(out.status.success(), "{}", text(&out));
+    for r in 0..3 {
+        assert!(
+            dir.path().join(format!("safe-{r}")).exists(),
+            "rank {r}: {}",
+            text(&out)
+        );
+        let outcome = std::fs::read_to_string(dir.path().join(format!("outcome-{r}"))).unwrap();
+        assert!(
+            outcome.starts_with(if r == 0 { "recovered" } else { "completed" }),
+            "{outcome}"
+        );
     }
 }

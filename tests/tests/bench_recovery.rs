@@ -5,17 +5,17 @@
 
 use std::process::Command;
 use std::time::Duration;
-use taskfold_tests::{run_bounded, target_dir, taskfold_bin, text};
+use taskfold_tests::{psdm_bin, run_bounded, taskfold_bin, text};
 
 #[test]
 fn one_trial_of_none_and_restart() {
     let bin = taskfold_bin();
-    let psdm = target_dir().join(format!("psdm{}", std::env::consts::EXE_SUFFIX));
+    let psdm = psdm_bin();
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("report");
     let mut cmd = Command::new(bin);
     cmd.args(["bench", "recovery", "--np", "3", "--trials", "1"])
-        .args(["--modes", "none,restart", "--seed", "3", "--timeout", "60"])
+        .args(["--modes", "none,restart", "--seed", "3", "--timeout", "60s"])
         .arg("--psdm")
         .arg(&psdm)
         .arg("--out")
@@ -48,6 +48,12 @@ fn one_trial_of_none_and_restart() {
         2
     };
     assert_eq!(restart["launches"].as_u64().unwrap(), launches, "{restart}");
+    if launches == 2 {
+        // Read from the victim's `@psdm-resumed` line of the second
+        // launch: the benchmark asked psdm for its markers.
+        assert!(restart["respawn_s"].as_f64().is_some(), "{restart}");
+        assert!(restart["resumed_version"].as_u64().is_some(), "{restart}");
+    }
     let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     assert!(md.contains("| restart | 1 |"), "{md}");
     assert!(md.contains("Retrieval"), "{md}");

@@ -17,8 +17,9 @@ use taskfold_transports::libfabric::provider_available;
 
 const LIMIT: Duration = Duration::from_secs(180);
 
-/// `taskfold` and `tf_check` built with the feature `libfabric`, copied
-/// under names of their own: other tests rebuild the workspace's binaries
+/// `taskfold` and `tf_check` built with the feature `libfabric` (and the
+/// test hooks, which the fault scenarios hold ranks with), copied under
+/// names of their own: other tests rebuild the workspace's binaries
 /// without the feature, over the usual paths.
 fn binaries() -> &'static (PathBuf, PathBuf) {
     static BINS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
@@ -30,7 +31,7 @@ fn binaries() -> &'static (PathBuf, PathBuf) {
                 "--workspace",
                 "--bins",
                 "--features",
-                "taskfold-tests/libfabric",
+                "taskfold-tests/libfabric,taskfold/test-hooks",
             ])
             .status()
             .expect("run cargo build");
@@ -69,7 +70,7 @@ fn launch(provider: &str, np: u32, args: &[&str]) -> Command {
     // The ranks inherit the launcher's environment.
     cmd.env("TASKFOLD_TRANSPORT", "libfabric")
         .env("TASKFOLD_FI_PROVIDER", provider)
-        .args(["run", "-n", &np.to_string(), "--timeout", "150", "--"])
+        .args(["run", "-n", &np.to_string(), "--timeout", "150s", "--"])
         .arg(tf_check)
         .args(args);
     cmd

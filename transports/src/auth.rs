@@ -23,23 +23,33 @@ pub fn fresh_key() -> Result<JobKey, TransportError> {
     Ok(JobKey::from_bytes(k))
 }
 
-/// A fresh nonce for one side of one handshake.
-pub(crate) fn nonce() -> Nonce {
+/// A fresh nonce for one side of one handshake, or why there is none:
+/// the handshake then ends (a predictable nonce would let a recorded
+/// handshake be replayed against this side).
+pub(crate) fn nonce() -> Result<Nonce, String> {
+    nonce_from(getrandom::fill)
+}
+
+/// [`nonce`] with the random source given (a test makes it fail).
+pub(crate) fn nonce_from(
+    fill: impl FnOnce(&mut [u8]) -> Result<(), getrandom::Error>,
+) -> Result<Nonce, String> {
     let mut n = [0u8; NONCE_LEN];
-    // The system's random source does not fail once the process runs (a
-    // job key was drawn or read at start); if it ever did, this side's
-    // nonce would be predictable, never the other side's, and a replay
-    // would still fail against that other side's fresh one.
-    if let Err(e) = getrandom::fill(&mut n) {
-        tracing::error!(error = %e, "no random nonce from the system");
-    }
-    Nonce(n)
+    fill(&mut n).map_err(|e| format!("no random nonce from the system: {e}"))?;
+    Ok(Nonce(n))
 }
 
 /// How this process proves it belongs to its job, from its settings: the
 /// key given (read from its file if need be), or the insecure mode.
 /// Without either, an error naming the variables ([`MISSING_KEY`]).
+///
+/// `TASKFOLD_JOB_KEY` is removed from this process's environment here,
+/// once read: the processes the application starts do not inherit the
+/// key unless it passes them one itself. (The environment the process
+/// started with stays readable, as always, by its own user and root in
+/// `/proc/<pid>/environ`.)
 pub fn job_auth(launch: &Launch) -> Result<JobAuth, TransportError> {
+    forget_env_key();
     match &launch.key {
         Some(KeySource::Value(k)) => Ok(JobAuth::Key(k.clone())),
         Some(KeySource::File(path)) => read_key_file(path).map(JobAuth::Key),
@@ -48,30 +58,44 @@ pub fn job_auth(launch: &Launch) -> Result<JobAuth, TransportError> {
     }
 }
 
-/// Reads a key file: 64 hexadecimal digits, in a file no one but its
-/// owner may read or write (as `ssh` asks of a private key).
+/// Removes `TASKFOLD_JOB_KEY` from this process's environment.
+fn forget_env_key() {
+    if std::env::var_os(KEY_VAR).is_some() {
+        // The environment is changed once, at the runtime's start, before
+        // the transport's threads exist; an application thread reading
+        // the environment meanwhile may miss this one variable, no more.
+        std::env::remove_var(KEY_VAR);
+    }
+}
+
+/// The variable holding the key itself.
+const KEY_VAR: &str = "TASKFOLD_JOB_KEY";
+
+/// Largest key file read: a key is 65 bytes or so.
+const KEY_FILE_MAX: u64 = 4096;
+
+/// Reads a key file: 64 hexadecimal digits, in a regular file of this
+/// user's that no one else may read or write (as `ssh` asks of a private
+/// key), opened as the job's private files are ([`crate::private`]: not
+/// through a symbolic link, not a FIFO or device, the checks made on the
+/// file opened, at most 4 KiB read). Its text is wiped once parsed.
 pub fn read_key_file(path: &Path) -> Result<JobKey, TransportError> {
-    use std::os::unix::fs::MetadataExt;
     let at = |what: String| {
         TransportError::Auth(format!("TASKFOLD_JOB_KEY_FILE={}: {what}", path.display()))
     };
-    let meta = std::fs::metadata(path).map_err(|e| at(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(at("not a file".into()));
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(at(format!(
-            "other users may read or write it (mode {:o}); make it private with `chmod 600 {}`",
-            meta.mode() & 0o777,
-            path.display()
-        )));
-    }
-    // A key file is 65 bytes or so; anything much larger is not one.
-    if meta.len() > 4096 {
-        return Err(at(format!("{} bytes, expected {KEY_EXPECTED}", meta.len())));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| at(e.to_string()))?;
-    JobKey::from_hex(&text).ok_or_else(|| at(format!("expected {KEY_EXPECTED}")))
+    let mut text = crate::private::read_owned(path, KEY_FILE_MAX).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            at(format!(
+                "{e}; make it a private file of yours with `chmod 600 {}`",
+                path.display()
+            ))
+        } else {
+            at(e.to_string())
+        }
+    })?;
+    let key = std::str::from_utf8(&text).ok().and_then(JobKey::from_hex);
+    zeroize::Zeroize::zeroize(text.as_mut_slice());
+    key.ok_or_else(|| at(format!("expected {KEY_EXPECTED}")))
 }
 
 #[cfg(test)]
@@ -92,6 +116,12 @@ mod tests {
         let (a, b) = (fresh_key().expect("a key"), fresh_key().expect("a key"));
         assert_ne!(a, b);
         assert_ne!(nonce(), nonce());
+    }
+
+    #[test]
+    fn a_failed_random_source_gives_no_nonce() {
+        let e = nonce_from(|_| Err(getrandom::Error::UNSUPPORTED)).unwrap_err();
+        assert!(e.contains("no random nonce"), "{e}");
     }
 
     #[test]
@@ -135,6 +165,50 @@ mod tests {
         let e = job_auth(&missing).unwrap_err().to_string();
         assert!(e.starts_with("TASKFOLD_JOB_KEY_FILE="), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_key_file_is_opened_as_a_private_file() {
+        let dir = tempfile_dir();
+        let k = fresh_key().unwrap();
+        let real = dir.join("real.key");
+        std::fs::write(&real, k.to_hex()).unwrap();
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // A symbolic link to a good key file is refused, not followed.
+        let link = dir.join("link.key");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let e = read_key_file(&link).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        // A FIFO is refused without blocking on it.
+        let fifo = dir.join("fifo.key");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_key_file(&fifo).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        // A file too large to be a key is refused.
+        let big = dir.join("big.key");
+        std::fs::write(&big, vec![b'a'; 10_000]).unwrap();
+        std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = read_key_file(&big).unwrap_err().to_string();
+        assert!(e.contains("10000 bytes"), "{e}");
+        assert_eq!(read_key_file(&real).unwrap(), k);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_key_leaves_the_environment_once_read() {
+        let k = fresh_key().unwrap();
+        std::env::set_var(KEY_VAR, k.to_hex());
+        let settings = taskfold_core::settings::Settings::from_env().unwrap();
+        assert_eq!(job_auth(&settings.launch), Ok(JobAuth::Key(k)));
+        assert!(std::env::var_os(KEY_VAR).is_none());
+        // A child started now does not inherit it.
+        let out = std::process::Command::new("sh")
+            .args(["-c", "echo \"${TASKFOLD_JOB_KEY-unset}\""])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "unset");
     }
 
     fn tempfile_dir() -> std::path::PathBuf {

@@ -238,10 +238,7 @@ impl Board {
         if r.node != crate::shared_file::node_token() {
             return Err(invalid("the board is on another node".into()));
         }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(format!("/proc/{}/fd/{}", r.pid, r.fd))?;
+        let file = crate::private::open_peer_fd(r.pid, r.fd, true)?;
         let meta = file.metadata()?;
         if meta.ino() != r.ino || meta.len() != BOARD_LEN as u64 {
             return Err(invalid(format!(

@@ -379,6 +379,18 @@ pub trait Transport: Send + Sync + 'static {
     fn become_master(&self) -> Result<(), TransportError> {
         Ok(())
     }
+    /// On the master's rank: sends a parked spare (`TASKFOLD_SPARES`) to
+    /// take dead rank `peer` as incarnation `incarnation` (it then asks to
+    /// join as a replacement, [`Event::Replacement`]); false if no spare
+    /// is parked here (the default: spares are not supported).
+    fn assign_spare(&self, peer: Rank, incarnation: u32) -> bool {
+        let _ = (peer, incarnation);
+        false
+    }
+    /// On the master's rank: the spares parked here now.
+    fn spares_parked(&self) -> usize {
+        0
+    }
     /// On the master's rank: every rank finished (finalized or is gone
     /// for good): a process that joins from now on (a late replacement, a
     /// spare) is told so ([`RANK_FINISHED`]) rather than left to find no

@@ -115,3 +115,83 @@ mod tests {
         ));
     }
 }
+
+/// Bytes of control frames a transport delivered that the runtime still
+/// holds, at most, before a peer's next frame waits (as for the number of
+/// frames in the event channel): a peer sending 64 MiB frames is held to
+/// this many bytes, not to thousands of such frames.
+pub const MAX_EVENT_BYTES: u64 = 256 << 20;
+
+/// The bytes of delivered frames still alive: each frame delivered is
+/// wrapped ([`EventBytes::track`]) so that dropping its last reference,
+/// wherever the runtime does, gives its bytes back.
+#[derive(Clone, Debug, Default)]
+pub struct EventBytes(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+/// A delivered frame's bytes, counted while they live.
+struct Tracked {
+    frame: Bytes,
+    held: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl AsRef<[u8]> for Tracked {
+    fn as_ref(&self) -> &[u8] {
+        &self.frame
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.held
+            .fetch_sub(self.frame.len() as u64, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+impl EventBytes {
+    /// `frame`, counted until its last reference is dropped.
+    pub fn track(&self, frame: Bytes) -> Bytes {
+        self.0
+            .fetch_add(frame.len() as u64, std::sync::atomic::Ordering::AcqRel);
+        Bytes::from_owner(Tracked {
+            frame,
+            held: self.0.clone(),
+        })
+    }
+
+    /// Bytes held now.
+    pub fn held(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// True if a frame of `len` bytes may be delivered now: within
+    /// [`MAX_EVENT_BYTES`], or nothing held at all (a frame larger than
+    /// the bound alone still goes, the frame bound caps it).
+    pub fn room(&self, len: u64) -> bool {
+        let held = self.held();
+        held == 0 || held.saturating_add(len) <= MAX_EVENT_BYTES
+    }
+}
+
+#[cfg(test)]
+mod event_bytes_tests {
+    use super::*;
+
+    #[test]
+    fn tracked_bytes_come_back_when_the_last_reference_goes() {
+        let eb = EventBytes::default();
+        let a = eb.track(Bytes::from(vec![1u8; 1000]));
+        let b = a.slice(10..20);
+        assert_eq!(eb.held(), 1000);
+        drop(a);
+        assert_eq!(eb.held(), 1000, "a slice keeps the frame");
+        drop(b);
+        assert_eq!(eb.held(), 0);
+        assert!(
+            eb.room(MAX_EVENT_BYTES * 2),
+            "an empty channel takes any frame"
+        );
+        let big = eb.track(Bytes::from(vec![0u8; (MAX_EVENT_BYTES - 10) as usize]));
+        assert!(eb.room(10) && !eb.room(11));
+        drop(big);
+    }
+}

@@ -171,6 +171,36 @@ pub fn open_owned_for_write(path: &Path) -> io::Result<File> {
     open_checked(path, true)
 }
 
+/// Opens descriptor `fd` of process `pid` through `/proc/<pid>/fd` (a
+/// same-node peer's shared heap or the master's notice board, which the
+/// peer names in its messages), for reading (and writing if `write`),
+/// and checks what was opened as [`open_owned`] does: a regular file
+/// owned by this user with no permission for group or others (else an
+/// error of kind `InvalidData`, naming the path and why). Opened
+/// without blocking (a FIFO named there is refused, not waited on); the
+/// process must be this user's (the kernel's own check on `/proc/<pid>/fd`
+/// asks the right to trace it).
+pub fn open_peer_fd(pid: u32, fd: impl std::fmt::Display, write: bool) -> io::Result<File> {
+    let path = PathBuf::from(format!("/proc/{pid}/fd/{fd}"));
+    // No O_NOFOLLOW: these entries are the kernel's links to the open
+    // files themselves, not names another user could plant.
+    let file = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let meta = file.metadata()?;
+    // Refused as "not what was named" (`InvalidData`), not as the kernel
+    // saying no: the descriptor may have been closed and reused.
+    let not_named = |e: io::Error| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
+    if !meta.is_file() {
+        return Err(not_named(refused(&path, "not a regular file".into())));
+    }
+    check_private(&path, &meta, "file").map_err(not_named)?;
+    Ok(file)
+}
+
 /// Reads the whole file at `path` after [`open_owned`] accepted it,
 /// refusing one longer than `max` bytes.
 pub fn read_owned(path: &Path, max: u64) -> io::Result<Vec<u8>> {
@@ -191,17 +221,23 @@ pub fn read_owned(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// 64 random bits in hexadecimal: a temporary name nobody can plant a
+/// file at in advance.
+fn random_suffix() -> io::Result<String> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).map_err(|e| io::Error::other(format!("no random name: {e}")))?;
+    Ok(format!("{:016x}", u64::from_le_bytes(b)))
+}
+
 /// Writes `bytes` to `path` atomically and privately: into a new
-/// temporary file mode 0600 beside it ([`create_file`]), synced, then
-/// renamed over `path`. A temporary left by an earlier process with this
-/// one's id is removed first (removing a link never touches its target).
+/// temporary file mode 0600 beside it with a random name ([`create_file`]),
+/// synced, then renamed over `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "file".into());
-    let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
+    let tmp = path.with_file_name(format!(".{name}.tmp.{}", random_suffix()?));
     let mut f = create_file(&tmp)?;
     let written = f.write_all(bytes).and_then(|()| f.sync_all());
     drop(f);

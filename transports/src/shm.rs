@@ -400,10 +400,12 @@ unsafe impl Send for PeerHeap {}
 unsafe impl Sync for PeerHeap {}
 
 impl PeerHeap {
-    /// Maps the heap that process `pid` names in `r`.
+    /// Maps the heap that process `pid` names in `r`: a private regular
+    /// file of this user's (see [`crate::private::open_peer_fd`]) of the
+    /// inode and length named.
     pub fn open(pid: u32, r: &HeapRef) -> std::io::Result<PeerHeap> {
         use std::os::unix::fs::MetadataExt;
-        let file = std::fs::File::open(format!("/proc/{pid}/fd/{}", r.fd))?;
+        let file = crate::private::open_peer_fd(pid, r.fd, false)?;
         let meta = file.metadata()?;
         if meta.ino() != r.ino || meta.len() != r.len {
             return Err(std::io::Error::new(

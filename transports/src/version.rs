@@ -18,6 +18,14 @@ pub fn mismatch(rank: u32, theirs: u16) -> String {
     )
 }
 
+/// What a listener tells a caller of another version before either
+/// proved the job key: the caller's own version, nothing of the
+/// listener's (neither its rank nor its version; [`mismatch`], which
+/// names both, goes to the listener's log).
+pub fn refusal(theirs: u16) -> String {
+    format!("protocol version mismatch: the caller speaks version {theirs}, which this listener does not")
+}
+
 /// Checks a peer's version: `Err` with the refusal ([`mismatch`]) unless it
 /// is this build's.
 pub fn check(who: &str, theirs: u16) -> Result<(), crate::TransportError> {

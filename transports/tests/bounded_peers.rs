@@ -321,3 +321,35 @@ fn a_loan_from_the_process_that_holds_the_connection_is_read() {
     t0.shutdown();
     t2.shutdown();
 }
+
+/// A peer sends 24 frames of 32 MiB to a rank that takes none: the rank
+/// holds at most the event bytes' bound of them (eight), and the rest
+/// wait in the peer's queues; once the runtime takes them, all 24 arrive,
+/// in order. Over TCP here; the libfabric transport shares the bound.
+#[test]
+fn frames_are_bounded_in_bytes_as_well_as_in_number() {
+    use taskfold_transports::link::MAX_EVENT_BYTES;
+    const BIG: usize = 32 << 20;
+    let ts = taskfold_transports::conformance::tcp_ranks(2, &|_| {});
+    let frame = bytes::Bytes::from(vec![7u8; BIG]);
+    for n in 0..24u8 {
+        let mut f = frame.to_vec();
+        f[0] = n;
+        ts[1].send(Rank(0), f.into()).expect("send");
+    }
+    // Give the frames time to come as far as they may.
+    std::thread::sleep(Duration::from_secs(3));
+    let queued = ts[0].events().len();
+    assert!(
+        queued as u64 <= MAX_EVENT_BYTES / BIG as u64,
+        "{queued} frames of 32 MiB held"
+    );
+    for n in 0..24u8 {
+        match ts[0].events().recv_timeout(Duration::from_secs(20)) {
+            Ok(Event::Message { from, frame }) => {
+                assert_eq!((from, frame[0], frame.len()), (Rank(1), n, BIG));
+            }
+            other => panic!("expected frame {n}, got {other:?}"),
+        }
+    }
+}

@@ -52,8 +52,14 @@ const CASE_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
 /// job uses one transport per process, so a process per case hides
 /// nothing a job can meet, and a crash names its case.
 fn run(name: &str, provider: &str, wait: WaitMode, case: fn(conformance::Factory<'_>)) {
+    run_body(name, provider, &|| case(&|n| cluster(n, provider, wait)));
+}
+
+/// Runs `body` (a case over `provider`) in a process of its own, as
+/// [`run`] does.
+fn run_body(name: &str, provider: &str, body: &dyn Fn()) {
     if std::env::var_os(CHILD).is_some() {
-        return run_here(provider, wait, case);
+        return run_here(provider, body);
     }
     // A case that failed (panicked) holding the lock leaves nothing shared
     // behind: its process is gone.
@@ -92,7 +98,7 @@ fn run(name: &str, provider: &str, wait: WaitMode, case: fn(conformance::Factory
     );
 }
 
-fn run_here(provider: &str, wait: WaitMode, case: fn(conformance::Factory<'_>)) {
+fn run_here(provider: &str, body: &dyn Fn()) {
     // RUST_LOG=taskfold_transports=debug shows what the transport does.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -106,7 +112,7 @@ fn run_here(provider: &str, wait: WaitMode, case: fn(conformance::Factory<'_>)) 
         eprintln!("skipped: libfabric provider `{provider}` is not available here");
         return;
     }
-    case(&|n| cluster(n, provider, wait));
+    body();
 }
 
 macro_rules! cases {
@@ -150,6 +156,50 @@ macro_rules! provider {
         }
     };
 }
+
+/// The fabric path against an endpoint outside the job, and a
+/// replacement let in over the fabric (`fabric/cases.rs`), once per
+/// provider, each case in a process of its own.
+macro_rules! fabric {
+    ($module:ident, $provider:expr; $($case:ident),* $(,)?) => {
+        mod $module {
+            $(
+                #[test]
+                fn $case() {
+                    super::run_body(
+                        concat!(module_path!(), "::", stringify!($case)),
+                        $provider,
+                        &|| super::fabric_cases::$case($provider),
+                    );
+                }
+            )*
+        }
+    };
+}
+
+#[path = "fabric/cases.rs"]
+mod fabric_cases;
+
+macro_rules! fabric_all {
+    ($($module:ident, $provider:expr);* $(;)?) => {
+        $(
+            fabric!(
+                $module, $provider;
+                a_forged_sender_is_dropped,
+                a_forged_sequence_number_does_not_displace_the_real_frame,
+                a_guessed_memory_key_reads_nothing,
+                a_replacement_is_let_in_over_the_fabric,
+                integrity_is_refused_over_the_fabric,
+            );
+        )*
+    };
+}
+
+fabric_all!(
+    foreign_tcp_rxm, "tcp;ofi_rxm";
+    foreign_sockets, "sockets";
+    foreign_shm, "shm";
+);
 
 provider!(tcp_rxm, "tcp;ofi_rxm", Poll);
 provider!(tcp_rxm_sread, "tcp;ofi_rxm", Auto);

@@ -2,10 +2,11 @@
 //! (the default between processes of one node; here all ranks share a
 //! process, which reads its own memory), with every get streamed, and
 //! with no threads of its own (run by a caller's thread, as the runtime
-//! runs it).
+//! runs it), and with every frame sealed (`TASKFOLD_INTEGRITY=mac`,
+//! streamed and driven, so that every frame crosses the socket).
 
 use taskfold_transports::conformance::{
-    self, tcp_cluster, tcp_driven_cluster, tcp_streamed_cluster,
+    self, tcp_cluster, tcp_driven_cluster, tcp_sealed_cluster, tcp_streamed_cluster,
 };
 
 macro_rules! cases {
@@ -31,6 +32,15 @@ macro_rules! cases {
                 #[test]
                 fn $case() {
                     conformance::$case(&tcp_driven_cluster);
+                }
+            )*
+        }
+        mod sealed {
+            use super::*;
+            $(
+                #[test]
+                fn $case() {
+                    conformance::$case(&tcp_sealed_cluster);
                 }
             )*
         }

@@ -25,7 +25,7 @@ fn rank_one(path: &Path, job: u64) -> (TransportError, Duration) {
 
 fn good_text(job: u64) -> String {
     format!(
-        "taskfold-rendezvous {} job={job:#x} addr=127.0.0.1:9\n",
+        "taskfold-rendezvous {} job={job:#x} addr=127.0.0.1:9 master=0\n",
         taskfold_transports::version::VERSION
     )
 }
@@ -104,4 +104,80 @@ fn a_planted_link_at_the_rendezvous_path_is_refused_and_replaced() {
     );
     taskfold_transports::Transport::shutdown(&*master);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A descriptor of this process's, for the tests of what a peer names:
+/// `(fd, inode, length)`, kept open by the returned file.
+fn held(path: &Path) -> (std::fs::File, u32, u64, u64) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .expect("open");
+    let m = f.metadata().expect("metadata");
+    let fd = f.as_raw_fd() as u32;
+    (f, fd, m.ino(), m.len())
+}
+
+/// A peer that names a FIFO as its shared heap or as the master's notice
+/// board makes the rank refuse it at once (the open does not block on
+/// it); a file of this user's that others may read is refused too.
+#[test]
+fn a_fifo_or_an_open_file_named_as_a_heap_or_board_is_refused() {
+    use taskfold_transports::board::{Board, BoardRef};
+    use taskfold_transports::shm::{HeapRef, PeerHeap};
+    let dir = fresh_dir();
+    let fifo = dir.join("fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let shared = dir.join("shared");
+    std::fs::write(&shared, vec![0u8; 4096]).expect("write");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let me = std::process::id();
+    let t0 = Instant::now();
+    for (path, why) in [(&fifo, "not a regular file"), (&shared, "mode 0644")] {
+        let (_f, fd, ino, len) = held(path);
+        let heap = HeapRef {
+            fd,
+            ino,
+            len,
+            offset: 0,
+        };
+        let Err(e) = PeerHeap::open(me, &heap) else {
+            panic!("a heap mapped")
+        };
+        let e = e.to_string();
+        assert!(e.contains(why), "{e}");
+        let board = BoardRef {
+            pid: me,
+            fd: fd as i32,
+            ino,
+            node: taskfold_transports::shared_file::node_token(),
+        };
+        let Err(e) = Board::open(&board) else {
+            panic!("a board mapped")
+        };
+        let e = e.to_string();
+        assert!(e.contains(why), "{e}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "did not block");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The rendezvous file's temporary has a random name: a file planted at
+/// the name a process id would give does not stop the write.
+#[test]
+fn a_file_planted_at_a_predictable_temporary_name_is_no_obstacle() {
+    let dir = fresh_dir();
+    let path = dir.join("master");
+    let planted = dir.join(format!(".master.tmp.{}", std::process::id()));
+    std::fs::write(&planted, b"planted").expect("plant");
+    private::write_atomic(&path, b"taskfold").expect("written beside it");
+    assert_eq!(std::fs::read(&path).expect("read"), b"taskfold");
+    assert_eq!(std::fs::read(&planted).expect("read"), b"planted");
+    let _ = std::fs::remove_dir_all(&dir);
 }

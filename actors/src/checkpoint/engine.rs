@@ -34,12 +34,12 @@ use super::ctx::Ctx;
 use super::future::{Completer, Written};
 use super::{CheckpointError, Level};
 use crate::hooks;
+use crate::hooks::Point;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use taskfold_core::checkpoint::{Coding, Header, Progress};
-use taskfold_core::settings::hooks::Point;
 use taskfold_core::wire::checkpoint::{buffer_key, Body, CheckpointMsg};
 
 /// One checkpoint from the application.

@@ -84,7 +84,7 @@ impl Checkpoints {
             config: c,
             answer_timeout: config.failure_timeout,
             deadline: config.finalize_timeout,
-            hooks: &config.hooks,
+            hooks: &crate::hooks::of(config),
             transport,
             view,
         }));

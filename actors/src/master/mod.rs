@@ -25,6 +25,7 @@ mod join;
 mod left;
 mod reinit;
 mod respawn;
+mod spares;
 mod state;
 mod stats;
 mod takeover;

@@ -34,9 +34,12 @@ impl Master {
     /// awaited): every rank, the replacement included, must come back to
     /// its entry point.
     pub(super) fn roll_back(&mut self, rank: Rank) {
+        // Every rank meets: the live ones, and every dead one whose
+        // replacement is awaited (this one's, and those still on their way
+        // from an earlier failure).
         let ranks: Vec<u32> = (0..self.size)
             .filter(|r| !self.finalized.contains(r))
-            .filter(|&r| !self.out.view().is_dead(r) || r == rank.0)
+            .filter(|&r| !self.out.view().is_dead(r) || r == rank.0 || self.respawn.book.awaited(r))
             .collect();
         let epoch = self.rollback.begin(ranks);
         tracing::warn!(%rank, epoch, "the job rolls back to its re-init entry point");

@@ -13,7 +13,7 @@ use actix::prelude::*;
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 use taskfold_core::respawn::{Death, Respawns, Slot};
-use taskfold_core::settings::Restart;
+use taskfold_core::settings::RespawnConfig;
 use taskfold_core::wire::Msg;
 use taskfold_core::Rank;
 
@@ -83,7 +83,15 @@ pub(super) struct Replacements {
     /// Replacements being let in, by rank.
     admitting: std::collections::BTreeMap<u32, Asking>,
     /// When each awaited rank died: its wait runs from then.
-    died: std::collections::HashMap<u32, std::time::Instant>,
+    pub(super) died: std::collections::HashMap<u32, std::time::Instant>,
+    /// The job has spares (`TASKFOLD_SPARES`): the master calls one for
+    /// each awaited rank.
+    pub(super) spares: bool,
+    /// The job's spares, and how many were called so far.
+    pub(super) spares_total: u32,
+    pub(super) spares_called: u32,
+    /// The launcher may start replacements itself (`TASKFOLD_RESPAWN`).
+    pub(super) launcher: bool,
 }
 
 impl Replacements {
@@ -97,6 +105,10 @@ impl Replacements {
             early: Default::default(),
             admitting: Default::default(),
             died: Default::default(),
+            spares: false,
+            spares_total: 0,
+            spares_called: 0,
+            launcher: false,
         }
     }
 
@@ -121,15 +133,25 @@ impl Replacements {
 }
 
 impl Master {
-    /// Expects up to `budget` replacements, each waited for at most
-    /// `wait`, and comes back from them by `restart`.
-    pub(crate) fn set_respawn(&mut self, budget: u32, wait: Duration, restart: Restart) {
-        self.restart = restart;
+    /// Expects the replacements `c` allows (the launcher's and the
+    /// spares), each waited for at most its wait, and comes back from
+    /// them by its restart.
+    pub(crate) fn set_respawn(&mut self, c: &RespawnConfig) {
+        self.restart = c.restart;
         let own = self.out.transport().rank().0;
         let incarnations = self.out.view().read().incarnations();
+        // Spares that took ranks while the job started were called.
+        let taken: u32 = match c.budget {
+            0 => incarnations.iter().sum(),
+            _ => 0,
+        };
         self.respawn = Replacements {
-            book: Respawns::joined(&incarnations, budget, own),
-            wait,
+            spares_called: taken,
+            book: Respawns::joined(&incarnations, c.replacements(), own),
+            wait: c.wait,
+            spares: c.spares > 0,
+            spares_total: c.spares,
+            launcher: c.budget > 0,
             ..Replacements::none(self.size, own)
         };
     }
@@ -162,6 +184,13 @@ impl Master {
         tracing::warn!(rank, wait = ?self.respawn.wait, "a replacement of the dead rank is awaited");
         let died = std::time::Instant::now();
         self.respawn.died.insert(rank, died);
+        if !self.call_spare(rank, died) {
+            // No spare left, and no launcher to start one: final now.
+            self.respawn.died.remove(&rank);
+            self.respawn.book.give_up(rank);
+            self.left_rollback(rank);
+            return false;
+        }
         if let Some(me) = &self.me {
             let (me, wait) = (me.clone(), self.respawn.wait);
             actix::spawn(async move {
@@ -346,14 +375,21 @@ impl Handler<GiveUp> for Master {
             );
             self.left_rollback(m.rank);
         }
-        // A replacement in but not joined again where its dead process's
-        // original was taken out ends those reductions too.
+        self.give_up_reductions(m.rank);
+    }
+}
+
+impl Master {
+    /// The wait for `rank`'s replacement is over: the reductions that
+    /// waited for its original lose it (a replacement in but not joined
+    /// again where its dead process's original was taken out, too).
+    pub(super) fn give_up_reductions(&mut self, rank: u32) {
         let keys: Vec<u64> = self.reductions.keys().copied().collect();
         for key in keys {
             let Some(r) = self.reductions.get_mut(&key) else {
                 continue;
             };
-            let Some(i) = r.group.index_of(Rank(m.rank)) else {
+            let Some(i) = r.group.index_of(Rank(rank)) else {
                 continue;
             };
             let (dead, roster) = (&self.out.view().dead(), &r.roster);

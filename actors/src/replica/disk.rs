@@ -89,7 +89,7 @@ impl ReplicaDisk {
     /// `key`, in that rank's directory `dir`.
     pub fn read_other(dir: &Path, key: u64, owner: u32) -> Result<Bytes, String> {
         let path = file_in(dir, key, owner);
-        let data = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let data = read_replica_file(&path)?;
         replica::verify(&data).map_err(|e| format!("{}: {e}", path.display()))?;
         metrics::counter!(crate::metrics::REPLICA_BYTES_READ).increment(data.len() as u64);
         Ok(Bytes::from(data))
@@ -193,7 +193,7 @@ impl ReplicaDisk {
     /// Reads and verifies a replica buffer.
     pub fn read(&self, key: u64, owner: u32) -> Result<Bytes, String> {
         let path = self.path(key, owner);
-        let data = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let data = read_replica_file(&path)?;
         replica::verify(&data).map_err(|e| format!("{}: {e}", path.display()))?;
         metrics::counter!(crate::metrics::REPLICA_BYTES_READ).increment(data.len() as u64);
         Ok(Bytes::from(data))
@@ -275,6 +275,43 @@ pub(crate) struct FileFacts {
     pub(crate) header: Vec<u8>,
 }
 
+/// Reads a replica file, as the job's private files are read (a regular
+/// file of this user's, private, not through a symbolic link, no FIFO or
+/// device: `taskfold_transports::private`), and no more of it than its
+/// header announces, which must be its length: a directory a peer names
+/// can make this rank read only a replica file of this user's.
+fn read_replica_file(path: &Path) -> Result<Vec<u8>, String> {
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let file = private::open_owned(path).map_err(|e| at(&e))?;
+    let len = file.metadata().map_err(|e| at(&e))?.len();
+    let mut header = Vec::with_capacity(replica::HEADER_LEN);
+    let mut file = std::io::BufReader::new(file);
+    (&mut file)
+        .take(replica::HEADER_LEN as u64)
+        .read_to_end(&mut header)
+        .map_err(|e| at(&e))?;
+    // The length field of any replica header (checked or not: `verify`
+    // says what is wrong with the rest).
+    let total = header
+        .get(8..16)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .and_then(|n| n.checked_add(replica::HEADER_LEN as u64))
+        .ok_or_else(|| at(&"not a replica file"))?;
+    if total != len {
+        return Err(at(&format!(
+            "its header announces {total} bytes, it holds {len}"
+        )));
+    }
+    let mut data = header;
+    data.try_reserve_exact(len as usize - data.len())
+        .map_err(|e| at(&e))?;
+    file.take(len - replica::HEADER_LEN as u64)
+        .read_to_end(&mut data)
+        .map_err(|e| at(&e))?;
+    Ok(data)
+}
+
 /// Reads the facts of the file at `path`; `None` if it cannot be read.
 pub(crate) fn file_facts(path: &Path) -> Option<FileFacts> {
     let mut f = std::fs::File::open(path).ok()?;
@@ -343,6 +380,37 @@ mod tests {
         d.remove_key(7);
         assert!(d.read(7, 3).is_err());
         let _ = std::fs::remove_dir_all(tmp);
+    }
+
+    /// A directory a peer names is read only as this user's private replica
+    /// files: a link to `/dev/zero` (which `std::fs::read` would read until
+    /// memory runs out), a FIFO or a file whose header announces more than
+    /// it holds are refused at once.
+    #[test]
+    fn a_named_directory_yields_only_private_replica_files() {
+        let dir = tempdir_named("named");
+        std::os::unix::fs::symlink("/dev/zero", file_in(&dir, 1, 0)).unwrap();
+        let e = ReplicaDisk::read_other(&dir, 1, 0).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        let fifo = file_in(&dir, 2, 0);
+        let made = std::process::Command::new("mkfifo")
+            .arg("-m600")
+            .arg(&fifo)
+            .status();
+        assert!(made.unwrap().success());
+        let e = ReplicaDisk::read_other(&dir, 2, 0).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        let mut buf = vec![0u8; replica::HEADER_LEN];
+        replica::write_header(&mut buf, &[5u8; 64]);
+        buf.extend_from_slice(&[5u8; 10]);
+        let short = file_in(&dir, 3, 0);
+        private::create_file(&short)
+            .unwrap()
+            .write_all(&buf)
+            .unwrap();
+        let e = ReplicaDisk::read_other(&dir, 3, 0).unwrap_err();
+        assert!(e.contains("announces 80 bytes, it holds 26"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::checkpoint::resume::{self, Resumed};
 use crate::checkpoint::{unix_ms, Lifecycle, Start};
 use crate::image::{Image, TOLERANCE};
 use crate::job::Job;
-use crate::rank::{run_resumed, Outcome, Timing};
+use crate::rank::{run_resumed, Outcome, RootResult, Timing};
 use std::process::ExitCode;
 use std::time::Duration;
 use taskfold::config::Restart;
@@ -34,35 +34,66 @@ pub fn progress_reporter(launcher: bool) -> impl FnMut(usize, usize) {
     }
 }
 
-/// One line about the job, printed by the root before it starts.
-pub fn describe(job: &Job, size: u32) -> String {
+/// `n` and its noun, singular for one: `1 checkpoint`, `2 checkpoints`
+/// (`one` and `many` are the two spellings).
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Ranks as a list: `3`, `1 and 3`, `1, 2 and 3`.
+pub fn ranks_list(ranks: &[u32]) -> String {
+    match ranks {
+        [] => "none".to_string(),
+        [one] => one.to_string(),
+        [init @ .., last] => {
+            let init: Vec<String> = init.iter().map(u32::to_string).collect();
+            format!("{} and {last}", init.join(", "))
+        }
+    }
+}
+
+/// What the root says about the job before it starts: short lines.
+pub fn describe(job: &Job, size: u32) -> Vec<String> {
     let m = &job.model;
     let s = &job.survey;
-    let bytes = m.nx * m.nz * 4;
-    format!(
-        "psdm: {}x{} image ({:.1} x {:.1} km), {} shots x {} receivers = {} traces of {} samples, \
-         {} reflectors (seed {}), {} ranks, {} batch reductions of {} KiB to rank {}, up to {} in flight per rank, completion {}, {}",
-        m.nx,
-        m.nz,
-        m.width() / 1e3,
-        m.depth() / 1e3,
-        s.shots.len(),
-        s.receivers.len(),
-        s.traces(),
-        s.nt,
-        m.reflectors.len(),
-        job.args.seed,
-        size,
-        job.batches(size),
-        bytes.div_ceil(1024),
-        job.args.root,
-        job.args.in_flight,
-        job.args.completion,
-        match job.args.checkpoint_every {
-            0 => "no checkpoints".to_string(),
-            b => format!("a checkpoint every {b} batches"),
-        }
-    )
+    let kib = (m.nx * m.nz * 4).div_ceil(1024);
+    let checkpoints = match job.args.checkpoint_every {
+        0 => "no checkpoints".to_string(),
+        b => format!("a checkpoint every {}", count(b as u64, "batch", "batches")),
+    };
+    vec![
+        format!(
+            "psdm: {}x{} image ({:.1} x {:.1} km), {} (seed {})",
+            m.nx,
+            m.nz,
+            m.width() / 1e3,
+            m.depth() / 1e3,
+            count(m.reflectors.len() as u64, "reflector", "reflectors"),
+            job.args.seed,
+        ),
+        format!(
+            "psdm: {} x {} = {} of {}",
+            count(s.shots.len() as u64, "shot", "shots"),
+            count(s.receivers.len() as u64, "receiver", "receivers"),
+            count(s.traces() as u64, "trace", "traces"),
+            count(s.nt as u64, "sample", "samples"),
+        ),
+        format!(
+            "psdm: {}, {} of {kib} KiB to rank {}",
+            count(size, "rank", "ranks"),
+            count(
+                job.batches(size) as u64,
+                "batch reduction",
+                "batch reductions"
+            ),
+            job.args.root,
+        ),
+        format!(
+            "psdm: up to {} in flight per rank, completion {}, {checkpoints}",
+            job.args.in_flight, job.args.completion,
+        ),
+    ]
 }
 
 fn secs(d: Duration) -> f64 {
@@ -77,83 +108,120 @@ fn pct(part: Duration, whole: Duration) -> f64 {
     }
 }
 
-/// This rank's one-line account of its time, and of its checkpoints.
-pub fn rank_line(rank: u32, o: &Outcome) -> String {
-    let (n, spent) = o.checkpoints;
-    let mut line = timing_line(rank, &o.timing);
-    if n > 0 {
-        line += &format!("; {n} checkpoints, {:.3} s", secs(spent));
-    }
-    if o.resumed_at > 0 {
-        line += &format!("; resumed after batch {}", o.resumed_at);
-    }
-    line
-}
-
-/// This rank's one-line account of its time.
-pub fn timing_line(rank: u32, t: &Timing) -> String {
+/// This rank's own line (`--verbose`): its time, its checkpoints, where
+/// it resumed.
+pub fn rank_line(rank: u32, t: &Timing, checkpoints: (u64, Duration), resumed_at: usize) -> String {
     let mean_latency = if t.reductions > 0 {
         secs(t.latency) / t.reductions as f64
     } else {
         0.0
     };
-    format!(
-        "rank {rank}: {} traces, computing {:.2} s, waiting on reductions {:.3} s; \
-         {} reductions, {:.3} s latency each, {:.0}% of it hidden behind migration",
-        t.traces,
+    let mut line = format!(
+        "psdm: rank {rank}: {}, computing {:.2} s, waiting {:.3} s; {} of {:.3} s, \
+         {:.0}% hidden",
+        count(t.traces, "trace", "traces"),
         secs(t.compute),
         secs(t.wait),
-        t.reductions,
+        count(t.reductions, "reduction", "reductions"),
         mean_latency,
         pct(t.hidden, t.latency)
-    )
+    );
+    let (n, spent) = checkpoints;
+    if n > 0 {
+        line += &format!(
+            "; {} ({:.3} s)",
+            count(n, "checkpoint", "checkpoints"),
+            secs(spent)
+        );
+    }
+    if resumed_at > 0 {
+        line += &format!("; resumed after batch {resumed_at}");
+    }
+    line
 }
 
-/// Writes the root's outputs and prints the summary; returns the checksum.
+/// The root's summary, in order: what was migrated, the ranks' time, the
+/// overlap, the checkpoints (lines without the image's).
+pub fn summary(size: u32, outcome: &Outcome, root: &RootResult) -> Vec<String> {
+    let (total, max) = (&root.total, &root.max);
+    let ranks = size.saturating_sub(outcome.lost.len() as u32).max(1);
+    let p = ranks as f64;
+    let mut lines = Vec::new();
+    let on = if outcome.lost.is_empty() {
+        count(size, "rank", "ranks")
+    } else {
+        format!("{ranks} of {size} ranks")
+    };
+    lines.push(format!(
+        "psdm: migrated {} on {on} in {:.2} s",
+        count(total.traces, "trace", "traces"),
+        secs(outcome.elapsed)
+    ));
+    if !outcome.lost.is_empty() {
+        lines.push(format!(
+            "psdm: lost {} {}, whose traces the others migrated; {} redone",
+            if outcome.lost.len() == 1 {
+                "rank"
+            } else {
+                "ranks"
+            },
+            ranks_list(&outcome.lost),
+            count(outcome.redone as u64, "batch reduction", "batch reductions"),
+        ));
+    }
+    lines.push(format!(
+        "psdm: per rank (mean): computing {:.2} s, waiting on reductions {:.3} s ({:.1}%)",
+        secs(total.compute) / p,
+        secs(total.wait) / p,
+        pct(total.wait, total.compute),
+    ));
+    lines.push(format!(
+        "psdm: slowest rank computing {:.2} s; longest wait {:.3} s",
+        secs(max.compute),
+        secs(max.wait)
+    ));
+    let mean_latency = if total.reductions > 0 {
+        secs(total.latency) / total.reductions as f64
+    } else {
+        0.0
+    };
+    lines.push(format!(
+        "psdm: overlap: {} per rank, {mean_latency:.3} s latency each, {:.0}% hidden \
+         behind migration",
+        count(
+            total.reductions / ranks as u64,
+            "batch reduction",
+            "batch reductions"
+        ),
+        pct(total.hidden, total.latency)
+    ));
+    if root.checkpoints.0 > 0.0 {
+        let per_rank = (root.checkpoints.0 / p).round() as u64;
+        lines.push(format!(
+            "psdm: checkpoints: {per_rank} per rank, {:.3} s per rank (mean), {:.3} s at most",
+            root.checkpoints.1 / p,
+            root.checkpoints.2
+        ));
+    }
+    lines
+}
+
+/// Prints `lines` to stdout in one write, so that nothing lands between
+/// them.
+pub fn say(lines: &[String]) {
+    use std::io::Write;
+    let mut text = lines.join("\n");
+    text.push('\n');
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+/// Writes the root's outputs and prints its summary in one block;
+/// returns the checksum.
 pub fn finish_root(job: &Job, size: u32, outcome: &Outcome) -> std::io::Result<f64> {
     let Some(root) = &outcome.root else {
         return Ok(0.0);
     };
-    let (total, max) = (&root.total, &root.max);
-    let ranks = size.saturating_sub(outcome.lost.len() as u32).max(1);
-    let p = ranks as f64;
-    if outcome.lost.is_empty() {
-        println!(
-            "psdm: migrated {} traces on {size} ranks in {:.2} s",
-            total.traces,
-            secs(outcome.elapsed)
-        );
-    } else {
-        println!(
-            "psdm: migrated {} traces on {ranks} of {size} ranks in {:.2} s; lost ranks {:?}, \
-             their traces shared among the others; {} batch reduction{} redone",
-            total.traces,
-            secs(outcome.elapsed),
-            outcome.lost,
-            outcome.redone,
-            if outcome.redone == 1 { "" } else { "s" }
-        );
-    }
-    println!(
-        "psdm: per rank (mean): computing {:.2} s (slowest rank {:.2} s), waiting on reductions \
-         {:.3} s = {:.1}% of computing (worst rank {:.3} s)",
-        secs(total.compute) / p,
-        secs(max.compute),
-        secs(total.wait) / p,
-        pct(total.wait, total.compute),
-        secs(max.wait)
-    );
-    let per_rank = total.reductions / ranks as u64;
-    println!(
-        "psdm: overlap: {per_rank} batch reductions per rank, {:.3} s mean latency, {:.0}% of \
-         reduction time hidden behind migration",
-        if total.reductions > 0 {
-            secs(total.latency) / total.reductions as f64
-        } else {
-            0.0
-        },
-        pct(total.hidden, total.latency)
-    );
+    let mut lines = summary(size, outcome, root);
     let image = &root.image;
     image.write_png(&job.args.out)?;
     if let Some(raw) = &job.args.raw {
@@ -164,16 +232,21 @@ pub fn finish_root(job: &Job, size: u32, outcome: &Outcome) -> std::io::Result<f
     }
     let hw = job.reflector_halfwidth();
     let checksum = image.checksum();
-    println!(
-        "psdm: image written to {} ({}x{}); energy within {hw} rows of the modelled reflectors: {:.1}%",
+    lines.push(format!(
+        "psdm: image written to {} ({}x{})",
         job.args.out.display(),
         image.nx,
         image.nz,
-        100.0 * image.energy_near_reflectors(&job.model, hw)
-    );
-    println!(
-        "psdm: checksum {checksum:.6e} (any rank count and arrival order agree within a relative {TOLERANCE:e})"
-    );
+    ));
+    lines.push(format!(
+        "psdm: {:.1}% of its energy lies within {} of the modelled reflectors",
+        100.0 * image.energy_near_reflectors(&job.model, hw),
+        count(hw as u64, "row", "rows")
+    ));
+    lines.push(format!(
+        "psdm: checksum {checksum:.6e} (any rank count agrees within a relative {TOLERANCE:e})"
+    ));
+    say(&lines);
     Ok(checksum)
 }
 
@@ -248,23 +321,20 @@ pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
     }
     crate::observe::init_metrics(rank, metrics);
     if rank == job.args.root {
-        println!("{}", describe(job, size));
+        say(&describe(job, size));
     }
     let mut progress = progress_reporter(launcher);
     let outcome = rt
         .run_reinit(|rt, entry| entry_point(rt, job, entry, global, &mut progress))
         .unwrap_or_else(|e| Err(failure(job, &e)));
     let code = match outcome {
-        Ok(outcome) => {
-            println!("{}", rank_line(rank, &outcome));
-            match finish_root(job, size, &outcome) {
-                Ok(_) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("psdm: cannot write the image: {e}");
-                    ExitCode::from(1)
-                }
+        Ok(outcome) => match finish_root(job, size, &outcome) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("psdm: cannot write the image: {e}");
+                ExitCode::from(1)
             }
-        }
+        },
         Err(e) => {
             eprintln!("psdm: rank {rank}: {e}");
             ExitCode::from(1)
@@ -339,7 +409,7 @@ pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
     // One process, one metrics endpoint for all its ranks.
     crate::observe::init_metrics(0, settings.metrics_addr);
     let launcher = under_taskfold_run(settings);
-    println!("{}", describe(job, n));
+    say(&describe(job, n));
     let results: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = cluster
             .ranks()
@@ -368,12 +438,9 @@ pub fn run_local(n: u32, job: &Job, settings: &Settings) -> ExitCode {
     });
     let mut code = ExitCode::SUCCESS;
     for (rank, r) in results.iter().enumerate() {
-        match r {
-            Ok(o) => println!("{}", rank_line(rank as u32, o)),
-            Err(e) => {
-                eprintln!("psdm: rank {rank}: {e}");
-                code = ExitCode::from(1);
-            }
+        if let Err(e) = r {
+            eprintln!("psdm: rank {rank}: {e}");
+            code = ExitCode::from(1);
         }
     }
     if let Some(Ok(outcome)) = results.get(root as usize) {
@@ -398,31 +465,66 @@ fn run_one(
 ) -> Result<Outcome, RunError> {
     let up = unix_ms();
     let resumed = resume::resume(rt, job, start.1).map_err(RunError::Resume)?;
-    say_resumed(rt.rank(), start.0, &resumed, up);
+    say_resumed(job, (rt.rank(), start.0), &resumed, up);
     run_resumed(rt, job, resumed.state.as_ref(), progress).map_err(RunError::Reduce)
 }
 
-/// Says where a rank resumed: a plain line if from a checkpoint, and the
+/// Says where a rank resumed: a plain line if from a checkpoint (the
+/// root's, or every rank's with `--verbose`), and with `--markers` the
 /// machine-readable `@psdm-resumed` line whenever checkpoints are on
 /// (`up_unix_ms`: when the runtime was up, before restoring).
-fn say_resumed(rank: u32, incarnation: u32, r: &Resumed, up: u128) {
+fn say_resumed(job: &Job, (rank, incarnation): (u32, u32), r: &Resumed, up: u128) {
     if r.start == Start::Fresh {
         return;
     }
     let batches = r.state.as_ref().map_or(0, |s| s.batches_done);
-    if r.version > 0 {
+    if r.version > 0 && (job.args.verbose || rank == job.args.root) {
         println!(
-            "psdm: rank {rank} resumed from checkpoint version {} ({batches} batches done), \
-             restored in {:.3} s",
+            "psdm: rank {rank} resumed from checkpoint version {} ({} done), restored in \
+             {:.3} s",
             r.version,
+            count(batches, "batch", "batches"),
             r.took.as_secs_f64()
         );
     }
-    println!(
-        "@psdm-resumed rank={rank} start={} incarnation={incarnation} version={} batches={batches} \
-         restore_ms={:.3} up_unix_ms={up}",
-        r.start.name(),
-        r.version,
-        r.took.as_secs_f64() * 1e3
-    );
+    if job.args.markers {
+        println!(
+            "@psdm-resumed rank={rank} start={} incarnation={incarnation} version={} \
+             batches={batches} restore_ms={:.3} up_unix_ms={up}",
+            r.start.name(),
+            r.version,
+            r.took.as_secs_f64() * 1e3
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_agree_with_their_nouns() {
+        assert_eq!(count(1u64, "checkpoint", "checkpoints"), "1 checkpoint");
+        assert_eq!(count(0u64, "checkpoint", "checkpoints"), "0 checkpoints");
+        assert_eq!(count(2u32, "batch", "batches"), "2 batches");
+        assert_eq!(ranks_list(&[3]), "3");
+        assert_eq!(ranks_list(&[1, 3]), "1 and 3");
+        assert_eq!(ranks_list(&[0, 1, 2]), "0, 1 and 2");
+    }
+
+    #[test]
+    fn the_description_is_short_lines_with_right_plurals() {
+        let args = crate::job::JobArgs::parse(["--nx", "20", "--nz", "10", "--shots", "1"]);
+        let mut args = args.unwrap();
+        args.reflectors = 1;
+        let job = Job::new(args).unwrap();
+        let lines = describe(&job, 1);
+        let text = lines.join("\n");
+        for line in &lines {
+            assert!(line.len() <= 90, "{line}");
+        }
+        assert!(text.contains("1 reflector (seed"), "{text}");
+        assert!(text.contains("1 shot x"), "{text}");
+        assert!(text.contains("psdm: 1 rank, "), "{text}");
+    }
 }

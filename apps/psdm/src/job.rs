@@ -8,6 +8,7 @@ use crate::survey::Survey;
 use clap::Args;
 use std::ops::Range;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Sizes and options of a migration (every rank parses the same ones).
 #[derive(Args, Clone, Debug)]
@@ -33,9 +34,12 @@ pub struct JobArgs {
     /// Seed of the model.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
-    /// Sample interval, milliseconds.
-    #[arg(long, default_value_t = 2.0)]
-    pub dt_ms: f64,
+    /// Sample interval, with its unit (`2ms`, `500us`).
+    #[arg(long, value_name = "DURATION", default_value = "2ms", value_parser = duration)]
+    pub dt: Duration,
+    /// Renamed `--dt`, which takes a unit.
+    #[arg(long = "dt-ms", hide = true, value_parser = renamed("--dt", "ms"))]
+    pub old_dt_ms: Option<String>,
     /// Peak frequency of the wavelet, Hz.
     #[arg(long, default_value_t = 20.0)]
     pub freq: f64,
@@ -53,10 +57,14 @@ pub struct JobArgs {
     /// so a lost rank ends the job).
     #[arg(long, default_value = "result", value_parser = ["result", "contributed"])]
     pub completion: String,
-    /// Each rank sleeps a seeded random 0..J ms after every batch (a noisy
-    /// node): changes the order contributions arrive in.
-    #[arg(long, default_value_t = 0)]
-    pub jitter_ms: u64,
+    /// Each rank sleeps a seeded random time from 0 to this (whole
+    /// milliseconds: `15ms`) after every batch, as on a noisy node: the
+    /// contributions arrive in another order.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = duration)]
+    pub jitter: Duration,
+    /// Renamed `--jitter`, which takes a unit.
+    #[arg(long = "jitter-ms", hide = true, value_parser = renamed("--jitter", "ms"))]
+    pub old_jitter_ms: Option<String>,
     /// Every rank checkpoints its progress (the root also its image) every
     /// B batches, and resumes from its checkpoints on start (0: off; see
     /// the book's psdm section on checkpoints). Above `--in-flight`, the
@@ -76,9 +84,45 @@ pub struct JobArgs {
     /// Also write the true reflectivity model as a PNG, for comparison.
     #[arg(long)]
     pub model_png: Option<PathBuf>,
+    /// Every rank prints its own account (its time, checkpoints, the ranks
+    /// it saw lost, where it resumed); by default only the root speaks.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Print the machine-readable `@psdm-checkpoint` and `@psdm-resumed`
+    /// lines that `taskfold bench recovery` reads (it asks for them).
+    #[arg(long)]
+    pub markers: bool,
+}
+
+/// `--dt` and `--jitter`: a duration with its unit.
+fn duration(v: &str) -> Result<Duration, String> {
+    taskfold_core::settings::values::parse_duration_arg(v)
+}
+
+/// The value parser of an option renamed `new` (its old name ended in
+/// `-{unit}`): always refused, with the new spelling.
+fn renamed(
+    new: &'static str,
+    unit: &'static str,
+) -> impl Fn(&str) -> Result<String, String> + Clone {
+    move |v| {
+        Err(format!(
+            "renamed {new}, which takes a unit: {new} {v}{unit}"
+        ))
+    }
 }
 
 impl JobArgs {
+    /// `--dt` in milliseconds (as the model and the fingerprint take it).
+    pub fn dt_ms(&self) -> f64 {
+        self.dt.as_nanos() as f64 / 1e6
+    }
+
+    /// `--jitter` in whole milliseconds.
+    pub fn jitter_ms(&self) -> u64 {
+        self.jitter.as_millis() as u64
+    }
+
     /// `--completion` as the runtime's option.
     pub fn completion(&self) -> taskfold::Completion {
         match self.completion.as_str() {
@@ -145,7 +189,7 @@ impl JobArgs {
         }
         for (name, v) in [
             ("--dx", self.dx),
-            ("--dt-ms", self.dt_ms),
+            ("--dt", self.dt_ms()),
             ("--freq", self.freq),
         ] {
             if !(v.is_finite() && v > 0.0) {
@@ -177,7 +221,7 @@ impl Job {
             &model,
             args.shots,
             args.receivers,
-            args.dt_ms * 1e-3,
+            args.dt_ms() * 1e-3,
             args.freq,
         );
         let tables = Tables::new(&model, &survey);

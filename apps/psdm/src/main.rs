@@ -11,9 +11,18 @@ use taskfold_psdm::job::{Job, JobArgs};
 #[global_allocator]
 static HEAP: taskfold::SharedHeap = taskfold::SharedHeap;
 
+/// Examples of `psdm --help`.
+const EXAMPLES: &str = "\
+Examples:
+  taskfold run -n 4 -- psdm                          the default job
+  taskfold run -n 4 -- psdm --nx 400 --nz 200 -v     a smaller image; every rank reports
+  psdm --local 4                                     4 ranks as threads of this process
+  TASKFOLD_RENDEZVOUS=$PWD/master.addr TASKFOLD_JOB_KEY_FILE=~/.taskfold-job.key \\
+    mpiexec -n 4 psdm";
+
 /// Kirchhoff pre-stack depth migration on taskfold.
 #[derive(Parser)]
-#[command(name = "psdm", version, about)]
+#[command(name = "psdm", version, about, after_help = EXAMPLES)]
 struct Cli {
     #[command(flatten)]
     job: JobArgs,

@@ -43,7 +43,7 @@ pub struct Timing {
     pub latency: Duration,
     /// The part of `latency` spent computing instead of waiting.
     pub hidden: Duration,
-    /// Sleeping to simulate a noisy node (`--jitter-ms`).
+    /// Sleeping to simulate a noisy node (`--jitter`).
     pub jitter: Duration,
     /// Traces migrated.
     pub traces: u64,
@@ -112,6 +112,9 @@ pub struct RootResult {
     pub total: Timing,
     /// Timings of every surviving rank, element-wise maximum.
     pub max: Timing,
+    /// Checkpoints of every surviving rank: taken in all, seconds spent in
+    /// all, and the most seconds one rank spent.
+    pub checkpoints: (f64, f64, f64),
 }
 
 struct Pending {
@@ -179,7 +182,7 @@ pub fn run_resumed(
                 every: job.args.checkpoint_every,
                 in_flight: job.args.in_flight,
             };
-            Checkpointer::new(cadence, fingerprint(job, size))
+            Checkpointer::new(cadence, fingerprint(job, size), job.args.markers)
         }),
         progress,
     };
@@ -192,17 +195,25 @@ pub fn run_resumed(
         c.finish(rank);
     }
     let elapsed = started.elapsed();
-    let root = run.gather()?;
+    let checkpoints = run
+        .ckpt
+        .as_ref()
+        .map_or((0, Duration::ZERO), |c| (c.taken, c.spent));
+    if job.args.verbose {
+        // Before the gather, so that it comes before the root's summary.
+        println!(
+            "{}",
+            crate::app::rank_line(rank, &run.t, checkpoints, resumed_at)
+        );
+    }
+    let root = run.gather(checkpoints)?;
     Ok(Outcome {
         timing: run.t,
         elapsed,
         lost: run.sched.lost().to_vec(),
         redone: run.sched.redone(),
         resumed_at,
-        checkpoints: run
-            .ckpt
-            .as_ref()
-            .map_or((0, Duration::ZERO), |c| (c.taken, c.spent)),
+        checkpoints,
         root,
     })
 }
@@ -272,7 +283,7 @@ impl Run<'_> {
             .job
             .attempt_traces(rank, size, attempt.batch, &attempt.lost);
         let partial = migrate_batch(self.rt, self.job, &traces, (&mut self.t, &mut self.pending))?;
-        let jitter = self.job.args.jitter_ms;
+        let jitter = self.job.args.jitter_ms();
         if jitter > 0 {
             // A function of the rank and the batch alone, so that a batch
             // redone after a restart sleeps as long.
@@ -336,10 +347,10 @@ impl Run<'_> {
         self.learn(|s| s.failed(&p.attempt, &ranks), err)?;
         if self.image.is_some() {
             eprintln!(
-                "psdm: batch {} ({}) failed: redone by ranks {:?}",
+                "psdm: batch {} ({}) failed: redone by ranks {}",
                 p.attempt.batch,
                 p.attempt.id(),
-                self.sched.survivors()
+                crate::app::ranks_list(&self.sched.survivors())
             );
         }
         Ok(())
@@ -366,10 +377,16 @@ impl Run<'_> {
             eprintln!("psdm: rank {rank}: {why}");
             err
         })?;
+        // The root says it for the job; every rank with `--verbose`.
+        let who = match (self.image.is_some(), self.job.args.verbose) {
+            (true, _) => String::new(),
+            (false, true) => format!("rank {rank}: "),
+            (false, false) => return Ok(new),
+        };
         for l in &new {
             eprintln!(
-                "psdm: rank {rank}: rank {l} was lost; its traces go to ranks {:?}",
-                self.sched.survivors()
+                "psdm: {who}rank {l} was lost; its traces go to ranks {}",
+                crate::app::ranks_list(&self.sched.survivors())
             );
         }
         Ok(new)
@@ -378,8 +395,10 @@ impl Run<'_> {
     /// Every surviving rank's timing, summed and maximised at the root,
     /// which also holds the final image. Reduced again over the survivors
     /// if a rank is lost meanwhile.
-    fn gather(&mut self) -> Result<Option<RootResult>, ReduceError> {
-        let v = self.t.to_vec();
+    fn gather(&mut self, checkpoints: (u64, Duration)) -> Result<Option<RootResult>, ReduceError> {
+        // The timing, then this rank's checkpoints: taken, and seconds.
+        let mut v = self.t.to_vec();
+        v.extend([checkpoints.0 as f64, checkpoints.1.as_secs_f64()]);
         let root = self.job.args.root;
         for _ in 0..self.rt.size() {
             let lost = self.sched.lost().to_vec();
@@ -403,11 +422,16 @@ impl Run<'_> {
                 }
             };
             return Ok(match (self.image.take(), sum, max) {
-                (Some(image), Some(sum), Some(max)) => Some(RootResult {
-                    image,
-                    total: Timing::from_slice(&sum.0),
-                    max: Timing::from_slice(&max.0),
-                }),
+                (Some(image), Some(sum), Some(max)) => {
+                    let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0);
+                    let n = v.len();
+                    Some(RootResult {
+                        image,
+                        total: Timing::from_slice(&sum.0),
+                        max: Timing::from_slice(&max.0),
+                        checkpoints: (at(&sum.0, n - 2), at(&sum.0, n - 1), at(&max.0, n - 1)),
+                    })
+                }
                 _ => None,
             });
         }

@@ -186,9 +186,11 @@ fn children(parent: u32) -> Vec<i32> {
 /// `taskfold run -n 3` of psdm with checkpoints in `ckpt`.
 fn launch(ckpt: &Path, out: &Path, hook: Option<String>) -> Command {
     let mut cmd = Command::new(taskfold_bin());
-    cmd.args(["run", "-n", "3", "--timeout", "150", "--"])
+    cmd.args(["run", "-n", "3", "--timeout", "150s", "--"])
         .arg(psdm())
         .args(ARGS)
+        // The `@psdm-checkpoint` lines, and every rank's resume line.
+        .args(["--markers", "--verbose"])
         .arg("--out")
         .arg(out)
         .env("TASKFOLD_CHECKPOINT_DIR", ckpt)

@@ -5,8 +5,8 @@
 //! still does (the three others share its work out); and the batch
 //! scripts of the book's Launching chapter run under `sbatch` as written.
 //!
-//! The C example (`apps/c`) is not built in this workspace yet: it is not
-//! run here.
+//! The C example (`apps/c`) under `srun` is a test of the C API's
+//! (`actors/capi/tests/examples.rs`).
 
 mod common;
 

@@ -34,6 +34,9 @@ use taskfold_core::checkpoint::{erasure, Intervals};
 
 /// Options of `bench checkpoint`.
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  taskfold bench checkpoint\n  taskfold bench checkpoint --size 4M,16M --np 8 --per-node 2 --json ckpt.json"
+)]
 pub struct CheckpointArgs {
     /// Data shards of an L3 group (k).
     #[arg(long, default_value_t = 4)]
@@ -56,9 +59,13 @@ pub struct CheckpointArgs {
     /// Bytes of each rank's state (K, M, G suffixes).
     #[arg(long, default_value = "4M", value_parser = parse_size)]
     pub state: usize,
-    /// The failure detection timeout, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
-    pub timeout_ms: u64,
+    /// The failure detection timeout, with its unit.
+    #[arg(long, value_name = "DURATION", default_value = "1s",
+          value_parser = crate::launcher::cli::duration)]
+    pub timeout: Duration,
+    /// Renamed `--timeout`, which takes a unit.
+    #[arg(long = "timeout-ms", hide = true, value_parser = crate::launcher::cli::renamed("--timeout", "ms"))]
+    pub old_timeout_ms: Option<String>,
     /// Timed retrievals of each kind.
     #[arg(long, default_value_t = 3)]
     pub retrieval_reps: u32,
@@ -352,7 +359,7 @@ pub fn main(args: CheckpointArgs) -> ExitCode {
         k: u16::try_from(args.k).unwrap_or(u16::MAX),
         m: u16::try_from(args.m).unwrap_or(u16::MAX),
         state_bytes: args.state,
-        timeout: Duration::from_millis(args.timeout_ms),
+        timeout: args.timeout,
         reps: args.retrieval_reps,
     };
     match retrieval(&params) {

@@ -1,6 +1,7 @@
 //! `taskfold bench ...`: benchmark harness. Figures are medians, with a
 //! baseline measured in the same run; report ratios, not absolute times.
 
+pub mod capi;
 pub mod chaos;
 pub mod checkpoint;
 pub mod compare;
@@ -12,19 +13,33 @@ pub mod transports;
 use clap::Subcommand;
 use std::process::ExitCode;
 
+/// Examples of `taskfold bench --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  taskfold bench reduce --np 4,8 --size 128K,2M --json out.json
+  taskfold bench faults --np 8 --size 8M --trials 100
+  taskfold bench compare --out compare/
+  taskfold bench recovery --out recovery/ --np 4 --trials 10
+  taskfold bench checkpoint --size 4M,16M
+  taskfold bench transports
+
+Run `taskfold bench <benchmark> --help` for each one's options.";
+
 /// The benchmarks.
 #[derive(Subcommand)]
 pub enum BenchCmd {
     /// Median time per reduction (max over ranks) next to a memcpy of the
     /// same bytes.
     Reduce(reduce::BenchArgs),
-    /// Failure injection: SIGKILL a rank at a random instant of a reduction.
+    /// Failure injection: SIGKILL a worker, the root, the master or a node
+    /// at a random instant of a reduction, and count the outcomes.
     Faults(faults::FaultArgs),
     /// Transports against each other: latency, get throughput, reduction
     /// time (TCP and libfabric, ratios to TCP).
     Transports(transports::TransportArgs),
-    /// taskfold against MPI_Reduce (Open MPI, MPICH) in the source paper's
-    /// scenarios: JSON, a Markdown report with ratios, and SVG plots.
+    /// taskfold against MPI_Reduce (Open MPI, MPICH) with quiet ranks, a
+    /// slow rank, staggered arrivals, background load and concurrent
+    /// reductions: JSON, a Markdown report of ratios, and SVG plots.
     Compare(compare::CompareArgs),
     /// psdm with one rank SIGKILLed: time to solution without failure,
     /// with checkpoint/restart, and with the runtime's global and local
@@ -40,6 +55,10 @@ pub enum BenchCmd {
     /// every step; counts the trials that end exact, in a typed error,
     /// wrong, or hung.
     Chaos(chaos::ChaosArgs),
+    /// The C API against the Rust API: `bench reduce`'s Rust ranks and
+    /// its C variant (`apps/c/bench_reduce.c`) in alternating jobs of one
+    /// run, and their ratio.
+    Capi(capi::CapiArgs),
 }
 
 /// Runs a benchmark.
@@ -52,5 +71,6 @@ pub fn main(cmd: BenchCmd) -> ExitCode {
         BenchCmd::Recovery(a) => recovery::main(a),
         BenchCmd::Checkpoint(a) => checkpoint::main(a),
         BenchCmd::Chaos(a) => chaos::main(a),
+        BenchCmd::Capi(a) => capi::main(a),
     }
 }

@@ -19,7 +19,8 @@
 //!   process); a mode whose jobs fail is reported with its error, never
 //!   left out. For `local` each trial also gets a lower bound: `T` plus
 //!   the dead rank's work since its last checkpoint, its respawn and its
-//!   restore (from psdm's `@psdm-checkpoint` and `@psdm-resumed` lines).
+//!   restore (from the `@psdm-checkpoint` and `@psdm-resumed` lines that
+//!   psdm prints when asked, with `--markers`, as every trial asks).
 //!
 //! Writes `recovery.json` (every trial), `report.md` (medians per mode)
 //! and `recovery.svg` (time to solution against the kill instant) into
@@ -66,6 +67,9 @@ impl Mode {
 
 /// Options of `bench recovery`.
 #[derive(Args, Debug, Clone)]
+#[command(
+    after_help = "Examples:\n  taskfold bench recovery --out recovery/\n  taskfold bench recovery --out quick/ --np 3 --trials 2 --modes none,local -- --nx 200 --nz 100"
+)]
 pub struct RecoveryArgs {
     /// Directory for recovery.json, report.md and recovery.svg.
     #[arg(long)]
@@ -92,10 +96,11 @@ pub struct RecoveryArgs {
     /// `cargo build --release -p taskfold-psdm` leaves it).
     #[arg(long)]
     pub psdm: Option<PathBuf>,
-    /// Seconds one launch may take before it is killed (`taskfold run
-    /// --timeout`).
-    #[arg(long, default_value_t = 300)]
-    pub timeout: u64,
+    /// How long one launch may take before it is stopped (`taskfold run
+    /// --timeout`), with its unit.
+    #[arg(long, value_name = "DURATION", default_value = "5m",
+          value_parser = crate::launcher::cli::duration)]
+    pub timeout: std::time::Duration,
     /// psdm's options (after `--`; its default job if none); `--out` is
     /// set per trial.
     #[arg(last = true)]

@@ -17,6 +17,9 @@ use taskfold_benches::Figure;
 
 /// Options of `bench reduce`.
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  taskfold bench reduce\n  taskfold bench reduce --np 4,8 --size 128K,2M,32M --json out.json"
+)]
 pub struct BenchArgs {
     /// Rank counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "4,8")]

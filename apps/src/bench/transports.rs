@@ -29,6 +29,9 @@ use taskfold_transports::{select, BufferKey, Bytes, Event, Rank, Transport};
 
 /// Options of `bench transports`.
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  taskfold bench transports\n  taskfold bench transports --transports tcp,libfabric:shm"
+)]
 pub struct TransportArgs {
     /// Transports: `tcp`, `libfabric:PROVIDER` or `libfabric:PROVIDER:auto`
     /// (progress thread blocking in `fi_cq_sread`), comma-separated.

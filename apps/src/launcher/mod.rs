@@ -14,8 +14,13 @@
 //! `--respawn N`, `TASKFOLD_RESPAWN` and each process's
 //! `TASKFOLD_INCARNATION`. Output lines are
 //! prefixed with `[rank]`. The ranks' settings are parsed before any rank
-//! starts (see `taskfold::Settings`): a bad `TASKFOLD_*` value stops the
-//! job with one error naming it. When a rank exits, the launcher tells the master at once (before any
+//! starts (see `taskfold::Settings`): a bad `TASKFOLD_*` value (or key of
+//! the settings file) stops the job with one error naming it, and a
+//! variable that is no setting is warned about once for the job (the
+//! ranks, given `TASKFOLD_RUN_CHECKED`, do not repeat it). Each rank that
+//! does not exit 0 is said in one line as it ends, and the job in one
+//! verdict ([`cli`] maps it to the exit code: 0, 1, 2, or 124 for
+//! `--timeout`). When a rank exits, the launcher tells the master at once (before any
 //! timeout could notice), so reductions that need that rank end without
 //! waiting. If rank 0 (the master) ends abnormally, the job cannot go on:
 //! the launcher says so, gives the other ranks twice the failure timeout
@@ -28,9 +33,10 @@
 //! A rank may print `@taskfold-progress DONE TOTAL [LABEL]` lines: the
 //! launcher draws them as one progress bar instead of printing them.
 //!
-//! `taskfold run --nodes N` spreads the ranks over `N` nodes simulated on
+//! `taskfold run --sim-nodes N` spreads the ranks over `N` nodes simulated on
 //! this machine, each with its own network and `/dev/shm` ([`nodes`]).
 
+pub mod cli;
 mod masters;
 pub mod nodes;
 mod output;
@@ -42,7 +48,6 @@ pub use nodes::NodeSpec;
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::process::{Child, ExitStatus};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use taskfold::{JobKey, MasterAddr, Settings};
@@ -88,6 +93,48 @@ pub struct RankExit {
     pub incarnation: u32,
     /// A replacement was started for it.
     pub replaced: bool,
+    /// The launcher stopped it (SIGKILL), and why.
+    pub stopped: Option<Stopped>,
+}
+
+/// Why the launcher stopped the ranks still running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// `--timeout` came.
+    TimeLimit,
+    /// The master died, no standby took over, and the grace to end on
+    /// their own passed.
+    NoMaster,
+}
+
+/// Ranks as a list: `3`, `1 and 3`, `1, 2 and 3`.
+pub fn ranks_list(ranks: &[u32]) -> String {
+    match ranks {
+        [] => "none".to_string(),
+        [one] => one.to_string(),
+        [init @ .., last] => {
+            let init: Vec<String> = init.iter().map(u32::to_string).collect();
+            format!("{} and {last}", init.join(", "))
+        }
+    }
+}
+
+/// A signal's name, for the common ones.
+fn signal_name(s: i32) -> Option<&'static str> {
+    Some(match s {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => return None,
+    })
 }
 
 impl RankExit {
@@ -105,11 +152,26 @@ impl RankExit {
         }
     }
 
-    /// "exited with code 3", "killed by signal 9".
+    /// "exited with code 3", "killed by signal 9 (SIGKILL)".
     pub fn describe(&self) -> String {
         match self.code_and_signal() {
             (c, 0) => format!("exited with code {c}"),
-            (_, s) => format!("killed by signal {s}"),
+            (_, s) => match signal_name(s) {
+                Some(name) => format!("killed by signal {s} ({name})"),
+                None => format!("killed by signal {s}"),
+            },
+        }
+    }
+
+    /// As [`RankExit::describe`], saying "died" for a signal alone: "exited
+    /// with code 3", "died (killed by signal 9, SIGKILL)".
+    pub fn how(&self) -> String {
+        match self.code_and_signal() {
+            (c, 0) => format!("exited with code {c}"),
+            (_, s) => match signal_name(s) {
+                Some(name) => format!("died (killed by signal {s}, {name})"),
+                None => format!("died (killed by signal {s})"),
+            },
         }
     }
 }
@@ -132,6 +194,9 @@ fn ranks_settings(launch: &Launch, job: &Job) -> std::io::Result<Settings> {
         // Removed from the ranks' environment: blank is unset.
         ("TASKFOLD_MASTER", OsStr::new("")),
         ("TASKFOLD_JOB_KEY_FILE", OsStr::new("")),
+        // The ranks check their test hooks themselves: a test build of
+        // the program has them, this launcher need not.
+        (taskfold_core::settings::TEST_HOOK_VAR, OsStr::new("")),
     ];
     let extra = launch
         .env
@@ -193,9 +258,23 @@ struct Job {
     key: JobKey,
 }
 
+/// Warns, once for the job, about each `TASKFOLD_*` variable of the
+/// ranks that no setting reads, with the closest name if one is near (the
+/// ranks, told by `TASKFOLD_RUN_CHECKED`, do not warn again).
+fn warn_unknown(settings: &Settings) {
+    for name in &settings.unknown {
+        let hint = match taskfold_core::settings::sources::closest(name) {
+            Some(close) => format!(" (did you mean {close}?)"),
+            None => String::new(),
+        };
+        eprintln!("taskfold run: warning: {name} is set but is no taskfold setting{hint}; ignored");
+    }
+}
+
 /// Starts the ranks of `job` (on its nodes, if any) and watches them.
 fn run_job(launch: &Launch, nodes: Option<&NodeSpec>, job: &Job) -> std::io::Result<Vec<RankExit>> {
     let settings = ranks_settings(launch, job)?;
+    warn_unknown(&settings);
     let cluster = match nodes {
         Some(spec) => Some(nodes::Cluster::create(spec, launch.ranks, &job.dir)?),
         None => None,
@@ -244,10 +323,11 @@ fn master_grace(failure_timeout: Duration) -> Duration {
     (failure_timeout * 2 + Duration::from_secs(2)).min(Duration::from_secs(120))
 }
 
-/// Waits for every child; reports each exit to the master as it happens.
-/// If the master ends abnormally and no standby takes over, the ranks
-/// still running after the grace are killed: with no master, no
-/// reduction can end any more.
+/// Waits for every child; reports each exit to the master as it happens,
+/// and says it in one line (a rank that exited 0 is not said: the
+/// verdict counts it). If the master ends abnormally and no standby takes
+/// over, the ranks still running after the grace are stopped: with no
+/// master, no reduction can end any more.
 fn watch(
     mut children: Vec<(u32, u32, Child)>,
     spawner: &mut spawn::Spawner<'_>,
@@ -256,7 +336,7 @@ fn watch(
     let (launch, job, cluster) = (spawner.launch, spawner.job, spawner.cluster);
     let started = Instant::now();
     let mut exits = Vec::new();
-    let killed = AtomicBool::new(false);
+    let mut stopped: Option<Stopped> = None;
     let mut master_died: Option<Instant> = None;
     while !children.is_empty() {
         let mut i = 0;
@@ -270,10 +350,14 @@ fn watch(
                         ended_job: false,
                         incarnation,
                         replaced: false,
+                        stopped: None,
                     };
                     if !exit.success() {
+                        exit.stopped = stopped;
                         let others = !children.is_empty();
-                        if failed(&mut exit, &mut masters, (job, cluster), others, grace) {
+                        let (ends, mut notes) =
+                            failed(&mut exit, &mut masters, (job, cluster), others, grace);
+                        if ends {
                             master_died = Some(Instant::now());
                         }
                         // Not once the master has exited: the job is over
@@ -281,10 +365,16 @@ fn watch(
                         let leads = children
                             .iter_mut()
                             .any(|c| c.0 == masters.current && matches!(c.2.try_wait(), Ok(None)));
-                        if others && leads {
-                            if let Some(c) = spawner.replace(&mut exit, masters.current) {
+                        if others && leads && stopped.is_none() {
+                            if let Some((c, note)) = spawner.replace(&mut exit, masters.current) {
                                 children.push(c);
+                                notes.push(note);
                             }
+                        }
+                        // A rank the launcher stopped was said then.
+                        if exit.stopped.is_none() {
+                            let notes: String = notes.iter().map(|n| format!("; {n}")).collect();
+                            eprintln!("taskfold run: rank {rank} {}{notes}", exit.describe());
                         }
                     }
                     exits.push(exit);
@@ -296,20 +386,15 @@ fn watch(
                 }
             }
         }
-        if master_died.is_some_and(|t| t.elapsed() > grace) && !children.is_empty() {
-            master_died = None;
-            eprintln!("taskfold run: killing the ranks still running without a master");
-            for (_, _, c) in &mut children {
-                let _ = c.kill();
-            }
-        }
-        if let Some(limit) = launch.timeout {
-            if started.elapsed() > limit && !killed.swap(true, Ordering::SeqCst) {
-                eprintln!("taskfold run: time limit of {limit:?} reached, killing every rank");
-                for (_, _, c) in &mut children {
-                    let _ = c.kill();
-                }
-            }
+        let why = match (master_died, launch.timeout) {
+            _ if children.is_empty() || stopped.is_some() => None,
+            (_, Some(limit)) if started.elapsed() > limit => Some(Stopped::TimeLimit),
+            (Some(t), _) if t.elapsed() > grace => Some(Stopped::NoMaster),
+            _ => None,
+        };
+        if let Some(why) = why {
+            stop(&mut children, why, launch.timeout);
+            stopped = Some(why);
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -317,18 +402,41 @@ fn watch(
     exits
 }
 
+/// Stops (SIGKILL) every rank still running, for `why`, in one line.
+fn stop(children: &mut [(u32, u32, Child)], why: Stopped, limit: Option<Duration>) {
+    let mut ranks: Vec<u32> = children.iter().map(|c| c.0).collect();
+    ranks.sort_unstable();
+    let whom = format!(
+        "stopping rank{} {}",
+        if ranks.len() == 1 { "" } else { "s" },
+        ranks_list(&ranks)
+    );
+    match why {
+        Stopped::TimeLimit => {
+            let limit = limit.map(taskfold_core::settings::values::format_duration);
+            eprintln!(
+                "taskfold run: the time limit of {} was reached: {whom}",
+                limit.unwrap_or_default()
+            );
+        }
+        Stopped::NoMaster => eprintln!("taskfold run: no master left: {whom}"),
+    }
+    for (_, _, c) in children {
+        let _ = c.kill();
+    }
+}
+
 /// A rank failed (`others`: ranks still run): the master is told, or the
-/// standby's takeover said; true if it was the master and the job ends
-/// with it (no standby).
+/// standby's takeover noted. Returns whether it was the master and the job
+/// ends with it (no standby), and what its line adds.
 fn failed(
     exit: &mut RankExit,
     masters: &mut masters::Masters,
     (job, cluster): (&Job, Option<&nodes::Cluster>),
     others: bool,
     grace: Duration,
-) -> bool {
+) -> (bool, Vec<String>) {
     let rank = exit.rank;
-    eprintln!("taskfold run: rank {rank} {}", exit.describe());
     // A clean exit follows finalize, which the master already knows; a
     // failure it must learn now (only rank 0's address is known here).
     if rank != 0 && masters.current == 0 && others {
@@ -338,25 +446,28 @@ fn failed(
     // to go (the others ended without it).
     let verdict = masters.died(rank);
     exit.ended_job = verdict.is_err();
+    let lost = if exit.code_and_signal().1 == 0 {
+        "ended"
+    } else {
+        "died"
+    };
     match verdict {
-        _ if !others => false,
-        Ok(None) => false,
-        Ok(Some(next)) => {
-            eprintln!(
-                "taskfold run: the master (rank {rank}) died: {}; \
-                 the standby, rank {next}, takes over",
-                exit.describe()
-            );
-            false
-        }
-        Err(()) => {
-            eprintln!(
-                "taskfold run: the master (rank {rank}) died: {}; ending the job \
-                 (the other ranks are killed if still running in {grace:?})",
-                exit.describe()
-            );
-            true
-        }
+        _ if !others => (false, Vec::new()),
+        Ok(None) => (false, Vec::new()),
+        Ok(Some(next)) => (
+            false,
+            vec![format!(
+                "the master {lost}: the standby, rank {next}, takes over"
+            )],
+        ),
+        Err(()) => (
+            true,
+            vec![format!(
+                "the master {lost} and no standby takes over: ending the job (ranks \
+                 still running in {} are stopped)",
+                taskfold_core::settings::values::format_duration(grace)
+            )],
+        ),
     }
 }
 
@@ -391,156 +502,4 @@ fn report(exit: &RankExit, job: &Job, cluster: Option<&nodes::Cluster>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranks_output_goes_to_the_log_prefixed_with_their_ranks() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("ranks.log");
-        let launch = Launch {
-            ranks: 2,
-            program: "sh".into(),
-            args: vec![
-                "-c".into(),
-                "echo out-$TASKFOLD_RANK; echo err-$TASKFOLD_RANK >&2".into(),
-            ],
-            timeout: Some(Duration::from_secs(60)),
-            env: Vec::new(),
-            log: Some(log.clone()),
-            respawn: 0,
-        };
-        let exits = run(&launch).unwrap();
-        assert!(exits.iter().all(|e| e.success()));
-        let text = std::fs::read_to_string(&log).unwrap();
-        for line in ["[0] out-0", "[0] err-0", "[1] out-1", "[1] err-1"] {
-            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
-        }
-    }
-
-    #[test]
-    fn every_job_gives_its_ranks_a_fresh_key_of_its_own() {
-        let dir = tempfile::tempdir().unwrap();
-        let keys: Vec<Vec<String>> = (0..2)
-            .map(|j| {
-                let log = dir.path().join(format!("ranks-{j}.log"));
-                let launch = Launch {
-                    ranks: 2,
-                    program: "sh".into(),
-                    args: vec![
-                        "-c".into(),
-                        "echo key=$TASKFOLD_JOB_KEY file=$TASKFOLD_JOB_KEY_FILE".into(),
-                    ],
-                    timeout: Some(Duration::from_secs(60)),
-                    env: Vec::new(),
-                    log: Some(log.clone()),
-                    respawn: 0,
-                };
-                assert!(run(&launch).unwrap().iter().all(RankExit::success));
-                let text = std::fs::read_to_string(&log).unwrap();
-                text.lines()
-                    .map(|l| {
-                        let key = l.split("key=").nth(1).and_then(|k| k.split(' ').next());
-                        assert!(l.ends_with("file="), "{l}");
-                        key.expect("a key").to_string()
-                    })
-                    .collect()
-            })
-            .collect();
-        for ks in &keys {
-            assert_eq!(ks.len(), 2);
-            assert_eq!(ks[0], ks[1], "one key per job");
-            assert!(JobKey::from_hex(&ks[0]).is_some(), "{ks:?}");
-        }
-        assert_ne!(keys[0][0], keys[1][0], "a fresh key per job");
-    }
-
-    #[test]
-    fn a_bad_setting_stops_the_job_before_any_rank_starts() {
-        let dir = tempfile::tempdir().unwrap();
-        let marker = dir.path().join("started");
-        let launch = Launch {
-            ranks: 2,
-            program: "sh".into(),
-            args: vec!["-c".into(), format!("touch {}", marker.display()).into()],
-            timeout: Some(Duration::from_secs(60)),
-            env: vec![("TASKFOLD_DURABILITY".into(), "sometimes".into())],
-            log: None,
-            respawn: 0,
-        };
-        let e = run(&launch).expect_err("refused");
-        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
-        assert!(
-            e.to_string()
-                .starts_with("TASKFOLD_DURABILITY=\"sometimes\""),
-            "{e}"
-        );
-        assert!(!marker.exists(), "a rank started");
-    }
-
-    #[test]
-    fn a_dead_master_ends_the_job_after_the_grace() {
-        let launch = Launch {
-            ranks: 3,
-            program: "sh".into(),
-            // Rank 0 dies at once; the others would run for ten minutes.
-            args: vec![
-                "-c".into(),
-                "if [ $TASKFOLD_RANK = 0 ]; then kill -9 $$; fi; exec sleep 600".into(),
-            ],
-            timeout: Some(Duration::from_secs(300)),
-            env: vec![("TASKFOLD_FAILURE_TIMEOUT_MS".into(), "100".into())],
-            log: None,
-            respawn: 0,
-        };
-        let t = Instant::now();
-        let exits = run(&launch).unwrap();
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "ended after {:?}",
-            t.elapsed()
-        );
-        assert_eq!(exits.len(), 3);
-        assert!(exits.iter().all(|e| !e.success()), "{exits:?}");
-        assert_eq!(
-            master_grace(Duration::from_millis(100)),
-            Duration::from_millis(2200)
-        );
-        assert_eq!(
-            master_grace(Duration::from_secs(600)),
-            Duration::from_secs(120)
-        );
-    }
-
-    #[test]
-    fn the_ranks_settings_are_this_environment_and_the_launchers() {
-        let launch = Launch {
-            ranks: 3,
-            program: "true".into(),
-            args: Vec::new(),
-            timeout: None,
-            env: vec![("TASKFOLD_REPLICA_DIR".into(), "/tmp/r".into())],
-            log: None,
-            respawn: 0,
-        };
-        let job = Job {
-            dir: "/tmp".into(),
-            rendezvous: "/tmp/m.addr".into(),
-            name: "job".into(),
-            key: taskfold_transports::auth::fresh_key().unwrap(),
-        };
-        let s = ranks_settings(&launch, &job).unwrap();
-        let id = s.launch.identity.expect("an identity");
-        assert_eq!((id.rank, id.size, id.launcher), (0, 3, "taskfold"));
-        assert_eq!(s.launch.master, None);
-        assert_eq!(s.launch.job.as_deref(), Some("job"));
-        assert_eq!(
-            s.launch.key,
-            Some(taskfold_core::settings::KeySource::Value(job.key.clone()))
-        );
-        assert_eq!(
-            s.runtime.replica_dir.as_deref(),
-            Some(std::path::Path::new("/tmp/r"))
-        );
-    }
-}
+mod tests;

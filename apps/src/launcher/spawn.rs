@@ -54,13 +54,14 @@ impl<'a> Spawner<'a> {
     /// Starts a replacement for the process that ended with `exit`, if it
     /// was killed by a signal, is not the master (`master`, the current
     /// one, whose process the caller saw running), the first master still
-    /// leads (replacements register with it) and replacements are left. Returns its rank, incarnation and
-    /// process.
+    /// leads (replacements register with it) and replacements are left.
+    /// Returns its rank, incarnation and process, and what the dead
+    /// rank's line says of it.
     pub(super) fn replace(
         &mut self,
         exit: &mut RankExit,
         master: u32,
-    ) -> Option<(u32, u32, Child)> {
+    ) -> Option<((u32, u32, Child), String)> {
         let killed = exit.code_and_signal().1 != 0;
         if !killed || self.left == 0 || exit.rank == master || master != 0 {
             return None;
@@ -70,12 +71,14 @@ impl<'a> Spawner<'a> {
             Ok(child) => {
                 self.left -= 1;
                 exit.replaced = true;
-                eprintln!(
-                    "taskfold run: rank {rank} is started again (incarnation {incarnation}, \
-                     {} replacements left)",
-                    self.left
+                let note = format!(
+                    "started again (incarnation {incarnation}, {} left)",
+                    match self.left {
+                        1 => "1 replacement".to_string(),
+                        n => format!("{n} replacements"),
+                    }
                 );
-                Some((rank, incarnation, child))
+                Some(((rank, incarnation, child), note))
             }
             Err(e) => {
                 eprintln!("taskfold run: cannot start a replacement of rank {rank}: {e}");
@@ -121,6 +124,7 @@ fn rank_command(
         .env("TASKFOLD_JOB", &job.name)
         .env("TASKFOLD_RENDEZVOUS", &job.rendezvous)
         .env("TASKFOLD_JOB_KEY", job.key.to_hex())
+        .env(taskfold_core::settings::RUN_CHECKED_VAR, "1")
         .env_remove("TASKFOLD_JOB_KEY_FILE")
         .env_remove("TASKFOLD_MASTER")
         .stdin(Stdio::null())

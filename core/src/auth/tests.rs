@@ -178,3 +178,12 @@ proptest! {
         prop_assert_eq!(listener.on_proof(&forged), Err(AuthError::Caller));
     }
 }
+
+#[test]
+fn a_wiped_key_is_zero() {
+    let mut k = JobKey::from_hex(&"5a".repeat(32)).unwrap();
+    assert!(!k.is_zero());
+    k.wipe();
+    assert!(k.is_zero());
+    assert_eq!(k, JobKey::PUBLIC);
+}

@@ -1,6 +1,7 @@
 //! The runtime's tunables ([`Config`]) and the choices they make
 //! ([`Durability`], [`Completion`]).
 
+#[cfg(feature = "test-hooks")]
 use super::hooks::Hook;
 use super::values::Named;
 use std::path::PathBuf;
@@ -93,7 +94,14 @@ pub struct Config {
     /// `TASKFOLD_RESPAWN_WAIT_MS`, `TASKFOLD_RESTART`; see
     /// [`super::RespawnConfig`]).
     pub respawn: super::RespawnConfig,
-    /// Test hooks (`TASKFOLD_TEST_HOOK`), see [`super::hooks`].
+    /// The logger the runtime installs on stderr when the application has
+    /// installed no `tracing` subscriber of its own (`TASKFOLD_LOG`,
+    /// default `warn`: a rank declared failed is never silent; `off`: no
+    /// logger).
+    pub log: LogLevel,
+    /// Test hooks (`TASKFOLD_TEST_HOOK`), see [`super::hooks`]: in builds
+    /// with the cargo feature `test-hooks` only.
+    #[cfg(feature = "test-hooks")]
     pub hooks: Vec<Hook>,
 }
 
@@ -123,6 +131,8 @@ impl Default for Config {
             standby: Standby::Auto,
             checkpoint: super::CheckpointConfig::default(),
             respawn: super::RespawnConfig::default(),
+            log: LogLevel::Warn,
+            #[cfg(feature = "test-hooks")]
             hooks: Vec::new(),
         }
     }
@@ -245,4 +255,32 @@ impl Named for Completion {
         ("contributed", Completion::Contributed),
     ];
     const EXPECTED: &'static str = "result or contributed";
+}
+
+/// The level of the logger the runtime installs when the application has
+/// none ([`Config::log`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LogLevel {
+    /// No logger.
+    Off,
+    /// Errors only.
+    Error,
+    /// Warnings and errors (default).
+    #[default]
+    Warn,
+    /// Also the runtime's notable events.
+    Info,
+    /// Also its details.
+    Debug,
+}
+
+impl Named for LogLevel {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("warn", LogLevel::Warn),
+        ("off", LogLevel::Off),
+        ("error", LogLevel::Error),
+        ("info", LogLevel::Info),
+        ("debug", LogLevel::Debug),
+    ];
+    const EXPECTED: &'static str = "off, error, warn, info or debug";
 }

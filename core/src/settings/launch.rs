@@ -69,6 +69,11 @@ pub struct Launch {
     /// it). A replacement registers with the master as such, and the
     /// runtime tells the application it was restarted.
     pub incarnation: u32,
+    /// `TASKFOLD_INTEGRITY=mac`: every frame after the handshake carries a
+    /// MAC under a key derived from that handshake, with implicit
+    /// sequence numbers (see the book's Security chapter); `off` (the
+    /// default): the handshake alone. Every rank of a job must agree.
+    pub integrity: bool,
     /// `TASKFOLD_PMI`: whether, and through which protocol, the ranks find
     /// the master (and, without a key of their own, the job's key) in the
     /// launcher's key-value store when no variable names the master (see

@@ -25,26 +25,38 @@
 //! allocating). [`Settings::shared_heap`] is the same variable parsed here,
 //! so that a bad value still stops the start.
 //!
+//! An optional settings file (`taskfold.toml`, or `TASKFOLD_CONFIG`) holds
+//! the same settings under the variables' names without `TASKFOLD_`, in
+//! lower case; the environment wins over it ([`sources`], which also says
+//! where each value came from, for `taskfold config`). Test hooks
+//! (`TASKFOLD_TEST_HOOK`) are no setting of the table: they exist with the
+//! cargo feature `test-hooks` only, and are refused without it.
+//!
 //! The book's Configuration chapter lists every variable with its type and
 //! default.
 
 pub mod checkpoint;
 pub mod config;
+#[cfg(feature = "test-hooks")]
 pub mod hooks;
 pub mod launch;
 pub mod pmi;
 pub mod respawn;
+pub mod sources;
 pub mod values;
 mod vars;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sources;
 
 pub use checkpoint::CheckpointConfig;
-pub use config::{Completion, Config, Durability, Standby};
+pub use config::{Completion, Config, Durability, LogLevel, Standby};
 pub use launch::{Identity, KeySource, Launch};
 pub use pmi::{Discovery, PmiChoice, Protocol, StoreOffer};
 pub use respawn::{RespawnConfig, Restart};
+pub use sources::{Loaded, Source};
 pub use values::{parse_bool, Named};
 pub use vars::{variables, Variable, OTHER_KNOWN};
 
@@ -58,7 +70,7 @@ pub struct Settings {
     /// Rank, size, master and job.
     pub launch: Launch,
     /// The runtime's tunables: durability, failure detection, replicas,
-    /// buffer pool, notice board, test hooks.
+    /// buffer pool, notice board (and test hooks, with the feature).
     pub runtime: Config,
     /// Which transport, and how it runs.
     pub transport: TransportSettings,
@@ -73,7 +85,42 @@ pub struct Settings {
     /// `TASKFOLD_*` variables that no setting reads (warned about, never
     /// refused). Not a setting: [`Settings::to_pairs`] ignores it.
     pub unknown: Vec<String>,
+    /// The launcher already warned about [`Settings::unknown`], once for
+    /// the job (`taskfold run` sets `TASKFOLD_RUN_CHECKED` for its ranks):
+    /// a runtime does not warn again. Not a setting either.
+    pub unknown_warned: bool,
 }
+
+/// The test hooks' variable: read in builds with the cargo feature
+/// `test-hooks`, refused in any other ([`NO_TEST_HOOKS`]).
+pub const TEST_HOOK_VAR: &str = "TASKFOLD_TEST_HOOK";
+
+/// `TASKFOLD_TEST_HOOK`'s value `v` into `s`: the hooks, in a build with
+/// the cargo feature `test-hooks`; refused in any other, so that a test
+/// that needs a hook never runs without it.
+fn test_hooks(s: &mut Settings, v: &OsStr) -> Result<(), SettingsError> {
+    #[cfg(feature = "test-hooks")]
+    {
+        let parsed = v.to_str().and_then(hooks::parse);
+        s.runtime.hooks =
+            parsed.ok_or_else(|| SettingsError::new(TEST_HOOK_VAR, v, hooks::EXPECTED))?;
+        Ok(())
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    {
+        let _ = s;
+        Err(SettingsError::new(TEST_HOOK_VAR, v, NO_TEST_HOOKS))
+    }
+}
+
+/// Why `TASKFOLD_TEST_HOOK` is refused by a build without the hooks.
+pub const NO_TEST_HOOKS: &str =
+    "it unset: this build has no test hooks (a build of the tests, with the cargo feature \
+     test-hooks, has them)";
+
+/// Set by `taskfold run` in its ranks' environment: it checked their
+/// settings and warned about unknown variables, once for the job.
+pub const RUN_CHECKED_VAR: &str = "TASKFOLD_RUN_CHECKED";
 
 impl Default for Settings {
     fn default() -> Self {
@@ -84,6 +131,7 @@ impl Default for Settings {
             metrics_addr: None,
             shared_heap: true,
             unknown: Vec::new(),
+            unknown_warned: false,
         }
     }
 }
@@ -156,11 +204,11 @@ impl Named for FiWait {
     const EXPECTED: &'static str = "poll or auto";
 }
 
-/// A variable whose value is refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{name}={value:?}{}: expected {expected}", if *.truncated { "…" } else { "" })]
+/// A variable whose value is refused (in the environment, or in a
+/// settings file).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SettingsError {
-    /// The variable.
+    /// The variable (in a settings file, the key when it names none).
     pub name: String,
     /// Its value, at most [`SettingsError::QUOTED`] characters of it.
     pub value: String,
@@ -168,7 +216,39 @@ pub struct SettingsError {
     pub truncated: bool,
     /// What the variable accepts.
     pub expected: String,
+    /// The settings file the value was read from (`None`: the
+    /// environment).
+    pub file: Option<std::path::PathBuf>,
 }
+
+impl std::fmt::Display for SettingsError {
+    /// `NAME="value": expected ...` for the environment; `FILE: key =
+    /// "value": expected ...` for a settings file (`FILE: expected ...` for
+    /// a file that is no settings file).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let more = if self.truncated { "…" } else { "" };
+        match &self.file {
+            None => write!(
+                f,
+                "{}={:?}{more}: expected {}",
+                self.name, self.value, self.expected
+            ),
+            Some(file) if self.name == sources::CONFIG_VAR => {
+                write!(f, "{}: expected {}", file.display(), self.expected)
+            }
+            Some(file) => write!(
+                f,
+                "{}: {} = {:?}{more}: expected {}",
+                file.display(),
+                sources::key_of(&self.name),
+                self.value,
+                self.expected
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SettingsError {}
 
 impl SettingsError {
     /// Characters of a refused value quoted in the error.
@@ -184,6 +264,7 @@ impl SettingsError {
             value: quoted,
             truncated: chars.next().is_some(),
             expected: expected.to_string(),
+            file: None,
         }
     }
 }
@@ -199,6 +280,28 @@ fn is_blank(v: &OsStr) -> bool {
     v.to_str().is_some_and(|s| s.trim().is_empty())
 }
 
+/// The pairs a setting may read (`TASKFOLD_*`, the launchers' rank and
+/// size and their stores' variables), by name; a name given twice keeps its last value.
+fn relevant<I, K, V>(pairs: I) -> BTreeMap<String, OsString>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<OsStr>,
+    V: AsRef<OsStr>,
+{
+    let launcher_vars = launch::SOURCES.iter().flat_map(|(r, s, _)| [*r, *s]);
+    let ours: Vec<&str> = launcher_vars.chain(pmi::OFFER_VARS).collect();
+    let mut vars = BTreeMap::new();
+    for (k, v) in pairs {
+        let Some(name) = k.as_ref().to_str() else {
+            continue;
+        };
+        if name.starts_with("TASKFOLD_") || ours.contains(&name) {
+            vars.insert(name.to_string(), v.as_ref().to_os_string());
+        }
+    }
+    vars
+}
+
 impl Settings {
     /// Parses `(name, value)` pairs (an environment); a name given twice
     /// takes its last value. Variables other than the `TASKFOLD_*` ones,
@@ -210,17 +313,11 @@ impl Settings {
         K: AsRef<OsStr>,
         V: AsRef<OsStr>,
     {
-        let launcher_vars = launch::SOURCES.iter().flat_map(|(r, s, _)| [*r, *s]);
-        let ours: Vec<&str> = launcher_vars.chain(pmi::OFFER_VARS).collect();
-        let mut vars = BTreeMap::new();
-        for (k, v) in pairs {
-            let Some(name) = k.as_ref().to_str() else {
-                continue;
-            };
-            if name.starts_with("TASKFOLD_") || ours.contains(&name) {
-                vars.insert(name.to_string(), v.as_ref().to_os_string());
-            }
-        }
+        Settings::from_map(relevant(pairs))
+    }
+
+    /// The settings of the relevant variables `vars`, by name.
+    fn from_map(vars: BTreeMap<String, OsString>) -> Result<Settings, SettingsError> {
         let mut s = Settings::default();
         for var in variables() {
             if let Some(v) = vars.get(var.name).filter(|v| !is_blank(v)) {
@@ -244,6 +341,9 @@ impl Settings {
             pmi_fd: offered("PMI_FD"),
             pmix_namespace: offered("PMIX_NAMESPACE"),
         };
+        if let Some(v) = vars.get(TEST_HOOK_VAR).filter(|v| !is_blank(v)) {
+            test_hooks(&mut s, v)?;
+        }
         s.unknown = vars
             .keys()
             .filter(|k| k.starts_with("TASKFOLD_"))
@@ -251,6 +351,7 @@ impl Settings {
             .filter(|k| !OTHER_KNOWN.iter().any(|(n, _)| n == k))
             .cloned()
             .collect();
+        s.unknown_warned = vars.get(RUN_CHECKED_VAR).is_some_and(|v| !is_blank(v));
         Ok(s)
     }
 
@@ -275,27 +376,30 @@ impl Settings {
         for (name, v) in pmi::OFFER_VARS.into_iter().zip(offered) {
             pairs.extend(v.as_ref().map(|v| (name, v.into())));
         }
+        #[cfg(feature = "test-hooks")]
+        if let Some(text) = hooks::format(&self.runtime.hooks).filter(|t| !t.is_empty()) {
+            pairs.push((TEST_HOOK_VAR, text.into()));
+        }
         pairs
     }
 
-    /// Parses the process environment: the only place taskfold reads it
+    /// Parses the process environment over its settings file
+    /// (`TASKFOLD_CONFIG`, else `taskfold.toml` in the working directory,
+    /// if any; see [`sources`]): the only place taskfold reads either
     /// (except the shared heap's own switch, see [`shared_heap_enabled`]).
     pub fn from_env() -> Result<Settings, SettingsError> {
-        Settings::from_pairs(std::env::vars_os())
+        Loaded::from_env().map(|l| l.settings)
     }
 
-    /// Parses the process environment with `overrides` set on top: the
-    /// settings of a child process started with them.
+    /// As [`Settings::from_env`], with `overrides` set on top of the
+    /// environment: the settings of a child process started with them.
     pub fn from_env_with<I, K, V>(overrides: I) -> Result<Settings, SettingsError>
     where
         I: IntoIterator<Item = (K, V)>,
         K: AsRef<OsStr>,
         V: AsRef<OsStr>,
     {
-        let extra = overrides
-            .into_iter()
-            .map(|(k, v)| (k.as_ref().to_os_string(), v.as_ref().to_os_string()));
-        Settings::from_pairs(std::env::vars_os().chain(extra))
+        Loaded::from_env_with(overrides).map(|l| l.settings)
     }
 }
 

@@ -15,6 +15,12 @@ pub struct RespawnConfig {
     /// while this many have not been used, and never for the master's own
     /// rank (a standby takes over from a master instead).
     pub budget: u32,
+    /// The last `spares` processes of the job are spares
+    /// (`TASKFOLD_SPARES`, default 0; `taskfold run --spares S` sets it):
+    /// kept out of the application's view (its size is the job's without
+    /// them) until a rank dies, when one takes its place as its next
+    /// incarnation. Each counts as one replacement more.
+    pub spares: u32,
     /// How long a reduction that still needs a dead rank's contribution
     /// waits for its replacement to join again (`TASKFOLD_RESPAWN_WAIT_MS`,
     /// default 30 s). Past it, the reduction ends with `RanksLost`, as
@@ -25,10 +31,18 @@ pub struct RespawnConfig {
     pub restart: Restart,
 }
 
+impl RespawnConfig {
+    /// Replacements the job may let in: the launcher's and the spares.
+    pub fn replacements(&self) -> u32 {
+        self.budget.saturating_add(self.spares)
+    }
+}
+
 impl Default for RespawnConfig {
     fn default() -> Self {
         RespawnConfig {
             budget: 0,
+            spares: 0,
             wait: Duration::from_secs(30),
             restart: Restart::Local,
         }

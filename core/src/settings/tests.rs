@@ -179,7 +179,7 @@ fn a_refused_value_is_quoted_and_explained() {
     let e = err(&[("TASKFOLD_PING_MS", "abc")]);
     assert_eq!(
         e.to_string(),
-        "TASKFOLD_PING_MS=\"abc\": expected a whole number of milliseconds, at least 1"
+        "TASKFOLD_PING_MS=\"abc\": expected milliseconds, at least 1 (e.g. 250, or with a unit: 250ms, 3s)"
     );
     let long = "x".repeat(1000);
     let e = err(&[("TASKFOLD_DURABILITY", long.as_str())]);
@@ -366,10 +366,11 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             proptest::option::of(any::<[u8; 32]>()),
             proptest::option::of("/[a-z/]{1,12}"),
             any::<bool>(),
+            any::<bool>(),
         ),
     )
         .prop_map(
-            |(id, master, rendezvous, job, (key, key_file, insecure))| Launch {
+            |(id, master, rendezvous, job, (key, key_file, insecure, integrity))| Launch {
                 offer: StoreOffer {
                     pmi_fd: rendezvous.is_none().then(|| "9".to_string()),
                     pmix_namespace: master.is_none().then(|| "slurm.pmix.3.0".to_string()),
@@ -389,6 +390,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
                 },
                 insecure,
                 incarnation: id.map_or(0, |(size, _)| size % 3),
+                integrity,
                 pmi: PmiChoice::NAMES[id.map_or(0, |(size, _)| size as usize % 5)].1,
             },
         );
@@ -426,6 +428,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             checkpoint,
             respawn: crate::settings::RespawnConfig {
                 budget: (t.1 % 5) as u32,
+                spares: (t.1 % 3) as u32,
                 wait: Duration::from_millis(t.2),
                 restart: [Restart::Local, Restart::Global][usize::from(r.3)],
             },
@@ -461,6 +464,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             metrics_addr,
             shared_heap,
             unknown: Vec::new(),
+            unknown_warned: false,
         },
     )
 }

@@ -2,7 +2,7 @@
 //! sets and prints its field of [`Settings`].
 
 use super::values::{self, Named, BOOL_EXPECTED, SIZE_EXPECTED};
-use super::{hooks, launch, Settings};
+use super::{launch, Settings};
 use std::ffi::{OsStr, OsString};
 use std::time::Duration;
 
@@ -24,6 +24,19 @@ pub struct Variable {
 pub const OTHER_KNOWN: &[(&str, &str)] = &[
     ("TASKFOLD_RANK", "the launch identity (with TASKFOLD_SIZE)"),
     ("TASKFOLD_SIZE", "the launch identity (with TASKFOLD_RANK)"),
+    (
+        "TASKFOLD_CONFIG",
+        "the settings file (see taskfold_core::settings::sources)",
+    ),
+    (
+        "TASKFOLD_RUN_CHECKED",
+        "set by taskfold run for its ranks: it warned about unknown variables once for the job",
+    ),
+    (
+        "TASKFOLD_TEST_HOOK",
+        "tests only, in builds with the cargo feature test-hooks: hold a rank at a point of a \
+         reduction (taskfold_core::settings::hooks)",
+    ),
     (
         "TASKFOLD_CONFORMANCE_CASE",
         "the libfabric conformance test: marks the child process that runs one case",
@@ -57,6 +70,9 @@ fn named<T: Named>(v: &OsStr) -> Result<T, ()> {
     T::parse(text(v)?).ok_or(())
 }
 
+/// What a duration of at least a millisecond accepts.
+const MILLIS_AT_LEAST_1: &str = "milliseconds, at least 1 (e.g. 250, or with a unit: 250ms, 3s)";
+
 /// What a level's interval accepts.
 const INTERVAL_EXPECTED: &str =
     "a whole number of versions (every N-th version; 0 turns the level off)";
@@ -72,7 +88,7 @@ fn show(s: impl ToString) -> Option<OsString> {
     Some(s.to_string().into())
 }
 
-static VARIABLES: [Variable; 43] = [
+static VARIABLES: [Variable; 45] = [
     // Launch (rank and size: see `launch::identity`).
     Variable {
         name: "TASKFOLD_MASTER",
@@ -140,6 +156,19 @@ static VARIABLES: [Variable; 43] = [
         get: |s| show(values::format_bool(s.launch.insecure)),
     },
     Variable {
+        name: "TASKFOLD_INTEGRITY",
+        expected: "`off` or `mac`",
+        set: |s, v| {
+            s.launch.integrity = match text(v)? {
+                "off" => false,
+                "mac" => true,
+                _ => return Err(()),
+            };
+            Ok(())
+        },
+        get: |s| show(if s.launch.integrity { "mac" } else { "off" }),
+    },
+    Variable {
         name: "TASKFOLD_INCARNATION",
         expected: "a whole number from 0 to 1048576",
         set: |s, v| {
@@ -172,7 +201,7 @@ static VARIABLES: [Variable; 43] = [
     },
     Variable {
         name: "TASKFOLD_FINALIZE_TIMEOUT_MS",
-        expected: "a whole number of milliseconds",
+        expected: "milliseconds (e.g. 120000, or with a unit: 2m)",
         set: |s, v| {
             s.runtime.finalize_timeout = millis(v, 0)?;
             Ok(())
@@ -181,7 +210,7 @@ static VARIABLES: [Variable; 43] = [
     },
     Variable {
         name: "TASKFOLD_PING_MS",
-        expected: "a whole number of milliseconds, at least 1",
+        expected: MILLIS_AT_LEAST_1,
         set: |s, v| {
             s.runtime.ping_period = millis(v, 1)?;
             Ok(())
@@ -190,7 +219,7 @@ static VARIABLES: [Variable; 43] = [
     },
     Variable {
         name: "TASKFOLD_FAILURE_TIMEOUT_MS",
-        expected: "a whole number of milliseconds, at least 1",
+        expected: MILLIS_AT_LEAST_1,
         set: |s, v| {
             s.runtime.failure_timeout = millis(v, 1)?;
             Ok(())
@@ -227,8 +256,19 @@ static VARIABLES: [Variable; 43] = [
         get: |s| show(s.runtime.respawn.budget),
     },
     Variable {
+        name: "TASKFOLD_SPARES",
+        expected: "a whole number of spare processes from 0 to 1048576",
+        set: |s, v| {
+            let n = values::parse_u64(text(v)?)
+                .filter(|n| *n <= u64::from(super::respawn::MAX_INCARNATION));
+            s.runtime.respawn.spares = n.ok_or(())? as u32;
+            Ok(())
+        },
+        get: |s| show(s.runtime.respawn.spares),
+    },
+    Variable {
         name: "TASKFOLD_RESPAWN_WAIT_MS",
-        expected: "a whole number of milliseconds, at least 1",
+        expected: MILLIS_AT_LEAST_1,
         set: |s, v| {
             s.runtime.respawn.wait = millis(v, 1)?;
             Ok(())
@@ -472,7 +512,16 @@ static VARIABLES: [Variable; 43] = [
         },
         get: |s| show(values::format_bool(s.transport.tcp_loans)),
     },
-    // Observability and tests.
+    // Observability.
+    Variable {
+        name: "TASKFOLD_LOG",
+        expected: <super::LogLevel as Named>::EXPECTED,
+        set: |s, v| {
+            s.runtime.log = named(v)?;
+            Ok(())
+        },
+        get: |s| show(s.runtime.log.name()),
+    },
     Variable {
         name: "TASKFOLD_METRICS_ADDR",
         expected: "an address with a port (e.g. 127.0.0.1:9100)",
@@ -481,17 +530,5 @@ static VARIABLES: [Variable; 43] = [
             Ok(())
         },
         get: |s| s.metrics_addr.as_ref().and_then(show),
-    },
-    Variable {
-        name: "TASKFOLD_TEST_HOOK",
-        expected: hooks::EXPECTED,
-        set: |s, v| {
-            s.runtime.hooks = hooks::parse(v.to_str().ok_or(())?).ok_or(())?;
-            Ok(())
-        },
-        get: |s| {
-            let text = hooks::format(&s.runtime.hooks)?;
-            (!text.is_empty()).then(|| text.into())
-        },
     },
 ];

@@ -85,7 +85,7 @@ pub fn master_killed(job: &Job) {
     let t = text(&out);
     assert!(!out.status.success(), "{t}");
     assert!(
-        t.contains("taskfold run: the master (rank 0) died: killed by signal 9; ending the job"),
+        t.contains("taskfold run: rank 0 killed by signal 9 (SIGKILL); the master died and no standby takes over: ending the job"),
         "{t}"
     );
     master_lost_everywhere(&t, killed, "went down");

@@ -20,7 +20,7 @@ fn trial(job: &Job, durability: &str, extra: &[&str]) -> Output {
     let d = dir.path();
     let killer = (RANKS - 1).to_string();
     let mut cmd = Command::new(&job.taskfold);
-    cmd.args(["run", "-n", &RANKS.to_string(), "--timeout", "150", "--"])
+    cmd.args(["run", "-n", &RANKS.to_string(), "--timeout", "150s", "--"])
         .arg(&job.tf_check)
         .args(["--size", "1048576", "--root", "0", "--reductions", "2"])
         .args(["--kill-after-reduce", &killer])

@@ -61,6 +61,18 @@ ssize_t tf_fi_cq_read(struct fid_cq *cq, void *buf, size_t count)
 	return fi_cq_read(cq, buf, count);
 }
 
+ssize_t tf_fi_cq_readfrom(struct fid_cq *cq, void *buf, size_t count,
+			  fi_addr_t *src_addr)
+{
+	return fi_cq_readfrom(cq, buf, count, src_addr);
+}
+
+ssize_t tf_fi_cq_sreadfrom(struct fid_cq *cq, void *buf, size_t count,
+			   fi_addr_t *src_addr, const void *cond, int timeout)
+{
+	return fi_cq_sreadfrom(cq, buf, count, src_addr, cond, timeout);
+}
+
 ssize_t tf_fi_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf,
 			 uint64_t flags)
 {

@@ -39,6 +39,12 @@ int tf_fi_getname(struct fid *fid, void *addr, size_t *addrlen);
 int tf_fi_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr,
 		  struct fid_cq **cq, void *context);
 ssize_t tf_fi_cq_read(struct fid_cq *cq, void *buf, size_t count);
+/* As fi_cq_read / fi_cq_sread, with each completion's source address
+ * (FI_SOURCE): its index in the address vector, or FI_ADDR_NOTAVAIL. */
+ssize_t tf_fi_cq_readfrom(struct fid_cq *cq, void *buf, size_t count,
+			  fi_addr_t *src_addr);
+ssize_t tf_fi_cq_sreadfrom(struct fid_cq *cq, void *buf, size_t count,
+			   fi_addr_t *src_addr, const void *cond, int timeout);
 ssize_t tf_fi_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf,
 			 uint64_t flags);
 ssize_t tf_fi_cq_sread(struct fid_cq *cq, void *buf, size_t count,

@@ -41,3 +41,7 @@ pub const fn fi_version_of(major: u32, minor: u32) -> u32 {
 /// `FI_ADDR_UNSPEC`: any source address (a cast in C that bindgen skips).
 #[cfg(feature = "link")]
 pub const FI_ADDR_UNSPEC: fi_addr_t = u64::MAX;
+/// `FI_ADDR_NOTAVAIL`: a completion's source is not in the address
+/// vector (a cast in C that bindgen skips).
+#[cfg(feature = "link")]
+pub const FI_ADDR_NOTAVAIL: fi_addr_t = u64::MAX;

@@ -45,6 +45,17 @@ pub fn tcp_streamed_cluster(n: u32) -> Cluster {
     tcp_cluster_with(n, &|c| c.loans = false)
 }
 
+/// TCP ranks that seal every frame (`TcpConfig::integrity`,
+/// `TASKFOLD_INTEGRITY=mac`), run by callers' threads as the runtime runs
+/// them, every get streamed (so that every byte crosses a socket).
+pub fn tcp_sealed_cluster(n: u32) -> Cluster {
+    let ts = tcp_ranks(n, &|c| {
+        c.integrity = true;
+        c.loans = false;
+    });
+    cluster_of(ts, TcpTransport::abort)
+}
+
 /// TCP ranks with no threads of their own (`threads: 0`), each run by a
 /// thread of this test (as the runtime's actors run theirs), forever.
 pub fn tcp_driven_cluster(n: u32) -> Cluster {

@@ -23,6 +23,18 @@
 //! queue. Launcher reports (`taskfold run` telling the
 //! master that a rank exited) arrive over TCP and are forwarded as they are.
 //!
+//! # Who sent a message
+//!
+//! The endpoint is opened with `FI_SOURCE`: a message is taken only if the
+//! provider reports it as coming from the address-vector entry of the rank
+//! its tag claims ([`source`]); a readiness barrier over TCP keeps every
+//! rank from sending before its peers inserted its name. Exposed memory is
+//! registered under random 64-bit keys where the provider does not choose
+//! them. A dead rank's replacement registers through the TCP bootstrap and
+//! is let in on the fabric too ([`Transport::readmit`], `admit`): its name
+//! and readiness are exchanged over TCP, and the older endpoint is no
+//! rank's entry from then on. See the book's Security chapter.
+//!
 //! # Control frames
 //!
 //! Each frame travels as one tagged message (see [`wire`]): a 48-byte
@@ -86,9 +98,12 @@
 
 mod bootstrap;
 pub mod fi;
+#[doc(hidden)]
+pub mod intruder;
 mod open;
 mod progress;
 mod shared;
+pub mod source;
 mod stale;
 pub mod wire;
 
@@ -98,7 +113,7 @@ use crate::tcp::{TcpConfig, TcpTransport};
 use crate::{
     link, BufferKey, Event, GetFuture, Rank, Received, SameNode, Transport, TransportError,
 };
-use bootstrap::{exchange_names, forward};
+use bootstrap::{start_up, Forwarder};
 use bytes::Bytes;
 use open::Opened;
 use progress::Cmd;
@@ -115,6 +130,12 @@ use shared::Shared;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// Why a rank asking for `TASKFOLD_INTEGRITY=mac` over libfabric does not
+/// start: fabric messages and RMA reads are not sealed (messages are taken
+/// only from their rank's endpoint, which keeps out other endpoints, not a
+/// party on the fabric's path).
+pub const INTEGRITY_UNSUPPORTED: &str = "TASKFOLD_INTEGRITY=mac is not available over libfabric:      its messages and reads are not sealed; use TASKFOLD_TRANSPORT=tcp, or a fabric that      protects its traffic itself";
 
 /// Environment variable naming the libfabric provider.
 pub const PROVIDER_ENV: &str = "TASKFOLD_FI_PROVIDER";
@@ -170,6 +191,8 @@ impl LibfabricConfig {
 pub struct LibfabricTransport {
     sh: Arc<Shared>,
     tcp: Arc<TcpTransport>,
+    /// This endpoint's name, sent to a replacement this rank lets in.
+    name: Vec<u8>,
     provider: String,
     fabric: String,
     max_frame: u64,
@@ -230,6 +253,9 @@ impl LibfabricTransport {
         if cfg.tcp.rank >= cfg.tcp.size {
             return Err(TransportError::NoSuchRank(cfg.tcp.rank));
         }
+        if cfg.tcp.integrity {
+            return Err(TransportError::Refused(INTEGRITY_UNSUPPORTED.into()));
+        }
         let Opened {
             mut engine,
             sh,
@@ -240,25 +266,13 @@ impl LibfabricTransport {
         } = open::open(&cfg)?;
         let tcp = TcpTransport::start(cfg.tcp.clone())?;
         let deadline = Instant::now() + cfg.tcp.connect_timeout;
-        let (names, replay) = match exchange_names(&tcp, &provider, &name, deadline) {
+        let (addrs, replay) = match start_up(&tcp, &av, &provider, &name, deadline) {
             Ok(x) => x,
             Err(e) => {
                 tcp.shutdown();
                 return Err(e);
             }
         };
-        let mut addrs = Vec::with_capacity(names.len());
-        for (peer, n) in names.iter().enumerate() {
-            let a = match n {
-                Some(n) => av.insert(n).map_err(|e| {
-                    tcp.shutdown();
-                    TransportError::from(e)
-                })?,
-                None => libfabric_sys::FI_ADDR_UNSPEC,
-            };
-            tracing::trace!(rank = cfg.tcp.rank, peer, addr = a, name = %String::from_utf8_lossy(n.as_deref().unwrap_or_default()), "address inserted");
-            addrs.push(a);
-        }
         let left = tcp.clone();
         engine.connect(addrs, Box::new(move |p| left.peer_left(Rank(p))));
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
@@ -272,20 +286,34 @@ impl LibfabricTransport {
             format!("taskfold-fi-r{rank}"),
             Box::new(move || engine.run()),
         )?;
-        let (sh2, events) = (sh.clone(), tcp.events());
+        let fwd = Forwarder {
+            sh: sh.clone(),
+            tcp: tcp.clone(),
+            av,
+            provider: provider.clone(),
+        };
+        let events = tcp.events();
         let forwarder = spawn(
             format!("taskfold-fi-fwd-r{rank}"),
-            Box::new(move || forward(sh2, events, replay)),
+            Box::new(move || fwd.run(events, replay)),
         )?;
         tracing::info!(rank, size = cfg.tcp.size, %provider, %fabric, "libfabric transport up");
         Ok(Arc::new(LibfabricTransport {
             sh,
             tcp,
+            name,
             provider,
             fabric,
             max_frame: cfg.tcp.max_frame,
             threads: Mutex::new(vec![progress, forwarder]),
         }))
+    }
+
+    /// This rank's endpoint name (`fi_getname`): no secret — any process
+    /// on the fabric may learn it; a message is believed by where the
+    /// provider says it came from, not by who knows a name.
+    pub fn endpoint_name(&self) -> &[u8] {
+        &self.name
     }
 
     /// The provider in use (`"tcp;ofi_rxm"`).
@@ -327,6 +355,33 @@ impl LibfabricTransport {
         Ok(())
     }
 
+    /// A replacement of `peer` may be let in: a rank of the job, and the
+    /// transport open.
+    fn check_replaced(&self, peer: Rank) -> Result<(), TransportError> {
+        crate::link::check_peer(self.sh.is_closed(), self.sh.size, peer)
+    }
+
+    /// The fabric side of letting in `peer`'s replacement `incarnation`:
+    /// false if that incarnation (or a newer one) is served already.
+    fn let_in(&self, peer: u32, incarnation: u32) -> Result<bool, TransportError> {
+        if peer == self.sh.rank || !self.sh.let_in(peer, incarnation) {
+            return Ok(false);
+        }
+        let (done, rx) = flume::bounded(1);
+        self.sh.command(Cmd::Readmit { peer, done })?;
+        rx.recv_timeout(Duration::from_secs(10))
+            .map_err(|_| TransportError::Closed)?;
+        Ok(true)
+    }
+
+    /// Sends this rank's endpoint name to `peer`'s replacement over TCP.
+    fn send_name(&self, peer: Rank) {
+        let frame = Bytes::from(wire::name_frame(&self.provider, &self.name));
+        if let Err(e) = self.tcp.send(peer, frame) {
+            tracing::warn!(rank = self.sh.rank, peer = peer.0, error = %e, "sending the endpoint name to a replacement");
+        }
+    }
+
     fn join(&self) {
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         let me = std::thread::current().id();
@@ -357,14 +412,73 @@ impl Transport for LibfabricTransport {
         self.tcp.incarnation()
     }
 
-    /// The fabric's endpoint names cannot be replaced: a replacement is
-    /// refused at once (the runtime says why).
+    /// Replacements register through the TCP bootstrap, as over TCP, and
+    /// are let in on the fabric too ([`Transport::readmit`]).
+    fn replaces(&self) -> bool {
+        self.tcp.replaces()
+    }
+
+    /// Lets the replacement in on the fabric (as [`Transport::readmit`]),
+    /// then answers it through the TCP bootstrap.
+    fn admit(&self, peer: Rank, incarnation: u32) -> Result<(), TransportError> {
+        self.check_replaced(peer)?;
+        let fresh = self.let_in(peer.0, incarnation)?;
+        self.tcp.admit(peer, incarnation)?;
+        if fresh {
+            self.send_name(peer);
+        }
+        Ok(())
+    }
+
     fn refuse_replacement(&self, peer: Rank, incarnation: u32, reason: &str) {
         self.tcp.refuse_replacement(peer, incarnation, reason);
     }
 
+    /// The older process's TCP connections closed and its gets failed (the
+    /// TCP transport's readmit); on the fabric, everything pending with it
+    /// failed, its endpoint refused from now on (no rank's address vector
+    /// entry is its), its sequences started anew; this rank's name sent to
+    /// the replacement, whose name is inserted when it comes, and frames
+    /// to it wait until it inserted this rank's.
+    fn readmit(&self, peer: Rank, incarnation: u32, addr: &[u8]) -> Result<(), TransportError> {
+        self.check_replaced(peer)?;
+        if peer.0 == self.sh.rank {
+            return Ok(());
+        }
+        let fresh = self.let_in(peer.0, incarnation)?;
+        self.tcp.readmit(peer, incarnation, addr)?;
+        if fresh {
+            self.send_name(peer);
+        }
+        Ok(())
+    }
+
     fn nodes(&self) -> Option<&[u64]> {
         self.tcp.nodes()
+    }
+
+    fn incarnations(&self) -> Vec<u32> {
+        self.tcp.incarnations()
+    }
+
+    fn master_rank(&self) -> Rank {
+        self.tcp.master_rank()
+    }
+
+    fn become_master(&self) -> Result<(), TransportError> {
+        self.tcp.become_master()
+    }
+
+    fn job_over(&self) -> Result<(), TransportError> {
+        self.tcp.job_over()
+    }
+
+    fn assign_spare(&self, peer: Rank, incarnation: u32) -> bool {
+        self.tcp.assign_spare(peer, incarnation)
+    }
+
+    fn spares_parked(&self) -> usize {
+        self.tcp.spares_parked()
     }
 
     fn send(&self, to: Rank, frame: Bytes) -> Result<(), TransportError> {

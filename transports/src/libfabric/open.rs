@@ -21,7 +21,9 @@ pub(super) struct Opened {
     pub fabric: String,
 }
 
-const CAPS: u64 = fi::bits::TAGGED | fi::bits::RMA;
+/// `FI_SOURCE`: every received message's source address is checked
+/// against the rank it claims ([`super::source`]).
+const CAPS: u64 = fi::bits::TAGGED | fi::bits::RMA | fi::bits::SOURCE;
 const MODES: u64 = fi::bits::CONTEXT | fi::bits::CONTEXT2;
 const MR_MODES: u32 =
     fi::bits::MR_LOCAL | fi::bits::MR_VIRT_ADDR | fi::bits::MR_ALLOCATED | fi::bits::MR_PROV_KEY;
@@ -59,7 +61,10 @@ pub fn provider_available(provider: &str) -> bool {
 /// derived from the node given) are asked without it. Manual progress is
 /// asked for (the progress thread polls anyway; a provider thread would
 /// only compete for cores), and done without if the provider refuses.
-fn find(provider: &Option<String>, source: Option<String>) -> Result<InfoList, FabricError> {
+pub(super) fn find(
+    provider: &Option<String>,
+    source: Option<String>,
+) -> Result<InfoList, FabricError> {
     let mut hints = Hints {
         provider: provider.clone(),
         source: None,

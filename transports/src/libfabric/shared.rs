@@ -12,7 +12,7 @@ use crate::link::Link;
 use crate::same_node::SameNode;
 use crate::{Event, Exposed, Rank, TransportError};
 use bytes::Bytes;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Bytes registered for remote reads. Dropping it deregisters the memory
@@ -45,8 +45,12 @@ pub(crate) struct Registrar {
     virt_addr: bool,
     /// `FI_MR_PROV_KEY`: the provider picks keys, else we do.
     prov_key: bool,
-    next_key: AtomicU64,
 }
+
+/// Attempts at a fresh random key before a registration fails (a taken
+/// key, `FI_ENOKEY`, is a 64-bit collision: a second attempt is already
+/// a near certainty).
+const KEY_TRIES: usize = 4;
 
 impl Registrar {
     pub fn new(domain: Arc<Domain>, virt_addr: bool, prov_key: bool) -> Registrar {
@@ -54,15 +58,42 @@ impl Registrar {
             domain,
             virt_addr,
             prov_key,
-            next_key: AtomicU64::new(1),
         }
     }
 
-    fn key(&self) -> u64 {
+    /// The key to ask for: ignored where the provider picks it; otherwise
+    /// 64 random bits, so that an endpoint outside the job cannot guess
+    /// the key of an exposed buffer (a counter's keys 1, 2, 3... at offset
+    /// 0 were readable by anyone who reached the endpoint).
+    fn key(&self) -> Result<u64, FabricError> {
         if self.prov_key {
-            0
-        } else {
-            self.next_key.fetch_add(1, Ordering::Relaxed)
+            return Ok(0);
+        }
+        let mut k = [0u8; 8];
+        getrandom::fill(&mut k)
+            .map_err(|e| FabricError::local("fi_mr_reg", format!("no random key: {e}")))?;
+        Ok(u64::from_le_bytes(k))
+    }
+
+    /// Registers `len` bytes at `buf` for `access` under a fresh key,
+    /// drawing another if the provider says the key is taken.
+    ///
+    /// # Safety
+    /// As [`MemoryRegion::register`].
+    unsafe fn register(
+        &self,
+        buf: *const u8,
+        len: usize,
+        access: u64,
+    ) -> Result<MemoryRegion, FabricError> {
+        let mut tries = 0;
+        loop {
+            // SAFETY: forwarded to the caller.
+            let r = unsafe { MemoryRegion::register(&self.domain, buf, len, access, self.key()?) };
+            match r {
+                Err(e) if e.code == super::fi::bits::ENOKEY && tries + 1 < KEY_TRIES => tries += 1,
+                r => return r,
+            }
         }
     }
 
@@ -71,15 +102,7 @@ impl Registrar {
         // SAFETY: the region is stored next to the bytes it covers, in a
         // Registered that drops the region before the bytes; the bytes are
         // immutable and their heap block never moves.
-        let mr = unsafe {
-            MemoryRegion::register(
-                &self.domain,
-                data.as_ptr(),
-                data.len(),
-                super::fi::bits::REMOTE_READ,
-                self.key(),
-            )
-        }?;
+        let mr = unsafe { self.register(data.as_ptr(), data.len(), super::fi::bits::REMOTE_READ) }?;
         let addr = if self.virt_addr {
             data.as_ptr() as u64
         } else {
@@ -100,7 +123,7 @@ impl Registrar {
         access: u64,
     ) -> Result<MemoryRegion, FabricError> {
         // SAFETY: forwarded to the caller.
-        unsafe { MemoryRegion::register(&self.domain, buf, len.max(1), access, self.key()) }
+        unsafe { self.register(buf, len.max(1), access) }
     }
 }
 
@@ -110,6 +133,8 @@ pub(crate) struct Shared {
     pub size: u32,
     pub events_tx: flume::Sender<Event>,
     pub events_rx: flume::Receiver<Event>,
+    /// Bytes of the frames delivered that the runtime still holds.
+    pub event_bytes: crate::link::EventBytes,
     links: Mutex<Vec<Link>>,
     closed: AtomicBool,
     /// The exposed buffers, each with its registration once a peer asked
@@ -122,6 +147,17 @@ pub(crate) struct Shared {
     /// Signalled after each command when the progress thread sleeps in
     /// `fi_cq_sread`.
     pub cq: Arc<CompletionQueue>,
+    /// Per peer: the incarnation served, and what this rank still awaits
+    /// of a replacement it let in (its name, its readiness).
+    replaced: Mutex<Vec<Replaced>>,
+}
+
+/// What a rank knows of a peer's process (see [`Shared::let_in`]).
+#[derive(Clone, Copy, Default)]
+struct Replaced {
+    incarnation: u32,
+    awaits_name: bool,
+    awaits_ready: bool,
 }
 
 impl Shared {
@@ -138,13 +174,60 @@ impl Shared {
             size,
             events_tx,
             events_rx,
+            event_bytes: Default::default(),
             links: Mutex::new(vec![Link::Up; size as usize]),
             closed: AtomicBool::new(false),
             exposed: Exposed::default(),
             same: SameNode::new(rank, size, "libfabric", same_node),
             cmd_tx,
             cq,
+            replaced: Mutex::new(vec![Replaced::default(); size as usize]),
         }
+    }
+
+    /// Records `peer`'s replacement `incarnation`: its name and readiness
+    /// are awaited (the progress thread brings the link up again, once it
+    /// dropped what the older process left: [`Shared::up_again`]). False
+    /// (nothing done) if the incarnation is not newer than the one served.
+    pub fn let_in(&self, peer: u32, incarnation: u32) -> bool {
+        let mut r = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(p) = r.get_mut(peer as usize) else {
+            return false;
+        };
+        if incarnation <= p.incarnation {
+            return false;
+        }
+        *p = Replaced {
+            incarnation,
+            awaits_name: true,
+            awaits_ready: true,
+        };
+        true
+    }
+
+    /// The link to `peer`'s replacement is up.
+    pub fn up_again(&self, peer: u32) {
+        if let Some(l) = self.links().get_mut(peer as usize) {
+            *l = Link::Up;
+        }
+        self.same.readmit(peer);
+    }
+
+    /// Takes what is awaited of `peer`'s replacement: its name (`name`)
+    /// or its readiness (after its name). True if it was awaited.
+    pub fn take_awaited(&self, peer: u32, name: bool) -> bool {
+        let mut r = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(p) = r.get_mut(peer as usize) else {
+            return false;
+        };
+        let flag = if name {
+            &mut p.awaits_name
+        } else if p.awaits_name {
+            return false;
+        } else {
+            &mut p.awaits_ready
+        };
+        std::mem::replace(flag, false)
     }
 
     pub fn links(&self) -> MutexGuard<'_, Vec<Link>> {
@@ -193,7 +276,7 @@ impl Shared {
         if !matches!(links.get(peer as usize), Some(Link::Down(_))) && !self.is_closed() {
             let _ = self.events_tx.send(Event::Message {
                 from: Rank(peer),
-                frame,
+                frame: self.event_bytes.track(frame),
             });
         }
     }

@@ -295,6 +295,22 @@ pub fn parse_name_frame(f: &[u8]) -> Option<Result<NameFrame, String>> {
     }))
 }
 
+/// The start-up frame a rank sends each peer over TCP once that peer's
+/// endpoint name is in its address vector: the peer may send it fabric
+/// messages from now on (before, the source check could not place them).
+pub const READY_FRAME: &[u8; 8] = b"tfFIredy";
+
+/// True if `f` is a [`READY_FRAME`].
+pub fn is_ready_frame(f: &[u8]) -> bool {
+    f == READY_FRAME
+}
+
+/// True if `f` is a start-up frame (an endpoint name or a readiness), which
+/// the libfabric transport takes for itself.
+pub fn is_startup_frame(f: &[u8]) -> bool {
+    is_ready_frame(f) || f.starts_with(NAME_MAGIC)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

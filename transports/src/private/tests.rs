@@ -103,10 +103,22 @@ fn atomic_writes_are_private_and_replace_a_planted_link() {
         .file_type()
         .is_symlink());
     assert_eq!(read_owned(&path, 100).unwrap(), b"hello");
-    assert!(
-        std::fs::symlink_metadata(&tmp).is_err(),
-        "no temporary left"
-    );
+    // The temporary has a random name: the link planted at the name the
+    // process id would give is left alone, and nothing else is left.
+    assert!(std::fs::symlink_metadata(&tmp)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let left: Vec<_> = std::fs::read_dir(&s.0)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".master.addr.tmp.")
+        })
+        .collect();
+    assert_eq!(left.len(), 1, "no temporary left");
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 /// namespaces, so two processes agree only if they share all three: the
 /// same kernel, PIDs that mean the same process, and paths (`/dev/shm`,
 /// replica files) that mean the same file. Ranks in different mount
-/// namespaces (as the simulated nodes of `taskfold run --nodes`) are on
+/// namespaces (as the simulated nodes of `taskfold run --sim-nodes`) are on
 /// different nodes. Read once per process.
 pub fn node_token() -> u64 {
     static TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();

@@ -69,14 +69,24 @@ pub(crate) fn reachable(addr: SocketAddr) -> SocketAddr {
 
 /// Writes the rendezvous file atomically and privately (a new temporary
 /// file mode 0600, then a rename: [`crate::private::write_atomic`]).
-pub(crate) fn write_rendezvous(path: &Path, job: u64, addr: SocketAddr) -> io::Result<()> {
-    crate::private::write_atomic(path, rendezvous_text(job, addr).as_bytes())
+pub(crate) fn write_rendezvous(
+    path: &Path,
+    job: u64,
+    addr: SocketAddr,
+    master: u32,
+) -> io::Result<()> {
+    crate::private::write_atomic(path, rendezvous_text(job, addr, master).as_bytes())
 }
 
-/// The text of the rendezvous file of `job`'s master at `addr`.
-pub(crate) fn rendezvous_text(job: u64, addr: SocketAddr) -> String {
-    format!("{RENDEZVOUS_TAG} {VERSION} job={job:#x} addr={addr}\n")
+/// The text of the rendezvous file of `job`'s master, rank `master`, at
+/// `addr` (a standby that took over writes its own).
+pub(crate) fn rendezvous_text(job: u64, addr: SocketAddr, master: u32) -> String {
+    format!("{RENDEZVOUS_TAG} {VERSION} job={job:#x} addr={addr} master={master}\n")
 }
+
+/// Where the master is: its address and its rank (which a caller's proof
+/// of the job key names).
+pub(crate) type Found = (SocketAddr, u32);
 
 /// The word a rendezvous file holds instead of an address once its job is
 /// over.
@@ -105,14 +115,16 @@ pub(crate) enum Unresolved {
     Fatal(TransportError),
 }
 
-/// The master's address for `job`, reading the rendezvous file if needed.
-/// A file of this job written by a master of another protocol version is
-/// fatal; one of another job (an earlier job's, say) is waited out.
-pub(crate) fn resolve(master: &MasterAddr, job: u64) -> Result<SocketAddr, Unresolved> {
+/// The master's address and rank for `job`, reading the rendezvous file
+/// if needed (a fixed address, or one from the launcher's store, is rank
+/// 0's). A file of this job written by
+/// a master of another protocol version is fatal, as is one that says the
+/// job is over; one of another job (an earlier job's, say) is waited out.
+pub(crate) fn resolve(master: &MasterAddr, job: u64) -> Result<Found, Unresolved> {
     let path = match master {
-        MasterAddr::Addr(a) => return Ok(*a),
+        MasterAddr::Addr(a) => return Ok((*a, 0)),
         MasterAddr::Rendezvous(p) => p,
-        MasterAddr::Store(s) => return s.lookup().map_err(Unresolved::Fatal),
+        MasterAddr::Store(s) => return s.lookup().map(|a| (a, 0)).map_err(Unresolved::Fatal),
     };
     let retry = |why: String| Unresolved::Retry(why);
     // Believed only if this user wrote it privately: a file another user
@@ -129,14 +141,10 @@ pub(crate) fn resolve(master: &MasterAddr, job: u64) -> Result<SocketAddr, Unres
     parse_rendezvous(&text, job, path)
 }
 
-/// The master's address in the text of rendezvous file `path` (see
-/// [`write_rendezvous`]), if it is for `job`. A file of another protocol
-/// version is fatal; anything else wrong is worth waiting out.
-pub(crate) fn parse_rendezvous(
-    text: &str,
-    job: u64,
-    path: &Path,
-) -> Result<SocketAddr, Unresolved> {
+/// The master's address and rank in the text of rendezvous file `path`
+/// (see [`write_rendezvous`]), if it is for `job`. A file of another
+/// protocol version is fatal; anything else wrong is worth waiting out.
+pub(crate) fn parse_rendezvous(text: &str, job: u64, path: &Path) -> Result<Found, Unresolved> {
     let retry = |why: String| Unresolved::Retry(why);
     let mut words = text.split_whitespace();
     let (Some(RENDEZVOUS_TAG), Some(v), Some(j), Some(a)) =
@@ -171,14 +179,18 @@ pub(crate) fn parse_rendezvous(
         let why = format!("the job is over: {}", crate::RANK_FINISHED);
         return Err(Unresolved::Fatal(TransportError::Refused(why)));
     }
-    a.strip_prefix("addr=")
-        .and_then(|a| a.parse().ok())
-        .ok_or_else(|| {
-            retry(format!(
-                "rendezvous file {} has a bad address",
-                path.display()
-            ))
-        })
+    let addr = a.strip_prefix("addr=").and_then(|a| a.parse().ok());
+    let rank = words
+        .next()
+        .and_then(|m| m.strip_prefix("master="))
+        .and_then(|m| m.parse().ok());
+    match (addr, rank) {
+        (Some(a), Some(r)) => Ok((a, r)),
+        _ => Err(retry(format!(
+            "rendezvous file {} has a bad address or master rank",
+            path.display()
+        ))),
+    }
 }
 
 fn describe(master: &MasterAddr) -> String {
@@ -189,24 +201,25 @@ fn describe(master: &MasterAddr) -> String {
     }
 }
 
-/// Connects to the master, retrying with backoff until `deadline`.
+/// Connects to the master, retrying with backoff until `deadline`;
+/// returns the stream, its address and the master's rank.
 pub(super) fn connect_master(
     master: &MasterAddr,
     job: u64,
     deadline: Instant,
-) -> Result<(TcpStream, SocketAddr), TransportError> {
+) -> Result<(TcpStream, SocketAddr, u32), TransportError> {
     let mut backoff = Duration::from_millis(10);
     loop {
         let last = match resolve(master, job) {
             Err(Unresolved::Fatal(e)) => return Err(e),
             Err(Unresolved::Retry(why)) => why,
-            Ok(addr) => {
+            Ok((addr, rank)) => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 match TcpStream::connect_timeout(
                     &addr,
                     left.clamp(Duration::from_millis(1), Duration::from_secs(2)),
                 ) {
-                    Ok(s) => return Ok((s, addr)),
+                    Ok(s) => return Ok((s, addr, rank)),
                     Err(e) => format!("connecting to {addr}: {e}"),
                 }
             }
@@ -224,7 +237,9 @@ pub(super) fn connect_master(
 }
 
 enum Attempt {
-    Retry(String),
+    /// Try again; at the deadline, fail with the error given, if any, else
+    /// as unreachable.
+    Retry(String, Option<TransportError>),
     Fatal(TransportError),
 }
 
@@ -241,8 +256,8 @@ pub(crate) struct Joined {
 pub(crate) fn register(cfg: &TcpConfig, listen: SocketAddr) -> Result<Joined, TransportError> {
     let deadline = Instant::now() + cfg.connect_timeout;
     loop {
-        let (stream, addr) = connect_master(&cfg.master, cfg.job, deadline)?;
-        match try_register(cfg, listen, stream, addr) {
+        let (stream, addr, rank) = connect_master(&cfg.master, cfg.job, deadline)?;
+        match try_register(cfg, listen, stream, (addr, rank)) {
             Ok((master, table)) => {
                 return Ok(Joined {
                     master_addr: addr,
@@ -251,9 +266,9 @@ pub(crate) fn register(cfg: &TcpConfig, listen: SocketAddr) -> Result<Joined, Tr
                 })
             }
             Err(Attempt::Fatal(e)) => return Err(e),
-            Err(Attempt::Retry(why)) => {
+            Err(Attempt::Retry(why, last)) => {
                 if Instant::now() >= deadline {
-                    return Err(TransportError::MasterUnreachable(why));
+                    return Err(last.unwrap_or(TransportError::MasterUnreachable(why)));
                 }
                 tracing::debug!(rank = cfg.rank, %why, "registration failed, retrying");
                 std::thread::sleep(Duration::from_millis(50));
@@ -266,7 +281,7 @@ fn try_register(
     cfg: &TcpConfig,
     listen: SocketAddr,
     mut s: TcpStream,
-    master: SocketAddr,
+    (master, master_rank): Found,
 ) -> Result<(u32, Vec<Entry>), Attempt> {
     let _ = s.set_nodelay(true);
     let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
@@ -281,16 +296,31 @@ fn try_register(
         node: crate::same_node::node_token(),
         nonce: [0; NONCE_LEN],
         incarnation: cfg.incarnation,
+        mac: cfg.integrity,
     };
-    match handshake::call_sync(&mut s, &cfg.auth, hello, 0) {
-        Ok(()) => {}
+    // Before the listener proved the key, nothing it says ends the
+    // registration: whoever holds the master's address could refuse every
+    // starting rank. The rank tries again until its connect timeout, and
+    // fails then with what it was last told.
+    let who = format!("the master at {master}");
+    match handshake::call_sync(&mut s, &cfg.auth, hello, master_rank) {
+        Ok(_) => {}
         Err(Failed::Broken(d)) => {
-            return Err(Attempt::Retry(format!("registering with {master}: {d}")))
+            return Err(Attempt::Retry(
+                format!("registering with {master}: {d}"),
+                None,
+            ))
         }
-        Err(Failed::Refused(r)) => return Err(Attempt::Fatal(TransportError::Refused(r))),
+        Err(f @ Failed::Refused(_)) => {
+            let why = f.describe(&who);
+            return Err(Attempt::Retry(
+                why.clone(),
+                Some(TransportError::Refused(why)),
+            ));
+        }
         Err(f @ Failed::Auth(_)) => {
-            let who = format!("the master at {master}");
-            return Err(Attempt::Fatal(TransportError::Auth(f.describe(&who))));
+            let why = f.describe(&who);
+            return Err(Attempt::Retry(why.clone(), Some(TransportError::Auth(why))));
         }
     }
     // The master answers once every rank is in, or refuses at its deadline.
@@ -322,9 +352,10 @@ fn try_register(
             peer: 0,
             detail: format!("unexpected frame kind {} during the bootstrap", h.kind),
         })),
-        Ok(None) => Err(Attempt::Retry(format!(
-            "master {master} closed the connection"
-        ))),
+        Ok(None) => Err(Attempt::Retry(
+            format!("master {master} closed the connection"),
+            None,
+        )),
         Err(e)
             if matches!(
                 e.kind(),
@@ -341,7 +372,10 @@ fn try_register(
                 detail: e.to_string(),
             }))
         }
-        Err(e) => Err(Attempt::Retry(format!("registering with {master}: {e}"))),
+        Err(e) => Err(Attempt::Retry(
+            format!("registering with {master}: {e}"),
+            None,
+        )),
     }
 }
 
@@ -443,9 +477,18 @@ pub(crate) async fn coordinate(
     let mut conns = Vec::new();
     let mut refusals = Vec::new();
     let mut missing = n - 1;
+    let mut deadline = deadline;
+    let mut spared = false;
     while missing > 0 {
         let reg = match tokio::time::timeout_at(deadline, rx.recv_async()).await {
             Ok(Ok(r)) => r,
+            Err(_) if !spared && spares_take(&shared, &table) => {
+                // The ranks that never came (dead before they registered)
+                // are taken by parked spares, which register in turn.
+                spared = true;
+                deadline = tokio::time::Instant::now() + shared.connect_timeout;
+                continue;
+            }
             _ => break,
         };
         match check_registration(&shared, &reg.hello, |r| table[r as usize].is_some()) {
@@ -497,6 +540,21 @@ pub(crate) async fn coordinate(
     Ok(table)
 }
 
+/// Sends a parked spare to take each rank missing from `table`, as its
+/// first replacement; false (nothing sent) if too few are parked.
+fn spares_take(shared: &Arc<Shared>, table: &[Option<Entry>]) -> bool {
+    let absent: Vec<u32> = (0..table.len() as u32)
+        .filter(|&r| table[r as usize].is_none())
+        .collect();
+    if absent.is_empty() || shared.parked().len() < absent.len() {
+        return false;
+    }
+    tracing::warn!(ranks = ?absent, "ranks never registered: spares take their places");
+    absent
+        .into_iter()
+        .all(|r| super::spare::assign(shared, r, 1))
+}
+
 /// Sends the address table (and this build's protocol version, and the
 /// rank of the master, `master`) to every registered rank, then closes;
 /// returns once every send is done or timed out.
@@ -540,7 +598,7 @@ pub(super) async fn send_table(
 /// The launcher's connection: control frames delivered from [`LAUNCHER`].
 pub(crate) async fn on_launcher(
     shared: Arc<Shared>,
-    mut rd: OwnedReadHalf,
+    mut rd: conn::Rd,
     mut wr: OwnedWriteHalf,
     hello: Hello,
     from: SocketAddr,
@@ -557,7 +615,7 @@ pub(crate) async fn on_launcher(
     };
     if let Some(reason) = refusal {
         bad_connection(shared.rank, from, &reason);
-        return conn::refuse(rd, wr, reason).await;
+        return conn::refuse(rd.into_inner(), wr, reason).await;
     }
     loop {
         let hdr = match tokio::time::timeout(LAUNCHER_IDLE, read_header(&mut rd)).await {
@@ -567,20 +625,33 @@ pub(crate) async fn on_launcher(
             Ok(Err(ReadError::Io(e))) => return bad_connection(shared.rank, from, &e.to_string()),
             Err(_) => return bad_connection(shared.rank, from, "launcher idle"),
         };
+        if hdr.kind == kind::CONTROL {
+            // As a peer's: the launcher waits for room in the channel.
+            shared.event_room(None, u64::from(hdr.len)).await;
+        }
         match hdr.kind {
             kind::CONTROL => match read_control(&mut rd, &hdr, shared.max_frame).await {
                 Ok(frame) => {
+                    if let Err(e) = rd.end_frame().await {
+                        let d = e.describe(LAUNCHER.0);
+                        return bad_connection(shared.rank, from, &d);
+                    }
                     if !shared.is_closed() {
                         let _ = shared.events_tx.send(Event::Message {
                             from: LAUNCHER,
-                            frame,
+                            frame: shared.event_bytes.track(frame),
                         });
                     }
                 }
                 Err(ReadError::Protocol(d)) => return bad_connection(shared.rank, from, &d),
                 Err(_) => return bad_connection(shared.rank, from, "launcher frame cut short"),
             },
-            kind::GOODBYE => break,
+            kind::GOODBYE => {
+                if let Err(e) = rd.end_frame().await {
+                    return bad_connection(shared.rank, from, &e.describe(LAUNCHER.0));
+                }
+                break;
+            }
             k => {
                 return bad_connection(
                     shared.rank,

@@ -83,6 +83,11 @@ pub struct TcpConfig {
     /// `k`-th replacement of its rank, which the master lets in only if
     /// that rank died and a replacement is expected ([`crate::Event::Replacement`]).
     pub incarnation: u32,
+    /// Seal every frame after the handshake with a MAC (default false;
+    /// `TASKFOLD_INTEGRITY=mac`): see `taskfold_core::auth::FrameMac`. Every
+    /// rank of the job must agree; one that does not is refused after the
+    /// handshake.
+    pub integrity: bool,
 }
 
 impl TcpConfig {
@@ -102,6 +107,7 @@ impl TcpConfig {
             loans: true,
             threads: 2,
             incarnation: 0,
+            integrity: false,
         }
     }
 }

@@ -9,10 +9,15 @@
 
 use super::frame::{self, kind, Header, Hello, Role, HANDSHAKE_MAX, HEADER_LEN};
 use super::handshake;
+use super::integrity::MacRead;
 use super::lender::Verdict as LoanCheck;
 use super::peer::{Link, Shared};
 pub(crate) use super::writer::{run_writer, OutFrame, Writer, WriterEnd};
-use super::{bootstrap, get, metrics};
+use super::{bootstrap, gate, get, metrics};
+use taskfold_core::auth::{FrameKeys, FrameMac};
+
+/// A connection's read half, its frames checked if the job asks for it.
+pub(crate) type Rd = MacRead<OwnedReadHalf>;
 use crate::version::{self, VERSION};
 use bytes::Bytes;
 use std::io;
@@ -23,9 +28,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
-/// How long an accepted connection may take to send its hello, and then
-/// its proof of the job key.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a refused caller is given to read the reason and close.
 const REFUSE_LINGER: Duration = Duration::from_secs(2);
 /// Frames queued on a connection to a peer, at most, before its next get
@@ -42,7 +44,7 @@ pub(crate) enum ReadError {
 }
 
 impl ReadError {
-    fn describe(&self, peer: u32) -> String {
+    pub(crate) fn describe(&self, peer: u32) -> String {
         match self {
             ReadError::Eof => format!("rank {peer} closed the connection without a goodbye"),
             ReadError::Io(e) => format!("connection with rank {peer} failed: {e}"),
@@ -92,6 +94,13 @@ pub(crate) async fn read_control<R: AsyncRead + Unpin>(
     read_payload(r, hdr.len).await
 }
 
+/// Counts a connection that proved nothing in time (logged at debug
+/// level: a stranger holding idle connections must not fill the log).
+fn unproven(rank: u32, from: SocketAddr, detail: &str) {
+    tracing::debug!(rank, %from, detail, "dropping connection");
+    metrics::bad_connection();
+}
+
 /// Logs and counts a connection dropped for bad input.
 pub(crate) fn bad_connection(rank: u32, from: SocketAddr, detail: &str) {
     tracing::warn!(rank, %from, detail, "dropping connection");
@@ -118,13 +127,29 @@ async fn linger_close(mut rd: OwnedReadHalf, mut wr: OwnedWriteHalf, last: Vec<u
     .await;
 }
 
-/// Accepts connections until the runtime is shut down.
+/// Accepts connections until the runtime is shut down; each waits for its
+/// proof of the job key at the listener's gate ([`gate`]).
 pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    let gate = gate::shared();
     loop {
         match listener.accept().await {
             Ok((s, from)) => {
+                let (id, evicted) = gate
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .enter(from.ip());
+                for h in evicted {
+                    metrics::bound_hit("handshakes");
+                    h.abort();
+                }
                 super::sock::tune_accepted(&s);
-                tokio::spawn(handle_accepted(shared.clone(), s, from));
+                let ticket = gate::Ticket::new(gate.clone(), id);
+                let task = tokio::spawn(handle_accepted(shared.clone(), s, from, ticket));
+                let mut g = gate.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(h) = g.attach(id, task.abort_handle()) {
+                    // Evicted already (another connection came meanwhile).
+                    h.abort();
+                }
             }
             Err(e) => {
                 // Out of descriptors and the like: back off, keep serving.
@@ -157,23 +182,36 @@ async fn read_hello(rd: &mut OwnedReadHalf) -> Result<(Hello, Bytes), String> {
 }
 
 /// A connection reached our listener: its hello, the version, the
-/// handshake (nothing else is read before the caller proved the job key),
-/// then what its role asks for.
-async fn handle_accepted(shared: Arc<Shared>, stream: TcpStream, from: SocketAddr) {
+/// handshake (nothing else is read before the caller proved the job key;
+/// all within [`gate::PRE_PROOF_TIMEOUT`]), then, its place at the gate
+/// freed, what its role asks for.
+async fn handle_accepted(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    from: SocketAddr,
+    ticket: gate::Ticket,
+) {
     let (mut rd, mut wr) = stream.into_split();
-    let (hello, claim) = match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut rd)).await {
+    let until = tokio::time::Instant::now() + gate::PRE_PROOF_TIMEOUT;
+    let (hello, claim) = match tokio::time::timeout_at(until, read_hello(&mut rd)).await {
         Ok(Ok(h)) => h,
         Ok(Err(detail)) => return bad_connection(shared.rank, from, &detail),
-        Err(_) => return bad_connection(shared.rank, from, "no hello in time"),
+        Err(_) => return unproven(shared.rank, from, "no hello in time"),
     };
     if hello.version != VERSION {
-        let reason = version::mismatch(shared.rank, hello.version);
-        bad_connection(shared.rank, from, &reason);
-        return refuse(rd, wr, reason).await;
+        bad_connection(
+            shared.rank,
+            from,
+            &version::mismatch(shared.rank, hello.version),
+        );
+        return refuse(rd, wr, version::refusal(hello.version)).await;
     }
     let proven = handshake::listen(&mut rd, &mut wr, &shared.auth, shared.rank, &hello, &claim);
-    match tokio::time::timeout(HELLO_TIMEOUT, proven).await {
-        Ok(Ok(())) => {}
+    let keys = match tokio::time::timeout_at(until, proven).await {
+        Ok(Ok(keys)) => {
+            ticket.done();
+            keys
+        }
         Ok(Err(handshake::Failed::Auth(_))) => {
             let reason = handshake::refusal();
             let claimed = format!(
@@ -184,13 +222,49 @@ async fn handle_accepted(shared: Arc<Shared>, stream: TcpStream, from: SocketAdd
             return refuse(rd, wr, reason).await;
         }
         Ok(Err(f)) => return bad_connection(shared.rank, from, &f.describe("the caller")),
-        Err(_) => return bad_connection(shared.rank, from, "no proof of the job key in time"),
-    }
+        Err(_) => return unproven(shared.rank, from, "no proof of the job key in time"),
+    };
+    let (send, recv) = match listener_macs(&shared, &hello, &keys) {
+        Ok(m) => m,
+        Err(reason) => {
+            bad_connection(shared.rank, from, &reason);
+            return refuse(rd, wr, reason).await;
+        }
+    };
     match hello.role {
-        Role::Peer => accept_peer(shared, rd, wr, hello, from).await,
+        Role::Peer => accept_peer(shared, rd, wr, hello, from, (send, recv)).await,
         Role::Register => bootstrap::on_register(shared, rd, wr, hello, from).await,
-        Role::Launcher => bootstrap::on_launcher(shared, rd, wr, hello, from).await,
+        Role::Launcher => {
+            bootstrap::on_launcher(shared, MacRead::new(rd, recv), wr, hello, from).await
+        }
+        Role::Spare => super::spare::on_spare(shared, rd, wr, hello, from, send).await,
     }
+}
+
+/// A connection's frame MACs: what it sends, what it receives (`None`:
+/// without `TASKFOLD_INTEGRITY=mac`).
+type Macs = (Option<FrameMac>, Option<FrameMac>);
+
+/// The listener's MACs of a proven connection, or why it is refused: a
+/// rank must agree with us on `TASKFOLD_INTEGRITY`; the launcher always
+/// seals its report.
+fn listener_macs(shared: &Shared, hello: &Hello, keys: &FrameKeys) -> Result<Macs, String> {
+    let always = matches!(hello.role, Role::Launcher | Role::Spare);
+    if !always && hello.mac != shared.integrity {
+        let side = |mac: bool| if mac { "mac" } else { "off" };
+        return Err(format!(
+            "TASKFOLD_INTEGRITY differs: rank {} runs `{}`, the caller `{}`",
+            shared.rank,
+            side(shared.integrity),
+            side(hello.mac)
+        ));
+    }
+    Ok(if hello.mac {
+        let (s, r) = keys.for_side(false);
+        (Some(s), Some(r))
+    } else {
+        (None, None)
+    })
 }
 
 fn check_peer(shared: &Shared, h: &Hello) -> Result<(), String> {
@@ -229,6 +303,7 @@ async fn accept_peer(
     wr: OwnedWriteHalf,
     hello: Hello,
     from: SocketAddr,
+    (mut send, recv): Macs,
 ) {
     if let Err(reason) = check_peer(&shared, &hello) {
         bad_connection(shared.rank, from, &reason);
@@ -252,7 +327,8 @@ async fn accept_peer(
         } else {
             let (tx, rx) = Writer::new();
             slot.incoming = Some(tx.clone());
-            let w = tokio::spawn(run_writer(shared.clone(), wr, rx, peer));
+            let w = tokio::spawn(run_writer(shared.clone(), wr, rx, peer, send.take()));
+            let rd = MacRead::new(rd, recv);
             let r = tokio::spawn(in_reader(shared.clone(), peer, hello.incarnation, rd, tx));
             slot.tasks.push(w.abort_handle());
             slot.tasks.push(r.abort_handle());
@@ -263,7 +339,12 @@ async fn accept_peer(
         Verdict::Accepted => tracing::debug!(rank = shared.rank, peer, "peer connected"),
         // We are shutting down: the caller sees a goodbye, not a failure.
         Verdict::Goodbye(rd, wr) => {
-            linger_close(rd, wr, Header::new(kind::GOODBYE, 0).encode().to_vec()).await;
+            let head = Header::new(kind::GOODBYE, 0).encode();
+            let mut bye = head.to_vec();
+            if let Some(m) = send.as_mut() {
+                bye.extend_from_slice(&m.seal(&[&head]));
+            }
+            linger_close(rd, wr, bye).await;
         }
         Verdict::Refuse(rd, wr, reason) => {
             bad_connection(shared.rank, from, &reason);
@@ -273,7 +354,7 @@ async fn accept_peer(
 }
 
 /// Reads a peer's control frames and get requests.
-async fn in_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadHalf, wtx: Writer) {
+async fn in_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: Rd, wtx: Writer) {
     let _live = shared.live_guard();
     let err = loop {
         let hdr = match read_header(&mut rd).await {
@@ -282,13 +363,19 @@ async fn in_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadHa
         };
         match hdr.kind {
             kind::CONTROL => {
-                shared.event_room(peer).await;
+                shared.event_room(Some(peer), u64::from(hdr.len)).await;
                 match read_control(&mut rd, &hdr, shared.max_frame).await {
-                    Ok(frame) => shared.deliver(peer, frame),
+                    Ok(frame) => match rd.end_frame().await {
+                        Ok(()) => shared.deliver(peer, frame),
+                        Err(e) => break e,
+                    },
                     Err(e) => break e,
                 }
             }
             kind::GET_REQ => {
+                if let Err(e) = rd.end_frame().await {
+                    break e;
+                }
                 metrics::received(HEADER_LEN as u64, 1);
                 if wtx.queued() >= MAX_QUEUED_ANSWERS {
                     metrics::bound_hit("writer");
@@ -297,10 +384,16 @@ async fn in_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadHa
                 get::serve(&shared, &wtx, peer, hdr.a, hdr.b, hdr.c);
             }
             kind::GET_RETURN => {
+                if let Err(e) = rd.end_frame().await {
+                    break e;
+                }
                 metrics::received(HEADER_LEN as u64, 1);
                 shared.loans().returned(peer, hdr.a);
             }
             kind::GOODBYE => {
+                if let Err(e) = rd.end_frame().await {
+                    break e;
+                }
                 shared.peer_gone(peer);
                 let _ = wtx.send(OutFrame::Close);
                 return;
@@ -334,8 +427,8 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, inc: u32, rx: W
     let Some(addr) = shared.addr_of(peer) else {
         return shared.link_lost(peer, format!("no address for rank {peer}"), false);
     };
-    let (rd, wr) = match connect_proven(&shared, peer, addr).await {
-        Ok(halves) => halves,
+    let (rd, wr, keys) = match connect_proven(&shared, peer, addr).await {
+        Ok(c) => c,
         Err(reason) => {
             if !shared.is_closed() && shared.serves(peer, inc) {
                 shared.link_lost(peer, reason, false);
@@ -343,32 +436,68 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, inc: u32, rx: W
             return;
         }
     };
+    let (send, recv) = match shared.integrity {
+        true => {
+            let (s, r) = keys.for_side(true);
+            (Some(s), Some(r))
+        }
+        false => (None, None),
+    };
     {
         let mut slot = shared.slot(peer);
         if slot.link != Link::Up || slot.incarnation != inc {
             return;
         }
+        let rd = MacRead::new(rd, recv);
         let r = tokio::spawn(out_reader(shared.clone(), peer, inc, rd));
         slot.tasks.push(r.abort_handle());
     }
-    run_writer(shared, wr, rx, peer).await;
+    run_writer(shared, wr, rx, peer, send).await;
     drop(live);
 }
 
 /// Connects to `peer` at `addr` and runs the caller's handshake: the
 /// connection is returned once `peer` proved the job key (and we sent our
-/// proof), each step within the connect timeout.
-async fn connect_proven(
-    shared: &Shared,
-    peer: u32,
-    addr: SocketAddr,
-) -> Result<(OwnedReadHalf, OwnedWriteHalf), String> {
-    let within = shared.connect_timeout;
-    let stream = match tokio::time::timeout(within, super::sock::connect(addr)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(format!("connecting to rank {peer} at {addr}: {e}")),
-        Err(_) => return Err(format!("connecting to rank {peer} at {addr} timed out")),
-    };
+/// proof), within the connect timeout. A connection that its listener
+/// closed, or that was refused or answered by someone without the key,
+/// before the proof is tried again until then: the listener's gate may
+/// have made room for newer connections (see [`gate`]), and what comes
+/// before the proof is anybody's word. A connection refused by the
+/// kernel (nobody listens: the peer died) fails at once.
+async fn connect_proven(shared: &Shared, peer: u32, addr: SocketAddr) -> Result<Connected, String> {
+    let until = tokio::time::Instant::now() + shared.connect_timeout;
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        let why = match tokio::time::timeout_at(until, connect_once(shared, peer, addr)).await {
+            Ok(Ok(c)) => return Ok(c),
+            Ok(Err(Once::Fatal(why))) => return Err(why),
+            Ok(Err(Once::Again(why))) => why,
+            Err(_) => format!("handshake with rank {peer} at {addr} timed out"),
+        };
+        if tokio::time::Instant::now() + backoff >= until {
+            return Err(why);
+        }
+        tracing::debug!(rank = shared.rank, peer, %why, "connecting again");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(200));
+    }
+}
+
+/// Why one attempt to connect failed.
+enum Once {
+    /// Nobody listens there.
+    Fatal(String),
+    /// Worth another attempt.
+    Again(String),
+}
+
+/// A connection whose handshake succeeded, and its frame keys.
+type Connected = (OwnedReadHalf, OwnedWriteHalf, FrameKeys);
+
+async fn connect_once(shared: &Shared, peer: u32, addr: SocketAddr) -> Result<Connected, Once> {
+    let stream = super::sock::connect(addr)
+        .await
+        .map_err(|e| Once::Fatal(format!("connecting to rank {peer} at {addr}: {e}")))?;
     let (mut rd, mut wr) = stream.into_split();
     let hello = Hello {
         version: VERSION,
@@ -380,22 +509,21 @@ async fn connect_proven(
         node: 0,
         nonce: [0; taskfold_core::auth::NONCE_LEN],
         incarnation: shared.incarnation,
+        mac: shared.integrity,
     };
-    let call = handshake::call(&mut rd, &mut wr, &shared.auth, hello, peer);
-    match tokio::time::timeout(within, call).await {
-        Ok(Ok(sent)) => {
+    match handshake::call(&mut rd, &mut wr, &shared.auth, hello, peer).await {
+        Ok((sent, keys)) => {
             metrics::sent(sent as u64, 2);
-            Ok((rd, wr))
+            Ok((rd, wr, keys))
         }
-        Ok(Err(f)) => Err(f.describe(&format!("rank {peer} at {addr}"))),
-        Err(_) => Err(format!("handshake with rank {peer} at {addr} timed out")),
+        Err(f) => Err(Once::Again(f.describe(&format!("rank {peer} at {addr}")))),
     }
 }
 
 /// Reads the responses to our gets (and a goodbye or refusal).
-async fn out_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadHalf) {
+async fn out_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: Rd) {
     let _live = shared.live_guard();
-    let mut lender = match (rd.local_addr(), rd.peer_addr()) {
+    let mut lender = match (rd.inner().local_addr(), rd.inner().peer_addr()) {
         (Ok(ours), Ok(theirs)) => Some(super::lender::Lender::new(ours, theirs)),
         _ => None,
     };
@@ -411,6 +539,9 @@ async fn out_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadH
                 }
             }
             kind::GET_ERR => {
+                if let Err(e) = rd.end_frame().await {
+                    break e;
+                }
                 metrics::received(HEADER_LEN as u64, 1);
                 if let Err(e) = get::on_error(&shared, peer, &hdr) {
                     break e;
@@ -421,6 +552,9 @@ async fn out_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadH
                     Ok(b) => b,
                     Err(e) => break e,
                 };
+                if let Err(e) = rd.end_frame().await {
+                    break e;
+                }
                 let (pid, heap) = match frame::decode_lend(&body) {
                     Ok(l) => l,
                     Err(e) => break ReadError::Protocol(e),
@@ -443,9 +577,14 @@ async fn out_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: OwnedReadH
                 }
             }
             kind::GOODBYE => {
+                if let Err(e) = rd.end_frame().await {
+                    break e;
+                }
                 metrics::received(HEADER_LEN as u64, 1);
                 return shared.peer_gone(peer);
             }
+            // Not sealed (a refusal ends the connection, which anyone on
+            // the path can do anyway): its text is only quoted.
             kind::REFUSE if hdr.len <= HANDSHAKE_MAX => {
                 let reason = match read_payload(&mut rd, hdr.len).await {
                     Ok(b) => taskfold_core::quote::quote(&String::from_utf8_lossy(&b)).to_string(),

@@ -26,6 +26,9 @@
 //! | `GOODBYE` | | | | none |
 //! | `GET_LEND` | request id | address | total length | owner pid (u64 LE); then, if the buffer is in the owner's shared heap, its heap descriptor, inode, length and the buffer's offset (4 × u64 LE) |
 //! | `GET_RETURN` | request id | | | none |
+//! | `PARKED` | size | the master's protocol version | the master's rank | a `TABLE`'s entries |
+//! | `ASSIGN` | the rank to take | the incarnation to take it as | | none |
+//! | `DISMISS` | | | | none |
 
 use crate::shm::HeapRef;
 use crate::version::VERSION;
@@ -78,6 +81,12 @@ pub mod kind {
     pub const CHALLENGE: u8 = 11;
     /// The caller's proof of the job key; nothing else is read before it.
     pub const PROOF: u8 = 12;
+    /// The master's answer to a spare: parked (payload: the table).
+    pub const PARKED: u8 = 13;
+    /// The master to a parked spare: take rank `a` as incarnation `b`.
+    pub const ASSIGN: u8 = 14;
+    /// The master to a parked spare: the job is over.
+    pub const DISMISS: u8 = 15;
 }
 
 /// `GET_ERR` code: the key is not exposed.
@@ -135,6 +144,7 @@ impl Header {
         };
         match hdr.kind {
             kind::HELLO | kind::REFUSE | kind::TABLE | kind::CONTROL | kind::GET_CHUNK => {}
+            kind::PARKED => {}
             kind::GET_LEND if hdr.len != LEND_LEN && hdr.len != LEND_HEAP_LEN => {
                 return Err(format!("a loan with a payload of {}", hdr.len));
             }
@@ -146,7 +156,12 @@ impl Header {
                 return Err(format!("a proof with a payload of {}", hdr.len));
             }
             kind::CHALLENGE | kind::PROOF => {}
-            kind::GET_REQ | kind::GET_ERR | kind::GOODBYE | kind::GET_RETURN => {
+            kind::GET_REQ
+            | kind::GET_ERR
+            | kind::GOODBYE
+            | kind::GET_RETURN
+            | kind::ASSIGN
+            | kind::DISMISS => {
                 if hdr.len != 0 {
                     return Err(format!(
                         "frame kind {} with a payload of {}",
@@ -169,6 +184,8 @@ pub enum Role {
     Peer = 2,
     /// The launcher reporting to the master.
     Launcher = 3,
+    /// A spare parking with the master until a rank needs it.
+    Spare = 4,
 }
 
 /// The body of a `HELLO` frame.
@@ -197,6 +214,10 @@ pub struct Hello {
     /// asks to replace a dead rank; a peer refuses a caller older than the
     /// incarnation it knows (the old process is fenced).
     pub incarnation: u32,
+    /// The caller seals every frame after the handshake with a MAC
+    /// (`TASKFOLD_INTEGRITY=mac`; flag bit 1). A rank refuses a peer or a
+    /// registration that does not agree with it; the launcher always does.
+    pub mac: bool,
 }
 
 /// A rank's entry in the master's `TABLE`: where it listens, its node,
@@ -243,7 +264,7 @@ impl Hello {
         let mut v = Vec::with_capacity(HELLO_LEN);
         v.extend_from_slice(&self.version.to_le_bytes());
         v.push(self.role as u8);
-        v.push(u8::from(self.addr.is_some()));
+        v.push(u8::from(self.addr.is_some()) | (u8::from(self.mac) << 1));
         v.extend_from_slice(&self.rank.to_le_bytes());
         v.extend_from_slice(&self.size.to_le_bytes());
         v.extend_from_slice(&self.incarnation.to_le_bytes());
@@ -276,6 +297,7 @@ impl Hello {
                 node: 0,
                 nonce: [0; NONCE_LEN],
                 incarnation: 0,
+                mac: false,
             });
         }
         if b.len() != HELLO_LEN {
@@ -285,6 +307,7 @@ impl Hello {
             1 => Role::Register,
             2 => Role::Peer,
             3 => Role::Launcher,
+            4 => Role::Spare,
             r => return Err(format!("unknown role {r}")),
         };
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
@@ -293,10 +316,13 @@ impl Hello {
             w.copy_from_slice(&b[i..i + 8]);
             u64::from_le_bytes(w)
         };
-        let addr = match b[3] {
+        let flags = b[3];
+        if flags & !3 != 0 {
+            return Err(format!("bad hello flags {flags}"));
+        }
+        let addr = match flags & 1 {
             0 => None,
-            1 => Some(decode_addr(&b[24..24 + ADDR_LEN])?),
-            f => return Err(format!("bad hello flags {f}")),
+            _ => Some(decode_addr(&b[24..24 + ADDR_LEN])?),
         };
         Ok(Hello {
             version,
@@ -310,6 +336,7 @@ impl Hello {
                 .try_into()
                 .map_err(|_| "hello nonce")?,
             incarnation: u32_at(12),
+            mac: flags & 2 != 0,
         })
     }
 }
@@ -527,6 +554,7 @@ mod tests {
                 node: 0x0123_4567_89ab_cdef,
                 nonce: [7; NONCE_LEN],
                 incarnation: 5,
+                mac: true,
             };
             assert_eq!(Hello::decode(&h.encode()), Ok(h));
         }

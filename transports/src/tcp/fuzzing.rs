@@ -14,18 +14,18 @@ use std::path::Path;
 /// The request id of the get a [`chunks`] run receives.
 pub const REQ: u64 = 1;
 
-/// The master's address read from a rendezvous file's `text`, for `job`
-/// (what a rank does with the file another process wrote).
-pub fn rendezvous(text: &str, job: u64) -> Result<SocketAddr, String> {
+/// The master's address and rank read from a rendezvous file's `text`,
+/// for `job` (what a rank does with the file another process wrote).
+pub fn rendezvous(text: &str, job: u64) -> Result<(SocketAddr, u32), String> {
     bootstrap::parse_rendezvous(text, job, Path::new("fuzz")).map_err(|e| match e {
         Unresolved::Retry(why) => why,
         Unresolved::Fatal(e) => e.to_string(),
     })
 }
 
-/// The text the master writes in its rendezvous file.
-pub fn rendezvous_text(job: u64, addr: SocketAddr) -> String {
-    bootstrap::rendezvous_text(job, addr)
+/// The text the master, rank `master`, writes in its rendezvous file.
+pub fn rendezvous_text(job: u64, addr: SocketAddr, master: u32) -> String {
+    bootstrap::rendezvous_text(job, addr, master)
 }
 
 /// What a get's receiver made of a sequence of frames.
@@ -142,4 +142,47 @@ pub fn lend(
         return Err(e);
     }
     Ok((pid, heap))
+}
+
+/// What a sealed connection's reader takes of `stream` (the bytes a
+/// connection carried after the handshake, `TASKFOLD_INTEGRITY=mac`):
+/// the control frames' payloads it accepted, in order, until the first
+/// frame that is not a control frame within `max_frame` or fails its
+/// tag (whose error is returned too). Runs the reader's own
+/// [`super::integrity::MacRead`], header and payload reads.
+pub fn sealed_frames(
+    stream: &[u8],
+    mac: taskfold_core::auth::FrameMac,
+    max_frame: u64,
+) -> (Vec<Vec<u8>>, Option<String>) {
+    use super::conn::{read_control, read_header, ReadError};
+    let mut rd = super::integrity::MacRead::new(stream, Some(mac));
+    let mut taken = Vec::new();
+    let err = futures::executor::block_on(async {
+        loop {
+            let hdr = match read_header(&mut rd).await {
+                Ok(h) => h,
+                Err(ReadError::Eof) => return None,
+                Err(e) => return Some(e.describe(0)),
+            };
+            if hdr.kind != kind::CONTROL {
+                return Some(format!("frame kind {}", hdr.kind));
+            }
+            let frame = match read_control(&mut rd, &hdr, max_frame).await {
+                Ok(f) => f,
+                Err(e) => return Some(e.describe(0)),
+            };
+            if let Err(e) = rd.end_frame().await {
+                return Some(e.describe(0));
+            }
+            taken.push(frame.to_vec());
+        }
+    });
+    (taken, err)
+}
+
+/// The text a caller keeps of a refusal received before the listener
+/// proved the job key (quoted, bounded).
+pub fn pre_proof_refusal(payload: &[u8]) -> String {
+    super::handshake::unproven(payload)
 }

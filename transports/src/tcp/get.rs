@@ -24,6 +24,7 @@
 //! get with one `memcpy` from the mapping.
 
 use super::cma;
+use super::conn::Rd;
 use super::conn::{OutFrame, ReadError, Writer};
 use super::frame::{Header, ERR_NOT_EXPOSED, HEADER_LEN};
 use super::metrics;
@@ -32,7 +33,6 @@ use crate::same_node::MIN_LOAN;
 use crate::{BufferKey, Received, SharedView, TransportError};
 use std::sync::Arc;
 use tokio::io::AsyncReadExt;
-use tokio::net::tcp::OwnedReadHalf;
 
 /// Room reserved for a streamed get at its first chunk, at most: beyond,
 /// the buffer grows as the bytes arrive (at most doubling), so that what
@@ -129,7 +129,7 @@ fn grow(buf: &mut crate::RecvBuf, total: u64, len: u64) -> std::ops::Range<usize
 }
 
 /// Reads and drops `len` bytes.
-async fn skip(rd: &mut OwnedReadHalf, len: u64) -> Result<(), ReadError> {
+async fn skip(rd: &mut Rd, len: u64) -> Result<(), ReadError> {
     let mut left = len;
     let mut sink = [0u8; 16 << 10];
     while left > 0 {
@@ -206,13 +206,14 @@ pub(crate) async fn on_chunk(
     shared: &Shared,
     peer: u32,
     hdr: &Header,
-    rd: &mut OwnedReadHalf,
+    rd: &mut Rd,
 ) -> Result<(), ReadError> {
     let (req, offset, total, len) = (hdr.a, hdr.b, hdr.c, u64::from(hdr.len));
     let Some(mut p) = take_pending(shared, peer, req) else {
         if shared.is_closed() {
             // Our gets were failed by the shutdown: skip the bytes.
-            return skip(rd, len).await;
+            skip(rd, len).await?;
+            return rd.end_frame().await;
         }
         return Err(ReadError::Protocol(format!(
             "chunk for unknown request {req}"
@@ -245,6 +246,14 @@ pub(crate) async fn on_chunk(
             reason: format!("connection failed during a get: {e}"),
         }));
         return Err(ReadError::Io(e));
+    }
+    // Checked before a byte of it is handed over or the get completes.
+    if let Err(e) = rd.end_frame().await {
+        let _ = p.tx.send(Err(TransportError::Protocol {
+            peer,
+            detail: e.describe(peer),
+        }));
+        return Err(e);
     }
     metrics::received(HEADER_LEN as u64 + len, 1);
     p.done += len;

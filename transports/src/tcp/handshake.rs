@@ -12,18 +12,29 @@
 //! launcher report, no get served before). A caller whose proof fails is
 //! refused with [`REFUSAL`], which names neither the job id nor its size;
 //! a caller that finds the listener's proof wrong sends a `REFUSE` saying
-//! so and closes.
+//! so and closes. A refusal that comes before the listener proved the key
+//! is anybody's word: its text is quoted ([`PRE_PROOF_QUOTE`] characters
+//! at most, escaped) and it ends nothing but this connection (the callers
+//! retry). A side whose random source fails sends nothing and ends the
+//! handshake.
 
 use super::frame::{self, kind, Hello, HANDSHAKE_MAX};
 use crate::auth::nonce;
 use std::io::{self, Read, Write};
-use taskfold_core::auth::{AuthError, Challenge, Handshake, JobAuth, Proof, PROOF_LEN, REFUSAL};
+use taskfold_core::auth::{
+    AuthError, Challenge, FrameKeys, Handshake, JobAuth, Proof, PROOF_LEN, REFUSAL,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Characters of an unauthenticated refusal quoted, at most: enough for
+/// every refusal a listener of the job sends before its proof.
+pub(crate) const PRE_PROOF_QUOTE: usize = 120;
 
 /// Why a handshake did not end in an authenticated connection.
 #[derive(Debug)]
 pub(crate) enum Failed {
-    /// The other side refused us, with this reason.
+    /// The other side refused us before it proved the job key, with this
+    /// reason (quoted: anybody may have sent it).
     Refused(String),
     /// The other side did not prove the job key (`AuthError::Listener`),
     /// or did not (`AuthError::Caller`: refuse it with [`REFUSAL`]).
@@ -36,7 +47,9 @@ impl Failed {
     /// What a caller reports when calling `who` failed so.
     pub(crate) fn describe(&self, who: &str) -> String {
         match self {
-            Failed::Refused(r) => format!("{who} refused the connection: {r}"),
+            Failed::Refused(r) => {
+                format!("{who} refused the connection before proving the job key: {r}")
+            }
             Failed::Auth(e) => format!("{who} is {e}"),
             Failed::Broken(d) => format!("handshake with {who} failed: {d}"),
         }
@@ -45,12 +58,18 @@ impl Failed {
 
 /// The caller's hello: `hello` with a fresh nonce, and the handshake that
 /// waits for the challenge of rank `callee`.
-fn open(auth: &JobAuth, mut hello: Hello, callee: u32) -> (Vec<u8>, Handshake) {
-    let n = nonce();
+fn open(auth: &JobAuth, mut hello: Hello, callee: u32) -> Result<(Vec<u8>, Handshake), Failed> {
+    let n = nonce().map_err(Failed::Broken)?;
     hello.nonce = n.0;
     let body = hello.encode();
     let hs = Handshake::call(auth.key(), &body, callee, n);
-    (frame::frame(kind::HELLO, &body), hs)
+    Ok((frame::frame(kind::HELLO, &body), hs))
+}
+
+/// The quoted text of a refusal received before the proof.
+pub(crate) fn unproven(payload: &[u8]) -> String {
+    let text = String::from_utf8_lossy(payload);
+    taskfold_core::quote::quote_at_most(&text, PRE_PROOF_QUOTE).to_string()
 }
 
 /// The caller's answer to the listener's first frame: its proof, or why
@@ -62,9 +81,7 @@ fn answer(hs: &mut Handshake, kind: u8, payload: &[u8]) -> Result<Proof, Failed>
                 .ok_or_else(|| Failed::Broken(format!("a challenge of {} bytes", payload.len())))?;
             hs.on_challenge(&c).map_err(Failed::Auth)
         }
-        kind::REFUSE => Err(Failed::Refused(
-            String::from_utf8_lossy(payload).into_owned(),
-        )),
+        kind::REFUSE => Err(Failed::Refused(unproven(payload))),
         k => Err(Failed::Broken(format!(
             "frame kind {k} where the challenge belongs"
         ))),
@@ -79,16 +96,23 @@ fn refuse_listener() -> Vec<u8> {
     ))
 }
 
+/// The keys of an authenticated handshake's frame MACs.
+fn keys(hs: &Handshake) -> FrameKeys {
+    hs.frame_keys()
+        .cloned()
+        .expect("an authenticated handshake has frame keys")
+}
+
 /// The caller's side on a blocking stream: sends `hello` (to rank
-/// `callee`), checks the challenge, sends its proof. The stream's own
-/// timeouts bound the wait.
+/// `callee`), checks the challenge, sends its proof; returns the frame
+/// keys. The stream's own timeouts bound the wait.
 pub(crate) fn call_sync<S: Read + Write>(
     s: &mut S,
     auth: &JobAuth,
     hello: Hello,
     callee: u32,
-) -> Result<(), Failed> {
-    let (bytes, mut hs) = open(auth, hello, callee);
+) -> Result<FrameKeys, Failed> {
+    let (bytes, mut hs) = open(auth, hello, callee)?;
     let broken = |e: io::Error| Failed::Broken(e.to_string());
     s.write_all(&bytes).map_err(broken)?;
     let (h, payload) = frame::read_frame_sync(s, u64::from(HANDSHAKE_MAX))
@@ -97,7 +121,8 @@ pub(crate) fn call_sync<S: Read + Write>(
     match answer(&mut hs, h.kind, &payload) {
         Ok(p) => s
             .write_all(&frame::frame(kind::PROOF, &p.0))
-            .map_err(broken),
+            .map_err(broken)
+            .map(|()| keys(&hs)),
         Err(f) => {
             if matches!(f, Failed::Auth(_)) {
                 let _ = s.write_all(&refuse_listener());
@@ -107,19 +132,20 @@ pub(crate) fn call_sync<S: Read + Write>(
     }
 }
 
-/// The caller's side on a tokio stream; returns the bytes it sent.
+/// The caller's side on a tokio stream; returns the bytes it sent and the
+/// frame keys.
 pub(crate) async fn call<R, W>(
     rd: &mut R,
     wr: &mut W,
     auth: &JobAuth,
     hello: Hello,
     callee: u32,
-) -> Result<usize, Failed>
+) -> Result<(usize, FrameKeys), Failed>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let (bytes, mut hs) = open(auth, hello, callee);
+    let (bytes, mut hs) = open(auth, hello, callee)?;
     let broken = |e: io::Error| Failed::Broken(e.to_string());
     wr.write_all(&bytes).await.map_err(broken)?;
     let (k, payload) = read_small(rd).await?;
@@ -127,7 +153,7 @@ where
         Ok(p) => {
             let proof = frame::frame(kind::PROOF, &p.0);
             wr.write_all(&proof).await.map_err(broken)?;
-            Ok(bytes.len() + proof.len())
+            Ok((bytes.len() + proof.len(), keys(&hs)))
         }
         Err(f) => {
             if matches!(f, Failed::Auth(_)) {
@@ -140,7 +166,7 @@ where
 
 /// The listener's side, once rank `own` read the caller's `hello` (whose
 /// body, as received, is `claim`): sends the challenge, then checks the
-/// caller's proof. The caller bounds the wait.
+/// caller's proof; returns the frame keys. The caller bounds the wait.
 pub(crate) async fn listen<R, W>(
     rd: &mut R,
     wr: &mut W,
@@ -148,13 +174,14 @@ pub(crate) async fn listen<R, W>(
     own: u32,
     hello: &Hello,
     claim: &[u8],
-) -> Result<(), Failed>
+) -> Result<FrameKeys, Failed>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     let theirs = taskfold_core::auth::Nonce(hello.nonce);
-    let (mut hs, challenge) = Handshake::listen(auth.key(), claim, own, theirs, nonce());
+    let ours = nonce().map_err(Failed::Broken)?;
+    let (mut hs, challenge) = Handshake::listen(auth.key(), claim, own, theirs, ours);
     let c = frame::frame(kind::CHALLENGE, &challenge.encode());
     wr.write_all(&c)
         .await
@@ -162,11 +189,10 @@ where
     match read_small(rd).await? {
         (kind::PROOF, p) if p.len() == PROOF_LEN => {
             let proof = Proof(p.as_slice().try_into().expect("checked length"));
-            hs.on_proof(&proof).map_err(Failed::Auth)
+            hs.on_proof(&proof).map_err(Failed::Auth)?;
+            Ok(keys(&hs))
         }
-        (kind::REFUSE, reason) => Err(Failed::Refused(
-            String::from_utf8_lossy(&reason).into_owned(),
-        )),
+        (kind::REFUSE, reason) => Err(Failed::Refused(unproven(&reason))),
         (k, _) => Err(Failed::Broken(format!(
             "frame kind {k} where the proof belongs"
         ))),

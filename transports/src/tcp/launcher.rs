@@ -31,7 +31,7 @@ pub fn report_rank_exit(
 ) -> Result<(), TransportError> {
     use taskfold_core::wire::{encode, Msg};
     let deadline = Instant::now() + timeout;
-    let (mut s, addr) = connect_master(master, job, deadline)?;
+    let (mut s, addr, master_rank) = connect_master(master, job, deadline)?;
     let left = deadline
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(100));
@@ -49,9 +49,11 @@ pub fn report_rank_exit(
         node: 0,
         nonce: [0; NONCE_LEN],
         incarnation: 0,
+        // The report is always sealed, whatever the job's setting.
+        mac: true,
     };
-    match handshake::call_sync(&mut s, auth, hello, 0) {
-        Ok(()) => {}
+    let mut mac = match handshake::call_sync(&mut s, auth, hello, master_rank) {
+        Ok(keys) => keys.from_caller(),
         Err(Failed::Refused(r)) => return Err(TransportError::Refused(r)),
         Err(f @ Failed::Auth(_)) => {
             let who = format!("the master at {addr}");
@@ -60,18 +62,21 @@ pub fn report_rank_exit(
         Err(f @ Failed::Broken(_)) => {
             return Err(TransportError::Io(f.describe(&addr.to_string())))
         }
-    }
+    };
     let body = encode(&Msg::RankExited {
         rank,
         code,
         signal,
         incarnation,
     });
-    let mut out = Header::new(kind::CONTROL, body.len() as u32)
-        .encode()
-        .to_vec();
+    // Both frames sealed (the hello said so).
+    let head = Header::new(kind::CONTROL, body.len() as u32).encode();
+    let mut out = head.to_vec();
     out.extend_from_slice(&body);
-    out.extend_from_slice(&Header::new(kind::GOODBYE, 0).encode());
+    out.extend_from_slice(&mac.seal(&[&head, &body]));
+    let bye = Header::new(kind::GOODBYE, 0).encode();
+    out.extend_from_slice(&bye);
+    out.extend_from_slice(&mac.seal(&[&bye]));
     s.write_all(&out).map_err(io)?;
     s.shutdown(Shutdown::Write).map_err(io)?;
     // The master closes its side once it has the report, or refuses.

@@ -20,6 +20,12 @@
 //! caller takes ([`crate::Driven::take_driver`]) and runs on a thread of
 //! its own, beside its own tasks (the runtime's actors do).
 //!
+//! Before its proof, a connection waits at the listener's gate ([`gate`]:
+//! at most 256 unproven connections, 64 per address, 3 s each, the oldest
+//! closed to make room); a refusal received before the other side's proof
+//! is quoted and only makes the caller try again within its connect
+//! timeout.
+//!
 //! # Frame format
 //!
 //! A fixed 32-byte header (`b"tf"`, kind, reserved byte, payload length as
@@ -27,7 +33,10 @@
 //! table of kinds. A control frame is `CONTROL` with the opaque bytes as
 //! payload (at most [`TcpConfig::max_frame`]; larger ones are refused by the
 //! sender with [`TransportError::FrameTooLarge`] and by the receiver, which
-//! drops the connection).
+//! drops the connection). With [`TcpConfig::integrity`]
+//! (`TASKFOLD_INTEGRITY=mac`) every frame after the handshake is followed
+//! by a 16-byte tag under its connection's and direction's key, checked
+//! before the frame is acted on (the `integrity` module and the writer).
 //!
 //! # Cost of a get
 //!
@@ -82,14 +91,17 @@ pub mod frame;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gate;
 mod get;
 mod handshake;
+mod integrity;
 mod launcher;
 mod lender;
 pub mod metrics;
 mod peer;
 mod respawn;
 mod sock;
+pub mod spare;
 mod writer;
 
 pub use config::{MasterAddr, TcpConfig};
@@ -340,7 +352,7 @@ fn host_master(
 ) -> Result<bootstrap::Joined, TransportError> {
     if let MasterAddr::Rendezvous(path) = &cfg.master {
         let public = bootstrap::reachable(listen_addr);
-        bootstrap::write_rendezvous(path, cfg.job, public).map_err(|e| {
+        bootstrap::write_rendezvous(path, cfg.job, public, cfg.rank).map_err(|e| {
             TransportError::Io(format!(
                 "writing the rendezvous file {}: {e}",
                 path.display()
@@ -538,8 +550,18 @@ impl Transport for TcpTransport {
         self.nodes.as_deref()
     }
 
-    /// A rendezvous file, if the job has one, says the job is over.
+    fn assign_spare(&self, peer: Rank, incarnation: u32) -> bool {
+        peer.0 < self.shared.size && spare::assign(&self.shared, peer.0, incarnation)
+    }
+
+    fn spares_parked(&self) -> usize {
+        self.shared.parked().len()
+    }
+
+    /// Every parked spare is dismissed, and a rendezvous file, if the job
+    /// has one, says the job is over.
     fn job_over(&self) -> Result<(), TransportError> {
+        spare::dismiss_all(&self.shared);
         if let (MasterAddr::Rendezvous(path), true) = (&self.rendezvous, self.shared.hosts_master())
         {
             bootstrap::write_over(path, self.shared.job).map_err(|e| {
@@ -567,12 +589,14 @@ impl Transport for TcpTransport {
         self.shared.set_hosts_master();
         if let MasterAddr::Rendezvous(path) = &self.rendezvous {
             let public = bootstrap::reachable(self.listen_addr);
-            bootstrap::write_rendezvous(path, self.shared.job, public).map_err(|e| {
-                TransportError::Io(format!(
-                    "writing the rendezvous file {}: {e}",
-                    path.display()
-                ))
-            })?;
+            bootstrap::write_rendezvous(path, self.shared.job, public, self.shared.rank).map_err(
+                |e| {
+                    TransportError::Io(format!(
+                        "writing the rendezvous file {}: {e}",
+                        path.display()
+                    ))
+                },
+            )?;
         }
         Ok(())
     }

@@ -116,6 +116,8 @@ pub(crate) struct Shared {
     /// The job key every connection proves (see the `handshake` module).
     pub auth: taskfold_core::auth::JobAuth,
     pub events_tx: flume::Sender<Event>,
+    /// Bytes of the frames delivered that the runtime still holds.
+    pub event_bytes: crate::link::EventBytes,
     pub events_rx: flume::Receiver<Event>,
     pub exposed: Exposed,
     /// Every rank's listen address, set once the bootstrap is done, and
@@ -129,8 +131,13 @@ pub(crate) struct Shared {
     /// the launcher's reports (rank 0's first process, or a standby that
     /// took over).
     hosts_master: AtomicBool,
+    /// On the master: spares parked until a rank needs one, oldest first.
+    parked: Mutex<std::collections::VecDeque<super::spare::Parked>>,
+    next_spare: AtomicU64,
     /// This process's incarnation ([`super::TcpConfig::incarnation`]).
     pub incarnation: u32,
+    /// Frames are sealed with MACs ([`super::TcpConfig::integrity`]).
+    pub integrity: bool,
     /// Master only: replacements waiting for the runtime's answer.
     pub replacements: Mutex<HashMap<u32, super::bootstrap::Registration>>,
     peers: Vec<Mutex<PeerSlot>>,
@@ -175,12 +182,16 @@ impl Shared {
             connect_timeout: cfg.connect_timeout,
             auth: cfg.auth.clone(),
             events_tx,
+            event_bytes: Default::default(),
             events_rx,
             exposed: Exposed::default(),
             addrs: std::sync::RwLock::new(Vec::new()),
             nodes: std::sync::RwLock::new(Vec::new()),
             hosts_master: AtomicBool::new(false),
+            parked: Mutex::default(),
+            next_spare: AtomicU64::new(0),
             incarnation: cfg.incarnation,
+            integrity: cfg.integrity,
             replacements: Mutex::default(),
             peers: (0..cfg.size).map(|_| Mutex::default()).collect(),
             closed: AtomicBool::new(false),
@@ -274,15 +285,19 @@ impl Shared {
     /// reads nothing from its peer meanwhile, so the peer's sends back up
     /// into its own queues (TCP's flow control) and other peers are read
     /// as before.
-    pub async fn event_room(&self, peer: u32) {
-        if self.events_tx.len() < MAX_EVENTS {
+    /// The frame is `len` bytes long: it waits too while the frames the
+    /// runtime holds and this one would exceed [`crate::link::MAX_EVENT_BYTES`]
+    /// (`peer` `None`: the launcher's connection, which has no link).
+    pub async fn event_room(&self, peer: Option<u32>, len: u64) {
+        let full = || self.events_tx.len() >= MAX_EVENTS || !self.event_bytes.room(len);
+        if !full() {
             return;
         }
         super::metrics::bound_hit("events");
         let mut pause = Duration::from_micros(100);
-        while self.events_tx.len() >= MAX_EVENTS
+        while full()
             && !self.is_closed()
-            && !matches!(self.slot(peer).link, Link::Down(_))
+            && !peer.is_some_and(|p| matches!(self.slot(p).link, Link::Down(_)))
         {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(5));
@@ -294,7 +309,7 @@ impl Shared {
         if !matches!(slot.link, Link::Down(_)) && !self.is_closed() {
             let _ = self.events_tx.send(Event::Message {
                 from: Rank(peer),
-                frame,
+                frame: self.event_bytes.track(frame),
             });
         }
         drop(slot);
@@ -406,6 +421,17 @@ impl Shared {
     /// Whether this rank hosts the master.
     pub fn hosts_master(&self) -> bool {
         self.hosts_master.load(Ordering::Acquire)
+    }
+
+    /// The spares parked here.
+    pub fn parked(&self) -> MutexGuard<'_, std::collections::VecDeque<super::spare::Parked>> {
+        // Every update is a single queue operation: consistent after a panic.
+        self.parked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A number for the next parked spare.
+    pub fn next_spare_id(&self) -> u64 {
+        self.next_spare.fetch_add(1, Ordering::Relaxed)
     }
 
     /// This rank hosts the master from now on.

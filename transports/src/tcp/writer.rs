@@ -13,6 +13,7 @@ use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::sync::Arc;
+use taskfold_core::auth::FrameMac;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, Notify};
 
@@ -87,6 +88,9 @@ struct Line {
     queued: u64,
     /// The writer task ended: nothing queued will be written.
     ended: bool,
+    /// This direction's frame MAC (`TASKFOLD_INTEGRITY=mac`): every frame
+    /// is sealed when it is put in line for the socket, in socket order.
+    mac: Option<FrameMac>,
 }
 
 /// The writer task's end of a connection: the frames it must write and the
@@ -144,8 +148,9 @@ impl Writer {
     pub(crate) fn send(&self, f: OutFrame) -> Result<(), WriterClosed> {
         // Consistent after any panic: a counter and an option.
         let mut line = self.line.lock().unwrap_or_else(|e| e.into_inner());
+        let line = &mut *line;
         let f = match (&line.half, line.queued) {
-            (Some(half), 0) if direct(&f) => match write_now(half, f) {
+            (Some(half), 0) if direct(&f) => match write_now(half, f, &mut line.mac) {
                 Ok(()) => return Ok(()),
                 Err(rest) => rest,
             },
@@ -174,9 +179,13 @@ fn direct(f: &OutFrame) -> bool {
 /// queued (all of it if the socket is full, the rest if it took a part).
 /// An error other than a full socket is left to the writer task, which
 /// meets it again and ends the connection.
-fn write_now(half: &OwnedWriteHalf, f: OutFrame) -> Result<(), OutFrame> {
+fn write_now(
+    half: &OwnedWriteHalf,
+    f: OutFrame,
+    mac: &mut Option<FrameMac>,
+) -> Result<(), OutFrame> {
     let mut b = Batch::default();
-    b.push(f);
+    b.push(f, mac);
     let bytes = b.small.split().freeze();
     match half.try_write(&bytes) {
         Ok(n) if n == bytes.len() => {
@@ -202,8 +211,9 @@ struct Batch {
 }
 
 impl Batch {
-    /// Adds a frame; true if the writer must stop after this batch.
-    fn push(&mut self, f: OutFrame) -> bool {
+    /// Adds a frame, sealed with `mac` if there is one; true if the writer
+    /// must stop after this batch.
+    fn push(&mut self, f: OutFrame, mac: &mut Option<FrameMac>) -> bool {
         let (hdr, payload, end) = match f {
             OutFrame::Raw(bytes) => {
                 // Counted as a frame when it was begun (its rest is bytes).
@@ -219,9 +229,13 @@ impl Batch {
                 (hdr, payload, false)
             }
         };
-        self.small.extend_from_slice(&hdr.encode());
+        let head = hdr.encode();
+        self.small.extend_from_slice(&head);
         self.bytes += HEADER_LEN;
         self.frames += 1;
+        let tag = mac
+            .as_mut()
+            .map(|m| m.seal(&[&head, payload.as_deref().unwrap_or_default()]));
         if let Some(p) = payload {
             self.bytes += p.len();
             if p.len() <= COPY_MAX {
@@ -231,6 +245,10 @@ impl Batch {
                 self.segs.push_back(self.small.split().freeze());
                 self.segs.push_back(p);
             }
+        }
+        if let Some(t) = tag {
+            self.small.extend_from_slice(&t);
+            self.bytes += t.len();
         }
         end
     }
@@ -289,28 +307,39 @@ impl Batch {
 }
 
 /// The writer task of a connection: the only task writing to it, so frames
-/// leave in the order they were queued.
-pub(crate) async fn run_writer(shared: Arc<Shared>, w: OwnedWriteHalf, end: WriterEnd, peer: u32) {
+/// leave in the order they were queued; sealed with `mac` if there is one.
+pub(crate) async fn run_writer(
+    shared: Arc<Shared>,
+    w: OwnedWriteHalf,
+    end: WriterEnd,
+    peer: u32,
+    mac: Option<FrameMac>,
+) {
     let _live = shared.live_guard();
     let WriterEnd {
         mut rx,
         line,
         drained,
     } = end;
+    line.lock().unwrap_or_else(|e| e.into_inner()).mac = mac;
     let w = Arc::new(w);
     // Senders may write directly from now on; when this task ends (or is
     // aborted), they may not, and the last reference to the half goes,
     // which shuts our direction down.
     let _closed = LineGuard::open(line.clone(), w.clone(), drained.clone());
     let mut batch = Batch::default();
+    let push = |batch: &mut Batch, f: OutFrame| {
+        let mut l = line.lock().unwrap_or_else(|e| e.into_inner());
+        batch.push(f, &mut l.mac)
+    };
     while let Some(first) = rx.recv().await {
         let mut taken = 1;
-        let mut end = batch.push(first);
+        let mut end = push(&mut batch, first);
         while !end && batch.bytes < BATCH_MAX {
             match rx.try_recv() {
                 Ok(f) => {
                     taken += 1;
-                    end = batch.push(f);
+                    end = push(&mut batch, f);
                 }
                 Err(_) => break,
             }

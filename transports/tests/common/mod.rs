@@ -22,6 +22,7 @@ pub fn hello(role: Role, job: u64, rank: u32, size: u32, nonce: u8) -> Hello {
         node: 0,
         nonce: [nonce; NONCE_LEN],
         incarnation: 0,
+        mac: false,
     }
 }
 
@@ -91,11 +92,48 @@ pub fn call(addr: SocketAddr, hello: &Hello, key: &JobKey, callee: u32, then: &[
 
 /// The caller's proof for a challenge, whatever the listener proved.
 fn proof_for(key: &JobKey, body: &[u8], callee: u32, n: Nonce, c: &Challenge) -> [u8; 32] {
-    // A listener of this key would have sent this proof: a handshake with
-    // it gives the caller's answer.
+    caller_side(key, body, callee, n, c).0 .0
+}
+
+/// The caller's proof and frame keys for a challenge: a listener of this
+/// key would have sent this proof, and a handshake with it gives the
+/// caller's answer (the keys depend on the transcript, not the proofs).
+fn caller_side(
+    key: &JobKey,
+    body: &[u8],
+    callee: u32,
+    n: Nonce,
+    c: &Challenge,
+) -> (taskfold_core::auth::Proof, taskfold_core::auth::FrameKeys) {
     let (_, genuine) = Handshake::listen(key, body, callee, n, c.nonce);
     let mut hs = Handshake::call(key, body, callee, n);
-    hs.on_challenge(&genuine).expect("a self-made challenge").0
+    let proof = hs.on_challenge(&genuine).expect("a self-made challenge");
+    (proof, hs.frame_keys().cloned().expect("authenticated"))
+}
+
+/// As [`connect_proven`], and the connection's frame keys (to seal frames
+/// as a rank of the job does with `TASKFOLD_INTEGRITY=mac`).
+pub fn connect_sealed(
+    addr: SocketAddr,
+    hello: &Hello,
+    key: &JobKey,
+    callee: u32,
+) -> (TcpStream, taskfold_core::auth::FrameKeys) {
+    let body = hello.encode();
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("timeout");
+    s.write_all(&frame::frame(kind::HELLO, &body))
+        .expect("hello");
+    let (h, p) = frame::read_frame_sync(&mut s, 4096)
+        .expect("a frame")
+        .expect("a challenge");
+    assert_eq!(h.kind, kind::CHALLENGE, "{}", String::from_utf8_lossy(&p));
+    let c = Challenge::decode(&p).expect("a challenge");
+    let (proof, keys) = caller_side(key, &body, callee, Nonce(hello.nonce), &c);
+    s.write_all(&frame::frame(kind::PROOF, &proof.0))
+        .expect("proof");
+    (s, keys)
 }
 
 /// Writes `bytes` as they are to `addr` (a replay), closes our side and

@@ -7,7 +7,7 @@
 //! a prefix `0..K` — and its timing so far; at the root also the image, the sum of batches `0..K` exactly. Nothing
 //! else is needed to redo batch `K` and later: a rank's traces of a batch
 //! are a function of the job, its rank and the batch ([`crate::job`]), and
-//! so is its `--jitter-ms` sleep.
+//! so is its `--jitter` sleep.
 //! Version `v` holds `K = v · B` batches. Checkpoints are taken only while
 //! no rank was lost (after a loss the survivors redistribute the lost
 //! rank's traces, [`crate::recovery`], and batches no longer settle as a
@@ -86,10 +86,10 @@ pub fn fingerprint(job: &Job, size: u32) -> u64 {
         a.receivers,
         a.reflectors,
         a.seed,
-        a.dt_ms,
+        a.dt_ms(),
         a.freq,
         a.batch,
-        a.jitter_ms,
+        a.jitter_ms(),
         a.root,
         a.checkpoint_every,
         size

@@ -3,10 +3,10 @@
 //! later, before the batch whose reduction needs it durable
 //! ([`Cadence::wait_before`]).
 //!
-//! Each checkpoint taken is announced on stdout with a machine-readable
-//! line, `@psdm-checkpoint rank=R version=V batches=K unix_ms=T` (the
-//! instant the state was captured), which `taskfold bench recovery` reads
-//! to tell how much work a killed rank lost.
+//! With `--markers`, each checkpoint taken is announced on stdout with a
+//! machine-readable line, `@psdm-checkpoint rank=R version=V batches=K
+//! unix_ms=T` (the instant the state was captured), which `taskfold bench
+//! recovery` asks for to tell how much work a killed rank lost.
 
 use super::{unix_ms, Cadence, State};
 use std::collections::VecDeque;
@@ -23,17 +23,21 @@ pub struct Checkpointer {
     pub spent: Duration,
     /// Checkpoints taken.
     pub taken: u64,
+    /// Whether each checkpoint taken is announced (`--markers`).
+    markers: bool,
 }
 
 impl Checkpointer {
-    /// Checkpoints at `cadence`, stamped with `fingerprint`.
-    pub fn new(cadence: Cadence, fingerprint: u64) -> Checkpointer {
+    /// Checkpoints at `cadence`, stamped with `fingerprint`; each one
+    /// announced if `markers`.
+    pub fn new(cadence: Cadence, fingerprint: u64, markers: bool) -> Checkpointer {
         Checkpointer {
             cadence,
             fingerprint,
             pending: VecDeque::new(),
             spent: Duration::ZERO,
             taken: 0,
+            markers,
         }
     }
 
@@ -67,12 +71,14 @@ impl Checkpointer {
             timing: parts.timing,
             image: parts.image.map(<[f32]>::to_vec).unwrap_or_default(),
         };
-        println!(
-            "@psdm-checkpoint rank={} version={version} batches={} unix_ms={}",
-            rt.rank(),
-            parts.batches,
-            unix_ms()
-        );
+        if self.markers {
+            println!(
+                "@psdm-checkpoint rank={} version={version} batches={} unix_ms={}",
+                rt.rank(),
+                parts.batches,
+                unix_ms()
+            );
+        }
         self.pending.push_back(rt.checkpoint(version, &state));
         self.taken += 1;
         self.spent += began.elapsed();

@@ -217,7 +217,8 @@ impl Bench {
                         .collect();
                     let _ = std::fs::write(&exits_log, text);
                     match launcher::Verdict::of(&exits) {
-                        launcher::Verdict::Failed => Err(failed_ranks(&exits)),
+                        launcher::Verdict::Failed(why) => Err(why),
+                        launcher::Verdict::TimedOut => Err("time limit reached".into()),
                         _ => Ok(()),
                     }
                 })
@@ -294,16 +295,6 @@ fn run_mpiexec(mut cmd: Command, log: &Path, limit: Duration) -> Result<(), Stri
             Err(e) => return Err(e.to_string()),
         }
     }
-}
-
-/// The ranks that ended the job badly.
-fn failed_ranks(exits: &[launcher::RankExit]) -> String {
-    let bad: Vec<String> = exits
-        .iter()
-        .filter(|e| !e.success() && !e.replaced)
-        .map(|e| format!("rank {} {}", e.rank, e.describe()))
-        .collect();
-    bad.join("; ")
 }
 
 /// How a trial ended: from the root's results, the errors the ranks

@@ -5,7 +5,7 @@ use super::run::Run;
 use super::side_name;
 use crate::launcher::{self, Launch};
 use std::path::PathBuf;
-use std::time::Duration;
+
 use taskfold_benches::compare::{find, Record, Sample};
 use taskfold_benches::mpi::{self, Mpi};
 use taskfold_benches::report::Report;
@@ -29,16 +29,24 @@ impl Harness {
     fn taskfold(&mut self, r: &Run) -> Result<(), String> {
         for d in &r.args.durability {
             for c in &r.args.completion {
-                self.taskfold_with(r, d, c)?;
+                for i in &r.args.integrity {
+                    self.taskfold_with(r, d, c, i)?;
+                }
             }
         }
         Ok(())
     }
 
-    fn taskfold_with(&mut self, r: &Run, durability: &str, completion: &str) -> Result<(), String> {
-        let side = side_name(durability, completion);
+    fn taskfold_with(
+        &mut self,
+        r: &Run,
+        durability: &str,
+        completion: &str,
+        integrity: &str,
+    ) -> Result<(), String> {
+        let side = side_name(durability, completion, integrity);
         let out = r.args.out.join(format!(
-            "taskfold-{durability}-{completion}-{}-p{}{}.jsonl",
+            "taskfold-{durability}-{completion}-{integrity}-{}-p{}{}.jsonl",
             r.label,
             r.np,
             r.suffix()
@@ -47,7 +55,7 @@ impl Harness {
         args.extend(r.driver_args());
         args.extend(["--out".into(), out.display().to_string()]);
         let cmd = format!(
-            "TASKFOLD_DURABILITY={durability} TASKFOLD_COMPLETION={completion} {} run -n {} -- {} {}",
+            "TASKFOLD_DURABILITY={durability} TASKFOLD_COMPLETION={completion} TASKFOLD_INTEGRITY={integrity} {} run -n {} -- {} {}",
             self.exe.display(),
             r.np,
             self.exe.display(),
@@ -60,10 +68,11 @@ impl Harness {
             ranks: r.np,
             program: self.exe.clone().into_os_string(),
             args: args.into_iter().map(Into::into).collect(),
-            timeout: Some(Duration::from_secs(r.args.timeout)),
+            timeout: Some(r.args.timeout),
             env: vec![
                 ("TASKFOLD_DURABILITY".into(), durability.into()),
                 ("TASKFOLD_COMPLETION".into(), completion.into()),
+                ("TASKFOLD_INTEGRITY".into(), integrity.into()),
             ],
             log: None,
             respawn: 0,
@@ -97,7 +106,7 @@ impl Harness {
                 m.command_line(r.np, &args),
             ));
             let samples = m
-                .run(r.np, &args, Duration::from_secs(r.args.timeout))
+                .run(r.np, &args, r.args.timeout)
                 .map_err(|e| e.to_string())?;
             for s in samples {
                 let p = self.param_of(r, &s);

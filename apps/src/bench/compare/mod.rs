@@ -35,6 +35,9 @@ use taskfold_core::settings::Named;
 
 /// Options of `bench compare`.
 #[derive(Args, Debug, Clone)]
+#[command(
+    after_help = "Examples:\n  taskfold bench compare --out compare/\n  taskfold bench compare --out quick/ --np 2,4 --size 512K --scenarios quiet,slow --reps 3"
+)]
 pub struct CompareArgs {
     /// Directory for compare.json, report.md and the plots.
     #[arg(long)]
@@ -72,6 +75,12 @@ pub struct CompareArgs {
     /// the side the targets are judged on.
     #[arg(long, value_delimiter = ',', default_value = "result")]
     pub completion: Vec<String>,
+    /// `TASKFOLD_INTEGRITY` of taskfold's sides (`off`, `mac`), one side
+    /// per value: `--integrity off,mac` measures the cost of sealing
+    /// every frame against the same build in the same run. The first is
+    /// the side the targets are judged on.
+    #[arg(long, value_delimiter = ',', default_value = "off")]
+    pub integrity: Vec<String>,
     /// Baselines to run, if installed.
     #[arg(long, value_delimiter = ',', default_value = "openmpi,mpich")]
     pub mpi: Vec<String>,
@@ -96,20 +105,24 @@ pub struct CompareArgs {
     /// see the book's Benchmarks chapter).
     #[arg(long)]
     pub sizes_in_one_job: bool,
-    /// Kill a run (one side, one scenario) after this many seconds.
-    #[arg(long, default_value_t = 1800)]
-    pub timeout: u64,
+    /// Kill a run (one side, one scenario) after this long, with its unit.
+    #[arg(long, value_name = "DURATION", default_value = "30m",
+          value_parser = crate::launcher::cli::duration)]
+    pub timeout: std::time::Duration,
 }
 
-/// The report's name for taskfold under `durability` and `completion`:
-/// `taskfold` for the defaults, else what differs from them.
-fn side_name(durability: &str, completion: &str) -> String {
+/// The report's name for taskfold under `durability`, `completion` and
+/// `integrity`: `taskfold` for the defaults, else what differs from them.
+fn side_name(durability: &str, completion: &str, integrity: &str) -> String {
     let mut differs = Vec::new();
     if durability != "async" {
         differs.push(format!("durability {durability}"));
     }
     if completion != "result" {
         differs.push(format!("completion {completion}"));
+    }
+    if integrity != "off" {
+        differs.push(format!("integrity {integrity}"));
     }
     if differs.is_empty() {
         "taskfold".into()
@@ -147,6 +160,7 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
     let first = side_name(
         a.durability.first().map_or("async", |d| d.as_str()),
         a.completion.first().map_or("result", |c| c.as_str()),
+        a.integrity.first().map_or("off", |i| i.as_str()),
     );
     let mut h = Harness {
         exe: exe.clone(),
@@ -195,6 +209,11 @@ fn check_sides(a: &CompareArgs) -> Result<(), String> {
     for c in &a.completion {
         if !matches!(c.as_str(), "result" | "contributed") {
             return Err(format!("--completion {c}: expected result or contributed"));
+        }
+    }
+    for i in &a.integrity {
+        if !matches!(i.as_str(), "off" | "mac") {
+            return Err(format!("--integrity {i}: expected off or mac"));
         }
     }
     Ok(())

@@ -7,7 +7,7 @@ use super::load;
 use super::run::Run;
 use super::CompareArgs;
 use std::path::Path;
-use std::time::Duration;
+
 use taskfold_benches::baseline::{fold_floor, fold_floor_kept};
 use taskfold_benches::compare::find;
 
@@ -102,7 +102,7 @@ impl Harness {
 
     /// d. The quiet scenario beside one load process per core.
     fn load(&mut self, a: &CompareArgs, exe: &Path, cores: usize) -> Result<(), String> {
-        let limit = Duration::from_secs(a.timeout * (1 + self.mpis.len() as u64));
+        let limit = a.timeout * (1 + self.mpis.len() as u32);
         let _load =
             load::Load::start(exe, cores, limit).map_err(|e| format!("background load: {e}"))?;
         self.run(&Run::of(a, "load", "quiet", a.np_interference))

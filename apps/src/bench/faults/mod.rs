@@ -9,8 +9,9 @@
 //! then know whether their buddies are on their node) and one more, and
 //! SIGKILL the victim at a uniformly random instant in `[0, t]` after the
 //! victim's `reduce` call: before its contribution is safe as well as
-//! after. Each trial records that phase (safe: the victim's join went out,
-//! as the runtime's `joined` test hook marks it) and its outcome at a
+//! after. Each trial records that phase (safe: the victim's future said
+//! its contribution survives the victim's death, `ReduceFuture::is_safe`)
+//! and its outcome at a
 //! surviving rank: the correct result, a typed error, a wrong result, or
 //! nothing within the timeout (a hang).
 
@@ -25,6 +26,7 @@ use crate::sizes::parse_size;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 use trial::Rng;
 
 /// Which durability modes to run.
@@ -48,15 +50,18 @@ pub enum Victim {
     Root,
     /// Rank 0, where the master runs (the root is then rank 1 if `--root`
     /// is 0): the outcome is read at the root. With a standby
-    /// (`--standby`, or `--nodes` 2 or more), it takes over.
+    /// (`--standby`, or `--sim-nodes` 2 or more), it takes over.
     Master,
-    /// Every rank of `--kill-rank`'s node (`--nodes` 2 or more; that node
+    /// Every rank of `--kill-rank`'s node (`--sim-nodes` 2 or more; that node
     /// must hold neither rank 0 nor the root), at one instant.
     Node,
 }
 
 /// Options of `bench faults`.
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  taskfold bench faults --np 8 --size 8M --trials 100 --json faults.json\n  taskfold bench faults --np 4 --kill worker,root,master --durability sync\n  sudo taskfold bench faults --sim-nodes 4 --np 8 --root 1 --kill-rank 2 --kill worker,node,master"
+)]
 pub struct FaultArgs {
     /// Ranks.
     #[arg(long, default_value_t = 8)]
@@ -79,9 +84,11 @@ pub struct FaultArgs {
     /// Durability modes.
     #[arg(long, value_enum, default_value_t = Modes::Both)]
     pub durability: Modes,
-    /// Seconds a survivor waits for an outcome before calling it a hang.
-    #[arg(long, default_value_t = 30)]
-    pub timeout: u64,
+    /// How long a survivor waits for an outcome before calling it a hang,
+    /// with its unit.
+    #[arg(long, value_name = "DURATION", default_value = "30s",
+          value_parser = crate::launcher::cli::duration)]
+    pub timeout: Duration,
     /// Seed of the kill instants.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -93,11 +100,14 @@ pub struct FaultArgs {
     #[arg(long, default_value_t = 1)]
     pub warmup: u32,
     /// Run every job over this many simulated nodes (`taskfold run
-    /// --nodes`; needs root).
-    #[arg(long)]
+    /// --sim-nodes`; needs root).
+    #[arg(long = "sim-nodes", value_name = "N")]
     pub nodes: Option<u32>,
+    /// Renamed `--sim-nodes`.
+    #[arg(long = "nodes", value_name = "N", hide = true, value_parser = crate::launcher::cli::renamed_nodes)]
+    pub old_nodes: Option<String>,
     /// Who takes over when the master dies (`TASKFOLD_STANDBY`): `auto`
-    /// (a rank on another node, with `--nodes`), `on` (also on one node)
+    /// (a rank on another node, with `--sim-nodes`), `on` (also on one node)
     /// or `off`.
     #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
     pub standby: String,
@@ -159,7 +169,7 @@ fn node_plan(args: &FaultArgs) -> Result<Plan, String> {
     let nodes = args
         .nodes
         .filter(|&n| n >= 2)
-        .ok_or("--kill node needs --nodes 2 or more")?;
+        .ok_or("--kill node needs --sim-nodes 2 or more")?;
     let spec = crate::launcher::NodeSpec {
         nodes,
         link_rate: None,
@@ -250,7 +260,7 @@ fn run_mode(
         eprintln!("bench faults: {e}");
         return Err(ExitCode::from(2));
     }
-    let cal = trial::job(args, plan, mode, &dir, Some(5), None);
+    let cal = trial::job(args, plan, mode, &dir, Some(5));
     let read = |_| std::fs::read_to_string(dir.join("calibration"));
     let t = match crate::launcher::run_on(&cal, node_spec(args).as_ref()).map(read) {
         Ok(Ok(s)) => s.trim().parse::<f64>().unwrap_or(f64::NAN),

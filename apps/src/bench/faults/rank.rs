@@ -4,7 +4,9 @@
 //! Files it writes in `--dir`, read by the experiment: `rank-R.pid` (its
 //! process id), `called-R` (the wall-clock second at which it is about to
 //! call `reduce` for the reduction that is hit, written by rename so that
-//! a reader never sees it half-written), `outcome-R` (how that reduction
+//! a reader never sees it half-written), `safe-R` (written once that
+//! reduction's future says its contribution is safe, `is_safe`: it
+//! survives this rank's death), `outcome-R` (how that reduction
 //! ended here: `recovered T`, `wrong T`, `completed T` on a rank other
 //! than the root, `hang T` or `error T MESSAGE`, `T` the wall-clock second
 //! of the outcome) and, in a calibration job, `calibration` (the root's
@@ -133,7 +135,15 @@ pub fn rank_main(args: FaultRankArgs) -> ExitCode {
     );
     let res = rt
         .reduce(Sum(data), Reduce::root(args.root).id("fault"))
-        .map(|mut f| f.wait_timeout(timeout));
+        .map(|mut f| {
+            // The instant the contribution is safe, for the experiment to
+            // tell a kill before it from one after (it returns at the
+            // latest when the reduction ends).
+            if f.wait_safe_timeout(timeout).is_ok() {
+                let _ = std::fs::write(args.dir.join(format!("safe-{rank}")), b"");
+            }
+            f.wait_timeout(timeout)
+        });
     let outcome = match res {
         Ok(Ok(Some(sum))) => {
             let ok = sum.0.len() == n

@@ -14,8 +14,8 @@ pub enum Phase {
     /// written and acknowledged; under asynchronous durability they may
     /// still be on their way after it).
     BeforeSafe,
-    /// Every victim's join had gone out (the runtime's `joined` test hook
-    /// had marked it), or the job had already ended.
+    /// Every victim's contribution was safe (its future said so,
+    /// `ReduceFuture::is_safe`), or the job had already ended.
     AfterSafe,
     /// No kill: the victim never called `reduce` (the job failed first).
     NotKilled,

@@ -28,7 +28,6 @@ pub fn job(
     mode: &str,
     dir: &Path,
     calibrate: Option<u32>,
-    hooks: Option<String>,
 ) -> Launch {
     let exe = std::env::current_exe().unwrap_or_else(|_| "taskfold".into());
     let mut a: Vec<std::ffi::OsString> = vec![
@@ -40,7 +39,7 @@ pub fn job(
         "--dir".into(),
         dir.as_os_str().into(),
         "--timeout".into(),
-        args.timeout.to_string().into(),
+        args.timeout.as_secs().max(1).to_string().into(),
         "--warmup".into(),
         args.warmup.to_string().into(),
     ];
@@ -56,14 +55,11 @@ pub fn job(
         // and go to the trial's log, kept if it was not recovered.
         env.push(("RUST_LOG".into(), "taskfold=info,warn".into()));
     }
-    if let Some(h) = hooks {
-        env.push(("TASKFOLD_TEST_HOOK".into(), h));
-    }
     Launch {
         ranks: args.np,
         program: exe.into_os_string(),
         args: a,
-        timeout: Some(Duration::from_secs(args.timeout + 30)),
+        timeout: Some(args.timeout + Duration::from_secs(30)),
         env,
         log: Some(dir.join("ranks.log")),
         respawn: 0,
@@ -82,15 +78,7 @@ pub fn run_trial(
 ) -> TrialEnd {
     let tdir = dir.join(format!("trial-{trial}"));
     let _ = std::fs::create_dir_all(&tdir);
-    // The `joined` hook only marks (never holds): a victim's join went
-    // out, its contribution is safe.
-    let hooks = plan
-        .victims
-        .iter()
-        .map(|v| format!("{v}:joined:fault:{}", tdir.display()))
-        .collect::<Vec<_>>()
-        .join(";");
-    let launch = job(args, plan, mode, &tdir, None, Some(hooks));
+    let launch = job(args, plan, mode, &tdir, None);
     let nodes = super::node_spec(args);
     let runner = std::thread::spawn(move || launcher::run_on(&launch, nodes.as_ref()));
     let kill = trial_kill(&tdir, plan, delay, || runner.is_finished());
@@ -184,7 +172,7 @@ fn trial_kill(dir: &Path, plan: &Plan, delay: f64, ended: impl Fn() -> bool) -> 
     let safe = plan
         .victims
         .iter()
-        .all(|v| dir.join(format!("held-{v}-joined")).exists());
+        .all(|v| dir.join(format!("safe-{v}")).exists());
     for pid in pids.into_iter().filter_map(rustix::process::Pid::from_raw) {
         // The job may already be over: nothing to kill then.
         let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);

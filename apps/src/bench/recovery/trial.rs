@@ -7,6 +7,7 @@ use super::{Mode, RecoveryArgs};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use taskfold_core::settings::values::format_duration;
 
 /// A small deterministic generator of the victims and kill instants
 /// (xorshift64*).
@@ -166,7 +167,7 @@ impl Bench {
         let err = file.try_clone().map_err(|e| e.to_string())?;
         let mut cmd = Command::new(exe);
         cmd.args(["run", "-n", &self.args.np.to_string()])
-            .args(["--timeout", &self.args.timeout.to_string()]);
+            .args(["--timeout", &format_duration(self.args.timeout)]);
         if mode.respawns() {
             cmd.args(["--respawn", "1"]);
             cmd.env("TASKFOLD_RESTART", mode.name());
@@ -174,6 +175,9 @@ impl Bench {
         cmd.arg("--")
             .arg(&self.psdm)
             .args(&self.args.psdm_args)
+            // The `@psdm-checkpoint` and `@psdm-resumed` lines the report
+            // reads (psdm is quiet without it).
+            .arg("--markers")
             .arg("--out")
             .arg(dir.join("image.png"))
             .env("TASKFOLD_CHECKPOINT_DIR", dir.join("ckpt"))
@@ -191,7 +195,7 @@ impl Bench {
     /// Waits for a launch to end (bounded by its timeout and a margin);
     /// whether it exited 0.
     fn wait(&self, mut child: Child) -> Result<bool, String> {
-        let limit = Duration::from_secs(self.args.timeout + 30);
+        let limit = self.args.timeout + Duration::from_secs(30);
         let began = Instant::now();
         loop {
             match child.try_wait() {

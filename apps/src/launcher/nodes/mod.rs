@@ -1,4 +1,4 @@
-//! `taskfold run --nodes N`: a job's ranks spread over `N` nodes simulated
+//! `taskfold run --sim-nodes N`: a job's ranks spread over `N` nodes simulated
 //! on this machine, for tests and benchmarks of what crosses nodes.
 //!
 //! Node `k` is a network namespace whose only link (`eth0`, address
@@ -20,7 +20,7 @@
 //! (util-linux), which need root. The [`Cluster`] removes it when
 //! dropped: after the job, on an error, and after SIGINT or SIGTERM
 //! ([`signals`]). A launcher killed outright leaves its namespaces'
-//! names; the next `taskfold run --nodes` removes them.
+//! names; the next `taskfold run --sim-nodes` removes them.
 
 mod ip;
 mod keeper;
@@ -41,7 +41,7 @@ pub const MAX_NODES: u32 = 250;
 pub enum NodesError {
     /// Not enough privilege to make namespaces.
     #[error(
-        "--nodes needs root: making network and mount namespaces needs \
+        "--sim-nodes needs root: making network and mount namespaces needs \
          CAP_NET_ADMIN and CAP_SYS_ADMIN, and this process lacks {0}"
     )]
     NotRoot(&'static str),
@@ -134,13 +134,13 @@ impl NodeSpec {
     pub fn check(&self, ranks: u32) -> Result<(), NodesError> {
         if self.nodes == 0 || self.nodes > MAX_NODES {
             return Err(NodesError::Placement(format!(
-                "--nodes {}: expected 1 to {MAX_NODES} nodes",
+                "--sim-nodes {}: expected 1 to {MAX_NODES} nodes",
                 self.nodes
             )));
         }
         if ranks < self.nodes {
             return Err(NodesError::Placement(format!(
-                "--nodes {} needs at least one rank per node: -n {ranks} is fewer",
+                "--sim-nodes {} needs at least one rank per node: -n {ranks} is fewer",
                 self.nodes
             )));
         }

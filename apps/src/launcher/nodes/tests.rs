@@ -58,7 +58,7 @@ fn fewer_ranks_than_nodes_or_a_bad_count_is_refused() {
     let e = spec(3).check(2).unwrap_err().to_string();
     assert_eq!(
         e,
-        "--nodes 3 needs at least one rank per node: -n 2 is fewer"
+        "--sim-nodes 3 needs at least one rank per node: -n 2 is fewer"
     );
     assert!(spec(0).check(2).is_err());
     assert!(spec(MAX_NODES + 1).check(1000).is_err());

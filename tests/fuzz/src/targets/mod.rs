@@ -3,6 +3,7 @@
 mod core;
 #[cfg(feature = "libfabric")]
 mod libfabric;
+mod security;
 mod settings;
 mod tcp;
 
@@ -78,11 +79,27 @@ pub fn all() -> Vec<Target> {
             settings::settings_target,
         ),
         t(
-            "hooks",
-            "test hooks: entry count; round trip",
-            settings::hooks_target,
+            "tcp_sealed",
+            "sealed frames (TASKFOLD_INTEGRITY=mac): only frames sealed, in order, are taken",
+            security::sealed_target,
+        ),
+        t(
+            "tcp_gate",
+            "pending handshakes: bounded in all and per address; evictions of pending ones",
+            security::gate_target,
+        ),
+        t(
+            "tcp_refusal",
+            "a refusal before the proof: quoted, no control character, bounded",
+            security::refusal_target,
         ),
     ];
+    #[cfg(feature = "test-hooks")]
+    all.push(t(
+        "hooks",
+        "test hooks: entry count; round trip",
+        settings::hooks_target,
+    ));
     #[cfg(feature = "libfabric")]
     all.extend([
         t(
@@ -94,6 +111,11 @@ pub fn all() -> Vec<Target> {
             "libfabric_name",
             "endpoint-name frame: version first, lengths; round trip",
             libfabric::name_target,
+        ),
+        t(
+            "libfabric_source",
+            "fabric source check: taken only from the claimed rank's AV entry",
+            security::source_target,
         ),
     ]);
     all

@@ -5,6 +5,7 @@ use crate::{shaped, SLACK};
 use arbitrary::{Arbitrary, Result, Unstructured};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
+#[cfg(feature = "test-hooks")]
 use taskfold_core::settings::hooks::{self, Hook, POINTS};
 use taskfold_core::settings::launch::SOURCES;
 use taskfold_core::settings::{variables, Settings};
@@ -77,6 +78,7 @@ pub fn settings_target(u: &mut Unstructured<'_>) -> Result<usize> {
 }
 
 /// `hooks::parse`: parsed hooks formatted back parse the same.
+#[cfg(feature = "test-hooks")]
 pub fn hooks_target(u: &mut Unstructured<'_>) -> Result<usize> {
     let b = shaped(u, |u| {
         let mut s = String::new();

@@ -74,6 +74,7 @@ fn hello(u: &mut Unstructured<'_>) -> Result<Hello> {
         node: u64::arbitrary(u)?,
         nonce: <[u8; NONCE_LEN]>::arbitrary(u)?,
         incarnation: u32::arbitrary(u)?,
+        mac: bool::arbitrary(u)?,
     })
 }
 
@@ -272,7 +273,8 @@ pub fn rendezvous_target(u: &mut Unstructured<'_>) -> Result<usize> {
         u64::arbitrary(u)?
     };
     let a = addr(u)?;
-    let text = shaped(u, |_| Ok(fuzzing::rendezvous_text(job, a).into_bytes()))?;
+    let m = u32::arbitrary(u)?;
+    let text = shaped(u, |_| Ok(fuzzing::rendezvous_text(job, a, m).into_bytes()))?;
     let text = String::from_utf8_lossy(&text);
     if let Ok(got) = fuzzing::rendezvous(&text, job) {
         crate::hit();
@@ -280,8 +282,8 @@ pub fn rendezvous_target(u: &mut Unstructured<'_>) -> Result<usize> {
         let _ = got;
     }
     assert_eq!(
-        fuzzing::rendezvous(&fuzzing::rendezvous_text(job, a), job),
-        Ok(a),
+        fuzzing::rendezvous(&fuzzing::rendezvous_text(job, a, m), job),
+        Ok((a, m)),
         "rendezvous round trip"
     );
     // Debug quoting of a bad version may widen each char to `\u{..}`.

@@ -19,6 +19,10 @@ pub struct Completion {
     pub len: usize,
     /// The message's tag (tagged receives).
     pub tag: u64,
+    /// Where a received message came from (`FI_SOURCE`): the sender's
+    /// index in the address vector, or `FI_ADDR_NOTAVAIL` for an endpoint
+    /// that is not in it. Only receives carry one.
+    pub src: super::objects::FiAddr,
 }
 
 /// A failed operation, from the completion queue's error entry.
@@ -96,16 +100,18 @@ impl CompletionQueue {
         call: &'static str,
         ret: isize,
         raw: &[sys::fi_cq_tagged_entry],
+        src: &[sys::fi_addr_t],
         out: &mut [Completion],
     ) -> Result<CqRead, FabricError> {
         if ret > 0 {
             let n = (ret as usize).min(out.len());
-            for (o, r) in out.iter_mut().zip(&raw[..n]) {
+            for ((o, r), &src) in out.iter_mut().zip(&raw[..n]).zip(src) {
                 *o = Completion {
                     context: r.op_context as usize,
                     flags: r.flags,
                     len: r.len,
                     tag: r.tag,
+                    src,
                 };
             }
             Ok(CqRead::Entries(n))
@@ -119,13 +125,18 @@ impl CompletionQueue {
     }
 
     /// Reads up to `out.len()` completions without blocking (this also
-    /// drives the provider's progress).
+    /// drives the provider's progress), each with its source address
+    /// (`fi_cq_readfrom`: the endpoint is opened with `FI_SOURCE`).
     pub fn read(&self, out: &mut [Completion]) -> Result<CqRead, FabricError> {
         let mut raw = [sys::fi_cq_tagged_entry::default(); 32];
+        let mut src = [sys::FI_ADDR_NOTAVAIL; 32];
         let n = out.len().min(raw.len());
-        // SAFETY: a live queue of tagged format and a buffer of n entries.
-        let ret = unsafe { sys::tf_fi_cq_read(self.ptr, raw.as_mut_ptr().cast(), n) };
-        self.entries("fi_cq_read", ret, &raw, out)
+        // SAFETY: a live queue of tagged format, a buffer of n entries and
+        // n source addresses.
+        let ret = unsafe {
+            sys::tf_fi_cq_readfrom(self.ptr, raw.as_mut_ptr().cast(), n, src.as_mut_ptr())
+        };
+        self.entries("fi_cq_readfrom", ret, &raw, &src, out)
     }
 
     /// Like [`CompletionQueue::read`], but waits up to `timeout_ms` for a
@@ -135,14 +146,16 @@ impl CompletionQueue {
             return self.read(out);
         }
         let mut raw = [sys::fi_cq_tagged_entry::default(); 32];
+        let mut src = [sys::FI_ADDR_NOTAVAIL; 32];
         let n = out.len().min(raw.len());
         // SAFETY: a live queue of tagged format with a wait object, a buffer
-        // of n entries, no condition.
+        // of n entries and n source addresses, no condition.
         let ret = unsafe {
-            sys::tf_fi_cq_sread(
+            sys::tf_fi_cq_sreadfrom(
                 self.ptr,
                 raw.as_mut_ptr().cast(),
                 n,
+                src.as_mut_ptr(),
                 ptr::null(),
                 timeout_ms,
             )
@@ -150,7 +163,7 @@ impl CompletionQueue {
         if ret == -(sys::FI_ETIMEDOUT as isize) || ret == -(sys::FI_ECANCELED as isize) {
             return Ok(CqRead::Entries(0));
         }
-        self.entries("fi_cq_sread", ret, &raw, out)
+        self.entries("fi_cq_sreadfrom", ret, &raw, &src, out)
     }
 
     /// Wakes a thread blocked in [`CompletionQueue::sread`].

@@ -142,6 +142,8 @@ pub mod bits {
     pub const TAGGED: u64 = sys::FI_TAGGED as u64;
     /// `FI_RMA`.
     pub const RMA: u64 = sys::FI_RMA as u64;
+    /// `FI_SOURCE`: completions report their source address.
+    pub const SOURCE: u64 = sys::FI_SOURCE;
     /// `FI_READ`.
     pub const READ: u64 = sys::FI_READ as u64;
     /// `FI_REMOTE_READ`.
@@ -164,6 +166,8 @@ pub mod bits {
     pub const MR_PROV_KEY: u32 = sys::FI_MR_PROV_KEY;
     /// `FI_ENODATA`: no provider matches.
     pub const ENODATA: i32 = sys::FI_ENODATA as i32;
+    /// `FI_ENOKEY`: a requested memory key is taken.
+    pub const ENOKEY: i32 = sys::FI_ENOKEY as i32;
     /// `FI_ECANCELED`.
     pub const ECANCELED: i32 = sys::FI_ECANCELED as i32;
 }

@@ -92,6 +92,9 @@ pub(super) struct Peer {
     /// Its get requests not served yet, while [`OUTQ_MAX`] messages wait to
     /// be sent to it: (request, key).
     deferred: VecDeque<(u64, u64)>,
+    /// A replacement that has not inserted this rank's name yet: what is
+    /// queued to it waits ([`Engine::flow_ready`]).
+    unready: bool,
 }
 
 impl Peer {
@@ -133,6 +136,21 @@ impl Flow {
             any_held: false,
             deferred: 0,
         }
+    }
+
+    /// `peer` is a new process: its sequences start anew, with a full
+    /// window, and nothing is sent to it until it is ready.
+    pub fn restart(&mut self, peer: u32) {
+        let Some(p) = self.peers.get_mut(peer as usize) else {
+            return;
+        };
+        self.deferred -= p.deferred.len();
+        *p = Peer {
+            credits: self.window,
+            unready: true,
+            ..Peer::default()
+        };
+        self.ready.retain(|&r| r != peer);
     }
 
     /// Queues a message to `to`.
@@ -230,7 +248,7 @@ impl Engine {
                 continue;
             };
             let free = matches!(front, Out::Credit { .. });
-            if !free && p.credits == 0 {
+            if p.unready || (!free && p.credits == 0) {
                 // Back in the ready list when credits arrive.
                 p.queued = false;
                 continue;
@@ -263,6 +281,15 @@ impl Engine {
             }
         }
         any
+    }
+
+    /// `peer`'s replacement is ready: what waits for it goes.
+    pub(super) fn flow_ready(&mut self, peer: u32) {
+        let Some(p) = self.flow.peers.get_mut(peer as usize) else {
+            return;
+        };
+        p.unready = false;
+        self.flow.wake(peer);
     }
 
     /// After a send to `to`: back in the ready list if more is queued.
@@ -345,7 +372,10 @@ impl Engine {
     /// Delivers again the frames of peers that waited for room in the event
     /// channel, if there is room now.
     pub(super) fn drain_held(&mut self) {
-        if !self.flow.any_held || self.sh.events_tx.len() >= MAX_EVENTS {
+        if !self.flow.any_held
+            || self.sh.events_tx.len() >= MAX_EVENTS
+            || self.sh.event_bytes.held() >= crate::link::MAX_EVENT_BYTES
+        {
             return;
         }
         self.flow.any_held = false;
@@ -358,12 +388,24 @@ impl Engine {
         }
     }
 
+    /// True if the event channel has room for `from`'s next frame: fewer
+    /// than [`MAX_EVENTS`] frames, and its bytes within what the runtime
+    /// may hold ([`crate::link::MAX_EVENT_BYTES`]).
+    fn room_for_next(&self, from: u32) -> bool {
+        let p = &self.flow.peers[from as usize];
+        let len = match p.pending.get(&p.in_next) {
+            Some(InItem::Frame(f)) => f.len() as u64,
+            _ => 0,
+        };
+        self.sh.events_tx.len() < MAX_EVENTS && self.sh.event_bytes.room(len)
+    }
+
     /// Delivers the frames of `from` that are next in order, while the
-    /// event channel has room ([`MAX_EVENTS`]); the rest waits
+    /// event channel has room ([`Engine::room_for_next`]); the rest waits
     /// ([`Engine::drain_held`]).
     pub(super) fn drain(&mut self, from: u32) {
         loop {
-            if self.sh.events_tx.len() >= MAX_EVENTS {
+            if !self.room_for_next(from) {
                 let p = &mut self.flow.peers[from as usize];
                 if !p.held && p.pending.contains_key(&p.in_next) {
                     p.held = true;

@@ -99,6 +99,20 @@ pub(crate) enum Cmd {
     Forget { peer: u32, reason: String },
     /// Stop: after goodbyes if graceful, at once otherwise.
     Shutdown { graceful: bool },
+    /// `peer` was replaced: fail and drop everything of the older process,
+    /// refuse its endpoint from now on (no address until the
+    /// replacement's is known), start its sequences anew, bring the link
+    /// up again, then answer `done`.
+    Readmit { peer: u32, done: flume::Sender<()> },
+    /// The replacement of `peer` is at `addr` in the address vector.
+    Connect {
+        peer: u32,
+        addr: FiAddr,
+        done: flume::Sender<()>,
+    },
+    /// The replacement of `peer` inserted this rank's name: frames to it
+    /// may go.
+    Ready { peer: u32 },
 }
 
 /// Tuning of the engine.
@@ -364,8 +378,30 @@ impl Engine {
             }
             Cmd::Shutdown { graceful: false } => return false,
             Cmd::Shutdown { graceful: true } => self.say_goodbye(),
+            Cmd::Readmit { peer, done } => {
+                self.readmit(peer);
+                let _ = done.send(());
+            }
+            Cmd::Connect { peer, addr, done } => {
+                if let Some(a) = self.addrs.get_mut(peer as usize) {
+                    *a = addr;
+                }
+                let _ = done.send(());
+            }
+            Cmd::Ready { peer } => self.flow_ready(peer),
         }
         true
+    }
+
+    /// See [`Cmd::Readmit`].
+    fn readmit(&mut self, peer: u32) {
+        let reason = format!("rank {peer} was replaced");
+        self.forget_peer(peer, &reason, false);
+        if let Some(a) = self.addrs.get_mut(peer as usize) {
+            *a = libfabric_sys::FI_ADDR_UNSPEC;
+        }
+        self.flow.restart(peer);
+        self.sh.up_again(peer);
     }
 
     /// Starts a graceful shutdown: withdraws everything, fails the gets
@@ -387,15 +423,12 @@ impl Engine {
         }
     }
 
-    /// A message arrived in receive `slot`.
-    fn received(&mut self, slot: usize, len: usize, tag: u64) {
-        let Some(from) = wire::rank_of(tag).filter(|&r| r < self.sh.size) else {
-            tracing::warn!(
-                rank = self.sh.rank,
-                tag,
-                "message with a foreign tag dropped"
-            );
-            return;
+    /// A message arrived in receive `slot` from address `src`, its tag
+    /// claiming a sender: taken only if `src` is that rank's address.
+    fn received(&mut self, slot: usize, len: usize, tag: u64, src: FiAddr) {
+        let from = match super::source::sender(&self.addrs, tag, src) {
+            Ok(r) => r,
+            Err(why) => return super::source::dropped(self.sh.rank, tag, src, why),
         };
         // After a failure nothing more from the peer; after a goodbye seen
         // on TCP first, its last frames may still be on their way.

@@ -255,7 +255,7 @@ impl Engine {
         };
         match op.kind {
             OpKind::Recv { slot } => {
-                self.received(slot, c.len, c.tag);
+                self.received(slot, c.len, c.tag, c.src);
                 if self.ops.ep.is_some() {
                     if let Err(e) = self.post_recv(slot, op.ctx) {
                         tracing::error!(rank = self.sh.rank, error = %e, "reposting a receive");
@@ -332,4 +332,5 @@ pub(super) const EMPTY: Completion = Completion {
     flags: 0,
     len: 0,
     tag: 0,
+    src: libfabric_sys::FI_ADDR_NOTAVAIL,
 };

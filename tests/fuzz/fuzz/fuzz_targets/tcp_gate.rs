@@ -1,0 +1,12 @@
+//! cargo-fuzz entry of the `tcp_gate` target (see taskfold-fuzz).
+#![no_main]
+
+#[global_allocator]
+static ALLOC: taskfold_fuzz::alloc::Counting = taskfold_fuzz::alloc::Counting;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let t = taskfold_fuzz::target("tcp_gate").expect("a target of this build");
+    if let Err(f) = taskfold_fuzz::run_case(&t, data) {
+        panic!("tcp_gate: {f}");
+    }
+});
