@@ -188,17 +188,21 @@ impl Place {
                 "rank {rank} is not below size {size}"
             )));
         }
-        let (master, job) = match self.master {
+        // A key from the launcher's store, when the ranks have none.
+        let (master, job, stored) = match self.master {
             Some(m) => {
                 let named = launch.job.as_deref().map(stable_hash);
-                (m, self.job.or(named).unwrap_or(0))
+                (m, self.job.or(named).unwrap_or(0), None)
             }
             None => {
-                let (m, j) = crate::env::master(launch)?;
-                (m, self.job.unwrap_or(j))
+                let (m, j, key) = crate::env::find_master(launch, rank, crate::env::STORE_TIMEOUT)?;
+                (m, self.job.unwrap_or(j), key)
             }
         };
-        let auth = taskfold_transports::auth::job_auth(launch)?;
+        let auth = match stored {
+            Some(key) => taskfold_core::auth::JobAuth::Key(key),
+            None => taskfold_transports::auth::job_auth(launch)?,
+        };
         let (rank, size) = spare_or_rank(settings, (rank, size), (&master, job, &auth))?;
         let mut tcp = tcp_config(rank, size, job, master);
         tcp.auth = auth;

@@ -5,6 +5,7 @@
 //! `src/bin/tf_check.rs`.
 
 pub mod faults;
+pub mod launchers;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

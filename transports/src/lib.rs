@@ -17,6 +17,9 @@
 //!   finds the master and the other ranks.
 //! - `libfabric` (cargo feature `libfabric`): RDM endpoints over the system
 //!   libfabric, tagged messages for control, RMA reads for gets.
+//! - [`pmi`]: the launcher's key-value store (PMI-1 on `PMI_FD`; PMIx and
+//!   PMI-2 with the cargo features `pmix` and `pmi2`), where ranks find
+//!   the master and the job's key without a shared file.
 //! - [`select`]: builds the transport the environment asks for
 //!   (`TASKFOLD_TRANSPORT=tcp|libfabric`).
 //! - [`same_node`]: views of same-node peers' memory, the opaque
@@ -54,6 +57,7 @@ pub mod lease;
 pub mod libfabric;
 pub mod link;
 pub mod loopback;
+pub mod pmi;
 pub mod private;
 pub mod same_node;
 pub mod select;

@@ -1,6 +1,6 @@
 //! The example programs of `apps/c` and `apps/fortran`, built against
-//! libtaskfold and run as users run them: under `taskfold run -n 4` and
-//! MPICH's `mpiexec -n 4`.
+//! libtaskfold and run as users run them: under `taskfold run -n 4`,
+//! MPICH's `mpiexec -n 4` and Slurm's `srun -n 4`.
 
 mod support;
 
@@ -85,6 +85,26 @@ fn kirchhoff_matches_psdm_under_mpiexec() {
         assert_every_rank(&out, 4, |r| format!("rank {r}: kirchhoff done"));
         assert_psdm_image(&out, &raw);
     }
+}
+
+/// Under a real Slurm (`.ci/slurm`), `srun --mpi=pmi2 -n 4` with none of
+/// the variables that name the master or give a key: the C ranks find
+/// both in Slurm's key-value store, and the image is psdm's.
+#[test]
+fn kirchhoff_matches_psdm_under_srun_without_variables() {
+    let Some(srun) = taskfold_tests::launchers::slurm() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let raw = dir.path().join("image.f32");
+    let mut cmd = taskfold_tests::launchers::srun(&srun, 4, "pmi2");
+    cmd.arg(kirchhoff(dir.path()))
+        .args(SURVEY)
+        .arg("--raw")
+        .arg(&raw);
+    let out = taskfold_tests::run_bounded(cmd, std::time::Duration::from_secs(240));
+    assert_every_rank(&out, 4, |r| format!("{r}: rank {r}: kirchhoff done"));
+    assert_psdm_image(&out, &raw);
 }
 
 fn field_stats(dir: &Path) -> PathBuf {

@@ -11,7 +11,8 @@
 //!
 //! The first launcher of this table whose two variables are both set gives
 //! the identity; `TASKFOLD_RANK` without `TASKFOLD_SIZE` (or the reverse)
-//! is an error.
+//! is an error. How the ranks find the master (a variable, or the
+//! launcher's key-value store) is [`super::pmi::discovery`].
 
 use super::SettingsError;
 use crate::auth::JobKey;
@@ -73,6 +74,14 @@ pub struct Launch {
     /// sequence numbers (see the book's Security chapter); `off` (the
     /// default): the handshake alone. Every rank of a job must agree.
     pub integrity: bool,
+    /// `TASKFOLD_PMI`: whether, and through which protocol, the ranks find
+    /// the master (and, without a key of their own, the job's key) in the
+    /// launcher's key-value store when no variable names the master (see
+    /// [`super::pmi`]).
+    pub pmi: super::pmi::PmiChoice,
+    /// The key-value store the launcher offers (`PMI_FD`,
+    /// `PMIX_NAMESPACE`).
+    pub offer: super::pmi::StoreOffer,
 }
 
 /// Where the job key comes from.

@@ -1,7 +1,7 @@
 //! Every setting of a taskfold process, in one typed value: [`Settings`].
 //!
-//! The `TASKFOLD_*` environment variables (and the rank and size that
-//! `mpiexec`, `mpirun` and `srun` set) are parsed here, once, by a pure
+//! The `TASKFOLD_*` environment variables (and the rank, size and
+//! key-value store that `mpiexec`, `mpirun` and `srun` set) are parsed here, once, by a pure
 //! function of `(name, value)` pairs ([`Settings::from_pairs`]); the
 //! process environment is read in one place only, [`Settings::from_env`].
 //! The runtime, its transports, the launcher and the applications take the
@@ -40,6 +40,7 @@ pub mod config;
 #[cfg(feature = "test-hooks")]
 pub mod hooks;
 pub mod launch;
+pub mod pmi;
 pub mod respawn;
 pub mod sources;
 pub mod values;
@@ -53,6 +54,7 @@ mod tests_sources;
 pub use checkpoint::CheckpointConfig;
 pub use config::{Completion, Config, Durability, LogLevel, Standby};
 pub use launch::{Identity, KeySource, Launch};
+pub use pmi::{Discovery, PmiChoice, Protocol, StoreOffer};
 pub use respawn::{RespawnConfig, Restart};
 pub use sources::{Loaded, Source};
 pub use values::{parse_bool, Named};
@@ -279,7 +281,7 @@ fn is_blank(v: &OsStr) -> bool {
 }
 
 /// The pairs a setting may read (`TASKFOLD_*`, the launchers' rank and
-/// size), by name; a name given twice keeps its last value.
+/// size and their stores' variables), by name; a name given twice keeps its last value.
 fn relevant<I, K, V>(pairs: I) -> BTreeMap<String, OsString>
 where
     I: IntoIterator<Item = (K, V)>,
@@ -287,7 +289,7 @@ where
     V: AsRef<OsStr>,
 {
     let launcher_vars = launch::SOURCES.iter().flat_map(|(r, s, _)| [*r, *s]);
-    let ours: Vec<&str> = launcher_vars.collect();
+    let ours: Vec<&str> = launcher_vars.chain(pmi::OFFER_VARS).collect();
     let mut vars = BTreeMap::new();
     for (k, v) in pairs {
         let Some(name) = k.as_ref().to_str() else {
@@ -302,8 +304,9 @@ where
 
 impl Settings {
     /// Parses `(name, value)` pairs (an environment); a name given twice
-    /// takes its last value. Variables other than the `TASKFOLD_*` ones and
-    /// the launchers' rank and size are ignored.
+    /// takes its last value. Variables other than the `TASKFOLD_*` ones,
+    /// the launchers' rank and size and their stores' (`PMI_FD`,
+    /// `PMIX_NAMESPACE`) are ignored.
     pub fn from_pairs<I, K, V>(pairs: I) -> Result<Settings, SettingsError>
     where
         I: IntoIterator<Item = (K, V)>,
@@ -330,6 +333,14 @@ impl Settings {
             }
         }
         s.launch.identity = launch::identity(&vars)?;
+        let offered = |name: &str| {
+            let v = vars.get(name).filter(|v| !is_blank(v))?;
+            Some(v.to_string_lossy().into_owned())
+        };
+        s.launch.offer = StoreOffer {
+            pmi_fd: offered("PMI_FD"),
+            pmix_namespace: offered("PMIX_NAMESPACE"),
+        };
         if let Some(v) = vars.get(TEST_HOOK_VAR).filter(|v| !is_blank(v)) {
             test_hooks(&mut s, v)?;
         }
@@ -359,6 +370,11 @@ impl Settings {
             .collect();
         if let Some(id) = &self.launch.identity {
             pairs.extend(launch::identity_pairs(id));
+        }
+        let offer = &self.launch.offer;
+        let offered = [&offer.pmi_fd, &offer.pmix_namespace];
+        for (name, v) in pmi::OFFER_VARS.into_iter().zip(offered) {
+            pairs.extend(v.as_ref().map(|v| (name, v.into())));
         }
         #[cfg(feature = "test-hooks")]
         if let Some(text) = hooks::format(&self.runtime.hooks).filter(|t| !t.is_empty()) {

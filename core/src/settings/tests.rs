@@ -371,6 +371,10 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
     )
         .prop_map(
             |(id, master, rendezvous, job, (key, key_file, insecure, integrity))| Launch {
+                offer: StoreOffer {
+                    pmi_fd: rendezvous.is_none().then(|| "9".to_string()),
+                    pmix_namespace: master.is_none().then(|| "slurm.pmix.3.0".to_string()),
+                },
                 identity: id.map(|(size, l)| Identity {
                     rank: size / 2,
                     size,
@@ -387,6 +391,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
                 insecure,
                 incarnation: id.map_or(0, |(size, _)| size % 3),
                 integrity,
+                pmi: PmiChoice::NAMES[id.map_or(0, |(size, _)| size as usize % 5)].1,
             },
         );
     let runtime = (

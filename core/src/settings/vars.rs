@@ -88,7 +88,7 @@ fn show(s: impl ToString) -> Option<OsString> {
     Some(s.to_string().into())
 }
 
-static VARIABLES: [Variable; 44] = [
+static VARIABLES: [Variable; 45] = [
     // Launch (rank and size: see `launch::identity`).
     Variable {
         name: "TASKFOLD_MASTER",
@@ -178,6 +178,15 @@ static VARIABLES: [Variable; 44] = [
             Ok(())
         },
         get: |s| show(s.launch.incarnation),
+    },
+    Variable {
+        name: "TASKFOLD_PMI",
+        expected: <super::PmiChoice as Named>::EXPECTED,
+        set: |s, v| {
+            s.launch.pmi = named(v)?;
+            Ok(())
+        },
+        get: |s| show(s.launch.pmi.name()),
     },
     // The runtime: folds, failure detection, durability.
     Variable {

@@ -4,7 +4,8 @@
 //! as the launcher's.
 //!
 //! A rank binds its listener first, then connects to the master (retrying
-//! with backoff; with a rendezvous file, re-reading the file each time) and
+//! with backoff; with a rendezvous file, re-reading the file each time;
+//! with the launcher's store, after its fence, [`crate::pmi`]) and
 //! sends `HELLO{version, role: Register, job, rank, size, listen address,
 //! nonce}`; the two prove the job key to each other (the `handshake`
 //! module). The master refuses (a `REFUSE` frame with the reason, then it
@@ -115,13 +116,15 @@ pub(crate) enum Unresolved {
 }
 
 /// The master's address and rank for `job`, reading the rendezvous file
-/// if needed (a fixed address is rank 0's). A file of this job written by
+/// if needed (a fixed address, or one from the launcher's store, is rank
+/// 0's). A file of this job written by
 /// a master of another protocol version is fatal, as is one that says the
 /// job is over; one of another job (an earlier job's, say) is waited out.
 pub(crate) fn resolve(master: &MasterAddr, job: u64) -> Result<Found, Unresolved> {
     let path = match master {
         MasterAddr::Addr(a) => return Ok((*a, 0)),
         MasterAddr::Rendezvous(p) => p,
+        MasterAddr::Store(s) => return s.lookup().map(|a| (a, 0)).map_err(Unresolved::Fatal),
     };
     let retry = |why: String| Unresolved::Retry(why);
     // Believed only if this user wrote it privately: a file another user
@@ -194,6 +197,7 @@ fn describe(master: &MasterAddr) -> String {
     match master {
         MasterAddr::Addr(a) => a.to_string(),
         MasterAddr::Rendezvous(p) => format!("rendezvous file {}", p.display()),
+        MasterAddr::Store(s) => s.describe(),
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use taskfold_core::auth::JobAuth;
 
@@ -14,6 +15,10 @@ pub enum MasterAddr {
     /// A file: rank 0 binds `bind_host:0` and writes its address there
     /// (atomically); the others poll the file until it names their job.
     Rendezvous(PathBuf),
+    /// The launcher's key-value store: rank 0 binds `bind_host:0` and puts
+    /// its address there; the others get it after the store's fence
+    /// ([`crate::pmi`]).
+    Store(Arc<crate::pmi::StoreMaster>),
 }
 
 /// Configuration of [`TcpTransport::start`].

@@ -79,8 +79,9 @@
 //! # Bootstrap
 //!
 //! See [`TcpTransport::start`] and the `bootstrap` module: rank 0 hosts the
-//! master, which other ranks find at a fixed address or through a rendezvous
-//! file, and which hands out every rank's listen address.
+//! master, which other ranks find at a fixed address, through a rendezvous
+//! file or in the launcher's key-value store ([`crate::pmi`]), and which
+//! hands out every rank's listen address.
 
 mod bootstrap;
 pub(crate) mod cma;
@@ -340,8 +341,8 @@ fn build_runtime(cfg: &TcpConfig) -> Result<Runtime, TransportError> {
     .map_err(|e| TransportError::Io(format!("starting the runtime: {e}")))
 }
 
-/// Rank 0's bootstrap: writes the rendezvous file (if that is how ranks
-/// find it) and collects the registrations until `deadline`; returns its
+/// Rank 0's bootstrap: writes the rendezvous file, or puts its address in
+/// the launcher's store (if that is how ranks find it), and collects the registrations until `deadline`; returns its
 /// own address and the table. The rendezvous file is removed on failure.
 fn host_master(
     cfg: &TcpConfig,
@@ -359,6 +360,9 @@ fn host_master(
                 path.display()
             ))
         })?;
+    }
+    if let MasterAddr::Store(store) = &cfg.master {
+        store.publish(bootstrap::reachable(listen_addr))?;
     }
     let deadline = {
         let _guard = runtime.enter();
