@@ -27,12 +27,20 @@ use taskfold_core::results::Ledger;
 use taskfold_core::wire::results::ResultMsg;
 use taskfold_core::Rank;
 
+/// A result handed to the application, not released: its future (did
+/// the application take it?) and the root's own serialised copy (to copy
+/// it again if its holder dies).
+pub(crate) struct Handoff {
+    pub(crate) slot: Arc<Slot>,
+    pub(crate) bytes: bytes::Bytes,
+}
+
 /// Whether this rank's roots keep their results, and the results handed
 /// to its application that are not released yet.
 #[derive(Clone, Default)]
 pub(crate) struct Kept {
     on: bool,
-    ledger: Arc<Mutex<Ledger<Arc<Slot>>>>,
+    ledger: Arc<Mutex<Ledger<Handoff>>>,
 }
 
 impl Kept {
@@ -50,7 +58,7 @@ impl Kept {
     }
 
     /// The ledger, locked (never held across an await or a send).
-    pub(crate) fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger<Arc<Slot>>> {
+    pub(crate) fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger<Handoff>> {
         self.ledger.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -63,7 +71,7 @@ impl Kept {
             return Vec::new();
         }
         self.ledger()
-            .taken(|slot| slot.is_taken() || Arc::strong_count(slot) == 1)
+            .taken(|h| h.slot.is_taken() || Arc::strong_count(&h.slot) == 1)
     }
 }
 

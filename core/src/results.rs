@@ -149,12 +149,24 @@ impl Handover {
 pub struct Handed<S> {
     /// The reduction.
     pub key: u64,
-    /// Where its copy lies.
-    pub holder: u32,
+    /// Where its copy stands: kept at a holder, offered again to another
+    /// after its holder died, or lost.
+    pub copy: Handover,
     /// This handover's number at the root (a key may be handed again).
     pub seq: u64,
-    /// What tells whether the application took it (the runtime's future).
+    /// What tells whether the application took it (the runtime's future),
+    /// and what the root needs to copy it again.
     pub slot: S,
+}
+
+impl<S> Handed<S> {
+    /// The rank that keeps (or is asked to keep) its copy.
+    pub fn holder(&self) -> Option<u32> {
+        match self.copy {
+            Handover::Kept { holder } | Handover::Offered { holder, .. } => Some(holder),
+            Handover::Lost => None,
+        }
+    }
 }
 
 /// What a release sends: the keys to the master (one per result released)
@@ -165,6 +177,8 @@ pub struct Release {
     pub master: Vec<u64>,
     /// Holder → keys of its copies to drop.
     pub holders: BTreeMap<u32, Vec<u64>>,
+    /// Keys whose copy was being made again (the root stops offering it).
+    pub offered: Vec<u64>,
 }
 
 impl Release {
@@ -173,14 +187,21 @@ impl Release {
         self.master.is_empty()
     }
 
-    fn add(&mut self, key: u64, holder: u32) {
-        self.master.push(key);
-        self.holders.entry(holder).or_default().push(key);
+    fn add<S>(&mut self, h: &Handed<S>) {
+        self.master.push(h.key);
+        if let Some(holder) = h.holder() {
+            self.holders.entry(holder).or_default().push(h.key);
+        }
+        if matches!(h.copy, Handover::Offered { .. }) {
+            self.offered.push(h.key);
+        }
     }
 }
 
 /// The results a root handed to its application and has not released,
-/// oldest first, at most [`RESULTS_LIMIT`].
+/// oldest first, at most [`RESULTS_LIMIT`]. A copy whose holder dies is
+/// offered again to the next buddy ([`Ledger::holder_died`]), so that a
+/// holder's death followed by the root's costs nothing.
 #[derive(Clone, Debug)]
 pub struct Ledger<S> {
     handed: VecDeque<Handed<S>>,
@@ -212,14 +233,14 @@ impl<S> Ledger<S> {
         self.next += 1;
         self.handed.push_back(Handed {
             key,
-            holder,
+            copy: Handover::Kept { holder },
             seq,
             slot,
         });
         let mut out = Release::default();
         while self.handed.len() > self.limit {
             if let Some(old) = self.handed.pop_front() {
-                out.add(old.key, old.holder);
+                out.add(&old);
             }
         }
         out
@@ -242,18 +263,49 @@ impl<S> Ledger<S> {
         self.handed.retain(|h| {
             let go = seqs.contains(&h.seq);
             if go {
-                out.add(h.key, h.holder);
+                out.add(h);
             }
             !go
         });
         out
     }
 
-    /// `rank` died: the copies it held are gone, nothing to release there.
-    pub fn holder_died(&mut self, rank: u32) -> usize {
-        let before = self.handed.len();
-        self.handed.retain(|h| h.holder != rank);
-        before - self.handed.len()
+    /// `rank` died: each copy it kept (or was asked to keep) is offered
+    /// to the buddy `next` gives for its key (the placement without the
+    /// dead), or lost if there is none or enough were asked. Returns the
+    /// offers to make: `(key, buddy)`.
+    pub fn holder_died(&mut self, rank: u32, next: impl Fn(u64) -> Option<u32>) -> Vec<(u64, u32)> {
+        let mut offers = Vec::new();
+        for h in self.handed.iter_mut().filter(|h| h.holder() == Some(rank)) {
+            let buddy = next(h.key).filter(|&b| b != rank);
+            let step = match h.copy {
+                Handover::Kept { .. } => {
+                    let (copy, step) = Handover::start(buddy);
+                    h.copy = copy;
+                    step
+                }
+                _ => h.copy.died(rank, buddy),
+            };
+            if let Next::Offer(b) = step {
+                offers.push((h.key, b));
+            }
+        }
+        offers
+    }
+
+    /// `from` answered the offer of `key`'s copy made again (`ok`:
+    /// stored); `next` is the buddy to ask if it refused. `None` if no
+    /// such offer awaits `from`'s answer.
+    pub fn answered(&mut self, key: u64, from: u32, ok: bool, next: Option<u32>) -> Option<Next> {
+        let h = self.handed.iter_mut().rev().find(|h| {
+            h.key == key && matches!(h.copy, Handover::Offered { holder, .. } if holder == from)
+        })?;
+        Some(h.copy.answered(from, ok, next))
+    }
+
+    /// The newest result of `key` not released.
+    pub fn get(&self, key: u64) -> Option<&Handed<S>> {
+        self.handed.iter().rev().find(|h| h.key == key)
     }
 
     /// Results not released.
@@ -286,6 +338,8 @@ struct Entry {
     holder: Option<u32>,
     /// Results of this key the root has not released.
     unreleased: u32,
+    /// Two unreleased results of one id met: no copy answers any more.
+    ambiguous: bool,
     generation: u64,
 }
 
@@ -345,6 +399,7 @@ impl Book {
                 }
                 drops.push(Drop { holder, root, key });
                 e.unreleased += 1;
+                e.ambiguous = true;
                 return drops;
             }
             // Another root's result of a reused id: that one is forgotten.
@@ -364,6 +419,7 @@ impl Book {
                 root,
                 holder: Some(holder),
                 unreleased: 1,
+                ambiguous: false,
                 generation,
             },
         );
@@ -403,8 +459,22 @@ impl Book {
         }
     }
 
+    /// `root`, alive, copied its result of `key` again to `holder` after
+    /// the holder before died: true if the record takes it (a single
+    /// unreleased result whose holder is gone); else the copy serves
+    /// nobody.
+    pub fn rekept(&mut self, key: u64, root: u32, holder: u32) -> bool {
+        match self.entries.get_mut(&key) {
+            Some(e) if e.root == root && !e.ambiguous && e.holder.is_none() => {
+                e.holder = Some(holder);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// `rank` died: the copies it kept are gone (their replays end in an
-    /// error). Returns how many.
+    /// error, unless their roots copy them again). Returns how many.
     pub fn holder_died(&mut self, rank: u32) -> usize {
         let mut n = 0;
         for e in self.entries.values_mut() {
@@ -419,8 +489,8 @@ impl Book {
     /// How a replacement of `root` that joins `key` again is answered.
     pub fn lookup(&self, key: u64, root: u32) -> Lookup {
         match self.entries.get(&key) {
-            Some(e) if e.root == root => match (e.holder, e.unreleased) {
-                (Some(h), 1) => Lookup::At(h),
+            Some(e) if e.root == root => match (e.holder, e.ambiguous) {
+                (Some(h), false) => Lookup::At(h),
                 _ => Lookup::Lost,
             },
             _ => Lookup::Unknown,

@@ -22,12 +22,13 @@ fn tf_respawn() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tf_respawn"))
 }
 
-/// A job of 4 ranks of `tf_respawn`, root `ROOT`, one replacement allowed;
-/// `every`: checkpoint every this many reductions (0: never).
-fn job(pids: &Path, ckpt: &Path, every: u32) -> Command {
+/// A job of 4 ranks of `tf_respawn`, root `ROOT`, `respawn` replacements
+/// allowed; `every`: checkpoint every this many reductions (0: never).
+fn job(pids: &Path, ckpt: &Path, every: u32, respawn: u32) -> Command {
     let mut cmd = Command::new(taskfold_bin());
     let (n, pace) = (REDUCTIONS.to_string(), PACE_MS.to_string());
-    cmd.args(["run", "-n", "4", "--respawn", "1", "--timeout", "240", "--"])
+    let respawn = respawn.to_string();
+    cmd.args(["run", "-n", "4", "--respawn", &respawn, "--timeout", "240", "--"])
         .arg(tf_respawn())
         .args(["--reductions", &n, "--pace-ms", &pace, "--pid-dir"])
         .arg(pids)
@@ -55,17 +56,18 @@ fn pid_of(dir: &Path, rank: u32, limit: Duration) -> Option<i32> {
     None
 }
 
-/// Runs `cmd`, SIGKILLs the root `at` after it started; its output and
-/// whether the kill landed while the root ran.
-fn run_with_kill(mut cmd: Command, pids: &Path, at: Duration) -> (Output, bool) {
+/// Runs `cmd`, SIGKILLs `victims` together `at` after they started; its
+/// output and whether every kill landed while its victim ran.
+fn run_with_kill(mut cmd: Command, pids: &Path, victims: &[u32], at: Duration) -> (Output, bool) {
     let child = cmd.spawn().expect("taskfold run");
-    let landed = match pid_of(pids, ROOT, Duration::from_secs(60)) {
-        Some(pid) => {
-            std::thread::sleep(at);
-            signal(pid, Signal::KILL).is_ok()
-        }
-        None => false,
-    };
+    let found: Vec<Option<i32>> = victims
+        .iter()
+        .map(|&v| pid_of(pids, v, Duration::from_secs(60)))
+        .collect();
+    std::thread::sleep(at);
+    let landed = found
+        .into_iter()
+        .all(|pid| pid.is_some_and(|pid| signal(pid, Signal::KILL).is_ok()));
     (wait_bounded(child, Duration::from_secs(300)), landed)
 }
 
@@ -104,7 +106,7 @@ fn a_root_killed_at_any_instant_gets_back_every_result_it_redoes() {
         // completed one from its kept result); with them, from its newest.
         let every = [0, 10][trial as usize % 2];
         let at = drawn_instant(trial + 300, Duration::from_millis(PACE_MS) * REDUCTIONS);
-        let (out, ok) = run_with_kill(job(&pids, &ckpt, every), &pids, at);
+        let (out, ok) = run_with_kill(job(&pids, &ckpt, every, 1), &pids, &[ROOT], at);
         let t = text(&out);
         if !ok || !t.contains("is started again") {
             eprintln!("trial {trial}: the kill at {at:?} did not land:\n{t}");
@@ -140,4 +142,39 @@ fn a_root_killed_at_any_instant_gets_back_every_result_it_redoes() {
         redone_kept > 0,
         "some redone reductions had completed under the dead root"
     );
+}
+
+/// The root and the buddy that keeps its results, killed together: the
+/// results that had completed under the dead root have no copy left, and
+/// its replacement gets `ResultLost` for each of them — never a wrong
+/// result; the reductions after the deaths are exact.
+#[test]
+fn a_root_killed_with_its_results_holder_gets_result_lost_never_a_wrong_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pids, ckpt) = (dir.path().join("pids"), dir.path().join("ckpt"));
+    std::fs::create_dir(&pids).unwrap();
+    // Rank 2 is the root's buddy (the next rank, all on one node).
+    let at = Duration::from_millis(PACE_MS) * (REDUCTIONS / 2);
+    let (out, ok) = run_with_kill(job(&pids, &ckpt, 0, 2), &pids, &[ROOT, 2], at);
+    let t = text(&out);
+    assert!(ok, "both kills landed:\n{t}");
+    assert!(!t.contains("WRONG"), "{t}");
+    let prefix = format!("[{ROOT}] ");
+    let lost: Vec<&str> = t
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter(|l| l.starts_with("unexpected "))
+        .collect();
+    assert!(!lost.is_empty(), "{t}");
+    assert!(lost.iter().all(|l| l.contains("ResultLost")), "{lost:?}");
+    // Every reduction is exact at the root or its result was lost: the
+    // lost ones are those that had completed under the dead root.
+    let (dead, replacement) = exact_at_root(&t);
+    assert_eq!(
+        replacement.len() + lost.len(),
+        REDUCTIONS as usize,
+        "{t}"
+    );
+    assert!(lost.len() <= dead.len() + 5, "{lost:?} {dead:?}");
+    assert!(!out.status.success(), "the root saw unexpected outcomes");
 }

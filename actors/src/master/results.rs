@@ -8,8 +8,10 @@
 //! A root announces its copy (`ResultMsg::Kept`) just before its last
 //! task's report, on the same ordered link: the record is pending until
 //! the reduction completes, dropped (and the copy with it) if it fails.
-//! Records leave when the root releases them, or when their holder dies
-//! (the replay is then an error); the book is bounded
+//! Records leave when the root releases them; a holder's death leaves
+//! them without a copy (a replay is then an error) until their live root
+//! copies them again to another buddy (`Kept` for a completed reduction);
+//! the book is bounded
 //! ([`taskfold_core::results::RESULTS_LIMIT`]).
 //!
 //! What a crash of the master loses here: every record. A standby that
@@ -97,13 +99,17 @@ impl Master {
     /// its dead process: sent to the result's copy, or told it is lost.
     /// True if answered; false for anything else (a member that is not
     /// the root, a root that was never replaced, a group of one, whose
-    /// redone original is the result, or a reduction not completed).
+    /// redone original is the result, or a reduction not completed or
+    /// live again).
     pub(super) fn answer_replayed_root(&mut self, key: u64, from: Rank, join: &Join) -> bool {
         let replaced = matches!(
             self.respawn.book.slot(from.0),
             Some(taskfold_core::respawn::Slot::Live(i)) if *i > 0
         );
-        if !self.results.on || join.root != from.0 || !replaced || join.group.len() < 2 {
+        // A live reduction with this key is the one joined (an id used
+        // again): never answered with an earlier result.
+        let live = self.reductions.contains_key(&key);
+        if !self.results.on || join.root != from.0 || !replaced || join.group.len() < 2 || live {
             return false;
         }
         let lookup = self.results.book.lookup(key, from.0);
@@ -156,11 +162,20 @@ impl Handler<ResultKeptIn> for Master {
         if self.out.view().is_dead(from.0) {
             return;
         }
-        let fits = self.results.on
+        let holder_ok = self.results.on
             && holder < self.size
             && holder != from.0
-            && !self.out.view().is_dead(holder)
-            && self.reductions.get(&key).is_some_and(|r| r.root == from);
+            && !self.out.view().is_dead(holder);
+        let live = self.reductions.get(&key).map(|r| r.root == from);
+        // A result handed over whose holder died, copied again by its
+        // root: the record takes the new holder if it can.
+        let fits = match live {
+            Some(is_root) => holder_ok && is_root,
+            None => holder_ok && self.results.book.rekept(key, from.0, holder),
+        };
+        if live.is_none() && fits {
+            return;
+        }
         if !fits {
             // Not a root of a live reduction, or a master that keeps no
             // records: the copy serves nobody.

@@ -23,6 +23,7 @@
 //! say where.
 
 use super::Worker;
+use crate::results::Handoff;
 use actix::prelude::*;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -197,7 +198,7 @@ impl Worker {
     /// future completes. `done`: the report, if no handover holds it.
     fn result_done(&mut self, key: u64, holder: Option<u32>, done: Option<Msg>) {
         let k = self.results.keeping.remove(&key);
-        self.out.transport().withdraw(BufferKey(result_key(key)));
+        let bytes = self.out.transport().withdraw(BufferKey(result_key(key)));
         let master = k.as_ref().map_or(self.out.master(), |k| k.master);
         let Some(done) = done.or(k.map(|k| k.done)) else {
             return;
@@ -218,9 +219,9 @@ impl Worker {
             }
         }
         self.to_master(&done);
-        if let (Some(h), Some(l)) = (holder, self.locals.get(&key)) {
+        if let (Some(h), Some(l), Some(bytes)) = (holder, self.locals.get(&key), bytes) {
             let slot = l.slot.clone();
-            let evicted = self.results.kept.ledger().handed(key, h, slot);
+            let evicted = self.results.kept.ledger().handed(key, h, Handoff { slot, bytes });
             self.send_release(evicted);
         }
         // As a root whose value became whole (see `report`): the master's
@@ -242,9 +243,15 @@ impl Worker {
     }
 
     /// `rank` died: an offer awaiting its answer goes to the next buddy,
-    /// and the copies it held are gone.
+    /// and the copies it held of results handed over are made again
+    /// there.
     pub(super) fn results_rank_died(&mut self, rank: Rank) {
-        self.results.kept.ledger().holder_died(rank.0);
+        let next = self.job_buddy(None);
+        let again = self.results.kept.ledger().holder_died(rank.0, |_| next);
+        for (key, buddy) in again {
+            tracing::info!(rank = %self.rank, dead = %rank, buddy, key, "a kept result is copied again to a new buddy");
+            self.offer_again(key, buddy);
+        }
         let waiting: Vec<u64> = self
             .results
             .keeping
@@ -275,6 +282,69 @@ impl Worker {
         taskfold_core::replica::buddy_on(&l.group, self.rank, &dead, nodes.as_deref()).map(|r| r.0)
     }
 
+    /// This root's buddy over the whole job (a result handed over has no
+    /// live reduction, so no group, any more), without `refused`.
+    fn job_buddy(&self, refused: Option<u32>) -> Option<u32> {
+        let size = self.out.transport().size();
+        let job = taskfold_core::Group::new(0..size, size).ok()?;
+        let view = self.out.view();
+        let mut dead: RankSet = view.dead();
+        if let Some(r) = refused {
+            dead.insert(r as usize);
+        }
+        let nodes = view.nodes();
+        taskfold_core::replica::buddy_on(&job, self.rank, &dead, nodes.as_deref()).map(|r| r.0)
+    }
+
+    /// Offers `buddy` this root's own copy of the result of `key`, handed
+    /// over and not released, whose holder died.
+    fn offer_again(&mut self, key: u64, buddy: u32) {
+        let Some(bytes) = self
+            .results
+            .kept
+            .ledger()
+            .get(key)
+            .map(|h| h.slot.bytes.clone())
+        else {
+            return;
+        };
+        let (len, crc) = (bytes.len() as u64, replica::stored_crc(&bytes).unwrap_or(0));
+        self.out
+            .transport()
+            .expose(BufferKey(result_key(key)), bytes);
+        let offer = Msg::Results(ResultMsg::Offer { key, len, crc });
+        if let Err(e) = self.out.send(Rank(buddy), &offer) {
+            tracing::warn!(rank = %self.rank, buddy, error = %e, "cannot offer the result again");
+        }
+    }
+
+    /// `from` answered an offer of a result handed over whose holder died.
+    fn answered_again(&mut self, key: u64, from: Rank, ok: bool) {
+        let next_buddy = match ok {
+            true => None,
+            false => self.job_buddy(Some(from.0)),
+        };
+        let step = self
+            .results
+            .kept
+            .ledger()
+            .answered(key, from.0, ok, next_buddy);
+        match step {
+            Some(Next::Kept(h)) => {
+                self.out.transport().withdraw(BufferKey(result_key(key)));
+                self.to_master(&Msg::Results(ResultMsg::Kept { key, holder: h }));
+            }
+            Some(Next::Offer(h)) => self.offer_again(key, h),
+            Some(Next::Lost) => {
+                self.out.transport().withdraw(BufferKey(result_key(key)));
+                metrics::counter!(crate::metrics::RESULTS_NOT_KEPT).increment(1);
+                tracing::warn!(rank = %self.rank, key, "a kept result could not be copied again: a replacement of this rank would get ResultLost");
+            }
+            Some(Next::Wait) | None if ok => self.drop_results(from.0, vec![key]),
+            Some(Next::Wait) | None => {}
+        }
+    }
+
     /// Tells `holder` to drop its copies of this root's results `keys`.
     fn drop_results(&self, holder: u32, keys: Vec<u64>) {
         let msg = Msg::Results(ResultMsg::Drop {
@@ -293,6 +363,9 @@ impl Worker {
         for (holder, keys) in r.holders {
             self.drop_results(holder, keys);
         }
+        for key in r.offered {
+            self.out.transport().withdraw(BufferKey(result_key(key)));
+        }
     }
 
     /// A replacement root's kept result of `key` arrived from `holder`
@@ -305,13 +378,18 @@ impl Worker {
         let value = got.map_err(|e| e.to_string()).and_then(|got| {
             let buf = got.into_owned();
             let payload = replica::verify(&buf).map_err(|e| e.to_string())?;
-            decode(payload).map_err(|e| e.to_string())
+            let v = decode(payload).map_err(|e| e.to_string())?;
+            Ok((v, taskfold_core::pool::bytes(buf)))
         });
         match value {
-            Ok(v) => {
+            Ok((v, bytes)) => {
                 local.value = Some(v);
                 let slot = local.slot.clone();
-                let evicted = self.results.kept.ledger().handed(key, holder, slot);
+                let evicted = self
+                    .results
+                    .kept
+                    .ledger()
+                    .handed(key, holder, Handoff { slot, bytes });
                 self.send_release(evicted);
                 tracing::info!(rank = %self.rank, key, holder, "this replacement root got its kept result");
                 self.finish(key, None);
@@ -349,11 +427,9 @@ impl Handler<ResultStoredIn> for Worker {
             false => self.next_result_buddy(m.key, Some(m.from.0)),
         };
         let Some(k) = self.results.keeping.get_mut(&m.key) else {
-            if m.ok {
-                // Ended here meanwhile: the copy serves nobody.
-                self.drop_results(m.from.0, vec![m.key]);
-            }
-            return;
+            // A result handed over, copied again; or one that ended here
+            // meanwhile, whose copy serves nobody.
+            return self.answered_again(m.key, m.from, m.ok);
         };
         let next = k.handover.answered(m.from.0, m.ok, next_buddy);
         let kept_there = matches!(k.handover, Handover::Kept { holder } if holder == m.from.0);

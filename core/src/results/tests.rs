@@ -44,8 +44,34 @@ fn a_checkpoint_releases_only_what_was_taken_before_it() {
     assert_eq!(r.holders.get(&3), Some(&vec![12]));
     assert_eq!(l.len(), 1, "the untaken result stays");
     assert!(l.release(&snapshot).is_empty(), "released once");
-    assert_eq!(l.holder_died(2), 1);
-    assert!(l.is_empty());
+}
+
+#[test]
+fn a_copy_whose_holder_died_is_made_again_at_the_next_buddy() {
+    let mut l: Ledger<()> = Ledger::default();
+    l.handed(10, 2, ());
+    l.handed(11, 3, ());
+    assert_eq!(l.holder_died(2, |_| Some(3)), vec![(10, 3)]);
+    assert_eq!(l.get(10).unwrap().holder(), Some(3));
+    assert_eq!(l.answered(10, 1, true, None), None, "not asked");
+    assert_eq!(l.answered(10, 3, false, Some(4)), Some(Next::Offer(4)));
+    // The buddy asked dies before it answers: the next one.
+    assert_eq!(l.holder_died(4, |_| Some(5)), vec![(10, 5)]);
+    assert_eq!(l.answered(10, 5, true, None), Some(Next::Kept(5)));
+    assert_eq!(l.get(10).unwrap().copy, Handover::Kept { holder: 5 });
+    // No buddy left: the copy is lost; releasing it still tells the master.
+    assert!(l.holder_died(3, |_| None).is_empty());
+    assert_eq!(l.get(11).unwrap().copy, Handover::Lost);
+    let r = l.release(&[0, 1]);
+    assert_eq!(r.master, vec![10, 11]);
+    assert_eq!(r.holders.get(&5), Some(&vec![10]));
+    assert_eq!(r.holders.len(), 1);
+    // Released while being offered again: the offer is dropped too.
+    let mut l: Ledger<()> = Ledger::default();
+    l.handed(12, 2, ());
+    l.holder_died(2, |_| Some(3));
+    let r = l.release(&[0]);
+    assert_eq!((r.offered, r.holders.get(&3)), (vec![12], Some(&vec![12])));
 }
 
 #[test]
@@ -79,6 +105,10 @@ fn a_dead_holder_or_a_reused_id_makes_the_replay_an_error() {
     b.kept(7, 1, 2);
     assert_eq!(b.holder_died(2), 1);
     assert_eq!(b.lookup(7, 1), Lookup::Lost);
+    // Its live root copies it again elsewhere: answered from there.
+    assert!(!b.rekept(7, 3, 4), "not its root");
+    assert!(b.rekept(7, 1, 4));
+    assert_eq!(b.lookup(7, 1), Lookup::At(4));
     // The same id completed again before the first was released: neither
     // copy can answer a replay (which one is redone?), both are dropped.
     let mut b = Book::default();
@@ -94,6 +124,7 @@ fn a_dead_holder_or_a_reused_id_makes_the_replay_an_error() {
     assert_eq!(b.lookup(9, 1), Lookup::Lost);
     b.released(9, 1);
     assert_eq!(b.lookup(9, 1), Lookup::Lost, "one of two released");
+    assert!(!b.rekept(9, 1, 4), "still ambiguous");
     b.released(9, 1);
     assert_eq!(b.lookup(9, 1), Lookup::Unknown);
     // Released first, then again: the new result answers.
@@ -196,9 +227,18 @@ proptest! {
                 Op::HolderDies(h) => {
                     dead.insert(h);
                     book.holder_died(h);
-                    ledger.holder_died(h);
                     for r in all.iter_mut().filter(|r| r.copy == Some(h)) {
                         r.copy = None;
+                    }
+                    // The root copies each again to a live buddy, which
+                    // stores it; the master takes it if it can.
+                    let live = (1u32..4).find(|b| !dead.contains(b));
+                    for (key, b) in ledger.holder_died(h, |_| live) {
+                        prop_assert_eq!(ledger.answered(key, b, true, None), Some(Next::Kept(b)));
+                        let i = ledger.get(key).map(|x| x.slot).unwrap();
+                        if book.rekept(key, ROOT, b) {
+                            all[i].copy = Some(b);
+                        }
                     }
                 }
             }
