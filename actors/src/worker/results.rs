@@ -13,6 +13,10 @@
 //! the root goes on without one (counted and logged: a replacement would
 //! get `ResultLost`).
 //!
+//! Until its release, a result handed over stays in the ledger with the
+//! root's own serialised copy: if its holder dies, the root offers it to
+//! its next buddy over the whole job and tells the master the new holder.
+//!
 //! A replacement root sent to a kept result (`ResultMsg::At`) fetches it
 //! from its holder, checks its checksum, and completes with it as its
 //! value: its own redone original is not folded in (the result holds the
