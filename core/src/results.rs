@@ -516,6 +516,11 @@ impl Book {
         drops
     }
 
+    /// Results known whose copy is gone (a replay of one is an error).
+    pub fn without_copy(&self) -> usize {
+        self.entries.values().filter(|e| e.holder.is_none()).count()
+    }
+
     /// Results known (kept, or lost and not yet released).
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -135,3 +135,30 @@ fn a_copy_beyond_the_bound_is_refused_and_the_result_stays_exact() {
     assert_eq!(kept_still(&cluster), 0);
     cluster.shutdown().unwrap();
 }
+
+#[test]
+fn a_copy_whose_holder_dies_is_made_again_by_its_live_root() {
+    let cluster = LocalCluster::with_config(4, config(1, Restart::Local)).unwrap();
+    // Not taken: their copies must outlive their holder, rank 2 (the
+    // root's buddy).
+    let futures: Vec<_> = (0..3).map(|i| reduce(&cluster, 1, i)).collect();
+    assert_eq!(kept_becomes(&cluster, 3), 3);
+    cluster.kill(2);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let stats = loop {
+        let s = cluster.rank(0).master_stats().unwrap();
+        if s.dead.contains(&2) && s.results_without_copy == 0 || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(stats.dead.contains(&2), "{stats:?}");
+    assert_eq!(
+        (stats.results_kept, stats.results_without_copy),
+        (3, 0),
+        "every copy made again at the next buddy"
+    );
+    for (i, f) in futures.into_iter().enumerate() {
+        assert_eq!(f.get().unwrap().unwrap().0, exact(4, i as u32));
+    }
+}

@@ -86,6 +86,7 @@ impl Master {
     pub(super) fn results_rank_died(&mut self, rank: u32) {
         let gone = self.results.book.holder_died(rank);
         self.results.pending.retain(|_, (_, h)| *h != rank);
+        self.count_results();
         if gone > 0 {
             tracing::warn!(
                 rank,
@@ -150,6 +151,7 @@ impl Master {
 
     fn count_results(&mut self) {
         self.stats.results_kept = self.results.book.len() as u64;
+        self.stats.results_without_copy = self.results.book.without_copy() as u64;
         self.stats.results_evicted = self.results.book.evicted;
     }
 }
@@ -174,7 +176,7 @@ impl Handler<ResultKeptIn> for Master {
             None => holder_ok && self.results.book.rekept(key, from.0, holder),
         };
         if live.is_none() && fits {
-            return;
+            return self.count_results();
         }
         if !fits {
             // Not a root of a live reduction, or a master that keeps no

@@ -70,6 +70,9 @@ pub struct MasterStats {
     /// (see the book's chapter Surviving failures of the application, A
     /// replaced root).
     pub results_kept: u64,
+    /// Kept results whose copy is gone (its holder died, and its root has
+    /// not copied it again): a replacement root would get `ResultLost`.
+    pub results_without_copy: u64,
     /// Kept results dropped for the bound on their number.
     pub results_evicted: u64,
     /// Replacement roots sent to their kept result.

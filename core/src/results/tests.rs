@@ -105,6 +105,7 @@ fn a_dead_holder_or_a_reused_id_makes_the_replay_an_error() {
     b.kept(7, 1, 2);
     assert_eq!(b.holder_died(2), 1);
     assert_eq!(b.lookup(7, 1), Lookup::Lost);
+    assert_eq!(b.without_copy(), 1);
     // Its live root copies it again elsewhere: answered from there.
     assert!(!b.rekept(7, 3, 4), "not its root");
     assert!(b.rekept(7, 1, 4));
