@@ -92,19 +92,23 @@ impl Router {
             ResultMsg::At { key, holder } if from_master => {
                 self.worker.do_send(ResultAtIn { key, holder })
             }
-            ResultMsg::Drop { root, keys } if root == from.0 || from_master => self
-                .store
-                .do_send(ResultDropIn {
+            ResultMsg::Drop { root, keys } if root == from.0 || from_master => {
+                self.store.do_send(ResultDropIn {
                     root: Rank(root),
                     keys,
-                }),
+                })
+            }
             ResultMsg::Kept { key, holder } => match &self.master {
                 Some(m) => m.do_send(ResultKeptIn { from, key, holder }),
-                None => tracing::debug!(%from, "a kept result's notice reached a rank that is not the master"),
+                None => {
+                    tracing::debug!(%from, "a kept result's notice reached a rank that is not the master")
+                }
             },
             ResultMsg::Released { keys } => match &self.master {
                 Some(m) => m.do_send(ResultsReleasedIn { from, keys }),
-                None => tracing::debug!(%from, "a release of kept results reached a rank that is not the master"),
+                None => {
+                    tracing::debug!(%from, "a release of kept results reached a rank that is not the master")
+                }
             },
             other => {
                 metrics::counter!(crate::metrics::BAD_FRAMES).increment(1);

@@ -405,9 +405,9 @@ impl StreamHandler<Command> for Router {
                 let _ = self.out.to_master(&Msg::ReinitReady { epoch, held });
             }
             Command::Barrier(b) => self.worker.do_send(b),
-            Command::ReleaseResults(seqs) => self
-                .worker
-                .do_send(crate::worker::ReleaseResults { seqs }),
+            Command::ReleaseResults(seqs) => {
+                self.worker.do_send(crate::worker::ReleaseResults { seqs })
+            }
             Command::MasterStats(reply) => match &self.master {
                 Some(m) => {
                     let req = m.send(GetStats);

@@ -97,7 +97,13 @@ impl Handover {
     /// The root's result became whole; `buddy` is its buddy now.
     pub fn start(buddy: Option<u32>) -> (Handover, Next) {
         match buddy {
-            Some(h) => (Handover::Offered { holder: h, asked: 1 }, Next::Offer(h)),
+            Some(h) => (
+                Handover::Offered {
+                    holder: h,
+                    asked: 1,
+                },
+                Next::Offer(h),
+            ),
             None => (Handover::Lost, Next::Lost),
         }
     }
@@ -395,7 +401,11 @@ impl Book {
         if let Some(e) = self.entries.get_mut(&key) {
             if e.root == root {
                 if let Some(old) = e.holder.take() {
-                    drops.push(Drop { holder: old, root, key });
+                    drops.push(Drop {
+                        holder: old,
+                        root,
+                        key,
+                    });
                 }
                 drops.push(Drop { holder, root, key });
                 e.unreleased += 1;

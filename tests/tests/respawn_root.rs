@@ -28,18 +28,27 @@ fn job(pids: &Path, ckpt: &Path, every: u32, respawn: u32) -> Command {
     let mut cmd = Command::new(taskfold_bin());
     let (n, pace) = (REDUCTIONS.to_string(), PACE_MS.to_string());
     let respawn = respawn.to_string();
-    cmd.args(["run", "-n", "4", "--respawn", &respawn, "--timeout", "240", "--"])
-        .arg(tf_respawn())
-        .args(["--reductions", &n, "--pace-ms", &pace, "--pid-dir"])
-        .arg(pids)
-        .args(["--root", &ROOT.to_string()])
-        .args(["--checkpoint-every", &every.to_string()])
-        .env("TASKFOLD_CHECKPOINT_DIR", ckpt)
-        .env("TASKFOLD_FAILURE_TIMEOUT_MS", "2000")
-        .env_remove("TASKFOLD_DURABILITY")
-        .env_remove("TASKFOLD_RESTART")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args([
+        "run",
+        "-n",
+        "4",
+        "--respawn",
+        &respawn,
+        "--timeout",
+        "240",
+        "--",
+    ])
+    .arg(tf_respawn())
+    .args(["--reductions", &n, "--pace-ms", &pace, "--pid-dir"])
+    .arg(pids)
+    .args(["--root", &ROOT.to_string()])
+    .args(["--checkpoint-every", &every.to_string()])
+    .env("TASKFOLD_CHECKPOINT_DIR", ckpt)
+    .env("TASKFOLD_FAILURE_TIMEOUT_MS", "2000")
+    .env_remove("TASKFOLD_DURABILITY")
+    .env_remove("TASKFOLD_RESTART")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     cmd
 }
 
@@ -116,7 +125,9 @@ fn a_root_killed_at_any_instant_gets_back_every_result_it_redoes() {
         assert!(out.status.success(), "exit {:?}:\n{t}", out.status);
         assert!(!t.contains("WRONG") && !t.contains("unexpected "), "{t}");
         assert!(
-            t.contains(&format!("[{ROOT}] lifecycle Restarted {{ incarnation: 1 }}")),
+            t.contains(&format!(
+                "[{ROOT}] lifecycle Restarted {{ incarnation: 1 }}"
+            )),
             "{t}"
         );
         // The replacement redid from where it resumed, every result exact.
@@ -170,11 +181,7 @@ fn a_root_killed_with_its_results_holder_gets_result_lost_never_a_wrong_result()
     // Every reduction is exact at the root or its result was lost: the
     // lost ones are those that had completed under the dead root.
     let (dead, replacement) = exact_at_root(&t);
-    assert_eq!(
-        replacement.len() + lost.len(),
-        REDUCTIONS as usize,
-        "{t}"
-    );
+    assert_eq!(replacement.len() + lost.len(), REDUCTIONS as usize, "{t}");
     assert!(lost.len() <= dead.len() + 5, "{lost:?} {dead:?}");
     assert!(!out.status.success(), "the root saw unexpected outcomes");
 }

@@ -39,9 +39,7 @@ impl Master {
         // from an earlier failure).
         let ranks: Vec<u32> = (0..self.size)
             .filter(|r| !self.finalized.contains(r))
-            .filter(|&r| {
-                !self.out.view().is_dead(r) || r == rank.0 || self.respawn.book.awaited(r)
-            })
+            .filter(|&r| !self.out.view().is_dead(r) || r == rank.0 || self.respawn.book.awaited(r))
             .collect();
         let epoch = self.rollback.begin(ranks);
         tracing::warn!(%rank, epoch, "the job rolls back to its re-init entry point");

@@ -68,7 +68,11 @@ impl Master {
             return;
         };
         if r != root.0 {
-            return self.drop_copies(&[Drop { holder, root: r, key }]);
+            return self.drop_copies(&[Drop {
+                holder,
+                root: r,
+                key,
+            }]);
         }
         let drops = self.results.book.kept(key, r, holder);
         self.drop_copies(&drops);
@@ -192,7 +196,11 @@ impl Handler<ResultKeptIn> for Master {
         }
         if let Some((root, old)) = self.results.pending.insert(key, (from.0, holder)) {
             if old != holder {
-                self.drop_copies(&[Drop { holder: old, root, key }]);
+                self.drop_copies(&[Drop {
+                    holder: old,
+                    root,
+                    key,
+                }]);
             }
         }
     }

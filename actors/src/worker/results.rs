@@ -39,7 +39,8 @@ use taskfold_core::{FoldError, Rank, RankSet, ReduceError, ReduceValue};
 use taskfold_transports::{BufferKey, Received, TransportError};
 
 /// Results up to this size are serialised on the actor's own thread (as
-/// a contribution's data is: see `prepare`).
+/// a contribution's data is: see `prepare`); larger ones on the pool, so
+/// that control messages are not held up.
 const RESULT_INLINE_BYTES: usize = 256 << 10;
 
 /// A result on its way to its buddy, its root's last report held.
@@ -225,7 +226,11 @@ impl Worker {
         self.to_master(&done);
         if let (Some(h), Some(l), Some(bytes)) = (holder, self.locals.get(&key), bytes) {
             let slot = l.slot.clone();
-            let evicted = self.results.kept.ledger().handed(key, h, Handoff { slot, bytes });
+            let evicted = self
+                .results
+                .kept
+                .ledger()
+                .handed(key, h, Handoff { slot, bytes });
             self.send_release(evicted);
         }
         // As a root whose value became whole (see `report`): the master's
@@ -260,7 +265,9 @@ impl Worker {
             .results
             .keeping
             .iter()
-            .filter(|(_, k)| matches!(k.handover, Handover::Offered { holder, .. } if holder == rank.0))
+            .filter(
+                |(_, k)| matches!(k.handover, Handover::Offered { holder, .. } if holder == rank.0),
+            )
             .map(|(&key, _)| key)
             .collect();
         for key in waiting {
@@ -389,11 +396,11 @@ impl Worker {
             Ok((v, bytes)) => {
                 local.value = Some(v);
                 let slot = local.slot.clone();
-                let evicted = self
-                    .results
-                    .kept
-                    .ledger()
-                    .handed(key, holder, Handoff { slot, bytes });
+                let evicted =
+                    self.results
+                        .kept
+                        .ledger()
+                        .handed(key, holder, Handoff { slot, bytes });
                 self.send_release(evicted);
                 tracing::info!(rank = %self.rank, key, holder, "this replacement root got its kept result");
                 self.finish(key, None);

@@ -50,6 +50,11 @@ pub struct BenchArgs {
     /// of jobs without and with it per rank count (0: not measured).
     #[arg(long, default_value_t = 0)]
     pub respawn_cost: u32,
+    /// Every rank writes a checkpoint after each reduction, outside the
+    /// timed region (as an application that checkpoints every step: the
+    /// root then releases the results it kept).
+    #[arg(long)]
+    pub checkpoint_each: bool,
 }
 
 /// How `bench reduce` builds contributions.
@@ -76,6 +81,9 @@ pub struct RankArgs {
     /// How contributions are built.
     #[arg(long, value_enum)]
     values: Values,
+    /// Checkpoint after each reduction, untimed.
+    #[arg(long)]
+    checkpoint_each: bool,
 }
 
 /// Runs the benchmark for every rank count and prints the table.
@@ -165,7 +173,10 @@ fn job(
             out.clone().into_os_string(),
             "--values".into(),
             values.into(),
-        ],
+        ]
+        .into_iter()
+        .chain(args.checkpoint_each.then(|| "--checkpoint-each".into()))
+        .collect(),
         timeout: Some(Duration::from_secs(3600)),
         env: Vec::new(),
         log: None,
@@ -372,6 +383,15 @@ fn timed_reps(
         }
         if rep >= args.warmup {
             times.push(dt);
+        }
+        if args.checkpoint_each {
+            // Versions go upwards over every size.
+            static VERSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+            let version = VERSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Err(e) = rt.checkpoint(version, &version).wait() {
+                eprintln!("checkpoint: {e}");
+                return Err(ExitCode::from(1));
+            }
         }
     }
     Ok((times, last))

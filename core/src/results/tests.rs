@@ -27,7 +27,11 @@ fn a_refusal_or_a_death_asks_the_next_buddy_up_to_the_bound() {
     let (mut h, _) = Handover::start(Some(1));
     assert_eq!(h.answered(1, false, None), Next::Lost);
     let (mut h, _) = Handover::start(Some(1));
-    assert_eq!(h.answered(1, false, Some(1)), Next::Lost, "not the refuser again");
+    assert_eq!(
+        h.answered(1, false, Some(1)),
+        Next::Lost,
+        "not the refuser again"
+    );
 }
 
 #[test]
@@ -118,8 +122,16 @@ fn a_dead_holder_or_a_reused_id_makes_the_replay_an_error() {
     assert_eq!(
         drops,
         vec![
-            Drop { holder: 2, root: 1, key: 9 },
-            Drop { holder: 3, root: 1, key: 9 }
+            Drop {
+                holder: 2,
+                root: 1,
+                key: 9
+            },
+            Drop {
+                holder: 3,
+                root: 1,
+                key: 9
+            }
         ]
     );
     assert_eq!(b.lookup(9, 1), Lookup::Lost);
@@ -141,7 +153,14 @@ fn the_book_is_bounded_and_drops_its_oldest_copy() {
     b.released(1, 1);
     assert!(b.kept(3, 1, 2).is_empty(), "room left by the release");
     let drops = b.kept(4, 1, 3);
-    assert_eq!(drops, vec![Drop { holder: 2, root: 1, key: 2 }]);
+    assert_eq!(
+        drops,
+        vec![Drop {
+            holder: 2,
+            root: 1,
+            key: 2
+        }]
+    );
     assert_eq!(b.len(), 2);
     assert_eq!(b.evicted, 1);
     assert_eq!(b.lookup(2, 1), Lookup::Unknown);
