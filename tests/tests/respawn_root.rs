@@ -67,16 +67,29 @@ fn pid_of(dir: &Path, rank: u32, limit: Duration) -> Option<i32> {
 
 /// Runs `cmd`, SIGKILLs `victims` together `at` after they started; its
 /// output and whether every kill landed while its victim ran.
-fn run_with_kill(mut cmd: Command, pids: &Path, victims: &[u32], at: Duration) -> (Output, bool) {
-    let child = cmd.spawn().expect("taskfold run");
-    let found: Vec<Option<i32>> = victims
+fn run_with_kill(cmd: Command, pids: &Path, victims: &[u32], at: Duration) -> (Output, bool) {
+    let kills: Vec<(u32, Duration)> = victims
         .iter()
-        .map(|&v| pid_of(pids, v, Duration::from_secs(60)))
+        .enumerate()
+        .map(|(i, &v)| (v, if i == 0 { at } else { Duration::ZERO }))
         .collect();
-    std::thread::sleep(at);
-    let landed = found
-        .into_iter()
-        .all(|pid| pid.is_some_and(|pid| signal(pid, Signal::KILL).is_ok()));
+    run_with_kills(cmd, pids, &kills)
+}
+
+/// Runs `cmd` and SIGKILLs each victim of `kills` after its pause (from
+/// the start, then from the kill before); its output and whether every
+/// kill landed while its victim ran.
+fn run_with_kills(mut cmd: Command, pids: &Path, kills: &[(u32, Duration)]) -> (Output, bool) {
+    let child = cmd.spawn().expect("taskfold run");
+    let found: Vec<Option<i32>> = kills
+        .iter()
+        .map(|&(v, _)| pid_of(pids, v, Duration::from_secs(60)))
+        .collect();
+    let mut landed = true;
+    for (&(_, pause), pid) in kills.iter().zip(found) {
+        std::thread::sleep(pause);
+        landed &= pid.is_some_and(|pid| signal(pid, Signal::KILL).is_ok());
+    }
     (wait_bounded(child, Duration::from_secs(300)), landed)
 }
 
@@ -184,4 +197,33 @@ fn a_root_killed_with_its_results_holder_gets_result_lost_never_a_wrong_result()
     assert_eq!(replacement.len() + lost.len(), REDUCTIONS as usize, "{t}");
     assert!(lost.len() <= dead.len() + 5, "{lost:?} {dead:?}");
     assert!(!out.status.success(), "the root saw unexpected outcomes");
+}
+
+/// The buddy that keeps the root's results dies first: the live root
+/// copies them again to its next buddy, so that its own death later costs
+/// nothing — its replacement gets every result back, exact.
+#[test]
+fn a_root_killed_after_its_results_holder_gets_every_result_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pids, ckpt) = (dir.path().join("pids"), dir.path().join("ckpt"));
+    std::fs::create_dir(&pids).unwrap();
+    let step = Duration::from_millis(PACE_MS);
+    let kills = [
+        (2, step * (REDUCTIONS / 4)),
+        (ROOT, step * (REDUCTIONS / 4)),
+    ];
+    let mut cmd = job(&pids, &ckpt, 0, 2);
+    cmd.env("RUST_LOG", "warn,taskfold::worker::results=info");
+    let (out, ok) = run_with_kills(cmd, &pids, &kills);
+    let t = text(&out);
+    assert!(
+        ok && t.contains("is started again"),
+        "both kills landed:\n{t}"
+    );
+    assert!(out.status.success(), "exit {:?}:\n{t}", out.status);
+    assert!(!t.contains("WRONG") && !t.contains("unexpected "), "{t}");
+    assert!(t.contains("copied again to a new buddy"), "{t}");
+    let (dead, replacement) = exact_at_root(&t);
+    assert_eq!(replacement, (0..REDUCTIONS).collect(), "{t}");
+    assert!(!dead.is_empty(), "results completed under the dead root");
 }
