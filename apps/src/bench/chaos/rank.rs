@@ -192,7 +192,7 @@ fn run(
         while live.len() > args.window {
             let (i, f) = live.pop_front().expect("not empty");
             clean &= settle(rt, args, me, i, f)?;
-            let _ = rt.checkpoint(u64::from(i) + 1, &(i + 1));
+            drop(rt.checkpoint(u64::from(i) + 1, &(i + 1)));
         }
     }
     for (i, f) in live {
