@@ -60,6 +60,10 @@ pub(crate) struct Keeping {
 pub(crate) struct RootSide {
     pub(crate) kept: crate::results::Kept,
     keeping: HashMap<u64, Keeping>,
+    /// A replacement root's fetches of its kept results: key → holder and
+    /// the fetch (cancelled if the holder is declared failed: a stopped
+    /// holder would hold the future forever).
+    fetching: HashMap<u64, (u32, SpawnHandle)>,
 }
 
 impl RootSide {
@@ -67,6 +71,7 @@ impl RootSide {
         RootSide {
             kept,
             keeping: HashMap::new(),
+            fetching: HashMap::new(),
         }
     }
 }
@@ -254,7 +259,24 @@ impl Worker {
     /// `rank` died: an offer awaiting its answer goes to the next buddy,
     /// and the copies it held of results handed over are made again
     /// there.
-    pub(super) fn results_rank_died(&mut self, rank: Rank) {
+    pub(super) fn results_rank_died(&mut self, rank: Rank, ctx: &mut Context<Self>) {
+        let stuck: Vec<u64> = self
+            .results
+            .fetching
+            .iter()
+            .filter(|(_, (h, _))| *h == rank.0)
+            .map(|(&k, _)| k)
+            .collect();
+        for key in stuck {
+            if let Some((holder, handle)) = self.results.fetching.remove(&key) {
+                ctx.cancel_future(handle);
+                let gone = Err(TransportError::LinkDown {
+                    peer: holder,
+                    reason: "declared failed".into(),
+                });
+                self.result_fetched(key, holder, gone);
+            }
+        }
         let next = self.job_buddy(None);
         let again = self.results.kept.ledger().holder_died(rank.0, |_| next);
         for (key, buddy) in again {
@@ -382,6 +404,7 @@ impl Worker {
     /// A replacement root's kept result of `key` arrived from `holder`
     /// (or not): it completes the future, as the result.
     fn result_fetched(&mut self, key: u64, holder: u32, got: Result<Received, TransportError>) {
+        self.results.fetching.remove(&key);
         let Some(local) = self.locals.get_mut(&key) else {
             return;
         };
@@ -464,10 +487,11 @@ impl Handler<ResultAtIn> for Worker {
             .out
             .transport()
             .get(Rank(holder), BufferKey(held_result_key(key, self.rank.0)));
-        ctx.spawn(
+        let handle = ctx.spawn(
             get.into_actor(self)
                 .map(move |got, act, _| act.result_fetched(key, holder, got)),
         );
+        self.results.fetching.insert(key, (holder, handle));
     }
 }
 
