@@ -160,6 +160,11 @@ impl Slot {
         }
     }
 
+    /// Whether the application took the outcome (read the future's value).
+    pub(crate) fn is_taken(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).taken
+    }
+
     pub(crate) fn is_filled(&self) -> bool {
         let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.outcome.is_some()

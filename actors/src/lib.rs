@@ -37,6 +37,9 @@
 //!   (failure detector, rank 0), `replica` (replica store), `router`
 //!   (transport ↔ actors). What they do and what a crash of each loses is
 //!   in the book's Architecture chapter.
+//! - `results`: a root's results kept at its buddy for a replacement
+//!   root, until the application checkpointed past them (its parts in
+//!   `worker`, `replica` and `master`).
 //! - `notices`: where application threads wait on the master's notice
 //!   board (released barriers, completed reductions) beside their own
 //!   answer.
@@ -82,6 +85,7 @@ mod perf;
 mod pool;
 pub mod reinit;
 mod replica;
+mod results;
 mod router;
 pub mod runtime;
 mod standby;

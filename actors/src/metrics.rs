@@ -91,6 +91,11 @@ pub const BUFFER_POOL_PREFILLED: &str = "taskfold_buffer_pool_prefilled_total";
 /// Segments of streamed gets folded as they arrived, while the rest of
 /// the peer's data was still on its way (per rank).
 pub const FOLD_SEGMENTS: &str = "taskfold_fold_segments_total";
+/// Copies of roots' results this rank keeps for a replacement root
+/// (stored; see the book's chapter Surviving failures of the application).
+pub const RESULTS_KEPT: &str = "taskfold_results_kept_total";
+/// Roots' results that could not be kept (no buddy, refused, lost).
+pub const RESULTS_NOT_KEPT: &str = "taskfold_results_not_kept_total";
 /// Control frames refused as invalid.
 pub const BAD_FRAMES: &str = "taskfold_bad_frames_total";
 
@@ -214,6 +219,14 @@ fn describe_copies() {
     describe_counter!(
         REPLICAS_CHECKSUMMED,
         "Views of a dead rank's originals replaced by checksummed copies for recovery"
+    );
+    describe_counter!(
+        RESULTS_KEPT,
+        "Copies of roots' results stored here for a replacement root"
+    );
+    describe_counter!(
+        RESULTS_NOT_KEPT,
+        "Results of this root that got no copy (no buddy, refused, lost)"
     );
 }
 

@@ -37,6 +37,9 @@ pub(crate) enum Command {
         held: Vec<u64>,
     },
     LocalStats(flume::Sender<LocalStats>),
+    /// A checkpoint that followed these results' handovers is durable
+    /// (see `crate::results`).
+    ReleaseResults(Vec<u64>),
     Stop,
 }
 
@@ -190,6 +193,7 @@ impl Router {
                 same_node,
             }),
             Msg::Checkpoint(m) if from != LAUNCHER => self.checkpoints.deliver(from, m),
+            Msg::Results(m) if from != LAUNCHER => self.route_results(from, m),
             other => {
                 metrics::counter!(crate::metrics::BAD_FRAMES).increment(1);
                 tracing::error!(%from, msg = ?other, "message not accepted from this sender; dropped");
@@ -401,6 +405,9 @@ impl StreamHandler<Command> for Router {
                 let _ = self.out.to_master(&Msg::ReinitReady { epoch, held });
             }
             Command::Barrier(b) => self.worker.do_send(b),
+            Command::ReleaseResults(seqs) => {
+                self.worker.do_send(crate::worker::ReleaseResults { seqs })
+            }
             Command::MasterStats(reply) => match &self.master {
                 Some(m) => {
                     let req = m.send(GetStats);

@@ -49,6 +49,9 @@ pub struct Runtime {
     pub(crate) rollbacks: crate::reinit::Rollbacks,
     /// This rank's membership view.
     view: crate::membership::View,
+    /// Results handed to the application and kept for a replacement root
+    /// (see `crate::results`).
+    results: crate::results::Kept,
 }
 
 impl Runtime {
@@ -108,6 +111,7 @@ impl Runtime {
         let view = crate::membership::View::joined(&*transport);
         let (checkpoints, inbox) = Checkpoints::start(transport.clone(), view.clone(), &config)
             .map_err(StartError::Thread)?;
+        let results = crate::results::Kept::new(config.keeps_results());
         let thread = crate::start::spawn(crate::start::Parts {
             transport: transport.clone(),
             config: config.clone(),
@@ -119,6 +123,7 @@ impl Runtime {
             rollbacks: rollbacks.clone(),
             checkpoints: inbox,
             view: view.clone(),
+            results: results.clone(),
         })?;
         tracing::debug!(rank, size, transport = transport.name(), "runtime started");
         Ok(Runtime {
@@ -136,6 +141,7 @@ impl Runtime {
             recovery,
             rollbacks,
             view,
+            results,
         })
     }
 
@@ -211,10 +217,22 @@ impl Runtime {
         if levels.is_empty() {
             return CheckpointFuture::ready(version, Ok(Written { version, levels }));
         }
+        // What the application took before this call is in this state:
+        // released once it is durable (see `crate::results`).
+        let taken = self.results.taken();
         match rkyv::to_bytes::<rancor::Error>(state) {
-            Ok(payload) => self
-                .checkpoints
-                .write(version, state_tag::<T>(), payload, levels),
+            Ok(payload) => {
+                let f = self
+                    .checkpoints
+                    .write(version, state_tag::<T>(), payload, levels);
+                if !taken.is_empty() {
+                    let cmd = self.cmd.clone();
+                    f.on_durable(move || {
+                        let _ = cmd.send(Command::ReleaseResults(taken));
+                    });
+                }
+                f
+            }
             Err(e) => {
                 CheckpointFuture::ready(version, Err(CheckpointError::Serialize(e.to_string())))
             }

@@ -44,6 +44,8 @@ pub(crate) struct Parts {
     pub(crate) checkpoints: crate::checkpoint::Inbox,
     /// This rank's membership view, shared with the runtime.
     pub(crate) view: crate::membership::View,
+    /// Results kept for a replacement root, shared with the runtime.
+    pub(crate) results: crate::results::Kept,
 }
 
 /// Starts the actors of rank `p.transport.rank()` on a thread of their own
@@ -108,6 +110,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
         disk: disk.clone(),
         hooks: crate::hooks::of(c),
         live: p.live.clone(),
+        results: p.results.clone(),
     })
     .start();
     // Every rank but the master's own watches its master.
@@ -205,6 +208,8 @@ fn master_and_detector(
 fn master(p: &Parts, out: &Outbox, disk: &ReplicaDisk) -> (Addr<Master>, Addr<FailureDetector>) {
     let c = &p.config;
     let ((master_ctx, mut m), detector) = master_and_detector(c, out);
+    // The first master only: a standby learns no kept result.
+    m.set_keep_results(c.keeps_results());
     if let Some(b) = p.notices.get() {
         m.set_board(b.clone());
     }

@@ -61,6 +61,20 @@ pub enum ReduceError {
         /// The dead root.
         root: u32,
     },
+    /// A replacement root joined again a reduction that had completed
+    /// under its dead process, and no copy of that result is left (its
+    /// holder died too, the copy was refused or dropped for a bound, or
+    /// the id was reused before the earlier result was released): the
+    /// result was lost with the root. Its redo cannot get it back; the
+    /// application resumes from an earlier checkpoint or ends. See the
+    /// book's chapter Surviving failures of the application.
+    #[error("reduction {id:?} completed, but its result was lost with its root, rank {root}")]
+    ResultLost {
+        /// The reduction's id.
+        id: String,
+        /// The root (this rank's replaced process).
+        root: u32,
+    },
     /// The master is unreachable or died.
     #[error("the master is unreachable: {0}")]
     MasterLost(String),

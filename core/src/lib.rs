@@ -30,6 +30,8 @@
 //! - [`roster`]: each member's lifecycle in a reduction, as the master sees
 //!   it (joins, copies, deaths, the verdicts about standing copies).
 //! - [`replica`]: replica buffers (checksummed), their keys, buddy placement.
+//! - [`results`]: a root's results kept at its buddy for a replacement
+//!   root, until its application checkpointed past them.
 //! - [`checkpoint`]: multilevel checkpoints: the piece format, L3 erasure
 //!   coding, partner and group placement, retrieval planning.
 //! - [`perf`]: per-rank task timings behind the "faster rank" rule.
@@ -65,6 +67,7 @@ pub mod reducer;
 pub mod reinit;
 pub mod replica;
 pub mod respawn;
+pub mod results;
 pub mod roster;
 pub mod schedule;
 pub mod settings;

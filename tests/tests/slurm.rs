@@ -87,8 +87,7 @@ fn srun_ranks_keep_a_key_file_of_their_own() {
     let t = text(&out);
     assert!(!out.status.success(), "{t}");
     assert!(
-        t.contains("0: tf_check: cannot start: ")
-            && t.contains("ranks [1, 2] never registered"),
+        t.contains("0: tf_check: cannot start: ") && t.contains("ranks [1, 2] never registered"),
         "{t}"
     );
 }

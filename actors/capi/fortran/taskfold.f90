@@ -41,6 +41,7 @@ module taskfold
   integer(c_int), parameter :: TF_ERR_INTERNAL = 25
   integer(c_int), parameter :: TF_ERR_IN_STATUS = 26
   integer(c_int), parameter :: TF_ERR_RANK_FINISHED = 27
+  integer(c_int), parameter :: TF_ERR_RESULT_LOST = 28
   integer(c_int), parameter :: TF_LIFECYCLE_NEW = 0
   integer(c_int), parameter :: TF_LIFECYCLE_RESTARTED = 1
   integer(c_int), parameter :: TF_LIFECYCLE_REINITED = 2

@@ -164,6 +164,12 @@
 #define TF_ERR_RANK_FINISHED 27
 
 /*
+ The reduction completed, but its result was lost with its root (this
+ rank's replaced process) and no copy of it survived.
+ */
+#define TF_ERR_RESULT_LOST 28
+
+/*
  Lifecycle: started with the job, no rank replaced since.
  */
 #define TF_LIFECYCLE_NEW 0

@@ -73,9 +73,12 @@ pub const TF_ERR_IN_STATUS: c_int = 26;
 /// This process replaces a rank that already finished its work in the
 /// job: it has nothing to do and should exit with status 0.
 pub const TF_ERR_RANK_FINISHED: c_int = 27;
+/// The reduction completed, but its result was lost with its root (this
+/// rank's replaced process) and no copy of it survived.
+pub const TF_ERR_RESULT_LOST: c_int = 28;
 
 /// Every code with its short description, for `tf_strerror`.
-const DESCRIPTIONS: [(c_int, &CStr); 28] = [
+const DESCRIPTIONS: [(c_int, &CStr); 29] = [
     (TF_SUCCESS, c"success"),
     (TF_ERR_NULL_POINTER, c"a required pointer argument is null"),
     (TF_ERR_ARGUMENT, c"an argument is out of range"),
@@ -128,6 +131,7 @@ const DESCRIPTIONS: [(c_int, &CStr); 28] = [
         TF_ERR_RANK_FINISHED,
         c"this replacement's rank already finished its work",
     ),
+    (TF_ERR_RESULT_LOST, c"the result was lost with its root"),
 ];
 
 /// An error of a call: its code and the message `tf_last_error` gives.
@@ -171,6 +175,7 @@ impl From<ReduceError> for Error {
             ReduceError::Decode(_) => TF_ERR_DECODE,
             ReduceError::TooManyReductions { .. } => TF_ERR_TOO_MANY,
             ReduceError::Reinit { .. } => TF_ERR_REINIT,
+            ReduceError::ResultLost { .. } => TF_ERR_RESULT_LOST,
         };
         Error::new(code, e.to_string())
     }
@@ -291,7 +296,7 @@ mod tests {
 
     #[test]
     fn every_code_has_a_description() {
-        for code in 0..=TF_ERR_RANK_FINISHED {
+        for code in 0..=TF_ERR_RESULT_LOST {
             // SAFETY: static NUL-terminated strings.
             let d = unsafe { CStr::from_ptr(tf_strerror(code)) };
             assert_ne!(d.to_str().unwrap(), "unknown error code", "{code}");

@@ -25,6 +25,8 @@ struct State {
     outcome: Option<Outcome>,
     taken: bool,
     waker: Option<Waker>,
+    /// Run once the checkpoint is durable (not if it fails).
+    then: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// Where the writer leaves the outcome of one checkpoint.
@@ -55,11 +57,16 @@ impl Completer {
         if s.outcome.is_some() || s.taken {
             return;
         }
+        let then = s.then.take().filter(|_| outcome.is_ok());
         s.outcome = Some(outcome);
         if let Some(w) = s.waker.take() {
             w.wake();
         }
         self.0.cond.notify_all();
+        drop(s);
+        if let Some(f) = then {
+            f();
+        }
     }
 }
 
@@ -95,6 +102,20 @@ impl CheckpointFuture {
         let (f, done) = CheckpointFuture::pending(version);
         done.fill(outcome);
         f
+    }
+
+    /// Runs `f` once the checkpoint is durable (at once if it is; never if
+    /// it failed).
+    pub(crate) fn on_durable(&self, f: impl FnOnce() + Send + 'static) {
+        let mut s = self.shared.lock();
+        match &s.outcome {
+            None if !s.taken => s.then = Some(Box::new(f)),
+            Some(Ok(_)) => {
+                drop(s);
+                f();
+            }
+            _ => {}
+        }
     }
 
     /// The version being written.

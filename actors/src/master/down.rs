@@ -33,6 +33,7 @@ impl Master {
         let awaited = self.respawn_on_death(rank.0);
         let global = awaited && self.restart == taskfold_core::settings::Restart::Global;
         self.fence(rank, &reason, latency);
+        self.results_rank_died(rank.0);
         // Before the notice that the rank failed: a buddy holding a
         // standing copy of one of its originals is offered it first, on
         // the same ordered link, so that it still maps the dead rank's

@@ -71,6 +71,7 @@ impl Master {
         };
         self.note_end(key, &r);
         self.note_completed(key);
+        self.result_completed(key, r.root);
         self.stats.reductions_completed += 1;
         metrics::counter!(crate::metrics::REDUCTIONS_COMPLETED).increment(1);
         metrics::histogram!(crate::metrics::REDUCTION_SECONDS)

@@ -48,6 +48,7 @@ impl Handler<JoinIn> for Master {
         }
         let key = joining.key;
         if self.answer_late_join(key, from)
+            || self.answer_replayed_root(key, from, &joining.join)
             || self.answer_replayed_join(key, from)
             || !self.open_reduction(key, &joining.join, from)
         {

@@ -25,6 +25,7 @@ mod join;
 mod left;
 mod reinit;
 mod respawn;
+mod results;
 mod spares;
 mod state;
 mod stats;
@@ -46,6 +47,7 @@ pub(crate) use handlers::{ExitReport, FinalizeIn, GetStats, RankDown, Replicated
 pub(crate) use join::{JoinIn, TaskDoneIn};
 pub(crate) use reinit::ReinitReadyIn;
 pub(crate) use respawn::{ReadmittedIn, ReplacementIn};
+pub(crate) use results::{ResultKeptIn, ResultsReleasedIn};
 pub(crate) use takeover::RejoinIn;
 
 /// Reductions that ended in an error while some members had not joined yet:
@@ -101,6 +103,9 @@ pub struct Master {
     restart: taskfold_core::settings::Restart,
     /// The global restart's rollback (see `reinit`).
     rollback: taskfold_core::reinit::Rollback,
+    /// Where roots' results are kept for their replacements (see
+    /// `results`).
+    results: results::Results,
 }
 
 impl Master {
@@ -219,6 +224,7 @@ impl Master {
             respawn: respawn::Replacements::none(size, out_rank),
             restart: Default::default(),
             rollback: Default::default(),
+            results: Default::default(),
         }
     }
 
@@ -257,6 +263,7 @@ impl Master {
             return;
         };
         self.note_end(key, &r);
+        self.result_abandoned(key);
         tracing::warn!(id = %r.id, %error, "reduction failed");
         if let ReduceError::RanksLost { ranks, .. } = &error {
             // Say which copies were missing, for the post-mortem.

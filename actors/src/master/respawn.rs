@@ -216,6 +216,11 @@ impl Master {
         }
     }
 
+    /// Whether reduction `key` completed lately (see `Replacements`).
+    pub(super) fn completed_lately(&self, key: u64) -> bool {
+        self.respawn.completed.contains(&key)
+    }
+
     /// A replacement's join of reduction `key`, which completed already:
     /// it is told so (its dead incarnation's original was counted). True
     /// if answered.

@@ -66,6 +66,19 @@ pub struct MasterStats {
     /// Disk copies of dead ranks' originals that the master inferred
     /// (their announcement never arrived) and handed to recovery.
     pub disk_copies_inferred: u64,
+    /// Roots' results kept at their buddies for a replacement root, now
+    /// (see the book's chapter Surviving failures of the application, A
+    /// replaced root).
+    pub results_kept: u64,
+    /// Kept results whose copy is gone (its holder died, and its root has
+    /// not copied it again): a replacement root would get `ResultLost`.
+    pub results_without_copy: u64,
+    /// Kept results dropped for the bound on their number.
+    pub results_evicted: u64,
+    /// Replacement roots sent to their kept result.
+    pub results_returned: u64,
+    /// Replacement roots told their result was lost (`ResultLost`).
+    pub results_lost: u64,
 }
 
 impl MasterStats {

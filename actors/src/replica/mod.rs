@@ -37,8 +37,10 @@
 //! treats those originals as unrecoverable if their owners die too.
 
 pub(crate) mod disk;
+mod results;
 
 pub(crate) use disk::ReplicaDisk;
+pub(crate) use results::{ResultDropIn, ResultOfferIn};
 
 use crate::outbox::Outbox;
 use actix::prelude::*;
@@ -81,6 +83,9 @@ pub struct ReplicaStore {
     /// read (`PeerGone`): their memory is forgotten once they are declared
     /// failed.
     gone: std::collections::HashSet<u32>,
+    /// Copies of roots' results, kept until their roots release them
+    /// (see `results`).
+    results: results::Held,
 }
 
 impl ReplicaStore {
@@ -99,6 +104,7 @@ impl ReplicaStore {
             me: None,
             standing_owners: std::collections::HashSet::new(),
             gone: std::collections::HashSet::new(),
+            results: Default::default(),
         }
     }
 

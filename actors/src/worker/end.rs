@@ -190,6 +190,7 @@ impl Worker {
 
     /// Ends a local reduction as its state machine says.
     fn end(&mut self, key: u64, error: Option<ReduceError>, how: End) {
+        self.results_ended(key);
         let Some(mut local) = self.locals.remove(&key) else {
             self.store
                 .do_send(crate::replica::DropKey { key, disk: false });

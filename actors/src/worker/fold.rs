@@ -126,6 +126,10 @@ impl Worker {
             bytes: done.bytes,
             direct,
         });
+        if whole && !old && self.keeps_result(key) {
+            // Its report waits until the result's copy is settled.
+            return self.keep_result(key, msg);
+        }
         if !old {
             self.to_master(&msg);
         }

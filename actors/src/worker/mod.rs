@@ -23,6 +23,7 @@ mod join;
 mod pieces;
 mod prepare;
 mod recovery;
+mod results;
 mod task;
 
 pub(crate) use barrier::{BarrierDoneIn, BarrierReq};
@@ -30,6 +31,7 @@ pub(crate) use end::{CompleteIn, FinalizeAckIn, FinalizeReq, MasterGone, Release
 pub(crate) use failover::Failover;
 pub(crate) use join::StartReduce;
 pub(crate) use recovery::{RankFailedIn, ReinitIn, ReplicaAckIn};
+pub(crate) use results::{ReleaseResults, ResultAtIn, ResultStoredIn};
 pub(crate) use task::TaskIn;
 
 use crate::future::Slot;
@@ -141,6 +143,8 @@ pub struct Worker {
     me: Option<Addr<Worker>>,
     /// The global restart's epoch this worker heard of last.
     epoch: u32,
+    /// This root's results kept for a replacement (see `results`).
+    results: results::RootSide,
 }
 
 /// What a worker is built from.
@@ -153,6 +157,9 @@ pub(crate) struct WorkerParts {
     pub(crate) disk: Arc<ReplicaDisk>,
     pub(crate) hooks: Vec<Hook>,
     pub(crate) live: Arc<Mutex<HashSet<u64>>>,
+    /// Whether roots keep their results, and the ledger of those handed
+    /// to the application (shared with the runtime).
+    pub(crate) results: crate::results::Kept,
 }
 
 impl Worker {
@@ -180,6 +187,7 @@ impl Worker {
             barrier_passed: 0,
             me: None,
             epoch: 0,
+            results: results::RootSide::new(p.results),
         }
     }
 

@@ -58,6 +58,7 @@ impl Worker {
             self.fail_waiters(&ReduceError::Fenced);
             return;
         }
+        self.results_rank_died(rank, ctx);
         // Views this rank keeps of the dead rank's originals get checksums.
         self.store
             .do_send(crate::replica::OwnerDied { owner: rank });

@@ -3,6 +3,13 @@
 //! "call `reduce` → outcome known", after a barrier), next to the median
 //! time of a `memcpy` of the same bytes measured by rank 0 in the same run.
 //! Results are verified at the root outside the timed region.
+//!
+//! With `--respawn-cost P` it also measures what allowing replacements
+//! costs (`--respawn 1`: every root keeps its result at its buddy for a
+//! replacement root, see the book's chapter Surviving failures of the
+//! application): per rank count, `P` pairs of jobs, one without and one
+//! with, interleaved; the ratio per size is the median of the with-runs'
+//! medians over the without-runs'.
 
 use crate::launcher::{self, Launch};
 use crate::sizes::{human, parse_size};
@@ -41,6 +48,16 @@ pub struct BenchArgs {
     /// serialised when the reduction starts).
     #[arg(long, value_enum, default_value_t = Values::InPlace)]
     pub values: Values,
+    /// Also measure the cost of allowing a replacement (`--respawn 1`,
+    /// under which roots keep their results): this many interleaved pairs
+    /// of jobs without and with it per rank count (0: not measured).
+    #[arg(long, default_value_t = 0)]
+    pub respawn_cost: u32,
+    /// Every rank writes a checkpoint after each reduction, outside the
+    /// timed region (as an application that checkpoints every step: the
+    /// root then releases the results it kept).
+    #[arg(long)]
+    pub checkpoint_each: bool,
 }
 
 /// How `bench reduce` builds contributions.
@@ -67,6 +84,9 @@ pub struct RankArgs {
     /// How contributions are built.
     #[arg(long, value_enum)]
     values: Values,
+    /// Checkpoint after each reduction, untimed.
+    #[arg(long)]
+    checkpoint_each: bool,
 }
 
 /// Runs the benchmark for every rank count and prints the table.
@@ -79,51 +99,18 @@ pub fn main(args: BenchArgs) -> ExitCode {
         }
     };
     let mut figures = Vec::new();
+    let mut costs = Vec::new();
     for &np in &args.np {
-        let out =
-            std::env::temp_dir().join(format!("taskfold-bench-{}-{np}.json", std::process::id()));
-        let sizes: Vec<String> = args.size.iter().map(|s| s.to_string()).collect();
-        let launch = Launch {
-            ranks: np,
-            program: exe.clone().into_os_string(),
-            args: vec![
-                "bench-rank".into(),
-                "--sizes".into(),
-                sizes.join(",").into(),
-                "--reps".into(),
-                args.reps.to_string().into(),
-                "--warmup".into(),
-                args.warmup.to_string().into(),
-                "--out".into(),
-                out.clone().into_os_string(),
-                "--values".into(),
-                match args.values {
-                    Values::InPlace => "in-place",
-                    Values::Vec => "vec",
-                }
-                .into(),
-            ],
-            timeout: Some(Duration::from_secs(3600)),
-            env: Vec::new(),
-            log: None,
-            respawn: 0,
-        };
-        match launcher::run(&launch) {
-            Ok(exits) if exits.iter().all(|e| e.success()) => {}
-            Ok(_) => return ExitCode::from(1),
-            Err(e) => {
-                eprintln!("bench: {e}");
-                return ExitCode::from(2);
+        match job(&exe, &args, np, 0) {
+            Ok(f) => figures.extend(f),
+            Err(code) => return code,
+        }
+        if args.respawn_cost > 0 {
+            match respawn_cost(&exe, &args, np) {
+                Ok(c) => costs.extend(c),
+                Err(code) => return code,
             }
         }
-        match std::fs::read(&out).map(|b| serde_json::from_slice::<Vec<Figure>>(&b)) {
-            Ok(Ok(f)) => figures.extend(f),
-            other => {
-                eprintln!("bench: rank 0 wrote no figures: {other:?}");
-                return ExitCode::from(1);
-            }
-        }
-        let _ = std::fs::remove_file(&out);
     }
     println!(
         "{:>4} {:>10} {:>12} {:>12} {:>12} {:>10}",
@@ -140,16 +127,158 @@ pub fn main(args: BenchArgs) -> ExitCode {
             f.ratio_to_memcpy
         );
     }
+    print_costs(&costs);
     if let Some(path) = &args.json {
-        if let Err(e) = std::fs::write(
-            path,
-            serde_json::to_vec_pretty(&figures).unwrap_or_default(),
-        ) {
+        let json = match costs.is_empty() {
+            true => serde_json::to_vec_pretty(&figures),
+            false => serde_json::to_vec_pretty(&serde_json::json!({
+                "figures": figures,
+                "respawn_cost": costs,
+            })),
+        };
+        if let Err(e) = std::fs::write(path, json.unwrap_or_default()) {
             eprintln!("bench: cannot write {}: {e}", path.display());
             return ExitCode::from(2);
         }
     }
     ExitCode::SUCCESS
+}
+
+/// One job of `np` ranks running every size, allowed `respawn`
+/// replacements: rank 0's figures.
+fn job(
+    exe: &std::path::Path,
+    args: &BenchArgs,
+    np: u32,
+    respawn: u32,
+) -> Result<Vec<Figure>, ExitCode> {
+    let out = std::env::temp_dir().join(format!(
+        "taskfold-bench-{}-{np}-{respawn}.json",
+        std::process::id()
+    ));
+    let sizes: Vec<String> = args.size.iter().map(|s| s.to_string()).collect();
+    let values = match args.values {
+        Values::InPlace => "in-place",
+        Values::Vec => "vec",
+    };
+    let launch = Launch {
+        ranks: np,
+        program: exe.as_os_str().to_owned(),
+        args: vec![
+            "bench-rank".into(),
+            "--sizes".into(),
+            sizes.join(",").into(),
+            "--reps".into(),
+            args.reps.to_string().into(),
+            "--warmup".into(),
+            args.warmup.to_string().into(),
+            "--out".into(),
+            out.clone().into_os_string(),
+            "--values".into(),
+            values.into(),
+        ]
+        .into_iter()
+        .chain(args.checkpoint_each.then(|| "--checkpoint-each".into()))
+        .collect(),
+        timeout: Some(Duration::from_secs(3600)),
+        env: Vec::new(),
+        log: None,
+        respawn,
+    };
+    match launcher::run(&launch) {
+        Ok(exits) if exits.iter().all(|e| e.success()) => {}
+        Ok(_) => return Err(ExitCode::from(1)),
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return Err(ExitCode::from(2));
+        }
+    }
+    let figures = match std::fs::read(&out).map(|b| serde_json::from_slice::<Vec<Figure>>(&b)) {
+        Ok(Ok(f)) => f,
+        other => {
+            eprintln!("bench: rank 0 wrote no figures: {other:?}");
+            return Err(ExitCode::from(1));
+        }
+    };
+    let _ = std::fs::remove_file(&out);
+    Ok(figures)
+}
+
+/// What allowing a replacement costs one size of one rank count.
+#[derive(Debug, serde::Serialize)]
+pub struct RespawnCost {
+    /// Ranks.
+    pub np: u32,
+    /// Bytes per contribution.
+    pub size: usize,
+    /// Median over the pairs of the median seconds without replacements.
+    pub without_s: f64,
+    /// The same with `--respawn 1`.
+    pub with_s: f64,
+    /// `with_s / without_s`.
+    pub ratio: f64,
+    /// Pairs of jobs, interleaved.
+    pub pairs: u32,
+}
+
+/// `args.respawn_cost` pairs of jobs of `np` ranks, without and with a
+/// replacement allowed, interleaved.
+fn respawn_cost(
+    exe: &std::path::Path,
+    args: &BenchArgs,
+    np: u32,
+) -> Result<Vec<RespawnCost>, ExitCode> {
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..args.respawn_cost {
+        without.push(job(exe, args, np, 0)?);
+        with.push(job(exe, args, np, 1)?);
+    }
+    let at = |runs: &[Vec<Figure>], size: usize| {
+        let mut m: Vec<f64> = runs
+            .iter()
+            .flat_map(|r| r.iter().filter(|f| f.size == size).map(|f| f.median_s))
+            .collect();
+        median(&mut m)
+    };
+    Ok(args
+        .size
+        .iter()
+        .map(|&size| {
+            let (without_s, with_s) = (at(&without, size), at(&with, size));
+            RespawnCost {
+                np,
+                size,
+                without_s,
+                with_s,
+                ratio: with_s / without_s,
+                pairs: args.respawn_cost,
+            }
+        })
+        .collect())
+}
+
+fn print_costs(costs: &[RespawnCost]) {
+    if costs.is_empty() {
+        return;
+    }
+    println!(
+        "\nreplacements allowed (--respawn 1; roots keep their results), {} interleaved pairs:",
+        costs[0].pairs
+    );
+    println!(
+        "{:>4} {:>10} {:>12} {:>12} {:>8}",
+        "np", "size", "without", "with", "ratio"
+    );
+    for c in costs {
+        println!(
+            "{:>4} {:>10} {:>10.3}ms {:>10.3}ms {:>8.3}",
+            c.np,
+            human(c.size as f64),
+            c.without_s * 1e3,
+            c.with_s * 1e3,
+            c.ratio
+        );
+    }
 }
 
 /// One rank of the benchmark.
@@ -257,6 +386,15 @@ fn timed_reps(
         }
         if rep >= args.warmup {
             times.push(dt);
+        }
+        if args.checkpoint_each {
+            // Versions go upwards over every size.
+            static VERSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+            let version = VERSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Err(e) = rt.checkpoint(version, &version).wait() {
+                eprintln!("checkpoint: {e}");
+                return Err(ExitCode::from(1));
+            }
         }
     }
     Ok((times, last))

@@ -71,3 +71,20 @@ impl Named for Restart {
 /// The largest incarnation number a setting accepts: a rank replaced more
 /// often than this is a job that should not go on.
 pub const MAX_INCARNATION: u32 = 1 << 20;
+
+impl super::Config {
+    /// Whether a root keeps each result at its buddy until its application
+    /// checkpointed past it, so that a replacement root that redoes a
+    /// completed reduction gets its result again (see
+    /// [`crate::results`]): when replacements may come
+    /// ([`RespawnConfig::budget`] above 0) and come back by local restart.
+    /// Global restart numbers every reduction afresh after a rollback: no
+    /// replacement redoes a completed one. Off, nothing is kept and
+    /// nothing costs.
+    ///
+    /// The one switch of the feature: every other way a rank can be
+    /// replaced (spare ranks) belongs here too.
+    pub fn keeps_results(&self) -> bool {
+        self.respawn.budget > 0 && self.respawn.restart == Restart::Local
+    }
+}

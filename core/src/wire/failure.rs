@@ -61,6 +61,13 @@ pub enum Failure {
         /// The dead root.
         root: u32,
     },
+    /// A replacement root's result was lost with its dead process.
+    ResultLost {
+        /// The reduction's id.
+        id: String,
+        /// The root.
+        root: u32,
+    },
     /// The master is unreachable or died.
     MasterLost(String),
     /// A deadline passed, after this many milliseconds.
@@ -123,6 +130,7 @@ impl From<&ReduceError> for Failure {
             },
             ReduceError::RanksLost { id, ranks } => Failure::RanksLost { id, ranks },
             ReduceError::RootLost { id, root } => Failure::RootLost { id, root },
+            ReduceError::ResultLost { id, root } => Failure::ResultLost { id, root },
             ReduceError::MasterLost(s) => Failure::MasterLost(s),
             ReduceError::Timeout(d) => Failure::Timeout {
                 millis: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
@@ -149,6 +157,7 @@ impl From<Failure> for ReduceError {
             },
             Failure::RanksLost { id, ranks } => ReduceError::RanksLost { id, ranks },
             Failure::RootLost { id, root } => ReduceError::RootLost { id, root },
+            Failure::ResultLost { id, root } => ReduceError::ResultLost { id, root },
             Failure::MasterLost(s) => ReduceError::MasterLost(s),
             Failure::Timeout { millis } => ReduceError::Timeout(Duration::from_millis(millis)),
             Failure::Fenced => ReduceError::Fenced,
@@ -185,6 +194,10 @@ mod tests {
             ReduceError::RootLost {
                 id: "r".into(),
                 root: 1,
+            },
+            ReduceError::ResultLost {
+                id: "k".into(),
+                root: 2,
             },
             ReduceError::MasterLost("gone".into()),
             ReduceError::Timeout(Duration::from_millis(1500)),

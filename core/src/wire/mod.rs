@@ -17,6 +17,10 @@ mod failure;
 #[allow(missing_docs)]
 pub mod checkpoint;
 
+// rkyv's derive generates undocumented variant structs for enums.
+#[allow(missing_docs)]
+pub mod results;
+
 pub use failure::{Failure, FoldFailure};
 pub use msg::*;
 
@@ -26,7 +30,7 @@ use rkyv::util::AlignedVec;
 /// First two bytes of every control frame.
 pub const MAGIC: [u8; 2] = *b"TF";
 /// Version of the control protocol; a peer speaking another is refused.
-pub const VERSION: u16 = 13;
+pub const VERSION: u16 = 14;
 /// Length of the envelope header.
 pub const HEADER_LEN: usize = 8;
 

@@ -213,6 +213,9 @@ pub enum Msg {
     /// shards and parity, a restarted rank's queries; see
     /// [`super::checkpoint`]).
     Checkpoint(super::checkpoint::CheckpointMsg),
+    /// Root ↔ buddy, root ↔ master: a root's result kept for its
+    /// replacement (see [`super::results`]).
+    Results(super::results::ResultMsg),
 }
 
 /// A rank's report to a new master ([`Msg::Rejoin`]).

@@ -1,12 +1,14 @@
 //! A rank program for the tests of respawned ranks: every rank issues
-//! `--reductions` sum reductions to rank 0, one every `--pace-ms`, while
+//! `--reductions` sum reductions to `--root` (rank 0 unless said), one
+//! every `--pace-ms`, while
 //! the test kills a rank; the launcher starts a replacement, which redoes
 //! its reductions from its newest checkpoint (`--checkpoint-every`), or
-//! from the first. Rank 0 checks every result exactly: each rank's
-//! contribution counted once.
+//! from the first. The root checks every result exactly: each rank's
+//! contribution counted once. A replaced root gets the results of the
+//! reductions it redoes back from their kept copies.
 //!
 //! Every rank prints `lifecycle L` when it starts (`resumed at S` if it
-//! restored a checkpoint), then per reduction `ok I` (rank 0, exact),
+//! restored a checkpoint), then per reduction `ok I` (the root, exact),
 //! `done I`, `lost I [RANKS]` or `WRONG I` / `unexpected I`, its failure
 //! events (`event E`), `lifecycle-end L` and a tally `rank R: K ok, L
 //! lost, W wrong, U unexpected`. It exits 0 unless something was wrong or
@@ -35,6 +37,9 @@ struct Args {
     /// Checkpoint the next reduction to do every this many (0: never).
     #[arg(long, default_value_t = 0)]
     checkpoint_every: u32,
+    /// The root of every reduction.
+    #[arg(long, default_value_t = 0)]
+    root: u32,
     /// Where `rank-N.pid` files are written.
     #[arg(long)]
     pid_dir: Option<PathBuf>,
@@ -112,7 +117,7 @@ fn run(rt: &Runtime, args: &Args, entry: Entry) -> Result<Tally, ReduceError> {
     let mut tally = Tally::default();
     let mut live: VecDeque<(u32, ReduceFuture<Sum<f64>>)> = VecDeque::new();
     for i in start..args.reductions {
-        let opts = Reduce::root(0).id(format!("rs-{i}"));
+        let opts = Reduce::root(args.root).id(format!("rs-{i}"));
         live.push_back((
             i,
             rt.reduce(Sum(vec![value(rt.rank(), i); args.len]), opts)?,
@@ -120,12 +125,12 @@ fn run(rt: &Runtime, args: &Args, entry: Entry) -> Result<Tally, ReduceError> {
         std::thread::sleep(Duration::from_millis(args.pace_ms));
         while live.len() > args.window {
             let (i, f) = live.pop_front().expect("not empty");
-            settle(rt, i, f, &mut tally)?;
+            settle(rt, i, f, &mut tally, args.root)?;
             checkpoint(rt, args, i + 1);
         }
     }
     for (i, f) in live {
-        settle(rt, i, f, &mut tally)?;
+        settle(rt, i, f, &mut tally, args.root)?;
     }
     Ok(tally)
 }
@@ -180,6 +185,7 @@ fn settle(
     i: u32,
     mut f: ReduceFuture<Sum<f64>>,
     t: &mut Tally,
+    root: u32,
 ) -> Result<(), ReduceError> {
     let all: f64 = (0..rt.size()).map(|r| value(r, i)).sum();
     match f.wait_timeout(Duration::from_secs(120)) {
@@ -192,7 +198,7 @@ fn settle(
             let bad = sum.0.iter().find(|&&x| x != all);
             println!("WRONG {i}: {bad:?} instead of {all}");
         }
-        Ok(None) if rt.rank() != 0 => {
+        Ok(None) if rt.rank() != root => {
             t.ok += 1;
             println!("done {i}");
         }

@@ -1,0 +1,221 @@
+//! Results kept for a replacement root, at the master (see
+//! [`taskfold_core::results`] and the book's chapter Surviving failures of
+//! the application, A replaced root): where each root's result is kept, so
+//! that a replacement root that joins a completed reduction again is sent
+//! to the copy (`ResultMsg::At`), or told the result is lost
+//! ([`ReduceError::ResultLost`]) — never completed with its own original.
+//!
+//! A root announces its copy (`ResultMsg::Kept`) just before its last
+//! task's report, on the same ordered link: the record is pending until
+//! the reduction completes, dropped (and the copy with it) if it fails.
+//! Records leave when the root releases them; a holder's death leaves
+//! them without a copy (a replay is then an error) until their live root
+//! copies them again to another buddy (`Kept` for a completed reduction);
+//! the book is bounded
+//! ([`taskfold_core::results::RESULTS_LIMIT`]).
+//!
+//! What a crash of the master loses here: every record. A standby that
+//! takes over learns none (the ranks' reports do not carry them): a root
+//! replaced after a takeover does not get its result back.
+
+use super::Master;
+use actix::prelude::*;
+use std::collections::HashMap;
+use taskfold_core::results::{Book, Drop, Lookup};
+use taskfold_core::wire::results::ResultMsg;
+use taskfold_core::wire::{Join, Msg};
+use taskfold_core::{Rank, ReduceError};
+
+/// The master's records of kept results.
+#[derive(Default)]
+pub(super) struct Results {
+    /// Whether replacement roots are answered from the records (the
+    /// first master of a job whose roots keep their results).
+    on: bool,
+    book: Book,
+    /// Announced copies of live reductions: key → (root, holder).
+    pending: HashMap<u64, (u32, u32)>,
+}
+
+/// A root says where its result of `key` is kept.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ResultKeptIn {
+    pub(crate) from: Rank,
+    pub(crate) key: u64,
+    pub(crate) holder: u32,
+}
+
+/// A root released results (its application checkpointed past them).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ResultsReleasedIn {
+    pub(crate) from: Rank,
+    pub(crate) keys: Vec<u64>,
+}
+
+impl Master {
+    /// Answers replacement roots from the records of kept results (see
+    /// `Config::keeps_results`).
+    pub(crate) fn set_keep_results(&mut self, on: bool) {
+        self.results.on = on;
+    }
+
+    /// Reduction `key`, rooted at `root`, completed: its announced copy is
+    /// recorded.
+    pub(super) fn result_completed(&mut self, key: u64, root: Rank) {
+        let Some((r, holder)) = self.results.pending.remove(&key) else {
+            return;
+        };
+        if r != root.0 {
+            return self.drop_copies(&[Drop {
+                holder,
+                root: r,
+                key,
+            }]);
+        }
+        let drops = self.results.book.kept(key, r, holder);
+        self.drop_copies(&drops);
+        self.count_results();
+    }
+
+    /// Reduction `key` failed: the copy its root announced is dropped.
+    pub(super) fn result_abandoned(&mut self, key: u64) {
+        if let Some((root, holder)) = self.results.pending.remove(&key) {
+            self.drop_copies(&[Drop { holder, root, key }]);
+        }
+    }
+
+    /// `rank` died: the copies it kept are gone.
+    pub(super) fn results_rank_died(&mut self, rank: u32) {
+        let gone = self.results.book.holder_died(rank);
+        self.results.pending.retain(|_, (_, h)| *h != rank);
+        self.count_results();
+        if gone > 0 {
+            tracing::warn!(
+                rank,
+                results = gone,
+                "the kept results this rank held are lost: their roots' replacements would get ResultLost"
+            );
+        }
+    }
+
+    /// A replacement root's join of `key` (`join`), which completed under
+    /// its dead process: sent to the result's copy, or told it is lost.
+    /// True if answered; false for anything else (a member that is not
+    /// the root, a root that was never replaced, a group of one, whose
+    /// redone original is the result, or a reduction not completed or
+    /// live again).
+    pub(super) fn answer_replayed_root(&mut self, key: u64, from: Rank, join: &Join) -> bool {
+        let replaced = matches!(
+            self.respawn.book.slot(from.0),
+            Some(taskfold_core::respawn::Slot::Live(i)) if *i > 0
+        );
+        // A live reduction with this key is the one joined (an id used
+        // again): never answered with an earlier result.
+        let live = self.reductions.contains_key(&key);
+        if !self.results.on || join.root != from.0 || !replaced || join.group.len() < 2 || live {
+            return false;
+        }
+        let lookup = self.results.book.lookup(key, from.0);
+        let holder = match lookup {
+            Lookup::At(h) if !self.out.view().is_dead(h) => Some(h),
+            Lookup::Unknown if !self.completed_lately(key) => return false,
+            _ => None,
+        };
+        match holder {
+            Some(h) => {
+                self.stats.results_returned += 1;
+                tracing::info!(id = %join.id, root = %from, holder = h, "a replacement root gets its kept result");
+                self.send(from, &Msg::Results(ResultMsg::At { key, holder: h }));
+            }
+            None => {
+                self.stats.results_lost += 1;
+                tracing::error!(id = %join.id, root = %from, "a replacement root's result is lost: no copy is left");
+                let error = ReduceError::ResultLost {
+                    id: join.id.clone(),
+                    root: from.0,
+                };
+                self.send(from, &super::failed_msg(key, &error));
+            }
+        }
+        true
+    }
+
+    /// Tells each holder to drop the copies `drops`.
+    fn drop_copies(&mut self, drops: &[Drop]) {
+        for d in drops {
+            let msg = Msg::Results(ResultMsg::Drop {
+                root: d.root,
+                keys: vec![d.key],
+            });
+            self.send(Rank(d.holder), &msg);
+        }
+    }
+
+    fn count_results(&mut self) {
+        self.stats.results_kept = self.results.book.len() as u64;
+        self.stats.results_without_copy = self.results.book.without_copy() as u64;
+        self.stats.results_evicted = self.results.book.evicted;
+    }
+}
+
+impl Handler<ResultKeptIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: ResultKeptIn, _: &mut Context<Self>) {
+        let ResultKeptIn { from, key, holder } = m;
+        if self.out.view().is_dead(from.0) {
+            return;
+        }
+        let holder_ok = self.results.on
+            && holder < self.size
+            && holder != from.0
+            && !self.out.view().is_dead(holder);
+        let live = self.reductions.get(&key).map(|r| r.root == from);
+        // A result handed over whose holder died, copied again by its
+        // root: the record takes the new holder if it can.
+        let fits = match live {
+            Some(is_root) => holder_ok && is_root,
+            None => holder_ok && self.results.book.rekept(key, from.0, holder),
+        };
+        if live.is_none() && fits {
+            return self.count_results();
+        }
+        if !fits {
+            // Not a root of a live reduction, or a master that keeps no
+            // records: the copy serves nobody.
+            if holder < self.size {
+                self.drop_copies(&[Drop {
+                    holder,
+                    root: from.0,
+                    key,
+                }]);
+            }
+            return;
+        }
+        if let Some((root, old)) = self.results.pending.insert(key, (from.0, holder)) {
+            if old != holder {
+                self.drop_copies(&[Drop {
+                    holder: old,
+                    root,
+                    key,
+                }]);
+            }
+        }
+    }
+}
+
+impl Handler<ResultsReleasedIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: ResultsReleasedIn, _: &mut Context<Self>) {
+        if self.out.view().is_dead(m.from.0) {
+            return;
+        }
+        for key in m.keys {
+            self.results.book.released(key, m.from.0);
+        }
+        self.count_results();
+    }
+}

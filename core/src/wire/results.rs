@@ -1,0 +1,67 @@
+//! The messages that keep a root's result for its replacement
+//! ([`super::Msg::Results`]; see [`crate::results`] and the book's chapter
+//! Surviving failures of the application, A replaced root).
+//!
+//! The result itself never travels in these frames: the root exposes it
+//! under [`crate::results::result_key`], its holder under
+//! [`crate::results::held_result_key`], and each is fetched with a
+//! one-sided get bounded by the length announced and verified against its
+//! checksum. Every field is untrusted: a key names nothing the receiver
+//! does not find itself, and who may send each message is checked by the
+//! router (a root speaks only for itself).
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+/// One message about a kept result.
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum ResultMsg {
+    /// Root → its buddy: my result of `key` (`len` bytes, a replica
+    /// buffer with checksum `crc`) is exposed: fetch it and keep it until
+    /// I release it, then answer [`ResultMsg::Stored`].
+    Offer {
+        /// The reduction.
+        key: u64,
+        /// Bytes of the buffer (header included).
+        len: u64,
+        /// The checksum in its header.
+        crc: u32,
+    },
+    /// Buddy → root: the copy of `key` is kept (`ok`), or refused (bound
+    /// reached, or it could not be read).
+    Stored {
+        /// The reduction.
+        key: u64,
+        /// True if kept.
+        ok: bool,
+    },
+    /// Root → master, just before its last task's report: my result of
+    /// `key` is kept at `holder`.
+    Kept {
+        /// The reduction.
+        key: u64,
+        /// The rank that keeps the copy.
+        holder: u32,
+    },
+    /// Master → a replacement root that joined `key` again: it completed,
+    /// and its result is kept at `holder`: fetch it, it is your result.
+    At {
+        /// The reduction.
+        key: u64,
+        /// The rank that keeps the copy.
+        holder: u32,
+    },
+    /// Root → master: my application checkpointed past these results
+    /// (one key per result released).
+    Released {
+        /// The reductions.
+        keys: Vec<u64>,
+    },
+    /// Root (or master, for the root) → holder: drop your copies of
+    /// `root`'s results of `keys`.
+    Drop {
+        /// Whose results.
+        root: u32,
+        /// The reductions.
+        keys: Vec<u64>,
+    },
+}

@@ -1,0 +1,164 @@
+//! A root's results kept for a replacement root (the book's chapter
+//! Surviving failures of the application, A replaced root), over the
+//! loopback: while replacements may come under local restart, each result
+//! of a root other than the master's is kept at its buddy until the
+//! application took it and then wrote a checkpoint; a copy nobody can keep
+//! is refused loudly and the result stays exact; with the switch off,
+//! nothing is kept. (A replacement's redo needs real processes: see
+//! `respawn_root.rs`.)
+
+use std::time::{Duration, Instant};
+use taskfold::config::{RespawnConfig, Restart};
+use taskfold::{Config, LocalCluster, Reduce, ReduceFuture, Sum};
+
+const LEN: usize = 1000;
+
+fn config(budget: u32, restart: Restart) -> Config {
+    Config {
+        respawn: RespawnConfig {
+            budget,
+            restart,
+            ..RespawnConfig::default()
+        },
+        ..Config::default()
+    }
+}
+
+/// Reduction `i` over every rank to `root`: the root's future (the others
+/// are waited for).
+fn reduce(cluster: &LocalCluster, root: u32, i: u32) -> ReduceFuture<Sum<f64>> {
+    let mut root_future = None;
+    let mut others = Vec::new();
+    for rt in cluster.ranks() {
+        let v = Sum(vec![f64::from(rt.rank() + i); LEN]);
+        let f = rt
+            .reduce(v, Reduce::root(root).id(format!("k{i}")))
+            .unwrap();
+        match rt.rank() == root {
+            true => root_future = Some(f),
+            false => others.push(f),
+        }
+    }
+    for f in others {
+        assert_eq!(f.get().unwrap(), None);
+    }
+    root_future.unwrap()
+}
+
+/// The exact sum of reduction `i` over `n` ranks.
+fn exact(n: u32, i: u32) -> Vec<f64> {
+    vec![(0..n).map(|r| f64::from(r + i)).sum(); LEN]
+}
+
+/// The master's count of kept results, once it is `want` (within 20 s).
+fn kept_becomes(cluster: &LocalCluster, want: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let kept = cluster.rank(0).master_stats().unwrap().results_kept;
+        if kept == want || Instant::now() > deadline {
+            return kept;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The master's count of kept results a little later (for what must not
+/// change).
+fn kept_still(cluster: &LocalCluster) -> u64 {
+    std::thread::sleep(Duration::from_millis(200));
+    cluster.rank(0).master_stats().unwrap().results_kept
+}
+
+#[test]
+fn results_are_kept_until_taken_and_checkpointed_past() {
+    let cluster = LocalCluster::with_config(4, config(1, Restart::Local)).unwrap();
+    let root = cluster.rank(1);
+    let mut futures: Vec<_> = (0..6).map(|i| reduce(&cluster, 1, i)).collect();
+    // Every result is kept before the root's future completes.
+    assert!(futures.iter().all(|f| f.is_done()));
+    assert_eq!(kept_becomes(&cluster, 6), 6);
+    let later = futures.split_off(4);
+    for (i, f) in futures.into_iter().enumerate() {
+        assert_eq!(f.get().unwrap().unwrap().0, exact(4, i as u32));
+    }
+    // Another rank's checkpoint releases nothing of the root's.
+    cluster.rank(2).checkpoint(1, &1u32).wait().unwrap();
+    assert_eq!(kept_still(&cluster), 6);
+    // The root's checkpoint after taking four releases those four.
+    root.checkpoint(1, &4u32).wait().unwrap();
+    assert_eq!(kept_becomes(&cluster, 2), 2);
+    // A result taken after a checkpoint call is not in that state.
+    let [f4, f5]: [ReduceFuture<Sum<f64>>; 2] = later.try_into().ok().unwrap();
+    let pending = root.checkpoint(2, &5u32);
+    assert_eq!(f4.get().unwrap().unwrap().0, exact(4, 4));
+    pending.wait().unwrap();
+    assert_eq!(kept_still(&cluster), 2);
+    root.checkpoint(3, &5u32).wait().unwrap();
+    assert_eq!(kept_becomes(&cluster, 1), 1);
+    // A result dropped unread will never be taken: released as taken.
+    drop(f5);
+    root.checkpoint(4, &6u32).wait().unwrap();
+    assert_eq!(kept_becomes(&cluster, 0), 0);
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn the_masters_own_results_and_a_switch_off_keep_nothing() {
+    for (budget, restart, root) in [
+        (1, Restart::Local, 0),
+        (0, Restart::Local, 1),
+        (1, Restart::Global, 1),
+    ] {
+        let cluster = LocalCluster::with_config(3, config(budget, restart)).unwrap();
+        for i in 0..3 {
+            let f = reduce(&cluster, root, i);
+            assert_eq!(f.get().unwrap().unwrap().0, exact(3, i));
+        }
+        let kept = kept_still(&cluster);
+        assert_eq!(kept, 0, "budget {budget}, {restart:?}, root {root}");
+        cluster.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn a_copy_beyond_the_bound_is_refused_and_the_result_stays_exact() {
+    // Room for no result: every buddy asked refuses.
+    let config = Config {
+        replica_limit: 64,
+        ..config(1, Restart::Local)
+    };
+    let cluster = LocalCluster::with_config(4, config).unwrap();
+    for i in 0..3 {
+        let f = reduce(&cluster, 2, i);
+        assert_eq!(f.get().unwrap().unwrap().0, exact(4, i));
+    }
+    assert_eq!(kept_still(&cluster), 0);
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn a_copy_whose_holder_dies_is_made_again_by_its_live_root() {
+    let cluster = LocalCluster::with_config(4, config(1, Restart::Local)).unwrap();
+    // Not taken: their copies must outlive their holder, rank 2 (the
+    // root's buddy).
+    let futures: Vec<_> = (0..3).map(|i| reduce(&cluster, 1, i)).collect();
+    assert_eq!(kept_becomes(&cluster, 3), 3);
+    cluster.kill(2);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let stats = loop {
+        let s = cluster.rank(0).master_stats().unwrap();
+        if s.dead.contains(&2) && s.results_without_copy == 0 || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(stats.dead.contains(&2), "{stats:?}");
+    assert_eq!(
+        (stats.results_kept, stats.results_without_copy),
+        (3, 0),
+        "every copy made again at the next buddy"
+    );
+    for (i, f) in futures.into_iter().enumerate() {
+        assert_eq!(f.get().unwrap().unwrap().0, exact(4, i as u32));
+    }
+}
