@@ -119,3 +119,22 @@ impl Handler<PongIn> for FailureDetector {
         }
     }
 }
+
+/// Watch `rank` afresh: the master lets in again the incarnation whose
+/// silence was declared (a replacement whose admission a dead master cut,
+/// see the book's Architecture chapter, Membership).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Rewatch {
+    pub(crate) rank: Rank,
+}
+
+impl Handler<Rewatch> for FailureDetector {
+    type Result = ();
+
+    fn handle(&mut self, m: Rewatch, _: &mut Context<Self>) {
+        if let Some((_, w)) = self.watches.get_mut(m.rank.0 as usize) {
+            *w = MasterWatch::new(Instant::now());
+        }
+    }
+}

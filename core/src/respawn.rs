@@ -148,6 +148,23 @@ impl Respawns {
         (death, done)
     }
 
+    /// Replacement `incarnation` of `rank` asks again, of a master that
+    /// took over before it could start (the dead master's death cut its
+    /// admission, after the ranks had let it in): `rank` is awaited again
+    /// as if that incarnation had not been let in, so [`Respawns::asks`]
+    /// admits it, and the budget is as it was (the book counted it when
+    /// it was made). False unless `rank` runs exactly that incarnation:
+    /// a death declared of it is never undone.
+    pub fn reopen(&mut self, rank: u32, incarnation: u32) -> bool {
+        match self.slots.get_mut(rank as usize) {
+            Some(slot) if incarnation > 0 && *slot == Slot::Live(incarnation) => {
+                *slot = Slot::Awaited(incarnation - 1);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Replacement `incarnation` of `rank` asks to join; `live` are the
     /// ranks that must let it in first (the master's own need not, nor
     /// the replacement). Refused unless `rank` is awaited and the

@@ -24,7 +24,7 @@ fn every_call_works_from_c_under_taskfold_run() {
     let shared = dir.path().join("shared");
     let mut cmd = std::process::Command::new(taskfold_bin());
     cmd.env("TASKFOLD_CHECKPOINT_SHARED_DIR", &shared)
-        .args(["run", "-n", "3", "--timeout", "200", "--"])
+        .args(["run", "-n", "3", "--timeout", "200s", "--"])
         .arg(&exe);
     let out = run_bounded(cmd, LIMIT);
     assert_every_rank(&out, 3, |r| format!("[{r}] rank {r}: api ok"));

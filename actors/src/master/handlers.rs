@@ -257,7 +257,18 @@ pub(crate) struct RankDown {
 impl Handler<RankDown> for Master {
     type Result = ();
 
-    fn handle(&mut self, m: RankDown, _: &mut Context<Self>) {
+    fn handle(&mut self, m: RankDown, ctx: &mut Context<Self>) {
+        if let Some(wait) = self.grace_for_unproven(m.rank.0) {
+            // A replacement whose admission the dead master cut cannot
+            // answer pings until it asks this master again: its silence
+            // counts only once the grace is over and it has not asked.
+            ctx.run_later(wait, move |act, _| {
+                if act.still_unproven(m.rank.0) {
+                    act.rank_down(m.rank, m.reason, m.latency);
+                }
+            });
+            return;
+        }
         self.rank_down(m.rank, m.reason, m.latency);
     }
 }

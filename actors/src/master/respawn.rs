@@ -95,7 +95,19 @@ pub(super) struct Replacements {
     /// A standby's: the ranks dead when it took over, awaited once it
     /// runs.
     pub(super) pending: Vec<u32>,
+    /// A standby's: the replacements its view names that have not
+    /// reported to it (rank → incarnation). One whose admission the dead
+    /// master cut never ran, and asks this master again.
+    pub(super) unproven: std::collections::HashMap<u32, u32>,
+    /// Until when an unproven rank's silence is not yet a death.
+    pub(super) unproven_until: Option<std::time::Instant>,
 }
+
+/// How long a standby gives a replacement whose admission the dead
+/// master cut to ask it again: the replacement retries its registration
+/// with a backoff of at most half a second, reading the rendezvous the
+/// standby rewrote; a few seconds cover a busy machine.
+pub(super) const CUT_ADMISSION_GRACE: Duration = Duration::from_secs(5);
 
 impl Replacements {
     /// None expected: a job without respawn, or a standby's master.
@@ -113,6 +125,8 @@ impl Replacements {
             spares_called: 0,
             launcher: false,
             pending: Vec::new(),
+            unproven: Default::default(),
+            unproven_until: None,
         }
     }
 
@@ -316,6 +330,10 @@ impl Handler<ReplacementIn> for Master {
             addr: m.addr,
             node: m.node,
         };
+        if self.reopened(m.peer.0, m.incarnation) {
+            self.asked(m.peer, asking);
+            return;
+        }
         let alive = matches!(self.respawn.book.slot(m.peer.0), Some(Slot::Live(_)));
         if alive && self.respawn.book.left() > 0 && !self.out.view().is_dead(m.peer.0) {
             // Its death is not declared yet (the launcher's report may come
@@ -329,6 +347,45 @@ impl Handler<ReplacementIn> for Master {
 }
 
 impl Master {
+    /// True if replacement `incarnation` of `rank` is one whose admission
+    /// the dead master cut (this standby's view names it, yet it never
+    /// reported): it is awaited again, to be let in as any replacement,
+    /// and it has nothing to report to the takeover.
+    fn reopened(&mut self, rank: u32, incarnation: u32) -> bool {
+        if self.respawn.unproven.get(&rank) != Some(&incarnation)
+            || !self.respawn.book.reopen(rank, incarnation)
+        {
+            return false;
+        }
+        self.respawn.unproven.remove(&rank);
+        tracing::warn!(
+            rank,
+            incarnation,
+            "a replacement the dead master did not finish letting in asks again"
+        );
+        if let Some(d) = &self.detector {
+            d.do_send(crate::detector::Rewatch { rank: Rank(rank) });
+        }
+        if self.awaiting_reports() {
+            self.heard_for_takeover(rank);
+        }
+        true
+    }
+
+    /// How much longer `rank`'s silence waits, if it is a replacement this
+    /// standby has not heard from yet (see [`CUT_ADMISSION_GRACE`]).
+    pub(super) fn grace_for_unproven(&self, rank: u32) -> Option<Duration> {
+        let until = self.respawn.unproven_until?;
+        let left = until.checked_duration_since(std::time::Instant::now())?;
+        self.still_unproven(rank).then_some(left)
+    }
+
+    /// Whether `rank` is a replacement this standby's view names and that
+    /// has neither reported to it nor asked it again.
+    pub(super) fn still_unproven(&self, rank: u32) -> bool {
+        self.respawn.unproven.contains_key(&rank)
+    }
+
     /// Replacement `incarnation` of `peer` asks to join: refused, or every
     /// live rank is told to let it in.
     fn asked(&mut self, peer: Rank, asking: Asking) {

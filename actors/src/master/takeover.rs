@@ -74,6 +74,15 @@ impl Master {
         // The dead ranks' replacements are awaited here from now on (once
         // this actor runs: their waits are timers).
         self.respawn.pending = all.iter().map(|r| r as u32).collect();
+        self.respawn.unproven = {
+            let v = self.out.view().read();
+            v.live()
+                .map(|r| (r, v.incarnation(r)))
+                .filter(|&(_, i)| i > 0)
+                .collect()
+        };
+        self.respawn.unproven_until =
+            Some(std::time::Instant::now() + super::respawn::CUT_ADMISSION_GRACE);
         // Replacements, spares and the launcher find this rank now.
         if let Err(e) = self.out.transport().become_master() {
             tracing::error!(error = %e, "cannot tell newcomers where the master is now");
@@ -328,6 +337,7 @@ impl Handler<RejoinIn> for Master {
             tracing::warn!(%from, "a report after the takeover; dropped");
             return;
         }
+        self.respawn.unproven.remove(&from.0);
         self.taking.reports.push(m.rejoin);
         self.heard_for_takeover(from.0);
     }

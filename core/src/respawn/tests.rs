@@ -145,3 +145,37 @@ fn replacements_that_joined_before_count_against_the_budget() {
     assert_eq!(r.died(1).0, Death::Final, "the budget is spent");
     assert_eq!(Respawns::joined(&[3, 3], 2, 0).left(), 0);
 }
+
+/// A standby took over while rank 2's replacement (incarnation 1) was
+/// being let in: the view it took over with names incarnation 1, so the
+/// book starts with it live; when it asks again, it is let in again
+/// without a second replacement taken from the budget.
+#[test]
+fn a_cut_admission_is_reopened_without_spending_the_budget() {
+    let mut r = Respawns::joined(&[0, 0, 1, 0], 2, 0);
+    assert_eq!(r.left(), 1);
+    assert!(r.reopen(2, 1));
+    assert_eq!(r.asks(2, 1, [1, 3]), Ok(false));
+    assert!(!r.reopen(2, 1), "being let in: not reopened");
+    assert!(r.let_in(1, 2, 1) || r.let_in(3, 2, 1));
+    assert_eq!(r.left(), 1);
+}
+
+/// A death declared of the cut replacement is never undone: asking
+/// again is refused as any dead incarnation is.
+#[test]
+fn a_cut_admission_declared_dead_stays_dead() {
+    let mut r = Respawns::joined(&[0, 0, 1, 0], 2, 0);
+    assert_eq!(r.died(2).0, Death::Awaited);
+    assert!(!r.reopen(2, 1));
+    assert_eq!(
+        r.asks(2, 1, [1, 3]),
+        Err(Refusal::Stale {
+            rank: 2,
+            got: 1,
+            dead: 1
+        })
+    );
+    assert!(!r.reopen(3, 0), "an original is never reopened");
+    assert!(!r.reopen(1, 1), "another incarnation than the one known");
+}

@@ -105,7 +105,7 @@ pub fn compile_fortran(srcs: &[PathBuf], out: &Path, dir: &Path) {
 /// `program args` on `np` ranks under `taskfold run`.
 pub fn under_taskfold(np: u32, program: &Path, args: &[&str]) -> Output {
     let mut cmd = Command::new(taskfold_bin());
-    cmd.args(["run", "-n", &np.to_string(), "--timeout", "200", "--"])
+    cmd.args(["run", "-n", &np.to_string(), "--timeout", "200s", "--"])
         .arg(program)
         .args(args);
     run_bounded(cmd, LIMIT)
