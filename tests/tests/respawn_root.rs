@@ -35,7 +35,7 @@ fn job(pids: &Path, ckpt: &Path, every: u32, respawn: u32) -> Command {
         "--respawn",
         &respawn,
         "--timeout",
-        "240",
+        "240s",
         "--",
     ])
     .arg(tf_respawn())
@@ -130,7 +130,7 @@ fn a_root_killed_at_any_instant_gets_back_every_result_it_redoes() {
         let at = drawn_instant(trial + 300, Duration::from_millis(PACE_MS) * REDUCTIONS);
         let (out, ok) = run_with_kill(job(&pids, &ckpt, every, 1), &pids, &[ROOT], at);
         let t = text(&out);
-        if !ok || !t.contains("is started again") {
+        if !ok || !t.contains("started again (incarnation") {
             eprintln!("trial {trial}: the kill at {at:?} did not land:\n{t}");
             continue;
         }
@@ -217,7 +217,7 @@ fn a_root_killed_after_its_results_holder_gets_every_result_back() {
     let (out, ok) = run_with_kills(cmd, &pids, &kills);
     let t = text(&out);
     assert!(
-        ok && t.contains("is started again"),
+        ok && t.contains("started again (incarnation"),
         "both kills landed:\n{t}"
     );
     assert!(out.status.success(), "exit {:?}:\n{t}", out.status);

@@ -158,8 +158,9 @@
 #define TF_ERR_IN_STATUS 26
 
 /*
- This process replaces a rank that already finished its work in the
- job: it has nothing to do and should exit with status 0.
+ This process has nothing to do in the job and should exit with status
+ 0: it replaces a rank that already finished its work, or it is a
+ spare (`TASKFOLD_SPARES`) that the job ended without needing.
  */
 #define TF_ERR_RANK_FINISHED 27
 

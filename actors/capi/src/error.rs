@@ -70,8 +70,9 @@ pub const TF_ERR_TRUNCATED: c_int = 24;
 pub const TF_ERR_INTERNAL: c_int = 25;
 /// `tf_wait_all`: at least one request failed; each status says how.
 pub const TF_ERR_IN_STATUS: c_int = 26;
-/// This process replaces a rank that already finished its work in the
-/// job: it has nothing to do and should exit with status 0.
+/// This process has nothing to do in the job and should exit with status
+/// 0: it replaces a rank that already finished its work, or it is a
+/// spare (`TASKFOLD_SPARES`) that the job ended without needing.
 pub const TF_ERR_RANK_FINISHED: c_int = 27;
 /// The reduction completed, but its result was lost with its root (this
 /// rank's replaced process) and no copy of it survived.
@@ -129,7 +130,7 @@ const DESCRIPTIONS: [(c_int, &CStr); 29] = [
     (TF_ERR_IN_STATUS, c"a request failed: see its status"),
     (
         TF_ERR_RANK_FINISHED,
-        c"this replacement's rank already finished its work",
+        c"nothing to do: the rank finished, or the spare was not needed",
     ),
     (TF_ERR_RESULT_LOST, c"the result was lost with its root"),
 ];
@@ -184,7 +185,7 @@ impl From<ReduceError> for Error {
 impl From<StartError> for Error {
     fn from(e: StartError) -> Error {
         let code = match e {
-            StartError::RankFinished => TF_ERR_RANK_FINISHED,
+            StartError::RankFinished | StartError::Spare => TF_ERR_RANK_FINISHED,
             _ => TF_ERR_START,
         };
         Error::new(code, format!("cannot start: {e}"))

@@ -303,8 +303,9 @@ pub fn run_launched(job: &Job, settings: Settings) -> ExitCode {
     }
     let rt = match Runtime::from_settings(settings) {
         Ok(rt) => rt,
-        // A replacement of a rank that had finished: its work is done.
-        Err(e @ StartError::RankFinished) => {
+        // A replacement of a rank that had finished, or a spare the job
+        // did not need: its work is done.
+        Err(e @ (StartError::RankFinished | StartError::Spare)) => {
             eprintln!("psdm: {e}");
             return ExitCode::SUCCESS;
         }

@@ -18,6 +18,7 @@ use taskfold_benches::Figure;
 
 /// Options of `bench capi`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  taskfold bench capi\n  taskfold bench capi --json capi.json")]
 pub struct CapiArgs {
     /// The C benchmark program (`apps/c/bench_reduce.c`, built against
     /// libtaskfold; see the book's chapter Embedding from C and Fortran).

@@ -67,7 +67,7 @@ fn main() {
     let args = Args::parse();
     let rt = match Runtime::from_env() {
         Ok(rt) => rt,
-        Err(e @ taskfold::StartError::RankFinished) => {
+        Err(e @ (taskfold::StartError::RankFinished | taskfold::StartError::Spare)) => {
             eprintln!("tf_respawn: {e}");
             std::process::exit(0);
         }

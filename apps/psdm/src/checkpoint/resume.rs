@@ -140,8 +140,14 @@ fn agreement(rt: &Runtime, mine: u64) -> Result<Option<u64>, ReduceError> {
         .collect::<Result<_, _>>()?;
     let mut agreed = None;
     for f in futures {
-        if let Some(Min(v)) = f.get()? {
-            agreed = v.first().copied();
+        match f.get() {
+            Ok(Some(Min(v))) => agreed = v.first().copied(),
+            Ok(None) => {}
+            // A replacement root's agreement that completed under its dead
+            // process, whose kept copy was released by a checkpoint since:
+            // the replacement resumes from its own newest version.
+            Err(ReduceError::ResultLost { .. }) => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(agreed)

@@ -103,6 +103,9 @@ pub enum LaunchBy {
 
 /// Options of `bench chaos`.
 #[derive(Args, Debug, Clone)]
+#[command(
+    after_help = "Examples:\n  taskfold bench chaos --kills 1,2,3 --restart local,global --trials 200 --json chaos.json\n  taskfold bench chaos --spares --kills 2 --victims worker,spare --trials 20\n  sudo taskfold bench chaos --sim-nodes 4 --victims node,worker --trials 100"
+)]
 pub struct ChaosArgs {
     /// Ranks the application works with (spares come on top).
     #[arg(long, default_value_t = 6)]

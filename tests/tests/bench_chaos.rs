@@ -1,0 +1,190 @@
+//! Short slices of the failure campaigns (`taskfold bench chaos`, the
+//! book's chapter Surviving failures of the application, Many failures):
+//! real processes of a job that reduces and checkpoints every step,
+//! killed K times per trial at instants drawn over the whole run (and at
+//! the hard instants: while a replacement is let in, while it restores,
+//! while the job rolls back), with exactly the replacements the kills
+//! need. Every trial must end exact: every step's sum right at the root
+//! and the launcher's verdict a success; a typed error, a wrong result or
+//! a hang fails the test, with the kept output of the trial.
+//!
+//! The long campaigns (hundreds of trials, simulated nodes) are the
+//! benchmark's; see `benches/RESULTS.md`.
+
+use std::process::Command;
+use std::time::Duration;
+use taskfold_tests::{launchers, run_bounded, taskfold_bin, text};
+
+/// Runs `bench chaos` with `args` (6 ranks, 40 steps); asserts that every
+/// trial of every campaign ended exact and returns the report.
+fn chaos(args: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("chaos.json");
+    let keep = dir.path().join("kept");
+    let mut cmd = Command::new(taskfold_bin());
+    cmd.args([
+        "bench",
+        "chaos",
+        "--np",
+        "6",
+        "--steps",
+        "40",
+        "--reference",
+        "1",
+    ])
+    .args(args)
+    .arg("--json")
+    .arg(&json)
+    .arg("--keep")
+    .arg(&keep);
+    let out = run_bounded(cmd, Duration::from_secs(600));
+    let report: serde_json::Value = match std::fs::read(&json) {
+        Ok(b) => serde_json::from_slice(&b).unwrap(),
+        Err(e) => panic!("no report ({e}): {}", text(&out)),
+    };
+    for c in report["campaigns"].as_array().unwrap() {
+        let tally = &c["tally"];
+        let n = |k: &str| tally[k].as_u64().unwrap();
+        if n("exact") != n("trials") {
+            let kept: Vec<String> = c["trials_detail"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|t| t["outcome"] != "exact")
+                .map(|t| {
+                    let log = t["log"].as_str().unwrap_or("");
+                    let tail = logs_tail(log);
+                    format!("{t}\n{tail}")
+                })
+                .collect();
+            panic!(
+                "not every trial ended exact: {tally}\n{}\n{}",
+                kept.join("\n"),
+                text(&out)
+            );
+        }
+        assert!(n("trials") > 0, "{c}");
+    }
+    assert!(out.status.success(), "{}", text(&out));
+    report
+}
+
+/// The last lines of every file of a kept trial's directory.
+fn logs_tail(dir: &str) -> String {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return String::new();
+    };
+    let mut s = String::new();
+    for e in entries.flatten() {
+        let body = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let lines: Vec<&str> = body.lines().collect();
+        let from = lines.len().saturating_sub(30);
+        s += &format!("== {}\n{}\n", e.path().display(), lines[from..].join("\n"));
+    }
+    s
+}
+
+/// Two ranks killed per trial, in turn or at once, workers or the
+/// replacement of the first: local restart ends exact.
+#[test]
+fn two_kills_of_workers_and_replacements_end_exact_under_local_restart() {
+    chaos(&[
+        "--kills",
+        "2",
+        "--restart",
+        "local",
+        "--victims",
+        "worker,replacement",
+        "--instants",
+        "any,admission,restore",
+        "--trials",
+        "3",
+        "--seed",
+        "11",
+    ]);
+}
+
+/// Global restart with two kills, one of them possibly during the
+/// rollback the first started (before, during or after the meeting).
+#[test]
+fn two_kills_under_global_restart_even_during_the_rollback_end_exact() {
+    chaos(&[
+        "--kills",
+        "2",
+        "--restart",
+        "global",
+        "--victims",
+        "worker,replacement",
+        "--instants",
+        "any,rollback,admission",
+        "--trials",
+        "3",
+        "--seed",
+        "12",
+    ]);
+}
+
+/// The master killed, then (in turn) the standby that took over or a
+/// worker: the dead master's rank is replaced under the new master.
+#[test]
+fn the_master_then_its_successor_killed_end_exact() {
+    chaos(&[
+        "--kills",
+        "2",
+        "--restart",
+        "local,global",
+        "--victims",
+        "master",
+        "--instants",
+        "any",
+        "--trials",
+        "2",
+        "--seed",
+        "13",
+    ]);
+}
+
+/// Spares instead of the launcher's respawn: parked spares take the
+/// places of two dead ranks (a spare itself may be the victim).
+#[test]
+fn spares_take_the_places_of_two_dead_ranks() {
+    chaos(&[
+        "--spares",
+        "--kills",
+        "2",
+        "--restart",
+        "local",
+        "--victims",
+        "worker,replacement,spare",
+        "--trials",
+        "3",
+        "--seed",
+        "14",
+    ]);
+}
+
+/// Under MPICH's `mpiexec` (which starts no replacement), spares started
+/// with the job take a dead rank's place.
+#[test]
+fn spares_under_mpiexec_take_a_dead_ranks_place() {
+    if launchers::hydra().is_none() {
+        eprintln!("skipped: MPICH's mpiexec is not installed");
+        return;
+    }
+    chaos(&[
+        "--launcher",
+        "mpiexec",
+        "--kills",
+        "1,2",
+        "--restart",
+        "local",
+        "--victims",
+        "worker,replacement",
+        "--instants",
+        "any",
+        "--trials",
+        "2",
+        "--seed",
+        "15",
+    ]);
+}
