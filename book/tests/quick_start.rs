@@ -89,8 +89,12 @@ fn sh(line: &str, dir: &Path, limit: Duration) -> Output {
 fn the_quick_start_builds_and_runs_as_a_new_crate() {
     let page = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/quick-start.md");
     let all = blocks(&std::fs::read_to_string(&page).expect("quick-start.md"));
-    let (sh_blocks, toml, rust, expected) =
-        (of(&all, "sh"), of(&all, "toml"), of(&all, "rust"), of(&all, "text"));
+    let (sh_blocks, toml, rust, expected) = (
+        of(&all, "sh"),
+        of(&all, "toml"),
+        of(&all, "rust"),
+        of(&all, "text"),
+    );
     assert_eq!(
         (sh_blocks.len(), toml.len(), rust.len(), expected.len()),
         (3, 1, 1, 1),
@@ -132,7 +136,10 @@ fn the_quick_start_builds_and_runs_as_a_new_crate() {
     std::os::unix::fs::symlink(&cache, app.join("target")).unwrap();
 
     let run: Vec<&str> = sh_blocks[1].code.lines().collect();
-    assert_eq!(run, ["cargo build", "taskfold run -n 4 -- target/debug/my_app"]);
+    assert_eq!(
+        run,
+        ["cargo build", "taskfold run -n 4 -- target/debug/my_app"]
+    );
     // The first run builds taskfold and its dependencies (minutes on a
     // busy 2-core machine); later ones only the crate and taskfold's own.
     sh(run[0], &app, Duration::from_secs(1500));
@@ -144,10 +151,30 @@ fn the_quick_start_builds_and_runs_as_a_new_crate() {
     let want: Vec<&str> = expected[0].code.lines().collect();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let ranks: Vec<&str> = want.iter().copied().filter(|l| l.starts_with('[')).collect();
-    let launcher: Vec<&str> = want.iter().copied().filter(|l| !l.starts_with('[')).collect();
+    let (ranks, launcher): (Vec<&str>, Vec<&str>) = want.iter().partition(|l| l.starts_with('['));
     assert_eq!(stdout.lines().collect::<Vec<_>>(), ranks, "{}", text(&out));
-    assert_eq!(stderr.lines().collect::<Vec<_>>(), launcher, "{}", text(&out));
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        launcher,
+        "{}",
+        text(&out)
+    );
+}
+
+/// The Metrics chapter's dependency line is the Quick start's, with the
+/// feature it needs: the two never disagree on how taskfold is had.
+#[test]
+fn the_metrics_dependency_line_is_the_quick_starts() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
+    let read = |page: &str| std::fs::read_to_string(src.join(page)).expect(page);
+    let quick = blocks(&read("quick-start.md"));
+    let metrics = blocks(&read("metrics.md"));
+    let (quick, metrics) = (of(&quick, "toml"), of(&metrics, "toml"));
+    assert_eq!((quick.len(), metrics.len()), (1, 1));
+    let want = quick[0]
+        .code
+        .replace(" }", r#", features = ["prometheus"] }"#);
+    assert_eq!(metrics[0].code, want);
 }
 
 #[test]
