@@ -151,7 +151,8 @@ fn the_quick_start_builds_and_runs_as_a_new_crate() {
     let want: Vec<&str> = expected[0].code.lines().collect();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let (ranks, launcher): (Vec<&str>, Vec<&str>) = want.iter().partition(|l| l.starts_with('['));
+    let (ranks, launcher): (Vec<&str>, Vec<&str>) =
+        want.into_iter().partition(|l| l.starts_with('['));
     assert_eq!(stdout.lines().collect::<Vec<_>>(), ranks, "{}", text(&out));
     assert_eq!(
         stderr.lines().collect::<Vec<_>>(),
