@@ -177,7 +177,7 @@ fn the_c_and_fortran_blocks_compile_and_run() {
             continue;
         }
         let mut cmd = Command::new(taskfold_bin());
-        cmd.args(["run", "-n", "2", "--timeout", "120", "--"])
+        cmd.args(["run", "-n", "2", "--timeout", "120s", "--"])
             .arg(&exe);
         let out = run_bounded(cmd, Duration::from_secs(180));
         assert!(
