@@ -5,14 +5,17 @@
 //! compiled only. The C and Fortran blocks (tagged `c` and `fortran`) are
 //! whole programs: `tests/c_blocks.rs` compiles each against
 //! libtaskfold and runs it under `taskfold run -n 2` (`no_run`: compiled
-//! only).
+//! only). `tests/quick_start.rs` follows the Quick start into a new crate
+//! outside the workspace and runs it under `taskfold run -n 4`.
 //!
 //! # Layout
 //!
 //! One empty module per page, in the order of `src/SUMMARY.md`:
-//! [`introduction`], [`getting_started`], [`embedding`], [`embedding_c`],
+//! [`introduction`], [`getting_started`], [`quick_start`], [`embedding`],
+//! [`embedding_c`],
 //! [`reducer_body`],
-//! [`non_blocking`], [`fault_tolerance`], [`checkpoints`], [`transports`],
+//! [`non_blocking`], [`fault_tolerance`], [`checkpoints`], [`surviving`],
+//! [`transports`],
 //! [`launching`], [`configuration`], [`security`], [`metrics`],
 //! [`benchmarks`],
 //! [`architecture`].
@@ -22,6 +25,9 @@ pub mod introduction {}
 
 #[doc = include_str!("src/getting-started.md")]
 pub mod getting_started {}
+
+#[doc = include_str!("src/quick-start.md")]
+pub mod quick_start {}
 
 #[doc = include_str!("src/embedding.md")]
 pub mod embedding {}
@@ -78,7 +84,7 @@ mod tests {
             .filter_map(|l| l.split("](").nth(1))
             .filter_map(|rest| rest.split(')').next())
             .collect();
-        assert_eq!(pages.len(), 16, "{pages:?}");
+        assert_eq!(pages.len(), 17, "{pages:?}");
         for page in pages {
             let include = format!("include_str!(\"src/{page}\")");
             assert!(

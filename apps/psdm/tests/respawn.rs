@@ -110,7 +110,7 @@ fn a_rank_killed_anywhere_is_replaced_and_the_image_is_the_failure_free_one() {
     assert!(clean.status.success(), "{}", text(&clean));
     for restart in ["local", "global"] {
         let mut landed = 0;
-        for trial in 0..6u64 {
+        for trial in 0..12u64 {
             if landed == 2 {
                 break;
             }
