@@ -59,6 +59,8 @@
 //!   holds to a restarted rank.
 //! - [`prelude`]: what an application that reduces needs, in one `use`.
 
+#![forbid(unsafe_code)]
+
 pub mod builder;
 pub mod checkpoint;
 pub mod config;

@@ -45,6 +45,8 @@
 //! - [`error`]: typed errors shared by every layer.
 //! - [`quote`]: the one way an error or a log quotes untrusted text (short).
 
+#![forbid(unsafe_code)]
+
 pub mod archived;
 pub mod auth;
 pub mod builtin;

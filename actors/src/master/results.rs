@@ -16,7 +16,9 @@
 //!
 //! What a crash of the master loses here: every record. A standby that
 //! takes over learns none (the ranks' reports do not carry them): a root
-//! replaced after a takeover does not get its result back.
+//! replaced after a takeover gets `ResultLost` for a reduction that had
+//! completed (one the reports name, or that completed since), never its
+//! own original as the result.
 
 use super::Master;
 use actix::prelude::*;
@@ -114,10 +116,16 @@ impl Master {
         // A live reduction with this key is the one joined (an id used
         // again): never answered with an earlier result.
         let live = self.reductions.contains_key(&key);
-        if !self.results.on || join.root != from.0 || !replaced || join.group.len() < 2 || live {
+        if join.root != from.0 || !replaced || join.group.len() < 2 || live {
             return false;
         }
-        let lookup = self.results.book.lookup(key, from.0);
+        // A master without records (a standby, or keeping switched off)
+        // still never completes a replayed root with its own original:
+        // a completed reduction's result is then lost.
+        let lookup = match self.results.on {
+            true => self.results.book.lookup(key, from.0),
+            false => Lookup::Unknown,
+        };
         let holder = match lookup {
             Lookup::At(h) if !self.out.view().is_dead(h) => Some(h),
             Lookup::Unknown if !self.completed_lately(key) => return false,
