@@ -140,8 +140,12 @@ impl Runtime {
         let limit = self.config.respawn.wait + self.config.failure_timeout * 2;
         let deadline = Instant::now() + limit;
         let held = self.checkpoints.held_versions();
-        self.tell_ready(epoch, &held)?;
         let (lock, cv) = &*self.rollbacks.0;
+        // The rollback this answer is for: a replacement's (`None`) is for
+        // whichever the master runs, so a newer one than this rank has
+        // heard of must be answered again, as any rank's.
+        let mut answered = epoch.unwrap_or(lock.lock().unwrap_or_else(|e| e.into_inner()).epoch);
+        self.tell_ready(epoch, &held)?;
         let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some((e, version)) = s.go {
@@ -149,7 +153,8 @@ impl Runtime {
                     return Ok(version);
                 }
             }
-            if s.unwinding && epoch.is_some_and(|mine| s.epoch > mine) {
+            if s.unwinding && s.epoch > answered {
+                answered = s.epoch;
                 // Another rank was replaced meanwhile: answer again.
                 epoch = Some(s.epoch);
                 drop(s);
