@@ -170,6 +170,7 @@ pub(crate) fn standby_master(
     if let (Some(root), Some(own)) = (&s.config.replica_dir, s.disk.shared_dir()) {
         m.enable_disk_inference(root.clone(), std::path::Path::new(&own), s.epoch);
     }
+    m.set_keep_results(s.config.keeps_results());
     m.take_over(lost, dead);
     (ctx.run(m), d)
 }
@@ -208,7 +209,6 @@ fn master_and_detector(
 fn master(p: &Parts, out: &Outbox, disk: &ReplicaDisk) -> (Addr<Master>, Addr<FailureDetector>) {
     let c = &p.config;
     let ((master_ctx, mut m), detector) = master_and_detector(c, out);
-    // The first master only: a standby learns no kept result.
     m.set_keep_results(c.keeps_results());
     if let Some(b) = p.notices.get() {
         m.set_board(b.clone());

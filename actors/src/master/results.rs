@@ -14,11 +14,11 @@
 //! the book is bounded
 //! ([`taskfold_core::results::RESULTS_LIMIT`]).
 //!
-//! What a crash of the master loses here: every record. A standby that
-//! takes over learns none (the ranks' reports do not carry them): a root
-//! replaced after a takeover gets `ResultLost` for a reduction that had
-//! completed (one the reports name, or that completed since), never its
-//! own original as the result.
+//! What a crash of the master loses here: the records of copies announced
+//! for reductions still live. A standby that takes over learns every
+//! stored copy from its holder's report (`Rejoin::results`); a replaced
+//! root whose copy is not among them gets `ResultLost` for a reduction
+//! that had completed, never its own original as the result.
 
 use super::Master;
 use actix::prelude::*;
@@ -31,8 +31,8 @@ use taskfold_core::{Rank, ReduceError};
 /// The master's records of kept results.
 #[derive(Default)]
 pub(super) struct Results {
-    /// Whether replacement roots are answered from the records (the
-    /// first master of a job whose roots keep their results).
+    /// Whether replacement roots are answered from the records (any
+    /// master of a job whose roots keep their results).
     on: bool,
     book: Book,
     /// Announced copies of live reductions: key → (root, holder).
@@ -61,6 +61,18 @@ impl Master {
     /// `Config::keeps_results`).
     pub(crate) fn set_keep_results(&mut self, on: bool) {
         self.results.on = on;
+    }
+
+    /// A rank's report to this standby says it keeps `root`'s result of
+    /// `key`: recorded, as the dead master had it (or would have once the
+    /// reduction completed).
+    pub(super) fn result_reported(&mut self, key: u64, root: u32, holder: u32) {
+        if !self.results.on {
+            return;
+        }
+        let drops = self.results.book.kept(key, root, holder);
+        self.drop_copies(&drops);
+        self.count_results();
     }
 
     /// Reduction `key`, rooted at `root`, completed: its announced copy is

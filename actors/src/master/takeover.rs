@@ -145,6 +145,9 @@ impl Master {
             for (key, owner) in r.copies {
                 copies.entry(key).or_default().push((owner, r.rank));
             }
+            for &(key, root) in &r.results {
+                self.result_reported(key, root, r.rank);
+            }
             for (key, error) in r.ended {
                 ended.entry(key).or_insert(error);
             }

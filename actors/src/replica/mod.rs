@@ -369,24 +369,35 @@ fn map_copy(path: &str, len: u64, crc: u32) -> Result<Bytes, String> {
     Ok(bytes)
 }
 
-/// Which copies of other ranks' originals this store keeps, as `(key,
-/// owner)` (for a new master, see `taskfold_core::failover`).
+/// Which copies of other ranks' originals, and of roots' results, this
+/// store keeps (for a new master, see `taskfold_core::failover`).
 #[derive(Message)]
-#[rtype(result = "Vec<(u64, u32)>")]
+#[rtype(result = "Listed")]
 pub(crate) struct ListCopies;
 
 impl Handler<ListCopies> for ReplicaStore {
     type Result = MessageResult<ListCopies>;
 
     fn handle(&mut self, _: ListCopies, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(
-            self.held
+        MessageResult(Listed {
+            copies: self
+                .held
                 .keys()
                 .chain(self.viewed.keys())
                 .copied()
                 .collect(),
-        )
+            results: self.results.kept(),
+        })
     }
+}
+
+/// What a store keeps, for a report to a new master.
+#[derive(Default)]
+pub(crate) struct Listed {
+    /// Copies of other ranks' originals: `(key, owner)`.
+    pub(crate) copies: Vec<(u64, u32)>,
+    /// Roots' results: `(key, root)`.
+    pub(crate) results: Vec<(u64, u32)>,
 }
 
 /// Reduction `key` ended: drop every copy of it, in memory and on disk.

@@ -38,6 +38,13 @@ pub(crate) struct Held {
     next: u64,
 }
 
+impl Held {
+    /// The results kept, `(key, root)`.
+    pub(crate) fn kept(&self) -> Vec<(u64, u32)> {
+        self.copies.keys().copied().collect()
+    }
+}
+
 /// A root offers its result of `key`.
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -139,7 +139,8 @@ impl Worker {
         let copies = self.store.send(ListCopies);
         ctx.spawn(
             actix::fut::wrap_future(copies).map(move |held, act: &mut Worker, _| {
-                msg.copies = held.unwrap_or_default();
+                let listed = held.unwrap_or_default();
+                (msg.copies, msg.results) = (listed.copies, listed.results);
                 act.to_master(&Msg::Rejoin(msg));
             }),
         );
@@ -192,6 +193,7 @@ impl Worker {
             passed,
             finalized: self.finalizing == super::end::Finalize::Sent,
             epoch: self.epoch,
+            results: Vec::new(),
         }
     }
 }

@@ -3,8 +3,8 @@
 //! the application, A replaced root).
 //!
 //! When its value becomes whole, a root that keeps results (switch on, a
-//! group of two or more, not the master's rank, which is never replaced)
-//! holds its last report: it serialises the result into a checksummed
+//! group of two or more; the master's rank too, which is replaced once a
+//! standby took over) holds its last report: it serialises the result into a checksummed
 //! buffer, exposes it, and offers it to its buddy ([`Handover`]). Once the
 //! buddy stored it, the root tells the master where (`ResultMsg::Kept`),
 //! then sends the held report, and its future completes: the copy exists
@@ -117,7 +117,6 @@ impl Worker {
     /// the result at its buddy before it completes.
     pub(super) fn keeps_result(&self, key: u64) -> bool {
         self.results.kept.on()
-            && self.rank != self.out.master()
             && self.locals.get(&key).is_some_and(|l| l.group.len() > 1)
     }
 

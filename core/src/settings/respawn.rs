@@ -85,6 +85,6 @@ impl super::Config {
     /// The one switch of the feature: every other way a rank can be
     /// replaced (spare ranks) belongs here too.
     pub fn keeps_results(&self) -> bool {
-        self.respawn.budget > 0 && self.respawn.restart == Restart::Local
+        self.respawn.replacements() > 0 && self.respawn.restart == Restart::Local
     }
 }

@@ -242,6 +242,9 @@ pub struct Rejoin {
     /// The global restart's epoch the sender last heard of (a new master
     /// numbers its rollbacks after every rank's).
     pub epoch: u32,
+    /// The roots' results the sender keeps, `(key, root)`: the new master
+    /// records them, for the roots' replacements.
+    pub results: Vec<(u64, u32)>,
 }
 
 /// One reduction in a [`Rejoin`].
