@@ -137,14 +137,16 @@ fn two_kills_under_global_restart_even_during_the_rollback_end_exact() {
     ]);
 }
 
-/// The master killed while the job reduces: the standby takes over, and
-/// the dead master's rank is replaced under it (local and global
-/// restart).
+/// The master killed while the job reduces, alone or followed by the
+/// standby that took over from it (or a worker): each new master takes
+/// over, the dead masters' ranks are replaced under it, and a replaced
+/// root gets back the results that had completed under its dead process
+/// (local and global restart).
 #[test]
-fn the_master_killed_is_taken_over_and_its_rank_replaced() {
+fn the_master_and_then_its_successor_killed_end_exact() {
     chaos(&[
         "--kills",
-        "1",
+        "1,2",
         "--restart",
         "local,global",
         "--victims",
@@ -152,7 +154,7 @@ fn the_master_killed_is_taken_over_and_its_rank_replaced() {
         "--instants",
         "any",
         "--trials",
-        "3",
+        "2",
         "--seed",
         "13",
     ]);

@@ -1,7 +1,7 @@
 //! A root's results kept for a replacement root (the book's chapter
 //! Surviving failures of the application, A replaced root), over the
 //! loopback: while replacements may come under local restart, each result
-//! of a root other than the master's is kept at its buddy until the
+//! of a root (the master's rank's too) is kept at its buddy until the
 //! application took it and then wrote a checkpoint; a copy nobody can keep
 //! is refused loudly and the result stays exact; with the switch off,
 //! nothing is kept. (A replacement's redo needs real processes: see
@@ -102,13 +102,20 @@ fn results_are_kept_until_taken_and_checkpointed_past() {
     cluster.shutdown().unwrap();
 }
 
+/// The master's rank is replaced once a standby took over: its results
+/// are kept as any root's.
 #[test]
-fn the_masters_own_results_and_a_switch_off_keep_nothing() {
-    for (budget, restart, root) in [
-        (1, Restart::Local, 0),
-        (0, Restart::Local, 1),
-        (1, Restart::Global, 1),
-    ] {
+fn the_masters_own_results_are_kept_too() {
+    let cluster = LocalCluster::with_config(3, config(1, Restart::Local)).unwrap();
+    let f = reduce(&cluster, 0, 0);
+    assert_eq!(f.get().unwrap().unwrap().0, exact(3, 0));
+    assert_eq!(kept_becomes(&cluster, 1), 1);
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn a_switch_off_or_global_restart_keeps_nothing() {
+    for (budget, restart, root) in [(0, Restart::Local, 1), (1, Restart::Global, 1)] {
         let cluster = LocalCluster::with_config(3, config(budget, restart)).unwrap();
         for i in 0..3 {
             let f = reduce(&cluster, root, i);

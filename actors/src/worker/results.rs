@@ -116,8 +116,7 @@ impl Worker {
     /// Whether this rank, the root of `key` whose value is whole, keeps
     /// the result at its buddy before it completes.
     pub(super) fn keeps_result(&self, key: u64) -> bool {
-        self.results.kept.on()
-            && self.locals.get(&key).is_some_and(|l| l.group.len() > 1)
+        self.results.kept.on() && self.locals.get(&key).is_some_and(|l| l.group.len() > 1)
     }
 
     /// Holds the root's last report `done` of `key` until its result's

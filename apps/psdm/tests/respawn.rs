@@ -99,15 +99,21 @@ fn a_rank_killed_anywhere_is_replaced_and_the_image_is_the_failure_free_one() {
     let job = Job::new(JobArgs::parse(ARGS).expect("valid options")).expect("valid job");
     let want = job.migrate_sequentially().checksum();
     let dir = tempfile::tempdir().unwrap();
-    let began = Instant::now();
-    let clean = wait_bounded(
-        launch("local", &dir.path().join("clean.png"))
-            .spawn()
-            .unwrap(),
-        Duration::from_secs(200),
-    );
-    let span = began.elapsed();
-    assert!(clean.status.success(), "{}", text(&clean));
+    // The failure-free span, from a second run: the first after a build
+    // pays for cold caches, and kills drawn over it would land after the
+    // killed runs' end.
+    let mut span = Duration::ZERO;
+    for _ in 0..2 {
+        let began = Instant::now();
+        let clean = wait_bounded(
+            launch("local", &dir.path().join("clean.png"))
+                .spawn()
+                .unwrap(),
+            Duration::from_secs(200),
+        );
+        span = began.elapsed();
+        assert!(clean.status.success(), "{}", text(&clean));
+    }
     for restart in ["local", "global"] {
         let mut landed = 0;
         for trial in 0..12u64 {

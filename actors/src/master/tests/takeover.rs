@@ -16,6 +16,7 @@ fn report_of(rank: u32, f: impl FnOnce(&mut Rejoin)) -> RejoinIn {
         passed: 0,
         finalized: false,
         epoch: 0,
+        results: Vec::new(),
     };
     f(&mut rejoin);
     RejoinIn {
