@@ -15,8 +15,9 @@ use std::process::Command;
 use std::time::Duration;
 use taskfold_tests::{run_bounded, taskfold_bin, text};
 
-/// Runs `bench chaos` with `args` (6 ranks, 40 steps); asserts that every
-/// trial of every campaign ended exact and returns the report.
+/// Runs `bench chaos` with `args` (6 ranks unless they say, 40 steps);
+/// asserts that every trial of every campaign ended exact, and returns
+/// the report.
 fn chaos(args: &[&str]) -> serde_json::Value {
     // One campaign at a time: each job's failure timeout is short, and
     // campaigns side by side on a small machine would starve each other.
@@ -26,21 +27,15 @@ fn chaos(args: &[&str]) -> serde_json::Value {
     let json = dir.path().join("chaos.json");
     let keep = dir.path().join("kept");
     let mut cmd = Command::new(taskfold_bin());
-    cmd.args([
-        "bench",
-        "chaos",
-        "--np",
-        "6",
-        "--steps",
-        "40",
-        "--reference",
-        "1",
-    ])
-    .args(args)
-    .arg("--json")
-    .arg(&json)
-    .arg("--keep")
-    .arg(&keep);
+    cmd.args(["bench", "chaos", "--steps", "40", "--reference", "1"]);
+    if !args.contains(&"--np") {
+        cmd.args(["--np", "6"]);
+    }
+    cmd.args(args)
+        .arg("--json")
+        .arg(&json)
+        .arg("--keep")
+        .arg(&keep);
     let out = run_bounded(cmd, Duration::from_secs(600));
     let report: serde_json::Value = match std::fs::read(&json) {
         Ok(b) => serde_json::from_slice(&b).unwrap(),
@@ -176,5 +171,37 @@ fn spares_take_the_places_of_two_dead_ranks() {
         "3",
         "--seed",
         "14",
+    ]);
+}
+
+/// Whole simulated nodes killed (every process of one network namespace),
+/// one or two per trial, on 4 nodes: their ranks are replaced on them and
+/// every trial ends exact (local and global restart). Needs root (network
+/// namespaces); CI runs as root.
+#[test]
+fn whole_simulated_nodes_killed_end_exact() {
+    if !rustix::process::geteuid().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the simulated nodes (as root)"
+        );
+        eprintln!("skipped: simulated nodes need root");
+        return;
+    }
+    chaos(&[
+        "--sim-nodes",
+        "4",
+        "--np",
+        "8",
+        "--kills",
+        "1,2",
+        "--restart",
+        "local,global",
+        "--victims",
+        "node",
+        "--trials",
+        "2",
+        "--seed",
+        "42",
     ]);
 }
