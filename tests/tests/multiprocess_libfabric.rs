@@ -47,7 +47,6 @@ fn binaries() -> &'static (PathBuf, PathBuf) {
             std::fs::copy(&from, &to).unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
             to
         };
-        copy("tf_respawn");
         (copy("taskfold"), copy("tf_check"))
     })
 }
@@ -220,60 +219,5 @@ fn tcp_rxm_a_stopped_rank_is_fenced_and_changes_nothing_when_resumed() {
 fn tcp_rxm_async_sigkill_after_the_disk_write_before_the_join_is_recovered_from_disk() {
     if let Some(job) = fault_job("tcp;ofi_rxm") {
         faults::killed_after_its_disk_write_before_its_join(&job);
-    }
-}
-
-/// A rank SIGKILLed over libfabric (`tcp;ofi_rxm`) at an instant drawn
-/// over the run is replaced by `taskfold run --respawn 1`: the replacement
-/// registers through the TCP bootstrap, is let in on the fabric, and
-/// gives its lost contributions again (durability off: nothing else
-/// could); every reduction is exact at rank 0.
-#[test]
-fn tcp_rxm_a_killed_rank_is_replaced_and_every_reduction_is_exact() {
-    if !have("tcp;ofi_rxm") {
-        return;
-    }
-    let (taskfold, _) = binaries();
-    let tf_respawn = target_dir().join(format!(
-        "tf_respawn-libfabric{}",
-        std::env::consts::EXE_SUFFIX
-    ));
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(taskfold);
-    cmd.env("TASKFOLD_TRANSPORT", "libfabric")
-        .env("TASKFOLD_FI_PROVIDER", "tcp;ofi_rxm")
-        .env("TASKFOLD_DURABILITY", "off")
-        .env("TASKFOLD_FAILURE_TIMEOUT_MS", "2000")
-        .args([
-            "run",
-            "-n",
-            "4",
-            "--respawn",
-            "1",
-            "--timeout",
-            "150s",
-            "--",
-        ])
-        .arg(tf_respawn)
-        .args(["--reductions", "80", "--pace-ms", "25", "--pid-dir"])
-        .arg(dir.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = cmd.spawn().expect("taskfold run");
-    let pid = taskfold_tests::wait_for_pid(&dir.path().join("rank-2.pid"), Duration::from_secs(60));
-    std::thread::sleep(taskfold_tests::drawn_instant(
-        7,
-        Duration::from_millis(80 * 25),
-    ));
-    let landed = taskfold_tests::signal(pid, taskfold_tests::Signal::KILL).is_ok();
-    let out = taskfold_tests::wait_bounded(child, LIMIT);
-    let t = text(&out);
-    assert!(out.status.success(), "exit {:?}:\n{t}", out.status);
-    assert!(
-        t.contains("[0] rank 0: 80 ok, 0 lost, 0 wrong, 0 unexpected"),
-        "{t}"
-    );
-    if landed {
-        assert!(t.contains("started again (incarnation 1"), "{t}");
     }
 }
