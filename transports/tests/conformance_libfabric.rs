@@ -66,6 +66,46 @@ fn run_body(name: &str, provider: &str, body: &dyn Fn()) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // The harness names a test by its path below the crate.
     let test = name.split_once("::").map_or(name, |(_, t)| t);
+    // See [`LIBRARY_CRASHES`]: only that case, only that crash, at most
+    // that many times; any other failure fails at once.
+    let segv_allowed = if provider == "shm" && test.ends_with("::crash_reports_link_down") {
+        LIBRARY_CRASHES
+    } else {
+        0
+    };
+    for attempt in 0..=segv_allowed {
+        let (status, text, took) = run_case(test);
+        let library_crash = text.contains("terminated with signal 11");
+        if library_crash && attempt < segv_allowed {
+            eprintln!("case {test} over {provider}: libfabric's shm provider crashed; again");
+            continue;
+        }
+        assert!(
+            status.success() && text.contains("1 passed"),
+            "case {test} over {provider} failed ({status}, after {took:?}):\n{text}"
+        );
+        return;
+    }
+}
+
+/// How many times the in-process crash case over `shm` may die of a
+/// SIGSEGV inside libfabric before it fails.
+///
+/// Why: the case "crashes" a rank by aborting its transport inside the
+/// test's one process; the shm provider keeps its map of peers' regions
+/// per process, and about one run in five (2 of 10 at the time of
+/// writing) dies in `pthread_spin_lock` inside the provider while the
+/// other ranks' gets to the aborted one are still in flight. A real
+/// crash leaves the region mapped in the surviving processes: the same
+/// promise with real processes over `shm` is
+/// `tests/tests/multiprocess_libfabric.rs`'s
+/// `shm_place_3_sigkill_of_a_provider_while_the_receiver_fetches`, which
+/// is never retried.
+const LIBRARY_CRASHES: u32 = 2;
+
+/// Runs test `test` of this binary in a process of its own; its exit
+/// status, output and duration.
+fn run_case(test: &str) -> (std::process::ExitStatus, String, std::time::Duration) {
     let exe = std::env::current_exe().expect("this test binary");
     let mut child = std::process::Command::new(exe)
         .args([test, "--exact", "--test-threads=1", "--nocapture"])
@@ -91,11 +131,7 @@ fn run_body(name: &str, provider: &str, body: &dyn Fn()) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        status.success() && text.contains("1 passed"),
-        "case {test} over {provider} failed ({status}, after {:?}):\n{text}",
-        started.elapsed()
-    );
+    (status, text, started.elapsed())
 }
 
 fn run_here(provider: &str, body: &dyn Fn()) {

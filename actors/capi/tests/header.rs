@@ -51,3 +51,49 @@ fn the_fortran_module_has_every_constant_of_the_header() {
     }
     assert!(n >= 50, "only {n} constants in the header");
 }
+
+/// The header is C++ too: a C++ translation unit that includes it and
+/// calls through it compiles cleanly with `g++` (its declarations sit in
+/// `extern "C"`, as a C++ seismic code includes them).
+#[test]
+fn the_header_compiles_as_cpp() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("uses.cpp");
+    std::fs::write(
+        &src,
+        "#include <taskfold.h>\n\
+         #include <vector>\n\
+         int reduce(std::vector<double> &v, std::vector<double> &out) {\n\
+           tf_request req;\n\
+           int rc = tf_ireduce(v.data(), out.data(), v.size(), TF_F64, TF_SUM, 0, nullptr, &req);\n\
+           if (rc == TF_SUCCESS) rc = tf_wait(&req, nullptr);\n\
+           return rc == TF_SUCCESS ? 0 : (tf_strerror(rc) != nullptr);\n\
+         }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new("g++")
+        .args([
+            "-std=c++11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fsyntax-only",
+            "-I",
+        ])
+        .arg(dir.join("include"))
+        .arg(&src)
+        .output()
+        .expect("g++ (installed by .ci/run)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // C linkage for a C++ caller: the declarations are wrapped.
+    let header = std::fs::read_to_string(dir.join("include/taskfold.h")).unwrap();
+    assert!(
+        header.contains("#ifdef __cplusplus\nextern \"C\" {"),
+        "no extern \"C\" block in the header"
+    );
+}
