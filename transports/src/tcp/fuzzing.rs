@@ -3,10 +3,10 @@
 //! without sockets. Each runs the same functions the transport runs; a
 //! failure is returned as the error the transport would raise.
 
-use super::bootstrap::{self, Unresolved};
 use super::frame::{self, kind, Header, HEADER_LEN};
 use super::get::{self, Dest};
 use super::peer::Pending;
+use super::rendezvous::{self as rv, Unresolved};
 use crate::shm::HeapRef;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -17,7 +17,7 @@ pub const REQ: u64 = 1;
 /// The master's address and rank read from a rendezvous file's `text`,
 /// for `job` (what a rank does with the file another process wrote).
 pub fn rendezvous(text: &str, job: u64) -> Result<(SocketAddr, u32), String> {
-    bootstrap::parse_rendezvous(text, job, Path::new("fuzz")).map_err(|e| match e {
+    rv::parse_rendezvous(text, job, Path::new("fuzz")).map_err(|e| match e {
         Unresolved::Retry(why) => why,
         Unresolved::Fatal(e) => e.to_string(),
     })
@@ -25,7 +25,7 @@ pub fn rendezvous(text: &str, job: u64) -> Result<(SocketAddr, u32), String> {
 
 /// The text the master, rank `master`, writes in its rendezvous file.
 pub fn rendezvous_text(job: u64, addr: SocketAddr, master: u32) -> String {
-    bootstrap::rendezvous_text(job, addr, master)
+    rv::rendezvous_text(job, addr, master)
 }
 
 /// What a get's receiver made of a sequence of frames.

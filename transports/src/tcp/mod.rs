@@ -99,6 +99,7 @@ mod launcher;
 mod lender;
 pub mod metrics;
 mod peer;
+mod rendezvous;
 mod respawn;
 mod sock;
 pub mod spare;
@@ -354,7 +355,7 @@ fn host_master(
 ) -> Result<bootstrap::Joined, TransportError> {
     if let MasterAddr::Rendezvous(path) = &cfg.master {
         let public = bootstrap::reachable(listen_addr);
-        bootstrap::write_rendezvous(path, cfg.job, public, cfg.rank).map_err(|e| {
+        rendezvous::write_rendezvous(path, cfg.job, public, cfg.rank).map_err(|e| {
             TransportError::Io(format!(
                 "writing the rendezvous file {}: {e}",
                 path.display()
@@ -566,7 +567,7 @@ impl Transport for TcpTransport {
         spare::dismiss_all(&self.shared);
         if let (MasterAddr::Rendezvous(path), true) = (&self.rendezvous, self.shared.hosts_master())
         {
-            bootstrap::write_over(path, self.shared.job).map_err(|e| {
+            rendezvous::write_over(path, self.shared.job).map_err(|e| {
                 TransportError::Io(format!(
                     "writing the rendezvous file {}: {e}",
                     path.display()
@@ -591,7 +592,7 @@ impl Transport for TcpTransport {
         self.shared.set_hosts_master();
         if let MasterAddr::Rendezvous(path) = &self.rendezvous {
             let public = bootstrap::reachable(self.listen_addr);
-            bootstrap::write_rendezvous(path, self.shared.job, public, self.shared.rank).map_err(
+            rendezvous::write_rendezvous(path, self.shared.job, public, self.shared.rank).map_err(
                 |e| {
                     TransportError::Io(format!(
                         "writing the rendezvous file {}: {e}",

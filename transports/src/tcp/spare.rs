@@ -18,11 +18,11 @@
 //! reports are), whatever `TASKFOLD_INTEGRITY` says: a party on the path
 //! cannot send a spare to take a rank.
 
-use super::bootstrap::{self, Found};
 use super::conn::{bad_connection, refuse};
 use super::frame::{self, kind, Entry, Header, Hello, Role};
 use super::handshake::{self, Failed};
 use super::peer::Shared;
+use super::rendezvous::{self, Found};
 use super::MasterAddr;
 use crate::version::VERSION;
 use crate::TransportError;
@@ -289,11 +289,11 @@ fn find_master(
     let mut last = String::from("no master answered");
     loop {
         let mut candidates: Vec<Found> = Vec::new();
-        match bootstrap::resolve(&cfg.master, cfg.job) {
+        match rendezvous::resolve(&cfg.master, cfg.job) {
             Ok(f) if Some(f.1) != lost || matches!(cfg.master, MasterAddr::Rendezvous(_)) => {
                 candidates.push(f)
             }
-            Err(bootstrap::Unresolved::Fatal(TransportError::Refused(r)))
+            Err(rendezvous::Unresolved::Fatal(TransportError::Refused(r)))
                 if r.contains(crate::RANK_FINISHED) =>
             {
                 return Err(TransportError::Refused(r));
