@@ -41,7 +41,16 @@ impl Router {
         let policy = self.standby.spare.config.standby;
         let nodes = view.nodes();
         let v = view.read();
-        standby_of(v.master(), v.size(), &v.dead(), nodes.as_deref(), policy).map(Rank)
+        let incarnations = v.incarnations();
+        standby_of(
+            v.master(),
+            v.size(),
+            &v.dead(),
+            &incarnations,
+            nodes.as_deref(),
+            policy,
+        )
+        .map(Rank)
     }
 
     /// Keeps a message for the master that came to this rank before it

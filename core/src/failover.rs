@@ -20,30 +20,44 @@ use crate::rankset::RankSet;
 use crate::schedule::Entry;
 use crate::settings::Standby;
 
-/// The rank that takes over if `master` dies: the lowest live rank (not in
-/// `dead`, not `master`) on another node than `master`'s; with
-/// [`Standby::On`], if there is none, the lowest live rank. `nodes` holds
-/// each rank's node (`None`: unknown, as on one node). `None` if no rank
-/// qualifies or the policy is [`Standby::Off`].
+/// The rank that takes over if `master` dies: among the live ranks (not
+/// in `dead`, not `master`) on another node than `master`'s, the one of
+/// the oldest incarnation (`incarnations[r]`, 0 where the slice is short),
+/// the lowest rank among equals; with [`Standby::On`], if there is none,
+/// the same choice among every live rank. `nodes` holds each rank's node
+/// (`None`: unknown, as on one node). `None` if no rank qualifies or the
+/// policy is [`Standby::Off`].
+///
+/// Why the oldest incarnation first: a replacement let in just before the
+/// master died is known as live to the ranks the master told, and as dead
+/// to the others; were it the lowest rank, the two sides would turn to
+/// different standbys. Ranking it after every older incarnation makes
+/// both sides choose the same rank whenever some live rank is older than
+/// it, and a replacement that is still restoring never becomes the master
+/// while an older rank could.
 pub fn standby_of(
     master: u32,
     size: u32,
     dead: &RankSet,
+    incarnations: &[u32],
     nodes: Option<&[u64]>,
     policy: Standby,
 ) -> Option<u32> {
     if policy == Standby::Off {
         return None;
     }
-    let mut live = (0..size).filter(|&r| r != master && !dead.contains(r as usize));
+    let live = (0..size).filter(|&r| r != master && !dead.contains(r as usize));
+    let oldest = |ranks: &mut dyn Iterator<Item = u32>| {
+        ranks.min_by_key(|&r| (incarnations.get(r as usize).copied().unwrap_or(0), r))
+    };
     let node = |r: u32| nodes.and_then(|t| t.get(r as usize).copied());
     let elsewhere = match node(master) {
-        Some(own) => live.clone().find(|&r| node(r).is_some_and(|n| n != own)),
+        Some(own) => oldest(&mut live.clone().filter(|&r| node(r).is_some_and(|n| n != own))),
         None => None,
     };
     match (elsewhere, policy) {
         (Some(r), _) => Some(r),
-        (None, Standby::On) => live.next(),
+        (None, Standby::On) => oldest(&mut live.clone()),
         (None, _) => None,
     }
 }

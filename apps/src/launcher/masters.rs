@@ -10,6 +10,8 @@ pub(super) struct Masters {
     pub(super) current: u32,
     size: u32,
     dead: taskfold_core::RankSet,
+    /// Replacements started per rank: the ranks' incarnations.
+    incarnations: Vec<u32>,
     nodes: Option<Vec<u64>>,
     policy: taskfold::Standby,
 }
@@ -25,6 +27,7 @@ impl Masters {
             current: 0,
             size,
             dead: taskfold_core::RankSet::new(),
+            incarnations: vec![0; size as usize],
             nodes,
             policy,
         }
@@ -33,6 +36,9 @@ impl Masters {
     /// A replacement of `rank` was started: it may take over again.
     pub(super) fn revived(&mut self, rank: u32) {
         self.dead.remove(rank as usize);
+        if let Some(i) = self.incarnations.get_mut(rank as usize) {
+            *i += 1;
+        }
     }
 
     /// `rank` died: the standby that takes over, if it was the master and
@@ -43,8 +49,14 @@ impl Masters {
             return Ok(None);
         }
         let nodes = self.nodes.as_deref();
-        let next =
-            taskfold_core::failover::standby_of(rank, self.size, &self.dead, nodes, self.policy);
+        let next = taskfold_core::failover::standby_of(
+            rank,
+            self.size,
+            &self.dead,
+            &self.incarnations,
+            nodes,
+            self.policy,
+        );
         let next = next.ok_or(())?;
         self.current = next;
         Ok(Some(next))

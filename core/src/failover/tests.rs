@@ -18,39 +18,71 @@ fn standby_is_on_another_node_when_there_is_one() {
     let nodes = [7, 7, 9, 9];
     let none = RankSet::new();
     assert_eq!(
-        standby_of(0, 4, &none, Some(&nodes), Standby::Auto),
+        standby_of(0, 4, &none, &[], Some(&nodes), Standby::Auto),
         Some(2)
     );
     assert_eq!(
-        standby_of(2, 4, &set(&[0]), Some(&nodes), Standby::Auto),
+        standby_of(2, 4, &set(&[0]), &[], Some(&nodes), Standby::Auto),
         Some(1)
     );
     assert_eq!(
-        standby_of(0, 4, &set(&[2]), Some(&nodes), Standby::Auto),
+        standby_of(0, 4, &set(&[2]), &[], Some(&nodes), Standby::Auto),
         Some(3)
     );
     // Every other rank of another node dead: none with auto, the next
     // live rank with on.
     assert_eq!(
-        standby_of(0, 4, &set(&[2, 3]), Some(&nodes), Standby::Auto),
+        standby_of(0, 4, &set(&[2, 3]), &[], Some(&nodes), Standby::Auto),
         None
     );
     assert_eq!(
-        standby_of(0, 4, &set(&[2, 3]), Some(&nodes), Standby::On),
+        standby_of(0, 4, &set(&[2, 3]), &[], Some(&nodes), Standby::On),
         Some(1)
     );
-    assert_eq!(standby_of(0, 4, &none, Some(&nodes), Standby::Off), None);
+    assert_eq!(
+        standby_of(0, 4, &none, &[], Some(&nodes), Standby::Off),
+        None
+    );
 }
 
 #[test]
 fn one_node_has_a_standby_only_when_asked() {
     let nodes = [1, 1, 1];
     let none = RankSet::new();
-    assert_eq!(standby_of(0, 3, &none, Some(&nodes), Standby::Auto), None);
-    assert_eq!(standby_of(0, 3, &none, None, Standby::Auto), None);
-    assert_eq!(standby_of(0, 3, &none, None, Standby::On), Some(1));
-    assert_eq!(standby_of(1, 3, &set(&[0]), None, Standby::On), Some(2));
-    assert_eq!(standby_of(0, 1, &none, None, Standby::On), None);
+    assert_eq!(
+        standby_of(0, 3, &none, &[], Some(&nodes), Standby::Auto),
+        None
+    );
+    assert_eq!(standby_of(0, 3, &none, &[], None, Standby::Auto), None);
+    assert_eq!(standby_of(0, 3, &none, &[], None, Standby::On), Some(1));
+    assert_eq!(
+        standby_of(1, 3, &set(&[0]), &[], None, Standby::On),
+        Some(2)
+    );
+    assert_eq!(standby_of(0, 1, &none, &[], None, Standby::On), None);
+}
+
+/// The case `bench chaos` found: master 0 died, master 1 let rank 0's
+/// replacement (incarnation 1) in and told rank 2, then died before it
+/// told ranks 3-5. Rank 2 sees rank 0 live, the others see it dead: both
+/// must still turn to the same standby (rank 2), never to the replacement.
+#[test]
+fn a_replacement_some_ranks_have_not_heard_of_is_chosen_by_none() {
+    let told = standby_of(1, 6, &set(&[1]), &[1, 0, 0, 0, 0, 0], None, Standby::On);
+    let untold = standby_of(1, 6, &set(&[0, 1]), &[0, 0, 0, 0, 0, 0], None, Standby::On);
+    assert_eq!(told, Some(2));
+    assert_eq!(untold, Some(2));
+    // With nodes: the oldest rank elsewhere, even past a lower rank.
+    let nodes = [1, 1, 2, 2];
+    assert_eq!(
+        standby_of(0, 4, &set(&[]), &[0, 0, 1, 0], Some(&nodes), Standby::Auto),
+        Some(3)
+    );
+    // Only replacements left: the oldest of them, then the lowest rank.
+    assert_eq!(
+        standby_of(0, 4, &set(&[]), &[0, 2, 1, 1], None, Standby::On),
+        Some(2)
+    );
 }
 
 #[test]
@@ -210,5 +242,44 @@ proptest! {
                 prop_assert!(valued.iter().any(|h| h.path.contains(k)));
             }
         }
+    }
+}
+
+proptest! {
+    /// Two ranks' views that differ only in a replacement of rank `r`
+    /// (incarnation `k + 1`) one of them has heard of and the other has
+    /// not (it still sees incarnation `k` dead) choose the same standby
+    /// whenever some other live rank is of incarnation `k` or older.
+    #[test]
+    fn views_apart_by_one_admission_agree(
+        incs in proptest::collection::vec(0u32..3, 2..10),
+        dead_bits in proptest::collection::vec(any::<bool>(), 10),
+        r_pick in 0usize..10,
+        master_pick in 0usize..10,
+        on_nodes in any::<bool>(),
+    ) {
+        let size = incs.len() as u32;
+        let r = (r_pick % incs.len()) as u32;
+        let master = (master_pick % incs.len()) as u32;
+        prop_assume!(r != master);
+        let mut dead: RankSet = (0..incs.len()).filter(|&i| dead_bits[i]).collect();
+        dead.insert(master as usize);
+        dead.remove(r as usize);
+        let nodes: Vec<u64> = (0..size).map(|i| u64::from(i % 2) + 1).collect();
+        let nodes = on_nodes.then_some(&nodes[..]);
+        let mut told_incs = incs.clone();
+        told_incs[r as usize] += 1;
+        let mut untold_dead = dead.clone();
+        untold_dead.insert(r as usize);
+        let k = incs[r as usize];
+        let older_live = (0..size).any(|q| {
+            q != r && q != master && !dead.contains(q as usize) && incs[q as usize] <= k
+                && nodes.is_none_or(|n| n[q as usize] != n[master as usize])
+        });
+        prop_assume!(older_live);
+        let told = standby_of(master, size, &dead, &told_incs, nodes, Standby::On);
+        let untold = standby_of(master, size, &untold_dead, &incs, nodes, Standby::On);
+        prop_assert_eq!(told, untold);
+        prop_assert_ne!(told, Some(r));
     }
 }
