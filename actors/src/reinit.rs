@@ -150,6 +150,11 @@ impl Runtime {
         loop {
             if let Some((e, version)) = s.go {
                 if !s.unwinding && epoch.is_none_or(|mine| e >= mine) {
+                    // The versions reported stay held until the
+                    // application restored the one agreed on.
+                    if version.is_none() {
+                        self.checkpoints.release_held();
+                    }
                     return Ok(version);
                 }
             }
@@ -164,6 +169,7 @@ impl Runtime {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
+                self.checkpoints.release_held();
                 return Err(ReduceError::Timeout(limit));
             }
             let wait = left.min(Duration::from_millis(200));

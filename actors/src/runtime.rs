@@ -317,8 +317,13 @@ impl Runtime {
             aligned.extend_from_slice(payload);
             rkyv::from_bytes::<T, rancor::Error>(&aligned).map_err(|e| e.to_string())
         };
-        self.checkpoints
-            .restore(how, state_tag::<T>(), max, &decode)
+        let restored = self
+            .checkpoints
+            .restore(how, state_tag::<T>(), max, &decode);
+        // A global restart's meeting held the versions this rank reported
+        // (`Checkpoints::held_versions`) for this read.
+        self.checkpoints.release_held();
+        restored
     }
 
     /// What this rank learnt of the failures: the ranks declared failed

@@ -155,6 +155,28 @@ fn the_master_and_then_its_successor_killed_end_exact() {
     ]);
 }
 
+/// The master killed, then the master after it killed while it lets the
+/// dead one's replacement in: the ranks it told of the replacement and
+/// those it did not still turn to the same standby, the oldest live rank,
+/// and every trial ends exact (local and global restart).
+#[test]
+fn the_master_killed_while_it_lets_a_replacement_in_ends_exact() {
+    chaos(&[
+        "--kills",
+        "2",
+        "--restart",
+        "local,global",
+        "--victims",
+        "master",
+        "--instants",
+        "admission",
+        "--trials",
+        "2",
+        "--seed",
+        "17",
+    ]);
+}
+
 /// Spares instead of the launcher's respawn: parked spares take the
 /// places of two dead ranks (a spare itself may be the victim).
 #[test]

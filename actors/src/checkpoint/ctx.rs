@@ -53,6 +53,25 @@ pub(crate) struct Stores {
     keep: usize,
 }
 
+impl Stores {
+    /// Keeps this rank's own pieces from `version` up
+    /// ([`FileStore::hold_from`]), locally and in the shared directory.
+    pub(crate) fn hold_from(&self, version: u64) {
+        self.local.hold_from(version);
+        if let Some(s) = &self.shared {
+            s.hold_from(version);
+        }
+    }
+
+    /// Ends [`Stores::hold_from`].
+    pub(crate) fn release(&self) {
+        self.local.release();
+        if let Some(s) = &self.shared {
+            s.release();
+        }
+    }
+}
+
 impl Drop for Stores {
     fn drop(&mut self) {
         if let Some(dir) = &self.fresh {

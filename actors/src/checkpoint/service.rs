@@ -262,7 +262,18 @@ impl Checkpoints {
         held.sort_unstable_by(|a, b| b.cmp(a));
         held.dedup();
         held.truncate(taskfold_core::reinit::MAX_HELD);
+        if let (Some(&oldest), Ok(stores)) = (held.last(), self.ctx.stores()) {
+            stores.hold_from(oldest);
+        }
         held
+    }
+
+    /// Ends the hold [`Checkpoints::held_versions`] put on the versions
+    /// this rank reported: it restored (or has nothing to restore).
+    pub(crate) fn release_held(&self) {
+        if let Ok(stores) = self.ctx.stores() {
+            stores.release();
+        }
     }
 
     /// The versions this rank's partner holds of its state at L2.

@@ -151,6 +151,9 @@ pub struct Stored {
 pub struct FileStore {
     dir: PathBuf,
     keep: usize,
+    /// Versions from this one up are never pruned (`u64::MAX`: none):
+    /// held while a global restart's meeting may agree on one of them.
+    floor: std::sync::atomic::AtomicU64,
 }
 
 fn nofollow() -> i32 {
@@ -222,6 +225,7 @@ impl FileStore {
         Ok(FileStore {
             dir: dir.to_path_buf(),
             keep: keep.max(1),
+            floor: std::sync::atomic::AtomicU64::new(u64::MAX),
         })
     }
 
@@ -400,13 +404,32 @@ impl FileStore {
         Ok(None)
     }
 
-    /// Removes the versions of `key`'s piece beyond the newest `keep`.
+    /// Keeps every version from `version` up, whatever `keep` says, until
+    /// [`FileStore::release`]: a rank that reported the versions it holds
+    /// to a global restart's meeting must still hold the one agreed on
+    /// when it restores, though writes queued before the rollback land
+    /// meanwhile.
+    pub fn hold_from(&self, version: u64) {
+        self.floor
+            .store(version, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Ends [`FileStore::hold_from`]: the next write prunes as usual.
+    pub fn release(&self) {
+        self.floor
+            .store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Removes the versions of `key`'s piece beyond the newest `keep`,
+    /// except those held ([`FileStore::hold_from`]).
     fn prune(&self, key: &PieceKey) -> Result<(), StoreError> {
+        let floor = self.floor.load(std::sync::atomic::Ordering::SeqCst);
         let old = self
             .list()?
             .into_iter()
             .filter(|k| k.same_piece(key))
-            .skip(self.keep);
+            .skip(self.keep)
+            .filter(|k| k.version < floor);
         for k in old {
             let path = self.path(&k);
             match fs::remove_file(&path) {

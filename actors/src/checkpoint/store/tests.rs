@@ -352,3 +352,22 @@ fn file_names_parse_back_strictly() {
         assert_eq!(PieceKey::parse(bad), None, "{bad}");
     }
 }
+
+/// Versions reported to a global restart's meeting stay on disk while
+/// writes queued before the rollback land (they would prune the older
+/// one the meeting may agree on); released, the next write prunes again.
+#[test]
+fn held_versions_survive_later_writes_until_released() {
+    let (_root, s) = store(2);
+    for v in [16, 17] {
+        s.write(&header(3, v, Level::L1), b"state").unwrap();
+    }
+    s.hold_from(16);
+    for v in [18, 19] {
+        s.write(&header(3, v, Level::L1), b"state").unwrap();
+    }
+    assert_eq!(s.versions(3, Level::L1).unwrap(), vec![19, 18, 17, 16]);
+    s.release();
+    s.write(&header(3, 20, Level::L1), b"state").unwrap();
+    assert_eq!(s.versions(3, Level::L1).unwrap(), vec![20, 19]);
+}
