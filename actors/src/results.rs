@@ -18,7 +18,7 @@
 //!   replacement root.
 
 use crate::future::Slot;
-use crate::master::{ResultKeptIn, ResultsReleasedIn};
+use crate::master::{ResultAlsoKeptIn, ResultKeptIn, ResultsReleasedIn};
 use crate::replica::{ResultDropIn, ResultOfferIn};
 use crate::router::Router;
 use crate::worker::{ResultAtIn, ResultStoredIn};
@@ -84,10 +84,32 @@ impl Router {
         match msg {
             ResultMsg::Offer { key, len, crc } => self.store.do_send(ResultOfferIn {
                 root: from,
+                from,
                 key,
                 len,
                 crc,
             }),
+            // A holder relays a dead root's result (this rank may hear of
+            // the death after the relay: the master's record decides), never
+            // a sender's own nor this rank's.
+            ResultMsg::Relay {
+                root,
+                key,
+                len,
+                crc,
+            } if root != from.0 && root != self.rank.0 => self.store.do_send(ResultOfferIn {
+                root: Rank(root),
+                from,
+                key,
+                len,
+                crc,
+            }),
+            ResultMsg::AlsoKept { root, key } => match &self.master {
+                Some(m) => m.do_send(ResultAlsoKeptIn { from, root, key }),
+                None => {
+                    tracing::debug!(%from, "a second copy's notice reached a rank that is not the master")
+                }
+            },
             ResultMsg::Stored { key, ok } => self.worker.do_send(ResultStoredIn { from, key, ok }),
             ResultMsg::At { key, holder } if from_master => {
                 self.worker.do_send(ResultAtIn { key, holder })

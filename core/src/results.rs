@@ -342,6 +342,9 @@ struct Entry {
     root: u32,
     /// `None` once ambiguous (two unreleased results of one id).
     holder: Option<u32>,
+    /// A second copy, made by the holder from its own once the root died
+    /// ([`Book::also_kept`]): it takes the holder's place if that dies.
+    spare: Option<u32>,
     /// Results of this key the root has not released.
     unreleased: u32,
     /// Two unreleased results of one id met: no copy answers any more.
@@ -400,7 +403,7 @@ impl Book {
         let mut drops = Vec::new();
         if let Some(e) = self.entries.get_mut(&key) {
             if e.root == root {
-                if let Some(old) = e.holder.take() {
+                for old in [e.holder.take(), e.spare.take()].into_iter().flatten() {
                     drops.push(Drop {
                         holder: old,
                         root,
@@ -413,7 +416,7 @@ impl Book {
                 return drops;
             }
             // Another root's result of a reused id: that one is forgotten.
-            if let Some(old) = e.holder {
+            for old in [e.holder, e.spare].into_iter().flatten() {
                 drops.push(Drop {
                     holder: old,
                     root: e.root,
@@ -428,6 +431,7 @@ impl Book {
             Entry {
                 root,
                 holder: Some(holder),
+                spare: None,
                 unreleased: 1,
                 ambiguous: false,
                 generation,
@@ -441,7 +445,7 @@ impl Book {
             if self.entries.get(&k).is_some_and(|e| e.generation == g) {
                 let e = self.entries.remove(&k).expect("just seen");
                 self.evicted += 1;
-                if let Some(h) = e.holder {
+                for h in [e.holder, e.spare].into_iter().flatten() {
                     drops.push(Drop {
                         holder: h,
                         root: e.root,
@@ -455,17 +459,32 @@ impl Book {
     }
 
     /// `root` released its result of `key` (its application checkpointed
-    /// past it). Unknown or another root's: ignored.
-    pub fn released(&mut self, key: u64, root: u32) {
-        let Some(e) = self.entries.get_mut(&key) else {
-            return;
-        };
-        if e.root != root {
-            return;
-        }
+    /// past it). Unknown or another root's: ignored. Returns the second
+    /// copy to drop, if one was made (the root drops the copy it knows).
+    pub fn released(&mut self, key: u64, root: u32) -> Option<Drop> {
+        let e = self.entries.get_mut(&key).filter(|e| e.root == root)?;
         e.unreleased = e.unreleased.saturating_sub(1);
-        if e.unreleased == 0 {
-            self.entries.remove(&key);
+        if e.unreleased > 0 {
+            return None;
+        }
+        let e = self.entries.remove(&key)?;
+        e.spare.map(|holder| Drop { holder, root, key })
+    }
+
+    /// `holder` made a second copy of dead `root`'s result of `key` from
+    /// the copy of the rank that kept it: true if the record takes it (a
+    /// single unreleased result, kept elsewhere or nowhere any more: it
+    /// becomes the holder then); else the copy serves nobody.
+    pub fn also_kept(&mut self, key: u64, root: u32, holder: u32) -> bool {
+        match self.entries.get_mut(&key) {
+            Some(e) if e.root == root && !e.ambiguous && e.holder != Some(holder) => {
+                match e.holder {
+                    None => e.holder = Some(holder),
+                    Some(_) => e.spare = Some(holder),
+                }
+                true
+            }
+            _ => false,
         }
     }
 
@@ -483,14 +502,19 @@ impl Book {
         }
     }
 
-    /// `rank` died: the copies it kept are gone (their replays end in an
-    /// error, unless their roots copy them again). Returns how many.
+    /// `rank` died: the copies it kept are gone; a second copy takes a
+    /// lost one's place, else the replay ends in an error (unless the
+    /// live root copies it again). Returns how many have no copy left.
     pub fn holder_died(&mut self, rank: u32) -> usize {
         let mut n = 0;
         for e in self.entries.values_mut() {
+            if e.spare == Some(rank) {
+                e.spare = None;
+            }
             if e.holder == Some(rank) {
-                e.holder = None;
-                n += 1;
+                // The second copy, if one was made, takes its place.
+                e.holder = e.spare.take();
+                n += usize::from(e.holder.is_none());
             }
         }
         n
@@ -513,12 +537,15 @@ impl Book {
         let drops = self
             .entries
             .iter()
-            .filter_map(|(&key, e)| {
-                e.holder.map(|holder| Drop {
-                    holder,
-                    root: e.root,
-                    key,
-                })
+            .flat_map(|(&key, e)| {
+                [e.holder, e.spare]
+                    .into_iter()
+                    .flatten()
+                    .map(move |holder| Drop {
+                        holder,
+                        root: e.root,
+                        key,
+                    })
             })
             .collect();
         self.entries.clear();
@@ -529,6 +556,11 @@ impl Book {
     /// Results known whose copy is gone (a replay of one is an error).
     pub fn without_copy(&self) -> usize {
         self.entries.values().filter(|e| e.holder.is_none()).count()
+    }
+
+    /// Results known with a second copy ([`Book::also_kept`]).
+    pub fn second_copies(&self) -> usize {
+        self.entries.values().filter(|e| e.spare.is_some()).count()
     }
 
     /// Results known (kept, or lost and not yet released).

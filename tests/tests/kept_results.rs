@@ -169,3 +169,37 @@ fn a_copy_whose_holder_dies_is_made_again_by_its_live_root() {
         assert_eq!(f.get().unwrap().unwrap().0, exact(4, i as u32));
     }
 }
+
+/// The root dies with its results not yet taken back; its holder copies
+/// each on to a second rank, so that the holder's own death before the
+/// root's replacement came leaves every result a copy (without the second
+/// copy, all three would be lost: `results_without_copy` 3).
+#[test]
+fn a_dead_roots_holder_copies_its_results_on_before_it_dies_too() {
+    let cluster = LocalCluster::with_config(5, config(2, Restart::Local)).unwrap();
+    let futures: Vec<_> = (0..3).map(|i| reduce(&cluster, 1, i)).collect();
+    assert_eq!(kept_becomes(&cluster, 3), 3);
+    drop(futures);
+    cluster.kill(1);
+    let stats = |want: &dyn Fn(&taskfold::MasterStats) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = cluster.rank(0).master_stats().unwrap();
+            if want(&s) || Instant::now() > deadline {
+                break s;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let s = stats(&|s| s.dead.contains(&1) && s.results_second_copies == 3);
+    assert_eq!(s.results_second_copies, 3, "{s:?}");
+    // The holder, rank 2 (the root's buddy), dies too.
+    cluster.kill(2);
+    let s = stats(&|s| s.dead.contains(&2));
+    assert!(s.dead.contains(&2), "{s:?}");
+    assert_eq!(
+        (s.results_kept, s.results_without_copy),
+        (3, 0),
+        "every result still has a copy: {s:?}"
+    );
+}

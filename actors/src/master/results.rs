@@ -11,12 +11,16 @@
 //! Records leave when the root releases them; a holder's death leaves
 //! them without a copy (a replay is then an error) until their live root
 //! copies them again to another buddy (`Kept` for a completed reduction);
-//! the book is bounded
+//! a dead root's holder copies each of its results on to a second rank,
+//! which says so (`ResultMsg::AlsoKept`): the record takes it as a spare
+//! that answers if the holder dies too. The book is bounded
 //! ([`taskfold_core::results::RESULTS_LIMIT`]).
 //!
 //! What a crash of the master loses here: the records of copies announced
 //! for reductions still live. A standby that takes over learns every
-//! stored copy from its holder's report (`Rejoin::results`); a replaced
+//! stored copy from its holder's report (`Rejoin::results`, the second
+//! copies among them in `Rejoin::relayed`, recorded after every first
+//! copy); a replaced
 //! root whose copy is not among them gets `ResultLost` for a reduction
 //! that had completed, never its own original as the result.
 
@@ -48,6 +52,16 @@ pub(crate) struct ResultKeptIn {
     pub(crate) holder: u32,
 }
 
+/// `from` keeps a second copy of dead `root`'s result of `key`, relayed
+/// by its holder.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ResultAlsoKeptIn {
+    pub(crate) from: Rank,
+    pub(crate) root: u32,
+    pub(crate) key: u64,
+}
+
 /// A root released results (its application checkpointed past them).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -72,6 +86,23 @@ impl Master {
         }
         let drops = self.results.book.kept(key, root, holder);
         self.drop_copies(&drops);
+        self.count_results();
+    }
+
+    /// A rank's report to this standby says it keeps a second copy of
+    /// `root`'s result of `key`, relayed after the root died: a spare of
+    /// the record made from the first copies' reports, or the record
+    /// itself if the first copy's holder is gone.
+    pub(super) fn relayed_reported(&mut self, key: u64, root: u32, holder: u32) {
+        if !self.results.on {
+            return;
+        }
+        if !self.results.book.also_kept(key, root, holder)
+            && self.results.book.lookup(key, root) == Lookup::Unknown
+        {
+            let drops = self.results.book.kept(key, root, holder);
+            self.drop_copies(&drops);
+        }
         self.count_results();
     }
 
@@ -176,6 +207,7 @@ impl Master {
     fn count_results(&mut self) {
         self.stats.results_kept = self.results.book.len() as u64;
         self.stats.results_without_copy = self.results.book.without_copy() as u64;
+        self.stats.results_second_copies = self.results.book.second_copies() as u64;
         self.stats.results_evicted = self.results.book.evicted;
     }
 }
@@ -234,8 +266,32 @@ impl Handler<ResultsReleasedIn> for Master {
             return;
         }
         for key in m.keys {
-            self.results.book.released(key, m.from.0);
+            if let Some(spare) = self.results.book.released(key, m.from.0) {
+                self.drop_copies(&[spare]);
+            }
         }
         self.count_results();
+    }
+}
+
+impl Handler<ResultAlsoKeptIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: ResultAlsoKeptIn, _: &mut Context<Self>) {
+        let ResultAlsoKeptIn { from, root, key } = m;
+        if root >= self.size || self.out.view().is_dead(from.0) {
+            return;
+        }
+        if self.results.on && self.results.book.also_kept(key, root, from.0) {
+            tracing::info!(root, key, holder = %from, "a dead root's result has a second copy");
+            return self.count_results();
+        }
+        // Released meanwhile, or a master that keeps no records: the copy
+        // serves nobody.
+        self.drop_copies(&[Drop {
+            holder: from.0,
+            root,
+            key,
+        }]);
     }
 }

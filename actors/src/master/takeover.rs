@@ -141,13 +141,17 @@ impl Master {
         let epoch = reports.iter().map(|r| r.epoch).max().unwrap_or(0);
         let mut barriers = Vec::new();
         let mut finalized = Vec::new();
+        let mut relayed = Vec::new();
         for r in reports {
             for (key, owner) in r.copies {
                 copies.entry(key).or_default().push((owner, r.rank));
             }
             for &(key, root) in &r.results {
-                self.result_reported(key, root, r.rank);
+                if !r.relayed.contains(&(key, root)) {
+                    self.result_reported(key, root, r.rank);
+                }
             }
+            relayed.extend(r.relayed.iter().map(|&(key, root)| (key, root, r.rank)));
             for (key, error) in r.ended {
                 ended.entry(key).or_insert(error);
             }
@@ -158,6 +162,11 @@ impl Master {
             if r.finalized {
                 finalized.push(Rank(r.rank));
             }
+        }
+        // Second copies after every first one: each is a spare of its
+        // record, or the record if its first copy's holder is gone.
+        for (key, root, holder) in relayed {
+            self.relayed_reported(key, root, holder);
         }
         for (&key, error) in &ended {
             if error.is_none() {

@@ -387,6 +387,7 @@ impl Handler<ListCopies> for ReplicaStore {
                 .copied()
                 .collect(),
             results: self.results.kept(),
+            relayed: self.results.relayed(),
         })
     }
 }
@@ -398,6 +399,8 @@ pub(crate) struct Listed {
     pub(crate) copies: Vec<(u64, u32)>,
     /// Roots' results: `(key, root)`.
     pub(crate) results: Vec<(u64, u32)>,
+    /// Of those, the second copies relayed to this store.
+    pub(crate) relayed: Vec<(u64, u32)>,
 }
 
 /// Reduction `key` ended: drop every copy of it, in memory and on disk.
@@ -467,6 +470,7 @@ impl Handler<OwnerDied> for ReplicaStore {
 
     fn handle(&mut self, m: OwnerDied, ctx: &mut Context<Self>) {
         self.dead_owners.insert(m.owner.0);
+        self.relay_results(m.owner);
         // The master offered this rank the owner's standing copies before it
         // declared the owner failed, and those offers were read before this
         // notice: the views taken keep what they need of the owner's heap.

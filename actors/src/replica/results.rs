@@ -13,13 +13,20 @@
 //! [`RESULTS_LIMIT`] copies are kept: an offer beyond either is refused,
 //! loudly, and that result is not recoverable.
 //!
+//! When a root dies, its holder relays each copy it keeps of the root's
+//! results to the next live rank after it (`ResultMsg::Relay`), which
+//! fetches it from the holder's exposure and tells the master it keeps a
+//! second copy (`ResultMsg::AlsoKept`): the holder's own death before the
+//! root's replacement took its results then costs nothing.
+//!
 //! What a crash of this rank loses: the copies it held; the master then
-//! answers their roots' replacements with `ResultLost`.
+//! answers their roots' replacements from a second copy if one was made,
+//! else with `ResultLost`.
 
 use super::ReplicaStore;
 use actix::prelude::*;
 use bytes::Bytes;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use taskfold_core::replica;
 use taskfold_core::results::{held_result_key, result_key, RESULTS_LIMIT};
 use taskfold_core::wire::results::ResultMsg;
@@ -30,8 +37,13 @@ use taskfold_transports::BufferKey;
 /// The result copies one store keeps.
 #[derive(Default)]
 pub(crate) struct Held {
-    /// (key, root) → bytes kept.
-    copies: HashMap<(u64, u32), u64>,
+    /// (key, root) → bytes kept and their checksum.
+    copies: HashMap<(u64, u32), (u64, u32)>,
+    /// Of those, the second copies relayed by a dead root's holder.
+    relayed: HashSet<(u64, u32)>,
+    /// Copies this store relayed on (each once: the death notice may come
+    /// again).
+    relays_sent: HashSet<(u64, u32)>,
     /// Offers being fetched: (key, root) → offer number (a drop or a new
     /// offer meanwhile makes the fetch's answer stale).
     pending: HashMap<(u64, u32), u64>,
@@ -43,16 +55,38 @@ impl Held {
     pub(crate) fn kept(&self) -> Vec<(u64, u32)> {
         self.copies.keys().copied().collect()
     }
+
+    /// Of those, the second copies relayed to this rank.
+    pub(crate) fn relayed(&self) -> Vec<(u64, u32)> {
+        self.relayed.iter().copied().collect()
+    }
 }
 
-/// A root offers its result of `key`.
+/// A root offers its result of `key` (`from` is the root), or a dead
+/// root's holder relays its copy (`from` is that holder).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct ResultOfferIn {
     pub(crate) root: Rank,
+    pub(crate) from: Rank,
     pub(crate) key: u64,
     pub(crate) len: u64,
     pub(crate) crc: u32,
+}
+
+impl ResultOfferIn {
+    /// Whether a holder relays a dead root's result.
+    fn relayed(&self) -> bool {
+        self.from != self.root
+    }
+
+    /// The buffer the copy is fetched from.
+    fn source(&self) -> BufferKey {
+        match self.relayed() {
+            true => BufferKey(held_result_key(self.key, self.root.0)),
+            false => BufferKey(result_key(self.key)),
+        }
+    }
 }
 
 /// Drop the copies of `root`'s results of `keys`.
@@ -78,15 +112,13 @@ impl Handler<ResultOfferIn> for ReplicaStore {
                 copies = self.results.copies.len(),
                 "result store full: a root's result is not kept (its replacement would get ResultLost)"
             );
-            return self.result_answer(key, root, false);
+            return self.result_answer(key, root, false, m.relayed());
         }
         self.results.next += 1;
         let offer = self.results.next;
         self.results.pending.insert((key, root.0), offer);
-        let fetch = self
-            .out
-            .transport()
-            .get_within(root, BufferKey(result_key(key)), m.len);
+        let relayed = m.relayed();
+        let fetch = self.out.transport().get_within(m.from, m.source(), m.len);
         ctx.spawn(fetch.into_actor(self).map(move |got, act, _| {
             if act.results.pending.get(&(key, root.0)) != Some(&offer) {
                 return; // dropped or offered again meanwhile
@@ -106,10 +138,13 @@ impl Handler<ResultOfferIn> for ReplicaStore {
                 }
             });
             match checked {
-                Ok(buf) => act.keep_result(key, root, taskfold_core::pool::bytes(buf)),
+                Ok(buf) => {
+                    let bytes = taskfold_core::pool::bytes(buf);
+                    act.keep_result(key, root, bytes, m.crc, relayed)
+                }
                 Err(e) => {
                     tracing::warn!(rank = act.rank, %root, key, error = %e, "could not copy a root's result");
-                    act.result_answer(key, root, false);
+                    act.result_answer(key, root, false, relayed);
                 }
             }
         }));
@@ -117,17 +152,21 @@ impl Handler<ResultOfferIn> for ReplicaStore {
 }
 
 impl ReplicaStore {
-    /// Keeps `bytes` as `root`'s result of `key`, exposed for its
-    /// replacement, and says so to the root.
-    fn keep_result(&mut self, key: u64, root: Rank, bytes: Bytes) {
+    /// Keeps `bytes` (checksum `crc`) as `root`'s result of `key`, exposed
+    /// for its replacement, and says so to the root (or, for a relayed
+    /// copy, to the master).
+    fn keep_result(&mut self, key: u64, root: Rank, bytes: Bytes, crc: u32, relayed: bool) {
         let len = bytes.len() as u64;
         if self.bytes + len > self.limit {
             // Other copies came in while this one was fetched.
             tracing::error!(rank = self.rank, %root, key, "result store full: a root's result is not kept");
-            return self.result_answer(key, root, false);
+            return self.result_answer(key, root, false, relayed);
         }
-        if let Some(old) = self.results.copies.insert((key, root.0), len) {
+        if let Some((old, _)) = self.results.copies.insert((key, root.0), (len, crc)) {
             self.bytes -= old;
+        }
+        if relayed {
+            self.results.relayed.insert((key, root.0));
         }
         self.bytes += len;
         self.gauge();
@@ -135,13 +174,62 @@ impl ReplicaStore {
             .transport()
             .expose(BufferKey(held_result_key(key, root.0)), bytes);
         metrics::counter!(crate::metrics::RESULTS_KEPT).increment(1);
-        self.result_answer(key, root, true);
+        self.result_answer(key, root, true, relayed);
     }
 
-    fn result_answer(&self, key: u64, root: Rank, ok: bool) {
-        let _ = self
-            .out
-            .send(root, &Msg::Results(ResultMsg::Stored { key, ok }));
+    /// Answers the root; a relayed copy kept is told to the master instead
+    /// (the root is dead; its holder needs no answer).
+    fn result_answer(&self, key: u64, root: Rank, ok: bool, relayed: bool) {
+        let msg = match relayed {
+            false => ResultMsg::Stored { key, ok },
+            true if ok => ResultMsg::AlsoKept { root: root.0, key },
+            true => return,
+        };
+        let to = if relayed { self.out.master() } else { root };
+        let _ = self.out.send(to, &Msg::Results(msg));
+    }
+
+    /// `root` died: relays each copy this rank keeps of its results (not
+    /// one relayed to it) to the next live rank after it.
+    pub(super) fn relay_results(&mut self, root: Rank) {
+        let mine: Vec<(u64, (u64, u32))> = self
+            .results
+            .copies
+            .iter()
+            .filter(|(k, _)| k.1 == root.0 && !self.results.relayed.contains(k))
+            .filter(|(k, _)| !self.results.relays_sent.contains(k))
+            .map(|(&(key, _), &v)| (key, v))
+            .collect();
+        let Some(to) = self.relay_target(root) else {
+            return;
+        };
+        for (key, (len, crc)) in mine {
+            let msg = ResultMsg::Relay {
+                root: root.0,
+                key,
+                len,
+                crc,
+            };
+            self.results.relays_sent.insert((key, root.0));
+            match self.out.send(to, &Msg::Results(msg)) {
+                Ok(_) => {
+                    tracing::info!(rank = self.rank, %root, key, %to, "a dead root's result is copied on to a second holder")
+                }
+                Err(e) => {
+                    tracing::warn!(rank = self.rank, %root, key, error = %e, "cannot relay a dead root's result")
+                }
+            }
+        }
+    }
+
+    /// The next live rank after this one, neither it nor `root`.
+    fn relay_target(&self, root: Rank) -> Option<Rank> {
+        let view = self.out.view().read();
+        let size = view.size();
+        (1..size)
+            .map(|i| (self.rank + i) % size)
+            .find(|&r| r != root.0 && !view.is_unreachable(r))
+            .map(Rank)
     }
 }
 
@@ -151,7 +239,9 @@ impl Handler<ResultDropIn> for ReplicaStore {
     fn handle(&mut self, m: ResultDropIn, _: &mut Context<Self>) {
         for key in m.keys {
             self.results.pending.remove(&(key, m.root.0));
-            if let Some(len) = self.results.copies.remove(&(key, m.root.0)) {
+            self.results.relayed.remove(&(key, m.root.0));
+            self.results.relays_sent.remove(&(key, m.root.0));
+            if let Some((len, _)) = self.results.copies.remove(&(key, m.root.0)) {
                 self.bytes -= len;
                 self.out
                     .transport()

@@ -140,7 +140,8 @@ impl Worker {
         ctx.spawn(
             actix::fut::wrap_future(copies).map(move |held, act: &mut Worker, _| {
                 let listed = held.unwrap_or_default();
-                (msg.copies, msg.results) = (listed.copies, listed.results);
+                (msg.copies, msg.results, msg.relayed) =
+                    (listed.copies, listed.results, listed.relayed);
                 act.to_master(&Msg::Rejoin(msg));
             }),
         );
@@ -194,6 +195,7 @@ impl Worker {
             finalized: self.finalizing == super::end::Finalize::Sent,
             epoch: self.epoch,
             results: Vec::new(),
+            relayed: Vec::new(),
         }
     }
 }

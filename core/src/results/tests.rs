@@ -145,6 +145,54 @@ fn a_dead_holder_or_a_reused_id_makes_the_replay_an_error() {
     assert_eq!(b.lookup(9, 1), Lookup::At(2));
 }
 
+/// The root died; its holder copied the result on to a second rank: the
+/// holder's death then costs nothing (the second copy answers), and a
+/// release drops the second copy too.
+#[test]
+fn a_second_copy_made_after_the_roots_death_outlives_the_holder() {
+    let mut b = Book::default();
+    b.kept(7, 1, 2);
+    assert!(!b.also_kept(7, 3, 4), "not its root's");
+    assert!(!b.also_kept(7, 1, 2), "the holder itself");
+    assert!(!b.also_kept(8, 1, 4), "unknown");
+    assert!(b.also_kept(7, 1, 4));
+    assert_eq!(b.second_copies(), 1);
+    assert_eq!(b.lookup(7, 1), Lookup::At(2));
+    assert_eq!(b.holder_died(2), 0, "the second copy takes its place");
+    assert_eq!(b.second_copies(), 0);
+    assert_eq!(b.lookup(7, 1), Lookup::At(4));
+    assert_eq!(b.holder_died(4), 1);
+    assert_eq!(b.lookup(7, 1), Lookup::Lost);
+    // Made after the holder died: it is the holder.
+    assert!(b.also_kept(7, 1, 5));
+    assert_eq!(b.lookup(7, 1), Lookup::At(5));
+    // The spare dies first: the holder still answers.
+    let mut b = Book::default();
+    b.kept(7, 1, 2);
+    assert!(b.also_kept(7, 1, 4));
+    assert_eq!(b.holder_died(4), 0);
+    assert_eq!(b.lookup(7, 1), Lookup::At(2));
+    // Released: the second copy is dropped by the master.
+    assert!(b.also_kept(7, 1, 4));
+    assert_eq!(
+        b.released(7, 1),
+        Some(Drop {
+            holder: 4,
+            root: 1,
+            key: 7
+        })
+    );
+    assert!(b.is_empty());
+    // A reused id drops both copies; a cleared book names both.
+    b.kept(9, 1, 2);
+    assert!(b.also_kept(9, 1, 4));
+    assert_eq!(b.clear().len(), 2);
+    b.kept(9, 1, 2);
+    assert!(b.also_kept(9, 1, 4));
+    assert_eq!(b.kept(9, 1, 3).len(), 3);
+    assert!(!b.also_kept(9, 1, 5), "ambiguous: no copy answers");
+}
+
 #[test]
 fn the_book_is_bounded_and_drops_its_oldest_copy() {
     let mut b = Book::new(2);

@@ -245,6 +245,10 @@ pub struct Rejoin {
     /// The roots' results the sender keeps, `(key, root)`: the new master
     /// records them, for the roots' replacements.
     pub results: Vec<(u64, u32)>,
+    /// Of those, the second copies it made from a holder's once the root
+    /// died (`ResultMsg::Relay`), `(key, root)`: recorded after every
+    /// report's first copies.
+    pub relayed: Vec<(u64, u32)>,
 }
 
 /// One reduction in a [`Rejoin`].

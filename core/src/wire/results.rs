@@ -56,6 +56,29 @@ pub enum ResultMsg {
         /// The reductions.
         keys: Vec<u64>,
     },
+    /// Holder → another rank, once `root` died: my copy of `root`'s
+    /// result of `key` (`len` bytes, checksum `crc`) is exposed under
+    /// [`crate::results::held_result_key`]: fetch it and keep it too, so
+    /// that my death before `root`'s replacement took it costs nothing.
+    /// The new holder tells the master ([`ResultMsg::AlsoKept`]).
+    Relay {
+        /// Whose result (a dead root).
+        root: u32,
+        /// The reduction.
+        key: u64,
+        /// Bytes of the buffer (header included).
+        len: u64,
+        /// The checksum in its header.
+        crc: u32,
+    },
+    /// New holder → master: I keep a second copy of dead `root`'s result
+    /// of `key` (relayed by its holder).
+    AlsoKept {
+        /// Whose result.
+        root: u32,
+        /// The reduction.
+        key: u64,
+    },
     /// Root (or master, for the root) → holder: drop your copies of
     /// `root`'s results of `keys`.
     Drop {

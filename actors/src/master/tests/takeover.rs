@@ -17,6 +17,7 @@ fn report_of(rank: u32, f: impl FnOnce(&mut Rejoin)) -> RejoinIn {
         finalized: false,
         epoch: 0,
         results: Vec::new(),
+        relayed: Vec::new(),
     };
     f(&mut rejoin);
     RejoinIn {

@@ -1,0 +1,70 @@
+//! A replacement's connection that reaches a rank before the master's
+//! notice that it was let in: the master admits a replacement and may
+//! send it to a rank at once (its kept result, a copy to read), on
+//! another link than the notice. That rank waits a little for the notice
+//! rather than refusing the replacement for good. Everything binds
+//! 127.0.0.1 only.
+
+use bytes::Bytes;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use taskfold_transports::conformance::{expect_message, next_event, tcp_ranks, wait};
+use taskfold_transports::tcp::{MasterAddr, TcpConfig, TcpTransport};
+use taskfold_transports::{BufferKey, Event, Rank, Transport};
+
+#[test]
+fn a_replacement_that_comes_before_its_notice_is_served_once_let_in() {
+    let seen: Mutex<Option<TcpConfig>> = Mutex::new(None);
+    let ts = tcp_ranks(3, &|c| {
+        if c.rank == 2 {
+            *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+        }
+    });
+    let mut cfg = seen
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .expect("rank 2's config");
+    // Connected both ways, so that both see it die.
+    for t in &ts[..2] {
+        ts[2]
+            .send(t.rank(), Bytes::from_static(b"old"))
+            .expect("send");
+        let (from, _) = expect_message(&**t, "the old rank 2's frame");
+        assert_eq!(from, Rank(2));
+    }
+    ts[2].abort();
+    for t in &ts[..2] {
+        match next_event(&**t, "rank 2's link down") {
+            Event::LinkDown { peer, .. } => assert_eq!(peer, Rank(2)),
+            e => panic!("expected rank 2's link down, got {e:?}"),
+        }
+    }
+    cfg.incarnation = 1;
+    cfg.master = MasterAddr::Addr(ts[0].listen_addr());
+    let starting = std::thread::spawn(move || TcpTransport::start(cfg));
+    let addr = match next_event(&*ts[0], "the replacement's request") {
+        Event::Replacement { peer, addr, .. } => {
+            assert_eq!(peer, Rank(2));
+            addr
+        }
+        e => panic!("expected the replacement, got {e:?}"),
+    };
+    ts[0].admit(Rank(2), 1).expect("the master admits it");
+    let new: Arc<TcpTransport> = starting
+        .join()
+        .expect("the replacement's thread")
+        .expect("the replacement starts");
+    // Rank 1 has not heard of it yet: the replacement's get reaches it
+    // first, and is served once rank 1 lets it in.
+    ts[1].expose(BufferKey(7), Bytes::from(vec![7u8; 10_000]));
+    let get = new.get(Rank(1), BufferKey(7));
+    let late = ts[1].clone();
+    let notice = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        late.readmit(Rank(2), 1, &addr).expect("rank 1 lets it in");
+    });
+    let got = wait("the replacement's get", get).expect("served once let in");
+    assert!(got.len() == 10_000 && got.iter().all(|&b| b == 7));
+    notice.join().expect("the notice");
+    new.shutdown();
+}
