@@ -18,7 +18,7 @@
 //!   replacement root.
 
 use crate::future::Slot;
-use crate::master::{ResultAlsoKeptIn, ResultKeptIn, ResultsReleasedIn};
+use crate::master::{ResultAlsoKeptIn, ResultKeptIn, ResultWhereIn, ResultsReleasedIn};
 use crate::replica::{ResultDropIn, ResultOfferIn};
 use crate::router::Router;
 use crate::worker::{ResultAtIn, ResultStoredIn};
@@ -104,6 +104,12 @@ impl Router {
                 len,
                 crc,
             }),
+            ResultMsg::Where { key, id } => match &self.master {
+                Some(m) => m.do_send(ResultWhereIn { from, key, id }),
+                None => {
+                    tracing::debug!(%from, "a kept result's question reached a rank that is not the master")
+                }
+            },
             ResultMsg::AlsoKept { root, key } => match &self.master {
                 Some(m) => m.do_send(ResultAlsoKeptIn { from, root, key }),
                 None => {

@@ -47,7 +47,7 @@ pub(crate) use handlers::{ExitReport, FinalizeIn, GetStats, RankDown, Replicated
 pub(crate) use join::{JoinIn, TaskDoneIn};
 pub(crate) use reinit::ReinitReadyIn;
 pub(crate) use respawn::{ReadmittedIn, ReplacementIn};
-pub(crate) use results::{ResultAlsoKeptIn, ResultKeptIn, ResultsReleasedIn};
+pub(crate) use results::{ResultAlsoKeptIn, ResultKeptIn, ResultWhereIn, ResultsReleasedIn};
 pub(crate) use takeover::RejoinIn;
 
 /// Reductions that ended in an error while some members had not joined yet:

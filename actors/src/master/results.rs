@@ -62,6 +62,16 @@ pub(crate) struct ResultAlsoKeptIn {
     pub(crate) key: u64,
 }
 
+/// A replacement root's fetch of its kept result of `key` failed: it asks
+/// where else the result is kept.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ResultWhereIn {
+    pub(crate) from: Rank,
+    pub(crate) key: u64,
+    pub(crate) id: String,
+}
+
 /// A root released results (its application checkpointed past them).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -293,5 +303,32 @@ impl Handler<ResultAlsoKeptIn> for Master {
             root,
             key,
         }]);
+    }
+}
+
+impl Handler<ResultWhereIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: ResultWhereIn, _: &mut Context<Self>) {
+        let ResultWhereIn { from, key, id } = m;
+        if self.out.view().is_dead(from.0) {
+            return;
+        }
+        let lookup = match self.results.on {
+            true => self.results.book.lookup(key, from.0),
+            false => Lookup::Unknown,
+        };
+        match lookup {
+            Lookup::At(h) if !self.out.view().is_dead(h) => {
+                tracing::info!(%id, root = %from, holder = h, "a replacement root is sent to another copy of its result");
+                self.send(from, &Msg::Results(ResultMsg::At { key, holder: h }));
+            }
+            _ => {
+                self.stats.results_lost += 1;
+                tracing::error!(%id, root = %from, "a replacement root's result is lost: no copy is left");
+                let error = ReduceError::ResultLost { id, root: from.0 };
+                self.send(from, &super::failed_msg(key, &error));
+            }
+        }
     }
 }

@@ -32,7 +32,7 @@ use actix::prelude::*;
 use bytes::Bytes;
 use std::collections::HashMap;
 use taskfold_core::replica::{self, HEADER_LEN};
-use taskfold_core::results::{held_result_key, result_key, Handover, Next, Release};
+use taskfold_core::results::{held_result_key, result_key, Handover, Next, Release, MAX_HOLDERS};
 use taskfold_core::wire::results::ResultMsg;
 use taskfold_core::wire::Msg;
 use taskfold_core::{FoldError, Rank, RankSet, ReduceError, ReduceValue};
@@ -64,6 +64,9 @@ pub(crate) struct RootSide {
     /// the fetch (cancelled if the holder is declared failed: a stopped
     /// holder would hold the future forever).
     fetching: HashMap<u64, (u32, SpawnHandle)>,
+    /// Fetches that failed, per key: the master is asked again where the
+    /// result is kept (a second copy), at most [`MAX_HOLDERS`] times.
+    asked_again: HashMap<u64, u32>,
 }
 
 impl RootSide {
@@ -72,6 +75,7 @@ impl RootSide {
             kept,
             keeping: HashMap::new(),
             fetching: HashMap::new(),
+            asked_again: HashMap::new(),
         }
     }
 }
@@ -245,6 +249,7 @@ impl Worker {
     /// Reduction `key` ends here otherwise (failed, or a new master
     /// completed it): its result's copy, if one was offered, is dropped.
     pub(super) fn results_ended(&mut self, key: u64) {
+        self.results.asked_again.remove(&key);
         let Some(k) = self.results.keeping.remove(&key) else {
             return;
         };
@@ -272,7 +277,7 @@ impl Worker {
                     peer: holder,
                     reason: "declared failed".into(),
                 });
-                self.result_fetched(key, holder, gone);
+                self.result_fetched(key, holder, gone, ctx);
             }
         }
         let next = self.job_buddy(None);
@@ -400,8 +405,16 @@ impl Worker {
     }
 
     /// A replacement root's kept result of `key` arrived from `holder`
-    /// (or not): it completes the future, as the result.
-    fn result_fetched(&mut self, key: u64, holder: u32, got: Result<Received, TransportError>) {
+    /// (or not): it completes the future, as the result. A fetch that
+    /// failed asks the master where else it is kept (a holder that died
+    /// may have copied it on), a little later each time.
+    fn result_fetched(
+        &mut self,
+        key: u64,
+        holder: u32,
+        got: Result<Received, TransportError>,
+        ctx: &mut Context<Self>,
+    ) {
         self.results.fetching.remove(&key);
         let Some(local) = self.locals.get_mut(&key) else {
             return;
@@ -427,8 +440,19 @@ impl Worker {
                 self.finish(key, None);
             }
             Err(e) => {
+                let id = local.join.id.clone();
+                let asked = self.results.asked_again.entry(key).or_insert(0);
+                if *asked < MAX_HOLDERS {
+                    *asked += 1;
+                    tracing::warn!(rank = %self.rank, key, holder, error = %e, "the kept result could not be read; asking the master again");
+                    let later = std::time::Duration::from_millis(100 * u64::from(*asked));
+                    ctx.run_later(later, move |act, _| {
+                        act.to_master(&Msg::Results(ResultMsg::Where { key, id }));
+                    });
+                    return;
+                }
                 let error = ReduceError::ResultLost {
-                    id: local.join.id.clone(),
+                    id,
                     root: self.rank.0,
                 };
                 tracing::error!(rank = %self.rank, key, holder, error = %e, "the kept result could not be read");
@@ -487,7 +511,7 @@ impl Handler<ResultAtIn> for Worker {
             .get(Rank(holder), BufferKey(held_result_key(key, self.rank.0)));
         let handle = ctx.spawn(
             get.into_actor(self)
-                .map(move |got, act, _| act.result_fetched(key, holder, got)),
+                .map(move |got, act, ctx| act.result_fetched(key, holder, got, ctx)),
         );
         self.results.fetching.insert(key, (holder, handle));
     }

@@ -79,6 +79,16 @@ pub enum ResultMsg {
         /// The reduction.
         key: u64,
     },
+    /// Replacement root → master: the holder you sent me to for `key`
+    /// failed me (it died meanwhile): where else is it kept? Answered
+    /// with [`ResultMsg::At`], or the reduction's end with `ResultLost`
+    /// for `id`.
+    Where {
+        /// The reduction.
+        key: u64,
+        /// Its id, for the error if no copy is left.
+        id: String,
+    },
     /// Root (or master, for the root) → holder: drop your copies of
     /// `root`'s results of `keys`.
     Drop {

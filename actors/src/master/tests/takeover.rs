@@ -75,3 +75,41 @@ fn what_ended_or_was_passed_under_the_dead_master_is_told_after_the_reports() {
         assert!(failed, "barrier 5 fails with RanksLost [0]: {msgs:?}");
     });
 }
+
+/// A standby learns a kept result's second copy from its holder's report
+/// (`Rejoin::relayed`): one record with a spare, not two results of one
+/// id (which would leave it without any copy).
+#[test]
+fn a_second_copy_reported_to_a_standby_is_a_spare_of_its_record() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.set_keep_results(true);
+        master.take_over(Rank(0), &RankSet::new());
+        let m = master.start();
+        // The dead master's rank was the root of KEY: rank 2 keeps its
+        // result, rank 3 the copy rank 2 relayed.
+        m.send(report_of(2, |r| r.results = vec![(KEY, 0)]))
+            .await
+            .unwrap();
+        m.send(report_of(3, |r| {
+            r.results = vec![(KEY, 0)];
+            r.relayed = vec![(KEY, 0)];
+        }))
+        .await
+        .unwrap();
+        m.send(report_of(1, |_| {})).await.unwrap();
+        settle().await;
+        let s = m.send(GetStats).await.unwrap();
+        assert_eq!(
+            (
+                s.results_kept,
+                s.results_without_copy,
+                s.results_second_copies
+            ),
+            (1, 0, 1),
+            "{s:?}"
+        );
+    });
+}
