@@ -181,6 +181,17 @@ impl Master {
         }
         let rebuilt = held.len();
         for (key, members) in held {
+            // A replacement root that joined a reduction again which had
+            // completed under its dead process gets its kept result (or
+            // `ResultLost`), never a rebuilt reduction or a completion that
+            // would hand it its own original as the result.
+            let members: Vec<Held> = members
+                .into_iter()
+                .filter(|h| !self.answer_replayed_root(key, Rank(h.joining.rank), &h.joining.join))
+                .collect();
+            if members.is_empty() {
+                continue;
+            }
             match ended.get(&key) {
                 // It ended under the dead master; these members missed
                 // the notice.
