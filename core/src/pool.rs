@@ -29,14 +29,9 @@ use bytes::Bytes;
 use rkyv::util::AlignedVec;
 use std::sync::{Mutex, MutexGuard};
 
-/// Smaller buffers are left to the allocator (cheap to allocate, and not
-/// worth a lock).
-///
-/// Why this low: a pooled buffer is also one the shared heap serves (see
-/// [`allocating`]), so that a same-node buddy and same-node receivers read
-/// contributions of this size in place too. Below 1 MiB they used to get a
-/// disk copy and a copy over the loopback per reduction: quiet 512 KiB
-/// reductions over 8 ranks took 4.3-5.0 ms, and 2.0-2.2 ms in the heap.
+/// Smaller buffers are not kept once given back (cheap to make again, and
+/// not worth the pool's lock); they are still made as the pool's (see
+/// [`allocating`]), so that they lie in the shared heap too.
 pub const MIN_POOLED: usize = 128 << 10;
 
 thread_local! {
@@ -45,11 +40,17 @@ thread_local! {
 }
 
 /// Whether the allocation being made on this thread is a fresh buffer of
-/// the pool (reduction data): a global allocator that puts large blocks in
-/// shared memory (`taskfold_transports::shm::SharedHeap`) also puts these
-/// there, from [`MIN_POOLED`] bytes up, where the application's own
-/// allocations of that size stay with the system allocator. Never
-/// allocates (callable from inside an allocator).
+/// the pool (reduction data, of any size): a global allocator that puts
+/// large blocks in shared memory (`taskfold_transports::shm::SharedHeap`)
+/// also puts these there, where the application's own allocations of that
+/// size stay with the system allocator. Never allocates (callable from
+/// inside an allocator).
+///
+/// Why every size: a contribution outside the shared heap can neither be
+/// read in place by a same-node receiver nor viewed where it lies by a
+/// same-node buddy, so it gets a disk copy, an offer to the buddy and a
+/// get over the loopback instead: a cost that does not shrink with the
+/// data. See the book's Architecture chapter, Small contributions.
 pub fn allocating() -> bool {
     ALLOCATING.try_with(|a| a.get()).unwrap_or(false)
 }
@@ -57,9 +58,6 @@ pub fn allocating() -> bool {
 /// A fresh buffer of `capacity` bytes, marked as the pool's while it is
 /// allocated (see [`allocating`]).
 fn fresh(capacity: usize) -> AlignedVec {
-    if capacity < MIN_POOLED {
-        return AlignedVec::with_capacity(capacity);
-    }
     let _ = ALLOCATING.try_with(|a| a.set(true));
     let buf = AlignedVec::with_capacity(capacity);
     let _ = ALLOCATING.try_with(|a| a.set(false));
