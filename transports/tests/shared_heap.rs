@@ -31,7 +31,7 @@ fn the_pools_buffers_of_every_size_come_from_the_heap() {
     // A reduction buffer is in the heap whatever its size (same-node peers
     // read it in place, a same-node buddy views it there); the
     // application's own block of that size is not.
-    assert!(shm::MIN_SHARED_POOLED <= 8);
+    const { assert!(shm::MIN_SHARED_POOLED <= 8) };
     for n in [8, 1 << 10, 64 << 10, 128 << 10] {
         let pooled = taskfold_core::pool::take(n);
         let own: Vec<u8> = Vec::with_capacity(n);
