@@ -1,4 +1,4 @@
-//! A bounded, process-wide pool of large aligned buffers.
+//! A bounded, process-wide pool of aligned buffers (reduction data).
 //!
 //! Why: a reduction of `n` bytes allocates several `n`-byte buffers on every
 //! rank (the serialised original, each receive buffer, each folded value).
@@ -6,9 +6,9 @@
 //! above its mmap threshold, at most 32 MiB, on its own); allocated again,
 //! the kernel faults in and zeroes every page of it. At 32 MiB that mapping
 //! work was over 40% of a reduction's CPU time. Recycled buffers keep their
-//! pages mapped.
-//!
-//! Only buffers of at least [`MIN_POOLED`] bytes are kept. The pool holds at
+//! pages mapped. Small buffers are kept too ([`MIN_POOLED`]): in the shared
+//! heap, each one is a block that a fresh allocation faults in and a free
+//! gives back to the kernel. The pool holds at
 //! most [`limit`] bytes (default [`DEFAULT_LIMIT`], changed with
 //! [`set_limit`]; the runtime sets it from `TASKFOLD_BUFFER_POOL`), oldest
 //! buffer dropped first. A request takes the smallest free buffer that fits
@@ -29,10 +29,21 @@ use bytes::Bytes;
 use rkyv::util::AlignedVec;
 use std::sync::{Mutex, MutexGuard};
 
-/// Smaller buffers are not kept once given back (cheap to make again, and
-/// not worth the pool's lock); they are still made as the pool's (see
-/// [`allocating`]), so that they lie in the shared heap too.
-pub const MIN_POOLED: usize = 128 << 10;
+/// Buffers of every size are kept (only an empty one is not): every one
+/// is made as the pool's (see [`allocating`]), so that it lies in the
+/// shared heap.
+///
+/// Why every size: a fresh block of the shared heap is faulted in (zeroed
+/// by the kernel) page by page, and a freed one gives its pages back with
+/// a system call (`MADV_REMOVE`). A buffer that is not kept pays both on
+/// every reduction: any floor here makes the time per reduction grow with
+/// the size up to it and fall past it, and below one page the fault and
+/// the call still cost more than the data.
+pub const MIN_POOLED: usize = 1;
+
+/// Prefill ([`Pool::reserve`]) makes no buffers below this: many small
+/// buffers ahead would cost more pool bookkeeping than their faults.
+const MIN_PREFILLED: usize = 128 << 10;
 
 thread_local! {
     /// Set while [`Pool::take`] allocates a fresh buffer.
@@ -313,7 +324,7 @@ impl Pool {
     /// count of buffers in use is an estimate (a buffer the pool never
     /// handed out may be given to it), and a pool that kept refilling to
     /// it would churn against its bound. Never more than the bound leaves
-    /// room for; none unless prefill is on, and none below [`MIN_POOLED`].
+    /// room for; none unless prefill is on, and none below 128 KiB.
     ///
     /// Why: each rank's share of the folds changes from batch to batch, so
     /// a pool that grows only on misses meets a new largest batch again and
@@ -322,7 +333,7 @@ impl Pool {
     /// per repetition after 15 repetitions, and spent about a sixth of the
     /// CPU time of a repetition in the kernel zeroing their pages.
     pub fn reserve(&self, capacity: usize) -> usize {
-        if capacity < MIN_POOLED {
+        if capacity < MIN_PREFILLED {
             return 0;
         }
         let mut p = self.lock();
