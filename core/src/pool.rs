@@ -1,4 +1,4 @@
-//! A bounded, process-wide pool of large aligned buffers.
+//! A bounded, process-wide pool of aligned buffers (reduction data).
 //!
 //! Why: a reduction of `n` bytes allocates several `n`-byte buffers on every
 //! rank (the serialised original, each receive buffer, each folded value).
@@ -6,9 +6,9 @@
 //! above its mmap threshold, at most 32 MiB, on its own); allocated again,
 //! the kernel faults in and zeroes every page of it. At 32 MiB that mapping
 //! work was over 40% of a reduction's CPU time. Recycled buffers keep their
-//! pages mapped.
-//!
-//! Only buffers of at least [`MIN_POOLED`] bytes are kept. The pool holds at
+//! pages mapped. Small buffers are kept too ([`MIN_POOLED`]): in the shared
+//! heap, each one is a block that a fresh allocation faults in and a free
+//! gives back to the kernel. The pool holds at
 //! most [`limit`] bytes (default [`DEFAULT_LIMIT`], changed with
 //! [`set_limit`]; the runtime sets it from `TASKFOLD_BUFFER_POOL`), oldest
 //! buffer dropped first. A request takes the smallest free buffer that fits
@@ -29,15 +29,21 @@ use bytes::Bytes;
 use rkyv::util::AlignedVec;
 use std::sync::{Mutex, MutexGuard};
 
-/// Smaller buffers are left to the allocator (cheap to allocate, and not
-/// worth a lock).
+/// Buffers of every size are kept (only an empty one is not): every one
+/// is made as the pool's (see [`allocating`]), so that it lies in the
+/// shared heap.
 ///
-/// Why this low: a pooled buffer is also one the shared heap serves (see
-/// [`allocating`]), so that a same-node buddy and same-node receivers read
-/// contributions of this size in place too. Below 1 MiB they used to get a
-/// disk copy and a copy over the loopback per reduction: quiet 512 KiB
-/// reductions over 8 ranks took 4.3-5.0 ms, and 2.0-2.2 ms in the heap.
-pub const MIN_POOLED: usize = 128 << 10;
+/// Why every size: a fresh block of the shared heap is faulted in (zeroed
+/// by the kernel) page by page, and a freed one gives its pages back with
+/// a system call (`MADV_REMOVE`). A buffer that is not kept pays both on
+/// every reduction: any floor here makes the time per reduction grow with
+/// the size up to it and fall past it, and below one page the fault and
+/// the call still cost more than the data.
+pub const MIN_POOLED: usize = 1;
+
+/// Prefill ([`Pool::reserve`]) makes no buffers below this: many small
+/// buffers ahead would cost more pool bookkeeping than their faults.
+const MIN_PREFILLED: usize = 128 << 10;
 
 thread_local! {
     /// Set while [`Pool::take`] allocates a fresh buffer.
@@ -45,11 +51,17 @@ thread_local! {
 }
 
 /// Whether the allocation being made on this thread is a fresh buffer of
-/// the pool (reduction data): a global allocator that puts large blocks in
-/// shared memory (`taskfold_transports::shm::SharedHeap`) also puts these
-/// there, from [`MIN_POOLED`] bytes up, where the application's own
-/// allocations of that size stay with the system allocator. Never
-/// allocates (callable from inside an allocator).
+/// the pool (reduction data, of any size): a global allocator that puts
+/// large blocks in shared memory (`taskfold_transports::shm::SharedHeap`)
+/// also puts these there, where the application's own allocations of that
+/// size stay with the system allocator. Never allocates (callable from
+/// inside an allocator).
+///
+/// Why every size: a contribution outside the shared heap can neither be
+/// read in place by a same-node receiver nor viewed where it lies by a
+/// same-node buddy, so it gets a disk copy, an offer to the buddy and a
+/// get over the loopback instead: a cost that does not shrink with the
+/// data. See the book's Architecture chapter, Small contributions.
 pub fn allocating() -> bool {
     ALLOCATING.try_with(|a| a.get()).unwrap_or(false)
 }
@@ -57,9 +69,6 @@ pub fn allocating() -> bool {
 /// A fresh buffer of `capacity` bytes, marked as the pool's while it is
 /// allocated (see [`allocating`]).
 fn fresh(capacity: usize) -> AlignedVec {
-    if capacity < MIN_POOLED {
-        return AlignedVec::with_capacity(capacity);
-    }
     let _ = ALLOCATING.try_with(|a| a.set(true));
     let buf = AlignedVec::with_capacity(capacity);
     let _ = ALLOCATING.try_with(|a| a.set(false));
@@ -315,7 +324,7 @@ impl Pool {
     /// count of buffers in use is an estimate (a buffer the pool never
     /// handed out may be given to it), and a pool that kept refilling to
     /// it would churn against its bound. Never more than the bound leaves
-    /// room for; none unless prefill is on, and none below [`MIN_POOLED`].
+    /// room for; none unless prefill is on, and none below 128 KiB.
     ///
     /// Why: each rank's share of the folds changes from batch to batch, so
     /// a pool that grows only on misses meets a new largest batch again and
@@ -324,7 +333,7 @@ impl Pool {
     /// per repetition after 15 repetitions, and spent about a sixth of the
     /// CPU time of a repetition in the kernel zeroing their pages.
     pub fn reserve(&self, capacity: usize) -> usize {
-        if capacity < MIN_POOLED {
+        if capacity < MIN_PREFILLED {
             return 0;
         }
         let mut p = self.lock();

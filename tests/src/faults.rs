@@ -281,7 +281,7 @@ pub fn place_1_killed_before_the_task_reaches_it(job: &Job) {
 /// checksum; the buddy replaces its view by a checksummed copy once the
 /// rank is declared failed (its log says so).
 pub fn place_1_killed_with_its_original_only_in_memory(job: &Job) {
-    killed_with_its_original_only_in_memory(job, "sync");
+    killed_with_its_original_only_in_memory(job, "sync", SYNC_ROOT_1.size);
 }
 
 /// As [`place_1_killed_with_its_original_only_in_memory`], with the
@@ -291,10 +291,19 @@ pub fn place_1_killed_with_its_original_only_in_memory(job: &Job) {
 /// the original to the buddy on its behalf, and it is recovered from the
 /// buddy's view of it.
 pub fn place_1_killed_after_a_join_with_a_standing_copy(job: &Job) {
-    killed_with_its_original_only_in_memory(job, "async");
+    killed_with_its_original_only_in_memory(job, "async", SYNC_ROOT_1.size);
 }
 
-fn killed_with_its_original_only_in_memory(job: &Job, durability: &'static str) {
+/// As [`place_1_killed_after_a_join_with_a_standing_copy`], with
+/// contributions of 8 bytes: a small original lies in the shared heap as
+/// a large one does, gets no disk copy after the warm-up, and is recovered
+/// from the buddy's view of it (see the book's Architecture chapter, Small
+/// contributions).
+pub fn small_killed_after_a_join_with_a_standing_copy(job: &Job) {
+    killed_with_its_original_only_in_memory(job, "async", 8);
+}
+
+fn killed_with_its_original_only_in_memory(job: &Job, durability: &'static str, size: usize) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let child = job.start_with(
@@ -304,6 +313,7 @@ fn killed_with_its_original_only_in_memory(job: &Job, durability: &'static str) 
         &["--warmup", "--in-place", "--delay", "0,1,3:1500"],
         &Setup {
             durability,
+            size,
             env: &[("RUST_LOG", "taskfold::replica=info,warn")],
             ..SYNC_ROOT_1
         },

@@ -59,6 +59,11 @@ fn async_sigkill_after_a_join_with_a_standing_copy_is_recovered_from_the_buddys_
 }
 
 #[test]
+fn async_sigkill_of_a_small_contribution_after_its_join_is_recovered_from_the_buddys_view() {
+    faults::small_killed_after_a_join_with_a_standing_copy(&job());
+}
+
+#[test]
 fn sigkill_of_a_rank_and_its_buddy_is_a_typed_error_everywhere() {
     faults::rank_and_buddy_killed(&job());
 }

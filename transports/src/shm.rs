@@ -10,9 +10,9 @@
 //! How:
 //! - [`SharedHeap`] is a global allocator that a program opts into (one
 //!   line, below). Blocks of at least [`MIN_SHARED`] bytes come from one
-//!   `memfd` per process, mapped shared, and so do the buffer pool's
-//!   blocks from [`MIN_SHARED_POOLED`] bytes up (reduction buffers, the
-//!   only ones the pool keeps); smaller ones go to the system allocator.
+//!   `memfd` per process, mapped shared, and so do all the buffer pool's
+//!   blocks ([`MIN_SHARED_POOLED`]: reduction buffers, small ones too);
+//!   the application's smaller ones go to the system allocator.
 //! - A transport that lends a buffer names its place in the heap
 //!   ([`locate`]); the reader opens the owner's heap through
 //!   `/proc/<pid>/fd/<fd>` (the same permission as reading the owner's
@@ -51,12 +51,17 @@ use taskfold_core::settings::{shared_heap_enabled, SHARED_HEAP_VAR};
 pub const MIN_SHARED: usize = 1 << 20;
 
 /// Smallest block served from the shared heap when the buffer pool
-/// allocates it ([`taskfold_core::pool::allocating`]): reduction buffers of
-/// 128 KiB and more lie in the heap, where same-node peers read them in
-/// place, while the application's own blocks below [`MIN_SHARED`] stay
-/// with the system allocator (which reuses them without a system call;
-/// a heap block gives its pages back when freed).
-pub const MIN_SHARED_POOLED: usize = taskfold_core::pool::MIN_POOLED;
+/// allocates it ([`taskfold_core::pool::allocating`]): every reduction
+/// buffer lies in the heap, where same-node peers read it in place, while
+/// the application's own blocks below [`MIN_SHARED`] stay with the system
+/// allocator (which reuses them without a system call; a heap block gives
+/// its pages back when freed).
+///
+/// Why every size: below this a contribution is neither read in place nor
+/// viewed by a same-node buddy, and pays a disk copy, a buddy's offer and
+/// a get over the loopback, which cost more than the heap block's one page
+/// (see the book's Architecture chapter, Small contributions).
+pub const MIN_SHARED_POOLED: usize = 1;
 
 /// Blocks are whole multiples of this (and aligned to it within the heap).
 const GRANULE: usize = 64 << 10;

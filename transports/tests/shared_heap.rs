@@ -27,22 +27,32 @@ fn large_blocks_come_from_the_heap_small_ones_do_not() {
 }
 
 #[test]
-fn the_pools_buffers_come_from_the_heap_from_a_lower_size_up() {
-    // A reduction buffer of 128 KiB is in the heap (same-node peers read
-    // it in place); the application's own block of that size is not.
-    let n = shm::MIN_SHARED_POOLED;
-    assert!(n < MIN_SHARED);
-    let pooled = taskfold_core::pool::take(n);
-    let own: Vec<u8> = Vec::with_capacity(n);
-    assert!(shm::active(), "the heap was created");
-    assert!(
-        shm::locate(pooled.as_ptr(), n).is_some(),
-        "a pool buffer of {n} bytes is in the heap"
-    );
-    assert!(shm::locate(own.as_ptr(), n).is_none());
-    assert!(!taskfold_core::pool::allocating(), "the mark is cleared");
-    let below = taskfold_core::pool::take(n - 4096);
-    assert!(shm::locate(below.as_ptr(), 1).is_none());
+fn the_pools_buffers_of_every_size_come_from_the_heap() {
+    // A reduction buffer is in the heap whatever its size (same-node peers
+    // read it in place, a same-node buddy views it there); the
+    // application's own block of that size is not.
+    const { assert!(shm::MIN_SHARED_POOLED <= 8) };
+    for n in [8, 1 << 10, 64 << 10, 128 << 10] {
+        let pooled = taskfold_core::pool::take(n);
+        let own: Vec<u8> = Vec::with_capacity(n);
+        assert!(shm::active(), "the heap was created");
+        assert!(
+            shm::locate(pooled.as_ptr(), n).is_some(),
+            "a pool buffer of {n} bytes is in the heap"
+        );
+        assert!(shm::locate(own.as_ptr(), n).is_none(), "{n} bytes");
+        assert!(!taskfold_core::pool::allocating(), "the mark is cleared");
+    }
+    // A small pool buffer given back leaves the heap's block for reuse:
+    // many of them in turn do not grow the heap.
+    let first = taskfold_core::pool::take(8);
+    let at = shm::locate(first.as_ptr(), 8).expect("in the heap").offset;
+    drop(first);
+    for _ in 0..1000 {
+        let b = taskfold_core::pool::take(8);
+        let off = shm::locate(b.as_ptr(), 8).expect("in the heap").offset;
+        assert!(off <= at + (64 << 20), "the heap's small blocks are reused");
+    }
 }
 
 #[test]
@@ -197,9 +207,14 @@ fn located_bytes_are_read_in_place_without_a_request() {
     let part = s1.locate(&data[1 << 20..]).expect("still in the heap");
     let got = s0.view(Rank(1), &part).expect("read in place");
     assert!(got[..] == data[1 << 20..]);
-    // Refused: small buffers, memory outside the heap, another node, a
-    // range past the heap's end, a rank that is not in the job.
-    assert!(s1.locate(&data[..1000]).is_none(), "too small to lend");
+    // Small ranges too: a located read needs no request, whatever its
+    // size (small contributions are read in place like large ones).
+    let small = s1.locate(&data[..8]).expect("a small range of the heap");
+    let got = s0.view(Rank(1), &small).expect("read in place");
+    assert!(matches!(got, Received::Shared(_)) && got[..] == data[..8]);
+    assert!(s1.locate(&data[..0]).is_none(), "nothing to read");
+    // Refused: memory outside the heap, another node, a range past the
+    // heap's end, a rank that is not in the job.
     let outside = vec![1u8; 100 << 10];
     assert!(s1.locate(&outside).is_none(), "not in the shared heap");
     let elsewhere = Place {

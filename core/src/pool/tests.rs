@@ -62,20 +62,35 @@ fn never_serves_a_buffer_too_small_or_more_than_twice_too_large() {
 }
 
 #[test]
-fn small_buffers_are_not_kept() {
+fn empty_buffers_are_not_kept() {
     let pool = Pool::new(64 * MIB);
-    pool.give(AlignedVec::with_capacity(MIN_POOLED / 2));
-    let _ = pool.take(1000);
-    assert_eq!(
-        pool.stats(),
-        PoolStats {
-            buffers: 0,
-            bytes: 0,
-            hits: 0,
-            misses: 0,
-            prefilled: 0
-        }
-    );
+    pool.give(AlignedVec::with_capacity(MIN_POOLED - 1));
+    assert_eq!(pool.stats().buffers, 0);
+    assert_eq!(pool.stats().bytes, 0);
+}
+
+#[test]
+fn small_buffers_are_kept_and_reused() {
+    // A reduction of a few bytes reuses its buffers as a large one does
+    // (a fresh heap block costs a page fault, a freed one a system call).
+    let pool = Pool::new(64 * MIB);
+    for n in [8usize, 40, 1000, 4096] {
+        let b = pool.take(n);
+        assert!(b.capacity() >= n);
+        let at = b.as_ptr();
+        pool.give(b);
+        let again = pool.take(n);
+        assert_eq!(again.as_ptr(), at, "the {n}-byte buffer is reused");
+        pool.give(again);
+    }
+    let s = pool.stats();
+    assert_eq!((s.hits, s.misses), (4, 4), "{s:?}");
+    // Never one more than twice the request: a 40-byte buffer is not
+    // handed out for 8 bytes.
+    let pool = Pool::new(64 * MIB);
+    pool.give(AlignedVec::with_capacity(40));
+    assert!(pool.take(8).capacity() < 40);
+    assert_eq!(pool.stats().buffers, 1, "the 40-byte buffer stays");
 }
 
 #[test]
@@ -129,7 +144,7 @@ fn reserve_asks_for_what_is_missing_once() {
     pool.start_flight(16 * MIB);
     assert_eq!(pool.reserve(4 * MIB), 0, "prefill is off");
     pool.set_prefill(true);
-    assert_eq!(pool.reserve(MIN_POOLED / 2), 0, "too small");
+    assert_eq!(pool.reserve(MIN_PREFILLED / 2), 0, "too small");
     // Two buffers are out (the contributions), none free.
     let a = pool.take(4 * MIB);
     let b = pool.take(4 * MIB);

@@ -38,8 +38,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Buffers smaller than this are not lent nor located: a loan costs a
-/// round trip more than a streamed get of a small buffer.
+/// Buffers smaller than this are not lent by a get: a loan costs a round
+/// trip more than a streamed get of a small buffer. [`SameNode::locate`]
+/// has no such floor: a peer reads a located buffer with no request at
+/// all, whatever its size.
 pub const MIN_LOAN: usize = 64 << 10;
 
 /// Bytes of same-node buffers read in place from a peer's shared heap (not
@@ -140,11 +142,12 @@ impl SameNode {
 
     /// Where a peer on this node may read `data` in place without asking
     /// this rank ([`SameNode::view`]): `data` lies in this process's shared
-    /// heap and is at least [`MIN_LOAN`] bytes. `data` must be bytes this
-    /// rank exposes and keeps unchanged until it withdraws them; the caller
-    /// names the place to its peers.
+    /// heap (of any size: the read in place needs no request, so small
+    /// data gains most from it). `data` must be bytes this rank exposes and
+    /// keeps unchanged until it withdraws them; the caller names the place
+    /// to its peers.
     pub fn locate(&self, data: &[u8]) -> Option<Locator> {
-        if self.token == 0 || data.len() < MIN_LOAN || self.closed.load(Ordering::SeqCst) {
+        if self.token == 0 || data.is_empty() || self.closed.load(Ordering::SeqCst) {
             return None;
         }
         let heap = crate::shm::locate(data.as_ptr(), data.len())?;
