@@ -25,12 +25,16 @@ impl Master {
         if rank.0 >= self.size || rank == own || !self.out.view().failed(rank) {
             return;
         }
-        // A standby taking over waits for it no more.
-        self.heard_for_takeover(rank.0);
         if self.finalized.contains(&rank.0) {
-            return; // it finished its work and left: not a failure
+            // It finished its work and left: not a failure. A standby
+            // taking over waits for it no more.
+            return self.heard_for_takeover(rank.0);
         }
         let awaited = self.respawn_on_death(rank.0);
+        // A standby taking over waits for it no more, and rebuilds (if it
+        // was the last report awaited) knowing its replacement is awaited:
+        // its reductions then wait for it instead of losing its data.
+        self.heard_for_takeover(rank.0);
         let global = awaited && self.restart == taskfold_core::settings::Restart::Global;
         self.fence(rank, &reason, latency);
         self.results_rank_died(rank.0);

@@ -334,8 +334,13 @@ impl Handler<ReplacementIn> for Master {
             self.asked(m.peer, asking);
             return;
         }
-        let alive = matches!(self.respawn.book.slot(m.peer.0), Some(Slot::Live(_)));
-        if alive && self.respawn.book.left() > 0 && !self.out.view().is_dead(m.peer.0) {
+        let slot = self.respawn.book.slot(m.peer.0);
+        let alive = matches!(slot, Some(Slot::Live(_)));
+        // An older replacement being let in died, and this one came before
+        // its death was declared (a launcher starts the next at once).
+        let superseded = matches!(slot, Some(Slot::Admitting { incarnation, .. }) if *incarnation < m.incarnation);
+        let undeclared = (alive && !self.out.view().is_dead(m.peer.0)) || superseded;
+        if undeclared && self.respawn.book.left() > 0 {
             // Its death is not declared yet (the launcher's report may come
             // after the replacement's request): asked again when it is, or
             // refused by the transport when its registration times out.
