@@ -150,11 +150,11 @@ impl Spread {
         let mut out = Vec::new();
         match ev {
             Event::Dead(r) => self.died(r),
-            Event::Have(r) if self.alive(r) && r == self.source => {
-                if self.phase == Phase::Awaiting {
-                    self.phase = Phase::Serving;
-                    self.hold(r);
-                }
+            Event::Have(r)
+                if self.alive(r) && r == self.source && self.phase == Phase::Awaiting =>
+            {
+                self.phase = Phase::Serving;
+                self.hold(r);
             }
             Event::Want(r) if self.alive(r) && r != self.source => {
                 if self.phase == Phase::Lost {
