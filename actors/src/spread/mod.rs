@@ -57,6 +57,7 @@ struct Member {
 pub(crate) struct Spreader {
     rank: Rank,
     out: Outbox,
+    hooks: Vec<crate::hooks::Hook>,
     mine: HashMap<u64, Member>,
     /// The coordinator's spreads (on the master's rank).
     coordinated: coordinator::Coordinated,
@@ -66,10 +67,11 @@ pub(crate) struct Spreader {
 }
 
 impl Spreader {
-    pub(crate) fn new(rank: Rank, out: Outbox) -> Self {
+    pub(crate) fn new(rank: Rank, out: Outbox, hooks: Vec<crate::hooks::Hook>) -> Self {
         Spreader {
             rank,
             out,
+            hooks,
             mine: HashMap::new(),
             coordinated: Default::default(),
             ended: None,
@@ -137,10 +139,22 @@ impl Spreader {
     }
 
     fn fetch(&mut self, key: u64, from: Rank, ctx: &mut Context<Self>) {
-        match self.mine.get(&key) {
-            Some(m) if !m.holding => {}
+        let id = match self.mine.get(&key) {
+            Some(m) if !m.holding => m.opening.id.clone(),
             _ => return, // not wanted here (any more)
+        };
+        let point = crate::hooks::Point::BeforeSpreadGet;
+        if let Some(wait) = crate::hooks::hold(&self.hooks, self.rank.0, point, &id) {
+            ctx.spawn(
+                wait.into_actor(self)
+                    .map(move |(), act, ctx| act.get(key, from, ctx)),
+            );
+            return;
         }
+        self.get(key, from, ctx);
+    }
+
+    fn get(&mut self, key: u64, from: Rank, ctx: &mut Context<Self>) {
         let get = self.out.transport().get(from, BufferKey(key));
         ctx.spawn(
             get.into_actor(self)
@@ -216,7 +230,18 @@ pub(crate) struct Share {
 impl Handler<Share> for Spreader {
     type Result = ();
 
-    fn handle(&mut self, s: Share, _: &mut Context<Self>) {
+    fn handle(&mut self, s: Share, ctx: &mut Context<Self>) {
+        let point = crate::hooks::Point::BeforeShare;
+        if let Some(wait) = crate::hooks::hold(&self.hooks, self.rank.0, point, &s.opening.id) {
+            ctx.spawn(wait.into_actor(self).map(move |(), act, _| act.share(s)));
+            return;
+        }
+        self.share(s);
+    }
+}
+
+impl Spreader {
+    fn share(&mut self, s: Share) {
         let key = s.opening.key;
         if let Some(e) = &self.ended {
             tracing::warn!(rank = %self.rank, error = %e, "a spread's value is not served");
