@@ -109,6 +109,11 @@ impl StreamHandler<Event> for Router {
                         reason: reason.clone(),
                         latency: None,
                     });
+                    // The spreads' coordinator counts the rank gone even
+                    // if the master does not declare it failed (it had
+                    // finalized: its process may end, its values with it).
+                    self.spread
+                        .do_send(crate::spread::SpreadDead { rank: peer });
                 }
                 if peer == self.out.master() && self.master.is_none() {
                     let lost = self.watch.as_mut().and_then(|(w, _)| w.link_down(&reason));

@@ -7,10 +7,13 @@
 //! asks for it. The coordinator pairs each asking member with a holder
 //! that is free, ready-first: the holder that has waited longest serves the
 //! member that has waited longest, and a member that got the value holds
-//! it and serves the next one. A holder serves one member at a time, so
-//! the holders double every round: `ceil(log2 p)` rounds of one fetch each
-//! for `p` members when everyone asks at once, and a late member waits for
-//! one fetch from a free holder.
+//! it and serves the next one. A holder serves [`SERVES_AT_ONCE`] members
+//! at a time, so that one slow (or stopped) member does not hold up
+//! everyone behind its holder: with `k` at once the holders grow `k + 1`
+//! fold every round, about `log_{k+1} p` rounds for `p` members when
+//! everyone asks at once (each round as long as `k` fetches sharing the
+//! holder's link), and a late member waits for one fetch from a free
+//! holder.
 //!
 //! # What a member's death does
 //!
@@ -23,6 +26,9 @@
 //! survivors all get the value, or all the same error.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// How many members one holder serves at once (see the module's doc).
+pub const SERVES_AT_ONCE: usize = 2;
 
 /// What the coordinator hears about one spread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,8 +89,11 @@ pub struct Spread {
     phase: Phase,
     /// Live members that hold the value.
     holders: BTreeSet<u32>,
-    /// Holders serving nobody, longest-free first.
+    /// A holder's free serving slots (one entry per slot), longest-free
+    /// first.
     free: VecDeque<u32>,
+    /// Slots per holder.
+    serves: usize,
     /// Members waiting for a holder, longest-waiting first.
     wanting: VecDeque<u32>,
     /// Fetches out: fetcher → holder.
@@ -98,6 +107,17 @@ impl Spread {
     /// A spread of `source`'s value to `members` (which include it), with
     /// `dead` the ranks already known failed.
     pub fn new(members: impl IntoIterator<Item = u32>, source: u32, dead: &[u32]) -> Spread {
+        Spread::serving(members, source, dead, SERVES_AT_ONCE)
+    }
+
+    /// As [`Spread::new`], each holder serving `serves` members at once
+    /// (at least one).
+    pub fn serving(
+        members: impl IntoIterator<Item = u32>,
+        source: u32,
+        dead: &[u32],
+        serves: usize,
+    ) -> Spread {
         let members: BTreeSet<u32> = members.into_iter().collect();
         let dead = dead
             .iter()
@@ -110,6 +130,7 @@ impl Spread {
             phase: Phase::Awaiting,
             holders: BTreeSet::new(),
             free: VecDeque::new(),
+            serves: serves.max(1),
             wanting: VecDeque::new(),
             fetching: BTreeMap::new(),
             dead,
@@ -178,8 +199,9 @@ impl Spread {
                     // Back at the head: it waited longest.
                     self.wanting.push_front(r);
                     // Another free holder first, if there is one.
-                    if let Some(i) = self.free.iter().position(|x| *x == h) {
-                        self.free.remove(i);
+                    let n = self.free.len();
+                    self.free.retain(|x| *x != h);
+                    for _ in self.free.len()..n {
                         self.free.push_back(h);
                     }
                 }
@@ -196,13 +218,16 @@ impl Spread {
 
     fn hold(&mut self, r: u32) {
         if self.holders.insert(r) {
-            self.free.push_back(r);
+            for _ in 0..self.serves {
+                self.free.push_back(r);
+            }
         }
     }
 
-    /// `h` finished serving (either way): free again if still a holder.
+    /// `h` finished one serve (either way): that slot is free again if
+    /// `h` still holds.
     fn release(&mut self, h: u32) {
-        if self.holders.contains(&h) && !self.free.contains(&h) {
+        if self.holders.contains(&h) {
             self.free.push_back(h);
         }
     }

@@ -5,6 +5,11 @@ use super::*;
 use Action::*;
 use Event::*;
 
+/// A spread whose holders serve one member at a time.
+fn one(members: impl IntoIterator<Item = u32>, source: u32, dead: &[u32]) -> Spread {
+    Spread::serving(members, source, dead, 1)
+}
+
 fn fetches(actions: &[Action]) -> Vec<(u32, u32)> {
     actions
         .iter()
@@ -27,7 +32,7 @@ fn fails(actions: &[Action]) -> Vec<u32> {
 
 #[test]
 fn ready_first_holders_double_every_round() {
-    let mut s = Spread::new(0..8, 0, &[]);
+    let mut s = one(0..8, 0, &[]);
     for r in 1..8 {
         assert!(s.on(Want(r)).is_empty(), "no holder before the source");
     }
@@ -53,7 +58,7 @@ fn ready_first_holders_double_every_round() {
 
 #[test]
 fn a_late_member_takes_a_free_holder_at_once() {
-    let mut s = Spread::new([2, 5, 9], 5, &[]);
+    let mut s = one([2, 5, 9], 5, &[]);
     assert!(s.on(Have(5)).is_empty());
     assert_eq!(fetches(&s.on(Want(9))), [(9, 5)]);
     assert!(s.on(Fetched(9)).is_empty());
@@ -68,7 +73,7 @@ fn a_late_member_takes_a_free_holder_at_once() {
 
 #[test]
 fn source_dead_before_the_value_exists_fails_every_member_alike() {
-    let mut s = Spread::new(0..4, 0, &[]);
+    let mut s = one(0..4, 0, &[]);
     assert!(s.on(Want(1)).is_empty());
     assert_eq!(fails(&s.on(Dead(0))), [1]);
     assert_eq!(s.phase(), &Phase::Lost);
@@ -83,13 +88,13 @@ fn source_dead_before_the_value_exists_fails_every_member_alike() {
 
 #[test]
 fn a_source_known_dead_at_creation_fails_the_first_member_that_asks() {
-    let mut s = Spread::new(0..3, 1, &[1]);
+    let mut s = one(0..3, 1, &[1]);
     assert_eq!(fails(&s.on(Want(0))), [0]);
 }
 
 #[test]
 fn source_dead_mid_fetch_waits_for_the_fetchers_word() {
-    let mut s = Spread::new(0..4, 0, &[]);
+    let mut s = one(0..4, 0, &[]);
     s.on(Want(1));
     s.on(Want(2));
     assert_eq!(fetches(&s.on(Have(0))), [(1, 0)]);
@@ -110,7 +115,7 @@ fn source_dead_mid_fetch_waits_for_the_fetchers_word() {
 
 #[test]
 fn source_dead_mid_fetch_and_the_fetch_failed_fails_everyone() {
-    let mut s = Spread::new(0..4, 0, &[]);
+    let mut s = one(0..4, 0, &[]);
     s.on(Want(1));
     s.on(Want(2));
     s.on(Have(0));
@@ -123,7 +128,7 @@ fn source_dead_mid_fetch_and_the_fetch_failed_fails_everyone() {
 
 #[test]
 fn a_fetcher_that_dies_frees_its_holder() {
-    let mut s = Spread::new(0..3, 0, &[]);
+    let mut s = one(0..3, 0, &[]);
     s.on(Have(0));
     assert_eq!(fetches(&s.on(Want(1))), [(1, 0)]);
     s.on(Want(2));
@@ -138,7 +143,7 @@ fn a_fetcher_that_dies_frees_its_holder() {
 
 #[test]
 fn after_the_value_spread_a_source_death_loses_nothing() {
-    let mut s = Spread::new(0..4, 0, &[]);
+    let mut s = one(0..4, 0, &[]);
     s.on(Have(0));
     s.on(Want(1));
     s.on(Fetched(1));
@@ -154,7 +159,7 @@ fn after_the_value_spread_a_source_death_loses_nothing() {
 
 #[test]
 fn a_failed_fetch_from_a_live_holder_tries_another_holder_first() {
-    let mut s = Spread::new(0..4, 0, &[]);
+    let mut s = one(0..4, 0, &[]);
     s.on(Have(0));
     s.on(Want(1));
     s.on(Fetched(1));
@@ -164,7 +169,7 @@ fn a_failed_fetch_from_a_live_holder_tries_another_holder_first() {
 
 #[test]
 fn non_members_and_duplicates_change_nothing() {
-    let mut s = Spread::new([1, 2], 1, &[]);
+    let mut s = one([1, 2], 1, &[]);
     assert!(s.on(Have(7)).is_empty());
     assert!(s.on(Want(7)).is_empty());
     assert!(s.on(Want(1)).is_empty(), "the source does not ask");
@@ -179,7 +184,84 @@ fn non_members_and_duplicates_change_nothing() {
 
 #[test]
 fn every_member_dead_but_the_source_is_done_once_it_holds() {
-    let mut s = Spread::new(0..3, 0, &[1, 2]);
+    let mut s = one(0..3, 0, &[1, 2]);
     assert!(!s.is_over());
     assert_eq!(s.on(Have(0)), [Finish { holders: vec![0] }]);
+}
+
+#[test]
+fn two_at_once_a_stalled_fetcher_holds_up_nobody_else() {
+    let mut s = Spread::new(0..6, 0, &[]);
+    for r in 1..6 {
+        s.on(Want(r));
+    }
+    // The source serves two at once; rank 1 never answers.
+    assert_eq!(fetches(&s.on(Have(0))), [(1, 0), (2, 0)]);
+    assert_eq!(fetches(&s.on(Fetched(2))), [(3, 0), (4, 2), (5, 2)]);
+    for r in [3, 4] {
+        assert!(s.on(Fetched(r)).is_empty());
+    }
+    assert!(s.on(Fetched(5)).is_empty(), "rank 1 still fetching");
+    // Rank 1's holder dies: it fails, and is sent to another holder.
+    assert!(s.on(Dead(0)).is_empty());
+    let again = fetches(&s.on(FetchFailed(1)));
+    assert!(matches!(again[..], [(1, h)] if h != 0), "{again:?}");
+    assert_eq!(
+        s.on(Fetched(1)),
+        [Finish {
+            holders: vec![1, 2, 3, 4, 5]
+        }]
+    );
+}
+
+#[test]
+fn holders_are_always_members_and_a_live_holder_means_no_failure() {
+    // Every order of a small set of events: whenever a member is told
+    // the spread failed, no live member holds the value.
+    let events = [
+        Have(0),
+        Want(1),
+        Want(2),
+        Fetched(1),
+        FetchFailed(2),
+        Dead(0),
+        Fetched(2),
+        Dead(1),
+    ];
+    for seed in 0u64..2000 {
+        let mut s = Spread::new(0..3, 0, &[]);
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut holding = std::collections::BTreeSet::new();
+        let mut failed = std::collections::BTreeSet::new();
+        let mut dead = std::collections::BTreeSet::new();
+        for _ in 0..12 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let ev = events[(x % events.len() as u64) as usize];
+            let fetching_before: Vec<u32> = s.fetching.keys().copied().collect();
+            match ev {
+                Have(r) if !dead.contains(&r) => {
+                    holding.insert(r);
+                }
+                Fetched(r) if fetching_before.contains(&r) && !dead.contains(&r) => {
+                    holding.insert(r);
+                }
+                Dead(r) => {
+                    dead.insert(r);
+                }
+                _ => {}
+            }
+            for a in s.on(ev) {
+                if let Fail { rank } = a {
+                    failed.insert(rank);
+                }
+            }
+            let live_holders: Vec<_> = holding.difference(&dead).collect();
+            assert!(
+                failed.is_empty() || live_holders.is_empty(),
+                "seed {seed}: failed {failed:?} while {live_holders:?} hold"
+            );
+        }
+    }
 }
