@@ -60,3 +60,14 @@ fn allreduce_and_broadcast_work_from_c() {
     let out = under_taskfold(3, &exe, &[]);
     assert_every_rank(&out, 3, |r| format!("[{r}] rank {r}: allreduce ok"));
 }
+
+/// The same from Fortran, through the module's interfaces.
+#[test]
+fn allreduce_and_broadcast_work_from_fortran() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("allreduce_f");
+    let src = crate_dir().join("tests/fortran/allreduce.f90");
+    compile_fortran(&[src], &exe, dir.path());
+    let out = under_taskfold(3, &exe, &[]);
+    assert_every_rank(&out, 3, |r| format!("[{r}] rank {r}: fortran allreduce ok"));
+}
