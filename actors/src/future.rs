@@ -15,6 +15,11 @@ use taskfold_core::ReduceError;
 /// nothing, or the error.
 pub(crate) type Outcome = Result<Option<Box<dyn Any + Send>>, ReduceError>;
 
+/// Where a slot hands its outcome on instead of keeping it: the first
+/// half of an allreduce passes the reduction's outcome to its spread (see
+/// `crate::spread`).
+pub(crate) type Relay = Box<dyn FnOnce(Outcome) + Send>;
+
 #[derive(Default)]
 struct State {
     outcome: Option<Outcome>,
@@ -54,6 +59,9 @@ pub(crate) struct Slot {
     /// 0 until the worker arms the board path; then 1 + the board's count
     /// of completions when the reduction started here.
     armed: AtomicU64,
+    /// Takes the outcome when the slot is filled (the slot then keeps
+    /// `Ok(None)`, so that it reads as settled).
+    relay: Mutex<Option<Relay>>,
 }
 
 /// What a future needs to complete through the master's notice board: a
@@ -85,11 +93,24 @@ impl Slot {
         }
     }
 
+    /// A slot that hands its outcome to `relay` (never through the board).
+    pub(crate) fn relayed(relay: Relay) -> Self {
+        Slot {
+            relay: Mutex::new(Some(relay)),
+            ..Slot::default()
+        }
+    }
+
     pub(crate) fn fill(&self, outcome: Outcome) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.outcome.is_some() || s.taken {
             return;
         }
+        let relay = self.relay.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let (outcome, relayed) = match relay {
+            Some(r) => (Ok(None), Some((r, outcome))),
+            None => (outcome, None),
+        };
         s.outcome = Some(outcome);
         if let Some(w) = s.waker.take() {
             w.wake();
@@ -100,6 +121,10 @@ impl Slot {
         if let Some(link) = &self.board {
             // A waiter on the board sleeps on its bell, not on `cond`.
             link.notices.ring();
+        }
+        // Outside the lock: the relay may fill other slots.
+        if let Some((relay, outcome)) = relayed {
+            relay(outcome);
         }
     }
 
@@ -277,6 +302,11 @@ impl<T: 'static> ReduceFuture<T> {
             id,
             _t: PhantomData,
         }
+    }
+
+    /// The slot this future reads.
+    pub(crate) fn slot(&self) -> &Arc<Slot> {
+        &self.slot
     }
 
     /// The reduction's id.

@@ -14,7 +14,10 @@
 //! its join and its buddy offer wait), `after-join` (its tasks wait),
 //! `before-get`, `before-fold`, and `joined` (marks only, never holds);
 //! and `checkpoint`, where `ID` is a checkpoint's version: the rank's
-//! checkpoint writer holds before writing it (the application goes on).
+//! checkpoint writer holds before writing it (the application goes on);
+//! `before-share` and `before-spread-get`, where `ID` is an allreduce's or
+//! a broadcast's: its root holds the value before serving it, a member
+//! before fetching it.
 
 use std::time::{Duration, Instant};
 pub use taskfold_core::settings::hooks::{Hook, Point};

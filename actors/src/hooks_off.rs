@@ -20,6 +20,8 @@ pub(crate) enum Point {
     MidGet,
     Joined,
     Checkpoint,
+    BeforeShare,
+    BeforeSpreadGet,
 }
 
 /// The hooks of `config`: none.

@@ -26,6 +26,10 @@
 //! - [`runtime`]: [`Runtime`] (`from_env`, `reduce`, `barrier`,
 //!   `checkpoint`, `restore`, shutdown);
 //!   [`builder`]: [`Builder`], a runtime from explicit settings.
+//! - [`collective`]: [`Runtime::allreduce`] and [`Runtime::broadcast`]
+//!   (the value on every member, ready-first), their [`SpreadFuture`];
+//!   `spread`, the actor that moves the value (its coordinator on the
+//!   master's rank).
 //! - [`future`]: [`ReduceFuture`] (`get`, `is_done`, `wait_timeout`, `.await`;
 //!   `is_safe`, `wait_safe`: when the contribution survives this rank).
 //! - [`options`]: [`Reduce`] (root, id, group, durability, completion).
@@ -63,6 +67,7 @@
 
 pub mod builder;
 pub mod checkpoint;
+pub mod collective;
 pub mod config;
 mod detector;
 pub mod env;
@@ -90,12 +95,14 @@ mod replica;
 mod results;
 mod router;
 pub mod runtime;
+mod spread;
 mod standby;
 mod start;
 mod worker;
 
 pub use builder::Builder;
 pub use checkpoint::{CheckpointError, CheckpointFuture};
+pub use collective::{Broadcastable, SpreadFuture};
 pub use config::{Completion, Config, Durability, Settings, SettingsError, Standby};
 pub use future::{ReduceFuture, Safe};
 pub use lifecycle::{Lifecycle, RecoveryEvent};
@@ -136,8 +143,8 @@ pub use rkyv;
 /// error its folds return) and the built-in reducers, and the errors.
 pub mod prelude {
     pub use crate::{
-        Completion, Durability, FoldError, InPlace, LocalCluster, Max, Min, Prod, Reduce,
-        ReduceError, ReduceFuture, ReducerBody, Runtime, Sum,
+        Broadcastable, Completion, Durability, FoldError, InPlace, LocalCluster, Max, Min, Prod,
+        Reduce, ReduceError, ReduceFuture, ReducerBody, Runtime, SpreadFuture, Sum,
     };
 }
 

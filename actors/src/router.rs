@@ -40,6 +40,12 @@ pub(crate) enum Command {
     /// A checkpoint that followed these results' handovers is durable
     /// (see `crate::results`).
     ReleaseResults(Vec<u64>),
+    /// This rank holds a spread's value (see `crate::spread`).
+    Share(crate::spread::Share),
+    /// This rank wants a spread's value.
+    Ask(crate::spread::Ask),
+    /// This source cannot serve its spread's value.
+    Gone(crate::spread::Gone),
     Stop,
 }
 
@@ -65,6 +71,8 @@ pub(crate) struct Router {
     pub(crate) rollbacks: crate::reinit::Rollbacks,
     /// The rank's checkpoint engine.
     pub(crate) checkpoints: crate::checkpoint::Inbox,
+    /// Allreduce results and broadcast values going to every member.
+    pub(crate) spread: Addr<crate::spread::Spreader>,
 }
 
 impl Actor for Router {
@@ -101,6 +109,11 @@ impl StreamHandler<Event> for Router {
                         reason: reason.clone(),
                         latency: None,
                     });
+                    // The spreads' coordinator counts the rank gone even
+                    // if the master does not declare it failed (it had
+                    // finalized: its process may end, its values with it).
+                    self.spread
+                        .do_send(crate::spread::SpreadDead { rank: peer });
                 }
                 if peer == self.out.master() && self.master.is_none() {
                     let lost = self.watch.as_mut().and_then(|(w, _)| w.link_down(&reason));
@@ -194,6 +207,9 @@ impl Router {
             }),
             Msg::Checkpoint(m) if from != LAUNCHER => self.checkpoints.deliver(from, m),
             Msg::Results(m) if from != LAUNCHER => self.route_results(from, m),
+            Msg::Spread(msg) if from != LAUNCHER => {
+                self.spread.do_send(crate::spread::SpreadIn { from, msg })
+            }
             other => {
                 metrics::counter!(crate::metrics::BAD_FRAMES).increment(1);
                 tracing::error!(%from, msg = ?other, "message not accepted from this sender; dropped");
@@ -299,6 +315,8 @@ impl Router {
                 tracing::warn!(rank = %self.rank, failed = rank, incarnation, "the master declared a rank failed");
                 self.checkpoints.dead(Rank(rank));
                 self.worker.do_send(RankFailedIn { rank: Rank(rank) });
+                self.spread
+                    .do_send(crate::spread::SpreadDead { rank: Rank(rank) });
                 self.recovery
                     .heard(crate::lifecycle::RecoveryEvent::RankFailed { rank });
             }
@@ -405,6 +423,9 @@ impl StreamHandler<Command> for Router {
                 let _ = self.out.to_master(&Msg::ReinitReady { epoch, held });
             }
             Command::Barrier(b) => self.worker.do_send(b),
+            Command::Share(m) => self.spread.do_send(m),
+            Command::Ask(m) => self.spread.do_send(m),
+            Command::Gone(m) => self.spread.do_send(m),
             Command::ReleaseResults(seqs) => {
                 self.worker.do_send(crate::worker::ReleaseResults { seqs })
             }

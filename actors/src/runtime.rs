@@ -52,6 +52,8 @@ pub struct Runtime {
     /// Results handed to the application and kept for a replacement root
     /// (see `crate::results`).
     results: crate::results::Kept,
+    /// Call numbers of allreduces and broadcasts (see `crate::collective`).
+    pub(crate) spreads: crate::collective::Calls,
 }
 
 impl Runtime {
@@ -142,6 +144,7 @@ impl Runtime {
             rollbacks,
             view,
             results,
+            spreads: Default::default(),
         })
     }
 
@@ -372,6 +375,18 @@ impl Runtime {
         value: T,
         opts: Reduce,
     ) -> Result<ReduceFuture<T>, ReduceError> {
+        self.reduce_with(value, opts, None)
+    }
+
+    /// [`Runtime::reduce`], its outcome handed to `relay` if given (the
+    /// first half of an allreduce: every member then waits for the
+    /// result, and the future's slot never completes through the board).
+    pub(crate) fn reduce_with<T: ReduceValue>(
+        &self,
+        value: T,
+        opts: Reduce,
+        relay: Option<crate::future::Relay>,
+    ) -> Result<ReduceFuture<T>, ReduceError> {
         let group = opts
             .resolve_group(self.size)
             .map_err(|e| ReduceError::InvalidOptions(e.to_string()))?;
@@ -409,13 +424,15 @@ impl Runtime {
             shape: value.shape_hint(),
             disk: None, // filled in by the worker, which owns the replica store
             early: root.0 != self.rank
+                && relay.is_none()
                 && opts.completion.unwrap_or(self.config.completion)
                     == crate::config::Completion::Contributed,
         };
         // A member that waits for the result may take it from the master's
         // notice board (if this rank has mapped it; see `BoardLink`).
-        let slot = match self.notices.get() {
-            Some(_) if root.0 != self.rank && !join.early => {
+        let slot = match (self.notices.get(), relay) {
+            (_, Some(relay)) => Arc::new(Slot::relayed(relay)),
+            (Some(_), None) if root.0 != self.rank && !join.early => {
                 Arc::new(Slot::with_board(crate::future::BoardLink {
                     notices: self.notices.clone(),
                     live: self.live.clone(),

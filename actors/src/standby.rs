@@ -79,6 +79,10 @@ impl Router {
         let next = self.next_master();
         let view = self.out.view().clone();
         view.failed(old);
+        self.spread.do_send(crate::spread::SpreadMasterLost {
+            reason: lost.to_string(),
+            for_good: next.is_none(),
+        });
         let Some(next) = next else {
             tracing::error!(rank = %self.rank, reason = %lost, "the master is lost");
             self.worker.do_send(MasterGone {

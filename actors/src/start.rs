@@ -129,6 +129,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
     };
     let (commands, notices, recovery) = (p.commands, p.notices, p.recovery);
     let (rollbacks, checkpoints) = (p.rollbacks, p.checkpoints);
+    let spread = crate::spread::Spreader::new(Rank(rank), out.clone(), crate::hooks::of(c)).start();
     Router::create(move |ctx| {
         ctx.add_stream(events.into_stream());
         ctx.add_stream(commands.into_stream());
@@ -146,6 +147,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
             recovery,
             rollbacks,
             checkpoints,
+            spread,
         }
     });
     Ok(())

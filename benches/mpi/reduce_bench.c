@@ -17,6 +17,10 @@
  * Arguments: --scenario quiet|slow|stagger|concurrent --sizes B1,B2,..
  *   --reps N --warmup W --root R [--slow-rank S --delay-us D1,D2,..]
  *   [--jitter-us J1,J2,.. --seed X] [--k K1,K2,..]
+ *   [--collective reduce|allreduce|broadcast]
+ * With `allreduce` the calls are MPI_Allreduce / MPI_Iallreduce, with
+ * `broadcast` MPI_Bcast / MPI_Ibcast of the root's send buffer; either
+ * result is verified on every rank.
  * (Background load is started by the harness around the `quiet` scenario.)
  */
 #include <mpi.h>
@@ -93,7 +97,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &np);
 
-    const char *scenario = "quiet";
+    const char *scenario = "quiet", *collective = "reduce";
     double sizes[MAXLIST], delays[MAXLIST] = {0}, jitters[MAXLIST] = {0}, ks[MAXLIST] = {1};
     int nsizes = 0, nks = 1, reps = 10, warmup = 2, root = 1, slow = 2;
     uint64_t seed = 7;
@@ -109,6 +113,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--jitter-us")) parse_list(v, jitters);
         else if (!strcmp(k, "--seed")) seed = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--k")) nks = parse_list(v, ks);
+        else if (!strcmp(k, "--collective")) collective = v;
         else {
             if (rank == 0) fprintf(stderr, "reduce_bench: unknown option %s\n", k);
             MPI_Abort(MPI_COMM_WORLD, 2);
@@ -116,7 +121,14 @@ int main(int argc, char **argv) {
     }
     if (root >= np) root = np - 1;
     int concurrent = !strcmp(scenario, "concurrent");
-    float expected = (float)np * (float)(np + 1) / 2.0f;
+    int all = !strcmp(collective, "allreduce"), bcast = !strcmp(collective, "broadcast");
+    if (!all && !bcast && strcmp(collective, "reduce")) {
+        if (rank == 0) fprintf(stderr, "reduce_bench: unknown collective %s\n", collective);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    float expected = bcast ? (float)(root + 1) : (float)np * (float)(np + 1) / 2.0f;
+    /* Ranks whose result is verified: the root, or every rank. */
+    int checks = all || bcast || rank == root;
     int failed = 0;
 
     for (int si = 0; si < nsizes; si++) {
@@ -136,7 +148,11 @@ int main(int argc, char **argv) {
             double *times = calloc(reps, sizeof(double)), *stamps = calloc(reps, sizeof(double));
             double *done = calloc(reps, sizeof(double));
             for (int rep = 0; rep < warmup + reps; rep++) {
-                for (int j = 0; j < k && rank == root; j++) memset(recv[j], 0, n * sizeof(float));
+                for (int j = 0; j < k && checks; j++) memset(recv[j], 0, n * sizeof(float));
+                /* A broadcast sends the root's receive buffer, filled
+                 * from its send buffer before the clock starts. */
+                for (int j = 0; j < k && bcast && rank == root; j++)
+                    memcpy(recv[j], send[j], n * sizeof(float));
                 MPI_Barrier(MPI_COMM_WORLD);
                 double t0 = now_s();
                 if (!strcmp(scenario, "slow") && rank == slow) busy_spin(delays[si] * 1e-6);
@@ -144,14 +160,24 @@ int main(int argc, char **argv) {
                     sleep_s(delay_fraction(seed, (uint64_t)rep, (uint64_t)rank) * jitters[si] * 1e-6);
                 double stamp = now_s();
                 if (concurrent) {
-                    for (int j = 0; j < k; j++)
-                        MPI_Ireduce(send[j], recv[j], (int)n, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD, &reqs[j]);
+                    for (int j = 0; j < k; j++) {
+                        if (all)
+                            MPI_Iallreduce(send[j], recv[j], (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &reqs[j]);
+                        else if (bcast)
+                            MPI_Ibcast(recv[j], (int)n, MPI_FLOAT, root, MPI_COMM_WORLD, &reqs[j]);
+                        else
+                            MPI_Ireduce(send[j], recv[j], (int)n, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD, &reqs[j]);
+                    }
                     MPI_Waitall(k, reqs, stats);
+                } else if (all) {
+                    MPI_Allreduce(send[0], recv[0], (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                } else if (bcast) {
+                    MPI_Bcast(recv[0], (int)n, MPI_FLOAT, root, MPI_COMM_WORLD);
                 } else {
                     MPI_Reduce(send[0], recv[0], (int)n, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD);
                 }
                 double t1 = now_s();
-                if (rank == root)
+                if (checks)
                     for (int j = 0; j < k; j++)
                         for (size_t e = 0; e < n; e++)
                             if (recv[j][e] != expected) { failed = 1; break; }

@@ -12,6 +12,11 @@ use serde::{Deserialize, Serialize};
 pub struct Report {
     /// The command that produced the report.
     pub invocation: String,
+    /// The MPI call taskfold is compared with (`MPI_Reduce`,
+    /// `MPI_Allreduce`, `MPI_Bcast`); empty in reports made before it was
+    /// recorded (then `MPI_Reduce`).
+    #[serde(default)]
+    pub against: String,
     /// Every figure.
     pub records: Vec<Record>,
     /// `(what, command line)` of every run, exactly as executed.

@@ -73,6 +73,7 @@ pub mod results;
 pub mod roster;
 pub mod schedule;
 pub mod settings;
+pub mod spread;
 pub mod watch;
 pub mod wire;
 

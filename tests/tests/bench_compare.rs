@@ -143,3 +143,77 @@ fn small_comparison_writes_json_report_and_plots() {
         assert!(svg.starts_with("<svg"), "{p}");
     }
 }
+
+/// `--collective allreduce` and `broadcast`: both sides measure that
+/// collective (the MPI side `MPI_Allreduce`/`MPI_Iallreduce`,
+/// `MPI_Bcast`/`MPI_Ibcast`), every result verified on every rank, and the
+/// report says what it compares with.
+#[test]
+fn small_allreduce_and_broadcast_comparisons() {
+    for (collective, against) in [("allreduce", "MPI_Allreduce"), ("broadcast", "MPI_Bcast")] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("cmp");
+        let mut cmd = Command::new(taskfold_bin());
+        cmd.args([
+            "bench",
+            "compare",
+            "--collective",
+            collective,
+            "--np",
+            "3",
+            "--np-interference",
+            "3",
+            "--size",
+            "256K",
+            "--k",
+            "2",
+            "--concurrent-size",
+            "64K",
+            "--scenarios",
+            "quiet,slow,concurrent",
+            "--durability",
+            "async",
+            "--reps",
+            "2",
+            "--warmup",
+            "1",
+            "--reps-concurrent",
+            "2",
+            "--timeout",
+            "120s",
+            "--out",
+        ])
+        .arg(&out);
+        let res = run_bounded(cmd, Duration::from_secs(600));
+        assert!(res.status.success(), "{}", text(&res));
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("compare.json")).unwrap()).unwrap();
+        assert_eq!(json["against"], against);
+        let records = json["records"].as_array().unwrap();
+        for scenario in ["quiet", "slow-half", "slow-20ms", "concurrent"] {
+            let n = records
+                .iter()
+                .filter(|r| r["scenario"] == scenario && r["side"] == "taskfold")
+                .count();
+            assert_eq!(n, 1, "{collective} {scenario}");
+        }
+        if std::env::var_os("CI").is_some() {
+            for side in ["openmpi", "mpich"] {
+                assert!(
+                    records.iter().any(|r| r["side"] == side),
+                    "{collective}: {side}"
+                );
+            }
+        }
+        let commands = json["commands"].to_string();
+        assert!(
+            commands.contains(&format!("--collective {collective}")),
+            "{commands}"
+        );
+        let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+        assert!(
+            md.starts_with(&format!("# taskfold against {against}")),
+            "{md}"
+        );
+    }
+}

@@ -128,6 +128,29 @@ module taskfold
       type(tf_options), intent(in), optional :: opts
       integer(c_int64_t), intent(out) :: req
     end function
+    ! The result on every member (MPI_Iallreduce); see tf_iallreduce in
+    ! taskfold.h.
+    integer(c_int) function tf_iallreduce(sendbuf, recvbuf, count, datatype, op, opts, req) &
+        bind(C, name="tf_iallreduce")
+      import :: c_int, c_int64_t, c_size_t, c_ptr, tf_options
+      type(c_ptr), value :: sendbuf, recvbuf
+      integer(c_size_t), value :: count
+      integer(c_int), value :: datatype, op
+      type(tf_options), intent(in), optional :: opts
+      integer(c_int64_t), intent(out) :: req
+    end function
+    ! The root's buffer on every member (MPI_Ibcast); see tf_ibcast in
+    ! taskfold.h.
+    integer(c_int) function tf_ibcast(buf, count, datatype, root, opts, req) &
+        bind(C, name="tf_ibcast")
+      import :: c_int, c_int32_t, c_int64_t, c_size_t, c_ptr, tf_options
+      type(c_ptr), value :: buf
+      integer(c_size_t), value :: count
+      integer(c_int), value :: datatype
+      integer(c_int32_t), value :: root
+      type(tf_options), intent(in), optional :: opts
+      integer(c_int64_t), intent(out) :: req
+    end function
     integer(c_int) function tf_buf_alloc(count, datatype, buf, data) bind(C, name="tf_buf_alloc")
       import :: c_int, c_int64_t, c_size_t, c_ptr
       integer(c_size_t), value :: count

@@ -737,6 +737,64 @@ int tf_wait_all(size_t count, tf_request *reqs, tf_status *statuses);
 int tf_requests_live(size_t *count);
 
 /*
+ Starts a non-blocking allreduce of the `count` elements of datatype
+ `datatype` at `sendbuf` with operation `op`, with the options `opts`
+ (null: defaults), and writes its handle to `*req`. Like
+ `MPI_Iallreduce`: the result goes to `recvbuf` on every member.
+
+ The reduction runs to the group's lowest rank (rank 0 without a
+ group); every other member then fetches the result from a member that
+ has it already. `sendbuf` is copied before the call returns;
+ `recvbuf` must hold `count` elements and stay valid until the request
+ completes (the call that completes it writes the result there); it may
+ be `sendbuf`. A member's death: every survivor gets the result, or
+ every one the same error (`TF_ERR_ROOT_LOST` if the result was lost
+ with the only ranks that had it). Errors at the call are those of
+ `tf_ireduce`, and `TF_ERR_INVALID_OPTIONS` for
+ `TF_COMPLETION_CONTRIBUTED` (an allreduce waits for the result).
+
+ # Safety
+
+ `sendbuf` and `recvbuf` hold `count` elements, `recvbuf` valid until
+ the request completes; `opts` is null or valid; `req` points to a
+ writable `tf_request`.
+ */
+int tf_iallreduce(const void *sendbuf,
+                  void *recvbuf,
+                  size_t count,
+                  int datatype,
+                  int op,
+                  const tf_options *opts,
+                  tf_request *req);
+
+/*
+ Starts a non-blocking broadcast of the `count` elements of datatype
+ `datatype` at `buf` on rank `root` to every member, with the options
+ `opts` (null: defaults; durability and completion do not apply), and
+ writes its handle to `*req`. Like `MPI_Ibcast`.
+
+ At the root `buf` is copied before the call returns; elsewhere it must
+ stay valid until the request completes, and the call that completes it
+ writes the value there. Members fetch the value from a member that has
+ it already. The root's death before any other member had the value:
+ every survivor gets `TF_ERR_ROOT_LOST`; after, every survivor gets the
+ value. A member whose datatype or count differs from the root's gets
+ `TF_ERR_MISMATCH`.
+
+ # Safety
+
+ `buf` holds `count` elements (valid until the request completes, off
+ the root); `opts` is null or valid; `req` points to a writable
+ `tf_request`.
+ */
+int tf_ibcast(void *buf,
+              size_t count,
+              int datatype,
+              int32_t root,
+              const tf_options *opts,
+              tf_request *req);
+
+/*
  Starts this process's rank from its environment: under `taskfold run`
  (`TASKFOLD_RANK`, `TASKFOLD_SIZE`, the rendezvous and the job key it
  sets), MPICH's `mpiexec` (`PMI_RANK`, `PMI_SIZE`), Open MPI's `mpirun`

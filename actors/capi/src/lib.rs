@@ -30,6 +30,7 @@
 //! - `options`: `tf_options` (id, group, durability, completion).
 //! - `reduce`: typed reductions, `tf_ireduce` (the send buffer copied at
 //!   the call) and `tf_ireduce_buf` (a `tf_buf`, sent without a copy).
+//! - `spread`: every member gets the value: `tf_iallreduce`, `tf_ibcast`.
 //! - `buffer`: `tf_buf_alloc`, `tf_buf_data`, `tf_buf_free`.
 //! - `custom`: custom operations (`tf_op_create`) and their reductions
 //!   (`tf_ireduce_custom`, `tf_ireduce_blob`).
@@ -60,6 +61,7 @@ pub mod lifecycle;
 pub mod options;
 pub mod reduce;
 pub mod request;
+pub mod spread;
 pub mod state;
 
 #[global_allocator]

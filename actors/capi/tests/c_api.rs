@@ -50,3 +50,24 @@ fn every_call_works_from_c_under_mpiexec() {
         assert_every_rank(&out, 3, |r| format!("rank {r}: api ok"));
     }
 }
+
+/// `tf_iallreduce` (three operations, two datatypes, in place, a group,
+/// an id reused) and `tf_ibcast` (a member asking for another count told
+/// so), every result checked on every rank, and their bad input.
+#[test]
+fn allreduce_and_broadcast_work_from_c() {
+    let (_dir, exe) = c_test("allreduce");
+    let out = under_taskfold(3, &exe, &[]);
+    assert_every_rank(&out, 3, |r| format!("[{r}] rank {r}: allreduce ok"));
+}
+
+/// The same from Fortran, through the module's interfaces.
+#[test]
+fn allreduce_and_broadcast_work_from_fortran() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("allreduce_f");
+    let src = crate_dir().join("tests/fortran/allreduce.f90");
+    compile_fortran(&[src], &exe, dir.path());
+    let out = under_taskfold(3, &exe, &[]);
+    assert_every_rank(&out, 3, |r| format!("[{r}] rank {r}: fortran allreduce ok"));
+}

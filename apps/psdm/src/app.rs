@@ -215,12 +215,28 @@ pub fn say(lines: &[String]) {
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
+/// With `--allreduce`: the line in which a rank says which image it
+/// kept (the same checksum on every rank).
+fn kept_line(root: u32, image: &crate::image::Image, is_root: bool) -> String {
+    let who = if is_root { "the root" } else { "this rank" };
+    format!(
+        "psdm: {who} keeps the stacked image (root {root}), checksum {:.9e}",
+        image.checksum()
+    )
+}
+
 /// Writes the root's outputs and prints its summary in one block;
 /// returns the checksum.
 pub fn finish_root(job: &Job, size: u32, outcome: &Outcome) -> std::io::Result<f64> {
+    if let Some(kept) = &outcome.kept {
+        say(&[kept_line(job.args.root, kept, false)]);
+    }
     let Some(root) = &outcome.root else {
         return Ok(0.0);
     };
+    if job.args.allreduce {
+        say(&[kept_line(job.args.root, &root.image, true)]);
+    }
     let mut lines = summary(size, outcome, root);
     let image = &root.image;
     image.write_png(&job.args.out)?;

@@ -57,6 +57,11 @@ pub struct JobArgs {
     /// so a lost rank ends the job).
     #[arg(long, default_value = "result", value_parser = ["result", "contributed"])]
     pub completion: String,
+    /// Every rank keeps the stacked image: each batch ends with an
+    /// allreduce instead of a reduction to the root (needs `--completion
+    /// result`); every rank prints its image's checksum at the end.
+    #[arg(long)]
+    pub allreduce: bool,
     /// Each rank sleeps a seeded random time from 0 to this (whole
     /// milliseconds: `15ms`) after every batch, as on a noisy node: the
     /// contributions arrive in another order.
@@ -183,6 +188,11 @@ impl JobArgs {
             if v == 0 {
                 return Err(format!("{name} must be at least 1"));
             }
+        }
+        if self.allreduce && self.completion == "contributed" {
+            return Err(
+                "--allreduce gives every rank the image: it needs --completion result".into(),
+            );
         }
         if self.nx < 2 || self.nz < 2 {
             return Err("the image needs at least 2 × 2 cells".into());

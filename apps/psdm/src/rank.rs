@@ -101,6 +101,9 @@ pub struct Outcome {
     /// At the root: the final image and every surviving rank's timing
     /// summed and maximised (element-wise).
     pub root: Option<RootResult>,
+    /// With `--allreduce`, on every rank but the root: the stacked image
+    /// it kept (the root's is in [`RootResult::image`]).
+    pub kept: Option<Image>,
 }
 
 /// The root's share of the outcome.
@@ -121,11 +124,35 @@ struct Pending {
     attempt: Attempt,
     issued: Instant,
     done_at: Option<Instant>,
-    future: ReduceFuture<InPlace<Sum<f32>>>,
+    future: Batch,
     /// The rank's timing once it was issued: the work of batches up to
     /// this one, and no later one (what a checkpoint taken when it
     /// settles counts).
     t_issued: Timing,
+}
+
+/// A batch's reduction: to the root, or (`--allreduce`) to every rank.
+enum Batch {
+    Reduce(ReduceFuture<InPlace<Sum<f32>>>),
+    All(taskfold::SpreadFuture<InPlace<Sum<f32>>>),
+}
+
+impl Batch {
+    /// True once its outcome is known (never blocks).
+    fn is_done(&self) -> bool {
+        match self {
+            Batch::Reduce(f) => f.is_done(),
+            Batch::All(f) => f.is_done(),
+        }
+    }
+
+    /// The batch image, where this rank gets it.
+    fn get(self) -> Result<Option<InPlace<Sum<f32>>>, ReduceError> {
+        match self {
+            Batch::Reduce(f) => f.get(),
+            Batch::All(f) => f.get().map(Some),
+        }
+    }
 }
 
 /// One rank's run: its schedule, its partial state, what it reports.
@@ -134,8 +161,11 @@ struct Run<'a> {
     job: &'a Job,
     sched: Schedule,
     t: Timing,
-    /// At the root: the batch images added so far.
+    /// At the root (on every rank with `--allreduce`): the batch images
+    /// added so far.
     image: Option<Image>,
+    /// This rank is the root.
+    root: bool,
     pending: VecDeque<Pending>,
     ckpt: Option<Checkpointer>,
     progress: &'a mut dyn FnMut(usize, usize),
@@ -175,7 +205,9 @@ pub fn run_resumed(
         job,
         sched: Schedule::new(size, root, rank, job.batches(size)),
         t: Timing::default(),
-        image: (rank == root).then(|| Image::zeros(job.model.nx, job.model.nz)),
+        image: (rank == root || job.args.allreduce)
+            .then(|| Image::zeros(job.model.nx, job.model.nz)),
+        root: rank == root,
         pending: VecDeque::new(),
         ckpt: (job.args.checkpoint_every > 0).then(|| {
             let cadence = Cadence {
@@ -206,8 +238,11 @@ pub fn run_resumed(
             crate::app::rank_line(rank, &run.t, checkpoints, resumed_at)
         );
     }
+    // Every rank but the root keeps its image (`--allreduce`).
+    let kept = if rank == root { None } else { run.image.take() };
     let root = run.gather(checkpoints)?;
     Ok(Outcome {
+        kept,
         timing: run.t,
         elapsed,
         lost: run.sched.lost().to_vec(),
@@ -302,7 +337,10 @@ impl Run<'_> {
         if !attempt.lost.is_empty() {
             opts = opts.group(attempt.group(size));
         }
-        let future = self.rt.reduce(partial, opts)?;
+        let future = match self.job.args.allreduce {
+            true => Batch::All(self.rt.allreduce(partial, opts)?),
+            false => Batch::Reduce(self.rt.reduce(partial, opts)?),
+        };
         self.t.reductions += 1;
         self.pending.push_back(Pending {
             attempt,
@@ -332,7 +370,7 @@ impl Run<'_> {
                     img.add(part.as_slice());
                 }
                 let done = self.sched.succeeded();
-                if self.image.is_some() {
+                if self.root {
                     (self.progress)(done, self.sched.batches());
                 }
                 self.checkpoint(done, p.t_issued);
@@ -345,7 +383,7 @@ impl Run<'_> {
         };
         let ranks = ranks.clone();
         self.learn(|s| s.failed(&p.attempt, &ranks), err)?;
-        if self.image.is_some() {
+        if self.root {
             eprintln!(
                 "psdm: batch {} ({}) failed: redone by ranks {}",
                 p.attempt.batch,
@@ -378,7 +416,7 @@ impl Run<'_> {
             err
         })?;
         // The root says it for the job; every rank with `--verbose`.
-        let who = match (self.image.is_some(), self.job.args.verbose) {
+        let who = match (self.root, self.job.args.verbose) {
             (true, _) => String::new(),
             (false, true) => format!("rank {rank}: "),
             (false, false) => return Ok(new),

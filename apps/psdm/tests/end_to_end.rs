@@ -355,3 +355,51 @@ fn taskfold_run_survives_a_rank_killed_mid_run() {
     assert!(rel <= TOLERANCE, "checksum {sum} vs {}", want.checksum());
     check_png(&png, &job, "rank 3 killed");
 }
+
+/// `--allreduce`: every rank keeps the stacked image, and says so with
+/// its checksum: the same on every rank, the root's image matching the
+/// sequential migration.
+#[test]
+fn with_allreduce_every_rank_keeps_the_same_image() {
+    let job = small_job();
+    let want = job.migrate_sequentially();
+    let dir = tempfile::tempdir().unwrap();
+    let (png, raw, extra) = outputs(dir.path(), "all");
+    let mut cmd = Command::new(taskfold_bin());
+    cmd.args(["run", "-n", "3", "--timeout", "150s", "--"])
+        .arg(psdm())
+        .args(SMALL)
+        .args(&extra)
+        .args(["--allreduce", "--root", "1"])
+        .env("TASKFOLD_CHECKPOINT_DIR", dir.path().join("ckpt"));
+    let out = run_bounded(cmd, LIMIT);
+    check_run(&out, &png, &raw, &want, &job, "--allreduce");
+    let t = text(&out);
+    let sums: Vec<(String, &str)> = (0..3)
+        .map(|r| {
+            let prefix = format!("[{r}] psdm: ");
+            let line = t
+                .lines()
+                .find(|l| l.starts_with(&prefix) && l.contains("keeps the stacked image"))
+                .unwrap_or_else(|| panic!("rank {r} kept no image:\n{t}"));
+            (prefix, line.rsplit("checksum ").next().unwrap())
+        })
+        .collect();
+    assert!(sums.iter().all(|(_, s)| *s == sums[0].1), "{sums:?}\n{t}");
+    assert!(t.contains("[1] psdm: the root keeps"), "{t}");
+    let sum: f64 = sums[0].1.trim().parse().unwrap();
+    let rel = (sum - want.checksum()).abs() / want.checksum().abs();
+    assert!(rel <= TOLERANCE, "{sum} vs {}", want.checksum());
+}
+
+#[test]
+fn allreduce_with_early_completion_is_refused() {
+    let mut args: Vec<&str> = SMALL.to_vec();
+    args.extend(["--allreduce", "--completion", "contributed"]);
+    let err = Job::new(JobArgs::parse(&args).expect("parses")).err();
+    assert!(
+        err.as_deref()
+            .is_some_and(|e| e.contains("--completion result")),
+        "{err:?}"
+    );
+}

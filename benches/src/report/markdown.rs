@@ -65,7 +65,11 @@ impl Report {
 
     /// The title, the command that produced the report, and its notes.
     fn head(&self, out: &mut String) {
-        let _ = writeln!(out, "# taskfold against MPI_Reduce\n");
+        let against = match self.against.as_str() {
+            "" => "MPI_Reduce",
+            a => a,
+        };
+        let _ = writeln!(out, "# taskfold against {against}\n");
         let _ = writeln!(out, "Produced by `{}`.\n", self.invocation);
         let _ = writeln!(
             out,

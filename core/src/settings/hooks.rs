@@ -32,10 +32,16 @@ pub enum Point {
     /// The checkpoint writer is about to write version `ID` (held on the
     /// writer's thread: the application goes on).
     Checkpoint,
+    /// An allreduce's root holds the result, or a broadcast's root its
+    /// value, in spread `ID`: before it is exposed and announced.
+    BeforeShare,
+    /// A member of spread `ID` was told where to fetch the value: before
+    /// it fetches.
+    BeforeSpreadGet,
 }
 
 /// Every point, in the order of a reduction.
-pub const POINTS: [Point; 8] = [
+pub const POINTS: [Point; 10] = [
     Point::BeforeJoin,
     Point::DiskWritten,
     Point::AfterJoin,
@@ -44,6 +50,8 @@ pub const POINTS: [Point; 8] = [
     Point::MidGet,
     Point::Joined,
     Point::Checkpoint,
+    Point::BeforeShare,
+    Point::BeforeSpreadGet,
 ];
 
 impl Point {
@@ -58,6 +66,8 @@ impl Point {
             Point::MidGet => "mid-get",
             Point::Joined => "joined",
             Point::Checkpoint => "checkpoint",
+            Point::BeforeShare => "before-share",
+            Point::BeforeSpreadGet => "before-spread-get",
         }
     }
 }
@@ -77,7 +87,7 @@ pub struct Hook {
 
 /// What `TASKFOLD_TEST_HOOK` accepts (for error messages).
 pub const EXPECTED: &str = "RANK:POINT:ID:DIR entries separated by `;`, POINT one of \
-     before-join, disk-written, after-join, before-get, before-fold, mid-get, joined, checkpoint";
+     before-join, disk-written, after-join, before-get, before-fold, mid-get, joined, checkpoint, before-share, before-spread-get";
 
 /// Parses `RANK:POINT:ID:DIR[;...]` (empty entries are skipped); `None` if
 /// any entry is malformed.

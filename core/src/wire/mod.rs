@@ -21,6 +21,10 @@ pub mod checkpoint;
 #[allow(missing_docs)]
 pub mod results;
 
+// rkyv's derive generates undocumented variant structs for enums.
+#[allow(missing_docs)]
+pub mod spread;
+
 pub use failure::{Failure, FoldFailure};
 pub use msg::*;
 
@@ -84,6 +88,34 @@ pub fn decode(frame: &[u8]) -> Result<Msg, WireError> {
 mod tests {
     use super::*;
     use crate::RankSet;
+
+    #[test]
+    fn spread_messages_round_trip() {
+        use spread::{Opening, SpreadMsg};
+        let open = Opening {
+            key: 9,
+            id: "grad".into(),
+            group: vec![0, 2, 5],
+            source: 2,
+            type_tag: 77,
+        };
+        for m in [
+            SpreadMsg::Have(open.clone()),
+            SpreadMsg::Want(open),
+            SpreadMsg::Gone { key: 9 },
+            SpreadMsg::Fetch { key: 9, from: 5 },
+            SpreadMsg::Fetched { key: 9, ok: false },
+            SpreadMsg::Lost { key: 9, root: 2 },
+            SpreadMsg::Refused {
+                key: 9,
+                detail: "type".into(),
+            },
+            SpreadMsg::Finished { key: 9 },
+        ] {
+            let m = Msg::Spread(m);
+            assert_eq!(decode(&encode(&m)).unwrap(), m);
+        }
+    }
 
     #[test]
     fn round_trip() {

@@ -216,6 +216,9 @@ pub enum Msg {
     /// Root ↔ buddy, root ↔ master: a root's result kept for its
     /// replacement (see [`super::results`]).
     Results(super::results::ResultMsg),
+    /// Member ↔ coordinator (the master's rank): an allreduce's result or
+    /// a broadcast's value going to every member (see [`super::spread`]).
+    Spread(super::spread::SpreadMsg),
 }
 
 /// A rank's report to a new master ([`Msg::Rejoin`]).

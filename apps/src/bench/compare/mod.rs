@@ -42,6 +42,13 @@ pub struct CompareArgs {
     /// Directory for compare.json, report.md and the plots.
     #[arg(long)]
     pub out: PathBuf,
+    /// The collective measured on both sides: `reduce` (taskfold's
+    /// `reduce` against `MPI_Reduce`/`MPI_Ireduce`), `allreduce`
+    /// (`allreduce` against `MPI_Allreduce`/`MPI_Iallreduce`) or
+    /// `broadcast` (`broadcast` from the root against
+    /// `MPI_Bcast`/`MPI_Ibcast`).
+    #[arg(long, default_value = "reduce", value_parser = ["reduce", "allreduce", "broadcast"])]
+    pub collective: String,
     /// Rank counts of the quiet scenario.
     #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
     pub np: Vec<u32>,
@@ -167,6 +174,12 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
         mpis,
         report: Report {
             invocation: std::env::args().collect::<Vec<_>>().join(" "),
+            against: match a.collective.as_str() {
+                "allreduce" => "MPI_Allreduce",
+                "broadcast" => "MPI_Bcast",
+                _ => "MPI_Reduce",
+            }
+            .into(),
             missing,
             notes: notes(a, &settings, cores),
             ..Report::default()

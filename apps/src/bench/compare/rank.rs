@@ -49,6 +49,9 @@ pub struct CompareRankArgs {
     /// Concurrent reductions per repetition (`concurrent`).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub k: Vec<u32>,
+    /// `reduce`, `allreduce` or `broadcast` (from the root).
+    #[arg(long, default_value = "reduce")]
+    pub collective: String,
     /// Rank 0 writes the sample lines here.
     #[arg(long)]
     pub out: PathBuf,
@@ -105,6 +108,11 @@ fn run_point(
         // the MPI driver reads its buffer from the cache).
         rt.barrier()?;
         let values: Vec<InPlace<Sum<f32>>> = (0..k).map(|_| InPlace::from_slice(&data)).collect();
+        // A broadcast sends the root's data as it is (every other rank
+        // gives nothing).
+        let sent: Vec<Option<Vec<f32>>> = (0..k)
+            .map(|_| (rank == root).then(|| data.clone()))
+            .collect();
         rt.barrier()?;
         if rep == a.warmup && rank == 0 {
             before = rt.master_stats();
@@ -113,25 +121,22 @@ fn run_point(
         let t0 = Instant::now();
         arrive(a, rank, si, rep);
         let stamp = mono_s();
-        let futures = values
-            .into_iter()
-            .enumerate()
-            .map(|(j, v)| {
-                let id = format!("cmp-{}-{bytes}-{k}-{rep}-{j}", a.scenario);
-                rt.reduce(v, Reduce::root(root).id(id))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let results = futures
-            .into_iter()
-            .map(|f| f.get())
-            .collect::<Result<Vec<_>, _>>()?;
+        let id = |j: usize| format!("cmp-{}-{bytes}-{k}-{rep}-{j}", a.scenario);
+        let got = collective(rt, &a.collective, values, sent, root, id)?;
         let dt = t0.elapsed().as_secs_f64();
         let done = mono_s();
-        if rank == root {
-            wrong |= results
+        wrong |= match got {
+            Got::Reduced(results) if rank == root => results
                 .iter()
-                .any(|r| !matches!(r, Some(v) if v.as_slice().iter().all(|&x| x == expected)));
-        }
+                .any(|r| !matches!(r, Some(v) if v.as_slice().iter().all(|&x| x == expected))),
+            Got::Reduced(_) => false,
+            Got::All(results) => results
+                .iter()
+                .any(|v| v.as_slice().iter().any(|&x| x != expected)),
+            Got::Sent(results) => results
+                .iter()
+                .any(|v| v.iter().any(|&x| x != (root + 1) as f32)),
+        };
         if std::env::var_os("TF_STAMPS").is_some() && rank == root {
             eprintln!("STAMP {stamp:.6} {done:.6}");
         }
@@ -148,6 +153,52 @@ fn run_point(
         }
     }
     Ok((reps, wrong))
+}
+
+/// What one repetition's collectives gave this rank.
+enum Got {
+    Reduced(Vec<Option<InPlace<Sum<f32>>>>),
+    All(Vec<InPlace<Sum<f32>>>),
+    Sent(Vec<Vec<f32>>),
+}
+
+/// Runs one repetition's collectives of kind `which` (every one started,
+/// then every one awaited): `values` reduced, or `sent` broadcast.
+fn collective(
+    rt: &Runtime,
+    which: &str,
+    values: Vec<InPlace<Sum<f32>>>,
+    sent: Vec<Option<Vec<f32>>>,
+    root: u32,
+    id: impl Fn(usize) -> String,
+) -> Result<Got, ReduceError> {
+    let opts = |j| Reduce::root(root).id(id(j));
+    Ok(match which {
+        "allreduce" => {
+            let fs = values
+                .into_iter()
+                .enumerate()
+                .map(|(j, v)| rt.allreduce(v, opts(j)));
+            let fs = fs.collect::<Result<Vec<_>, _>>()?;
+            Got::All(fs.into_iter().map(|f| f.get()).collect::<Result<_, _>>()?)
+        }
+        "broadcast" => {
+            let fs = sent
+                .into_iter()
+                .enumerate()
+                .map(|(j, v)| rt.broadcast(v, opts(j)));
+            let fs = fs.collect::<Result<Vec<_>, _>>()?;
+            Got::Sent(fs.into_iter().map(|f| f.get()).collect::<Result<_, _>>()?)
+        }
+        _ => {
+            let fs = values
+                .into_iter()
+                .enumerate()
+                .map(|(j, v)| rt.reduce(v, opts(j)));
+            let fs = fs.collect::<Result<Vec<_>, _>>()?;
+            Got::Reduced(fs.into_iter().map(|f| f.get()).collect::<Result<_, _>>()?)
+        }
+    })
 }
 
 /// The scenario's delay before this rank contributes to repetition `rep`

@@ -90,6 +90,9 @@ impl<'a> Run<'a> {
             "--k".into(),
             list(self.ks.iter().map(|k| k.to_string()).collect()),
         ];
+        if self.args.collective != "reduce" {
+            a.extend(["--collective".into(), self.args.collective.clone()]);
+        }
         match self.driver {
             "slow" => a.extend([
                 "--slow-rank".into(),

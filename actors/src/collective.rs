@@ -1,0 +1,374 @@
+//! [`Runtime::allreduce`] and [`Runtime::broadcast`]: a value on every
+//! member of a group, and their handle, [`SpreadFuture`].
+//!
+//! Both end in a *spread* (see `crate::spread` and the book's Architecture
+//! chapter, "Allreduce and broadcast"): the value's first holder exposes
+//! it, every other member fetches it from a member that holds it already,
+//! ready-first, as the master's rank pairs them.
+
+use crate::future::{ReduceFuture, Relay, Slot};
+use crate::options::Reduce;
+use crate::router::Command;
+use crate::spread::{Ask, Decode, Gone, Share};
+use crate::{Completion, Runtime};
+use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
+use rkyv::bytecheck::CheckBytes;
+use rkyv::rancor;
+use rkyv::ser::allocator::ArenaHandle;
+use rkyv::util::AlignedVec;
+use std::any::Any;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use taskfold_core::reducer::type_tag;
+use taskfold_core::wire::spread::Opening;
+use taskfold_core::{FoldError, Group, Rank, ReduceError, ReduceValue, ReductionId, ReductionKey};
+
+/// A value [`Runtime::broadcast`] can send: any rkyv type whose archive
+/// is validated when read (implemented for every such type; a broadcast
+/// folds nothing, so no [`crate::ReducerBody`] is needed).
+pub trait Broadcastable: Send + Sized + 'static {
+    /// The value as an aligned archive.
+    fn encode_value(&self) -> Result<AlignedVec, FoldError>;
+    /// The value from an archive, validated first.
+    fn decode_value(bytes: &[u8]) -> Result<Self, FoldError>;
+}
+
+impl<T> Broadcastable for T
+where
+    T: rkyv::Archive
+        + Send
+        + 'static
+        + for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+    T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+        + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
+{
+    fn encode_value(&self) -> Result<AlignedVec, FoldError> {
+        rkyv::to_bytes::<rancor::Error>(self).map_err(|e| FoldError::Custom(e.to_string()))
+    }
+
+    fn decode_value(bytes: &[u8]) -> Result<Self, FoldError> {
+        taskfold_core::reducer::decode::<T>(bytes)
+    }
+}
+
+/// How many spreads of each (kind, id, group) this rank started: every
+/// member calls them in the same order, so the count names the same
+/// spread everywhere, and an id can be used again at once.
+#[derive(Default)]
+pub(crate) struct Calls(Mutex<HashMap<u64, u64>>);
+
+impl Calls {
+    fn next(&self, base: u64) -> u64 {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(base).or_insert(0);
+        *n += 1;
+        *n - 1
+    }
+}
+
+/// Kinds of spreads, kept apart in their keys.
+const ALLREDUCE: &str = "allreduce";
+const BROADCAST: &str = "broadcast";
+
+impl Runtime {
+    /// Starts an allreduce of `value`: the result of
+    /// [`Runtime::reduce`] over the group, on every member.
+    ///
+    /// The reduction runs as [`Runtime::reduce`] does, to `opts`' root
+    /// (rank 0 of the job by default), with the same options (id, group,
+    /// durability), type checks and guarantees; every member then waits
+    /// for the result ([`Completion::Contributed`] is refused). Once the
+    /// root holds it, every other member fetches it from a member that
+    /// holds it already, ready-first (see the book's Architecture
+    /// chapter, "Allreduce and broadcast"). Returns at once.
+    ///
+    /// Failures: a member's death before the result exists is recovered
+    /// as in a reduction (or every member gets the same typed error);
+    /// after, every surviving member gets the result as long as one live
+    /// rank holds it, and every one gets [`ReduceError::RootLost`] naming
+    /// the root if none does. The master's loss ends it with
+    /// [`ReduceError::MasterLost`] at every member not holding the result.
+    ///
+    /// ```
+    /// use taskfold::prelude::*;
+    /// let cluster = LocalCluster::new(3).unwrap();
+    /// let futures: Vec<_> = cluster
+    ///     .ranks()
+    ///     .iter()
+    ///     .map(|rt| rt.allreduce(Sum(vec![rt.rank() as f32 + 1.0]), Reduce::root(0).id("norm")).unwrap())
+    ///     .collect();
+    /// for f in futures {
+    ///     assert_eq!(f.get().unwrap().0, vec![6.0]); // on every rank
+    /// }
+    /// ```
+    pub fn allreduce<T: ReduceValue>(
+        &self,
+        value: T,
+        opts: Reduce,
+    ) -> Result<SpreadFuture<T>, ReduceError> {
+        if opts.completion == Some(Completion::Contributed) {
+            return Err(ReduceError::InvalidOptions(
+                "an allreduce waits for the result on every member: Completion::Contributed does not apply".into(),
+            ));
+        }
+        let group = self.group_of(&opts)?;
+        let id = self.id_of(&opts, &group, "auto")?;
+        let opening = self.opening::<T>(ALLREDUCE, &id, &group, opts.root);
+        let outer = Arc::new(Slot::default());
+        let dec = value.decoder();
+        let decode: Decode = Arc::new(move |b: &[u8]| {
+            dec(b)
+                .map(|v| v.into_any())
+                .map_err(|e| ReduceError::Decode(e.to_string()))
+        });
+        let relay = relay::<T>(self.cmd.clone(), opening, outer.clone(), decode);
+        let inner = self.reduce_with(value, opts.id(id.as_str()), Some(relay))?;
+        Ok(SpreadFuture {
+            inner: Some(inner.slot().clone()),
+            outer: ReduceFuture::new(outer, id.to_string()),
+        })
+    }
+
+    /// Starts a broadcast of `opts`' root's value to every member of the
+    /// group: the root passes `Some(value)`, every other member `None`
+    /// (anything else is refused). Every member's future gives the value
+    /// (the root's its own). Returns at once.
+    ///
+    /// Members fetch the value from a member that holds it already,
+    /// ready-first. Failures: the root's death before any other live
+    /// member holds the value gives every survivor
+    /// [`ReduceError::RootLost`]; after, every survivor gets the value
+    /// from a rank that holds it. Ranks that give another type, root or
+    /// group under the same id get [`ReduceError::Mismatched`].
+    /// Durability and completion options do not apply.
+    ///
+    /// ```
+    /// use taskfold::prelude::*;
+    /// let cluster = LocalCluster::new(3).unwrap();
+    /// let futures: Vec<_> = cluster
+    ///     .ranks()
+    ///     .iter()
+    ///     .map(|rt| {
+    ///         let v = (rt.rank() == 2).then(|| vec![1u8, 2, 3]);
+    ///         rt.broadcast(v, Reduce::root(2).id("model")).unwrap()
+    ///     })
+    ///     .collect();
+    /// for f in futures {
+    ///     assert_eq!(f.get().unwrap(), vec![1, 2, 3]);
+    /// }
+    /// ```
+    pub fn broadcast<T: Broadcastable>(
+        &self,
+        value: Option<T>,
+        opts: Reduce,
+    ) -> Result<SpreadFuture<T>, ReduceError> {
+        self.rollbacks.check()?;
+        let group = self.group_of(&opts)?;
+        let root = opts.root == self.rank();
+        if root != value.is_some() {
+            return Err(ReduceError::InvalidOptions(format!(
+                "rank {} {} a value to a broadcast from root {}: only the root does",
+                self.rank(),
+                if root { "does not give" } else { "gives" },
+                opts.root
+            )));
+        }
+        let id = self.id_of(&opts, &group, "auto-broadcast")?;
+        let opening = self.opening::<T>(BROADCAST, &id, &group, opts.root);
+        let slot = Arc::new(Slot::default());
+        let decode: Decode = Arc::new(|b: &[u8]| {
+            T::decode_value(b)
+                .map(|v| Box::new(v) as Box<dyn Any + Send>)
+                .map_err(|e| ReduceError::Decode(e.to_string()))
+        });
+        let cmd = match value {
+            Some(v) => {
+                let bytes = v
+                    .encode_value()
+                    .map_err(|e| ReduceError::Decode(e.to_string()))?;
+                slot.fill(Ok(Some(Box::new(v))));
+                Command::Share(Share {
+                    opening,
+                    bytes: taskfold_core::pool::bytes(bytes),
+                    slot: slot.clone(),
+                    decode,
+                })
+            }
+            None => Command::Ask(Ask {
+                opening,
+                slot: slot.clone(),
+                decode,
+            }),
+        };
+        self.cmd.send(cmd).map_err(|_| ReduceError::Shutdown)?;
+        Ok(SpreadFuture {
+            inner: None,
+            outer: ReduceFuture::new(slot, id.to_string()),
+        })
+    }
+
+    /// `opts`' group, with its root and this rank in it.
+    fn group_of(&self, opts: &Reduce) -> Result<Group, ReduceError> {
+        let group = opts
+            .resolve_group(self.size())
+            .map_err(|e| ReduceError::InvalidOptions(e.to_string()))?;
+        if !group.contains(Rank(opts.root)) {
+            return Err(ReduceError::InvalidOptions(format!(
+                "root {} is not in the group",
+                opts.root
+            )));
+        }
+        if group.index_of(Rank(self.rank())).is_none() {
+            return Err(ReduceError::InvalidOptions(format!(
+                "rank {} is not a member of the group",
+                self.rank()
+            )));
+        }
+        Ok(group)
+    }
+
+    /// `opts`' id, or the group's next automatic one (numbered as
+    /// [`Reduce::id`] says) under `prefix`.
+    fn id_of(
+        &self,
+        opts: &Reduce,
+        group: &Group,
+        prefix: &str,
+    ) -> Result<ReductionId, ReduceError> {
+        if let Some(id) = &opts.id {
+            return ReductionId::new(id.clone());
+        }
+        let gkey = ReductionKey::of(&ReductionId::new(prefix)?, group).0;
+        let mut ids = self.auto_ids.lock().unwrap_or_else(|e| e.into_inner());
+        let n = ids.entry(gkey).or_insert(0);
+        *n += 1;
+        ReductionId::new(format!("{prefix}-{}", *n - 1))
+    }
+
+    /// What this rank says of its next spread of `kind` (`id`, `group`,
+    /// `source`), carrying a `T`.
+    fn opening<T: 'static>(
+        &self,
+        kind: &str,
+        id: &ReductionId,
+        group: &Group,
+        source: u32,
+    ) -> Opening {
+        let base = ReductionKey::of(id, group).0;
+        let kind_base = taskfold_core::id::stable_hash(&format!("{kind}/{base:016x}"));
+        let call = self.spreads.next(kind_base);
+        Opening {
+            key: taskfold_core::id::stable_hash(&format!("{kind}/{base:016x}/{call}")),
+            id: id.to_string(),
+            group: group.members().iter().map(|r| r.0).collect(),
+            source,
+            type_tag: type_tag::<T>(),
+        }
+    }
+}
+
+/// The allreduce's relay: hands the reduction's outcome on, the root's
+/// result to the spreader (exposed), a member's completion as a request.
+fn relay<T: ReduceValue>(
+    cmd: flume::Sender<Command>,
+    opening: Opening,
+    outer: Arc<Slot>,
+    decode: Decode,
+) -> Relay {
+    Box::new(move |outcome| match outcome {
+        Err(e) => outer.fill(Err(e)),
+        Ok(None) => {
+            let ask = Ask {
+                opening,
+                slot: outer.clone(),
+                decode,
+            };
+            if cmd.send(Command::Ask(ask)).is_err() {
+                outer.fill(Err(ReduceError::Shutdown));
+            }
+        }
+        Ok(Some(any)) => {
+            let key = opening.key;
+            let encoded = match any.downcast::<T>() {
+                Ok(v) => v.encode().map(|b| (b, v)).map_err(|e| e.to_string()),
+                Err(_) => Err("the result has an unexpected type".into()),
+            };
+            match encoded {
+                Ok((bytes, v)) => {
+                    outer.fill(Ok(Some(v as Box<dyn Any + Send>)));
+                    let share = Share {
+                        opening,
+                        bytes: taskfold_core::pool::bytes(bytes),
+                        slot: outer,
+                        decode,
+                    };
+                    let _ = cmd.send(Command::Share(share));
+                }
+                Err(e) => {
+                    let _ = cmd.send(Command::Gone(Gone { key }));
+                    outer.fill(Err(ReduceError::Decode(e)));
+                }
+            }
+        }
+    })
+}
+
+/// An allreduce or a broadcast in progress ([`Runtime::allreduce`],
+/// [`Runtime::broadcast`]): the value, on every member. It progresses on
+/// the runtime's threads whether or not anybody looks at this handle (a
+/// member that holds the value serves it to others meanwhile); dropping it
+/// cancels nothing.
+pub struct SpreadFuture<T> {
+    /// The reduction's slot (allreduce only): when the contribution is safe.
+    inner: Option<Arc<Slot>>,
+    outer: ReduceFuture<T>,
+}
+
+impl<T: 'static> SpreadFuture<T> {
+    /// The id.
+    pub fn id(&self) -> &str {
+        self.outer.id()
+    }
+
+    /// True once the outcome is known here (never blocks).
+    pub fn is_done(&self) -> bool {
+        self.outer.is_done()
+    }
+
+    /// True once this rank's contribution to an allreduce survives this
+    /// rank's death (as [`ReduceFuture::is_safe`]), or the outcome is
+    /// known here; a broadcast's, once its outcome is known.
+    pub fn is_safe(&self) -> bool {
+        match &self.inner {
+            Some(s) => s.is_settled(),
+            None => self.is_done(),
+        }
+    }
+
+    /// Blocks until the value is here.
+    pub fn get(self) -> Result<T, ReduceError> {
+        some(self.outer.get())
+    }
+
+    /// Blocks at most `d`. On [`ReduceError::Timeout`] it goes on, and the
+    /// handle can be waited on again.
+    pub fn wait_timeout(&mut self, d: Duration) -> Result<T, ReduceError> {
+        some(self.outer.wait_timeout(d))
+    }
+}
+
+fn some<T>(r: Result<Option<T>, ReduceError>) -> Result<T, ReduceError> {
+    r?.ok_or_else(|| ReduceError::Decode("no value was handed over".into()))
+}
+
+impl<T: 'static> Future for SpreadFuture<T> {
+    type Output = Result<T, ReduceError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.outer).poll(cx).map(some)
+    }
+}

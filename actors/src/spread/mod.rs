@@ -1,0 +1,381 @@
+//! The spreader actor (every rank): an allreduce's result, or a broadcast's
+//! value, going to every member of the group ready-first (see the book's
+//! Architecture chapter, "Allreduce and broadcast").
+//!
+//! Two parts, one actor. The *member* part (this file) holds this rank's
+//! spreads: it exposes a value it holds under the spread's key, asks the
+//! coordinator for one it wants, fetches it from the holder the
+//! coordinator names with a one-sided get, and completes the application's
+//! future. The *coordinator* part (`coordinator`, active on the master's
+//! rank) runs each spread's state machine, [`taskfold_core::spread`].
+//!
+//! What a crash loses: a member that dies loses only what it held (the
+//! others fetch from another holder). The coordinator's death (the
+//! master's) ends every spread that is not complete at a rank with
+//! [`ReduceError::MasterLost`] there; ranks that held the value keep it.
+
+mod coordinator;
+
+use crate::future::Slot;
+use crate::outbox::Outbox;
+use actix::prelude::*;
+use bytes::Bytes;
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use taskfold_core::wire::spread::{Opening, SpreadMsg};
+use taskfold_core::wire::Msg;
+use taskfold_core::{Rank, ReduceError};
+use taskfold_transports::{BufferKey, Received, TransportError};
+
+/// Decodes a fetched value into the type the application asked for.
+pub(crate) type Decode =
+    Arc<dyn Fn(&[u8]) -> Result<Box<dyn Any + Send>, ReduceError> + Send + Sync>;
+
+/// A fetch that failed is reported after this pause times the failures so
+/// far (a holder whose link just broke is usually declared failed by
+/// then, and the coordinator names another).
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+/// Fetches a member tries before it gives up with a transport error: a
+/// link between two live ranks that keeps failing (every other failure is
+/// a rank's death, which the coordinator sees).
+const MAX_FETCH_FAILURES: u32 = 16;
+
+/// This rank's part in one spread.
+struct Member {
+    opening: Opening,
+    /// The application's future.
+    slot: Arc<Slot>,
+    decode: Decode,
+    /// The value is here and exposed under the key.
+    holding: bool,
+    failures: u32,
+}
+
+/// The spreader of one rank.
+pub(crate) struct Spreader {
+    rank: Rank,
+    out: Outbox,
+    hooks: Vec<crate::hooks::Hook>,
+    mine: HashMap<u64, Member>,
+    /// The coordinator's spreads (on the master's rank).
+    coordinated: coordinator::Coordinated,
+    /// Set once the master is lost, or this rank fenced: every spread
+    /// that is not complete here fails with it.
+    ended: Option<ReduceError>,
+}
+
+impl Spreader {
+    pub(crate) fn new(rank: Rank, out: Outbox, hooks: Vec<crate::hooks::Hook>) -> Self {
+        Spreader {
+            rank,
+            out,
+            hooks,
+            mine: HashMap::new(),
+            coordinated: Default::default(),
+            ended: None,
+        }
+    }
+
+    fn to_master(&self, m: SpreadMsg) {
+        if let Err(e) = self.out.to_master(&Msg::Spread(m)) {
+            tracing::warn!(rank = %self.rank, error = %e, "could not reach the spread's coordinator");
+        }
+    }
+
+    /// Ends every spread here: those still waiting fail with `e`; holders
+    /// stop serving (no coordinator is left to send anyone to them). With
+    /// `for_good`, every later spread fails with `e` too.
+    fn end_all(&mut self, e: ReduceError, for_good: bool) {
+        let keys: Vec<u64> = self.mine.keys().copied().collect();
+        for key in keys {
+            if let Some(m) = self.forget(key) {
+                m.slot.fill(Err(e.clone()));
+            }
+        }
+        self.coordinated.clear();
+        if for_good {
+            self.ended = Some(e);
+        }
+    }
+
+    /// Forgets `key` here and stops exposing it.
+    fn forget(&mut self, key: u64) -> Option<Member> {
+        let m = self.mine.remove(&key)?;
+        if m.holding {
+            self.out.transport().withdraw(BufferKey(key));
+        }
+        Some(m)
+    }
+
+    /// A member's message from the coordinator.
+    fn told(&mut self, msg: SpreadMsg, ctx: &mut Context<Self>) {
+        match msg {
+            SpreadMsg::Fetch { key, from } => self.fetch(key, Rank(from), ctx),
+            SpreadMsg::Lost { key, root } => {
+                if let Some(m) = self.forget(key) {
+                    m.slot.fill(Err(ReduceError::RootLost {
+                        id: m.opening.id,
+                        root,
+                    }));
+                }
+            }
+            SpreadMsg::Refused { key, detail } => {
+                if let Some(m) = self.forget(key) {
+                    m.slot.fill(Err(ReduceError::Mismatched {
+                        id: m.opening.id,
+                        detail,
+                    }));
+                }
+            }
+            SpreadMsg::Finished { key } => {
+                self.forget(key);
+            }
+            other => {
+                tracing::warn!(rank = %self.rank, msg = ?other, "not a coordinator's message; dropped")
+            }
+        }
+    }
+
+    fn fetch(&mut self, key: u64, from: Rank, ctx: &mut Context<Self>) {
+        let id = match self.mine.get(&key) {
+            Some(m) if !m.holding => m.opening.id.clone(),
+            _ => return, // not wanted here (any more)
+        };
+        let point = crate::hooks::Point::BeforeSpreadGet;
+        if let Some(wait) = crate::hooks::hold(&self.hooks, self.rank.0, point, &id) {
+            ctx.spawn(
+                wait.into_actor(self)
+                    .map(move |(), act, ctx| act.get(key, from, ctx)),
+            );
+            return;
+        }
+        self.get(key, from, ctx);
+    }
+
+    fn get(&mut self, key: u64, from: Rank, ctx: &mut Context<Self>) {
+        let get = self.out.transport().get(from, BufferKey(key));
+        ctx.spawn(
+            get.into_actor(self)
+                .map(move |got, act, ctx| act.fetched(key, got, ctx)),
+        );
+    }
+
+    fn fetched(
+        &mut self,
+        key: u64,
+        got: Result<Received, TransportError>,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(m) = self.mine.get_mut(&key) else {
+            return;
+        };
+        match got {
+            Ok(received) => {
+                // Aligned, as the decoder needs; exposed again as is.
+                let buf = received.into_owned();
+                // A value that does not decode fails the same way at every
+                // member (the same bytes everywhere): it is still served.
+                m.slot.fill((m.decode)(&buf).map(Some));
+                m.holding = true;
+                self.out
+                    .transport()
+                    .expose(BufferKey(key), taskfold_core::pool::bytes(buf));
+                self.to_master(SpreadMsg::Fetched { key, ok: true });
+            }
+            Err(e) => {
+                m.failures += 1;
+                tracing::warn!(rank = %self.rank, key, error = %e, failures = m.failures, "a spread's fetch failed");
+                if m.failures >= MAX_FETCH_FAILURES {
+                    let m = self.mine.remove(&key).expect("present above");
+                    m.slot.fill(Err(ReduceError::Transport(e.to_string())));
+                    return;
+                }
+                let pause = RETRY_PAUSE * m.failures;
+                ctx.run_later(pause, move |act, _| {
+                    if act.mine.contains_key(&key) {
+                        act.to_master(SpreadMsg::Fetched { key, ok: false });
+                    }
+                });
+            }
+        }
+    }
+}
+
+impl Actor for Spreader {
+    type Context = Context<Self>;
+}
+
+impl Drop for Spreader {
+    fn drop(&mut self) {
+        // The runtime stopped: nothing will complete the futures left.
+        for m in self.mine.values() {
+            m.slot.fill(Err(ReduceError::Shutdown));
+        }
+    }
+}
+
+/// From the application: this rank holds the value of the spread
+/// `opening` (its source), encoded in `bytes`; `slot` is complete already.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Share {
+    pub(crate) opening: Opening,
+    pub(crate) bytes: Bytes,
+    pub(crate) slot: Arc<Slot>,
+    pub(crate) decode: Decode,
+}
+
+impl Handler<Share> for Spreader {
+    type Result = ();
+
+    fn handle(&mut self, s: Share, ctx: &mut Context<Self>) {
+        let point = crate::hooks::Point::BeforeShare;
+        if let Some(wait) = crate::hooks::hold(&self.hooks, self.rank.0, point, &s.opening.id) {
+            ctx.spawn(wait.into_actor(self).map(move |(), act, _| act.share(s)));
+            return;
+        }
+        self.share(s);
+    }
+}
+
+impl Spreader {
+    fn share(&mut self, s: Share) {
+        let key = s.opening.key;
+        if let Some(e) = &self.ended {
+            tracing::warn!(rank = %self.rank, error = %e, "a spread's value is not served");
+            return;
+        }
+        self.out.transport().expose(BufferKey(key), s.bytes);
+        self.mine.insert(
+            key,
+            Member {
+                opening: s.opening.clone(),
+                slot: s.slot,
+                decode: s.decode,
+                holding: true,
+                failures: 0,
+            },
+        );
+        self.to_master(SpreadMsg::Have(s.opening));
+    }
+}
+
+/// From the application: this rank wants the value of `opening`, for the
+/// future `slot`; or (`gone`) this source cannot serve it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Ask {
+    pub(crate) opening: Opening,
+    pub(crate) slot: Arc<Slot>,
+    pub(crate) decode: Decode,
+}
+
+impl Handler<Ask> for Spreader {
+    type Result = ();
+
+    fn handle(&mut self, a: Ask, _: &mut Context<Self>) {
+        if let Some(e) = &self.ended {
+            a.slot.fill(Err(e.clone()));
+            return;
+        }
+        let key = a.opening.key;
+        self.mine.insert(
+            key,
+            Member {
+                opening: a.opening.clone(),
+                slot: a.slot,
+                decode: a.decode,
+                holding: false,
+                failures: 0,
+            },
+        );
+        self.to_master(SpreadMsg::Want(a.opening));
+    }
+}
+
+/// From the application: this source cannot serve the spread `key`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Gone {
+    pub(crate) key: u64,
+}
+
+impl Handler<Gone> for Spreader {
+    type Result = ();
+
+    fn handle(&mut self, g: Gone, _: &mut Context<Self>) {
+        self.to_master(SpreadMsg::Gone { key: g.key });
+    }
+}
+
+/// A spread message from `from` (the router checked nothing but its form).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct SpreadIn {
+    pub(crate) from: Rank,
+    pub(crate) msg: SpreadMsg,
+}
+
+impl Handler<SpreadIn> for Spreader {
+    type Result = ();
+
+    fn handle(&mut self, m: SpreadIn, ctx: &mut Context<Self>) {
+        let for_coordinator = matches!(
+            m.msg,
+            SpreadMsg::Have(_)
+                | SpreadMsg::Want(_)
+                | SpreadMsg::Gone { .. }
+                | SpreadMsg::Fetched { .. }
+        );
+        if for_coordinator {
+            if self.out.master() != self.rank {
+                tracing::warn!(rank = %self.rank, from = %m.from, "a spread message for the coordinator, which this rank is not; dropped");
+                return;
+            }
+            let dead = self.out.view().dead();
+            self.coordinated.on(m.from, m.msg, &dead, &self.out);
+        } else if m.from == self.out.master() {
+            self.told(m.msg, ctx);
+        } else {
+            tracing::warn!(rank = %self.rank, from = %m.from, "a coordinator's spread message from a rank that is not the master; dropped");
+        }
+    }
+}
+
+/// The master declared `rank` failed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct SpreadDead {
+    pub(crate) rank: Rank,
+}
+
+impl Handler<SpreadDead> for Spreader {
+    type Result = ();
+
+    fn handle(&mut self, d: SpreadDead, _: &mut Context<Self>) {
+        if d.rank == self.rank {
+            self.end_all(ReduceError::Fenced, true);
+            return;
+        }
+        self.coordinated.dead(d.rank.0, &self.out);
+    }
+}
+
+/// This rank's watch declared the master lost; `for_good` if no standby
+/// takes over (later spreads then fail at once).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct SpreadMasterLost {
+    pub(crate) reason: String,
+    pub(crate) for_good: bool,
+}
+
+impl Handler<SpreadMasterLost> for Spreader {
+    type Result = ();
+
+    fn handle(&mut self, l: SpreadMasterLost, _: &mut Context<Self>) {
+        self.end_all(ReduceError::MasterLost(l.reason), l.for_good);
+    }
+}

@@ -1,0 +1,267 @@
+//! The spread's state machine at every failure instant: before the value
+//! exists, while it is being fetched, after some members hold it.
+
+use super::*;
+use Action::*;
+use Event::*;
+
+/// A spread whose holders serve one member at a time.
+fn one(members: impl IntoIterator<Item = u32>, source: u32, dead: &[u32]) -> Spread {
+    Spread::serving(members, source, dead, 1)
+}
+
+fn fetches(actions: &[Action]) -> Vec<(u32, u32)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Fetch { fetcher, holder } => Some((*fetcher, *holder)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn fails(actions: &[Action]) -> Vec<u32> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Fail { rank } => Some(*rank),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn ready_first_holders_double_every_round() {
+    let mut s = one(0..8, 0, &[]);
+    for r in 1..8 {
+        assert!(s.on(Want(r)).is_empty(), "no holder before the source");
+    }
+    // Round 1: the source serves the longest-waiting member.
+    assert_eq!(fetches(&s.on(Have(0))), [(1, 0)]);
+    // Round 2: the source and rank 1 each serve one.
+    assert_eq!(fetches(&s.on(Fetched(1))), [(2, 0), (3, 1)]);
+    // Whoever is ready first serves next: rank 3's server before rank 2's.
+    assert_eq!(fetches(&s.on(Fetched(3))), [(4, 1), (5, 3)]);
+    assert_eq!(fetches(&s.on(Fetched(2))), [(6, 0), (7, 2)]);
+    for r in [4, 5, 6] {
+        assert!(fetches(&s.on(Fetched(r))).is_empty());
+    }
+    assert_eq!(
+        s.on(Fetched(7)),
+        [Finish {
+            holders: (0..8).collect()
+        }]
+    );
+    assert_eq!(s.phase(), &Phase::Done);
+    assert!(s.is_over());
+}
+
+#[test]
+fn a_late_member_takes_a_free_holder_at_once() {
+    let mut s = one([2, 5, 9], 5, &[]);
+    assert!(s.on(Have(5)).is_empty());
+    assert_eq!(fetches(&s.on(Want(9))), [(9, 5)]);
+    assert!(s.on(Fetched(9)).is_empty());
+    assert_eq!(fetches(&s.on(Want(2))), [(2, 5)]);
+    assert_eq!(
+        s.on(Fetched(2)),
+        [Finish {
+            holders: vec![2, 5, 9]
+        }]
+    );
+}
+
+#[test]
+fn source_dead_before_the_value_exists_fails_every_member_alike() {
+    let mut s = one(0..4, 0, &[]);
+    assert!(s.on(Want(1)).is_empty());
+    assert_eq!(fails(&s.on(Dead(0))), [1]);
+    assert_eq!(s.phase(), &Phase::Lost);
+    // Members that ask later are told the same.
+    assert_eq!(fails(&s.on(Want(2))), [2]);
+    assert!(!s.is_over(), "rank 3 has not been told yet");
+    assert_eq!(fails(&s.on(Want(3))), [3]);
+    assert!(s.is_over());
+    // A message from the dead source changes nothing.
+    assert!(s.on(Have(0)).is_empty());
+}
+
+#[test]
+fn a_source_known_dead_at_creation_fails_the_first_member_that_asks() {
+    let mut s = one(0..3, 1, &[1]);
+    assert_eq!(fails(&s.on(Want(0))), [0]);
+}
+
+#[test]
+fn source_dead_mid_fetch_waits_for_the_fetchers_word() {
+    let mut s = one(0..4, 0, &[]);
+    s.on(Want(1));
+    s.on(Want(2));
+    assert_eq!(fetches(&s.on(Have(0))), [(1, 0)]);
+    // The source dies while rank 1 fetches: rank 1 may have the value.
+    assert!(s.on(Dead(0)).is_empty());
+    assert_eq!(s.phase(), &Phase::Serving);
+    // It had: it serves rank 2, and rank 3 when it asks.
+    assert_eq!(fetches(&s.on(Fetched(1))), [(2, 1)]);
+    assert!(s.on(Fetched(2)).is_empty());
+    assert_eq!(fetches(&s.on(Want(3))), [(3, 1)]);
+    assert_eq!(
+        s.on(Fetched(3)),
+        [Finish {
+            holders: vec![1, 2, 3]
+        }]
+    );
+}
+
+#[test]
+fn source_dead_mid_fetch_and_the_fetch_failed_fails_everyone() {
+    let mut s = one(0..4, 0, &[]);
+    s.on(Want(1));
+    s.on(Want(2));
+    s.on(Have(0));
+    assert!(s.on(Dead(0)).is_empty());
+    let a = s.on(FetchFailed(1));
+    assert_eq!(fails(&a), [1, 2], "every waiting member, the same");
+    assert_eq!(fails(&s.on(Want(3))), [3]);
+    assert!(s.is_over());
+}
+
+#[test]
+fn a_fetcher_that_dies_frees_its_holder() {
+    let mut s = one(0..3, 0, &[]);
+    s.on(Have(0));
+    assert_eq!(fetches(&s.on(Want(1))), [(1, 0)]);
+    s.on(Want(2));
+    assert_eq!(fetches(&s.on(Dead(1))), [(2, 0)]);
+    assert_eq!(
+        s.on(Fetched(2)),
+        [Finish {
+            holders: vec![0, 2]
+        }]
+    );
+}
+
+#[test]
+fn after_the_value_spread_a_source_death_loses_nothing() {
+    let mut s = one(0..4, 0, &[]);
+    s.on(Have(0));
+    s.on(Want(1));
+    s.on(Fetched(1));
+    assert!(s.on(Dead(0)).is_empty());
+    assert_eq!(fetches(&s.on(Want(2))), [(2, 1)]);
+    assert_eq!(fetches(&s.on(Want(3))), []);
+    // Rank 1 dies mid-serve: rank 2 is told by its failed fetch, then
+    // rank 2 and 3 have no holder: lost alike.
+    assert!(s.on(Dead(1)).is_empty());
+    let a = s.on(FetchFailed(2));
+    assert_eq!(fails(&a), [2, 3]);
+}
+
+#[test]
+fn a_failed_fetch_from_a_live_holder_tries_another_holder_first() {
+    let mut s = one(0..4, 0, &[]);
+    s.on(Have(0));
+    s.on(Want(1));
+    s.on(Fetched(1));
+    assert_eq!(fetches(&s.on(Want(2))), [(2, 0)]);
+    assert_eq!(fetches(&s.on(FetchFailed(2))), [(2, 1)]);
+}
+
+#[test]
+fn non_members_and_duplicates_change_nothing() {
+    let mut s = one([1, 2], 1, &[]);
+    assert!(s.on(Have(7)).is_empty());
+    assert!(s.on(Want(7)).is_empty());
+    assert!(s.on(Want(1)).is_empty(), "the source does not ask");
+    assert!(s.on(Have(2)).is_empty(), "only the source announces");
+    assert_eq!(s.phase(), &Phase::Awaiting);
+    s.on(Want(2));
+    s.on(Want(2));
+    assert_eq!(fetches(&s.on(Have(1))), [(2, 1)]);
+    assert!(s.on(Fetched(7)).is_empty());
+    assert!(s.on(Dead(7)).is_empty());
+}
+
+#[test]
+fn every_member_dead_but_the_source_is_done_once_it_holds() {
+    let mut s = one(0..3, 0, &[1, 2]);
+    assert!(!s.is_over());
+    assert_eq!(s.on(Have(0)), [Finish { holders: vec![0] }]);
+}
+
+#[test]
+fn two_at_once_a_stalled_fetcher_holds_up_nobody_else() {
+    let mut s = Spread::new(0..6, 0, &[]);
+    for r in 1..6 {
+        s.on(Want(r));
+    }
+    // The source serves two at once; rank 1 never answers.
+    assert_eq!(fetches(&s.on(Have(0))), [(1, 0), (2, 0)]);
+    assert_eq!(fetches(&s.on(Fetched(2))), [(3, 0), (4, 2), (5, 2)]);
+    for r in [3, 4] {
+        assert!(s.on(Fetched(r)).is_empty());
+    }
+    assert!(s.on(Fetched(5)).is_empty(), "rank 1 still fetching");
+    // Rank 1's holder dies: it fails, and is sent to another holder.
+    assert!(s.on(Dead(0)).is_empty());
+    let again = fetches(&s.on(FetchFailed(1)));
+    assert!(matches!(again[..], [(1, h)] if h != 0), "{again:?}");
+    assert_eq!(
+        s.on(Fetched(1)),
+        [Finish {
+            holders: vec![1, 2, 3, 4, 5]
+        }]
+    );
+}
+
+#[test]
+fn holders_are_always_members_and_a_live_holder_means_no_failure() {
+    // Every order of a small set of events: whenever a member is told
+    // the spread failed, no live member holds the value.
+    let events = [
+        Have(0),
+        Want(1),
+        Want(2),
+        Fetched(1),
+        FetchFailed(2),
+        Dead(0),
+        Fetched(2),
+        Dead(1),
+    ];
+    for seed in 0u64..2000 {
+        let mut s = Spread::new(0..3, 0, &[]);
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut holding = std::collections::BTreeSet::new();
+        let mut failed = std::collections::BTreeSet::new();
+        let mut dead = std::collections::BTreeSet::new();
+        for _ in 0..12 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let ev = events[(x % events.len() as u64) as usize];
+            let fetching_before: Vec<u32> = s.fetching.keys().copied().collect();
+            match ev {
+                Have(r) if !dead.contains(&r) => {
+                    holding.insert(r);
+                }
+                Fetched(r) if fetching_before.contains(&r) && !dead.contains(&r) => {
+                    holding.insert(r);
+                }
+                Dead(r) => {
+                    dead.insert(r);
+                }
+                _ => {}
+            }
+            for a in s.on(ev) {
+                if let Fail { rank } = a {
+                    failed.insert(rank);
+                }
+            }
+            let live_holders: Vec<_> = holding.difference(&dead).collect();
+            assert!(
+                failed.is_empty() || live_holders.is_empty(),
+                "seed {seed}: failed {failed:?} while {live_holders:?} hold"
+            );
+        }
+    }
+}

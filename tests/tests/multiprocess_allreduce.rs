@@ -1,0 +1,116 @@
+//! Allreduce across real processes over TCP, a rank SIGKILLed at an exact
+//! instant (test hooks hold it there): every survivor ends with the exact
+//! result, or every one with the same typed error (the book's
+//! Architecture chapter, "Allreduce and broadcast").
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use taskfold_tests::faults::{held, release};
+use taskfold_tests::{signal, taskfold_bin, text, wait_bounded, wait_for_pid, Signal};
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+fn start(dir: &Path, hooks: &str) -> Child {
+    let mut cmd = Command::new(taskfold_bin());
+    if !hooks.is_empty() {
+        cmd.env("TASKFOLD_TEST_HOOK", hooks);
+    }
+    cmd.args(["run", "-n", "4", "--timeout", "150s", "--"])
+        .arg(PathBuf::from(env!("CARGO_BIN_EXE_tf_allreduce")))
+        .arg("--pid-dir")
+        .arg(dir)
+        .env("TASKFOLD_DURABILITY", "sync")
+        .env("TASKFOLD_REPLICA_DIR", dir.join("replicas"))
+        .env("TASKFOLD_FAILURE_TIMEOUT_MS", "1500")
+        .env("TASKFOLD_PING_MS", "100")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the job")
+}
+
+fn kill(dir: &Path, rank: u32) {
+    let pid = wait_for_pid(
+        &dir.join(format!("rank-{rank}.pid")),
+        Duration::from_secs(30),
+    );
+    signal(pid, Signal::KILL).unwrap();
+}
+
+fn wait_file(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{} never came", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The root is killed holding the only copy of the result: every survivor
+/// gets the same typed error, none the result.
+#[test]
+fn sigkill_of_the_root_holding_the_only_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let child = start(d, &format!("1:before-share:ar:{}", d.display()));
+    held(d, &[1], "before-share");
+    kill(d, 1);
+    let t = text(&wait_bounded(child, LIMIT));
+    for r in [0, 2, 3] {
+        let line = format!("[{r}] allreduce: error: reduction \"ar\" lost its root, rank 1");
+        assert!(t.contains(&line), "{t}");
+    }
+    for r in [0, 2, 3] {
+        assert!(!t.contains(&format!("[{r}] allreduce: ok")), "{t}");
+    }
+}
+
+/// Rank 3 is held before its fetch; ranks 0 and 2 got the result; the
+/// root is killed: rank 3 fetches from a survivor. The broadcast that
+/// follows, from the dead root, reaches every survivor alike (from ranks
+/// that got it before the root died) or fails alike on every one.
+#[test]
+fn sigkill_of_the_root_while_a_member_fetches() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let child = start(d, &format!("3:before-spread-get:ar:{}", d.display()));
+    held(d, &[3], "before-spread-get");
+    wait_file(&d.join("rank-0.got"));
+    wait_file(&d.join("rank-2.got"));
+    kill(d, 1);
+    release(d, 3, "before-spread-get");
+    let t = text(&wait_bounded(child, LIMIT));
+    for r in [0, 2, 3] {
+        assert!(
+            t.contains(&format!("[{r}] allreduce: ok, exact: true")),
+            "{t}"
+        );
+    }
+    let got = |r: u32| t.contains(&format!("[{r}] broadcast: ok: from 1"));
+    let lost = |r: u32| {
+        t.contains(&format!(
+            "[{r}] broadcast: error: reduction \"bc\" lost its root, rank 1"
+        ))
+    };
+    assert!(
+        [0, 2, 3].iter().all(|&r| got(r)) || [0, 2, 3].iter().all(|&r| lost(r)),
+        "{t}"
+    );
+}
+
+/// No failure: every rank has the exact sum, then the broadcast value.
+#[test]
+fn every_process_gets_the_result_and_the_broadcast() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = wait_bounded(start(d, ""), LIMIT);
+    let t = text(&out);
+    for r in 0..4 {
+        assert!(
+            t.contains(&format!("[{r}] allreduce: ok, exact: true")),
+            "{t}"
+        );
+        assert!(t.contains(&format!("[{r}] broadcast: ok: from 1")), "{t}");
+    }
+    assert!(out.status.success(), "{t}");
+}
