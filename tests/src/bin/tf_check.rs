@@ -186,6 +186,11 @@ fn main() {
             eprintln!("warm-up barrier: error: {e}");
             std::process::exit(1);
         }
+        // The answer comes on the buddy's own link, which a loaded
+        // machine may hold up past the barrier's release: a pause, far
+        // longer than a round trip, makes "as in a long run" hold there
+        // too.
+        std::thread::sleep(Duration::from_millis(500));
     }
     if let Some(d) = delayed(&args.delay, rank) {
         std::thread::sleep(d);
