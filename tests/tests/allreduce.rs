@@ -321,11 +321,18 @@ fn a_broadcast_whose_root_died_after_one_member_got_it_loses_nothing() {
 /// Members that disagree on the type or the root are told so.
 #[test]
 fn a_broadcast_of_another_type_or_root_is_refused() {
-    let c = LocalCluster::new(3).unwrap();
+    let c = LocalCluster::new(4).unwrap();
     let _root = c
         .rank(0)
         .broadcast(Some(vec![1u8]), Reduce::root(0).id("t"))
         .unwrap();
+    // A member that agrees gets the value first: the root's offer is then
+    // the spread's, whatever order the others' calls arrive in.
+    let mut agrees = c
+        .rank(3)
+        .broadcast::<Vec<u8>>(None, Reduce::root(0).id("t"))
+        .unwrap();
+    assert_eq!(agrees.wait_timeout(WAIT).unwrap(), vec![1]);
     let mut other_type = c
         .rank(1)
         .broadcast::<String>(None, Reduce::root(0).id("t"))
