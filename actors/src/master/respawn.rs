@@ -196,8 +196,13 @@ impl Master {
             self.left_rollback(rank);
             return false;
         }
-        if let Some(a) = self.respawn.early.remove(&rank) {
-            self.asked(Rank(rank), a);
+        // A standby taking over lets replacements in once it rebuilt the
+        // reductions (`ask_early`): one let in before would join them
+        // twice, in its report and in its deferred join.
+        if !self.awaiting_reports() {
+            if let Some(a) = self.respawn.early.remove(&rank) {
+                self.asked(Rank(rank), a);
+            }
         }
         tracing::warn!(rank, wait = ?self.respawn.wait, "a replacement of the dead rank is awaited");
         let died = std::time::Instant::now();
@@ -334,6 +339,11 @@ impl Handler<ReplacementIn> for Master {
             self.asked(m.peer, asking);
             return;
         }
+        if self.awaiting_reports() {
+            // Let in once the reductions are rebuilt (`ask_early`).
+            self.respawn.early.insert(m.peer.0, asking);
+            return;
+        }
         let slot = self.respawn.book.slot(m.peer.0);
         let alive = matches!(slot, Some(Slot::Live(_)));
         // An older replacement being let in died, and this one came before
@@ -352,6 +362,19 @@ impl Handler<ReplacementIn> for Master {
 }
 
 impl Master {
+    /// Asks again for every replacement kept while a standby awaited the
+    /// ranks' reports, whose rank is awaited now.
+    pub(super) fn ask_early(&mut self) {
+        let ranks: Vec<u32> = self.respawn.early.keys().copied().collect();
+        for rank in ranks {
+            if matches!(self.respawn.book.slot(rank), Some(Slot::Awaited(_))) {
+                if let Some(a) = self.respawn.early.remove(&rank) {
+                    self.asked(Rank(rank), a);
+                }
+            }
+        }
+    }
+
     /// True if replacement `incarnation` of `rank` is one whose admission
     /// the dead master cut (this standby's view names it, yet it never
     /// reported): it is awaited again, to be let in as any replacement,

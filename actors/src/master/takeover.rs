@@ -228,6 +228,8 @@ impl Master {
             "took over: the live reductions are rebuilt"
         );
         self.resume_epoch(epoch);
+        // Replacements that asked while the reports were awaited.
+        self.ask_early();
         self.check_finalize();
     }
 
