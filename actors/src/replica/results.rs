@@ -222,14 +222,18 @@ impl ReplicaStore {
         }
     }
 
-    /// The next live rank after this one, neither it nor `root`.
+    /// The rank that keeps a second copy: this rank's buddy over the whole
+    /// job (as a root picks one), `root` counted dead.
     fn relay_target(&self, root: Rank) -> Option<Rank> {
-        let view = self.out.view().read();
-        let size = view.size();
-        (1..size)
-            .map(|i| (self.rank + i) % size)
-            .find(|&r| r != root.0 && !view.is_unreachable(r))
-            .map(Rank)
+        let view = self.out.view();
+        let (size, mut dead) = {
+            let v = view.read();
+            (v.size(), v.unreachable())
+        };
+        let job = taskfold_core::Group::new(0..size, size).ok()?;
+        dead.insert(root.0 as usize);
+        let nodes = view.nodes();
+        taskfold_core::replica::buddy_on(&job, Rank(self.rank), &dead, nodes.as_deref())
     }
 }
 

@@ -108,3 +108,23 @@ pub(super) fn admit(
 pub(super) fn decode(addr: &[u8], peer: u32) -> Result<Entry, TransportError> {
     Entry::decode(addr).map_err(|detail| TransportError::Protocol { peer, detail })
 }
+
+/// How long a connection from a newer incarnation of a peer than this
+/// rank serves waits for the notice that it was let in.
+const ADMISSION_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Waits, within [`ADMISSION_WAIT`], until this rank serves `peer`'s
+/// `incarnation` (or a newer one), or it closes. The master lets a
+/// replacement in and tells every rank, and may send the replacement to
+/// one of them at once (its kept result, a copy to read): the
+/// replacement's connection can arrive before the master's notice, on
+/// another link. The caller proved the job's key already.
+pub(super) async fn await_admission(shared: &Shared, peer: u32, incarnation: u32) {
+    let deadline = tokio::time::Instant::now() + ADMISSION_WAIT;
+    while shared.slot(peer).incarnation < incarnation
+        && !shared.is_closed()
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
