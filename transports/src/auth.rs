@@ -196,10 +196,15 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Runs in a child process of its own (started by the test below):
+    /// the environment is the process's, and other tests of this binary
+    /// read and clear the key concurrently.
     #[test]
-    fn the_key_leaves_the_environment_once_read() {
-        let k = fresh_key().unwrap();
-        std::env::set_var(KEY_VAR, k.to_hex());
+    fn child_forgets_the_key_once_read() {
+        let Some(hex) = std::env::var_os("TASKFOLD_AUTH_TEST_CHILD") else {
+            return;
+        };
+        let k = JobKey::from_hex(hex.to_str().unwrap()).expect("a key");
         let settings = taskfold_core::settings::Settings::from_env().unwrap();
         assert_eq!(job_auth(&settings.launch), Ok(JobAuth::Key(k)));
         assert!(std::env::var_os(KEY_VAR).is_none());
@@ -209,6 +214,28 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "unset");
+        println!("CHILD-CHECKED");
+    }
+
+    #[test]
+    fn the_key_leaves_the_environment_once_read() {
+        let k = fresh_key().unwrap().to_hex();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "auth::tests::child_forgets_the_key_once_read"])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(KEY_VAR, &k)
+            .env("TASKFOLD_AUTH_TEST_CHILD", &k)
+            .env_remove("TASKFOLD_JOB_KEY_FILE")
+            .env_remove("TASKFOLD_INSECURE")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("CHILD-CHECKED"), "{text}");
     }
 
     fn tempfile_dir() -> std::path::PathBuf {
