@@ -6,9 +6,9 @@
 //! it, every other member fetches it from a member that holds it already,
 //! ready-first, as the master's rank pairs them.
 
+use crate::commands::Command;
 use crate::future::{ReduceFuture, Relay, Slot};
 use crate::options::Reduce;
-use crate::router::Command;
 use crate::spread::{Ask, Decode, Gone, Share};
 use crate::{Completion, Runtime};
 use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};

@@ -68,6 +68,7 @@
 pub mod builder;
 pub mod checkpoint;
 pub mod collective;
+mod commands;
 pub mod config;
 mod detector;
 pub mod env;
@@ -96,7 +97,6 @@ mod results;
 mod router;
 pub mod runtime;
 mod spread;
-mod standby;
 mod start;
 mod worker;
 

@@ -7,7 +7,7 @@
 //! is there, all resume from the newest version every rank holds. The
 //! master's side is `taskfold_core::reinit`.
 
-use crate::router::Command;
+use crate::commands::Command;
 use crate::{Lifecycle, Runtime};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};

@@ -1,8 +1,5 @@
 //! [`Runtime`]: the handle an application holds; starts and stops the actors.
 
-/// Builds a [`Runtime`] (also at the crate root, `taskfold::Builder`).
-pub use crate::builder::Builder;
-
 use crate::checkpoint::{
     CheckpointError, CheckpointFuture, Checkpoints, Failure, JobId, Placement, Restored, Retrieval,
     Written,
@@ -13,12 +10,12 @@ use rkyv::rancor;
 use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
 
+use crate::commands::Command;
 use crate::config::{Config, Durability, Settings};
 use crate::future::{ReduceFuture, Slot};
 use crate::master::MasterStats;
 use crate::options::Reduce;
 use crate::perf::LocalStats;
-use crate::router::Command;
 use crate::worker::{FinalizeReq, StartReduce};
 use crate::StartError;
 use std::collections::{HashMap, HashSet};
@@ -57,11 +54,6 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// A builder for explicit settings.
-    pub fn builder() -> crate::Builder {
-        Builder::default()
-    }
-
     /// Starts from the environment set by `taskfold run`, `mpiexec`,
     /// `mpirun` or `srun` (see [`crate::env`]), over the transport the
     /// settings choose (TCP by default): [`Settings::from_env`], then

@@ -1,11 +1,12 @@
 //! The master's messages, one type each, and their handlers.
 
 use super::{Master, MasterStats};
-use crate::master::state::Reduction;
+use crate::detector::RankDown;
+use crate::master::state::{Reduction, TaskFailedIn};
 use actix::prelude::*;
 use taskfold_core::schedule::Replacement;
 use taskfold_core::schedule::Source;
-use taskfold_core::wire::{Join, Msg, TaskFailed, TaskFailure};
+use taskfold_core::wire::{Join, Msg, TaskFailure};
 use taskfold_core::{Rank, ReduceError};
 
 impl Master {
@@ -50,15 +51,6 @@ pub(super) fn protocol(id: &str, from: Rank, e: impl std::fmt::Display) -> Reduc
         id: id.to_string(),
         detail: format!("protocol violation by {from}: {e}"),
     }
-}
-
-/// A task that could not be carried out.
-#[derive(Message, Clone)]
-#[rtype(result = "()")]
-pub(crate) struct TaskFailedIn {
-    pub(crate) from: Rank,
-    pub(crate) failed: TaskFailed,
-    pub(crate) wire: usize,
 }
 
 impl Handler<TaskFailedIn> for Master {
@@ -187,7 +179,7 @@ impl Handler<ReplicatedIn> for Master {
             return; // sent before its rank heard of the rollback
         }
         if self.awaiting_reports() {
-            return self.keep(super::takeover::Deferred::Replicated(m));
+            return self.keep(m);
         }
         self.count_in(m.wire);
         if self.out.view().is_dead(m.holder.0) {
@@ -242,16 +234,6 @@ impl Handler<VerdictDue> for Master {
             self.decide(m.key, m.index);
         }
     }
-}
-
-/// A rank was found dead: a broken link, or the launcher saw it exit.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct RankDown {
-    pub(crate) rank: Rank,
-    pub(crate) reason: String,
-    /// Time since the rank was last heard from, when known.
-    pub(crate) latency: Option<std::time::Duration>,
 }
 
 impl Handler<RankDown> for Master {
@@ -327,7 +309,7 @@ impl Handler<FinalizeIn> for Master {
 
     fn handle(&mut self, m: FinalizeIn, _: &mut Context<Self>) {
         if self.awaiting_reports() {
-            return self.keep(super::takeover::Deferred::Finalize(m));
+            return self.keep(m);
         }
         if m.from.0 < self.size && !self.out.view().is_dead(m.from.0) {
             if self.finalized.insert(m.from.0) {

@@ -37,7 +37,7 @@ impl Handler<JoinIn> for Master {
             return; // sent before its rank heard of the rollback
         }
         if self.awaiting_reports() {
-            return self.keep(super::takeover::Deferred::Join(Box::new(m)));
+            return self.keep(m);
         }
         self.count_in(m.wire);
         let JoinIn {

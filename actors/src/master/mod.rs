@@ -27,6 +27,7 @@ mod reinit;
 mod respawn;
 mod results;
 mod spares;
+pub(crate) mod spawn;
 mod state;
 mod stats;
 mod takeover;
@@ -43,11 +44,12 @@ use taskfold_core::perf::PerfTable;
 use taskfold_core::{wire::Msg, Rank, ReduceError};
 
 pub(crate) use barrier::BarrierIn;
-pub(crate) use handlers::{ExitReport, FinalizeIn, GetStats, RankDown, ReplicatedIn, TaskFailedIn};
+pub(crate) use handlers::{ExitReport, FinalizeIn, GetStats, ReplicatedIn};
 pub(crate) use join::{JoinIn, TaskDoneIn};
 pub(crate) use reinit::ReinitReadyIn;
 pub(crate) use respawn::{ReadmittedIn, ReplacementIn};
 pub(crate) use results::{ResultAlsoKeptIn, ResultKeptIn, ResultWhereIn, ResultsReleasedIn};
+pub(crate) use state::TaskFailedIn;
 pub(crate) use takeover::RejoinIn;
 
 /// Reductions that ended in an error while some members had not joined yet:

@@ -1,10 +1,22 @@
 //! The master's record of one live reduction.
 
+use actix::prelude::*;
 use std::time::Instant;
 use taskfold_core::roster::Roster;
 use taskfold_core::schedule::Schedule;
 use taskfold_core::wire::Join;
+use taskfold_core::wire::TaskFailed;
 use taskfold_core::{Group, Rank};
+
+/// A task that could not be carried out (handled in `handlers`; a
+/// reduction keeps those that wait for a verdict, see [`Reduction`]).
+#[derive(Message, Clone)]
+#[rtype(result = "()")]
+pub(crate) struct TaskFailedIn {
+    pub(crate) from: Rank,
+    pub(crate) failed: TaskFailed,
+    pub(crate) wire: usize,
+}
 
 /// One live reduction at the master: the scheduler pairs its data, the
 /// roster follows each member's lifecycle (see `taskfold_core::roster`).
@@ -18,7 +30,7 @@ pub(crate) struct Reduction {
     /// reduction waited for a verdict about a dead member's standing copy
     /// (a fetch from that member, most likely): they are handled once the
     /// scheduler knows whether its original can be had.
-    pub(crate) roster: Roster<super::handlers::TaskFailedIn>,
+    pub(crate) roster: Roster<TaskFailedIn>,
     pub(crate) started: Instant,
 }
 

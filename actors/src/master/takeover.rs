@@ -8,9 +8,9 @@
 //! reduction is rebuilt from what its members held under the dead master
 //! before anything new is counted.
 
-use super::handlers::{protocol, FinalizeIn, ReplicatedIn};
+use super::handlers::protocol;
 use super::state::Reduction;
-use super::{BarrierIn, JoinIn, Master};
+use super::{BarrierIn, Master};
 use actix::prelude::*;
 use std::collections::{HashMap, HashSet};
 use taskfold_core::failover::{reconcile, Holding, Takeover};
@@ -28,13 +28,9 @@ pub(crate) struct RejoinIn {
     pub(crate) wire: usize,
 }
 
-/// A message kept while the reports come in.
-pub(crate) enum Deferred {
-    Join(Box<JoinIn>),
-    Barrier(BarrierIn),
-    Finalize(FinalizeIn),
-    Replicated(ReplicatedIn),
-}
+/// A message kept while the reports come in: it is sent to the master
+/// again, once they are in, by this call.
+type Deferred = Box<dyn FnOnce(&Addr<Master>)>;
 
 /// The new master's wait and what it gathered meanwhile.
 pub(crate) struct Taking {
@@ -105,9 +101,16 @@ impl Master {
         self.taking.state.is_awaiting()
     }
 
-    /// Keeps `d` until the reports are in.
-    pub(super) fn keep(&mut self, d: Deferred) {
-        self.taking.deferred.push(d);
+    /// Keeps `m` until the reports are in (any message of the master's:
+    /// joins, barriers, finalizes, copy notices).
+    pub(super) fn keep<M>(&mut self, m: M)
+    where
+        M: Message<Result = ()> + Send + 'static,
+        Master: Handler<M>,
+    {
+        self.taking
+            .deferred
+            .push(Box::new(move |me: &Addr<Master>| me.do_send(m)));
     }
 
     /// `rank` reported or died: once every live rank did, the reductions
@@ -121,13 +124,8 @@ impl Master {
         let Some(me) = self.me.clone() else {
             return;
         };
-        for d in std::mem::take(&mut self.taking.deferred) {
-            match d {
-                Deferred::Join(m) => me.do_send(*m),
-                Deferred::Barrier(m) => me.do_send(m),
-                Deferred::Finalize(m) => me.do_send(m),
-                Deferred::Replicated(m) => me.do_send(m),
-            }
+        for send in std::mem::take(&mut self.taking.deferred) {
+            send(&me);
         }
     }
 

@@ -2,6 +2,7 @@
 //! make the master ask the buddy for it, and the releases of consumed
 //! data, driven message by message over the serialising loopback.
 use super::*;
+use crate::detector::RankDown;
 use std::sync::Arc;
 use std::time::Duration;
 use taskfold_core::wire::{
