@@ -24,7 +24,7 @@
 //! # Layout
 //!
 //! - [`runtime`]: [`Runtime`] (`from_env`, `reduce`, `barrier`,
-//!   `checkpoint`, `restore`, shutdown);
+//!   `checkpoints()`, shutdown);
 //!   [`builder`]: [`Builder`], a runtime from explicit settings.
 //! - [`collective`]: [`Runtime::allreduce`] and [`Runtime::broadcast`]
 //!   (the value on every member, ready-first), their [`SpreadFuture`];
@@ -56,7 +56,7 @@
 //!   `metrics::serve_prometheus`). [`config`]: tunables, and [`Settings`]
 //!   (every `TASKFOLD_*` variable, parsed once).
 //! - [`checkpoint`]: [`CheckpointFuture`] and [`CheckpointError`] of
-//!   [`Runtime::checkpoint`] and [`Runtime::restore`], the pieces in
+//!   [`Runtime::checkpoints`] ([`checkpoint::Checkpointer`]), the pieces in
 //!   files (a rank's local directory, the shared directory), written
 //!   atomically, read verified, and the rank's checkpoint engine, which
 //!   moves L2 copies and L3 shards between ranks and serves the pieces it
@@ -101,7 +101,7 @@ mod start;
 mod worker;
 
 pub use builder::Builder;
-pub use checkpoint::{CheckpointError, CheckpointFuture};
+pub use checkpoint::{CheckpointError, CheckpointFuture, Checkpointer};
 pub use collective::{Broadcastable, SpreadFuture};
 pub use config::{Completion, Config, Durability, Settings, SettingsError, Standby};
 pub use future::{ReduceFuture, Safe};

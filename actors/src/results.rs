@@ -6,7 +6,7 @@
 //!
 //! - here: [`Kept`], the ledger of results handed to the application and
 //!   not released, shared by the worker (which fills it) and
-//!   [`crate::Runtime::checkpoint`] (which releases what was taken before
+//!   [`crate::checkpoint::Checkpointer::save`] (which releases what was taken before
 //!   the call, once that checkpoint is durable);
 //! - `router/results.rs`: the router's part, which hands each
 //!   `Msg::Results` to its actor after checking its sender;
