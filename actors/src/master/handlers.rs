@@ -200,8 +200,10 @@ impl Handler<ReplicatedIn> for Master {
                     self.decide(m.key, i);
                 }
             }
-            None if !self.ended.contains_key(&m.key) => {
-                self.note_early_replica(m.key, m.owner, m.holder.0, m.ok);
+            None if !self.ended.contains(m.key) => {
+                let size = self.size;
+                self.early_replicas
+                    .note(m.key, (m.owner, m.holder.0, m.ok), size);
             }
             None => {}
         }

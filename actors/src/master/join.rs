@@ -151,14 +151,10 @@ impl Master {
     /// A join of a reduction that already failed: the late member is told
     /// (true), as the failure's notice skipped it.
     fn answer_late_join(&mut self, key: u64, from: Rank) -> bool {
-        let Some((error, pending)) = self.ended.get_mut(&key) else {
+        let Some(error) = self.ended.late_join(key, from.0) else {
             return false;
         };
-        let msg = super::failed_msg(key, error);
-        pending.remove(&from.0);
-        if pending.is_empty() {
-            self.ended.remove(&key);
-        }
+        let msg = super::failed_msg(key, &error);
         if let Some(inf) = &mut self.infer {
             // Its disk write for this key preceded this announcement.
             inf.ends
@@ -188,7 +184,7 @@ impl Master {
             self.refuse_reduction(key, &r, from);
             return false;
         }
-        for (owner, holder, ok) in self.early_replicas.remove(&key).unwrap_or_default() {
+        for (owner, holder, ok) in self.early_replicas.take(key) {
             if let Some(i) = r.group.index_of(Rank(owner)) {
                 r.roster.replicated(i, holder, ok);
             }
@@ -228,7 +224,7 @@ impl Master {
             .filter(|&m| m != from.0 && !self.out.view().is_dead(m))
             .collect();
         if !pending.is_empty() {
-            self.remember_ended(key, error, pending);
+            self.ended.remember(key, error, pending);
         }
     }
 

@@ -19,6 +19,7 @@
 mod barrier;
 mod down;
 mod drive;
+mod ended;
 mod handlers;
 mod infer;
 mod join;
@@ -52,10 +53,6 @@ pub(crate) use results::{ResultAlsoKeptIn, ResultKeptIn, ResultWhereIn, ResultsR
 pub(crate) use state::TaskFailedIn;
 pub(crate) use takeover::RejoinIn;
 
-/// Reductions that ended in an error while some members had not joined yet:
-/// they get the error when they join. Bounded so it cannot grow forever.
-const ENDED_LIMIT: usize = 16_384;
-
 /// The notice that reduction `key` ended with `error`.
 fn failed_msg(key: u64, error: &ReduceError) -> Msg {
     Msg::Complete {
@@ -64,18 +61,15 @@ fn failed_msg(key: u64, error: &ReduceError) -> Msg {
     }
 }
 
-/// Reductions not open yet whose replica notices the master keeps.
-const EARLY_KEYS: usize = 4096;
-
 /// The master of a job.
 pub struct Master {
     size: u32,
     out: Outbox,
     reductions: HashMap<u64, Reduction>,
-    ended: HashMap<u64, (ReduceError, HashSet<u32>)>,
-    ended_order: std::collections::VecDeque<u64>,
+    /// Reductions that ended in an error before every member joined.
+    ended: ended::Ended,
     /// Replica notices for reductions the master has not seen yet.
-    early_replicas: HashMap<u64, Vec<(u32, u32, bool)>>,
+    early_replicas: ended::EarlyReplicas,
     /// Most reductions live at once (`Config::max_reductions`): a join that
     /// would open one more fails its reduction with `TooManyReductions`.
     max_reductions: usize,
@@ -119,32 +113,6 @@ impl Master {
     /// Bounds the reductions live at once (see `Config::max_reductions`).
     pub(crate) fn set_max_reductions(&mut self, limit: usize) {
         self.max_reductions = limit.max(1);
-    }
-
-    /// Keeps a replica notice of reduction `key`, not open yet. Bounded, as
-    /// a peer sends them: at most [`EARLY_KEYS`] keys (the map is emptied
-    /// when full: notices of reductions that completed before they arrived
-    /// would pile up) and one notice per owner and holder of a key.
-    fn note_early_replica(&mut self, key: u64, owner: u32, holder: u32, ok: bool) {
-        if self.early_replicas.len() >= EARLY_KEYS && !self.early_replicas.contains_key(&key) {
-            self.early_replicas.clear();
-        }
-        let room = (self.size as usize).saturating_mul(2);
-        let notes = self.early_replicas.entry(key).or_default();
-        if let Some(n) = notes.iter_mut().find(|n| (n.0, n.1) == (owner, holder)) {
-            n.2 = ok;
-        } else if notes.len() < room {
-            // Each owner has one buddy at a time: about one notice per
-            // member, twice that leaves room for a buddy replaced.
-            notes.push((owner, holder, ok));
-        } else {
-            tracing::warn!(
-                key,
-                owner,
-                holder,
-                "too many replica notices for one reduction; dropped"
-            );
-        }
     }
 
     /// Posts released barriers on `board` too; every other rank is told
@@ -208,9 +176,8 @@ impl Master {
             size,
             out,
             reductions: HashMap::new(),
-            ended: HashMap::new(),
-            ended_order: Default::default(),
-            early_replicas: HashMap::new(),
+            ended: Default::default(),
+            early_replicas: Default::default(),
             max_reductions: taskfold_core::settings::config::DEFAULT_MAX_REDUCTIONS,
             me: None,
             dead_at: HashMap::new(),
@@ -302,19 +269,9 @@ impl Master {
             }
         }
         if !pending.is_empty() {
-            self.remember_ended(key, error, pending);
+            self.ended.remember(key, error, pending);
         }
         self.update_queue_gauge();
-    }
-
-    fn remember_ended(&mut self, key: u64, error: ReduceError, pending: HashSet<u32>) {
-        if self.ended.len() >= ENDED_LIMIT {
-            if let Some(old) = self.ended_order.pop_front() {
-                self.ended.remove(&old);
-            }
-        }
-        self.ended.insert(key, (error, pending));
-        self.ended_order.push_back(key);
     }
 
     /// Publishes the master's load: queued ready messages, live reductions.

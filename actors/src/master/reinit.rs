@@ -50,7 +50,6 @@ impl Master {
             }
         }
         self.ended.clear();
-        self.ended_order.clear();
         self.early_replicas.clear();
         self.barriers.clear();
         self.respawn.forget_completed();

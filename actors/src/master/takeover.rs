@@ -174,7 +174,7 @@ impl Master {
             // A member yet to join a reduction that failed is told then.
             if let (Some(f), false) = (error, held.contains_key(&key)) {
                 let everyone = (0..self.size).collect();
-                self.remember_ended(key, f.clone().into(), everyone);
+                self.ended.remember(key, f.clone().into(), everyone);
             }
         }
         let rebuilt = held.len();
@@ -209,7 +209,8 @@ impl Master {
             // Copies of reductions nobody reported joined: noted as any
             // early copy notice, for when they open.
             for (owner, holder) in list {
-                self.note_early_replica(key, owner, holder, true);
+                let size = self.size;
+                self.early_replicas.note(key, (owner, holder, true), size);
             }
         }
         for (rank, seq) in barriers {
