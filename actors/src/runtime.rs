@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use taskfold_core::reducer::type_tag;
 use taskfold_core::wire::Join;
-use taskfold_core::{Rank, ReduceError, ReduceValue, ReductionId, ReductionKey};
+use taskfold_core::{Group, Rank, ReduceError, ReduceValue, ReductionId, ReductionKey};
 use taskfold_transports::Transport;
 
 /// One rank's taskfold runtime: its actors run on their own threads, and
@@ -221,32 +221,12 @@ impl Runtime {
         opts: Reduce,
         relay: Option<crate::future::Relay>,
     ) -> Result<ReduceFuture<T>, ReduceError> {
-        let group = opts
-            .resolve_group(self.size)
-            .map_err(|e| ReduceError::InvalidOptions(e.to_string()))?;
+        let group = self.group_of(&opts)?;
         let root = Rank(opts.root);
-        if !group.contains(root) {
-            return Err(ReduceError::InvalidOptions(format!(
-                "root {} is not in the group",
-                opts.root
-            )));
-        }
-        let Some(index) = group.index_of(Rank(self.rank)) else {
-            return Err(ReduceError::InvalidOptions(format!(
-                "rank {} is not a member of the group it reduces over",
-                self.rank
-            )));
-        };
-        let id = match opts.id {
-            Some(id) => ReductionId::new(id)?,
-            None => {
-                let gkey = ReductionKey::of(&ReductionId::new("auto")?, &group).0;
-                let mut ids = self.auto_ids.lock().unwrap_or_else(|e| e.into_inner());
-                let n = ids.entry(gkey).or_insert(0);
-                *n += 1;
-                ReductionId::new(format!("auto-{}", *n - 1))?
-            }
-        };
+        let index = group
+            .index_of(Rank(self.rank))
+            .expect("group_of checked that this rank is a member");
+        let id = self.id_of(&opts, &group, "auto")?;
         let key = ReductionKey::of(&id, &group).0;
         // The epoch it starts in: a rollback that overtakes it ends it.
         let epoch = self.claim(key, &id)?;
@@ -296,6 +276,44 @@ impl Runtime {
         }
         self.settle(&slot, durability)?;
         Ok(ReduceFuture::new(slot, id.to_string()))
+    }
+
+    /// `opts`' group, with its root and this rank in it.
+    pub(crate) fn group_of(&self, opts: &Reduce) -> Result<Group, ReduceError> {
+        let group = opts
+            .resolve_group(self.size())
+            .map_err(|e| ReduceError::InvalidOptions(e.to_string()))?;
+        if !group.contains(Rank(opts.root)) {
+            return Err(ReduceError::InvalidOptions(format!(
+                "root {} is not in the group",
+                opts.root
+            )));
+        }
+        if group.index_of(Rank(self.rank())).is_none() {
+            return Err(ReduceError::InvalidOptions(format!(
+                "rank {} is not a member of the group it reduces over",
+                self.rank()
+            )));
+        }
+        Ok(group)
+    }
+
+    /// `opts`' id, or the group's next automatic one (numbered as
+    /// [`Reduce::id`] says) under `prefix`.
+    pub(crate) fn id_of(
+        &self,
+        opts: &Reduce,
+        group: &Group,
+        prefix: &str,
+    ) -> Result<ReductionId, ReduceError> {
+        if let Some(id) = &opts.id {
+            return ReductionId::new(id.clone());
+        }
+        let gkey = ReductionKey::of(&ReductionId::new(prefix)?, group).0;
+        let mut ids = self.auto_ids.lock().unwrap_or_else(|e| e.into_inner());
+        let n = ids.entry(gkey).or_insert(0);
+        *n += 1;
+        ReductionId::new(format!("{prefix}-{}", *n - 1))
     }
 
     /// Marks reduction `key` (`id`) live on this rank: refused if it is
