@@ -41,6 +41,11 @@
 //!   (failure detector, rank 0), `replica` (replica store), `router`
 //!   (transport ↔ actors). What they do and what a crash of each loses is
 //!   in the book's Architecture chapter.
+//! - `commands`: what the application's threads ask of the actors, one
+//!   channel; a leaf (no two files of this crate need each other: the
+//!   book's Architecture chapter, The shape of the code).
+//! - `start`: one rank's actors wired together (`master::spawn` starts a
+//!   master and its detector, for rank 0 or a standby).
 //! - `results`: a root's results kept at its buddy for a replacement
 //!   root, until the application checkpointed past them (its parts in
 //!   `worker`, `replica` and `master`).
