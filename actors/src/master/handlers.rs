@@ -83,7 +83,7 @@ impl Master {
             return;
         }
         let key = m.failed.key;
-        let Some(r) = self.reductions.get_mut(&key) else {
+        let Some(r) = self.reductions.live.get_mut(&key) else {
             return;
         };
         let Some(m) = r.roster.hold(m) else {
@@ -107,7 +107,7 @@ impl Master {
     /// data's source died, or is unreachable: `peer_down`).
     fn fetch_failed(&mut self, m: TaskFailedIn, peer_down: bool) {
         let (key, task_id) = (m.failed.key, m.failed.task_id);
-        let Some(r) = self.reductions.get(&key) else {
+        let Some(r) = self.reductions.live.get(&key) else {
             return;
         };
         let task = r
@@ -123,7 +123,7 @@ impl Master {
             let reason = format!("a fetch from it failed: {}", m.fetch_reason());
             self.rank_down(src, reason, None);
         }
-        let Some(r) = self.reductions.get_mut(&key) else {
+        let Some(r) = self.reductions.live.get_mut(&key) else {
             return; // ended by that failure
         };
         // The provider died with a standing copy: this report is read once
@@ -185,7 +185,7 @@ impl Handler<ReplicatedIn> for Master {
         if self.out.view().is_dead(m.holder.0) {
             return;
         }
-        match self.reductions.get_mut(&m.key) {
+        match self.reductions.live.get_mut(&m.key) {
             Some(r) => {
                 let Some(i) = r.group.index_of(Rank(m.owner)) else {
                     return;
@@ -200,9 +200,10 @@ impl Handler<ReplicatedIn> for Master {
                     self.decide(m.key, i);
                 }
             }
-            None if !self.ended.contains(m.key) => {
+            None if !self.reductions.ended.contains(m.key) => {
                 let size = self.size;
-                self.early_replicas
+                self.reductions
+                    .early
                     .note(m.key, (m.owner, m.holder.0, m.ok), size);
             }
             None => {}
@@ -225,6 +226,7 @@ impl Handler<VerdictDue> for Master {
     fn handle(&mut self, m: VerdictDue, _: &mut Context<Self>) {
         let waiting = self
             .reductions
+            .live
             .get(&m.key)
             .is_some_and(|r| r.roster.awaits(m.index));
         if waiting {

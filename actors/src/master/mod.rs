@@ -65,14 +65,8 @@ fn failed_msg(key: u64, error: &ReduceError) -> Msg {
 pub struct Master {
     size: u32,
     out: Outbox,
-    reductions: HashMap<u64, Reduction>,
-    /// Reductions that ended in an error before every member joined.
-    ended: ended::Ended,
-    /// Replica notices for reductions the master has not seen yet.
-    early_replicas: ended::EarlyReplicas,
-    /// Most reductions live at once (`Config::max_reductions`): a join that
-    /// would open one more fails its reduction with `TooManyReductions`.
-    max_reductions: usize,
+    /// The live reductions and what is remembered of others.
+    reductions: state::Reductions,
     /// This actor's address (for its own timers).
     me: Option<Addr<Master>>,
     /// When each dead rank was declared failed (who is dead is in the
@@ -112,7 +106,7 @@ impl Master {
 
     /// Bounds the reductions live at once (see `Config::max_reductions`).
     pub(crate) fn set_max_reductions(&mut self, limit: usize) {
-        self.max_reductions = limit.max(1);
+        self.reductions.max = limit.max(1);
     }
 
     /// Posts released barriers on `board` too; every other rank is told
@@ -163,7 +157,7 @@ impl Master {
 
     /// Looks for the unannounced disk copies of `key`'s dead members.
     fn infer_disks(&mut self, key: u64) {
-        let (Some(inf), Some(r)) = (&self.infer, self.reductions.get_mut(&key)) else {
+        let (Some(inf), Some(r)) = (&self.infer, self.reductions.live.get_mut(&key)) else {
             return;
         };
         let found = inf.infer(key, r, &self.out.view().dead(), &self.dead_at);
@@ -175,10 +169,9 @@ impl Master {
         Master {
             size,
             out,
-            reductions: HashMap::new(),
-            ended: Default::default(),
-            early_replicas: Default::default(),
-            max_reductions: taskfold_core::settings::config::DEFAULT_MAX_REDUCTIONS,
+            reductions: state::Reductions::new(
+                taskfold_core::settings::config::DEFAULT_MAX_REDUCTIONS,
+            ),
             me: None,
             dead_at: HashMap::new(),
             infer: None,
@@ -228,7 +221,7 @@ impl Master {
     /// Ends reduction `key` with `error` on every member that joined; members
     /// that join later get the error then.
     fn fail(&mut self, key: u64, error: ReduceError) {
-        let Some(r) = self.reductions.remove(&key) else {
+        let Some(r) = self.reductions.live.remove(&key) else {
             return;
         };
         self.note_end(key, &r);
@@ -269,7 +262,7 @@ impl Master {
             }
         }
         if !pending.is_empty() {
-            self.ended.remember(key, error, pending);
+            self.reductions.ended.remember(key, error, pending);
         }
         self.update_queue_gauge();
     }
@@ -278,12 +271,13 @@ impl Master {
     fn update_queue_gauge(&mut self) {
         let depth: usize = self
             .reductions
+            .live
             .values()
             .map(|r| r.schedule.queue_len())
             .sum();
         self.stats.queue_depth = depth as u64;
         metrics::gauge!(crate::metrics::MASTER_QUEUE_DEPTH).set(depth as f64);
-        metrics::gauge!(crate::metrics::LIVE_REDUCTIONS).set(self.reductions.len() as f64);
+        metrics::gauge!(crate::metrics::LIVE_REDUCTIONS).set(self.reductions.live.len() as f64);
     }
 
     /// Sends the finalize acknowledgement once every live rank finalized.

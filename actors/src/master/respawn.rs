@@ -273,7 +273,7 @@ impl Master {
                 node,
             });
         self.dead_at.remove(&rank);
-        for r in self.reductions.values_mut() {
+        for r in self.reductions.live.values_mut() {
             r.roster.holder_replaced(rank);
             if let Some(i) = r.group.index_of(Rank(rank)) {
                 r.schedule.revive(i);
@@ -478,9 +478,9 @@ impl Master {
     /// waited for its original lose it (a replacement in but not joined
     /// again where its dead process's original was taken out, too).
     pub(super) fn give_up_reductions(&mut self, rank: u32) {
-        let keys: Vec<u64> = self.reductions.keys().copied().collect();
+        let keys: Vec<u64> = self.reductions.live.keys().copied().collect();
         for key in keys {
-            let Some(r) = self.reductions.get_mut(&key) else {
+            let Some(r) = self.reductions.live.get_mut(&key) else {
                 continue;
             };
             let Some(i) = r.group.index_of(Rank(rank)) else {

@@ -208,7 +208,7 @@ impl Master {
             // early copy notice, for when they open.
             for (owner, holder) in list {
                 let size = self.size;
-                self.early_replicas.note(key, (owner, holder, true), size);
+                self.reductions.early.note(key, (owner, holder, true), size);
             }
         }
         for (rank, seq) in g.barriers {
@@ -244,7 +244,9 @@ impl Master {
             }
             if let (Some(f), false) = (error, held.contains_key(&key)) {
                 let everyone = (0..self.size).collect();
-                self.ended.remember(key, f.clone().into(), everyone);
+                self.reductions
+                    .ended
+                    .remember(key, f.clone().into(), everyone);
             }
         }
     }
@@ -339,7 +341,7 @@ impl Master {
             Ok(stale) => stale.iter().map(|&i| r.group.rank_at(i)).collect(),
             Err(_) => Vec::new(),
         };
-        self.reductions.insert(key, r);
+        self.reductions.live.insert(key, r);
         match outcome {
             Ok(_) => {
                 for provider in stale {
