@@ -419,9 +419,14 @@ impl Master {
     fn asked(&mut self, peer: Rank, asking: Asking) {
         let (rank, inc) = (peer.0, asking.incarnation);
         let live: Vec<u32> = (0..self.size)
-            .filter(|&r| !self.out.view().is_dead(r) && !self.finalized.contains(&r))
+            .filter(|&r| !self.out.view().is_dead(r))
             .collect();
-        match self.respawn.book.asks(rank, inc, live.iter().copied()) {
+        // A rank that finalized is not waited for (its process may end),
+        // but it is told: until the job ends it still serves (copies it
+        // holds, a takeover), and would refuse the replacement's
+        // connection as a stranger.
+        let waited = live.iter().copied().filter(|r| !self.finalized.contains(r));
+        match self.respawn.book.asks(rank, inc, waited) {
             Err(refusal) => {
                 tracing::warn!(rank, incarnation = inc, %refusal, "a replacement is refused");
                 let t = self.out.transport();
