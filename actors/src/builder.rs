@@ -14,6 +14,13 @@ use taskfold_transports::tcp::spare::Parking;
 use taskfold_transports::tcp::{MasterAddr, TcpConfig};
 use taskfold_transports::{Transport, TransportError};
 
+impl Runtime {
+    /// A builder for explicit settings (see [`Builder`]).
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+}
+
 /// A change to the settings, applied in order at [`Builder::build`].
 type Edit = Box<dyn FnOnce(&mut Settings) + Send>;
 

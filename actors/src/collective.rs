@@ -6,9 +6,9 @@
 //! it, every other member fetches it from a member that holds it already,
 //! ready-first, as the master's rank pairs them.
 
+use crate::commands::Command;
 use crate::future::{ReduceFuture, Relay, Slot};
 use crate::options::Reduce;
-use crate::router::Command;
 use crate::spread::{Ask, Decode, Gone, Share};
 use crate::{Completion, Runtime};
 use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
@@ -25,7 +25,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use taskfold_core::reducer::type_tag;
 use taskfold_core::wire::spread::Opening;
-use taskfold_core::{FoldError, Group, Rank, ReduceError, ReduceValue, ReductionId, ReductionKey};
+use taskfold_core::{FoldError, Group, ReduceError, ReduceValue, ReductionId, ReductionKey};
 
 /// A value [`Runtime::broadcast`] can send: any rkyv type whose archive
 /// is validated when read (implemented for every such type; a broadcast
@@ -209,44 +209,6 @@ impl Runtime {
             inner: None,
             outer: ReduceFuture::new(slot, id.to_string()),
         })
-    }
-
-    /// `opts`' group, with its root and this rank in it.
-    fn group_of(&self, opts: &Reduce) -> Result<Group, ReduceError> {
-        let group = opts
-            .resolve_group(self.size())
-            .map_err(|e| ReduceError::InvalidOptions(e.to_string()))?;
-        if !group.contains(Rank(opts.root)) {
-            return Err(ReduceError::InvalidOptions(format!(
-                "root {} is not in the group",
-                opts.root
-            )));
-        }
-        if group.index_of(Rank(self.rank())).is_none() {
-            return Err(ReduceError::InvalidOptions(format!(
-                "rank {} is not a member of the group",
-                self.rank()
-            )));
-        }
-        Ok(group)
-    }
-
-    /// `opts`' id, or the group's next automatic one (numbered as
-    /// [`Reduce::id`] says) under `prefix`.
-    fn id_of(
-        &self,
-        opts: &Reduce,
-        group: &Group,
-        prefix: &str,
-    ) -> Result<ReductionId, ReduceError> {
-        if let Some(id) = &opts.id {
-            return ReductionId::new(id.clone());
-        }
-        let gkey = ReductionKey::of(&ReductionId::new(prefix)?, group).0;
-        let mut ids = self.auto_ids.lock().unwrap_or_else(|e| e.into_inner());
-        let n = ids.entry(gkey).or_insert(0);
-        *n += 1;
-        ReductionId::new(format!("{prefix}-{}", *n - 1))
     }
 
     /// What this rank says of its next spread of `kind` (`id`, `group`,

@@ -12,7 +12,6 @@
 //! falls silent is declared lost there, and everything that waits for it
 //! ends with [`taskfold_core::ReduceError::MasterLost`].
 
-use crate::master::{Master, RankDown};
 use crate::outbox::Outbox;
 use actix::prelude::*;
 use std::time::{Duration, Instant};
@@ -20,10 +19,23 @@ use taskfold_core::watch::{Lost, MasterWatch, Timing};
 use taskfold_core::wire::Msg;
 use taskfold_core::Rank;
 
+/// A rank was found dead: the detector's verdict on a silent rank, or a
+/// broken link or the launcher's report of an exited process (sent by the
+/// router). The master handles it; the detector knows the master only as
+/// the recipient of this message.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct RankDown {
+    pub(crate) rank: Rank,
+    pub(crate) reason: String,
+    /// Time since the rank was last heard from, when known.
+    pub(crate) latency: Option<std::time::Duration>,
+}
+
 /// The failure detector of a job.
 pub struct FailureDetector {
     out: Outbox,
-    master: Addr<Master>,
+    master: Recipient<RankDown>,
     timing: Timing,
     /// Per rank, the incarnation watched and its watch: the one silence
     /// rule of [`taskfold_core::watch`], which a rank also applies to its
@@ -37,7 +49,7 @@ impl FailureDetector {
     pub(crate) fn new(
         size: u32,
         out: Outbox,
-        master: Addr<Master>,
+        master: Recipient<RankDown>,
         period: Duration,
         timeout: Duration,
     ) -> Self {

@@ -24,7 +24,7 @@
 //! # Layout
 //!
 //! - [`runtime`]: [`Runtime`] (`from_env`, `reduce`, `barrier`,
-//!   `checkpoint`, `restore`, shutdown);
+//!   `checkpoints()`, shutdown);
 //!   [`builder`]: [`Builder`], a runtime from explicit settings.
 //! - [`collective`]: [`Runtime::allreduce`] and [`Runtime::broadcast`]
 //!   (the value on every member, ready-first), their [`SpreadFuture`];
@@ -41,6 +41,11 @@
 //!   (failure detector, rank 0), `replica` (replica store), `router`
 //!   (transport ↔ actors). What they do and what a crash of each loses is
 //!   in the book's Architecture chapter.
+//! - `commands`: what the application's threads ask of the actors, one
+//!   channel; a leaf (no two files of this crate need each other: the
+//!   book's Architecture chapter, The shape of the code).
+//! - `start`: one rank's actors wired together (`master::spawn` starts a
+//!   master and its detector, for rank 0 or a standby).
 //! - `results`: a root's results kept at its buddy for a replacement
 //!   root, until the application checkpointed past them (its parts in
 //!   `worker`, `replica` and `master`).
@@ -56,7 +61,7 @@
 //!   `metrics::serve_prometheus`). [`config`]: tunables, and [`Settings`]
 //!   (every `TASKFOLD_*` variable, parsed once).
 //! - [`checkpoint`]: [`CheckpointFuture`] and [`CheckpointError`] of
-//!   [`Runtime::checkpoint`] and [`Runtime::restore`], the pieces in
+//!   [`Runtime::checkpoints`] ([`checkpoint::Checkpointer`]), the pieces in
 //!   files (a rank's local directory, the shared directory), written
 //!   atomically, read verified, and the rank's checkpoint engine, which
 //!   moves L2 copies and L3 shards between ranks and serves the pieces it
@@ -68,6 +73,7 @@
 pub mod builder;
 pub mod checkpoint;
 pub mod collective;
+mod commands;
 pub mod config;
 mod detector;
 pub mod env;
@@ -96,12 +102,11 @@ mod results;
 mod router;
 pub mod runtime;
 mod spread;
-mod standby;
 mod start;
 mod worker;
 
 pub use builder::Builder;
-pub use checkpoint::{CheckpointError, CheckpointFuture};
+pub use checkpoint::{CheckpointError, CheckpointFuture, Checkpointer};
 pub use collective::{Broadcastable, SpreadFuture};
 pub use config::{Completion, Config, Durability, Settings, SettingsError, Standby};
 pub use future::{ReduceFuture, Safe};

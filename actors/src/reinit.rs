@@ -7,7 +7,7 @@
 //! is there, all resume from the newest version every rank holds. The
 //! master's side is `taskfold_core::reinit`.
 
-use crate::router::Command;
+use crate::commands::Command;
 use crate::{Lifecycle, Runtime};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -77,7 +77,7 @@ pub struct Entry {
     /// Where this process stands ([`Runtime::lifecycle`]).
     pub lifecycle: Lifecycle,
     /// The checkpoint version to resume from, the newest every rank holds
-    /// ([`Runtime::restore_upto`]); `None`: start from the beginning
+    /// ([`crate::checkpoint::Checkpointer::restore_upto`]); `None`: start from the beginning
     /// (the first entry of a process started with the job, or no version
     /// held by every rank).
     pub resume: Option<u64>,
@@ -89,7 +89,7 @@ impl Runtime {
     /// calls fail with [`ReduceError::Reinit`]; `body` returns that error
     /// (with `?`), every rank meets the others here, and `body` runs again
     /// with [`Entry::resume`], the newest checkpoint version every rank
-    /// holds, to restore with [`Runtime::restore_upto`]. A replacement
+    /// holds, to restore with [`crate::checkpoint::Checkpointer::restore_upto`]. A replacement
     /// meets the others before its first run. Any other result of `body`
     /// is returned. Without global restart this is one call of `body`.
     ///

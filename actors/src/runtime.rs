@@ -1,24 +1,13 @@
 //! [`Runtime`]: the handle an application holds; starts and stops the actors.
 
-/// Builds a [`Runtime`] (also at the crate root, `taskfold::Builder`).
-pub use crate::builder::Builder;
+use crate::checkpoint::{Checkpointer, Checkpoints};
 
-use crate::checkpoint::{
-    CheckpointError, CheckpointFuture, Checkpoints, Failure, JobId, Placement, Restored, Retrieval,
-    Written,
-};
-use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
-use rkyv::bytecheck::CheckBytes;
-use rkyv::rancor;
-use rkyv::ser::allocator::ArenaHandle;
-use rkyv::util::AlignedVec;
-
+use crate::commands::Command;
 use crate::config::{Config, Durability, Settings};
 use crate::future::{ReduceFuture, Slot};
 use crate::master::MasterStats;
 use crate::options::Reduce;
 use crate::perf::LocalStats;
-use crate::router::Command;
 use crate::worker::{FinalizeReq, StartReduce};
 use crate::StartError;
 use std::collections::{HashMap, HashSet};
@@ -26,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use taskfold_core::reducer::type_tag;
 use taskfold_core::wire::Join;
-use taskfold_core::{Rank, ReduceError, ReduceValue, ReductionId, ReductionKey};
+use taskfold_core::{Group, Rank, ReduceError, ReduceValue, ReductionId, ReductionKey};
 use taskfold_transports::Transport;
 
 /// One rank's taskfold runtime: its actors run on their own threads, and
@@ -57,11 +46,6 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// A builder for explicit settings.
-    pub fn builder() -> crate::Builder {
-        Builder::default()
-    }
-
     /// Starts from the environment set by `taskfold run`, `mpiexec`,
     /// `mpirun` or `srun` (see [`crate::env`]), over the transport the
     /// settings choose (TCP by default): [`Settings::from_env`], then
@@ -192,161 +176,11 @@ impl Runtime {
         self.transport.name()
     }
 
-    /// Checkpoints `state` as version `version` of this rank's state (see
-    /// the book's Checkpoints chapter) and returns at once: the state is
-    /// serialised on this thread, and the levels due at `version`
-    /// ([`Config::checkpoint`]'s intervals) are made durable by a thread of
-    /// the runtime's own while the application goes on: L1 (the rank's
-    /// directory) and L4 (the shared one) written there; L2 a copy stored
-    /// by the rank's partner; L3 the group's states coded into parity
-    /// pieces stored by their holders (every member of a group checkpoints
-    /// the versions due at L3). The future completes when every level due
-    /// is durable (for L2 and L3, once their holders said so), or with
-    /// [`CheckpointError::Levels`] naming the levels that failed and those
-    /// written; at once if no level is due. The versions kept are the
-    /// newest `keep` written: number versions upwards. A checkpoint queued
-    /// behind others holds its archive in memory until it is written:
-    /// wait for a future before queueing many more.
-    ///
-    /// The piece is stamped with the job ([`Runtime::checkpoint_job`]),
-    /// this rank, the version and the type's name, so that
-    /// [`Runtime::restore`] never takes another job's, rank's or type's
-    /// state for this one.
-    pub fn checkpoint<T>(&self, version: u64, state: &T) -> CheckpointFuture
-    where
-        T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
-    {
-        let levels = self.checkpoints.due(version);
-        if levels.is_empty() {
-            return CheckpointFuture::ready(version, Ok(Written { version, levels }));
-        }
-        // What the application took before this call is in this state:
-        // released once it is durable (see `crate::results`).
-        let taken = self.results.taken();
-        match rkyv::to_bytes::<rancor::Error>(state) {
-            Ok(payload) => {
-                let f = self
-                    .checkpoints
-                    .write(version, state_tag::<T>(), payload, levels);
-                if !taken.is_empty() {
-                    let cmd = self.cmd.clone();
-                    f.on_durable(move || {
-                        let _ = cmd.send(Command::ReleaseResults(taken));
-                    });
-                }
-                f
-            }
-            Err(e) => {
-                CheckpointFuture::ready(version, Err(CheckpointError::Serialize(e.to_string())))
-            }
-        }
-    }
-
-    /// The newest version of this rank's state of type `T` that survived,
-    /// with its version, read knowing what this rank learnt of the
-    /// failures ([`Runtime::checkpoint_failure`]): [`Runtime::restore_after`]
-    /// that failure.
-    pub fn restore<T>(&self) -> Result<Option<(u64, T)>, CheckpointError>
-    where
-        T: rkyv::Archive,
-        T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
-            + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
-    {
-        self.restore_after(&self.checkpoints.failure())
-    }
-
-    /// The newest version of this rank's state of type `T` that survived
-    /// `failure`, with its version: read from the cheapest level that
-    /// survived it (L1, the local directory; L2, the partner's copy; L3,
-    /// the group's surviving shards and parity, decoded; L4, the shared
-    /// directory), asking no holder that `failure` names dead; the next
-    /// surviving level if that one holds nothing fit. Its checksum is
-    /// verified and its archive validated before it is deserialised. A
-    /// piece that is damaged, another job's, another type's or another
-    /// rank's is skipped with a warning naming the reason, and the version
-    /// before tried; `None` if no version is fit. Checkpoints whose future
-    /// has not completed may not be seen.
-    pub fn restore_after<T>(&self, failure: &Failure) -> Result<Option<(u64, T)>, CheckpointError>
-    where
-        T: rkyv::Archive,
-        T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
-            + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
-    {
-        let r = self.restore_with::<T>(&Retrieval::Aware(failure.clone()))?;
-        Ok(r.map(|r| (r.version, r.state)))
-    }
-
-    /// [`Runtime::restore_after`] with the retrieval chosen: aware of a
-    /// failure, or FTI-style probing of L1, L2, L3, L4 in turn (a holder
-    /// dead or silent costs `Config::failure_timeout`); says which level
-    /// the state came from and which levels were tried.
-    pub fn restore_with<T>(&self, how: &Retrieval) -> Result<Option<Restored<T>>, CheckpointError>
-    where
-        T: rkyv::Archive,
-        T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
-            + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
-    {
-        self.restore_from(how, None)
-    }
-
-    /// As [`Runtime::restore`], the newest version not above `max` (all
-    /// versions if `None`): what a global restart resumes from
-    /// ([`Runtime::run_reinit`] gives the version every rank holds).
-    pub fn restore_upto<T>(&self, max: Option<u64>) -> Result<Option<(u64, T)>, CheckpointError>
-    where
-        T: rkyv::Archive,
-        T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
-            + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
-    {
-        let how = Retrieval::Aware(self.checkpoints.failure());
-        let r = self.restore_from::<T>(&how, max)?;
-        Ok(r.map(|r| (r.version, r.state)))
-    }
-
-    fn restore_from<T>(
-        &self,
-        how: &Retrieval,
-        max: Option<u64>,
-    ) -> Result<Option<Restored<T>>, CheckpointError>
-    where
-        T: rkyv::Archive,
-        T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
-            + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
-    {
-        let decode = |payload: &[u8]| {
-            // The payload is not aligned in the piece: copied into a
-            // buffer that is, to be validated and read.
-            let mut aligned = AlignedVec::<16>::with_capacity(payload.len());
-            aligned.extend_from_slice(payload);
-            rkyv::from_bytes::<T, rancor::Error>(&aligned).map_err(|e| e.to_string())
-        };
-        let restored = self
-            .checkpoints
-            .restore(how, state_tag::<T>(), max, &decode);
-        // A global restart's meeting held the versions this rank reported
-        // (`Checkpoints::held_versions`) for this read.
-        self.checkpoints.release_held();
-        restored
-    }
-
-    /// What this rank learnt of the failures: the ranks declared failed
-    /// or whose link broke, and the nodes none of whose ranks is alive.
-    pub fn checkpoint_failure(&self) -> Failure {
-        self.checkpoints.failure()
-    }
-
-    /// Where this job's checkpoint pieces go: every rank's partner (L2)
-    /// and the L3 groups with their parity holders (`None` if the
-    /// settings allow no groups).
-    pub fn checkpoint_placement(&self) -> Option<&Placement> {
-        self.checkpoints.placement()
-    }
-
-    /// The job id this rank's checkpoints are stamped with:
-    /// `TASKFOLD_CHECKPOINT_JOB`, else the job's name, else
-    /// [`crate::checkpoint::DEFAULT_JOB`].
-    pub fn checkpoint_job(&self) -> JobId {
-        self.checkpoints.job()
+    /// This rank's checkpoints: write a version of its state, restore
+    /// the newest that survived (see [`Checkpointer`] and the book's
+    /// Checkpoints chapter).
+    pub fn checkpoints(&self) -> Checkpointer<'_> {
+        Checkpointer::new(&self.checkpoints, &self.results, &self.cmd)
     }
 
     /// Starts a reduction of `value`.
@@ -387,32 +221,12 @@ impl Runtime {
         opts: Reduce,
         relay: Option<crate::future::Relay>,
     ) -> Result<ReduceFuture<T>, ReduceError> {
-        let group = opts
-            .resolve_group(self.size)
-            .map_err(|e| ReduceError::InvalidOptions(e.to_string()))?;
+        let group = self.group_of(&opts)?;
         let root = Rank(opts.root);
-        if !group.contains(root) {
-            return Err(ReduceError::InvalidOptions(format!(
-                "root {} is not in the group",
-                opts.root
-            )));
-        }
-        let Some(index) = group.index_of(Rank(self.rank)) else {
-            return Err(ReduceError::InvalidOptions(format!(
-                "rank {} is not a member of the group it reduces over",
-                self.rank
-            )));
-        };
-        let id = match opts.id {
-            Some(id) => ReductionId::new(id)?,
-            None => {
-                let gkey = ReductionKey::of(&ReductionId::new("auto")?, &group).0;
-                let mut ids = self.auto_ids.lock().unwrap_or_else(|e| e.into_inner());
-                let n = ids.entry(gkey).or_insert(0);
-                *n += 1;
-                ReductionId::new(format!("auto-{}", *n - 1))?
-            }
-        };
+        let index = group
+            .index_of(Rank(self.rank))
+            .expect("group_of checked that this rank is a member");
+        let id = self.id_of(&opts, &group, "auto")?;
         let key = ReductionKey::of(&id, &group).0;
         // The epoch it starts in: a rollback that overtakes it ends it.
         let epoch = self.claim(key, &id)?;
@@ -462,6 +276,44 @@ impl Runtime {
         }
         self.settle(&slot, durability)?;
         Ok(ReduceFuture::new(slot, id.to_string()))
+    }
+
+    /// `opts`' group, with its root and this rank in it.
+    pub(crate) fn group_of(&self, opts: &Reduce) -> Result<Group, ReduceError> {
+        let group = opts
+            .resolve_group(self.size())
+            .map_err(|e| ReduceError::InvalidOptions(e.to_string()))?;
+        if !group.contains(Rank(opts.root)) {
+            return Err(ReduceError::InvalidOptions(format!(
+                "root {} is not in the group",
+                opts.root
+            )));
+        }
+        if group.index_of(Rank(self.rank())).is_none() {
+            return Err(ReduceError::InvalidOptions(format!(
+                "rank {} is not a member of the group it reduces over",
+                self.rank()
+            )));
+        }
+        Ok(group)
+    }
+
+    /// `opts`' id, or the group's next automatic one (numbered as
+    /// [`Reduce::id`] says) under `prefix`.
+    pub(crate) fn id_of(
+        &self,
+        opts: &Reduce,
+        group: &Group,
+        prefix: &str,
+    ) -> Result<ReductionId, ReduceError> {
+        if let Some(id) = &opts.id {
+            return ReductionId::new(id.clone());
+        }
+        let gkey = ReductionKey::of(&ReductionId::new(prefix)?, group).0;
+        let mut ids = self.auto_ids.lock().unwrap_or_else(|e| e.into_inner());
+        let n = ids.entry(gkey).or_insert(0);
+        *n += 1;
+        ReductionId::new(format!("{prefix}-{}", *n - 1))
     }
 
     /// Marks reduction `key` (`id`) live on this rank: refused if it is
@@ -608,9 +460,4 @@ impl Drop for Runtime {
             }
         }
     }
-}
-
-/// The type tag of checkpoints of a `T`.
-fn state_tag<T>() -> u64 {
-    taskfold_core::checkpoint::type_tag(std::any::type_name::<T>())
 }

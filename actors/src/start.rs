@@ -3,15 +3,14 @@
 //! failure detector, the worker, and the router that connects them to the
 //! transport and to the application's commands.
 
+use crate::commands::Command;
 use crate::config::Config;
-use crate::detector::FailureDetector;
-use crate::master::Master;
 use crate::notices::Notices;
 use crate::outbox::Outbox;
 use crate::perf::PerformanceCounter;
 use crate::pool::FoldPool;
 use crate::replica::{ReplicaDisk, ReplicaStore};
-use crate::router::{Command, Router};
+use crate::router::Router;
 use crate::worker::{Worker, WorkerParts};
 use crate::StartError;
 use actix::prelude::*;
@@ -96,7 +95,13 @@ fn actors(p: Parts) -> Result<(), StartError> {
     let hosts = p.transport.master_rank().0 == rank;
     let (master, detector) = match hosts {
         true => {
-            let (m, d) = master(&p, &out, &disk);
+            let (m, d) = crate::master::spawn::first_master(
+                &p.config,
+                p.notices.get(),
+                &out,
+                &disk,
+                p.epoch,
+            );
             (Some(m), Some(d))
         }
         false => (None, None),
@@ -122,7 +127,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
         (MasterWatch::new(std::time::Instant::now()), timing)
     });
     let events = p.transport.events();
-    let spare = Spare {
+    let spare = crate::master::spawn::Spare {
         config: p.config.clone(),
         epoch: p.epoch,
         disk: disk.clone(),
@@ -143,7 +148,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
             out,
             notices,
             watch,
-            standby: crate::standby::Standby::new(spare),
+            standby: crate::router::standby::Standby::new(spare),
             recovery,
             rollbacks,
             checkpoints,
@@ -151,74 +156,4 @@ fn actors(p: Parts) -> Result<(), StartError> {
         }
     });
     Ok(())
-}
-
-/// What a standby starts a master from, should it take over.
-pub(crate) struct Spare {
-    pub(crate) config: Config,
-    pub(crate) epoch: SystemTime,
-    pub(crate) disk: Arc<ReplicaDisk>,
-}
-
-/// A standby's master, taking over from `lost` with `dead` the ranks known
-/// dead before, and its failure detector.
-pub(crate) fn standby_master(
-    s: &Spare,
-    out: &Outbox,
-    lost: Rank,
-    dead: &taskfold_core::RankSet,
-) -> (Addr<Master>, Addr<FailureDetector>) {
-    let ((ctx, mut m), d) = master_and_detector(&s.config, out);
-    if let (Some(root), Some(own)) = (&s.config.replica_dir, s.disk.shared_dir()) {
-        m.enable_disk_inference(root.clone(), std::path::Path::new(&own), s.epoch);
-    }
-    m.set_keep_results(s.config.keeps_results());
-    m.take_over(lost, dead);
-    (ctx.run(m), d)
-}
-
-/// A master (not started: its context and itself) and its failure
-/// detector (started), each knowing the other.
-fn master_and_detector(
-    c: &Config,
-    out: &Outbox,
-) -> ((Context<Master>, Master), Addr<FailureDetector>) {
-    let size = out.transport().size();
-    // The detector needs the master's address and the master the
-    // detector's: the master's context comes first.
-    let master_ctx = Context::<Master>::new();
-    let detector = FailureDetector::new(
-        size,
-        out.clone(),
-        master_ctx.address(),
-        c.ping_period,
-        c.failure_timeout,
-    )
-    .start();
-    let mut m = Master::new(size, out.clone(), c.task_log_limit);
-    m.set_max_reductions(c.max_reductions);
-    if out.transport().replaces() {
-        // Replacements and spares find whichever rank runs the master (a
-        // standby rewrites the rendezvous file; spares look through the
-        // table).
-        m.set_respawn(&c.respawn);
-    }
-    m.set_detector(detector.clone());
-    ((master_ctx, m), detector)
-}
-
-/// Rank 0's master and its failure detector, each knowing the other.
-fn master(p: &Parts, out: &Outbox, disk: &ReplicaDisk) -> (Addr<Master>, Addr<FailureDetector>) {
-    let c = &p.config;
-    let ((master_ctx, mut m), detector) = master_and_detector(c, out);
-    m.set_keep_results(c.keeps_results());
-    if let Some(b) = p.notices.get() {
-        m.set_board(b.clone());
-    }
-    if let (Some(root), Some(own)) = (&c.replica_dir, disk.shared_dir()) {
-        // Every rank's directory is under the same root (the layout of
-        // `ReplicaDisk::open`).
-        m.enable_disk_inference(root.clone(), std::path::Path::new(&own), p.epoch);
-    }
-    (master_ctx.run(m), detector)
 }

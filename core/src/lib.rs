@@ -59,6 +59,7 @@ pub mod failover;
 pub mod id;
 pub mod inplace;
 pub mod membership;
+mod native;
 pub mod perf;
 pub mod pieces;
 pub mod pool;

@@ -38,40 +38,9 @@ pub fn pieces_folded() -> u64 {
     FOLDED.load(Ordering::Relaxed)
 }
 
-/// Where the elements of an element-wise array type lie in its archive, and
-/// how element bytes combine (see [`ReducerBody::piecewise`]).
-pub struct Piecewise<A> {
-    /// Bytes of one element.
-    pub elem: usize,
-    /// The archive's elements: the address of the first one and their
-    /// length in bytes (a whole number of elements).
-    pub elements: fn(&A) -> (usize, usize),
-    /// `out = mine ⊕ theirs`, element by element, over element bytes of
-    /// equal length that start on an element boundary.
-    pub combine: fn(out: &mut [u8], mine: &[u8], theirs: &[u8]),
-}
-
-/// A fold of a peer's archive that arrives in pieces.
-pub trait PieceFold: Send {
-    /// Folds bytes `offset..offset + bytes.len()` of the peer's archive
-    /// (pieces may come in any order, never overlapping).
-    fn piece(&mut self, offset: usize, bytes: &[u8]) -> Result<(), FoldError>;
-    /// Bytes of this value's archive: the peer's must be as long.
-    fn len(&self) -> usize;
-    /// Whether the archive is empty (never, for a valid archive).
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// Bytes folded so far.
-    fn folded(&self) -> usize;
-    /// Every piece is in: the folded value (the old value's buffer is let
-    /// go), or the unchanged value and why the pieces did not make an
-    /// archive like its own.
-    #[allow(clippy::type_complexity)]
-    fn finish(self: Box<Self>) -> Result<Box<dyn ReduceValue>, (Box<dyn ReduceValue>, FoldError)>;
-    /// The transfer failed: the value, unchanged.
-    fn abort(self: Box<Self>) -> Box<dyn ReduceValue>;
-}
+/// The vocabulary a [`ReducerBody`] speaks about pieces (defined with the
+/// trait that names it).
+pub use crate::reducer::{PieceFold, Piecewise};
 
 /// Where an archive's elements lie and how they combine.
 struct Span {

@@ -9,13 +9,12 @@
 use crate::error::FoldError;
 use crate::id::stable_hash;
 use bytes::Bytes;
-use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
+use rkyv::api::high::{HighDeserializer, HighValidator};
 use rkyv::bytecheck::CheckBytes;
 use rkyv::rancor;
 use rkyv::seal::Seal;
-use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
-use rkyv::{Archive, Deserialize, Serialize};
+use rkyv::{Archive, Deserialize};
 use std::any::Any;
 
 /// User data that can be reduced.
@@ -166,7 +165,7 @@ pub trait ReducerBody: Archive + Send + Sized + 'static {
     ///     }
     /// }
     /// ```
-    fn piecewise() -> Option<crate::pieces::Piecewise<Self::Archived>> {
+    fn piecewise() -> Option<Piecewise<Self::Archived>> {
         None
     }
 }
@@ -241,9 +240,7 @@ pub trait ReduceValue: Send + 'static {
     /// [`crate::InPlace`] of a type with [`ReducerBody::piecewise`]);
     /// otherwise the value comes back.
     #[allow(clippy::type_complexity)]
-    fn fold_pieces(
-        self: Box<Self>,
-    ) -> Result<Box<dyn crate::pieces::PieceFold>, Box<dyn ReduceValue>>;
+    fn fold_pieces(self: Box<Self>) -> Result<Box<dyn PieceFold>, Box<dyn ReduceValue>>;
 }
 
 /// A serialised value's buffer (an rkyv archive, 16-byte aligned).
@@ -262,77 +259,6 @@ pub fn type_tag<T: 'static>() -> u64 {
     stable_hash(std::any::type_name::<T>())
 }
 
-impl<T> ReduceValue for T
-where
-    T: ReducerBody + for<'a> Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
-    T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
-        + Deserialize<T, HighDeserializer<rancor::Error>>,
-{
-    fn encode_after(&self, header: usize) -> Result<AlignedVec, FoldError> {
-        debug_assert!(
-            header.is_multiple_of(16),
-            "the header must keep the archive aligned"
-        );
-        let mut buf = crate::pool::take(header + self.size_hint());
-        buf.resize(header, 0);
-        rkyv::api::high::to_bytes_in::<_, rancor::Error>(self, buf)
-            .map_err(|e| FoldError::Custom(e.to_string()))
-    }
-
-    fn decoder(&self) -> Decoder {
-        |bytes| decode::<T>(bytes).map(|v| Box::new(v) as Box<dyn ReduceValue>)
-    }
-
-    fn fold_bytes(&mut self, bytes: &[u8]) -> Result<(), FoldError> {
-        let other = rkyv::access::<T::Archived, rancor::Error>(bytes)
-            .map_err(|e| FoldError::Corrupt(e.to_string()))?;
-        self.fold(other)
-    }
-
-    fn shape_hint(&self) -> Option<u64> {
-        self.shape()
-    }
-
-    fn encoded_len_hint(&self) -> usize {
-        ReducerBody::size_hint(self)
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
-        self
-    }
-
-    fn into_archived(
-        self: Box<Self>,
-        buf: crate::pool::SharedBuf,
-        offset: usize,
-    ) -> Box<dyn ReduceValue> {
-        if T::FOLDS_ARCHIVES {
-            Box::new(crate::archived::Archived::<T>::new(buf, offset))
-        } else {
-            self
-        }
-    }
-
-    fn fold_into(self: Box<Self>, buf: AlignedVec, _offset: usize) -> FoldInto {
-        // A native value would have to be serialised first: no gain.
-        FoldInto::Unsupported(self, buf)
-    }
-
-    fn into_encoded(
-        self: Box<Self>,
-        _header: usize,
-    ) -> Result<(AlignedVec, Hold), Box<dyn ReduceValue>> {
-        Err(self)
-    }
-
-    fn fold_pieces(
-        self: Box<Self>,
-    ) -> Result<Box<dyn crate::pieces::PieceFold>, Box<dyn ReduceValue>> {
-        // A native value (held only by a root) is folded whole.
-        Err(self)
-    }
-}
-
 /// Decodes a whole value from an archive (used only where a value must be
 /// owned, e.g. a recovered original; folds never deserialise).
 pub fn decode<T>(bytes: &[u8]) -> Result<T, FoldError>
@@ -342,6 +268,41 @@ where
         + Deserialize<T, HighDeserializer<rancor::Error>>,
 {
     rkyv::from_bytes::<T, rancor::Error>(bytes).map_err(|e| FoldError::Corrupt(e.to_string()))
+}
+
+/// Where the elements of an element-wise array type lie in its archive, and
+/// how element bytes combine (see [`ReducerBody::piecewise`]).
+pub struct Piecewise<A> {
+    /// Bytes of one element.
+    pub elem: usize,
+    /// The archive's elements: the address of the first one and their
+    /// length in bytes (a whole number of elements).
+    pub elements: fn(&A) -> (usize, usize),
+    /// `out = mine ⊕ theirs`, element by element, over element bytes of
+    /// equal length that start on an element boundary.
+    pub combine: fn(out: &mut [u8], mine: &[u8], theirs: &[u8]),
+}
+
+/// A fold of a peer's archive that arrives in pieces.
+pub trait PieceFold: Send {
+    /// Folds bytes `offset..offset + bytes.len()` of the peer's archive
+    /// (pieces may come in any order, never overlapping).
+    fn piece(&mut self, offset: usize, bytes: &[u8]) -> Result<(), FoldError>;
+    /// Bytes of this value's archive: the peer's must be as long.
+    fn len(&self) -> usize;
+    /// Whether the archive is empty (never, for a valid archive).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Bytes folded so far.
+    fn folded(&self) -> usize;
+    /// Every piece is in: the folded value (the old value's buffer is let
+    /// go), or the unchanged value and why the pieces did not make an
+    /// archive like its own.
+    #[allow(clippy::type_complexity)]
+    fn finish(self: Box<Self>) -> Result<Box<dyn ReduceValue>, (Box<dyn ReduceValue>, FoldError)>;
+    /// The transfer failed: the value, unchanged.
+    fn abort(self: Box<Self>) -> Box<dyn ReduceValue>;
 }
 
 #[cfg(test)]

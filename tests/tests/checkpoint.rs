@@ -58,7 +58,7 @@ fn checkpoint_all(cluster: &LocalCluster, versions: std::ops::RangeInclusive<u64
         let futures: Vec<_> = cluster
             .ranks()
             .iter()
-            .map(|rt| rt.checkpoint(v, &field(rt.rank(), v)))
+            .map(|rt| rt.checkpoints().save(v, &field(rt.rank(), v)))
             .collect();
         for mut f in futures {
             let written = f.wait_timeout(WAIT).expect("written in time").unwrap();
@@ -107,14 +107,22 @@ fn the_newest_of_three_versions_is_restored_and_old_ones_dropped() {
     let l1 = tmp.path().join("l1");
     let cluster = LocalCluster::with_config(3, config(&l1, None, "three", [1, 0, 0, 0])).unwrap();
     for rt in cluster.ranks() {
-        assert_eq!(rt.restore::<Field>().unwrap(), None, "nothing yet");
+        assert_eq!(
+            rt.checkpoints().restore::<Field>().unwrap(),
+            None,
+            "nothing yet"
+        );
     }
     checkpoint_all(&cluster, 1..=3);
     for rt in cluster.ranks() {
-        let (v, state) = rt.restore::<Field>().unwrap().expect("a version");
+        let (v, state) = rt
+            .checkpoints()
+            .restore::<Field>()
+            .unwrap()
+            .expect("a version");
         assert_eq!((v, state), (3, field(rt.rank(), 3)));
         // The default keeps two versions.
-        let dir = rank_dir(&l1, rt.checkpoint_job(), rt.rank());
+        let dir = rank_dir(&l1, rt.checkpoints().job(), rt.rank());
         let store = FileStore::open(&dir, 2).unwrap();
         assert_eq!(store.versions(rt.rank(), Level::L1).unwrap(), vec![3, 2]);
     }
@@ -128,18 +136,18 @@ fn a_damaged_newest_piece_gives_the_version_before_with_a_warning() {
     let cluster = LocalCluster::with_config(2, config(&l1, None, "damaged", [1, 0, 0, 0])).unwrap();
     checkpoint_all(&cluster, 1..=3);
     let rt = cluster.rank(1);
-    let path = piece_file(&l1, rt.checkpoint_job(), 1, 3);
+    let path = piece_file(&l1, rt.checkpoints().job(), 1, 3);
     let mut bytes = std::fs::read(&path).unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x40;
     std::fs::write(&path, bytes).unwrap();
-    let (restored, log) = logged(|| rt.restore::<Field>().unwrap());
+    let (restored, log) = logged(|| rt.checkpoints().restore::<Field>().unwrap());
     assert_eq!(restored, Some((2, field(1, 2))));
     assert!(log.contains("checksum mismatch"), "{log}");
     assert!(log.contains("version=3"), "{log}");
     // Rank 0's pieces are whole.
     assert_eq!(
-        cluster.rank(0).restore::<Field>().unwrap(),
+        cluster.rank(0).checkpoints().restore::<Field>().unwrap(),
         Some((3, field(0, 3)))
     );
     cluster.shutdown().unwrap();
@@ -154,7 +162,7 @@ fn another_jobs_or_types_pieces_are_skipped() {
     checkpoint_all(&cluster, 1..=2);
     // Newer pieces in this rank's directory: another job's Field, and
     // this job's piece of another type (with a valid Field archive).
-    let store = FileStore::open(&rank_dir(&l1, rt.checkpoint_job(), 0), 5).unwrap();
+    let store = FileStore::open(&rank_dir(&l1, rt.checkpoints().job(), 0), 5).unwrap();
     let archive = taskfold::rkyv::to_bytes::<taskfold::rkyv::rancor::Error>(&field(0, 99)).unwrap();
     let header = |job, version, tag| Header {
         job,
@@ -169,14 +177,17 @@ fn another_jobs_or_types_pieces_are_skipped() {
         .write(&header(JobId::named("theirs"), 8, field_tag), &archive)
         .unwrap();
     store
-        .write(&header(rt.checkpoint_job(), 9, type_tag("Other")), &archive)
+        .write(
+            &header(rt.checkpoints().job(), 9, type_tag("Other")),
+            &archive,
+        )
         .unwrap();
-    let (restored, log) = logged(|| rt.restore::<Field>().unwrap());
+    let (restored, log) = logged(|| rt.checkpoints().restore::<Field>().unwrap());
     assert_eq!(restored, Some((2, field(0, 2))));
     assert!(log.contains("another job's piece"), "{log}");
     assert!(log.contains("type tag"), "{log}");
     // Restored as another type, the job's Fields are refused as well.
-    assert_eq!(rt.restore::<Other>().unwrap(), None);
+    assert_eq!(rt.checkpoints().restore::<Other>().unwrap(), None);
     cluster.shutdown().unwrap();
 }
 
@@ -190,7 +201,7 @@ fn with_the_local_directory_lost_the_shared_one_is_read() {
     checkpoint_all(&cluster, 1..=3);
     // Before: L1 has the newest.
     assert_eq!(
-        cluster.rank(0).restore::<Field>().unwrap(),
+        cluster.rank(0).checkpoints().restore::<Field>().unwrap(),
         Some((3, field(0, 3)))
     );
     cluster.shutdown().unwrap();
@@ -198,7 +209,7 @@ fn with_the_local_directory_lost_the_shared_one_is_read() {
     std::fs::remove_dir_all(&l1).unwrap();
     let cluster = LocalCluster::with_config(2, cfg).unwrap();
     for rt in cluster.ranks() {
-        let restored = rt.restore::<Field>().unwrap();
+        let restored = rt.checkpoints().restore::<Field>().unwrap();
         assert_eq!(
             restored,
             Some((2, field(rt.rank(), 2))),
@@ -217,9 +228,16 @@ fn a_local_directory_removed_meanwhile_is_made_again() {
     let rt = cluster.rank(0);
     checkpoint_all(&cluster, 1..=2);
     std::fs::remove_dir_all(&l1).unwrap();
-    assert_eq!(rt.restore::<Field>().unwrap(), None, "nothing left");
+    assert_eq!(
+        rt.checkpoints().restore::<Field>().unwrap(),
+        None,
+        "nothing left"
+    );
     checkpoint_all(&cluster, 3..=3);
-    assert_eq!(rt.restore::<Field>().unwrap(), Some((3, field(0, 3))));
+    assert_eq!(
+        rt.checkpoints().restore::<Field>().unwrap(),
+        Some((3, field(0, 3)))
+    );
     cluster.shutdown().unwrap();
 }
 
@@ -238,7 +256,7 @@ fn the_application_computes_while_its_checkpoint_is_written() {
     }];
     let cluster = LocalCluster::with_config(2, cfg).unwrap();
     let rt = cluster.rank(0);
-    let mut pending = rt.checkpoint(1, &field(0, 1));
+    let mut pending = rt.checkpoints().save(1, &field(0, 1));
     let held = marks.join("held-0-checkpoint");
     let start = Instant::now();
     while !held.exists() {
@@ -266,12 +284,15 @@ fn the_application_computes_while_its_checkpoint_is_written() {
         .unwrap();
     assert_eq!(written.levels, vec![Level::L1]);
     // The future can be awaited too.
-    let next = rt.checkpoint(2, &field(0, 2));
+    let next = rt.checkpoints().save(2, &field(0, 2));
     let tokio = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
     assert_eq!(tokio.block_on(next).unwrap().version, 2);
-    assert_eq!(rt.restore::<Field>().unwrap(), Some((2, field(0, 2))));
+    assert_eq!(
+        rt.checkpoints().restore::<Field>().unwrap(),
+        Some((2, field(0, 2)))
+    );
     cluster.shutdown().unwrap();
 }
 
@@ -280,8 +301,11 @@ fn without_a_directory_a_private_one_serves_the_process() {
     let cluster = LocalCluster::new(1).unwrap();
     let rt = cluster.rank(0);
     // Version 5 is due at L1 only (no shared directory).
-    let written = rt.checkpoint(5, &field(0, 5)).wait().unwrap();
+    let written = rt.checkpoints().save(5, &field(0, 5)).wait().unwrap();
     assert_eq!(written.levels, vec![Level::L1]);
-    assert_eq!(rt.restore::<Field>().unwrap(), Some((5, field(0, 5))));
+    assert_eq!(
+        rt.checkpoints().restore::<Field>().unwrap(),
+        Some((5, field(0, 5)))
+    );
     cluster.shutdown().unwrap();
 }

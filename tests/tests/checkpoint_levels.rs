@@ -81,12 +81,17 @@ fn job(nodes: Vec<u64>, every: [u64; 4], k: u16, m: u16, hooks: Vec<Hook>) -> Jo
 
 impl Job {
     fn placement(&self) -> Placement {
-        self.cluster.rank(0).checkpoint_placement().unwrap().clone()
+        self.cluster
+            .rank(0)
+            .checkpoints()
+            .placement()
+            .unwrap()
+            .clone()
     }
 
     /// Rank `rank`'s local directory.
     fn dir(&self, rank: u32) -> PathBuf {
-        rank_dir(&self.l1, self.cluster.rank(0).checkpoint_job(), rank)
+        rank_dir(&self.l1, self.cluster.rank(0).checkpoints().job(), rank)
     }
 
     /// Checkpoints `versions` on every rank; each is written at the
@@ -97,7 +102,7 @@ impl Job {
                 .cluster
                 .ranks()
                 .iter()
-                .map(|rt| rt.checkpoint(v, &field(rt.rank(), v)))
+                .map(|rt| rt.checkpoints().save(v, &field(rt.rank(), v)))
                 .collect();
             for mut f in futures {
                 let written = f.wait_timeout(WAIT).expect("written in time").unwrap();
@@ -116,7 +121,8 @@ impl Job {
         while !self
             .cluster
             .rank(by)
-            .checkpoint_failure()
+            .checkpoints()
+            .failure()
             .ranks
             .contains(&rank)
         {
@@ -186,6 +192,7 @@ fn l2_is_restored_from_the_partner_once_l1_is_wiped() {
     let rt = j.cluster.rank(1);
     // Not knowing the failure: L1 is read (empty), then the partner's copy.
     let r = rt
+        .checkpoints()
         .restore_with::<Field>(&Retrieval::Aware(Failure::default()))
         .unwrap()
         .unwrap();
@@ -194,13 +201,14 @@ fn l2_is_restored_from_the_partner_once_l1_is_wiped() {
     // Knowing its node was lost: straight to the partner.
     let failure = Failure::new([1], node_of(&p, &[1]));
     let r = rt
+        .checkpoints()
         .restore_with::<Field>(&Retrieval::Aware(failure.clone()))
         .unwrap()
         .unwrap();
     assert_eq!((r.version, r.tried), (3, vec![Level::L2]));
     // A damaged newest copy at the partner: the version before.
     damage(&held.join("r1-L2-v3.tfck"));
-    let (restored, log) = logged(|| rt.restore_after::<Field>(&failure).unwrap());
+    let (restored, log) = logged(|| rt.checkpoints().restore_after::<Field>(&failure).unwrap());
     assert_eq!(restored, Some((2, field(1, 2))));
     assert!(log.contains("checksum mismatch"), "{log}");
 }
@@ -226,6 +234,7 @@ fn a_restarted_job_reads_the_copy_its_partner_kept_on_disk() {
     let rt = cluster.rank(2);
     let failure = Failure::new([2], [2]);
     let got = rt
+        .checkpoints()
         .restore_with::<Field>(&Retrieval::Aware(failure))
         .unwrap()
         .unwrap();
@@ -235,7 +244,7 @@ fn a_restarted_job_reads_the_copy_its_partner_kept_on_disk() {
     );
     assert_eq!(got.tried, [Level::L2]);
     // The others read their own directories.
-    let got = cluster.rank(0).restore::<Field>().unwrap();
+    let got = cluster.rank(0).checkpoints().restore::<Field>().unwrap();
     assert_eq!(got, Some((2, field(0, 2))));
     cluster.shutdown().unwrap();
 }
@@ -249,7 +258,8 @@ fn a_dead_partner_fails_l2_alone_and_the_future_names_it() {
     let err = j
         .cluster
         .rank(2)
-        .checkpoint(1, &field(2, 1))
+        .checkpoints()
+        .save(1, &field(2, 1))
         .wait()
         .unwrap_err();
     match &err {
@@ -266,7 +276,7 @@ fn a_dead_partner_fails_l2_alone_and_the_future_names_it() {
         other => panic!("{other}"),
     }
     // The level written still counts.
-    let restored = j.cluster.rank(2).restore::<Field>().unwrap();
+    let restored = j.cluster.rank(2).checkpoints().restore::<Field>().unwrap();
     assert_eq!(restored, Some((1, field(2, 1))));
 }
 
@@ -310,6 +320,7 @@ fn l3_rebuilds_a_rank_after_the_loss_of_m_shards_of_its_group() {
     assert_eq!(p.cheapest(r, &failure), Some(Level::L3));
     let rt = j.cluster.rank(r);
     let got = rt
+        .checkpoints()
         .restore_with::<Field>(&Retrieval::Aware(failure))
         .unwrap()
         .unwrap();
@@ -320,7 +331,8 @@ fn l3_rebuilds_a_rank_after_the_loss_of_m_shards_of_its_group() {
     assert_eq!(got.tried, vec![Level::L3], "straight to L3");
     // What the runtime learnt itself: L1 (empty) first, then L3.
     let got = rt
-        .restore_with::<Field>(&Retrieval::Aware(rt.checkpoint_failure()))
+        .checkpoints()
+        .restore_with::<Field>(&Retrieval::Aware(rt.checkpoints().failure()))
         .unwrap()
         .unwrap();
     assert_eq!((got.version, got.tried), (3, vec![Level::L1, Level::L3]));
@@ -348,7 +360,7 @@ fn l3_rebuilds_a_rank_after_the_loss_of_m_shards_of_its_group() {
         damage(path);
     }
     let failure = Failure::new(lost.clone(), node_of(&p, &lost));
-    let (got, log) = logged(|| rt.restore_after::<Field>(&failure).unwrap());
+    let (got, log) = logged(|| rt.checkpoints().restore_after::<Field>(&failure).unwrap());
     assert_eq!(got, Some((2, field(r, 2))));
     assert!(log.contains("checksum mismatch"), "{log}");
 }
@@ -368,6 +380,7 @@ fn one_loss_more_than_m_is_refused_at_l3_and_l4_is_read() {
     let failure = Failure::new(lost.clone(), node_of(&p, &lost));
     let rt = j.cluster.rank(r);
     let got = rt
+        .checkpoints()
         .restore_with::<Field>(&Retrieval::Aware(failure.clone()))
         .unwrap()
         .unwrap();
@@ -377,20 +390,24 @@ fn one_loss_more_than_m_is_refused_at_l3_and_l4_is_read() {
     );
     // Probing tries L3 too, and refuses it: too few shards.
     let got = rt
+        .checkpoints()
         .restore_with::<Field>(&Retrieval::Probing)
         .unwrap()
         .unwrap();
     assert_eq!((got.version, got.level), (4, Level::L4));
     assert_eq!(got.tried, vec![Level::L1, Level::L3, Level::L4]);
     // A damaged newest L4 piece: the version before, from L4.
-    let l4 = |v: u64| rank_dir(&j.l4, rt.checkpoint_job(), r).join(format!("r{r}-L4-v{v}.tfck"));
+    let l4 = |v: u64| rank_dir(&j.l4, rt.checkpoints().job(), r).join(format!("r{r}-L4-v{v}.tfck"));
     damage(&l4(4));
-    let (got, log) = logged(|| rt.restore_after::<Field>(&failure).unwrap());
+    let (got, log) = logged(|| rt.checkpoints().restore_after::<Field>(&failure).unwrap());
     assert_eq!(got, Some((2, field(r, 2))));
     assert!(log.contains("checksum mismatch"), "{log}");
     // Both damaged: nothing fit is left, and nothing is restored.
     damage(&l4(2));
-    assert_eq!(rt.restore_after::<Field>(&failure).unwrap(), None);
+    assert_eq!(
+        rt.checkpoints().restore_after::<Field>(&failure).unwrap(),
+        None
+    );
 }
 
 #[test]
@@ -421,12 +438,14 @@ fn aware_retrieval_goes_straight_to_l3_where_probing_visits_every_level() {
     let failure = Failure::new(dead, dead_nodes);
     let rt = j.cluster.rank(r);
     let aware = rt
+        .checkpoints()
         .restore_with::<Field>(&Retrieval::Aware(failure))
         .unwrap()
         .unwrap();
     assert_eq!((aware.version, &aware.state), (2, &field(r, 2)));
     assert_eq!(aware.tried, vec![Level::L3]);
     let probing = rt
+        .checkpoints()
         .restore_with::<Field>(&Retrieval::Probing)
         .unwrap()
         .unwrap();
@@ -452,7 +471,7 @@ fn remote_levels_complete_while_the_application_computes() {
     };
     let j = job(nodes, [1, 1, 1, 0], 3, 1, vec![hold]);
     let mut pending: Vec<_> = (0..ranks)
-        .map(|r| j.cluster.rank(r).checkpoint(1, &field(r, 1)))
+        .map(|r| j.cluster.rank(r).checkpoints().save(1, &field(r, 1)))
         .collect();
     let held = marks.path().join(format!("held-{partner_of_0}-checkpoint"));
     let start = Instant::now();
@@ -503,7 +522,7 @@ fn remote_levels_complete_while_the_application_computes() {
         .build()
         .unwrap();
     let next: Vec<_> = (0..ranks)
-        .map(|r| j.cluster.rank(r).checkpoint(2, &field(r, 2)))
+        .map(|r| j.cluster.rank(r).checkpoints().save(2, &field(r, 2)))
         .collect();
     for f in next {
         assert_eq!(tokio.block_on(f).unwrap().version, 2);

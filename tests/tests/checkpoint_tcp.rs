@@ -69,7 +69,7 @@ fn l2_and_l3_travel_over_tcp_and_restore_a_wiped_rank() {
     for v in 1..=2 {
         let fs: Vec<_> = ranks
             .iter()
-            .map(|rt| rt.checkpoint(v, &state(rt.rank(), v)))
+            .map(|rt| rt.checkpoints().save(v, &state(rt.rank(), v)))
             .collect();
         for mut f in fs {
             let written = f.wait_timeout(WAIT).expect("in time").unwrap();
@@ -77,12 +77,16 @@ fn l2_and_l3_travel_over_tcp_and_restore_a_wiped_rank() {
         }
     }
     let rt = &ranks[3];
-    let job = rt.checkpoint_job();
-    let partner = rt.checkpoint_placement().unwrap().partner(3).unwrap();
+    let job = rt.checkpoints().job();
+    let partner = rt.checkpoints().placement().unwrap().partner(3).unwrap();
     std::fs::remove_dir_all(rank_dir(&dir, job, 3)).unwrap();
     // Its disk wiped: L1 is empty, the partner's copy is read.
     let aware = Retrieval::Aware(Failure::default());
-    let got = rt.restore_with::<State>(&aware).unwrap().unwrap();
+    let got = rt
+        .checkpoints()
+        .restore_with::<State>(&aware)
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (got.version, got.level, &got.state),
         (2, Level::L2, &state(3, 2))
@@ -90,7 +94,11 @@ fn l2_and_l3_travel_over_tcp_and_restore_a_wiped_rank() {
     assert_eq!(got.tried, [Level::L1, Level::L2]);
     // The copy lost too: the group's other shard and its parity, decoded.
     std::fs::remove_dir_all(rank_dir(&dir, job, partner).join("held-r3")).unwrap();
-    let got = rt.restore_with::<State>(&aware).unwrap().unwrap();
+    let got = rt
+        .checkpoints()
+        .restore_with::<State>(&aware)
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (got.version, got.level, &got.state),
         (2, Level::L3, &state(3, 2))

@@ -113,8 +113,8 @@ fn peers() -> Peers {
     let (t2, t1) = (ts.pop().unwrap(), ts.pop().unwrap());
     let rt = Runtime::start(ts.pop().unwrap() as Arc<dyn Transport>, config).unwrap();
     // Interleaved 0, 1, 2 on three nodes: rank 0 is rank 2's partner only.
-    assert_eq!(rt.checkpoint_placement().unwrap().partner(2), Some(0));
-    let job = rt.checkpoint_job();
+    assert_eq!(rt.checkpoints().placement().unwrap().partner(2), Some(0));
+    let job = rt.checkpoints().job();
     Peers {
         hub,
         t1,

@@ -82,22 +82,22 @@ fn results_are_kept_until_taken_and_checkpointed_past() {
         assert_eq!(f.get().unwrap().unwrap().0, exact(4, i as u32));
     }
     // Another rank's checkpoint releases nothing of the root's.
-    cluster.rank(2).checkpoint(1, &1u32).wait().unwrap();
+    cluster.rank(2).checkpoints().save(1, &1u32).wait().unwrap();
     assert_eq!(kept_still(&cluster), 6);
     // The root's checkpoint after taking four releases those four.
-    root.checkpoint(1, &4u32).wait().unwrap();
+    root.checkpoints().save(1, &4u32).wait().unwrap();
     assert_eq!(kept_becomes(&cluster, 2), 2);
     // A result taken after a checkpoint call is not in that state.
     let [f4, f5]: [ReduceFuture<Sum<f64>>; 2] = later.try_into().ok().unwrap();
-    let pending = root.checkpoint(2, &5u32);
+    let pending = root.checkpoints().save(2, &5u32);
     assert_eq!(f4.get().unwrap().unwrap().0, exact(4, 4));
     pending.wait().unwrap();
     assert_eq!(kept_still(&cluster), 2);
-    root.checkpoint(3, &5u32).wait().unwrap();
+    root.checkpoints().save(3, &5u32).wait().unwrap();
     assert_eq!(kept_becomes(&cluster, 1), 1);
     // A result dropped unread will never be taken: released as taken.
     drop(f5);
-    root.checkpoint(4, &6u32).wait().unwrap();
+    root.checkpoints().save(4, &6u32).wait().unwrap();
     assert_eq!(kept_becomes(&cluster, 0), 0);
     cluster.shutdown().unwrap();
 }

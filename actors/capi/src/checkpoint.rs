@@ -89,7 +89,7 @@ pub unsafe extern "C" fn tf_checkpoint(
             // SAFETY: `buf` holds `len` bytes (the caller's contract).
             unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec()
         };
-        let fut = rt.checkpoint(version, &CState { bytes });
+        let fut = rt.checkpoints().save(version, &CState { bytes });
         // SAFETY: checked not null.
         unsafe { issue(Box::new(Checkpointing { fut: Some(fut) }), req) }
     })
@@ -134,7 +134,7 @@ pub unsafe extern "C" fn tf_restore(
             return Err(Error::null("buf"));
         }
         let max = u64::try_from(max_version).ok();
-        let Some((v, state)) = rt.restore_upto::<CState>(max)? else {
+        let Some((v, state)) = rt.checkpoints().restore_upto::<CState>(max)? else {
             // SAFETY: checked not null; the caller's contract.
             return unsafe { put(found, 0, "found") };
         };

@@ -83,6 +83,17 @@ pub(super) struct Encoding {
     pub(super) until: Instant,
 }
 
+/// A restarted rank's request for one piece.
+pub(super) struct FetchReq {
+    pub(super) req: u64,
+    pub(super) level: u8,
+    pub(super) owner: u32,
+    pub(super) group: u32,
+    pub(super) index: u16,
+    pub(super) version: u64,
+    pub(super) type_tag: u64,
+}
+
 /// A piece exposed for a restarted rank, until it says it has it.
 pub(super) struct Lent {
     pub(super) key: u64,
@@ -423,7 +434,7 @@ impl Engine {
                 version,
                 type_tag,
             } => {
-                let f = super::holder::FetchReq {
+                let f = FetchReq {
                     req,
                     level,
                     owner,

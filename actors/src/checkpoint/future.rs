@@ -76,7 +76,7 @@ impl Drop for Completer {
     }
 }
 
-/// A checkpoint under way: [`crate::Runtime::checkpoint`] returns it once
+/// A checkpoint under way: [`crate::checkpoint::Checkpointer::save`] returns it once
 /// the state is serialised; the levels due are written behind the
 /// application's back. It completes when they are durable (synced and in
 /// place), or with the error that stopped the write. Dropping it does not

@@ -10,7 +10,7 @@
 //! and answered, never a panic.
 
 use super::ctx::Held;
-use super::engine::{Engine, Lent};
+use super::engine::{Engine, FetchReq, Lent};
 use super::store::{FileStore, PieceKey};
 use super::Level;
 use bytes::Bytes;
@@ -23,17 +23,6 @@ use taskfold_core::wire::checkpoint::{buffer_key, Body, CheckpointMsg};
 pub(super) const MAX_BODY: u64 = 1 << 36;
 /// Pieces lent at once to one restarted rank; an older loan is withdrawn.
 const MAX_LENT: usize = 64;
-
-/// A restarted rank's request for one piece.
-pub(super) struct FetchReq {
-    pub(super) req: u64,
-    pub(super) level: u8,
-    pub(super) owner: u32,
-    pub(super) group: u32,
-    pub(super) index: u16,
-    pub(super) version: u64,
-    pub(super) type_tag: u64,
-}
 
 /// Where a holder looks for the pieces asked for.
 #[derive(Clone, Copy)]

@@ -1,5 +1,5 @@
 //! Checkpoints of the application's state (see the book's Checkpoints
-//! chapter): [`crate::Runtime::checkpoint`] and [`crate::Runtime::restore`],
+//! chapter): [`crate::checkpoint::Checkpointer::save`] and [`crate::checkpoint::Checkpointer::restore`],
 //! and the files they use.
 //!
 //! A [`FileStore`] is one directory of pieces: a rank's local directory
@@ -29,6 +29,7 @@ mod coding;
 mod ctx;
 mod engine;
 mod future;
+mod handle;
 mod holder;
 mod retrieve;
 mod service;
@@ -36,6 +37,7 @@ mod store;
 
 pub use ctx::rank_dir;
 pub use future::{CheckpointFuture, Written};
+pub use handle::Checkpointer;
 pub use retrieve::{Restored, Retrieval};
 pub use service::DEFAULT_JOB;
 pub(crate) use service::{Checkpoints, Inbox};

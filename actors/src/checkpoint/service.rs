@@ -49,7 +49,7 @@ impl Inbox {
     }
 }
 
-/// A rank's checkpoints (see [`crate::Runtime::checkpoint`]).
+/// A rank's checkpoints (see [`crate::checkpoint::Checkpointer::save`]).
 pub(crate) struct Checkpoints {
     ctx: Arc<Ctx>,
     tx: Option<flume::Sender<Input>>,

@@ -41,7 +41,7 @@ impl Handler<BarrierIn> for Master {
             return; // sent before its rank heard of the rollback
         }
         if self.awaiting_reports() {
-            return self.keep(super::takeover::Deferred::Barrier(m));
+            return self.keep(m);
         }
         self.count_in(m.wire);
         if m.from.0 >= self.size || self.out.view().is_dead(m.from.0) {

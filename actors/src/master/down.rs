@@ -62,7 +62,7 @@ impl Master {
             return self.roll_back(rank);
         }
         self.fail_barriers();
-        let keys: Vec<u64> = self.reductions.keys().copied().collect();
+        let keys: Vec<u64> = self.reductions.live.keys().copied().collect();
         for key in keys {
             if awaited {
                 self.await_replacement(key, rank);
@@ -75,7 +75,7 @@ impl Master {
     /// Reduction `key` waits for the replacement of its member `rank`
     /// instead of losing that member's original.
     fn await_replacement(&mut self, key: u64, rank: Rank) {
-        if let Some(r) = self.reductions.get_mut(&key) {
+        if let Some(r) = self.reductions.live.get_mut(&key) {
             if let Some(i) = r.group.index_of(rank) {
                 r.schedule.await_replacement(i);
             }
@@ -104,7 +104,7 @@ impl Master {
     /// until the buddy answers (at most [`VERDICT_WAIT`]).
     fn offer_standing_copies(&mut self, rank: Rank) {
         let mut offers = Vec::new();
-        for (&key, r) in self.reductions.iter_mut() {
+        for (&key, r) in self.reductions.live.iter_mut() {
             let Some(i) = r.group.index_of(rank) else {
                 continue;
             };
@@ -147,7 +147,7 @@ impl Master {
         // Before the scheduler decides whether the lost originals can be
         // had: a copy found on disk counts.
         self.infer_disks(key);
-        let Some(r) = self.reductions.get_mut(&key) else {
+        let Some(r) = self.reductions.live.get_mut(&key) else {
             return;
         };
         let member = r.group.index_of(rank);
@@ -181,7 +181,7 @@ impl Master {
     /// the buddy keeps one, and once no other answer is awaited the
     /// reduction goes on with the fetch failures held meanwhile.
     pub(super) fn decide(&mut self, key: u64, index: usize) {
-        let Some(r) = self.reductions.get_mut(&key) else {
+        let Some(r) = self.reductions.live.get_mut(&key) else {
             return;
         };
         if !r.roster.verdict(index) {
@@ -212,7 +212,7 @@ impl Master {
                 self.drive(key);
             }
             Err(u) => {
-                if let Some(r) = self.reductions.get(&key) {
+                if let Some(r) = self.reductions.live.get(&key) {
                     let error = r.lost(&u);
                     self.fail(key, error);
                 }

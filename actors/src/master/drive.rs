@@ -23,6 +23,7 @@ impl Master {
     pub(super) fn drive(&mut self, key: u64) {
         if self
             .reductions
+            .live
             .get(&key)
             .is_some_and(|r| r.roster.is_held())
         {
@@ -32,7 +33,7 @@ impl Master {
         }
         let mut unreachable_receiver = None;
         loop {
-            let Some(r) = self.reductions.get_mut(&key) else {
+            let Some(r) = self.reductions.live.get_mut(&key) else {
                 return;
             };
             let perf = &self.perf;
@@ -66,7 +67,7 @@ impl Master {
 
     /// Ends reduction `key`, complete, and tells its members.
     fn complete(&mut self, key: u64) {
-        let Some(r) = self.reductions.remove(&key) else {
+        let Some(r) = self.reductions.live.remove(&key) else {
             return;
         };
         self.note_end(key, &r);
@@ -92,7 +93,7 @@ impl Master {
     /// Sends task `a` of reduction `key` to its receiver, with where the
     /// provider's data is read.
     fn hand_out(&mut self, key: u64, a: Assignment) -> Handed {
-        let Some(r) = self.reductions.get(&key) else {
+        let Some(r) = self.reductions.live.get(&key) else {
             return Handed::Ended;
         };
         let receiver = r.group.rank_at(a.receiver.index);

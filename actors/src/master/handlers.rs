@@ -1,11 +1,12 @@
 //! The master's messages, one type each, and their handlers.
 
 use super::{Master, MasterStats};
-use crate::master::state::Reduction;
+use crate::detector::RankDown;
+use crate::master::state::{Reduction, TaskFailedIn};
 use actix::prelude::*;
 use taskfold_core::schedule::Replacement;
 use taskfold_core::schedule::Source;
-use taskfold_core::wire::{Join, Msg, TaskFailed, TaskFailure};
+use taskfold_core::wire::{Join, Msg, TaskFailure};
 use taskfold_core::{Rank, ReduceError};
 
 impl Master {
@@ -52,15 +53,6 @@ pub(super) fn protocol(id: &str, from: Rank, e: impl std::fmt::Display) -> Reduc
     }
 }
 
-/// A task that could not be carried out.
-#[derive(Message, Clone)]
-#[rtype(result = "()")]
-pub(crate) struct TaskFailedIn {
-    pub(crate) from: Rank,
-    pub(crate) failed: TaskFailed,
-    pub(crate) wire: usize,
-}
-
 impl Handler<TaskFailedIn> for Master {
     type Result = ();
 
@@ -91,7 +83,7 @@ impl Master {
             return;
         }
         let key = m.failed.key;
-        let Some(r) = self.reductions.get_mut(&key) else {
+        let Some(r) = self.reductions.live.get_mut(&key) else {
             return;
         };
         let Some(m) = r.roster.hold(m) else {
@@ -115,7 +107,7 @@ impl Master {
     /// data's source died, or is unreachable: `peer_down`).
     fn fetch_failed(&mut self, m: TaskFailedIn, peer_down: bool) {
         let (key, task_id) = (m.failed.key, m.failed.task_id);
-        let Some(r) = self.reductions.get(&key) else {
+        let Some(r) = self.reductions.live.get(&key) else {
             return;
         };
         let task = r
@@ -131,7 +123,7 @@ impl Master {
             let reason = format!("a fetch from it failed: {}", m.fetch_reason());
             self.rank_down(src, reason, None);
         }
-        let Some(r) = self.reductions.get_mut(&key) else {
+        let Some(r) = self.reductions.live.get_mut(&key) else {
             return; // ended by that failure
         };
         // The provider died with a standing copy: this report is read once
@@ -187,13 +179,13 @@ impl Handler<ReplicatedIn> for Master {
             return; // sent before its rank heard of the rollback
         }
         if self.awaiting_reports() {
-            return self.keep(super::takeover::Deferred::Replicated(m));
+            return self.keep(m);
         }
         self.count_in(m.wire);
         if self.out.view().is_dead(m.holder.0) {
             return;
         }
-        match self.reductions.get_mut(&m.key) {
+        match self.reductions.live.get_mut(&m.key) {
             Some(r) => {
                 let Some(i) = r.group.index_of(Rank(m.owner)) else {
                     return;
@@ -208,8 +200,11 @@ impl Handler<ReplicatedIn> for Master {
                     self.decide(m.key, i);
                 }
             }
-            None if !self.ended.contains_key(&m.key) => {
-                self.note_early_replica(m.key, m.owner, m.holder.0, m.ok);
+            None if !self.reductions.ended.contains(m.key) => {
+                let size = self.size;
+                self.reductions
+                    .early
+                    .note(m.key, (m.owner, m.holder.0, m.ok), size);
             }
             None => {}
         }
@@ -231,6 +226,7 @@ impl Handler<VerdictDue> for Master {
     fn handle(&mut self, m: VerdictDue, _: &mut Context<Self>) {
         let waiting = self
             .reductions
+            .live
             .get(&m.key)
             .is_some_and(|r| r.roster.awaits(m.index));
         if waiting {
@@ -242,16 +238,6 @@ impl Handler<VerdictDue> for Master {
             self.decide(m.key, m.index);
         }
     }
-}
-
-/// A rank was found dead: a broken link, or the launcher saw it exit.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct RankDown {
-    pub(crate) rank: Rank,
-    pub(crate) reason: String,
-    /// Time since the rank was last heard from, when known.
-    pub(crate) latency: Option<std::time::Duration>,
 }
 
 impl Handler<RankDown> for Master {
@@ -327,7 +313,7 @@ impl Handler<FinalizeIn> for Master {
 
     fn handle(&mut self, m: FinalizeIn, _: &mut Context<Self>) {
         if self.awaiting_reports() {
-            return self.keep(super::takeover::Deferred::Finalize(m));
+            return self.keep(m);
         }
         if m.from.0 < self.size && !self.out.view().is_dead(m.from.0) {
             if self.finalized.insert(m.from.0) {

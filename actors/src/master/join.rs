@@ -37,7 +37,7 @@ impl Handler<JoinIn> for Master {
             return; // sent before its rank heard of the rollback
         }
         if self.awaiting_reports() {
-            return self.keep(super::takeover::Deferred::Join(Box::new(m)));
+            return self.keep(m);
         }
         self.count_in(m.wire);
         let JoinIn {
@@ -59,6 +59,7 @@ impl Handler<JoinIn> for Master {
         };
         let r = self
             .reductions
+            .live
             .get_mut(&key)
             .expect("checked by member_index");
         // A standing copy the master may have to ask for later, if the
@@ -111,6 +112,7 @@ impl Handler<TaskDoneIn> for Master {
         };
         let r = self
             .reductions
+            .live
             .get_mut(&key)
             .expect("checked by member_index");
         r.roster.set_direct(index, done.direct);
@@ -151,14 +153,10 @@ impl Master {
     /// A join of a reduction that already failed: the late member is told
     /// (true), as the failure's notice skipped it.
     fn answer_late_join(&mut self, key: u64, from: Rank) -> bool {
-        let Some((error, pending)) = self.ended.get_mut(&key) else {
+        let Some(error) = self.reductions.ended.late_join(key, from.0) else {
             return false;
         };
-        let msg = super::failed_msg(key, error);
-        pending.remove(&from.0);
-        if pending.is_empty() {
-            self.ended.remove(&key);
-        }
+        let msg = super::failed_msg(key, &error);
         if let Some(inf) = &mut self.infer {
             // Its disk write for this key preceded this announcement.
             inf.ends
@@ -172,7 +170,7 @@ impl Master {
     /// this is the first; false if the join was refused or the reduction
     /// could not start (`from` was told).
     fn open_reduction(&mut self, key: u64, join: &Join, from: Rank) -> bool {
-        if self.reductions.contains_key(&key) {
+        if self.reductions.live.contains_key(&key) {
             return true;
         }
         let mut r = match Reduction::new(join, self.size) {
@@ -184,11 +182,11 @@ impl Master {
                 return false;
             }
         };
-        if self.reductions.len() >= self.max_reductions {
+        if self.reductions.live.len() >= self.reductions.max {
             self.refuse_reduction(key, &r, from);
             return false;
         }
-        for (owner, holder, ok) in self.early_replicas.remove(&key).unwrap_or_default() {
+        for (owner, holder, ok) in self.reductions.early.take(key) {
             if let Some(i) = r.group.index_of(Rank(owner)) {
                 r.roster.replicated(i, holder, ok);
             }
@@ -196,7 +194,7 @@ impl Master {
         let outcome = self
             .admit_the_dead(key, &mut r)
             .and_then(|()| self.admit_the_departed(&r));
-        self.reductions.insert(key, r);
+        self.reductions.live.insert(key, r);
         match outcome {
             Ok(()) => true,
             Err(error) => {
@@ -211,7 +209,7 @@ impl Master {
     /// when they join (as after any failure), so that all of them end it
     /// alike. The live reductions go on.
     fn refuse_reduction(&mut self, key: u64, r: &Reduction, from: Rank) {
-        let limit = self.max_reductions as u64;
+        let limit = self.reductions.max as u64;
         tracing::warn!(id = %r.id, %from, limit, "too many live reductions; refused");
         metrics::counter!(crate::metrics::REDUCTIONS_REFUSED).increment(1);
         let error = ReduceError::TooManyReductions { limit };
@@ -228,7 +226,7 @@ impl Master {
             .filter(|&m| m != from.0 && !self.out.view().is_dead(m))
             .collect();
         if !pending.is_empty() {
-            self.remember_ended(key, error, pending);
+            self.reductions.ended.remember(key, error, pending);
         }
     }
 
@@ -268,7 +266,7 @@ impl Master {
     /// `from`'s position in live reduction `key`; `None` (and `from` told,
     /// if it is no member) if there is none.
     fn member_index(&mut self, key: u64, from: Rank) -> Option<usize> {
-        let Some(r) = self.reductions.get(&key) else {
+        let Some(r) = self.reductions.live.get(&key) else {
             tracing::warn!(%from, key, "message for an unknown reduction; dropped");
             return None;
         };
@@ -290,7 +288,7 @@ impl Master {
             Ok(release) => {
                 self.drive(key);
                 if let Some(provider) = release {
-                    if self.reductions.contains_key(&key) {
+                    if self.reductions.live.contains_key(&key) {
                         self.send(provider, &Msg::Release { key });
                     }
                 }

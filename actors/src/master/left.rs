@@ -18,6 +18,7 @@ impl Master {
     pub(super) fn rank_left(&mut self, rank: Rank) {
         let ended: Vec<(u64, ReduceError)> = self
             .reductions
+            .live
             .iter()
             .filter_map(|(&key, r)| {
                 let i = r.group.index_of(rank)?;

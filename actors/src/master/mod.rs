@@ -19,6 +19,7 @@
 mod barrier;
 mod down;
 mod drive;
+mod ended;
 mod handlers;
 mod infer;
 mod join;
@@ -27,6 +28,7 @@ mod reinit;
 mod respawn;
 mod results;
 mod spares;
+pub(crate) mod spawn;
 mod state;
 mod stats;
 mod takeover;
@@ -43,16 +45,13 @@ use taskfold_core::perf::PerfTable;
 use taskfold_core::{wire::Msg, Rank, ReduceError};
 
 pub(crate) use barrier::BarrierIn;
-pub(crate) use handlers::{ExitReport, FinalizeIn, GetStats, RankDown, ReplicatedIn, TaskFailedIn};
+pub(crate) use handlers::{ExitReport, FinalizeIn, GetStats, ReplicatedIn};
 pub(crate) use join::{JoinIn, TaskDoneIn};
 pub(crate) use reinit::ReinitReadyIn;
 pub(crate) use respawn::{ReadmittedIn, ReplacementIn};
 pub(crate) use results::{ResultAlsoKeptIn, ResultKeptIn, ResultWhereIn, ResultsReleasedIn};
+pub(crate) use state::TaskFailedIn;
 pub(crate) use takeover::RejoinIn;
-
-/// Reductions that ended in an error while some members had not joined yet:
-/// they get the error when they join. Bounded so it cannot grow forever.
-const ENDED_LIMIT: usize = 16_384;
 
 /// The notice that reduction `key` ended with `error`.
 fn failed_msg(key: u64, error: &ReduceError) -> Msg {
@@ -62,21 +61,12 @@ fn failed_msg(key: u64, error: &ReduceError) -> Msg {
     }
 }
 
-/// Reductions not open yet whose replica notices the master keeps.
-const EARLY_KEYS: usize = 4096;
-
 /// The master of a job.
 pub struct Master {
     size: u32,
     out: Outbox,
-    reductions: HashMap<u64, Reduction>,
-    ended: HashMap<u64, (ReduceError, HashSet<u32>)>,
-    ended_order: std::collections::VecDeque<u64>,
-    /// Replica notices for reductions the master has not seen yet.
-    early_replicas: HashMap<u64, Vec<(u32, u32, bool)>>,
-    /// Most reductions live at once (`Config::max_reductions`): a join that
-    /// would open one more fails its reduction with `TooManyReductions`.
-    max_reductions: usize,
+    /// The live reductions and what is remembered of others.
+    reductions: state::Reductions,
     /// This actor's address (for its own timers).
     me: Option<Addr<Master>>,
     /// When each dead rank was declared failed (who is dead is in the
@@ -116,33 +106,7 @@ impl Master {
 
     /// Bounds the reductions live at once (see `Config::max_reductions`).
     pub(crate) fn set_max_reductions(&mut self, limit: usize) {
-        self.max_reductions = limit.max(1);
-    }
-
-    /// Keeps a replica notice of reduction `key`, not open yet. Bounded, as
-    /// a peer sends them: at most [`EARLY_KEYS`] keys (the map is emptied
-    /// when full: notices of reductions that completed before they arrived
-    /// would pile up) and one notice per owner and holder of a key.
-    fn note_early_replica(&mut self, key: u64, owner: u32, holder: u32, ok: bool) {
-        if self.early_replicas.len() >= EARLY_KEYS && !self.early_replicas.contains_key(&key) {
-            self.early_replicas.clear();
-        }
-        let room = (self.size as usize).saturating_mul(2);
-        let notes = self.early_replicas.entry(key).or_default();
-        if let Some(n) = notes.iter_mut().find(|n| (n.0, n.1) == (owner, holder)) {
-            n.2 = ok;
-        } else if notes.len() < room {
-            // Each owner has one buddy at a time: about one notice per
-            // member, twice that leaves room for a buddy replaced.
-            notes.push((owner, holder, ok));
-        } else {
-            tracing::warn!(
-                key,
-                owner,
-                holder,
-                "too many replica notices for one reduction; dropped"
-            );
-        }
+        self.reductions.max = limit.max(1);
     }
 
     /// Posts released barriers on `board` too; every other rank is told
@@ -193,7 +157,7 @@ impl Master {
 
     /// Looks for the unannounced disk copies of `key`'s dead members.
     fn infer_disks(&mut self, key: u64) {
-        let (Some(inf), Some(r)) = (&self.infer, self.reductions.get_mut(&key)) else {
+        let (Some(inf), Some(r)) = (&self.infer, self.reductions.live.get_mut(&key)) else {
             return;
         };
         let found = inf.infer(key, r, &self.out.view().dead(), &self.dead_at);
@@ -205,11 +169,9 @@ impl Master {
         Master {
             size,
             out,
-            reductions: HashMap::new(),
-            ended: HashMap::new(),
-            ended_order: Default::default(),
-            early_replicas: HashMap::new(),
-            max_reductions: taskfold_core::settings::config::DEFAULT_MAX_REDUCTIONS,
+            reductions: state::Reductions::new(
+                taskfold_core::settings::config::DEFAULT_MAX_REDUCTIONS,
+            ),
             me: None,
             dead_at: HashMap::new(),
             infer: None,
@@ -259,7 +221,7 @@ impl Master {
     /// Ends reduction `key` with `error` on every member that joined; members
     /// that join later get the error then.
     fn fail(&mut self, key: u64, error: ReduceError) {
-        let Some(r) = self.reductions.remove(&key) else {
+        let Some(r) = self.reductions.live.remove(&key) else {
             return;
         };
         self.note_end(key, &r);
@@ -300,31 +262,22 @@ impl Master {
             }
         }
         if !pending.is_empty() {
-            self.remember_ended(key, error, pending);
+            self.reductions.ended.remember(key, error, pending);
         }
         self.update_queue_gauge();
-    }
-
-    fn remember_ended(&mut self, key: u64, error: ReduceError, pending: HashSet<u32>) {
-        if self.ended.len() >= ENDED_LIMIT {
-            if let Some(old) = self.ended_order.pop_front() {
-                self.ended.remove(&old);
-            }
-        }
-        self.ended.insert(key, (error, pending));
-        self.ended_order.push_back(key);
     }
 
     /// Publishes the master's load: queued ready messages, live reductions.
     fn update_queue_gauge(&mut self) {
         let depth: usize = self
             .reductions
+            .live
             .values()
             .map(|r| r.schedule.queue_len())
             .sum();
         self.stats.queue_depth = depth as u64;
         metrics::gauge!(crate::metrics::MASTER_QUEUE_DEPTH).set(depth as f64);
-        metrics::gauge!(crate::metrics::LIVE_REDUCTIONS).set(self.reductions.len() as f64);
+        metrics::gauge!(crate::metrics::LIVE_REDUCTIONS).set(self.reductions.live.len() as f64);
     }
 
     /// Sends the finalize acknowledgement once every live rank finalized.

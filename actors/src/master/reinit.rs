@@ -43,15 +43,14 @@ impl Master {
             .collect();
         let epoch = self.rollback.begin(ranks);
         tracing::warn!(%rank, epoch, "the job rolls back to its re-init entry point");
-        let keys: Vec<u64> = self.reductions.keys().copied().collect();
+        let keys: Vec<u64> = self.reductions.live.keys().copied().collect();
         for key in keys {
-            if let Some(r) = self.reductions.remove(&key) {
+            if let Some(r) = self.reductions.live.remove(&key) {
                 self.note_end(key, &r);
             }
         }
-        self.ended.clear();
-        self.ended_order.clear();
-        self.early_replicas.clear();
+        self.reductions.ended.clear();
+        self.reductions.early.clear();
         self.barriers.clear();
         self.respawn.forget_completed();
         self.stats.rollbacks += 1;

@@ -273,7 +273,7 @@ impl Master {
                 node,
             });
         self.dead_at.remove(&rank);
-        for r in self.reductions.values_mut() {
+        for r in self.reductions.live.values_mut() {
             r.roster.holder_replaced(rank);
             if let Some(i) = r.group.index_of(Rank(rank)) {
                 r.schedule.revive(i);
@@ -419,9 +419,14 @@ impl Master {
     fn asked(&mut self, peer: Rank, asking: Asking) {
         let (rank, inc) = (peer.0, asking.incarnation);
         let live: Vec<u32> = (0..self.size)
-            .filter(|&r| !self.out.view().is_dead(r) && !self.finalized.contains(&r))
+            .filter(|&r| !self.out.view().is_dead(r))
             .collect();
-        match self.respawn.book.asks(rank, inc, live.iter().copied()) {
+        // A rank that finalized is not waited for (its process may end),
+        // but it is told: until the job ends it still serves (copies it
+        // holds, a takeover), and would refuse the replacement's
+        // connection as a stranger.
+        let waited = live.iter().copied().filter(|r| !self.finalized.contains(r));
+        match self.respawn.book.asks(rank, inc, waited) {
             Err(refusal) => {
                 tracing::warn!(rank, incarnation = inc, %refusal, "a replacement is refused");
                 let t = self.out.transport();
@@ -478,9 +483,9 @@ impl Master {
     /// waited for its original lose it (a replacement in but not joined
     /// again where its dead process's original was taken out, too).
     pub(super) fn give_up_reductions(&mut self, rank: u32) {
-        let keys: Vec<u64> = self.reductions.keys().copied().collect();
+        let keys: Vec<u64> = self.reductions.live.keys().copied().collect();
         for key in keys {
-            let Some(r) = self.reductions.get_mut(&key) else {
+            let Some(r) = self.reductions.live.get_mut(&key) else {
                 continue;
             };
             let Some(i) = r.group.index_of(Rank(rank)) else {

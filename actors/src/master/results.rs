@@ -168,7 +168,7 @@ impl Master {
         );
         // A live reduction with this key is the one joined (an id used
         // again): never answered with an earlier result.
-        let live = self.reductions.contains_key(&key);
+        let live = self.reductions.live.contains_key(&key);
         if join.root != from.0 || !replaced || join.group.len() < 2 || live {
             return false;
         }
@@ -234,7 +234,7 @@ impl Handler<ResultKeptIn> for Master {
             && holder < self.size
             && holder != from.0
             && !self.out.view().is_dead(holder);
-        let live = self.reductions.get(&key).map(|r| r.root == from);
+        let live = self.reductions.live.get(&key).map(|r| r.root == from);
         // A result handed over whose holder died, copied again by its
         // root: the record takes the new holder if it can.
         let fits = match live {

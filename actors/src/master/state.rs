@@ -1,10 +1,49 @@
 //! The master's record of one live reduction.
 
+use super::ended::{EarlyReplicas, Ended};
+use actix::prelude::*;
+use std::collections::HashMap;
 use std::time::Instant;
 use taskfold_core::roster::Roster;
 use taskfold_core::schedule::Schedule;
 use taskfold_core::wire::Join;
+use taskfold_core::wire::TaskFailed;
 use taskfold_core::{Group, Rank};
+
+/// The master's reductions: the live ones, what it remembers of those
+/// that ended before every member joined and the copy notices of those
+/// not open yet ([`super::ended`]), and the bound on live ones.
+pub(crate) struct Reductions {
+    pub(crate) live: HashMap<u64, Reduction>,
+    pub(super) ended: Ended,
+    pub(super) early: EarlyReplicas,
+    /// Most reductions live at once (`Config::max_reductions`): a join
+    /// that would open one more fails its reduction with
+    /// `TooManyReductions`.
+    pub(crate) max: usize,
+}
+
+impl Reductions {
+    /// No reduction yet; at most `max` live at once.
+    pub(crate) fn new(max: usize) -> Self {
+        Reductions {
+            live: HashMap::new(),
+            ended: Ended::default(),
+            early: EarlyReplicas::default(),
+            max,
+        }
+    }
+}
+
+/// A task that could not be carried out (handled in `handlers`; a
+/// reduction keeps those that wait for a verdict, see [`Reduction`]).
+#[derive(Message, Clone)]
+#[rtype(result = "()")]
+pub(crate) struct TaskFailedIn {
+    pub(crate) from: Rank,
+    pub(crate) failed: TaskFailed,
+    pub(crate) wire: usize,
+}
 
 /// One live reduction at the master: the scheduler pairs its data, the
 /// roster follows each member's lifecycle (see `taskfold_core::roster`).
@@ -18,7 +57,7 @@ pub(crate) struct Reduction {
     /// reduction waited for a verdict about a dead member's standing copy
     /// (a fetch from that member, most likely): they are handled once the
     /// scheduler knows whether its original can be had.
-    pub(crate) roster: Roster<super::handlers::TaskFailedIn>,
+    pub(crate) roster: Roster<TaskFailedIn>,
     pub(crate) started: Instant,
 }
 

@@ -8,9 +8,9 @@
 //! reduction is rebuilt from what its members held under the dead master
 //! before anything new is counted.
 
-use super::handlers::{protocol, FinalizeIn, ReplicatedIn};
+use super::handlers::protocol;
 use super::state::Reduction;
-use super::{BarrierIn, JoinIn, Master};
+use super::{BarrierIn, Master};
 use actix::prelude::*;
 use std::collections::{HashMap, HashSet};
 use taskfold_core::failover::{reconcile, Holding, Takeover};
@@ -28,13 +28,9 @@ pub(crate) struct RejoinIn {
     pub(crate) wire: usize,
 }
 
-/// A message kept while the reports come in.
-pub(crate) enum Deferred {
-    Join(Box<JoinIn>),
-    Barrier(BarrierIn),
-    Finalize(FinalizeIn),
-    Replicated(ReplicatedIn),
-}
+/// A message kept while the reports come in: it is sent to the master
+/// again, once they are in, by this call.
+type Deferred = Box<dyn FnOnce(&Addr<Master>)>;
 
 /// The new master's wait and what it gathered meanwhile.
 pub(crate) struct Taking {
@@ -51,6 +47,63 @@ impl Taking {
             reports: Vec::new(),
             deferred: Vec::new(),
         }
+    }
+}
+
+/// What the live ranks' reports say, gathered by reduction.
+#[derive(Default)]
+struct Gathered {
+    /// Per reduction, the replica copies: (owner, holder).
+    copies: HashMap<u64, Vec<(u32, u32)>>,
+    /// Reductions that ended under the dead master, and how.
+    ended: HashMap<u64, Option<Failure>>,
+    /// Per reduction, what each reporting member holds of it.
+    held: HashMap<u64, Vec<Held>>,
+    /// The newest barrier some rank passed.
+    passed: u64,
+    /// The newest global restart's epoch some rank reached.
+    epoch: u32,
+    /// The barriers ranks wait in.
+    barriers: Vec<(Rank, u64)>,
+    /// The ranks that had finalized.
+    finalized: Vec<Rank>,
+    /// Roots' results kept: (key, root, holder), first copies...
+    results: Vec<(u64, u32, u32)>,
+    /// ...and the copies a holder relayed for a dead root.
+    relayed: Vec<(u64, u32, u32)>,
+}
+
+impl Gathered {
+    fn from_reports(reports: Vec<Rejoin>) -> Self {
+        let mut g = Gathered {
+            passed: reports.iter().map(|r| r.passed).max().unwrap_or(0),
+            epoch: reports.iter().map(|r| r.epoch).max().unwrap_or(0),
+            ..Gathered::default()
+        };
+        for r in reports {
+            for (key, owner) in r.copies {
+                g.copies.entry(key).or_default().push((owner, r.rank));
+            }
+            for &(key, root) in &r.results {
+                if !r.relayed.contains(&(key, root)) {
+                    g.results.push((key, root, r.rank));
+                }
+            }
+            g.relayed
+                .extend(r.relayed.iter().map(|&(key, root)| (key, root, r.rank)));
+            for (key, error) in r.ended {
+                g.ended.entry(key).or_insert(error);
+            }
+            for h in r.holding {
+                g.held.entry(h.joining.key).or_default().push(h);
+            }
+            g.barriers
+                .extend(r.barriers.iter().map(|&seq| (Rank(r.rank), seq)));
+            if r.finalized {
+                g.finalized.push(Rank(r.rank));
+            }
+        }
+        g
     }
 }
 
@@ -105,9 +158,16 @@ impl Master {
         self.taking.state.is_awaiting()
     }
 
-    /// Keeps `d` until the reports are in.
-    pub(super) fn keep(&mut self, d: Deferred) {
-        self.taking.deferred.push(d);
+    /// Keeps `m` until the reports are in (any message of the master's:
+    /// joins, barriers, finalizes, copy notices).
+    pub(super) fn keep<M>(&mut self, m: M)
+    where
+        M: Message<Result = ()> + Send + 'static,
+        Master: Handler<M>,
+    {
+        self.taking
+            .deferred
+            .push(Box::new(move |me: &Addr<Master>| me.do_send(m)));
     }
 
     /// `rank` reported or died: once every live rank did, the reductions
@@ -121,104 +181,41 @@ impl Master {
         let Some(me) = self.me.clone() else {
             return;
         };
-        for d in std::mem::take(&mut self.taking.deferred) {
-            match d {
-                Deferred::Join(m) => me.do_send(*m),
-                Deferred::Barrier(m) => me.do_send(m),
-                Deferred::Finalize(m) => me.do_send(m),
-                Deferred::Replicated(m) => me.do_send(m),
-            }
+        for send in std::mem::take(&mut self.taking.deferred) {
+            send(&me);
         }
     }
 
     /// Every reduction, barrier and finalize of the reports, as the dead
     /// master left them.
     fn rebuild(&mut self, reports: Vec<Rejoin>) {
-        let mut copies: HashMap<u64, Vec<(u32, u32)>> = HashMap::new();
-        let mut ended: HashMap<u64, Option<Failure>> = HashMap::new();
-        let mut held: HashMap<u64, Vec<Held>> = HashMap::new();
-        let passed = reports.iter().map(|r| r.passed).max().unwrap_or(0);
-        let epoch = reports.iter().map(|r| r.epoch).max().unwrap_or(0);
-        let mut barriers = Vec::new();
-        let mut finalized = Vec::new();
-        let mut relayed = Vec::new();
-        for r in reports {
-            for (key, owner) in r.copies {
-                copies.entry(key).or_default().push((owner, r.rank));
-            }
-            for &(key, root) in &r.results {
-                if !r.relayed.contains(&(key, root)) {
-                    self.result_reported(key, root, r.rank);
-                }
-            }
-            relayed.extend(r.relayed.iter().map(|&(key, root)| (key, root, r.rank)));
-            for (key, error) in r.ended {
-                ended.entry(key).or_insert(error);
-            }
-            for h in r.holding {
-                held.entry(h.joining.key).or_default().push(h);
-            }
-            barriers.extend(r.barriers.iter().map(|&seq| (Rank(r.rank), seq)));
-            if r.finalized {
-                finalized.push(Rank(r.rank));
-            }
+        let mut g = Gathered::from_reports(reports);
+        for (key, root, holder) in std::mem::take(&mut g.results) {
+            self.result_reported(key, root, holder);
         }
         // Second copies after every first one: each is a spare of its
         // record, or the record if its first copy's holder is gone.
-        for (key, root, holder) in relayed {
+        for (key, root, holder) in std::mem::take(&mut g.relayed) {
             self.relayed_reported(key, root, holder);
         }
-        for (&key, error) in &ended {
-            if error.is_none() {
-                // A replacement that joins it again is told it completed.
-                self.note_completed(key);
-            }
-            // A member yet to join a reduction that failed is told then.
-            if let (Some(f), false) = (error, held.contains_key(&key)) {
-                let everyone = (0..self.size).collect();
-                self.remember_ended(key, f.clone().into(), everyone);
-            }
+        self.note_ended(&g.ended, &g.held);
+        let rebuilt = g.held.len();
+        for (key, members) in std::mem::take(&mut g.held) {
+            self.rebuild_held(key, members, &g.ended, &mut g.copies);
         }
-        let rebuilt = held.len();
-        for (key, members) in held {
-            // A replacement root that joined a reduction again which had
-            // completed under its dead process gets its kept result (or
-            // `ResultLost`), never a rebuilt reduction or a completion that
-            // would hand it its own original as the result.
-            let members: Vec<Held> = members
-                .into_iter()
-                .filter(|h| !self.answer_replayed_root(key, Rank(h.joining.rank), &h.joining.join))
-                .collect();
-            if members.is_empty() {
-                continue;
-            }
-            match ended.get(&key) {
-                // It ended under the dead master; these members missed
-                // the notice.
-                Some(error) => {
-                    let msg = Msg::Complete {
-                        key,
-                        error: error.clone(),
-                    };
-                    for h in &members {
-                        self.send(Rank(h.joining.rank), &msg);
-                    }
-                }
-                None => self.rebuild_one(key, members, copies.remove(&key).unwrap_or_default()),
-            }
-        }
-        for (key, list) in copies {
+        for (key, list) in g.copies {
             // Copies of reductions nobody reported joined: noted as any
             // early copy notice, for when they open.
             for (owner, holder) in list {
-                self.note_early_replica(key, owner, holder, true);
+                let size = self.size;
+                self.reductions.early.note(key, (owner, holder, true), size);
             }
         }
-        for (rank, seq) in barriers {
-            self.rejoin_barrier(rank, seq, passed);
+        for (rank, seq) in g.barriers {
+            self.rejoin_barrier(rank, seq, g.passed);
         }
         // After the reductions: a finalized rank ends those it did not join.
-        for rank in finalized {
+        for rank in g.finalized {
             if self.finalized.insert(rank.0) {
                 self.rank_left(rank);
             }
@@ -227,10 +224,67 @@ impl Master {
             reductions = rebuilt,
             "took over: the live reductions are rebuilt"
         );
-        self.resume_epoch(epoch);
+        self.resume_epoch(g.epoch);
         // Replacements that asked while the reports were awaited.
         self.ask_early();
         self.check_finalize();
+    }
+
+    /// Reductions that ended under the dead master: a replacement that
+    /// joins one again that completed is told so; a member yet to join
+    /// one that failed (no report holds it) is told then.
+    fn note_ended(
+        &mut self,
+        ended: &HashMap<u64, Option<Failure>>,
+        held: &HashMap<u64, Vec<Held>>,
+    ) {
+        for (&key, error) in ended {
+            if error.is_none() {
+                self.note_completed(key);
+            }
+            if let (Some(f), false) = (error, held.contains_key(&key)) {
+                let everyone = (0..self.size).collect();
+                self.reductions
+                    .ended
+                    .remember(key, f.clone().into(), everyone);
+            }
+        }
+    }
+
+    /// Reduction `key` as its reporting `members` hold it: rebuilt, or, if
+    /// it ended under the dead master, the notice they missed.
+    fn rebuild_held(
+        &mut self,
+        key: u64,
+        members: Vec<Held>,
+        ended: &HashMap<u64, Option<Failure>>,
+        copies: &mut HashMap<u64, Vec<(u32, u32)>>,
+    ) {
+        // A replacement root that joined a reduction again which had
+        // completed under its dead process gets its kept result (or
+        // `ResultLost`), never a rebuilt reduction or a completion that
+        // would hand it its own original as the result.
+        let members: Vec<Held> = members
+            .into_iter()
+            .filter(|h| !self.answer_replayed_root(key, Rank(h.joining.rank), &h.joining.join))
+            .collect();
+        if members.is_empty() {
+            return;
+        }
+        match ended.get(&key) {
+            // It ended under the dead master; these members missed the
+            // notice.
+            Some(error) => {
+                let msg = Msg::Complete {
+                    key,
+                    error: error.clone(),
+                };
+                for h in &members {
+                    self.send(Rank(h.joining.rank), &msg);
+                }
+            }
+            None => self.rebuild_one(key, members, copies.remove(&key).unwrap_or_default()),
+        }
     }
 
     /// A barrier `rank` waits in: released if some rank passed it under the
@@ -287,7 +341,7 @@ impl Master {
             Ok(stale) => stale.iter().map(|&i| r.group.rank_at(i)).collect(),
             Err(_) => Vec::new(),
         };
-        self.reductions.insert(key, r);
+        self.reductions.live.insert(key, r);
         match outcome {
             Ok(_) => {
                 for provider in stale {

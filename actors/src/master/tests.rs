@@ -2,6 +2,7 @@
 //! make the master ask the buddy for it, and the releases of consumed
 //! data, driven message by message over the serialising loopback.
 use super::*;
+use crate::detector::RankDown;
 use std::sync::Arc;
 use std::time::Duration;
 use taskfold_core::wire::{
@@ -469,4 +470,5 @@ fn a_dead_ranks_buddy_that_dies_before_answering_loses_the_original() {
 
 mod left;
 mod limits;
+mod replace;
 mod takeover;

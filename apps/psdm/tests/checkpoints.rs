@@ -121,7 +121,11 @@ fn the_state_restores_exactly_and_an_older_cut_is_read_back() {
     // them, and at the root the image of exactly those batches.
     let cluster = LocalCluster::with_config(size, config.clone()).unwrap();
     for rt in cluster.ranks() {
-        let (v, s) = rt.restore::<State>().unwrap().expect("a version");
+        let (v, s) = rt
+            .checkpoints()
+            .restore::<State>()
+            .unwrap()
+            .expect("a version");
         assert_eq!((v, s.batches_done, s.rank), (5, 15, rt.rank()));
         let traces: usize = (0..15)
             .map(|b| job.batch_traces(rt.rank(), size, b).len())
@@ -148,7 +152,7 @@ fn the_state_restores_exactly_and_an_older_cut_is_read_back() {
     assert_eq!((own.version, own.state.unwrap().batches_done), (5, 15));
     let e = resume(cluster.rank(0), &job, Start::Own).unwrap_err();
     assert!(e.to_string().contains("cannot resume alone"), "{e}");
-    let job_id = cluster.rank(2).checkpoint_job();
+    let job_id = cluster.rank(2).checkpoints().job();
     cluster.shutdown().unwrap();
 
     // Rank 2's newest version lost: the ranks agree on version 4, which

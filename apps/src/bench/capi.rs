@@ -111,13 +111,44 @@ fn side(rounds_s: Vec<f64>) -> Side {
 
 /// Runs the comparison and prints the table.
 pub fn main(args: CapiArgs) -> ExitCode {
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
+    let (rust, c) = match rounds(&args) {
+        Ok(x) => x,
+        Err((code, e)) => {
             eprintln!("bench capi: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(code);
         }
     };
+    let rows: Vec<Row> = args
+        .size
+        .iter()
+        .zip(rust.into_iter().zip(c))
+        .map(|(&size, (r, c))| {
+            let (rust, c) = (side(r), side(c));
+            Row {
+                np: args.np,
+                size,
+                ratio: c.median_s / rust.median_s,
+                rust,
+                c,
+            }
+        })
+        .collect();
+    print_rows(&rows);
+    if let Some(path) = &args.json {
+        if let Err(e) = std::fs::write(path, serde_json::to_vec_pretty(&rows).unwrap_or_default()) {
+            eprintln!("bench capi: cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Per size, the medians of every round: the Rust program's, the C
+/// program's (the two alternate within a round). An error: the exit code
+/// and why.
+#[allow(clippy::type_complexity)]
+fn rounds(args: &CapiArgs) -> Result<(Vec<Vec<f64>>, Vec<Vec<f64>>), (u8, String)> {
+    let exe = std::env::current_exe().map_err(|e| (2, e.to_string()))?;
     let sizes: Vec<String> = args.size.iter().map(|s| s.to_string()).collect();
     let common: Vec<OsString> = vec![
         "--sizes".into(),
@@ -143,47 +174,33 @@ pub fn main(args: CapiArgs) -> ExitCode {
             ),
         ];
         for (program, job_args, tag, into) in jobs {
-            match job(args.np, program, job_args, tag) {
-                Ok(figs) if figs.len() == args.size.len() => {
-                    for (i, f) in figs.iter().enumerate() {
-                        into[i].push(f.median_s);
-                    }
-                }
-                Ok(figs) => {
-                    eprintln!(
-                        "bench capi: round {round}: {tag} figures for {} sizes, not {}",
+            let figs = job(args.np, program, job_args, tag)
+                .map_err(|e| (1, format!("round {round}: {e}")))?;
+            if figs.len() != args.size.len() {
+                return Err((
+                    1,
+                    format!(
+                        "round {round}: {tag} figures for {} sizes, not {}",
                         figs.len(),
                         args.size.len()
-                    );
-                    return ExitCode::from(1);
-                }
-                Err(e) => {
-                    eprintln!("bench capi: round {round}: {e}");
-                    return ExitCode::from(1);
-                }
+                    ),
+                ));
+            }
+            for (i, f) in figs.iter().enumerate() {
+                into[i].push(f.median_s);
             }
         }
     }
-    let rows: Vec<Row> = args
-        .size
-        .iter()
-        .zip(rust.into_iter().zip(c))
-        .map(|(&size, (r, c))| {
-            let (rust, c) = (side(r), side(c));
-            Row {
-                np: args.np,
-                size,
-                ratio: c.median_s / rust.median_s,
-                rust,
-                c,
-            }
-        })
-        .collect();
+    Ok((rust, c))
+}
+
+/// The table of `rows`, on standard output.
+fn print_rows(rows: &[Row]) {
     println!(
         "{:>4} {:>10} {:>12} {:>12} {:>8} {:>8}",
         "np", "size", "rust", "c api", "c/rust", "<=1.05"
     );
-    for r in &rows {
+    for r in rows {
         println!(
             "{:>4} {:>10} {:>10.3}ms {:>10.3}ms {:>8.3} {:>8}",
             r.np,
@@ -194,11 +211,4 @@ pub fn main(args: CapiArgs) -> ExitCode {
             if r.ratio <= 1.05 { "yes" } else { "no" }
         );
     }
-    if let Some(path) = &args.json {
-        if let Err(e) = std::fs::write(path, serde_json::to_vec_pretty(&rows).unwrap_or_default()) {
-            eprintln!("bench capi: cannot write {}: {e}", path.display());
-            return ExitCode::from(2);
-        }
-    }
-    ExitCode::SUCCESS
 }

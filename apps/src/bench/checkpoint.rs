@@ -253,19 +253,23 @@ fn measure(
 ) -> Result<RetrievalFigures, String> {
     let p = cluster
         .rank(0)
-        .checkpoint_placement()
+        .checkpoints()
+        .placement()
         .ok_or("no placement")?
         .clone();
     let (r, failure) = pick(&p).ok_or("no rank whose loss leaves L3 with these settings")?;
     let pending: Vec<_> = cluster
         .ranks()
         .iter()
-        .map(|rt| rt.checkpoint(1, &state(rt.rank(), params.state_bytes)))
+        .map(|rt| {
+            rt.checkpoints()
+                .save(1, &state(rt.rank(), params.state_bytes))
+        })
         .collect();
     for f in pending {
         f.wait().map_err(|e| e.to_string())?;
     }
-    let _ = std::fs::remove_dir_all(rank_dir(l1, cluster.rank(r).checkpoint_job(), r));
+    let _ = std::fs::remove_dir_all(rank_dir(l1, cluster.rank(r).checkpoints().job(), r));
     for &d in failure.ranks.iter().filter(|&&d| d != r) {
         cluster.kill(d);
     }
@@ -283,7 +287,10 @@ fn measure(
             (Retrieval::Probing, &mut probing, &mut probing_levels),
         ] {
             let t = Instant::now();
-            let got = rt.restore_with::<State>(&how).map_err(|e| e.to_string())?;
+            let got = rt
+                .checkpoints()
+                .restore_with::<State>(&how)
+                .map_err(|e| e.to_string())?;
             times.push(t.elapsed().as_secs_f64());
             let got = got.ok_or("nothing restored")?;
             if got.state != want || got.level != Level::L3 {

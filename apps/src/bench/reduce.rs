@@ -391,7 +391,7 @@ fn timed_reps(
             // Versions go upwards over every size.
             static VERSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
             let version = VERSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if let Err(e) = rt.checkpoint(version, &version).wait() {
+            if let Err(e) = rt.checkpoints().save(version, &version).wait() {
                 eprintln!("checkpoint: {e}");
                 return Err(ExitCode::from(1));
             }

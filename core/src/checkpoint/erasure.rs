@@ -59,17 +59,9 @@ pub enum ErasureError {
     Codec(#[from] reed_solomon_simd::Error),
 }
 
-/// The length every shard is coded at: the longest data shard, rounded up
-/// to an even number of bytes (at least 2), as the coder requires.
-pub fn shard_len(lens: &[u64]) -> usize {
-    usize::try_from(padded_len(lens)).unwrap_or(usize::MAX)
-}
-
-/// [`shard_len`] as a u64.
-pub(crate) fn padded_len(lens: &[u64]) -> u64 {
-    let longest = lens.iter().copied().max().unwrap_or(0).max(2);
-    longest.saturating_add(longest % 2)
-}
+use super::piece::padded_len;
+/// The length every shard is coded at (defined with the shards' pieces).
+pub use super::piece::shard_len;
 
 fn check_geometry(k: usize, m: usize) -> Result<(), ErasureError> {
     if k == 0 || m == 0 || k + m > MAX_SHARDS || !ReedSolomonEncoder::supports(k, m) {

@@ -69,7 +69,7 @@ pub struct Shard {
     /// This piece: data shard `index < k`, or parity shard `index - k`.
     pub index: u16,
     /// True length of each data shard (they are padded to one length for
-    /// coding: [`super::erasure::shard_len`]).
+    /// coding: [`shard_len`]).
     pub lens: Vec<u64>,
 }
 
@@ -230,7 +230,7 @@ fn validate_shard(owner: u32, s: &Shard, payload_len: u64) -> Result<(), PieceEr
         }
         s.lens[index]
     } else {
-        super::erasure::padded_len(&s.lens)
+        padded_len(&s.lens)
     };
     if payload_len != expected {
         return Err(PieceError::Malformed("L3 payload length not the shard's"));
@@ -426,6 +426,18 @@ pub fn check<'a>(bytes: &'a [u8], expect: &Expect) -> Result<Piece<'a>, PieceErr
     let piece = decode(bytes)?;
     piece.matches(expect)?;
     Ok(piece)
+}
+
+/// The length every shard is coded at: the longest data shard, rounded up
+/// to an even number of bytes (at least 2), as the coder requires.
+pub fn shard_len(lens: &[u64]) -> usize {
+    usize::try_from(padded_len(lens)).unwrap_or(usize::MAX)
+}
+
+/// [`shard_len`] as a u64.
+pub(crate) fn padded_len(lens: &[u64]) -> u64 {
+    let longest = lens.iter().copied().max().unwrap_or(0).max(2);
+    longest.saturating_add(longest % 2)
 }
 
 #[cfg(test)]

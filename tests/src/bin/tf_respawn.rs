@@ -138,7 +138,7 @@ fn run(rt: &Runtime, args: &Args, entry: Entry) -> Result<Tally, ReduceError> {
 /// Where every rank resumes after a global restart: version `v`, the
 /// newest every rank holds.
 fn agreed(rt: &Runtime, v: u64) -> u32 {
-    match rt.restore_upto::<u32>(Some(v)) {
+    match rt.checkpoints().restore_upto::<u32>(Some(v)) {
         Ok(Some((version, next))) => {
             println!("resumed at {next} (version {version}, agreed)");
             next
@@ -156,7 +156,7 @@ fn resume_point(rt: &Runtime, args: &Args) -> u32 {
     if args.checkpoint_every == 0 || !matches!(rt.lifecycle(), Lifecycle::Restarted { .. }) {
         return 0;
     }
-    match rt.restore::<u32>() {
+    match rt.checkpoints().restore::<u32>() {
         Ok(Some((version, next))) => {
             println!("resumed at {next} (version {version})");
             next
@@ -172,7 +172,7 @@ fn resume_point(rt: &Runtime, args: &Args) -> u32 {
 /// Checkpoints `next` (every reduction before it completed) when due.
 fn checkpoint(rt: &Runtime, args: &Args, next: u32) {
     if args.checkpoint_every > 0 && next.is_multiple_of(args.checkpoint_every) {
-        let written = rt.checkpoint(u64::from(next), &next).wait();
+        let written = rt.checkpoints().save(u64::from(next), &next).wait();
         if let Err(e) = written {
             println!("unexpected checkpoint: {e}");
         }

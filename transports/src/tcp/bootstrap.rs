@@ -184,6 +184,21 @@ fn try_register(
     let _ = s.set_nodelay(true);
     let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
     let _ = s.set_read_timeout(Some(cfg.connect_timeout.max(Duration::from_secs(1))));
+    register_hello(cfg, listen, &mut s, (master, master_rank))?;
+    // The master answers once every rank is in, or refuses at its deadline.
+    let _ = s.set_read_timeout(Some(cfg.connect_timeout + Duration::from_secs(5)));
+    read_table(cfg, &mut s, master)
+}
+
+/// Proves the key to the master (and checks its proof) on `s`, saying
+/// who this rank is. A failure here is retried: before the master proved
+/// the key, nothing it says ends the registration.
+fn register_hello(
+    cfg: &TcpConfig,
+    listen: SocketAddr,
+    s: &mut TcpStream,
+    (master, master_rank): Found,
+) -> Result<(), Attempt> {
     let hello = Hello {
         version: VERSION,
         role: Role::Register,
@@ -196,35 +211,39 @@ fn try_register(
         incarnation: cfg.incarnation,
         mac: cfg.integrity,
     };
-    // Before the listener proved the key, nothing it says ends the
-    // registration: whoever holds the master's address could refuse every
-    // starting rank. The rank tries again until its connect timeout, and
-    // fails then with what it was last told.
+    // Whoever holds the master's address could refuse every starting
+    // rank: the rank tries again until its connect timeout, and fails
+    // then with what it was last told.
     let who = format!("the master at {master}");
-    match handshake::call_sync(&mut s, &cfg.auth, hello, master_rank) {
-        Ok(_) => {}
-        Err(Failed::Broken(d)) => {
-            return Err(Attempt::Retry(
-                format!("registering with {master}: {d}"),
-                None,
-            ))
-        }
+    match handshake::call_sync(s, &cfg.auth, hello, master_rank) {
+        Ok(_) => Ok(()),
+        Err(Failed::Broken(d)) => Err(Attempt::Retry(
+            format!("registering with {master}: {d}"),
+            None,
+        )),
         Err(f @ Failed::Refused(_)) => {
             let why = f.describe(&who);
-            return Err(Attempt::Retry(
+            Err(Attempt::Retry(
                 why.clone(),
                 Some(TransportError::Refused(why)),
-            ));
+            ))
         }
         Err(f @ Failed::Auth(_)) => {
             let why = f.describe(&who);
-            return Err(Attempt::Retry(why.clone(), Some(TransportError::Auth(why))));
+            Err(Attempt::Retry(why.clone(), Some(TransportError::Auth(why))))
         }
     }
-    // The master answers once every rank is in, or refuses at its deadline.
-    let _ = s.set_read_timeout(Some(cfg.connect_timeout + Duration::from_secs(5)));
+}
+
+/// The master's answer to a registration on `s`: the rank it runs on and
+/// every rank's entry, or why not.
+fn read_table(
+    cfg: &TcpConfig,
+    s: &mut TcpStream,
+    master: SocketAddr,
+) -> Result<(u32, Vec<Entry>), Attempt> {
     let max = (u64::from(cfg.size) * frame::ENTRY_LEN as u64).max(u64::from(frame::HANDSHAKE_MAX));
-    match frame::read_frame_sync(&mut s, max) {
+    match frame::read_frame_sync(s, max) {
         Ok(Some((h, p))) if h.kind == kind::TABLE => {
             let theirs = u16::try_from(h.b).unwrap_or(u16::MAX);
             version::check("the master", theirs).map_err(Attempt::Fatal)?;

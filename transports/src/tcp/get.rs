@@ -264,6 +264,14 @@ pub(crate) async fn on_chunk(
             bytes,
         });
     }
+    finish_or_wait(shared, peer, req, p);
+    Ok(())
+}
+
+/// A chunk of get `req` from `peer` was handed on: completes the get if
+/// it was the last, else puts it back among the peer's pending gets
+/// (failed at once if the link or the transport went down meanwhile).
+fn finish_or_wait(shared: &Shared, peer: u32, req: u64, mut p: Pending) {
     if p.done == p.total {
         if p.sink.is_some() {
             // Every segment is with the caller: the empty buffer says so.
@@ -272,7 +280,7 @@ pub(crate) async fn on_chunk(
             let buf = p.buf.take().unwrap_or_default();
             p.complete(Ok(Received::Owned(buf)));
         }
-        return Ok(());
+        return;
     }
     let mut slot = shared.slot(peer);
     match slot.link.error(peer) {
@@ -286,7 +294,6 @@ pub(crate) async fn on_chunk(
             let _ = p.tx.send(Err(e));
         }
     }
-    Ok(())
 }
 
 /// Sends `GET_RETURN` for a loan when dropped (a view's last read done).

@@ -72,21 +72,3 @@ fn a_join_beyond_the_limit_fails_its_reduction_and_the_live_ones_go_on() {
         assert!(completions_of(&sent(&ts), 103).is_empty());
     });
 }
-
-#[test]
-fn replica_notices_of_a_reduction_not_open_are_bounded() {
-    let (_hub, ts) = LoopbackHub::new(4);
-    let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-    let mut master = Master::new(4, Outbox::of(t), 1000);
-    for i in 0..10_000u32 {
-        master.note_early_replica(KEY, i % 64, i / 64, i % 2 == 0);
-    }
-    assert_eq!(master.early_replicas[&KEY].len(), 8, "twice the job's size");
-    // The same owner and holder again replace their notice.
-    master.note_early_replica(KEY, 0, 0, false);
-    assert_eq!(master.early_replicas[&KEY][0], (0, 0, false));
-    for key in 0..(2 * super::super::EARLY_KEYS as u64) {
-        master.note_early_replica(key + 1000, 1, 2, true);
-    }
-    assert!(master.early_replicas.len() <= super::super::EARLY_KEYS);
-}

@@ -78,7 +78,7 @@ pub fn resume(rt: &Runtime, job: &Job, start: Start) -> Result<Resumed, ResumeEr
         return Err(ResumeError::RootReplaced(rt.rank()));
     }
     let want = fingerprint(job, rt.size());
-    let newest = match rt.restore::<State>()? {
+    let newest = match rt.checkpoints().restore::<State>()? {
         Some((v, s)) if s.fingerprint != want || s.rank != rt.rank() => {
             return Err(ResumeError::OtherJob { version: v });
         }
@@ -157,7 +157,7 @@ fn agreement(rt: &Runtime, mine: u64) -> Result<Option<u64>, ReduceError> {
 /// it, which must be it), checked as any restore.
 fn read_version(rt: &Runtime, version: u64, want: u64) -> Result<State, ResumeError> {
     let rank = rt.rank();
-    match rt.restore_upto::<State>(Some(version))? {
+    match rt.checkpoints().restore_upto::<State>(Some(version))? {
         Some((v, s)) if v == version && s.fingerprint == want && s.rank == rank => Ok(s),
         Some((v, s)) if v == version && (s.fingerprint != want || s.rank != rank) => {
             Err(ResumeError::OtherJob { version })

@@ -79,7 +79,8 @@ impl Checkpointer {
                 unix_ms()
             );
         }
-        self.pending.push_back(rt.checkpoint(version, &state));
+        self.pending
+            .push_back(rt.checkpoints().save(version, &state));
         self.taken += 1;
         self.spent += began.elapsed();
     }

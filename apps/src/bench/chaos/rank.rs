@@ -193,7 +193,7 @@ fn run(
             let (i, f) = live.pop_front().expect("not empty");
             clean &= settle(rt, args, me, i, f)?;
             // The write starts at once; this rank does not wait for it.
-            drop(rt.checkpoint(u64::from(i) + 1, &(i + 1)));
+            drop(rt.checkpoints().save(u64::from(i) + 1, &(i + 1)));
         }
     }
     for (i, f) in live {
@@ -220,11 +220,11 @@ fn resume_point(rt: &Runtime, args: &ChaosRankArgs, me: &str, entry: Entry) -> O
     let restored = match entry.resume {
         Some(v) => {
             mark(&args.dir, &format!("restore-{me}"), "");
-            rt.restore_upto::<u32>(Some(v))
+            rt.checkpoints().restore_upto::<u32>(Some(v))
         }
         None if restarted && !global => {
             mark(&args.dir, &format!("restore-{me}"), "");
-            rt.restore::<u32>()
+            rt.checkpoints().restore::<u32>()
         }
         None => return Some(0),
     };

@@ -3,8 +3,8 @@
 //! on the standby, starting the new master (see the book's Fault
 //! tolerance chapter, A master that dies).
 
-use crate::router::Router;
-use crate::start::Spare;
+use super::Router;
+use crate::master::spawn::{standby_master, Spare};
 use crate::worker::{Failover, MasterGone};
 use std::time::Instant;
 use taskfold_core::failover::standby_of;
@@ -108,7 +108,7 @@ impl Router {
     /// what came early.
     fn take_over(&mut self, lost: Rank) {
         let dead = self.out.view().dead();
-        let (m, d) = crate::start::standby_master(&self.standby.spare, &self.out, lost, &dead);
+        let (m, d) = standby_master(&self.standby.spare, &self.out, lost, &dead);
         self.master = Some(m);
         self.detector = Some(d);
         // The master's own rank watches nobody.

@@ -6,16 +6,19 @@
 //! master, launcher reports only from the launcher). A bad frame is logged
 //! and dropped; the runtime keeps serving everyone else.
 
-use crate::detector::{FailureDetector, PongIn};
+use crate::detector::{FailureDetector, PongIn, RankDown};
 use crate::master::{
-    BarrierIn, ExitReport, FinalizeIn, GetStats, JoinIn, Master, MasterStats, RankDown,
-    ReadmittedIn, ReinitReadyIn, RejoinIn, ReplacementIn, ReplicatedIn, TaskDoneIn, TaskFailedIn,
+    BarrierIn, ExitReport, FinalizeIn, GetStats, JoinIn, Master, ReadmittedIn, ReinitReadyIn,
+    RejoinIn, ReplacementIn, ReplicatedIn, TaskDoneIn, TaskFailedIn,
 };
-use crate::perf::{GetLocalStats, LocalStats, PerformanceCounter};
+mod results;
+pub(crate) mod standby;
+
+use crate::commands::Command;
+use crate::perf::{GetLocalStats, PerformanceCounter};
 use crate::replica::{OfferIn, PeerGone, ReplicaStore};
 use crate::worker::{
-    BarrierDoneIn, BarrierReq, CompleteIn, FinalizeAckIn, FinalizeReq, RankFailedIn, ReleaseIn,
-    ReplicaAckIn, StartReduce, TaskIn, Worker,
+    BarrierDoneIn, CompleteIn, FinalizeAckIn, RankFailedIn, ReleaseIn, ReplicaAckIn, TaskIn, Worker,
 };
 use actix::prelude::*;
 use std::time::Instant;
@@ -24,30 +27,6 @@ use taskfold_core::watch::{MasterWatch, Timing};
 use taskfold_core::wire::{self, Msg};
 use taskfold_core::Rank;
 use taskfold_transports::{Event, LAUNCHER};
-
-/// What application threads ask of the runtime (over a flume channel).
-pub(crate) enum Command {
-    Start(StartReduce),
-    Finalize(FinalizeReq),
-    Barrier(BarrierReq),
-    MasterStats(flume::Sender<MasterStats>),
-    /// The application is at its re-init entry point (global restart).
-    ReinitReady {
-        epoch: Option<u32>,
-        held: Vec<u64>,
-    },
-    LocalStats(flume::Sender<LocalStats>),
-    /// A checkpoint that followed these results' handovers is durable
-    /// (see `crate::results`).
-    ReleaseResults(Vec<u64>),
-    /// This rank holds a spread's value (see `crate::spread`).
-    Share(crate::spread::Share),
-    /// This rank wants a spread's value.
-    Ask(crate::spread::Ask),
-    /// This source cannot serve its spread's value.
-    Gone(crate::spread::Gone),
-    Stop,
-}
 
 /// Routes transport events and commands to the actors.
 pub(crate) struct Router {
@@ -64,7 +43,7 @@ pub(crate) struct Router {
     /// its pings and its link feed it, a timer checks it every ping period.
     pub(crate) watch: Option<(MasterWatch, Timing)>,
     /// Who takes over if the master dies (see `crate::standby`).
-    pub(crate) standby: crate::standby::Standby,
+    pub(crate) standby: standby::Standby,
     /// This process's lifecycle and the application's failure events.
     pub(crate) recovery: crate::lifecycle::Recovery,
     /// The global restart's state, shared with the runtime.
