@@ -360,11 +360,7 @@ fn watch(
                         if ends {
                             master_died = Some(Instant::now());
                         }
-                        // Not once the master has exited: the job is over
-                        // (it finalized), and a replacement would find none.
-                        let leads = children
-                            .iter_mut()
-                            .any(|c| c.0 == masters.current && matches!(c.2.try_wait(), Ok(None)));
+                        let leads = masters::leads(&mut children, masters.current);
                         if others && leads && stopped.is_none() {
                             if let Some((c, note)) = spawner.replace(&mut exit, masters.current) {
                                 masters.revived(c.0);
