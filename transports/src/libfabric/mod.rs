@@ -265,6 +265,10 @@ impl LibfabricTransport {
             fabric,
         } = open::open(&cfg)?;
         let tcp = TcpTransport::start(cfg.tcp.clone())?;
+        let weak = Arc::downgrade(&tcp);
+        sh.same.set_listeners(Box::new(move |peer| {
+            weak.upgrade().and_then(|t| t.peer_listen_addr(peer))
+        }));
         let deadline = Instant::now() + cfg.tcp.connect_timeout;
         let (addrs, replay) = match start_up(&tcp, &av, &provider, &name, deadline) {
             Ok(x) => x,
