@@ -151,6 +151,18 @@ impl KeyMaker {
     ) -> std::io::Result<KeyMaker> {
         let mut nonce = [0u8; NONCE_LEN];
         getrandom::fill(&mut nonce).map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(KeyMaker::with_nonce(key, job, rank, nonce))
+    }
+
+    /// As [`KeyMaker::new`] with a nonce of the caller's (the fuzz
+    /// targets'; hidden, not API: a nonce must be fresh).
+    #[doc(hidden)]
+    pub fn with_nonce(
+        key: &taskfold_core::auth::JobKey,
+        job: u64,
+        rank: u32,
+        nonce: [u8; NONCE_LEN],
+    ) -> KeyMaker {
         let mut hex = key.to_hex();
         let mut bytes = [0u8; 32];
         for (b, pair) in bytes.iter_mut().zip(hex.as_bytes().chunks_exact(2)) {
@@ -160,12 +172,12 @@ impl KeyMaker {
         hex.zeroize();
         let k = Key(bytes);
         bytes.zeroize();
-        Ok(KeyMaker {
+        KeyMaker {
             key: k,
             job,
             rank,
             nonce,
-        })
+        }
     }
 
     /// This process's nonce, which its endpoint-name frame carries.
@@ -367,21 +379,6 @@ fn check<'a>(
     }
     window.take(seq);
     Ok((msg, digest.try_into().expect("a digest")))
-}
-
-/// The fuzz target's entry point: checks `sealed` as a message from a
-/// peer whose key is all `key_byte`s, against a window that took
-/// `taken` (hidden, not API).
-#[doc(hidden)]
-pub fn check_for_fuzzing(key_byte: u8, taken: &[u64], sealed: &[u8]) -> Result<usize, SealError> {
-    let key = Key([key_byte; 32]);
-    let mut w = Window::default();
-    for &s in taken {
-        if w.fresh(s) {
-            w.take(s);
-        }
-    }
-    check(&key, &mut w, sealed).map(|(m, _)| m.len())
 }
 
 #[cfg(test)]

@@ -115,6 +115,7 @@ pub(crate) enum Cmd {
     },
     /// A test plays the path: what it does to the next message to, or
     /// read from, `peer`.
+    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
     Tamper { peer: u32, how: Tamper },
     /// The replacement of `peer` inserted this rank's name: frames to it
     /// may go.
