@@ -74,6 +74,16 @@
 //! fold on one node reads its peer's data where it lies whatever the
 //! fabric.
 //!
+//! # Integrity
+//!
+//! With `TASKFOLD_INTEGRITY=mac` ([`TcpConfig::integrity`]) every fabric
+//! message is sealed with a MAC under a key of its pair of processes and
+//! direction, and carries its number and the digest of the bulk bytes it
+//! points to; the receiver refuses a changed, injected or replayed message
+//! before decoding it, and bulk bytes read by RMA that do not match their
+//! digest are never handed over ([`seal`]). Ranks that disagree on the
+//! setting refuse each other at start.
+//!
 //! # Providers and memory registration
 //!
 //! The provider is chosen by name ([`LibfabricConfig::provider`], e.g.
