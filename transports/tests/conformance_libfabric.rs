@@ -234,6 +234,7 @@ macro_rules! fabric_all {
                 a_forged_sequence_number_does_not_displace_the_real_frame,
                 a_guessed_memory_key_reads_nothing,
                 a_replacement_is_let_in_over_the_fabric,
+                a_sealed_replacement_is_let_in_over_the_fabric,
                 a_changed_message_is_refused,
                 a_replayed_message_is_refused,
                 a_changed_bulk_read_is_refused,

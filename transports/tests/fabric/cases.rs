@@ -145,8 +145,20 @@ pub fn a_guessed_memory_key_reads_nothing(provider: &str) {
 /// admits it: the replacement starts, and frames and gets flow both
 /// ways between it and every rank over the fabric.
 pub fn a_replacement_is_let_in_over_the_fabric(provider: &str) {
+    replacement_let_in(provider, false);
+}
+
+/// As [`a_replacement_is_let_in_over_the_fabric`], every message sealed
+/// (`TASKFOLD_INTEGRITY=mac`): the replacement's messages are sealed with
+/// keys of its own process (its nonce came in its name frame).
+pub fn a_sealed_replacement_is_let_in_over_the_fabric(provider: &str) {
+    replacement_let_in(provider, true);
+}
+
+fn replacement_let_in(provider: &str, sealed: bool) {
     let seen: Mutex<Option<LibfabricConfig>> = Mutex::new(None);
     let ts = libfabric_ranks(3, provider, &|c| {
+        c.tcp.integrity = sealed;
         if c.tcp.rank == 2 {
             *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
         }

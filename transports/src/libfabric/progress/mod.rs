@@ -522,12 +522,13 @@ impl Engine {
     }
 
     /// A message from `from` failed its integrity check: dropped, logged
-    /// and counted; unless it was only a replay (the genuine one came),
-    /// the peer's stream lost a message, so it is suspected, as a TCP
-    /// connection whose frame fails ends.
+    /// and counted. If it was changed or injected, the peer's stream lost
+    /// a message, so it is suspected, as a TCP connection whose frame
+    /// fails ends; a replay (the genuine one came) or a message before the
+    /// peer's keys (a replacement's, not let in yet) costs nothing more.
     fn unsealed(&mut self, from: u32, e: SealError) {
         super::seal::count_refusal(self.sh.rank, from, &e);
-        if !matches!(e, SealError::Replayed(_)) {
+        if matches!(e, SealError::BadTag(_) | SealError::Short(_)) {
             self.suspect(from, e.to_string());
         }
     }
