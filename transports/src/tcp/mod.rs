@@ -264,6 +264,7 @@ impl TcpTransport {
     }
 
     /// Where `peer`'s current process listens, as the job's table says.
+    #[cfg(feature = "libfabric")]
     pub(crate) fn peer_listen_addr(&self, peer: u32) -> Option<SocketAddr> {
         self.shared.addr_of(peer)
     }
