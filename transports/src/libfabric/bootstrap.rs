@@ -309,3 +309,39 @@ impl Forwarder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use taskfold_core::auth::JobKey;
+
+    fn frame(nonce: Option<[u8; 32]>) -> Result<wire::NameFrame, String> {
+        Ok(wire::NameFrame {
+            version: crate::version::VERSION,
+            provider: "shm".into(),
+            name: vec![1, 2, 3],
+            nonce,
+        })
+    }
+
+    /// A peer's name frame must be sealed as this rank seals: a nonce
+    /// exactly when this rank has a key maker; the refusal names the
+    /// variable.
+    #[test]
+    fn a_name_frame_must_agree_on_integrity() {
+        let maker = KeyMaker::new(&JobKey::from_bytes([5; 32]), 9, 0).expect("a nonce");
+        let (name, keys) = check_name(1, frame(Some([7; 32])), "shm", Some(&maker)).unwrap();
+        assert_eq!((name, keys.is_some()), (vec![1, 2, 3], true));
+        let (_, keys) = check_name(1, frame(None), "shm", None).unwrap();
+        assert!(keys.is_none());
+        for (theirs, mine) in [(None, Some(&maker)), (Some([7; 32]), None)] {
+            match check_name(1, frame(theirs), "shm", mine) {
+                Err(TransportError::Refused(why)) => {
+                    assert!(why.contains("TASKFOLD_INTEGRITY"), "{why}");
+                    assert!(why.contains("rank 1"), "{why}");
+                }
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        }
+    }
+}
