@@ -1,8 +1,9 @@
 //! The conformance suite against the libfabric transport, once per
-//! provider: `tcp;ofi_rxm`, `sockets` and `shm`, and once more over
+//! provider: `tcp;ofi_rxm`, `sockets` and `shm`; once more over
 //! `tcp;ofi_rxm` with the progress thread blocking in `fi_cq_sread`
-//! (`WaitMode::Auto`). A provider this machine lacks fails its tests under
-//! CI (env `CI` set) and skips them otherwise.
+//! (`WaitMode::Auto`); and once more per provider with every message
+//! sealed (`TASKFOLD_INTEGRITY=mac`). A provider this machine lacks fails
+//! its tests under CI (env `CI` set) and skips them otherwise.
 
 #![cfg(feature = "libfabric")]
 
@@ -11,8 +12,13 @@ use taskfold_transports::conformance::{self, libfabric_ranks, Cluster};
 use taskfold_transports::libfabric::{provider_available, WaitMode};
 use taskfold_transports::Transport;
 
-fn cluster(n: u32, provider: &str, wait: WaitMode) -> Cluster {
-    let ts = libfabric_ranks(n, provider, &|c| c.wait = wait);
+/// `n` ranks over `provider`, waiting as `wait` says, sealing their
+/// messages if `sealed` (`TASKFOLD_INTEGRITY=mac`).
+fn cluster(n: u32, provider: &str, (wait, sealed): (WaitMode, bool)) -> Cluster {
+    let ts = libfabric_ranks(n, provider, &|c| {
+        c.wait = wait;
+        c.tcp.integrity = sealed;
+    });
     let killers = ts.clone();
     Cluster {
         transports: ts.into_iter().map(|t| t as Arc<dyn Transport>).collect(),
@@ -51,7 +57,7 @@ const CASE_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
 /// library keeps state per process beyond the endpoints a case closes. A
 /// job uses one transport per process, so a process per case hides
 /// nothing a job can meet, and a crash names its case.
-fn run(name: &str, provider: &str, wait: WaitMode, case: fn(conformance::Factory<'_>)) {
+fn run(name: &str, provider: &str, wait: (WaitMode, bool), case: fn(conformance::Factory<'_>)) {
     run_body(name, provider, &|| case(&|n| cluster(n, provider, wait)));
 }
 
@@ -169,10 +175,13 @@ macro_rules! cases {
 
 macro_rules! provider {
     ($module:ident, $provider:expr, $wait:ident) => {
+        provider!($module, $provider, $wait, false);
+    };
+    ($module:ident, $provider:expr, $wait:ident, $sealed:expr) => {
         mod $module {
             use taskfold_transports::libfabric::WaitMode;
             cases!(
-                $provider, WaitMode::$wait;
+                $provider, (WaitMode::$wait, $sealed);
                 ordered_delivery,
                 send_to_self,
                 nodes_known,
@@ -225,7 +234,11 @@ macro_rules! fabric_all {
                 a_forged_sequence_number_does_not_displace_the_real_frame,
                 a_guessed_memory_key_reads_nothing,
                 a_replacement_is_let_in_over_the_fabric,
-                integrity_is_refused_over_the_fabric,
+                a_sealed_replacement_is_let_in_over_the_fabric,
+                a_changed_message_is_refused,
+                a_replayed_message_is_refused,
+                a_changed_bulk_read_is_refused,
+                ranks_that_disagree_on_integrity_are_refused,
             );
         )*
     };
@@ -241,3 +254,7 @@ provider!(tcp_rxm, "tcp;ofi_rxm", Poll);
 provider!(tcp_rxm_sread, "tcp;ofi_rxm", Auto);
 provider!(sockets, "sockets", Poll);
 provider!(shm, "shm", Poll);
+// The whole suite again with every message sealed.
+provider!(tcp_rxm_sealed, "tcp;ofi_rxm", Poll, true);
+provider!(sockets_sealed, "sockets", Poll, true);
+provider!(shm_sealed, "shm", Poll, true);

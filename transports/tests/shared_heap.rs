@@ -335,3 +335,139 @@ fn libfabric_ranks_read_each_other_in_place() {
         "the mapping made while the owner lived still serves"
     );
 }
+
+/// A process of this user that is no rank of the job, holding a private
+/// file of known bytes open as its descriptor 0, alive while the guard
+/// lives: what a peer with the key might name in a locator to make a rank
+/// map another process's file.
+struct Bystander {
+    child: std::process::Child,
+    path: std::path::PathBuf,
+    ino: u64,
+    len: u64,
+}
+
+impl Bystander {
+    fn start() -> Bystander {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let path = std::env::temp_dir().join(format!(
+            "taskfold-bystander-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .expect("a private file");
+        std::io::Write::write_all(&mut f, &[0x5a; 64 << 10]).expect("written");
+        let meta = f.metadata().expect("its inode");
+        let child = std::process::Command::new("sleep")
+            .arg("30")
+            .stdin(std::fs::File::open(&path).expect("opened"))
+            .spawn()
+            .expect("sleep");
+        Bystander {
+            child,
+            path,
+            ino: meta.ino(),
+            len: meta.len(),
+        }
+    }
+
+    /// A locator naming the bystander's file as if it were a peer's heap.
+    fn locator(&self, node: u64) -> same_node::Locator {
+        Place {
+            node,
+            pid: self.child.id(),
+            heap: shm::HeapRef {
+                fd: 0,
+                ino: self.ino,
+                len: self.len,
+                offset: 0,
+            },
+            len: 4096,
+        }
+        .encode()
+    }
+}
+
+impl Drop for Bystander {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Checks that `reader` refuses a locator of rank 1 naming a bystander's
+/// process, before and after rank 1's genuine locator was read, and that
+/// the genuine one (`genuine`, whose bytes are `data`) reads in place.
+fn foreign_pids_are_refused(
+    reader: &same_node::SameNode,
+    genuine: &same_node::Locator,
+    data: &[u8],
+) {
+    let other = Bystander::start();
+    let forged = other.locator(reader.token());
+    let refused = same_node::locators_refused();
+    assert!(
+        reader.view(Rank(1), &forged).is_none(),
+        "nothing of a process that is not rank 1's is read"
+    );
+    assert!(
+        same_node::locators_refused() > refused,
+        "the refusal is counted"
+    );
+    let got = reader
+        .view(Rank(1), genuine)
+        .expect("the peer's own heap reads in place");
+    assert!(got[..] == data[..], "the owner's bytes");
+    let refused = same_node::locators_refused();
+    assert!(
+        reader.view(Rank(1), &forged).is_none(),
+        "once rank 1's process is proven, no other pid is opened"
+    );
+    assert!(same_node::locators_refused() > refused, "counted again");
+}
+
+/// A locator whose pid is not the peer's process opens nothing: a peer
+/// with the key cannot make a rank map another process's file.
+#[test]
+fn a_locator_naming_another_process_reads_nothing() {
+    let ts = tcp_ranks(2, &|_| {});
+    let (t0, t1) = (ts[0].clone(), ts[1].clone());
+    let data = pattern(1 << 20);
+    t1.expose(BufferKey(3), data.clone());
+    let at = t1
+        .same_node()
+        .and_then(|s| s.locate(&data))
+        .expect("in the heap");
+    foreign_pids_are_refused(t0.same_node().expect("tcp reads in place"), &at, &data);
+}
+
+/// As [`a_locator_naming_another_process_reads_nothing`], over libfabric.
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_a_locator_naming_another_process_reads_nothing() {
+    let provider = "tcp;ofi_rxm";
+    if !taskfold_transports::libfabric::provider_available(provider) {
+        assert!(std::env::var_os("CI").is_none(), "{provider} is missing");
+        eprintln!("skipped: no libfabric provider {provider} here");
+        return;
+    }
+    let ts = conformance::libfabric_ranks(2, provider, &|_| {});
+    let data = pattern(1 << 20);
+    ts[1].expose(BufferKey(3), data.clone());
+    let at = ts[1]
+        .same_node()
+        .and_then(|s| s.locate(&data))
+        .expect("in the heap");
+    foreign_pids_are_refused(
+        ts[0].same_node().expect("libfabric reads in place"),
+        &at,
+        &data,
+    );
+}

@@ -15,6 +15,7 @@
 
 use super::fi::{AddressVector, FiAddr};
 use super::progress::Cmd;
+use super::seal::{KeyMaker, PairKeys};
 use super::shared::Shared;
 use super::wire;
 use crate::tcp::TcpTransport;
@@ -26,15 +27,21 @@ use std::time::{Duration, Instant};
 /// Every rank's endpoint name (`None`: the peer failed meanwhile).
 pub(super) type Names = Vec<Option<Vec<u8>>>;
 
+/// Every rank's message keys (`None`: not sealed, or no name).
+pub(super) type Keys = Vec<Option<PairKeys>>;
+
 /// What the start-up saw of each peer.
-struct Startup {
+struct Startup<'a> {
     names: Names,
+    keys: Keys,
+    /// This rank's key maker, if it seals its fabric messages.
+    maker: Option<&'a KeyMaker>,
     ready: Vec<bool>,
     dead: Vec<bool>,
     replay: Vec<Event>,
 }
 
-impl Startup {
+impl Startup<'_> {
     fn missing(&self, ready: bool) -> Vec<usize> {
         (0..self.names.len())
             .filter(|&p| {
@@ -60,7 +67,9 @@ impl Startup {
                 match wire::parse_name_frame(frame) {
                     None => self.replay.push(ev),
                     Some(theirs) => {
-                        self.names[from.0 as usize] = Some(check_name(from.0, theirs, provider)?)
+                        let (name, keys) = check_name(from.0, theirs, provider, self.maker)?;
+                        self.names[from.0 as usize] = Some(name);
+                        self.keys[from.0 as usize] = keys;
                     }
                 }
             }
@@ -117,12 +126,14 @@ impl Startup {
 }
 
 /// A peer's decoded name frame, checked: this protocol version, this
-/// provider.
+/// provider, sealed as this rank seals (then the pair's keys, from its
+/// nonce and `maker`).
 fn check_name(
     peer: u32,
     theirs: Result<wire::NameFrame, String>,
     provider: &str,
-) -> Result<Vec<u8>, TransportError> {
+    maker: Option<&KeyMaker>,
+) -> Result<(Vec<u8>, Option<PairKeys>), TransportError> {
     let theirs = theirs.map_err(|detail| TransportError::Protocol { peer, detail })?;
     crate::version::check(&format!("rank {peer}"), theirs.version)?;
     if theirs.provider != provider {
@@ -131,7 +142,21 @@ fn check_name(
             theirs.provider
         )));
     }
-    Ok(theirs.name)
+    let keys = match (maker, &theirs.nonce) {
+        (Some(m), Some(n)) => Some(m.pair(peer, n)),
+        (None, None) => None,
+        (mine, _) => {
+            let (we, they) = match mine {
+                Some(_) => ("this rank seals", "rank {peer} does not"),
+                None => ("this rank does not", "rank {peer} does"),
+            };
+            return Err(TransportError::Refused(format!(
+                "TASKFOLD_INTEGRITY must agree: {we} its fabric messages, {}",
+                they.replace("{peer}", &peer.to_string())
+            )));
+        }
+    };
+    Ok((theirs.name, keys))
 }
 
 /// Sends this rank's endpoint name to every peer over TCP, collects
@@ -144,18 +169,21 @@ pub(super) fn start_up(
     av: &AddressVector,
     provider: &str,
     name: &[u8],
+    maker: Option<&KeyMaker>,
     deadline: Instant,
-) -> Result<(Vec<FiAddr>, Vec<Event>), TransportError> {
+) -> Result<(Vec<FiAddr>, Keys, Vec<Event>), TransportError> {
     let (rank, size) = (tcp.rank().0, tcp.size() as usize);
     let mut st = Startup {
         names: vec![None; size],
+        keys: vec![None; size],
+        maker,
         ready: vec![false; size],
         dead: vec![false; size],
         replay: Vec::new(),
     };
     st.names[rank as usize] = Some(name.to_vec());
     st.ready[rank as usize] = true;
-    let frame = Bytes::from(wire::name_frame(provider, name));
+    let frame = Bytes::from(wire::name_frame(provider, name, maker.map(|m| m.nonce())));
     for peer in (0..size as u32).filter(|&p| p != rank) {
         if let Err(e) = tcp.send(Rank(peer), frame.clone()) {
             tracing::warn!(rank, peer, error = %e, "sending the endpoint name");
@@ -176,7 +204,7 @@ pub(super) fn start_up(
         let _ = tcp.send(Rank(peer), ready.clone());
     }
     st.pump(tcp, provider, true, deadline)?;
-    Ok((addrs, st.replay))
+    Ok((addrs, st.keys, st.replay))
 }
 
 /// What the forwarder needs besides the shared state: the TCP transport
@@ -187,6 +215,8 @@ pub(super) struct Forwarder {
     pub tcp: Arc<TcpTransport>,
     pub av: Arc<AddressVector>,
     pub provider: String,
+    /// This rank's key maker, if it seals its fabric messages.
+    pub maker: Option<KeyMaker>,
 }
 
 impl Forwarder {
@@ -212,11 +242,16 @@ impl Forwarder {
             );
             return;
         }
-        let connected = check_name(peer, theirs, &self.provider)
-            .and_then(|name| Ok(self.av.insert(&name)?))
-            .and_then(|addr| {
+        let connected = check_name(peer, theirs, &self.provider, self.maker.as_ref())
+            .and_then(|(name, keys)| Ok((self.av.insert(&name)?, keys)))
+            .and_then(|(addr, keys)| {
                 let (done, rx) = flume::bounded(1);
-                self.sh.command(Cmd::Connect { peer, addr, done })?;
+                self.sh.command(Cmd::Connect {
+                    peer,
+                    addr,
+                    keys,
+                    done,
+                })?;
                 rx.recv_timeout(Duration::from_secs(5))
                     .map_err(|_| TransportError::Closed)
             });
@@ -270,6 +305,42 @@ impl Forwarder {
                 Ok(ev) => self.handle(ev),
                 Err(flume::RecvTimeoutError::Timeout) => {}
                 Err(flume::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use taskfold_core::auth::JobKey;
+
+    fn frame(nonce: Option<[u8; 32]>) -> Result<wire::NameFrame, String> {
+        Ok(wire::NameFrame {
+            version: crate::version::VERSION,
+            provider: "shm".into(),
+            name: vec![1, 2, 3],
+            nonce,
+        })
+    }
+
+    /// A peer's name frame must be sealed as this rank seals: a nonce
+    /// exactly when this rank has a key maker; the refusal names the
+    /// variable.
+    #[test]
+    fn a_name_frame_must_agree_on_integrity() {
+        let maker = KeyMaker::new(&JobKey::from_bytes([5; 32]), 9, 0).expect("a nonce");
+        let (name, keys) = check_name(1, frame(Some([7; 32])), "shm", Some(&maker)).unwrap();
+        assert_eq!((name, keys.is_some()), (vec![1, 2, 3], true));
+        let (_, keys) = check_name(1, frame(None), "shm", None).unwrap();
+        assert!(keys.is_none());
+        for (theirs, mine) in [(None, Some(&maker)), (Some([7; 32]), None)] {
+            match check_name(1, frame(theirs), "shm", mine) {
+                Err(TransportError::Refused(why)) => {
+                    assert!(why.contains("TASKFOLD_INTEGRITY"), "{why}");
+                    assert!(why.contains("rank 1"), "{why}");
+                }
+                other => panic!("expected a refusal, got {other:?}"),
             }
         }
     }

@@ -74,6 +74,16 @@
 //! fold on one node reads its peer's data where it lies whatever the
 //! fabric.
 //!
+//! # Integrity
+//!
+//! With `TASKFOLD_INTEGRITY=mac` ([`TcpConfig::integrity`]) every fabric
+//! message is sealed with a MAC under a key of its pair of processes and
+//! direction, and carries its number and the digest of the bulk bytes it
+//! points to; the receiver refuses a changed, injected or replayed message
+//! before decoding it, and bulk bytes read by RMA that do not match their
+//! digest are never handed over ([`seal`]). Ranks that disagree on the
+//! setting refuse each other at start.
+//!
 //! # Providers and memory registration
 //!
 //! The provider is chosen by name ([`LibfabricConfig::provider`], e.g.
@@ -102,6 +112,7 @@ pub mod fi;
 pub mod intruder;
 mod open;
 mod progress;
+pub mod seal;
 mod shared;
 pub mod source;
 mod stale;
@@ -130,12 +141,6 @@ use shared::Shared;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// Why a rank asking for `TASKFOLD_INTEGRITY=mac` over libfabric does not
-/// start: fabric messages and RMA reads are not sealed (messages are taken
-/// only from their rank's endpoint, which keeps out other endpoints, not a
-/// party on the fabric's path).
-pub const INTEGRITY_UNSUPPORTED: &str = "TASKFOLD_INTEGRITY=mac is not available over libfabric:      its messages and reads are not sealed; use TASKFOLD_TRANSPORT=tcp, or a fabric that      protects its traffic itself";
 
 /// Environment variable naming the libfabric provider.
 pub const PROVIDER_ENV: &str = "TASKFOLD_FI_PROVIDER";
@@ -193,6 +198,8 @@ pub struct LibfabricTransport {
     tcp: Arc<TcpTransport>,
     /// This endpoint's name, sent to a replacement this rank lets in.
     name: Vec<u8>,
+    /// This process's nonce, if it seals its fabric messages ([`seal`]).
+    nonce: Option<[u8; seal::NONCE_LEN]>,
     provider: String,
     fabric: String,
     max_frame: u64,
@@ -253,9 +260,6 @@ impl LibfabricTransport {
         if cfg.tcp.rank >= cfg.tcp.size {
             return Err(TransportError::NoSuchRank(cfg.tcp.rank));
         }
-        if cfg.tcp.integrity {
-            return Err(TransportError::Refused(INTEGRITY_UNSUPPORTED.into()));
-        }
         let Opened {
             mut engine,
             sh,
@@ -265,8 +269,16 @@ impl LibfabricTransport {
             fabric,
         } = open::open(&cfg)?;
         let tcp = TcpTransport::start(cfg.tcp.clone())?;
+        let weak = Arc::downgrade(&tcp);
+        sh.same.set_listeners(Box::new(move |peer| {
+            weak.upgrade().and_then(|t| t.peer_listen_addr(peer))
+        }));
         let deadline = Instant::now() + cfg.tcp.connect_timeout;
-        let (addrs, replay) = match start_up(&tcp, &av, &provider, &name, deadline) {
+        let started = seal_maker(&cfg, tcp.job()).and_then(|maker| {
+            let m = maker.as_ref();
+            start_up(&tcp, &av, &provider, &name, m, deadline).map(|s| (s, maker))
+        });
+        let ((addrs, keys, replay), maker) = match started {
             Ok(x) => x,
             Err(e) => {
                 tcp.shutdown();
@@ -274,7 +286,8 @@ impl LibfabricTransport {
             }
         };
         let left = tcp.clone();
-        engine.connect(addrs, Box::new(move |p| left.peer_left(Rank(p))));
+        let seals = maker.as_ref().map(|_| seal::Seals::new(keys));
+        engine.connect(addrs, Box::new(move |p| left.peer_left(Rank(p))), seals);
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name)
@@ -291,6 +304,7 @@ impl LibfabricTransport {
             tcp: tcp.clone(),
             av,
             provider: provider.clone(),
+            maker: maker.clone(),
         };
         let events = tcp.events();
         let forwarder = spawn(
@@ -302,6 +316,7 @@ impl LibfabricTransport {
             sh,
             tcp,
             name,
+            nonce: maker.map(|m| *m.nonce()),
             provider,
             fabric,
             max_frame: cfg.tcp.max_frame,
@@ -374,9 +389,23 @@ impl LibfabricTransport {
         Ok(true)
     }
 
+    /// Plays an on-path attacker without a key, for tests (hidden, not
+    /// API): changes or replays the next message this rank sends `peer`,
+    /// or changes the next bulk bytes it reads from `peer`
+    /// ([`seal::Tamper`]).
+    #[cfg(feature = "conformance")]
+    #[doc(hidden)]
+    pub fn tamper(&self, peer: Rank, how: seal::Tamper) -> Result<(), TransportError> {
+        self.sh.command(Cmd::Tamper { peer: peer.0, how })
+    }
+
     /// Sends this rank's endpoint name to `peer`'s replacement over TCP.
     fn send_name(&self, peer: Rank) {
-        let frame = Bytes::from(wire::name_frame(&self.provider, &self.name));
+        let frame = Bytes::from(wire::name_frame(
+            &self.provider,
+            &self.name,
+            self.nonce.as_ref(),
+        ));
         if let Err(e) = self.tcp.send(peer, frame) {
             tracing::warn!(rank = self.sh.rank, peer = peer.0, error = %e, "sending the endpoint name to a replacement");
         }
@@ -549,4 +578,20 @@ impl Drop for LibfabricTransport {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// This rank's key maker if it seals its fabric messages
+/// (`TASKFOLD_INTEGRITY=mac`, [`seal`]); an error if its random source
+/// fails.
+fn seal_maker(cfg: &LibfabricConfig, job: u64) -> Result<Option<seal::KeyMaker>, TransportError> {
+    if !cfg.tcp.integrity {
+        return Ok(None);
+    }
+    seal::KeyMaker::new(cfg.tcp.auth.key(), job, cfg.tcp.rank)
+        .map(Some)
+        .map_err(|e| {
+            TransportError::Io(format!(
+                "drawing a nonce for the fabric's message keys: {e}"
+            ))
+        })
 }

@@ -21,6 +21,9 @@ pub(crate) struct Registered {
     mr: MemoryRegion,
     data: Bytes,
     addr: u64,
+    /// The bytes' digest, once a sealed descriptor needed it (the bytes
+    /// never change while registered).
+    digest: std::sync::OnceLock<super::seal::Digest>,
 }
 
 impl Registered {
@@ -35,6 +38,10 @@ impl Registered {
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.data.len()
+    }
+    /// The bytes' digest ([`super::seal::digest`]), computed once.
+    pub fn digest(&self) -> super::seal::Digest {
+        *self.digest.get_or_init(|| super::seal::digest(&self.data))
     }
 }
 
@@ -108,7 +115,12 @@ impl Registrar {
         } else {
             0
         };
-        Ok(Arc::new(Registered { mr, data, addr }))
+        Ok(Arc::new(Registered {
+            mr,
+            data,
+            addr,
+            digest: std::sync::OnceLock::new(),
+        }))
     }
 
     /// Registers local memory for `access` (`FI_SEND`, `FI_RECV`,

@@ -33,8 +33,9 @@
 pub const HEADER: usize = crate::framing::header_len(5);
 /// Largest control frame sent inline; larger ones go by RMA read.
 pub const INLINE_MAX: usize = 16 << 10;
-/// Size of every receive buffer (and of every message at most).
-pub const SLOT: usize = HEADER + INLINE_MAX;
+/// Size of every receive buffer (and of every message at most, sealed
+/// or not: [`super::seal::TRAILER`]).
+pub const SLOT: usize = HEADER + INLINE_MAX + super::seal::TRAILER;
 
 const MAGIC: [u8; 2] = *b"tF";
 
@@ -241,18 +242,29 @@ pub struct NameFrame {
     pub provider: String,
     /// Its endpoint name (`fi_getname`).
     pub name: Vec<u8>,
+    /// Its process's fresh nonce, if it seals its fabric messages
+    /// (`TASKFOLD_INTEGRITY=mac`, [`super::seal`]).
+    pub nonce: Option<[u8; super::seal::NONCE_LEN]>,
 }
 
-/// The start-up frame: this build's protocol version, the provider name
-/// and the endpoint name.
-pub fn name_frame(provider: &str, name: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(8 + 6 + provider.len() + name.len());
+/// The start-up frame: this build's protocol version, the provider name,
+/// the endpoint name and, if this rank seals its fabric messages, its
+/// process's nonce.
+pub fn name_frame(
+    provider: &str,
+    name: &[u8],
+    nonce: Option<&[u8; super::seal::NONCE_LEN]>,
+) -> Vec<u8> {
+    let mut f = Vec::with_capacity(8 + 6 + provider.len() + name.len() + 32);
     f.extend_from_slice(NAME_MAGIC);
     f.extend_from_slice(&crate::version::VERSION.to_le_bytes());
     f.extend_from_slice(&(provider.len() as u16).to_le_bytes());
     f.extend_from_slice(&(name.len() as u16).to_le_bytes());
     f.extend_from_slice(provider.as_bytes());
     f.extend_from_slice(name);
+    if let Some(n) = nonce {
+        f.extend_from_slice(n);
+    }
     f
 }
 
@@ -275,6 +287,7 @@ pub fn parse_name_frame(f: &[u8]) -> Option<Result<NameFrame, String>> {
                 version,
                 provider: String::new(),
                 name: Vec::new(),
+                nonce: None,
             })
         }
     };
@@ -285,13 +298,20 @@ pub fn parse_name_frame(f: &[u8]) -> Option<Result<NameFrame, String>> {
     let pl = usize::from(u16::from_le_bytes([rest[0], rest[1]]));
     let nl = usize::from(u16::from_le_bytes([rest[2], rest[3]]));
     let body = &rest[4..];
-    if body.len() != pl + nl || nl == 0 {
+    const N: usize = super::seal::NONCE_LEN;
+    let nonce = match body.len().checked_sub(pl + nl) {
+        Some(0) => None,
+        Some(N) => body[pl + nl..].try_into().ok(),
+        _ => return Some(malformed("malformed")),
+    };
+    if nl == 0 {
         return Some(malformed("malformed"));
     }
     Some(Ok(NameFrame {
         version,
         provider: String::from_utf8_lossy(&body[..pl]).into_owned(),
-        name: body[pl..].to_vec(),
+        name: body[pl..pl + nl].to_vec(),
+        nonce,
     }))
 }
 
@@ -378,14 +398,22 @@ mod tests {
 
     #[test]
     fn name_frames() {
-        let f = name_frame("shm", b"\x01\x02");
+        let f = name_frame("shm", b"\x01\x02", None);
         assert_eq!(
             parse_name_frame(&f),
             Some(Ok(NameFrame {
                 version: crate::version::VERSION,
                 provider: "shm".to_string(),
-                name: vec![1, 2]
+                name: vec![1, 2],
+                nonce: None,
             }))
+        );
+        let sealed = name_frame("shm", b"\x01\x02", Some(&[9; 32]));
+        let parsed = parse_name_frame(&sealed).and_then(Result::ok).unwrap();
+        assert_eq!((parsed.name, parsed.nonce), (vec![1, 2], Some([9; 32])));
+        assert!(
+            matches!(parse_name_frame(&sealed[..sealed.len() - 1]), Some(Err(_))),
+            "a cut nonce"
         );
         assert_eq!(parse_name_frame(b"other"), None);
         assert!(matches!(parse_name_frame(b"tfFIname\x01"), Some(Err(_))));

@@ -16,18 +16,26 @@
 //! it ([`SameNode::forget_memory`]), so that a buddy still reads an
 //! original its owner offered just before it died.
 //!
+//! A locator is a peer's word: the process it names is proven to be the
+//! peer's (it holds the peer's listening socket) before anything of it
+//! is opened, once per peer process (`owner`); a locator naming another
+//! process reads nothing and is counted ([`LOCATORS_REFUSED`]).
+//!
 //! Any transport can offer it: it needs only the node token
-//! ([`node_token`]), the process's heap and the transport's link states,
-//! which the transport reports ([`SameNode::link_failing`],
+//! ([`node_token`]), the process's heap, where each peer listens
+//! ([`SameNode::set_listeners`]) and the transport's link states, which
+//! the transport reports ([`SameNode::link_failing`],
 //! [`SameNode::link_down`]). TCP also lends buffers over its get protocol
 //! to same-node requesters and reads them through the same heap mappings
 //! (`SameNode::peer_heap`).
 
 mod locator;
+mod owner;
 mod token;
 mod view;
 
 pub use locator::Place;
+pub use owner::{locators_refused, Listeners, LOCATORS_REFUSED};
 pub use taskfold_core::wire::Locator;
 pub use token::node_token;
 pub use view::SharedView;
@@ -90,6 +98,8 @@ pub struct SameNode {
     /// Heaps of peers whose link went down, kept mapped until the layer
     /// above forgets them ([`SameNode::forget_memory`]).
     retained: Mutex<HashMap<u32, Arc<PeerHeap>>>,
+    /// Each peer's process, proven before anything it names is opened.
+    owners: owner::Owners,
 }
 
 impl std::fmt::Debug for SameNode {
@@ -116,7 +126,16 @@ impl SameNode {
             closed: AtomicBool::new(false),
             heaps: Mutex::new(HashMap::new()),
             retained: Mutex::new(HashMap::new()),
+            owners: owner::Owners::new(size),
         }
+    }
+
+    /// Tells where each peer listens, by which a locator's process is
+    /// proven to be the peer's before anything it names is opened
+    /// ([`LOCATORS_REFUSED`]); until then no peer's memory is opened. The
+    /// first call is kept.
+    pub fn set_listeners(&self, f: Listeners) {
+        self.owners.set_listeners(f);
     }
 
     /// This node's token, or 0 if this transport reads nothing in place.
@@ -247,6 +266,11 @@ impl SameNode {
         if let Some(h) = heaps.get(&peer).filter(|h| h.is(pid, heap)) {
             return Some(h.clone());
         }
+        // Only a proven process's descriptors are opened: a cached heap
+        // was proven before it was mapped.
+        if !self.owners.check(self.rank, self.label, peer, pid) {
+            return None;
+        }
         match PeerHeap::open(pid, heap) {
             Ok(h) => {
                 let h = Arc::new(h);
@@ -303,6 +327,7 @@ impl SameNode {
     /// `peer` was replaced by a new process: its memory may be read in
     /// place again (its heap is mapped anew, by the new process's id).
     pub fn readmit(&self, peer: u32) {
+        self.owners.forget(peer);
         if let Some(u) = self.up.get(peer as usize) {
             u.store(true, Ordering::SeqCst);
         }

@@ -93,7 +93,38 @@ impl Lender {
 /// Whether process `pid` holds a TCP socket bound to `local` and connected
 /// to `remote` (addresses as that process sees them).
 pub(crate) fn holds(pid: u32, local: SocketAddr, remote: SocketAddr) -> io::Result<bool> {
-    let Some(inode) = socket_inode(pid, local, remote)? else {
+    let want = (table_addr(local), table_addr(remote));
+    let inode = socket_inode(pid, |v6, f| {
+        let pick = |(v4, v6s): &(String, String)| if v6 { v6s.clone() } else { v4.clone() };
+        f[1].eq_ignore_ascii_case(&pick(&want.0)) && f[2].eq_ignore_ascii_case(&pick(&want.1))
+    })?;
+    holds_inode(pid, inode)
+}
+
+/// Whether process `pid` holds the TCP socket that listens at `addr` (as
+/// the job's table names a rank's listener: its own address, or, for a
+/// listener bound to the wildcard, the address others reach it at). A
+/// listening port is one socket's on a node (taskfold's listeners do not
+/// share ports), so this names the rank's process, whose listener it is.
+pub(crate) fn listens(pid: u32, addr: SocketAddr) -> io::Result<bool> {
+    let exact = table_addr(addr);
+    let port = format!(":{:04X}", addr.port());
+    let inode = socket_inode(pid, |v6, f| {
+        let local = f[1];
+        let named = local.eq_ignore_ascii_case(if v6 { &exact.1 } else { &exact.0 });
+        let wildcard = local
+            .split(':')
+            .next()
+            .is_some_and(|ip| ip.bytes().all(|b| b == b'0'));
+        // State 0A: listening.
+        f[3] == "0A" && local.to_ascii_uppercase().ends_with(&port) && (named || wildcard)
+    })?;
+    holds_inode(pid, inode)
+}
+
+/// Whether process `pid` has the socket of `inode` among its descriptors.
+fn holds_inode(pid: u32, inode: Option<u64>) -> io::Result<bool> {
+    let Some(inode) = inode else {
         return Ok(false);
     };
     let wanted = format!("socket:[{inode}]");
@@ -107,10 +138,10 @@ pub(crate) fn holds(pid: u32, local: SocketAddr, remote: SocketAddr) -> io::Resu
     Ok(false)
 }
 
-/// The inode of the TCP socket from `local` to `remote` in the network
-/// namespace of process `pid`, if there is one.
-fn socket_inode(pid: u32, local: SocketAddr, remote: SocketAddr) -> io::Result<Option<u64>> {
-    let want = (table_addr(local), table_addr(remote));
+/// The inode of the first TCP socket in the network namespace of process
+/// `pid` whose line of `/proc/<pid>/net/tcp{,6}` (its fields; whether the
+/// IPv6 table) `fits`.
+fn socket_inode(pid: u32, fits: impl Fn(bool, &[&str]) -> bool) -> io::Result<Option<u64>> {
     for table in ["tcp", "tcp6"] {
         let text = match std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) {
             Ok(t) => t,
@@ -122,13 +153,7 @@ fn socket_inode(pid: u32, local: SocketAddr, remote: SocketAddr) -> io::Result<O
         // Bounded by the table's lines.
         for line in text.lines().skip(1) {
             let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() < 10 {
-                continue;
-            }
-            let pick = |(v4, v6s): &(String, String)| if v6 { v6s.clone() } else { v4.clone() };
-            if f[1].eq_ignore_ascii_case(&pick(&want.0))
-                && f[2].eq_ignore_ascii_case(&pick(&want.1))
-            {
+            if f.len() >= 10 && fits(v6, &f) {
                 return Ok(f[9].parse().ok());
             }
         }

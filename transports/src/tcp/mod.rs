@@ -96,7 +96,7 @@ mod get;
 mod handshake;
 mod integrity;
 mod launcher;
-mod lender;
+pub(crate) mod lender;
 pub mod metrics;
 mod peer;
 mod rendezvous;
@@ -179,6 +179,10 @@ impl TcpTransport {
         let driven = cfg.threads == 0;
         let runtime = build_runtime(&cfg)?;
         let shared = Arc::new(Shared::new(&cfg, runtime.handle().clone()));
+        let weak = Arc::downgrade(&shared);
+        shared.same.set_listeners(Box::new(move |peer| {
+            weak.upgrade().and_then(|s| s.addr_of(peer))
+        }));
         // Rank 0's first process hosts the master; a replacement of rank 0
         // joins whichever rank runs the master then, as any rank does,
         // unless the master it would replace died with no one after it
@@ -257,6 +261,12 @@ impl TcpTransport {
     /// This rank's listen address.
     pub fn listen_addr(&self) -> SocketAddr {
         self.listen_addr
+    }
+
+    /// Where `peer`'s current process listens, as the job's table says.
+    #[cfg(feature = "libfabric")]
+    pub(crate) fn peer_listen_addr(&self, peer: u32) -> Option<SocketAddr> {
+        self.shared.addr_of(peer)
     }
 
     /// Simulates a crash, for tests: closes every socket without a goodbye

@@ -57,12 +57,15 @@ pub fn msg_target(u: &mut Unstructured<'_>) -> Result<usize> {
 }
 
 /// `parse_name_frame`: a frame of this version re-encodes to its bytes
-/// (a provider name in UTF-8); another version is read as far as the
-/// version.
+/// (a provider name in UTF-8; with or without a sealing rank's nonce);
+/// another version is read as far as the version.
 pub fn name_target(u: &mut Unstructured<'_>) -> Result<usize> {
     let provider = String::arbitrary(u)?;
     let name = Vec::<u8>::arbitrary(u)?;
-    let b = shaped(u, |_| Ok(wire::name_frame(&provider, &name)))?;
+    let nonce = Option::<[u8; 32]>::arbitrary(u)?;
+    let b = shaped(u, |_| {
+        Ok(wire::name_frame(&provider, &name, nonce.as_ref()))
+    })?;
     if let Some(Ok(f)) = wire::parse_name_frame(&b) {
         crate::hit();
         assert_eq!(f.version, u16::from_le_bytes([b[8], b[9]]));
@@ -73,7 +76,7 @@ pub fn name_target(u: &mut Unstructured<'_>) -> Result<usize> {
         };
         if f.version == VERSION && utf8(&b) {
             assert_eq!(
-                wire::name_frame(&f.provider, &f.name),
+                wire::name_frame(&f.provider, &f.name, f.nonce.as_ref()),
                 b,
                 "name frame round trip"
             );

@@ -117,6 +117,11 @@ pub fn all() -> Vec<Target> {
             "fabric source check: taken only from the claimed rank's AV entry",
             security::source_target,
         ),
+        t(
+            "libfabric_sealed",
+            "sealed fabric messages (TASKFOLD_INTEGRITY=mac): only messages sealed, each once",
+            security::fabric_sealed_target,
+        ),
     ]);
     all
 }

@@ -143,3 +143,55 @@ pub fn source_target(u: &mut Unstructured<'_>) -> Result<usize> {
     }
     Ok(SLACK)
 }
+
+/// The fabric's sealed messages (`TASKFOLD_INTEGRITY=mac` over
+/// libfabric, `libfabric::seal`): messages sealed by rank 0 for rank 1,
+/// delivered in any order, repeated, changed or not. A message is taken
+/// only if it is exactly one rank 0 sealed, each at most once; every
+/// unchanged message not taken before is taken.
+#[cfg(feature = "libfabric")]
+pub fn fabric_sealed_target(u: &mut Unstructured<'_>) -> Result<usize> {
+    use taskfold_transports::libfabric::seal::{KeyMaker, Seals, DIGEST_LEN};
+    let key = JobKey::from_bytes(<[u8; 32]>::arbitrary(u)?);
+    let job = u64::arbitrary(u)?;
+    let a = KeyMaker::with_nonce(&key, job, 0, <[u8; 32]>::arbitrary(u)?);
+    let b = KeyMaker::with_nonce(&key, job, 1, <[u8; 32]>::arbitrary(u)?);
+    let mut tx = Seals::new(vec![None, Some(a.pair(1, b.nonce()))]);
+    let mut rx = Seals::new(vec![Some(b.pair(0, a.nonce())), None]);
+    let mut sent: Vec<(Vec<u8>, [u8; DIGEST_LEN], Vec<u8>)> = Vec::new();
+    for _ in 0..u.int_in_range(1..=6u8)? {
+        let msg = Vec::<u8>::arbitrary(u)?;
+        let digest = <[u8; DIGEST_LEN]>::arbitrary(u)?;
+        let mut sealed = msg.clone();
+        assert!(tx.seal(1, &mut sealed, &digest), "a key to seal with");
+        sent.push((msg, digest, sealed));
+    }
+    let mut taken = vec![false; sent.len()];
+    let mut longest = 0;
+    for _ in 0..u.int_in_range(0..=12u8)? {
+        let i = u.choose_index(sent.len())?;
+        let mut m = sent[i].2.clone();
+        let changed = bool::arbitrary(u)?;
+        if changed {
+            mutate(u, &mut m)?;
+        }
+        longest = longest.max(m.len());
+        match rx.open(0, &m) {
+            Ok((body, digest)) => {
+                crate::hit();
+                let j = sent
+                    .iter()
+                    .position(|s| s.2 == m)
+                    .expect("only a message rank 0 sealed is taken");
+                assert!(!taken[j], "message {j} taken twice");
+                assert_eq!((body, &digest), (&sent[j].0[..], &sent[j].1));
+                taken[j] = true;
+            }
+            Err(e) => assert!(
+                changed || taken[i],
+                "message {i} as sealed, not taken before, refused: {e}"
+            ),
+        }
+    }
+    Ok(4 * longest + SLACK)
+}

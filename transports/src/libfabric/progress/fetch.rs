@@ -2,6 +2,7 @@
 //! what it lends, in chunks) and the reads of peers' large control frames.
 
 use super::super::fi::{bits, FabricError, MemoryRegion, Posted};
+use super::super::seal::{Digest, Tamper, BULK_MISMATCH};
 use super::super::wire::Remote;
 use super::flow::{InItem, Out};
 use super::ops::{new_ctx, Ctx, OpKind};
@@ -22,6 +23,13 @@ impl FetchBuf {
         match self {
             FetchBuf::Aligned(b) => b.as_mut_ptr(),
             FetchBuf::Plain(v) => v.as_mut_ptr(),
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            FetchBuf::Aligned(b) => &mut b[..],
+            FetchBuf::Plain(v) => &mut v[..],
         }
     }
 }
@@ -46,6 +54,8 @@ struct Fetch {
     purpose: Purpose,
     failed: bool,
     started: Instant,
+    /// The digest the bytes must have (sealed descriptors only).
+    digest: Option<Digest>,
 }
 
 /// A get waiting for the owner's answer.
@@ -133,7 +143,7 @@ impl Engine {
 
     /// The owner answered request `req`: read there (`Some`), or nothing is
     /// exposed (`None`).
-    pub(super) fn answered(&mut self, from: u32, req: u64, at: Option<Remote>) {
+    pub(super) fn answered(&mut self, from: u32, req: u64, at: Option<(Remote, Option<Digest>)>) {
         let r = match self.fetching.requests.remove(&req) {
             Some(r) if r.peer == from => r,
             other => {
@@ -141,14 +151,14 @@ impl Engine {
                     self.fetching.requests.insert(req, r);
                 }
                 tracing::warn!(rank = self.sh.rank, from, req, "answer to no request");
-                if let Some(at) = at.filter(|a| a.token != 0) {
+                if let Some((at, _)) = at.filter(|a| a.0.token != 0) {
                     self.flow.enqueue(from, Out::Release { token: at.token });
                 }
                 return;
             }
         };
         match at {
-            Some(at) if at.len > r.max => {
+            Some((at, _)) if at.len > r.max => {
                 crate::libfabric::bound_hit("get_total");
                 self.release(from, &at);
                 let _ = r.reply.send(Err(TransportError::Protocol {
@@ -159,7 +169,7 @@ impl Engine {
                     ),
                 }));
             }
-            Some(at) => self.start_fetch(from, at, Purpose::Get(Some(r.reply))),
+            Some((at, digest)) => self.start_fetch(from, at, Purpose::Get(Some(r.reply)), digest),
             None => {
                 let _ = r.reply.send(Err(TransportError::NotExposed {
                     peer: from,
@@ -170,9 +180,9 @@ impl Engine {
     }
 
     /// A large control frame `seq` from `from`, to read at `at`.
-    pub(super) fn large_frame(&mut self, from: u32, seq: u64, at: Remote) {
+    pub(super) fn large_frame(&mut self, from: u32, seq: u64, at: Remote, digest: Option<Digest>) {
         if self.arrived(from, seq, InItem::Fetching) {
-            self.start_fetch(from, at, Purpose::Frame { seq });
+            self.start_fetch(from, at, Purpose::Frame { seq }, digest);
         }
     }
 
@@ -183,7 +193,7 @@ impl Engine {
         }
     }
 
-    fn start_fetch(&mut self, peer: u32, at: Remote, purpose: Purpose) {
+    fn start_fetch(&mut self, peer: u32, at: Remote, purpose: Purpose, digest: Option<Digest>) {
         // A control frame is bounded by the largest frame, a get by the
         // largest get: checked before the buffer is allocated.
         let max = match purpose {
@@ -244,6 +254,7 @@ impl Engine {
             purpose,
             failed: false,
             started: Instant::now(),
+            digest,
         };
         self.fetching.fetches.insert(id, fetch);
         if len == 0 {
@@ -353,15 +364,21 @@ impl Engine {
         };
         let Fetch {
             mr,
-            buf,
+            mut buf,
             peer,
             at,
             purpose,
+            digest,
             ..
         } = f;
         drop(mr);
         if self.sh.is_up(peer) {
             self.release(peer, &at);
+        }
+        if let Some(want) = digest {
+            if !self.bulk_intact(peer, &mut buf, &want) {
+                return self.bulk_refused(peer, purpose);
+            }
         }
         match (purpose, buf) {
             (Purpose::Get(Some(reply)), FetchBuf::Aligned(b)) => {
@@ -444,6 +461,36 @@ impl Engine {
             let reason = format!("RMA read not complete within {timeout:?}");
             self.fail_fetch(id, &reason);
             self.suspect(peer, reason);
+        }
+    }
+}
+
+impl Engine {
+    /// Whether the bytes read from `peer` have the digest their sealed
+    /// descriptor announced (a test playing the path may change one
+    /// first).
+    fn bulk_intact(&mut self, peer: u32, buf: &mut FetchBuf, want: &Digest) -> bool {
+        let bytes = buf.bytes_mut();
+        if !bytes.is_empty() && self.tampered(peer, &[Tamper::Bulk]).is_some() {
+            bytes[bytes.len() / 2] ^= 0x01;
+        }
+        super::super::seal::digest(bytes) == *want
+    }
+
+    /// Bulk bytes from `peer` failed their check: never handed over. A
+    /// get fails with a protocol error; a large frame is lost from the
+    /// peer's stream, which is suspected.
+    fn bulk_refused(&mut self, peer: u32, purpose: Purpose) {
+        super::super::seal::count_refusal(self.sh.rank, peer, &BULK_MISMATCH);
+        match purpose {
+            Purpose::Get(Some(reply)) => {
+                let _ = reply.send(Err(TransportError::Protocol {
+                    peer,
+                    detail: BULK_MISMATCH.to_string(),
+                }));
+            }
+            Purpose::Get(None) => {}
+            Purpose::Frame { .. } => self.suspect(peer, BULK_MISMATCH.to_string()),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! per sender queued in the provider.
 
 use super::super::fi::Posted;
+use super::super::seal::{Digest, Tamper, DIGEST_LEN};
 use super::super::wire::{self, Msg, Remote};
 use super::Engine;
 use bytes::Bytes;
@@ -34,14 +35,37 @@ const PENDING_MAX: usize = 2 * WINDOW_MAX as usize;
 
 /// A message waiting for a send slot.
 pub(super) enum Out {
-    Control { seq: u64, frame: Bytes },
-    Large { seq: u64, at: Remote },
-    Bye { seq: u64 },
-    GetReq { req: u64, key: u64 },
-    GetOk { req: u64, at: Remote },
-    GetErr { req: u64, key: u64 },
-    Release { token: u64 },
-    Credit { n: u64 },
+    Control {
+        seq: u64,
+        frame: Bytes,
+    },
+    Large {
+        seq: u64,
+        at: Remote,
+        digest: Digest,
+    },
+    Bye {
+        seq: u64,
+    },
+    GetReq {
+        req: u64,
+        key: u64,
+    },
+    GetOk {
+        req: u64,
+        at: Remote,
+        digest: Digest,
+    },
+    GetErr {
+        req: u64,
+        key: u64,
+    },
+    Release {
+        token: u64,
+    },
+    Credit {
+        n: u64,
+    },
 }
 
 impl Out {
@@ -49,19 +73,27 @@ impl Out {
     pub fn msg(&self) -> Msg<'_> {
         match self {
             Out::Control { seq, frame } => Msg::Control { seq: *seq, frame },
-            Out::Large { seq, at } => Msg::Large { seq: *seq, at: *at },
+            Out::Large { seq, at, .. } => Msg::Large { seq: *seq, at: *at },
             Out::Bye { seq } => Msg::Bye { seq: *seq },
             Out::GetReq { req, key } => Msg::GetReq {
                 req: *req,
                 key: *key,
             },
-            Out::GetOk { req, at } => Msg::GetOk { req: *req, at: *at },
+            Out::GetOk { req, at, .. } => Msg::GetOk { req: *req, at: *at },
             Out::GetErr { req, key } => Msg::GetErr {
                 req: *req,
                 key: *key,
             },
             Out::Release { token } => Msg::Release { token: *token },
             Out::Credit { n } => Msg::Credit { n: *n },
+        }
+    }
+
+    /// The digest of the bulk bytes the message points to (zeros: none).
+    pub fn digest(&self) -> Digest {
+        match self {
+            Out::Large { digest, .. } | Out::GetOk { digest, .. } => *digest,
+            _ => [0; DIGEST_LEN],
         }
     }
 }
@@ -257,8 +289,17 @@ impl Engine {
                 continue;
             };
             let dest = self.addrs[to as usize];
-            match self.ops.post_send(self.sh.rank, to, dest, &out) {
+            let tamper = self.tampered(to, &[Tamper::Message, Tamper::Replay]);
+            let change = tamper == Some(Tamper::Message);
+            let seals = self.seals.as_mut();
+            match self
+                .ops
+                .post_send((self.sh.rank, to), dest, &out, seals, change)
+            {
                 Ok(Posted::Yes) => {
+                    if tamper == Some(Tamper::Replay) {
+                        let _ = self.ops.post_scratch(self.sh.rank, to, dest);
+                    }
                     any = true;
                     refused = 0;
                     if !free {
@@ -267,6 +308,9 @@ impl Engine {
                     self.requeue(to);
                 }
                 Ok(Posted::Again) => {
+                    if let Some(t) = tamper {
+                        self.tamper.push((to, t));
+                    }
                     self.flow.peers[to as usize].outq.push_front(out);
                     self.flow.ready.push_back(to);
                     refused += 1;

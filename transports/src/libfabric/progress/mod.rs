@@ -30,6 +30,7 @@ mod ops;
 mod serve;
 
 use super::fi::{Completion, CqRead, Endpoint, FabricError, FiAddr};
+use super::seal::{PairKeys, SealError, Seals, Tamper};
 use super::shared::{Registrar, Shared};
 use super::wire::{self, Msg};
 use crate::{BufferKey, RecvBuf, TransportError};
@@ -104,12 +105,18 @@ pub(crate) enum Cmd {
     /// replacement's is known), start its sequences anew, bring the link
     /// up again, then answer `done`.
     Readmit { peer: u32, done: flume::Sender<()> },
-    /// The replacement of `peer` is at `addr` in the address vector.
+    /// The replacement of `peer` is at `addr` in the address vector; its
+    /// messages are sealed with `keys` if this rank seals.
     Connect {
         peer: u32,
         addr: FiAddr,
+        keys: Option<PairKeys>,
         done: flume::Sender<()>,
     },
+    /// A test plays the path: what it does to the next message to, or
+    /// read from, `peer`.
+    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
+    Tamper { peer: u32, how: Tamper },
     /// The replacement of `peer` inserted this rank's name: frames to it
     /// may go.
     Ready { peer: u32 },
@@ -149,6 +156,11 @@ pub(crate) struct Engine {
     suspects: HashMap<u32, (Instant, String)>,
     next_id: u64,
     stopping: Option<Instant>,
+    /// Every peer's message keys and numbers, if this rank seals its
+    /// messages (`TASKFOLD_INTEGRITY=mac`, [`super::seal`]).
+    seals: Option<Seals>,
+    /// What a test makes the path do next, by peer.
+    tamper: Vec<(u32, Tamper)>,
 }
 
 /// What one turn of the loop saw.
@@ -189,6 +201,8 @@ impl Engine {
             suspects: HashMap::new(),
             next_id: 1,
             stopping: None,
+            seals: None,
+            tamper: Vec::new(),
         };
         for slot in 0..e.ops.rx_slots() {
             e.post_recv(slot, new_ctx())?;
@@ -196,11 +210,28 @@ impl Engine {
         Ok(e)
     }
 
-    /// Sets the peers' fabric addresses (indexed by rank) and how to ask
-    /// the TCP transport whether a peer left gracefully.
-    pub fn connect(&mut self, addrs: Vec<FiAddr>, peer_left: Box<dyn Fn(u32) -> bool + Send>) {
+    /// Sets the peers' fabric addresses (indexed by rank), how to ask
+    /// the TCP transport whether a peer left gracefully, and the peers'
+    /// message keys if this rank seals its messages.
+    pub fn connect(
+        &mut self,
+        addrs: Vec<FiAddr>,
+        peer_left: Box<dyn Fn(u32) -> bool + Send>,
+        seals: Option<Seals>,
+    ) {
         self.addrs = addrs;
         self.peer_left = peer_left;
+        self.seals = seals;
+    }
+
+    /// Takes what a test wants done to the next message or read of
+    /// `peer`, if it is one of `kinds`.
+    fn tampered(&mut self, peer: u32, kinds: &[Tamper]) -> Option<Tamper> {
+        let i = self
+            .tamper
+            .iter()
+            .position(|(p, t)| *p == peer && kinds.contains(t))?;
+        Some(self.tamper.remove(i).1)
     }
 
     fn id(&mut self) -> u64 {
@@ -382,12 +413,21 @@ impl Engine {
                 self.readmit(peer);
                 let _ = done.send(());
             }
-            Cmd::Connect { peer, addr, done } => {
+            Cmd::Connect {
+                peer,
+                addr,
+                keys,
+                done,
+            } => {
                 if let Some(a) = self.addrs.get_mut(peer as usize) {
                     *a = addr;
                 }
+                if let Some(s) = self.seals.as_mut() {
+                    s.set_keys(peer, keys);
+                }
                 let _ = done.send(());
             }
+            Cmd::Tamper { peer, how } => self.tamper.push((peer, how)),
             Cmd::Ready { peer } => self.flow_ready(peer),
         }
         true
@@ -399,6 +439,9 @@ impl Engine {
         self.forget_peer(peer, &reason, false);
         if let Some(a) = self.addrs.get_mut(peer as usize) {
             *a = libfabric_sys::FI_ADDR_UNSPEC;
+        }
+        if let Some(s) = self.seals.as_mut() {
+            s.set_keys(peer, None);
         }
         self.flow.restart(peer);
         self.sh.up_again(peer);
@@ -436,7 +479,13 @@ impl Engine {
             return;
         }
         let len = len.min(wire::SLOT);
-        let msg = match Msg::decode(&self.ops.rx.slot(slot)[..len]) {
+        let raw = &self.ops.rx.slot(slot)[..len];
+        let (bytes, digest) = match self.seals.as_mut().map(|s| s.open(from, raw)) {
+            None => (raw, None),
+            Some(Ok((m, d))) => (m, Some(d)),
+            Some(Err(e)) => return self.unsealed(from, e),
+        };
+        let msg = match Msg::decode(bytes) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(rank = self.sh.rank, from, error = %e, "bad fabric message dropped");
@@ -460,15 +509,27 @@ impl Engine {
                 let frame = Bytes::copy_from_slice(frame);
                 self.arrived(from, seq, InItem::Frame(frame));
             }
-            Msg::Large { seq, at } => self.large_frame(from, seq, at),
+            Msg::Large { seq, at } => self.large_frame(from, seq, at, digest),
             Msg::Bye { seq } => {
                 self.arrived(from, seq, InItem::Bye);
             }
             Msg::GetReq { req, key } => self.get_request(from, req, key),
-            Msg::GetOk { req, at } => self.answered(from, req, Some(at)),
+            Msg::GetOk { req, at } => self.answered(from, req, Some((at, digest))),
             Msg::GetErr { req, .. } => self.answered(from, req, None),
             Msg::Release { token } => self.released(from, token),
             Msg::Credit { n } => self.flow.credited(from, n),
+        }
+    }
+
+    /// A message from `from` failed its integrity check: dropped, logged
+    /// and counted. If it was changed or injected, the peer's stream lost
+    /// a message, so it is suspected, as a TCP connection whose frame
+    /// fails ends; a replay (the genuine one came) or a message before the
+    /// peer's keys (a replacement's, not let in yet) costs nothing more.
+    fn unsealed(&mut self, from: u32, e: SealError) {
+        super::seal::count_refusal(self.sh.rank, from, &e);
+        if matches!(e, SealError::BadTag(_) | SealError::Short(_)) {
+            self.suspect(from, e.to_string());
         }
     }
 

@@ -8,6 +8,7 @@ use super::super::fi::{
     bits, Completion, CompletionError, CompletionQueue, CqRead, Endpoint, FabricError,
     MemoryRegion, Posted, RawContext,
 };
+use super::super::seal::Seals;
 use super::super::shared::Registrar;
 use super::super::wire;
 use super::flow::Out;
@@ -164,20 +165,50 @@ impl Ops {
         self.table.insert(cptr as usize, Op { ctx, kind });
     }
 
-    /// Posts one message to `dest` from `rank` (tagged with it); the slot
-    /// and context stay taken until its completion.
+    /// Posts one message to `dest` from `rank` (tagged with it), sealed
+    /// for `to` if `seals` (then `change`d after sealing, if a test plays
+    /// the path); the slot and context stay taken until its completion.
     pub fn post_send(
+        &mut self,
+        (rank, to): (u32, u32),
+        dest: super::super::fi::FiAddr,
+        out: &Out,
+        seals: Option<&mut Seals>,
+        change: bool,
+    ) -> Result<Posted, FabricError> {
+        if self.tx_free.is_empty() {
+            return Ok(Posted::Again);
+        }
+        self.scratch.clear();
+        out.msg().encode(&mut self.scratch);
+        // The message's last byte (a control frame's last byte), which a
+        // test may change after it is sealed.
+        let last = self.scratch.len() - 1;
+        if let Some(s) = seals {
+            if !s.seal(to, &mut self.scratch, &out.digest()) {
+                return Err(FabricError::local(
+                    "seal",
+                    format!("no message key for rank {to}"),
+                ));
+            }
+        }
+        if change {
+            self.scratch[last] ^= 0x20;
+        }
+        self.post_scratch(rank, to, dest)
+    }
+
+    /// Posts the message last encoded (again: a test's replay on the
+    /// path, [`Ops::post_send`]).
+    pub fn post_scratch(
         &mut self,
         rank: u32,
         to: u32,
         dest: super::super::fi::FiAddr,
-        out: &Out,
     ) -> Result<Posted, FabricError> {
         let Some(slot) = self.tx_free.last().copied() else {
             return Ok(Posted::Again);
         };
-        self.scratch.clear();
-        out.msg().encode(&mut self.scratch);
         let len = self.scratch.len();
         self.tx.slot_mut(slot)[..len].copy_from_slice(&self.scratch);
         let mut ctx = self.ctx_pool.pop().unwrap_or_else(new_ctx);

@@ -7,6 +7,7 @@
 //! link goes down: withdrawing a buffer while a peer reads it never frees
 //! memory under the provider.
 
+use super::super::seal::{digest, Digest, DIGEST_LEN};
 use super::super::shared::{Registered, Registrar};
 use super::super::wire::Remote;
 use super::flow::Out;
@@ -23,16 +24,28 @@ pub(super) struct Serving {
 }
 
 impl Serving {
-    /// Lends `reg` to `peer` under a new lease `token`: where to read it.
-    fn lend(&mut self, peer: u32, token: u64, reg: Arc<Registered>) -> Remote {
+    /// Lends `reg` to `peer` under a new lease `token`: where to read it,
+    /// and (if `sealed`) the digest of its bytes.
+    fn lend(
+        &mut self,
+        peer: u32,
+        token: u64,
+        reg: Arc<Registered>,
+        sealed: bool,
+    ) -> (Remote, Digest) {
         let at = Remote {
             len: reg.len() as u64,
             addr: reg.addr(),
             key: reg.key(),
             token,
         };
+        let digest = if sealed {
+            reg.digest()
+        } else {
+            [0; DIGEST_LEN]
+        };
         self.leases.lend(peer, token, reg);
-        at
+        (at, digest)
     }
 }
 
@@ -82,11 +95,13 @@ impl Engine {
                     key: 0,
                     token: 0,
                 },
+                digest: digest(&[]),
             },
             Found::Registered(reg) => {
                 let token = self.id();
-                let at = self.serving.lend(from, token, reg);
-                Out::GetOk { req, at }
+                let sealed = self.seals.is_some();
+                let (at, digest) = self.serving.lend(from, token, reg, sealed);
+                Out::GetOk { req, at, digest }
             }
             Found::Failed(e) => {
                 tracing::error!(rank = self.sh.rank, key, error = %e, "registering an exposed buffer");
@@ -103,8 +118,9 @@ impl Engine {
         match self.serving.reg.expose(frame) {
             Ok(reg) => {
                 let token = self.id();
-                let at = self.serving.lend(to, token, reg);
-                self.flow.enqueue(to, Out::Large { seq, at });
+                let sealed = self.seals.is_some();
+                let (at, digest) = self.serving.lend(to, token, reg, sealed);
+                self.flow.enqueue(to, Out::Large { seq, at, digest });
             }
             Err(e) => self.suspect(to, format!("registering a frame of {len} bytes: {e}")),
         }

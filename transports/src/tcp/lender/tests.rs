@@ -120,3 +120,21 @@ fn another_process_holding_the_other_end_is_found() {
     assert!(found.expect("readable tables"), "the child holds it");
     assert!(!here.expect("readable tables"), "this process does not");
 }
+
+#[test]
+fn the_process_that_listens_at_an_address_is_found() {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("address");
+    let me = std::process::id();
+    assert!(listens(me, addr).expect("readable tables"));
+    // A connected socket on that port is no listener, and another
+    // process does not hold this one.
+    let other = Other::start();
+    assert!(!listens(other.0.id(), addr).expect("readable tables"));
+    let (caller, _accepted) = connection();
+    assert!(!listens(me, caller.local_addr().unwrap()).unwrap());
+    // A wildcard listener is found at any address of its port.
+    let any = TcpListener::bind("0.0.0.0:0").expect("bind");
+    let port = any.local_addr().unwrap().port();
+    assert!(listens(me, SocketAddr::from(([127, 0, 0, 1], port))).unwrap());
+}
