@@ -100,6 +100,8 @@ fn a_master_of_another_version_is_refused_by_the_rank() {
         assert_eq!(h.kind, kind::PROOF);
         let proof = Proof(proof.try_into().expect("32 bytes"));
         hs.on_proof(&proof).expect("the rank proves the key");
+        frame::write_frame_sync(&mut s, Header::new(kind::ACCEPTED, 0), &[])
+            .expect("the acceptance");
         // The table of a master of another version.
         let table = frame::encode_table(&[
             frame::Entry {

@@ -130,7 +130,7 @@ fn a_replayed_handshake_is_refused() {
     then.extend_from_slice(&Header::new(kind::GOODBYE, 0).encode());
     let who = hello(Role::Launcher, job, LAUNCHER.0, 0, 7);
     let genuine = call(ts[0].master_addr(), &who, auth.key(), 0, &then);
-    assert!(genuine.frames().iter().all(|(k, _)| *k == kind::CHALLENGE));
+    assert_eq!(genuine.kinds(), [kind::CHALLENGE, kind::ACCEPTED]);
     let (from, frame) = expect_message(&*ts[0], "the genuine report");
     assert_eq!(from, LAUNCHER);
     assert!(matches!(
@@ -227,7 +227,7 @@ fn a_rank_cannot_speak_as_the_launcher() {
     // Rank 2's stand-in (it holds the key) sends the report as a peer.
     let who = hello(Role::Peer, ts[0].job(), 2, 3, 9);
     let c = call(ts[0].master_addr(), &who, auth.key(), 0, &then);
-    assert!(c.frames().iter().all(|(k, _)| *k == kind::CHALLENGE));
+    assert_eq!(c.kinds(), [kind::CHALLENGE, kind::ACCEPTED]);
     let (from, frame) = expect_message(&*ts[0], "the report sent by a rank");
     assert_eq!(from, Rank(2));
     assert!(matches!(decode(&frame), Ok(Msg::RankExited { .. })));

@@ -209,7 +209,12 @@ async fn handle_accepted(
     let proven = handshake::listen(&mut rd, &mut wr, &shared.auth, shared.rank, &hello, &claim);
     let keys = match tokio::time::timeout_at(until, proven).await {
         Ok(Ok(keys)) => {
+            // Out of the gate before the caller hears it is in: from
+            // here no newer connection can close this one.
             ticket.done();
+            if let Err(e) = wr.write_all(&handshake::accepted_frame()).await {
+                return bad_connection(shared.rank, from, &format!("accepting the proof: {e}"));
+            }
             keys
         }
         Ok(Err(handshake::Failed::Auth(_))) => {

@@ -17,6 +17,7 @@
 //! | `HELLO` | | | | [`Hello`] body (83 bytes), which begins with the caller's protocol version ([`crate::version`]) and ends with its nonce |
 //! | `CHALLENGE` | | | | the listener's nonce and proof of the job key (64 bytes, [`taskfold_core::auth::Challenge`]) |
 //! | `PROOF` | | | | the caller's proof of the job key (32 bytes) |
+//! | `ACCEPTED` | | | | none: the listener checked the proof and holds the connection for good |
 //! | `REFUSE` | | | | the reason, UTF-8 |
 //! | `TABLE` | size | the master's protocol version | the master's rank | `size` entries of 31 bytes: an address (19 bytes), the rank's node token (u64 LE), its current incarnation (u32 LE) |
 //! | `CONTROL` | | | | the control frame, opaque |
@@ -87,6 +88,10 @@ pub mod kind {
     pub const ASSIGN: u8 = 14;
     /// The master to a parked spare: the job is over.
     pub const DISMISS: u8 = 15;
+    /// The listener checked the caller's proof and holds the connection
+    /// for good (no longer one its gate may close): the caller's last
+    /// handshake frame, read before it takes the connection as its own.
+    pub const ACCEPTED: u8 = 16;
 }
 
 /// `GET_ERR` code: the key is not exposed.
@@ -161,7 +166,8 @@ impl Header {
             | kind::GOODBYE
             | kind::GET_RETURN
             | kind::ASSIGN
-            | kind::DISMISS => {
+            | kind::DISMISS
+            | kind::ACCEPTED => {
                 if hdr.len != 0 {
                     return Err(format!(
                         "frame kind {} with a payload of {}",

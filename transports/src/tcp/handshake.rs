@@ -1,6 +1,7 @@
 //! The handshake every TCP connection opens with: the caller's `HELLO`
 //! (its claim and a fresh nonce), the listener's `CHALLENGE` (its nonce
-//! and its proof of the job key), the caller's `PROOF`. The state and the
+//! and its proof of the job key), the caller's `PROOF`, the listener's
+//! `ACCEPTED` once it checked that proof. The state and the
 //! proofs are `taskfold_core::auth`'s [`Handshake`]; this module moves its
 //! frames, on tokio streams (the listener, a rank's calls to its peers)
 //! and on blocking ones (a registration, a launcher's report).
@@ -11,6 +12,10 @@
 //! proof until the proof matched (no rank slot, no registration, no
 //! launcher report, no get served before). A caller whose proof fails is
 //! refused with [`REFUSAL`], which names neither the job id nor its size;
+//! a caller takes the connection as its own only on `ACCEPTED`: until
+//! the listener checked the proof, its gate may still close the
+//! connection to make room (see the `gate` module), and a connection
+//! closed then is an attempt to make again, not a peer gone;
 //! a caller that finds the listener's proof wrong sends a `REFUSE` saying
 //! so and closes. A refusal that comes before the listener proved the key
 //! is anybody's word: its text is quoted ([`PRE_PROOF_QUOTE`] characters
@@ -88,6 +93,26 @@ fn answer(hs: &mut Handshake, kind: u8, payload: &[u8]) -> Result<Proof, Failed>
     }
 }
 
+/// The listener's last handshake frame, as the caller reads it: the
+/// proof was accepted, or why not (a refusal now comes from a listener
+/// that proved the key: its text is still quoted, as any peer's).
+fn accepted(kind: u8, payload: &[u8]) -> Result<(), Failed> {
+    match kind {
+        kind::ACCEPTED if payload.is_empty() => Ok(()),
+        kind::REFUSE => Err(Failed::Refused(unproven(payload))),
+        k => Err(Failed::Broken(format!(
+            "frame kind {k} ({} bytes) where the acceptance belongs",
+            payload.len()
+        ))),
+    }
+}
+
+/// The listener's `ACCEPTED`: sent once its gate let the connection go
+/// (see [`accepted`]).
+pub(crate) fn accepted_frame() -> Vec<u8> {
+    frame::frame(kind::ACCEPTED, &[])
+}
+
 /// The refusal a caller sends a listener whose proof did not match.
 fn refuse_listener() -> Vec<u8> {
     frame::refuse_frame(&format!(
@@ -119,10 +144,14 @@ pub(crate) fn call_sync<S: Read + Write>(
         .map_err(broken)?
         .ok_or_else(|| Failed::Broken("closed before its challenge".into()))?;
     match answer(&mut hs, h.kind, &payload) {
-        Ok(p) => s
-            .write_all(&frame::frame(kind::PROOF, &p.0))
-            .map_err(broken)
-            .map(|()| keys(&hs)),
+        Ok(p) => {
+            s.write_all(&frame::frame(kind::PROOF, &p.0))
+                .map_err(broken)?;
+            let (h, payload) = frame::read_frame_sync(s, u64::from(HANDSHAKE_MAX))
+                .map_err(broken)?
+                .ok_or_else(|| Failed::Broken("closed before accepting the proof".into()))?;
+            accepted(h.kind, &payload).map(|()| keys(&hs))
+        }
         Err(f) => {
             if matches!(f, Failed::Auth(_)) {
                 let _ = s.write_all(&refuse_listener());
@@ -153,6 +182,8 @@ where
         Ok(p) => {
             let proof = frame::frame(kind::PROOF, &p.0);
             wr.write_all(&proof).await.map_err(broken)?;
+            let (k, payload) = read_small(rd).await?;
+            accepted(k, &payload)?;
             Ok((bytes.len() + proof.len(), keys(&hs)))
         }
         Err(f) => {
@@ -226,4 +257,65 @@ async fn read_small<R: AsyncRead + Unpin>(rd: &mut R) -> Result<(u8, Vec<u8>), F
 /// The reason a listener gives a caller whose proof failed.
 pub(crate) fn refusal() -> String {
     REFUSAL.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tcp::frame::Role;
+
+    fn hello() -> Hello {
+        Hello {
+            version: crate::version::VERSION,
+            role: Role::Peer,
+            job: 7,
+            rank: 1,
+            size: 2,
+            addr: None,
+            node: 0,
+            nonce: [0; taskfold_core::auth::NONCE_LEN],
+            incarnation: 0,
+            mac: false,
+        }
+    }
+
+    /// A caller against a listener that checks its proof, then either
+    /// accepts it or closes: what the caller's `call` returns.
+    async fn call_against(accept: bool) -> Result<(usize, FrameKeys), Failed> {
+        let auth = JobAuth::Key(taskfold_core::auth::JobKey::from_bytes([3; 32]));
+        let (caller, listener) = tokio::io::duplex(1 << 16);
+        let (mut crd, mut cwr) = tokio::io::split(caller);
+        let (mut lrd, mut lwr) = tokio::io::split(listener);
+        let la = auth.clone();
+        let listening = tokio::spawn(async move {
+            let (k, claim) = read_small(&mut lrd).await.expect("a hello");
+            assert_eq!(k, kind::HELLO);
+            let h = Hello::decode(&claim).expect("a hello");
+            listen(&mut lrd, &mut lwr, &la, 0, &h, &claim)
+                .await
+                .expect("the proof checks");
+            if accept {
+                lwr.write_all(&accepted_frame()).await.unwrap();
+                // Held open until the caller is done.
+                let _ = read_small(&mut lrd).await;
+            }
+        });
+        let got = call(&mut crd, &mut cwr, &auth, hello(), 0).await;
+        drop((crd, cwr));
+        listening.await.unwrap();
+        got
+    }
+
+    #[tokio::test]
+    async fn a_proof_not_yet_accepted_is_no_connection() {
+        // The listener's gate may close a connection after the caller's
+        // proof went out and before the listener read it: the caller must
+        // not take it for an established link (that would go down).
+        match call_against(false).await {
+            Err(Failed::Broken(d)) => assert!(d.contains("closed"), "{d}"),
+            other => panic!("a connection closed before acceptance: {other:?}"),
+        }
+        let ok = call_against(true).await;
+        assert!(ok.is_ok(), "an accepted proof: {:?}", ok.err());
+    }
 }

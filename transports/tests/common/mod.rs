@@ -54,6 +54,11 @@ impl Call {
             .unwrap_or_else(|| panic!("no refusal among {:?}", kinds(&f)));
         String::from_utf8_lossy(p).into_owned()
     }
+
+    /// The kinds of the frames that came back, in order.
+    pub fn kinds(&self) -> Vec<u8> {
+        kinds(&self.frames())
+    }
 }
 
 fn kinds(f: &[(u8, Vec<u8>)]) -> Vec<u8> {
@@ -133,7 +138,17 @@ pub fn connect_sealed(
     let (proof, keys) = caller_side(key, &body, callee, Nonce(hello.nonce), &c);
     s.write_all(&frame::frame(kind::PROOF, &proof.0))
         .expect("proof");
+    expect_accepted(&mut s);
     (s, keys)
+}
+
+/// Reads the listener's acceptance of our proof, as a rank of the job
+/// does before it takes the connection as its own.
+fn expect_accepted(s: &mut TcpStream) {
+    let (h, p) = frame::read_frame_sync(s, 4096)
+        .expect("a frame")
+        .expect("the acceptance");
+    assert_eq!(h.kind, kind::ACCEPTED, "{}", String::from_utf8_lossy(&p));
 }
 
 /// Writes `bytes` as they are to `addr` (a replay), closes our side and
@@ -167,6 +182,7 @@ pub fn connect_proven(addr: SocketAddr, hello: &Hello, key: &JobKey, callee: u32
     let proof = proof_for(key, &body, callee, Nonce(hello.nonce), &c);
     s.write_all(&frame::frame(kind::PROOF, &proof))
         .expect("proof");
+    expect_accepted(&mut s);
     s
 }
 
@@ -194,4 +210,6 @@ pub fn accept_proven(s: &mut TcpStream, key: &JobKey, callee: u32) {
     assert_eq!(h.kind, kind::PROOF);
     let proof = taskfold_core::auth::Proof(p.try_into().expect("a proof's length"));
     hs.on_proof(&proof).expect("the caller proves the key");
+    s.write_all(&frame::frame(kind::ACCEPTED, &[]))
+        .expect("acceptance");
 }
