@@ -122,8 +122,17 @@ pub fn resume(rt: &Runtime, job: &Job, start: Start) -> Result<Resumed, ResumeEr
 /// The smallest of every rank's `mine`, on every rank: one reduction of the
 /// minimum per rank, each to that rank (the runtime reduces to one root).
 pub fn agree(rt: &Runtime, mine: u64) -> Result<u64, ReduceError> {
-    let agreed = agreement(rt, mine)?;
-    agreed.ok_or_else(|| ReduceError::Decode("no agreed version reached this rank".into()))
+    match agreement(rt, mine) {
+        Ok(agreed) => {
+            agreed.ok_or_else(|| ReduceError::Decode("no agreed version reached this rank".into()))
+        }
+        // Versions count from 0: a rank with nothing to resume from knows
+        // the least of them whatever the others said, and starts afresh
+        // even if a dead rank's vote was lost (the master killed as the
+        // job starts, with a standby and no replacement).
+        Err(ReduceError::RanksLost { .. } | ReduceError::RootLost { .. }) if mine == 0 => Ok(0),
+        Err(e) => Err(e),
+    }
 }
 
 /// Joins the agreement with `mine`: the least version, as this rank's
@@ -139,10 +148,13 @@ fn agreement(rt: &Runtime, mine: u64) -> Result<Option<u64>, ReduceError> {
         })
         .collect::<Result<_, _>>()?;
     let mut agreed = None;
-    for f in futures {
+    for (root, f) in futures.into_iter().enumerate() {
         match f.get() {
             Ok(Some(Min(v))) => agreed = v.first().copied(),
             Ok(None) => {}
+            // Another rank's agreement, its root dead: this rank needs only
+            // its own.
+            Err(ReduceError::RootLost { .. }) if root as u32 != rt.rank() => {}
             // A replacement root's agreement that completed under its dead
             // process, whose kept copy was released by a checkpoint since:
             // the replacement resumes from its own newest version.
