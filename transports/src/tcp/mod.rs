@@ -87,6 +87,7 @@ mod bootstrap;
 pub(crate) mod cma;
 mod config;
 mod conn;
+mod dial;
 pub mod frame;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
