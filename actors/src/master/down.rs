@@ -14,7 +14,7 @@ use super::{handlers, Master, VERDICT_WAIT};
 use std::time::{Duration, SystemTime};
 use taskfold_core::roster::Death;
 use taskfold_core::schedule::Unrecoverable;
-use taskfold_core::wire::Msg;
+use taskfold_core::wire::{Msg, Standing};
 use taskfold_core::Rank;
 
 impl Master {
@@ -113,30 +113,37 @@ impl Master {
             }
         }
         for (key, index, s) in offers {
-            tracing::warn!(%rank, buddy = s.buddy, key, "offering a dead rank's original to the buddy that maps it");
-            metrics::counter!(crate::metrics::STANDING_COPIES_OFFERED).increment(1);
-            let buddy = Rank(s.buddy);
-            let offer = Msg::ReplicaOffer {
-                key,
-                owner: rank.0,
-                len: s.len,
-                crc: s.crc,
-                node: s.node,
-                file: None,
-                heap: Some(s.heap),
-                warm: None,
-                wants_ack: false,
-            };
-            // If it cannot be sent, the buddy's link is down: its death, or
-            // the wait, decides.
-            self.send(buddy, &offer);
-            if let Some(me) = &self.me {
-                let me = me.clone();
-                actix::spawn(async move {
-                    actix_rt::time::sleep(VERDICT_WAIT).await;
-                    me.do_send(handlers::VerdictDue { key, index });
-                });
-            }
+            self.offer_standing_copy(key, index, rank, s);
+        }
+    }
+
+    /// Offers dead `owner`'s standing copy `s`, member `index` of
+    /// reduction `key`, to the buddy that maps it; its verdict is awaited
+    /// at most [`VERDICT_WAIT`].
+    pub(super) fn offer_standing_copy(&mut self, key: u64, index: usize, owner: Rank, s: Standing) {
+        tracing::warn!(rank = %owner, buddy = s.buddy, key, "offering a dead rank's original to the buddy that maps it");
+        metrics::counter!(crate::metrics::STANDING_COPIES_OFFERED).increment(1);
+        let buddy = Rank(s.buddy);
+        let offer = Msg::ReplicaOffer {
+            key,
+            owner: owner.0,
+            len: s.len,
+            crc: s.crc,
+            node: s.node,
+            file: None,
+            heap: Some(s.heap),
+            warm: None,
+            wants_ack: false,
+        };
+        // If it cannot be sent, the buddy's link is down: its death, or
+        // the wait, decides.
+        self.send(buddy, &offer);
+        if let Some(me) = &self.me {
+            let me = me.clone();
+            actix::spawn(async move {
+                actix_rt::time::sleep(VERDICT_WAIT).await;
+                me.do_send(handlers::VerdictDue { key, index });
+            });
         }
     }
 
@@ -189,15 +196,22 @@ impl Master {
         }
         let (dead, roster) = (&self.out.view().dead(), &r.roster);
         let outcome = r.schedule.fail(index, |k| roster.has_copy(k, dead));
+        // A replacement let in while the answer was awaited revives the
+        // position now, as it would have had the answer come first.
+        if outcome.is_ok() && !dead.contains(r.group.rank_at(index).0 as usize) {
+            r.schedule.revive(index);
+        }
         if outcome.is_ok() {
             if r.roster.is_held() {
-                return; // still held for another dead member's buddy
+                // Still held for another dead member's buddy.
+                return self.take_waiting_joins(key);
             }
             for m in r.roster.take_held() {
                 self.task_failed(m);
             }
         }
         self.settle(key, outcome, true);
+        self.take_waiting_joins(key);
     }
 
     /// Goes on with reduction `key` after the scheduler took in a death

@@ -6,7 +6,7 @@ use super::state::Reduction;
 use super::Master;
 use actix::prelude::*;
 use std::collections::HashSet;
-use taskfold_core::roster::{Announcement, StandingCopy};
+use taskfold_core::roster::{Announcement, Death, StandingCopy};
 use taskfold_core::schedule::Replacement;
 use taskfold_core::wire::{Join, Joining, Msg, TaskDone};
 use taskfold_core::{Rank, ReduceError};
@@ -40,12 +40,17 @@ impl Handler<JoinIn> for Master {
             return self.keep(m);
         }
         self.count_in(m.wire);
-        let JoinIn {
-            from, mut joining, ..
-        } = m;
-        if !self.accepts(from, joining.rank) {
+        if !self.accepts(m.from, m.joining.rank) {
             return;
         }
+        self.join_in(m.from, m.joining);
+    }
+}
+
+impl Master {
+    /// Takes in `from`'s join (accepted from that rank): opens the
+    /// reduction if it is the first, or answers it at once if it ended.
+    fn join_in(&mut self, from: Rank, mut joining: Joining) {
         let key = joining.key;
         if self.answer_late_join(key, from)
             || self.answer_replayed_root(key, from, &joining.join)
@@ -62,6 +67,13 @@ impl Handler<JoinIn> for Master {
             .live
             .get_mut(&key)
             .expect("checked by member_index");
+        if r.roster.awaits(index) {
+            // A replacement's join while its dead original may still be
+            // had from a standing copy: counted once that is known, as
+            // the original's or as its stand-in.
+            self.reductions.waiting.push((from, joining));
+            return;
+        }
         // A standing copy the master may have to ask for later, if the
         // buddy is another member (untrusted: anything else is no copy).
         let standing = joining.standing.and_then(|copy| {
@@ -138,6 +150,28 @@ impl Handler<TaskDoneIn> for Master {
 impl Master {
     /// Whether a message of `from` that names `claimed` as its sender is
     /// read at all: not from a fenced rank, not in another's name.
+    /// Takes in the joins that waited for a verdict about one of
+    /// reduction `key`'s members and wait no more. One whose reduction
+    /// ended meanwhile is dropped: the member counted as joined (its dead
+    /// original was in), so the end's notice went to its rank.
+    pub(super) fn take_waiting_joins(&mut self, key: u64) {
+        let waiting = std::mem::take(&mut self.reductions.waiting);
+        let live = &self.reductions.live;
+        let still = |from: Rank, j: &Joining| {
+            j.key != key
+                || live
+                    .get(&key)
+                    .is_some_and(|r| r.group.index_of(from).is_some_and(|i| r.roster.awaits(i)))
+        };
+        let (wait, due): (Vec<_>, Vec<_>) = waiting.into_iter().partition(|(f, j)| still(*f, j));
+        self.reductions.waiting = wait;
+        for (from, joining) in due {
+            if self.reductions.live.contains_key(&key) && self.accepts(from, joining.rank) {
+                self.join_in(from, joining);
+            }
+        }
+    }
+
     fn accepts(&self, from: Rank, claimed: u32) -> bool {
         if self.out.view().is_dead(from.0) {
             tracing::debug!(%from, "ignoring a message from a fenced rank");
@@ -240,9 +274,15 @@ impl Master {
         let dead_members: Vec<usize> = (0..r.group.len())
             .filter(|&i| self.out.view().is_dead(r.group.rank_at(i).0))
             .collect();
+        // Members that joined (as a standby's reports say) and died since
+        // may have left a standing copy at a live buddy: it is offered,
+        // and the scheduler hears of the death with the answer.
+        let mut offered = Vec::new();
         for &i in &dead_members {
-            // Never joined: nothing to offer.
-            r.roster.died(i, &self.out.view().dead());
+            if let Some(Death::Offer(s)) = r.roster.died(i, &self.out.view().dead()) {
+                offered.push(i);
+                self.offer_standing_copy(key, i, r.group.rank_at(i), s);
+            }
         }
         if let Some(inf) = &self.infer {
             // Members that died before anyone joined may have left their
@@ -254,6 +294,9 @@ impl Master {
             if self.respawn.book.awaited(r.group.rank_at(i).0) {
                 // Its replacement will join instead.
                 r.schedule.await_replacement(i);
+            }
+            if offered.contains(&i) {
+                continue; // decided on the buddy's answer
             }
             let (dead, roster) = (&self.out.view().dead(), &r.roster);
             r.schedule

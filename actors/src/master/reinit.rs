@@ -51,6 +51,7 @@ impl Master {
         }
         self.reductions.ended.clear();
         self.reductions.early.clear();
+        self.reductions.waiting.clear();
         self.barriers.clear();
         self.respawn.forget_completed();
         self.stats.rollbacks += 1;

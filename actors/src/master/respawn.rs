@@ -276,7 +276,12 @@ impl Master {
         for r in self.reductions.live.values_mut() {
             r.roster.holder_replaced(rank);
             if let Some(i) = r.group.index_of(Rank(rank)) {
-                r.schedule.revive(i);
+                // Whether the dead original can be had is still asked of
+                // its buddy: the position revives once the answer is in
+                // (`decide`).
+                if !r.roster.awaits(i) {
+                    r.schedule.revive(i);
+                }
             }
         }
         if let Some(b) = &self.board {

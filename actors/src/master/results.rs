@@ -296,6 +296,15 @@ impl Handler<ResultAlsoKeptIn> for Master {
             tracing::info!(root, key, holder = %from, "a dead root's result has a second copy");
             return self.count_results();
         }
+        if self.results.on && self.results.book.lookup(key, root) == Lookup::Unknown {
+            // A standby that never heard of the first copy (its holder
+            // died before reporting): this one is the record, as it would
+            // be had it come in this rank's report.
+            tracing::info!(root, key, holder = %from, "a dead root's result is kept by the rank it was relayed to");
+            let drops = self.results.book.kept(key, root, from.0);
+            self.drop_copies(&drops);
+            return self.count_results();
+        }
         // Released meanwhile, or a master that keeps no records: the copy
         // serves nobody.
         self.drop_copies(&[Drop {

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::time::Instant;
 use taskfold_core::roster::Roster;
 use taskfold_core::schedule::Schedule;
-use taskfold_core::wire::Join;
 use taskfold_core::wire::TaskFailed;
+use taskfold_core::wire::{Join, Joining};
 use taskfold_core::{Group, Rank};
 
 /// The master's reductions: the live ones, what it remembers of those
@@ -17,6 +17,10 @@ pub(crate) struct Reductions {
     pub(crate) live: HashMap<u64, Reduction>,
     pub(super) ended: Ended,
     pub(super) early: EarlyReplicas,
+    /// Joins of replacements that came while their dead original's fate
+    /// was not known (its buddy's verdict on a standing copy was awaited):
+    /// taken in once it is, as any replacement's join then.
+    pub(super) waiting: Vec<(Rank, Joining)>,
     /// Most reductions live at once (`Config::max_reductions`): a join
     /// that would open one more fails its reduction with
     /// `TooManyReductions`.
@@ -30,6 +34,7 @@ impl Reductions {
             live: HashMap::new(),
             ended: Ended::default(),
             early: EarlyReplicas::default(),
+            waiting: Vec::new(),
             max,
         }
     }

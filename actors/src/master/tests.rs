@@ -256,8 +256,34 @@ fn a_rank_that_dies_with_a_standing_copy_is_recovered_from_its_buddy() {
     });
 }
 
+/// Runs reduction `KEY` on: every task sent is reported done, until the
+/// reduction ends (at most 20 rounds). The end's notices: (to, error).
+pub(in crate::master) async fn run_to_end(
+    m: &Addr<Master>,
+    ts: &[Arc<LoopbackTransport>],
+) -> Vec<(u32, Option<String>)> {
+    for _ in 0..20 {
+        settle().await;
+        let msgs = sent(ts);
+        let ends: Vec<(u32, Option<String>)> = msgs
+            .iter()
+            .filter_map(|(to, m)| match m {
+                Msg::Complete { key: KEY, error } => {
+                    Some((*to, error.as_ref().map(|e| format!("{e:?}"))))
+                }
+                _ => None,
+            })
+            .collect();
+        if !ends.is_empty() {
+            return ends;
+        }
+        report_done(m, &msgs, u32::MAX).await;
+    }
+    panic!("the reduction did not end");
+}
+
 /// Reports every task in `msgs` whose receiver is not `except` done.
-async fn report_done(m: &Addr<Master>, msgs: &[(u32, Msg)], except: u32) {
+pub(in crate::master) async fn report_done(m: &Addr<Master>, msgs: &[(u32, Msg)], except: u32) {
     for (to, msg) in msgs {
         match msg {
             Msg::Task(t) if *to != except => report(m, *to, t).await,

@@ -96,6 +96,14 @@ impl LoopbackHub {
         }
     }
 
+    /// A replacement takes `rank`'s place: the same endpoint stands for
+    /// it, live again (a killed one's buffers are gone already).
+    fn revive(&self, rank: Rank) -> Result<(), TransportError> {
+        let _g = self.kill_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.endpoint(rank)?.dead.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
     fn endpoint(&self, rank: Rank) -> Result<&Endpoint, TransportError> {
         self.endpoints
             .get(rank.0 as usize)
@@ -191,5 +199,13 @@ impl Transport for LoopbackTransport {
 
     fn name(&self) -> &'static str {
         "loopback"
+    }
+
+    fn admit(&self, peer: Rank, _incarnation: u32) -> Result<(), TransportError> {
+        self.hub.revive(peer)
+    }
+
+    fn readmit(&self, peer: Rank, _incarnation: u32, _addr: &[u8]) -> Result<(), TransportError> {
+        self.hub.revive(peer)
     }
 }

@@ -4,16 +4,16 @@ use crate::master::ReplacementIn;
 use taskfold_core::respawn::Slot;
 use taskfold_core::settings::RespawnConfig;
 
-/// Asks the master where rank 3's replacement stands in its book.
+/// Asks the master where a rank's replacement stands in its book.
 #[derive(Message)]
 #[rtype(result = "Option<Slot>")]
-struct SlotOf3;
+struct SlotOf(u32);
 
-impl Handler<SlotOf3> for Master {
+impl Handler<SlotOf> for Master {
     type Result = Option<Slot>;
 
-    fn handle(&mut self, _: SlotOf3, _: &mut Context<Self>) -> Option<Slot> {
-        self.respawn.book.slot(3).cloned()
+    fn handle(&mut self, m: SlotOf, _: &mut Context<Self>) -> Option<Slot> {
+        self.respawn.book.slot(m.0).cloned()
     }
 }
 
@@ -68,7 +68,10 @@ fn a_rank_that_finalized_is_told_of_a_replacement_but_not_waited_for() {
         // it would refuse the replacement as a stranger if not told.
         assert_eq!(told(&ts, 3, 1), vec![0, 1, 2]);
         assert!(
-            matches!(m.send(SlotOf3).await.unwrap(), Some(Slot::Admitting { .. })),
+            matches!(
+                m.send(SlotOf(3)).await.unwrap(),
+                Some(Slot::Admitting { .. })
+            ),
             "rank 1 has not let it in"
         );
         // Rank 1's answer is the last one waited for: rank 2's never comes.
@@ -81,9 +84,82 @@ fn a_rank_that_finalized_is_told_of_a_replacement_but_not_waited_for() {
         .unwrap();
         settle().await;
         assert_eq!(
-            m.send(SlotOf3).await.unwrap(),
+            m.send(SlotOf(3)).await.unwrap(),
             Some(Slot::Live(1)),
             "let in without rank 2's answer"
         );
     });
+}
+
+/// Rank 2 dies after joining with a standing copy on rank 3; its
+/// replacement is let in and joins before rank 3 answers whether it keeps
+/// the copy (`keeps`). Either way the reduction completes once, with the
+/// dead original or the replacement's, and every member hears it.
+fn replacement_joins_before_the_verdict(keeps: bool) {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let m = replacing_master(&ts);
+        super::joined(&m).await;
+        settle().await;
+        let first = sent(&ts);
+        down(&m, 2).await;
+        // The first round's tasks end, but for the one rank 2 received.
+        report_done(&m, &first, 2).await;
+        settle().await;
+        let at_death = sent(&ts);
+        assert!(
+            at_death
+                .iter()
+                .any(|(to, m)| *to == 3 && matches!(m, Msg::ReplicaOffer { owner: 2, .. })),
+            "{at_death:?}"
+        );
+        m.send(ReplacementIn {
+            peer: Rank(2),
+            incarnation: 1,
+            node: 0,
+            addr: vec![4, 127, 0, 0, 1],
+        })
+        .await
+        .unwrap();
+        for from in [1, 3] {
+            m.send(ReadmittedIn {
+                from: Rank(from),
+                rank: 2,
+                incarnation: 1,
+            })
+            .await
+            .unwrap();
+        }
+        settle().await;
+        assert_eq!(m.send(SlotOf(2)).await.unwrap(), Some(Slot::Live(1)));
+        let _ = sent(&ts);
+        // The replacement joins while the buddy is still asked.
+        m.send(join(2, None)).await.unwrap();
+        settle().await;
+        let meanwhile = sent(&ts);
+        assert!(
+            !meanwhile
+                .iter()
+                .any(|(_, m)| matches!(m, Msg::Complete { .. } | Msg::Task(_))),
+            "nothing before the buddy's answer: {meanwhile:?}"
+        );
+        m.send(replicated(2, 3, keeps)).await.unwrap();
+        let mut ends = run_to_end(&m, &ts).await;
+        ends.sort();
+        assert_eq!(
+            ends,
+            (0..4).map(|r| (r, None)).collect::<Vec<_>>(),
+            "completed, told to every member (the replacement too)"
+        );
+    });
+}
+
+#[test]
+fn a_replacement_that_joins_while_its_buddy_is_asked_counts_once_if_the_copy_is_kept() {
+    replacement_joins_before_the_verdict(true);
+}
+
+#[test]
+fn a_replacement_that_joins_while_its_buddy_is_asked_stands_in_if_the_copy_is_not() {
+    replacement_joins_before_the_verdict(false);
 }

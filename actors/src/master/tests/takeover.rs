@@ -113,3 +113,105 @@ fn a_second_copy_reported_to_a_standby_is_a_spare_of_its_record() {
         );
     });
 }
+
+/// A member reported to the standby, with a standing copy of its
+/// original on a live buddy, then died before the last report came: the
+/// rebuilt reduction offers the copy to that buddy and decides on its
+/// answer, as the dead master would have.
+#[test]
+fn a_member_that_dies_after_its_report_is_offered_to_its_buddy() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.take_over(Rank(0), &RankSet::new());
+        let m = master.start();
+        // A group without the dead master's rank: ranks 1, 2 and 3.
+        let held = |rank: u32, buddy: Option<u32>| {
+            let mut joining = join(rank, buddy).joining;
+            joining.join.group = vec![1, 2, 3];
+            Held {
+                joining,
+                path: RankSet::single(rank as usize - 1), // its position
+                has_value: true,
+            }
+        };
+        m.send(report_of(2, |r| r.holding = vec![held(2, Some(3))]))
+            .await
+            .unwrap();
+        down(&m, 2).await;
+        m.send(report_of(3, |r| r.holding = vec![held(3, None)]))
+            .await
+            .unwrap();
+        m.send(report_of(1, |r| r.holding = vec![held(1, None)]))
+            .await
+            .unwrap();
+        settle().await;
+        let rebuilt = sent(&ts);
+        assert!(
+            rebuilt.iter().any(|(to, m)| *to == 3
+                && matches!(
+                    m,
+                    Msg::ReplicaOffer {
+                        owner: 2,
+                        key: KEY,
+                        ..
+                    }
+                )),
+            "rank 3 is offered rank 2's original: {rebuilt:?}"
+        );
+        assert!(
+            !rebuilt
+                .iter()
+                .any(|(_, m)| matches!(m, Msg::Complete { .. } | Msg::Task(_))),
+            "nothing before its answer: {rebuilt:?}"
+        );
+        m.send(ReplicatedIn {
+            holder: Rank(3),
+            key: KEY,
+            owner: 2,
+            ok: true,
+            wire: 0,
+        })
+        .await
+        .unwrap();
+        let mut ends = run_to_end(&m, &ts).await;
+        ends.sort();
+        assert_eq!(ends, vec![(1, None), (3, None)]);
+    });
+}
+
+/// A dead root's result relayed to rank 3 after the standby took over,
+/// its first holder dead before reporting: the standby never heard of the
+/// result, and rank 3's copy becomes its record instead of being dropped.
+#[test]
+fn a_relayed_copy_the_standby_never_heard_of_is_its_record() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.set_keep_results(true);
+        master.take_over(Rank(0), &RankSet::new());
+        let m = master.start();
+        for r in [1, 2, 3] {
+            m.send(report_of(r, |_| {})).await.unwrap();
+        }
+        settle().await;
+        let _ = sent(&ts);
+        m.send(crate::master::ResultAlsoKeptIn {
+            from: Rank(3),
+            root: 0,
+            key: KEY,
+        })
+        .await
+        .unwrap();
+        settle().await;
+        let msgs = sent(&ts);
+        assert!(
+            !msgs.iter().any(|(_, m)| matches!(m, Msg::Results(_))),
+            "the only copy is not dropped: {msgs:?}"
+        );
+        let s = m.send(GetStats).await.unwrap();
+        assert_eq!((s.results_kept, s.results_without_copy), (1, 0), "{s:?}");
+    });
+}
