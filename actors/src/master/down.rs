@@ -35,7 +35,7 @@ impl Master {
         // was the last report awaited) knowing its replacement is awaited:
         // its reductions then wait for it instead of losing its data.
         self.heard_for_takeover(rank.0);
-        let global = awaited && self.restart == taskfold_core::settings::Restart::Global;
+        let global = awaited && self.rolls_back();
         self.fence(rank, &reason, latency);
         self.results_rank_died(rank.0);
         // Before the notice that the rank failed: a buddy holding a

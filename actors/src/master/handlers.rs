@@ -318,6 +318,9 @@ impl Handler<FinalizeIn> for Master {
         if m.from.0 < self.size && !self.out.view().is_dead(m.from.0) {
             if self.finalized.insert(m.from.0) {
                 self.rank_left(m.from);
+                // Finalized as a rollback began: it meets nobody (its
+                // worker keeps waiting for the job's end).
+                self.left_rollback(m.from.0);
             }
             self.check_finalize();
         }

@@ -69,13 +69,23 @@ impl Master {
     /// at once (a rollback the dead master began is begun again).
     pub(super) fn resume_epoch(&mut self, epoch: u32) {
         self.rollback = taskfold_core::reinit::Rollback::Running(epoch);
-        if self.restart != taskfold_core::settings::Restart::Global {
+        if !self.rolls_back() {
             return;
         }
         let awaited = (0..self.size).find(|&r| self.respawn.book.awaited(r));
         if let Some(r) = awaited {
             self.roll_back(Rank(r));
         }
+    }
+
+    /// Whether a death rolls the job back: under global restart, while no
+    /// rank finalized. A rank that finalized left its entry point for
+    /// good, so the steps it was in cannot be done again; from then on a
+    /// replacement redoes its own work as under local restart (it resumes
+    /// from the newest checkpoint it holds, and the reductions that
+    /// completed meanwhile are answered as completed).
+    pub(super) fn rolls_back(&self) -> bool {
+        self.restart == taskfold_core::settings::Restart::Global && self.finalized.is_empty()
     }
 
     /// `rank` will not come back (no replacement): not waited for.
@@ -103,11 +113,13 @@ impl Handler<ReinitReadyIn> for Master {
     fn handle(&mut self, m: ReinitReadyIn, _: &mut Context<Self>) {
         if let (None, taskfold_core::reinit::Rollback::Running(epoch)) = (m.epoch, &self.rollback) {
             // A replacement that met no rollback: it took its rank's place
-            // while the job started (its dead process never joined), so
-            // it starts from the beginning, as the others did.
+            // while the job started (its dead process never joined, and it
+            // holds no checkpoint: it starts from the beginning, as the
+            // others did), or after a rank finalized (see `rolls_back`:
+            // it resumes from its newest checkpoint).
             let msg = Msg::ReinitGo {
                 epoch: *epoch,
-                version: None,
+                version: m.held.iter().max().copied(),
             };
             self.send(m.from, &msg);
             return;

@@ -497,4 +497,5 @@ fn a_dead_ranks_buddy_that_dies_before_answering_loses_the_original() {
 mod left;
 mod limits;
 mod replace;
+mod rollback;
 mod takeover;

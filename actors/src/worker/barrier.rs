@@ -92,6 +92,11 @@ impl Worker {
         for tx in self.finalize.drain(..) {
             let _ = tx.send(Err(error.clone()));
         }
+        self.fail_barriers(error);
+    }
+
+    /// Answers every barrier waiting here with `error`.
+    pub(super) fn fail_barriers(&mut self, error: &ReduceError) {
         for (_, tx) in self.barriers.drain() {
             tx.send(Err(error.clone()));
         }

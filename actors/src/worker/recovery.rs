@@ -29,6 +29,12 @@ impl Handler<ReinitIn> for Worker {
         self.epoch = self.epoch.max(m.epoch);
         let error = ReduceError::Reinit { epoch: m.epoch };
         self.fail_all(error.clone());
+        if self.finalizing == super::end::Finalize::Sent {
+            // This rank left its entry point for good: the master counts
+            // it out of the meeting, and its finalize waits for the job's
+            // end as before.
+            return self.fail_barriers(&error);
+        }
         self.fail_waiters(&error);
     }
 }

@@ -1,0 +1,121 @@
+//! Global restart at the master: which deaths roll the job back, and who
+//! the meeting at the entry point waits for.
+use super::*;
+use crate::master::{ReadmittedIn, ReinitReadyIn, ReplacementIn};
+use taskfold_core::settings::{RespawnConfig, Restart};
+
+/// A master of 4 ranks under global restart that expects one replacement.
+fn global_master(ts: &[Arc<LoopbackTransport>]) -> Addr<Master> {
+    let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+    let mut m = Master::new(4, Outbox::of(t), 1000);
+    m.set_respawn(&RespawnConfig {
+        budget: 1,
+        restart: Restart::Global,
+        ..RespawnConfig::default()
+    });
+    m.start()
+}
+
+/// Rank 3's replacement is let in (rank 1 answers; `also`, if given, too).
+async fn let_in_3(m: &Addr<Master>, also: Option<u32>) {
+    m.send(ReplacementIn {
+        peer: Rank(3),
+        incarnation: 1,
+        node: 0,
+        addr: vec![4, 127, 0, 0, 1],
+    })
+    .await
+    .unwrap();
+    for from in std::iter::once(1).chain(also) {
+        m.send(ReadmittedIn {
+            from: Rank(from),
+            rank: 3,
+            incarnation: 1,
+        })
+        .await
+        .unwrap();
+    }
+    settle().await;
+}
+
+fn ready(from: u32, epoch: Option<u32>, held: &[u64]) -> ReinitReadyIn {
+    ReinitReadyIn {
+        from: Rank(from),
+        epoch,
+        held: held.to_vec(),
+    }
+}
+
+/// The go of the meeting each rank was sent: (to, version).
+fn goes(msgs: &[(u32, Msg)]) -> Vec<(u32, Option<u64>)> {
+    msgs.iter()
+        .filter_map(|(to, m)| match m {
+            Msg::ReinitGo { version, .. } => Some((*to, *version)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Once a rank finalized, the steps it was in cannot be done again: a
+/// death rolls nothing back, and the replacement resumes from its own
+/// newest checkpoint, alone.
+#[test]
+fn a_death_after_a_rank_finalized_rolls_nothing_back() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let m = global_master(&ts);
+        m.send(FinalizeIn { from: Rank(2) }).await.unwrap();
+        down(&m, 3).await;
+        settle().await;
+        let msgs = sent(&ts);
+        assert!(
+            !msgs.iter().any(|(_, m)| matches!(m, Msg::Reinit { .. })),
+            "{msgs:?}"
+        );
+        let_in_3(&m, None).await;
+        let _ = sent(&ts);
+        m.send(ready(3, None, &[5, 7])).await.unwrap();
+        settle().await;
+        assert_eq!(goes(&sent(&ts)), vec![(3, Some(7))]);
+    });
+}
+
+/// Without a finalized rank the same death rolls every rank back.
+#[test]
+fn a_death_before_any_rank_finalized_rolls_every_rank_back() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let m = global_master(&ts);
+        down(&m, 3).await;
+        settle().await;
+        let mut to: Vec<u32> = sent(&ts)
+            .into_iter()
+            .filter_map(|(to, m)| matches!(m, Msg::Reinit { epoch: 1 }).then_some(to))
+            .collect();
+        to.sort_unstable();
+        assert_eq!(to, vec![0, 1, 2]);
+    });
+}
+
+/// A rank whose finalize crossed the rollback's notice is not waited for
+/// at the entry point: the others resume without it.
+#[test]
+fn a_rank_that_finalizes_as_a_rollback_begins_is_not_waited_for() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let m = global_master(&ts);
+        down(&m, 3).await;
+        let_in_3(&m, Some(2)).await;
+        for r in [0, 1] {
+            m.send(ready(r, Some(1), &[4, 6])).await.unwrap();
+        }
+        m.send(ready(3, None, &[4])).await.unwrap();
+        settle().await;
+        assert_eq!(goes(&sent(&ts)), vec![], "rank 2 is still awaited");
+        m.send(FinalizeIn { from: Rank(2) }).await.unwrap();
+        settle().await;
+        let mut go = goes(&sent(&ts));
+        go.sort_unstable();
+        assert_eq!(go, (0..4).map(|r| (r, Some(4))).collect::<Vec<_>>());
+    });
+}
