@@ -272,6 +272,10 @@ impl Handler<ResultsReleasedIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: ResultsReleasedIn, _: &mut Context<Self>) {
+        if self.awaiting_reports() {
+            // The book is whole once every report is in.
+            return self.keep(m);
+        }
         if self.out.view().is_dead(m.from.0) {
             return;
         }
@@ -288,6 +292,10 @@ impl Handler<ResultAlsoKeptIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: ResultAlsoKeptIn, _: &mut Context<Self>) {
+        if self.awaiting_reports() {
+            // The book is whole once every report is in.
+            return self.keep(m);
+        }
         let ResultAlsoKeptIn { from, root, key } = m;
         if root >= self.size || self.out.view().is_dead(from.0) {
             return;
@@ -297,9 +305,9 @@ impl Handler<ResultAlsoKeptIn> for Master {
             return self.count_results();
         }
         if self.results.on && self.results.book.lookup(key, root) == Lookup::Unknown {
-            // A standby that never heard of the first copy (its holder
-            // died before reporting): this one is the record, as it would
-            // be had it come in this rank's report.
+            // Nobody reported the first copy (its holder died before it
+            // could): this one is the record, as it would be had it come
+            // in this rank's report.
             tracing::info!(root, key, holder = %from, "a dead root's result is kept by the rank it was relayed to");
             let drops = self.results.book.kept(key, root, from.0);
             self.drop_copies(&drops);
@@ -319,6 +327,10 @@ impl Handler<ResultWhereIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: ResultWhereIn, _: &mut Context<Self>) {
+        if self.awaiting_reports() {
+            // The book is whole once every report is in.
+            return self.keep(m);
+        }
         let ResultWhereIn { from, key, id } = m;
         if self.out.view().is_dead(from.0) {
             return;

@@ -215,3 +215,43 @@ fn a_relayed_copy_the_standby_never_heard_of_is_its_record() {
         assert_eq!((s.results_kept, s.results_without_copy), (1, 0), "{s:?}");
     });
 }
+
+/// A second copy announced while the standby still awaits reports waits
+/// for them: the first copy's holder reports it, and the second is its
+/// spare (taken as a record of its own first, the two would have been
+/// one id's two results, and neither would answer).
+#[test]
+fn a_second_copy_announced_during_the_takeover_is_a_spare() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.set_keep_results(true);
+        master.take_over(Rank(0), &RankSet::new());
+        let m = master.start();
+        m.send(crate::master::ResultAlsoKeptIn {
+            from: Rank(3),
+            root: 0,
+            key: KEY,
+        })
+        .await
+        .unwrap();
+        m.send(report_of(2, |r| r.results = vec![(KEY, 0)]))
+            .await
+            .unwrap();
+        for r in [1, 3] {
+            m.send(report_of(r, |_| {})).await.unwrap();
+        }
+        settle().await;
+        let s = m.send(GetStats).await.unwrap();
+        assert_eq!(
+            (
+                s.results_kept,
+                s.results_without_copy,
+                s.results_second_copies
+            ),
+            (1, 0, 1),
+            "{s:?}"
+        );
+    });
+}
