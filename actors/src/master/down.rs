@@ -34,8 +34,12 @@ impl Master {
         // A standby taking over waits for it no more, and rebuilds (if it
         // was the last report awaited) knowing its replacement is awaited:
         // its reductions then wait for it instead of losing its data.
+        let taking_over = self.awaiting_reports();
         self.heard_for_takeover(rank.0);
-        let global = awaited && self.rolls_back();
+        // A standby rolls back once the reports told it the job's epoch
+        // (`resume_epoch`), never before: two rollbacks of one epoch would
+        // leave the ranks that answered the first unheard in the second.
+        let global = awaited && self.rolls_back() && !taking_over;
         self.fence(rank, &reason, latency);
         self.results_rank_died(rank.0);
         // Before the notice that the rank failed: a buddy holding a
@@ -60,6 +64,9 @@ impl Master {
         if global {
             // Every rank comes back to its entry point instead.
             return self.roll_back(rank);
+        }
+        if taking_over && awaited && self.rolls_back() {
+            return; // no reduction to recover: the rollback drops them
         }
         self.fail_barriers();
         let keys: Vec<u64> = self.reductions.live.keys().copied().collect();

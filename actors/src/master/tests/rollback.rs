@@ -3,6 +3,7 @@
 use super::*;
 use crate::master::{ReadmittedIn, ReinitReadyIn, ReplacementIn};
 use taskfold_core::settings::{RespawnConfig, Restart};
+use taskfold_core::RankSet;
 
 /// A master of 4 ranks under global restart that expects one replacement.
 fn global_master(ts: &[Arc<LoopbackTransport>]) -> Addr<Master> {
@@ -117,5 +118,41 @@ fn a_rank_that_finalizes_as_a_rollback_begins_is_not_waited_for() {
         let mut go = goes(&sent(&ts));
         go.sort_unstable();
         assert_eq!(go, (0..4).map(|r| (r, Some(4))).collect::<Vec<_>>());
+    });
+}
+
+/// A rank that dies while a standby awaits the ranks' reports: the job
+/// rolls back once, when the reports told the standby the job's epoch,
+/// and not a second time for the same death.
+#[test]
+fn a_death_during_a_takeover_rolls_back_once() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.set_respawn(&RespawnConfig {
+            budget: 2,
+            restart: Restart::Global,
+            ..RespawnConfig::default()
+        });
+        master.take_over(Rank(0), &RankSet::new());
+        let m = master.start();
+        m.send(super::takeover::report_of(1, |r| r.epoch = 4))
+            .await
+            .unwrap();
+        down(&m, 3).await;
+        m.send(super::takeover::report_of(2, |r| r.epoch = 4))
+            .await
+            .unwrap();
+        settle().await;
+        let mut reinits: Vec<(u32, u32)> = sent(&ts)
+            .into_iter()
+            .filter_map(|(to, m)| match m {
+                Msg::Reinit { epoch } => Some((to, epoch)),
+                _ => None,
+            })
+            .collect();
+        reinits.sort_unstable();
+        assert_eq!(reinits, vec![(1, 5), (2, 5)]);
     });
 }

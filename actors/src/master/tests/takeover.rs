@@ -5,7 +5,7 @@ use super::*;
 use taskfold_core::wire::{Held, Rejoin};
 use taskfold_core::{RankSet, ReduceError};
 
-fn report_of(rank: u32, f: impl FnOnce(&mut Rejoin)) -> RejoinIn {
+pub(super) fn report_of(rank: u32, f: impl FnOnce(&mut Rejoin)) -> RejoinIn {
     let mut rejoin = Rejoin {
         rank,
         lost: 0,
