@@ -203,3 +203,50 @@ fn a_dead_roots_holder_copies_its_results_on_before_it_dies_too() {
         "every result still has a copy: {s:?}"
     );
 }
+
+/// Where two replacements may come, each result gets its second copy at
+/// once, before any death: the root and its holder killed back to back
+/// still leave every result a copy. With one replacement, no second copy
+/// is made (it would cost without a failure it could cover).
+#[test]
+fn with_two_replacements_a_result_outlives_its_root_and_holder_dying_at_once() {
+    let cluster = LocalCluster::with_config(5, config(2, Restart::Local)).unwrap();
+    let futures: Vec<_> = (0..3).map(|i| reduce(&cluster, 1, i)).collect();
+    assert_eq!(kept_becomes(&cluster, 3), 3);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let second = loop {
+        let s = cluster.rank(0).master_stats().unwrap();
+        if s.results_second_copies == 3 || Instant::now() > deadline {
+            break s.results_second_copies;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(second, 3, "a second copy of each, with every rank alive");
+    drop(futures);
+    // The root and its buddy, rank 2, which holds the first copies.
+    cluster.kill(1);
+    cluster.kill(2);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let s = loop {
+        let s = cluster.rank(0).master_stats().unwrap();
+        let both = s.dead.contains(&1) && s.dead.contains(&2);
+        if both || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(s.dead.contains(&1) && s.dead.contains(&2), "{s:?}");
+    assert_eq!(
+        (s.results_kept, s.results_without_copy),
+        (3, 0),
+        "every result still has a copy: {s:?}"
+    );
+
+    let one = LocalCluster::with_config(5, config(1, Restart::Local)).unwrap();
+    let futures: Vec<_> = (0..3).map(|i| reduce(&one, 1, i)).collect();
+    assert_eq!(kept_becomes(&one, 3), 3);
+    assert_eq!(kept_still(&one), 3);
+    let s = one.rank(0).master_stats().unwrap();
+    assert_eq!(s.results_second_copies, 0, "{s:?}");
+    drop(futures);
+}

@@ -13,7 +13,9 @@
 //! copies them again to another buddy (`Kept` for a completed reduction);
 //! a dead root's holder copies each of its results on to a second rank,
 //! which says so (`ResultMsg::AlsoKept`): the record takes it as a spare
-//! that answers if the holder dies too. The book is bounded
+//! that answers if the holder dies too. A second copy made at once
+//! (`Config::second_result_copies`) may come before the record: it waits
+//! for the completion that makes it. The book is bounded
 //! ([`taskfold_core::results::RESULTS_LIMIT`]).
 //!
 //! What a crash of the master loses here: the records of copies announced
@@ -41,6 +43,10 @@ pub(super) struct Results {
     book: Book,
     /// Announced copies of live reductions: key → (root, holder).
     pending: HashMap<u64, (u32, u32)>,
+    /// Second copies of live roots' results announced before the record
+    /// (`Config::second_result_copies`): key → (root, holder), taken as
+    /// spares when the reduction completes.
+    early_spares: HashMap<u64, (u32, u32)>,
 }
 
 /// A root says where its result of `key` is kept.
@@ -131,11 +137,51 @@ impl Master {
         }
         let drops = self.results.book.kept(key, r, holder);
         self.drop_copies(&drops);
+        if let Some((root, spare)) = self.results.early_spares.remove(&key) {
+            if root != r || !self.results.book.also_kept(key, r, spare) {
+                self.drop_copies(&[Drop {
+                    holder: spare,
+                    root,
+                    key,
+                }]);
+            }
+        }
         self.count_results();
+    }
+
+    /// A live root's result of `key` has a second copy at `holder`, made
+    /// before the reduction completed here: a spare of its record then.
+    fn early_spare(&mut self, key: u64, root: u32, holder: u32) {
+        if let Some((root, old)) = self.results.early_spares.insert(key, (root, holder)) {
+            if old != holder {
+                self.drop_copies(&[Drop {
+                    holder: old,
+                    root,
+                    key,
+                }]);
+            }
+        }
+        // Bounded as the book is: such a notice outlives its reduction
+        // only if it failed unannounced here.
+        if self.results.early_spares.len() > taskfold_core::results::RESULTS_LIMIT {
+            let oldest = self.results.early_spares.keys().next().copied();
+            if let Some((k, (root, holder))) =
+                oldest.and_then(|k| self.results.early_spares.remove(&k).map(|v| (k, v)))
+            {
+                self.drop_copies(&[Drop {
+                    holder,
+                    root,
+                    key: k,
+                }]);
+            }
+        }
     }
 
     /// Reduction `key` failed: the copy its root announced is dropped.
     pub(super) fn result_abandoned(&mut self, key: u64) {
+        if let Some((root, holder)) = self.results.early_spares.remove(&key) {
+            self.drop_copies(&[Drop { holder, root, key }]);
+        }
         if let Some((root, holder)) = self.results.pending.remove(&key) {
             self.drop_copies(&[Drop { holder, root, key }]);
         }
@@ -145,6 +191,7 @@ impl Master {
     pub(super) fn results_rank_died(&mut self, rank: u32) {
         let gone = self.results.book.holder_died(rank);
         self.results.pending.retain(|_, (_, h)| *h != rank);
+        self.results.early_spares.retain(|_, (_, h)| *h != rank);
         self.count_results();
         if gone > 0 {
             tracing::warn!(
@@ -283,6 +330,12 @@ impl Handler<ResultsReleasedIn> for Master {
             if let Some(spare) = self.results.book.released(key, m.from.0) {
                 self.drop_copies(&[spare]);
             }
+            if let Some(&(root, holder)) = self.results.early_spares.get(&key) {
+                if root == m.from.0 {
+                    self.results.early_spares.remove(&key);
+                    self.drop_copies(&[Drop { holder, root, key }]);
+                }
+            }
         }
         self.count_results();
     }
@@ -304,7 +357,12 @@ impl Handler<ResultAlsoKeptIn> for Master {
             tracing::info!(root, key, holder = %from, "a dead root's result has a second copy");
             return self.count_results();
         }
-        if self.results.on && self.results.book.lookup(key, root) == Lookup::Unknown {
+        let unknown = self.results.book.lookup(key, root) == Lookup::Unknown;
+        if self.results.on && unknown && !self.out.view().is_dead(root) {
+            // A second copy made at once, before the record.
+            return self.early_spare(key, root, from.0);
+        }
+        if self.results.on && unknown {
             // Nobody reported the first copy (its holder died before it
             // could): this one is the record, as it would be had it come
             // in this rank's report.

@@ -497,5 +497,6 @@ fn a_dead_ranks_buddy_that_dies_before_answering_loses_the_original() {
 mod left;
 mod limits;
 mod replace;
+mod results;
 mod rollback;
 mod takeover;

@@ -108,6 +108,13 @@ impl ReplicaStore {
         }
     }
 
+    /// Copies each root's result kept here on at once (see
+    /// `Config::second_result_copies`).
+    pub(crate) fn with_second_result_copies(mut self, on: bool) -> Self {
+        self.results.at_once = on;
+        self
+    }
+
     fn gauge(&self) {
         metrics::gauge!(crate::metrics::REPLICA_MEMORY_BYTES, "rank" => self.rank.to_string())
             .set(self.bytes as f64);

@@ -17,7 +17,10 @@
 //! results to the next live rank after it (`ResultMsg::Relay`), which
 //! fetches it from the holder's exposure and tells the master it keeps a
 //! second copy (`ResultMsg::AlsoKept`): the holder's own death before the
-//! root's replacement took its results then costs nothing.
+//! root's replacement took its results then costs nothing. Where the job
+//! may replace two ranks or more (`Config::second_result_copies`), the
+//! holder relays each copy at once instead, with the root alive: the root
+//! and its holder dying together then still leave one.
 //!
 //! What a crash of this rank loses: the copies it held; the master then
 //! answers their roots' replacements from a second copy if one was made,
@@ -48,6 +51,9 @@ pub(crate) struct Held {
     /// offer meanwhile makes the fetch's answer stale).
     pending: HashMap<(u64, u32), u64>,
     next: u64,
+    /// Each root's copy kept here is copied on at once
+    /// (`Config::second_result_copies`), not only once the root died.
+    pub(super) at_once: bool,
 }
 
 impl Held {
@@ -175,6 +181,11 @@ impl ReplicaStore {
             .expose(BufferKey(held_result_key(key, root.0)), bytes);
         metrics::counter!(crate::metrics::RESULTS_KEPT).increment(1);
         self.result_answer(key, root, true, relayed);
+        if !relayed && self.results.at_once {
+            if let Some(to) = self.relay_target(root) {
+                self.relay(key, root, (len, crc), to);
+            }
+        }
     }
 
     /// Answers the root; a relayed copy kept is told to the master instead
@@ -203,21 +214,28 @@ impl ReplicaStore {
         let Some(to) = self.relay_target(root) else {
             return;
         };
-        for (key, (len, crc)) in mine {
-            let msg = ResultMsg::Relay {
-                root: root.0,
-                key,
-                len,
-                crc,
-            };
-            self.results.relays_sent.insert((key, root.0));
-            match self.out.send(to, &Msg::Results(msg)) {
-                Ok(_) => {
-                    tracing::info!(rank = self.rank, %root, key, %to, "a dead root's result is copied on to a second holder")
-                }
-                Err(e) => {
-                    tracing::warn!(rank = self.rank, %root, key, error = %e, "cannot relay a dead root's result")
-                }
+        for (key, copy) in mine {
+            tracing::info!(rank = self.rank, %root, key, %to, "a dead root's result is copied on to a second holder");
+            self.relay(key, root, copy, to);
+        }
+    }
+
+    /// Offers the copy of `root`'s result of `key` kept here (its length
+    /// and checksum) to `to`, as a second copy.
+    fn relay(&mut self, key: u64, root: Rank, (len, crc): (u64, u32), to: Rank) {
+        let msg = ResultMsg::Relay {
+            root: root.0,
+            key,
+            len,
+            crc,
+        };
+        self.results.relays_sent.insert((key, root.0));
+        match self.out.send(to, &Msg::Results(msg)) {
+            Ok(_) => {
+                tracing::debug!(rank = self.rank, %root, key, %to, "a root's result is copied on to a second holder")
+            }
+            Err(e) => {
+                tracing::warn!(rank = self.rank, %root, key, error = %e, "cannot copy a root's result on")
             }
         }
     }

@@ -87,4 +87,14 @@ impl super::Config {
     pub fn keeps_results(&self) -> bool {
         self.respawn.replacements() > 0 && self.respawn.restart == Restart::Local
     }
+
+    /// Whether each kept result gets a second copy at once, made by its
+    /// holder on the next node's buddy: when a job may replace two ranks
+    /// or more, two failures close together may take a root and its
+    /// holder before the holder copied it on, and only a copy made
+    /// beforehand outlives them. One copy more of each result, off the
+    /// reduction's path.
+    pub fn second_result_copies(&self) -> bool {
+        self.keeps_results() && self.respawn.replacements() >= 2
+    }
 }

@@ -591,3 +591,31 @@ fn the_test_hook_grammar() {
         Some("2:before-fold:check-0:/tmp/x;1:disk-written:f:/d")
     );
 }
+
+#[test]
+fn results_are_kept_with_replacements_and_copied_twice_from_two() {
+    let with = |budget: u32, spares: u32, restart: Restart| Config {
+        respawn: RespawnConfig {
+            budget,
+            spares,
+            restart,
+            ..RespawnConfig::default()
+        },
+        ..Config::default()
+    };
+    let cases = [
+        (with(0, 0, Restart::Local), (false, false)),
+        (with(1, 0, Restart::Local), (true, false)),
+        (with(1, 1, Restart::Local), (true, true)),
+        (with(3, 0, Restart::Local), (true, true)),
+        (with(3, 0, Restart::Global), (false, false)),
+    ];
+    for (c, want) in cases {
+        assert_eq!(
+            (c.keeps_results(), c.second_result_copies()),
+            want,
+            "{:?}",
+            c.respawn
+        );
+    }
+}
