@@ -86,6 +86,12 @@ pub struct Rebuilt {
     /// Holders of data (several originals) already folded into another's:
     /// they are released.
     pub stale: Vec<usize>,
+    /// Positions whose originals are folded into a reported path but
+    /// that did not report: a dead rank's, or one whose rank died and
+    /// was replaced after its original was folded in (the replacement
+    /// has not joined since). Such a replacement's join stands in only
+    /// ([`crate::schedule::Schedule::stand_in`]).
+    pub unreported: RankSet,
 }
 
 /// Reports that cannot come from the protocol (untrusted input: the
@@ -166,10 +172,12 @@ pub fn reconcile(n: usize, holdings: &[Holding]) -> Result<Rebuilt, RebuildError
         }
     }
     stale.sort_unstable();
+    let unreported = covered.iter().filter(|&i| !seen.contains(i)).collect();
     Ok(Rebuilt {
         joined: covered.union(&seen),
         entries,
         stale,
+        unreported,
     })
 }
 

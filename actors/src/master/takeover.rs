@@ -325,6 +325,13 @@ impl Master {
                 .map_err(|e| protocol(&r.id, Rank(first.rank), e))?;
             let root = r.group.index_of(r.root).expect("checked by Reduction::new");
             r.schedule = Schedule::resume(r.group.len(), root, rebuilt.joined, rebuilt.entries);
+            // A live rank whose original is in but that did not report it:
+            // a replacement, whose dead process's original was folded in.
+            for i in rebuilt.unreported.iter() {
+                if !self.out.view().is_dead(r.group.rank_at(i).0) {
+                    r.schedule.stand_in(i);
+                }
+            }
             Ok(rebuilt.stale)
         });
         for (owner, holder) in copies {

@@ -283,3 +283,17 @@ proptest! {
         prop_assert_ne!(told, Some(r));
     }
 }
+
+#[test]
+fn an_original_folded_in_whose_position_did_not_report_is_unreported() {
+    // 2's original is in 3's data, and 2 reported nothing (a replacement
+    // that has not joined since its dead process's original was folded).
+    let r = reconcile(4, &[h(1, &[1], true), h(3, &[2, 3], true)]).unwrap();
+    assert_eq!(r.joined, set(&[1, 2, 3]));
+    assert_eq!(r.unreported, set(&[2]));
+    let all = reconcile(
+        4,
+        &[h(1, &[1], true), h(2, &[2], true), h(3, &[2, 3], true)],
+    );
+    assert_eq!(all.unwrap().unreported, set(&[]));
+}

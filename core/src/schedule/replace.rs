@@ -47,6 +47,21 @@ impl Schedule {
         }
     }
 
+    /// Position `index`'s original is in the reduction's data already,
+    /// folded in from a dead incarnation before a standby rebuilt the
+    /// reduction, and its rank lives again as a replacement that has not
+    /// joined: that join, when it comes, is held as any replacement's
+    /// whose dead rank's original stays in ([`Schedule::join_replacement`]).
+    /// The position is then as [`Schedule::revive`] leaves one whose
+    /// original stays in: dead here, where that original is read as the
+    /// dead rank's.
+    pub fn stand_in(&mut self, index: usize) {
+        if index < self.n && self.joined.contains(index) {
+            self.dead.insert(index);
+            self.replaced.insert(index);
+        }
+    }
+
     /// The join of position `index`'s replacement ([`Schedule::revive`]
     /// came first). Its original is counted once: as a new join if the
     /// dead rank's was taken out; else the dead rank's stays in (a copy,

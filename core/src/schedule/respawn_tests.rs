@@ -167,6 +167,28 @@ fn a_copied_original_makes_the_replacements_join_a_duplicate() {
     assert_eq!(s.join_replacement(1), Ok(Replacement::Held));
 }
 
+#[test]
+fn a_stand_in_after_a_rebuild_is_held_as_a_revived_replacements_join() {
+    // A standby's rebuild: 1's original is in 2's data, and 1's rank is a
+    // replacement that has not joined since.
+    let entries = vec![
+        Entry::single(0, false),
+        Entry {
+            index: 2,
+            path: [1, 2].into_iter().collect(),
+            recovering: false,
+        },
+    ];
+    let mut s = Schedule::resume(3, 0, [0, 1, 2].into_iter().collect(), entries);
+    s.stand_in(1);
+    assert_eq!(s.join_replacement(1), Ok(Replacement::Held));
+    assert_eq!(s.join_replacement(1), Err(ScheduleError::DuplicateJoin(1)));
+    // A position whose original is not in stands in for nothing.
+    let mut fresh = Schedule::new(3, 0);
+    fresh.stand_in(1);
+    assert_eq!(fresh.join_replacement(1), Ok(Replacement::Joined));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
 

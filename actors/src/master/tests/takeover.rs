@@ -255,3 +255,42 @@ fn a_second_copy_announced_during_the_takeover_is_a_spare() {
         );
     });
 }
+
+/// Rank 2's dead process joined and its original was folded into rank
+/// 3's data; its replacement had not joined again when the master died.
+/// The standby's rebuilt reduction holds that original already, so the
+/// replacement's join stands in (as the dead master would have held it)
+/// rather than counting it twice, and the reduction completes.
+#[test]
+fn a_replacement_whose_dead_original_was_folded_in_joins_as_a_stand_in() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.take_over(Rank(0), &RankSet::new());
+        let m = master.start();
+        let joining = |rank: u32| {
+            let mut j = join(rank, None);
+            j.joining.join.group = vec![1, 2, 3];
+            j
+        };
+        // Positions: rank 1 is 0, rank 2 is 1, rank 3 is 2.
+        let held = |rank: u32, path: &[usize]| Held {
+            joining: joining(rank).joining,
+            path: path.iter().copied().collect(),
+            has_value: true,
+        };
+        m.send(report_of(1, |r| r.holding = vec![held(1, &[0])]))
+            .await
+            .unwrap();
+        m.send(report_of(3, |r| r.holding = vec![held(3, &[1, 2])]))
+            .await
+            .unwrap();
+        m.send(report_of(2, |_| {})).await.unwrap();
+        settle().await;
+        m.send(joining(2)).await.unwrap();
+        let mut ends = run_to_end(&m, &ts).await;
+        ends.sort();
+        assert_eq!(ends, vec![(1, None), (2, None), (3, None)]);
+    });
+}
