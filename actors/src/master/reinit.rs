@@ -65,16 +65,22 @@ impl Master {
 
     /// A standby took over a job that ran in `epoch`: its rollbacks are
     /// numbered after it; under global restart, if a dead rank's
-    /// replacement is awaited (the dead master's, say), the job rolls back
-    /// at once (a rollback the dead master began is begun again).
-    pub(super) fn resume_epoch(&mut self, epoch: u32) {
+    /// replacement is awaited (the dead master's, say), or some rank
+    /// reported from an older epoch (`lagging`), the job rolls back at
+    /// once (a rollback the dead master began is begun again).
+    pub(super) fn resume_epoch(&mut self, epoch: u32, lagging: bool) {
         self.rollback = taskfold_core::reinit::Rollback::Running(epoch);
         if !self.rolls_back() {
             return;
         }
         let awaited = (0..self.size).find(|&r| self.respawn.book.awaited(r));
-        if let Some(r) = awaited {
-            self.roll_back(Rank(r));
+        match (awaited, lagging) {
+            (Some(r), _) => self.roll_back(Rank(r)),
+            // Some rank never heard of the newest rollback (the dead
+            // master's notice did not reach it): a new one brings every
+            // rank to one epoch.
+            (None, true) => self.roll_back(self.out.transport().rank()),
+            (None, false) => {}
         }
     }
 

@@ -63,6 +63,9 @@ struct Gathered {
     passed: u64,
     /// The newest global restart's epoch some rank reached.
     epoch: u32,
+    /// Some rank reported from an older epoch: it had not heard of the
+    /// newest rollback when the master died.
+    lagging: bool,
     /// The barriers ranks wait in.
     barriers: Vec<(Rank, u64)>,
     /// The ranks that had finalized.
@@ -81,6 +84,16 @@ impl Gathered {
             ..Gathered::default()
         };
         for r in reports {
+            if r.finalized {
+                g.finalized.push(Rank(r.rank));
+            }
+            if r.epoch < g.epoch {
+                // Its reductions, barriers and copies are of a rolled-back
+                // epoch, whose keys the newer one numbers afresh: never
+                // mixed in. It rolls back with the others (`resume_epoch`).
+                g.lagging = true;
+                continue;
+            }
             for (key, owner) in r.copies {
                 g.copies.entry(key).or_default().push((owner, r.rank));
             }
@@ -99,9 +112,6 @@ impl Gathered {
             }
             g.barriers
                 .extend(r.barriers.iter().map(|&seq| (Rank(r.rank), seq)));
-            if r.finalized {
-                g.finalized.push(Rank(r.rank));
-            }
         }
         g
     }
@@ -224,7 +234,7 @@ impl Master {
             reductions = rebuilt,
             "took over: the live reductions are rebuilt"
         );
-        self.resume_epoch(g.epoch);
+        self.resume_epoch(g.epoch, g.lagging);
         // Replacements that asked while the reports were awaited.
         self.ask_early();
         self.check_finalize();

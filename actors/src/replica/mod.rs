@@ -40,6 +40,9 @@ pub(crate) mod disk;
 mod results;
 
 pub(crate) use disk::ReplicaDisk;
+
+#[cfg(test)]
+mod tests;
 pub(crate) use results::{ResultDropIn, ResultOfferIn};
 
 use crate::outbox::Outbox;
@@ -456,6 +459,29 @@ impl Handler<DropKey> for ReplicaStore {
         if m.disk {
             let disk = self.disk.clone();
             actix_rt::task::spawn_blocking(move || disk.remove_key(m.key));
+        }
+    }
+}
+
+/// The job rolls back (global restart): every reduction of the epoch
+/// ends, and the next epoch numbers its reductions afresh, so a copy kept
+/// of another rank's original could be taken for one of a later reduction
+/// with the same key. Every such copy goes (this rank's own disk copies go
+/// as its reductions end).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct RolledBack;
+
+impl Handler<RolledBack> for ReplicaStore {
+    type Result = ();
+
+    fn handle(&mut self, _: RolledBack, ctx: &mut Context<Self>) {
+        let mut keys: Vec<u64> = self.held.keys().map(|(k, _)| *k).collect();
+        keys.extend(self.pending.keys().map(|(k, _)| *k));
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            <Self as Handler<DropKey>>::handle(self, DropKey { key, disk: false }, ctx);
         }
     }
 }

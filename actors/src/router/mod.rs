@@ -309,6 +309,7 @@ impl Router {
                 tracing::warn!(rank = %self.rank, epoch, "the job rolls back to its re-init entry point");
                 self.rollbacks.unwind(epoch);
                 self.worker.do_send(crate::worker::ReinitIn { epoch });
+                self.store.do_send(crate::replica::RolledBack);
             }
             Msg::ReinitGo { epoch, version } => self.rollbacks.go(epoch, version),
             Msg::Ping { seq } => {
