@@ -68,3 +68,53 @@ fn a_replacement_that_comes_before_its_notice_is_served_once_let_in() {
     notice.join().expect("the notice");
     new.shutdown();
 }
+
+/// Rank 2 registers and dies while the job starts, and its replacement
+/// registers before the last rank does: the replacement is not refused as
+/// a second rank 2, but asks to join once the job runs, as after the
+/// bootstrap, and starts once the master lets it in.
+#[test]
+fn a_replacement_that_comes_during_the_bootstrap_asks_once_the_job_runs() {
+    use taskfold_transports::conformance::{fresh_dir, fresh_job};
+    let dir = fresh_dir();
+    let master = MasterAddr::Rendezvous(dir.join("master"));
+    let (job, key) = (
+        fresh_job(),
+        taskfold_transports::auth::fresh_key().expect("a job key"),
+    );
+    let config = |rank: u32, incarnation: u32| {
+        let mut c = TcpConfig::new(rank, 3, job, master.clone());
+        c.auth = taskfold_core::auth::JobAuth::Key(key.clone());
+        c.connect_timeout = Duration::from_secs(30);
+        c.incarnation = incarnation;
+        c
+    };
+    let start = |c: TcpConfig| std::thread::spawn(move || TcpTransport::start(c));
+    let pause = || std::thread::sleep(Duration::from_millis(600));
+    let r0 = start(config(0, 0));
+    let old2 = start(config(2, 0));
+    pause();
+    let new2 = start(config(2, 1));
+    pause();
+    let r1 = start(config(1, 0));
+    let t0 = r0.join().expect("rank 0").expect("rank 0 starts");
+    let _t1 = r1.join().expect("rank 1").expect("rank 1 starts");
+    let old2 = old2.join().expect("rank 2").expect("rank 2 starts");
+    old2.abort();
+    loop {
+        match next_event(&*t0, "rank 2's replacement") {
+            Event::Replacement {
+                peer, incarnation, ..
+            } => {
+                assert_eq!((peer, incarnation), (Rank(2), 1));
+                break;
+            }
+            Event::LinkDown { .. } => continue,
+            e => panic!("expected rank 2's replacement, got {e:?}"),
+        }
+    }
+    t0.admit(Rank(2), 1).expect("the master admits it");
+    let new2 = new2.join().expect("the replacement's thread");
+    assert!(new2.is_ok(), "{:?}", new2.err());
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -393,6 +393,9 @@ pub(crate) async fn coordinate(
     });
     let mut conns = Vec::new();
     let mut refusals = Vec::new();
+    // Replacements of ranks that registered and died while the job
+    // started: they ask once it runs, as after the bootstrap.
+    let mut asking = Vec::new();
     let mut missing = n - 1;
     let mut deadline = deadline;
     let mut spared = false;
@@ -408,6 +411,10 @@ pub(crate) async fn coordinate(
             }
             _ => break,
         };
+        if replaces_registered(shared.rank, &reg.hello, &table) {
+            asking.push(reg);
+            continue;
+        }
         match check_registration(&shared, &reg.hello, |r| table[r as usize].is_some()) {
             Err(reason) => {
                 bad_connection(shared.rank, reg.from, &reason);
@@ -431,6 +438,10 @@ pub(crate) async fn coordinate(
     // Close the door; whatever raced in is refused.
     *shared.registrar.lock().unwrap_or_else(|e| e.into_inner()) = None;
     while let Ok(reg) = rx.try_recv() {
+        if replaces_registered(shared.rank, &reg.hello, &table) {
+            asking.push(reg);
+            continue;
+        }
         let reason = check_registration(&shared, &reg.hello, |r| table[r as usize].is_some())
             .err()
             .unwrap_or_else(|| "the bootstrap is over".into());
@@ -442,7 +453,8 @@ pub(crate) async fn coordinate(
             "bootstrap timed out after {:?}: ranks {absent:?} never registered",
             shared.connect_timeout
         );
-        for (rd, wr) in conns {
+        let asked = asking.into_iter().map(|r| (r.rd, r.wr));
+        for (rd, wr) in conns.into_iter().chain(asked) {
             refusals.push(tokio::spawn(conn::refuse(rd, wr, reason.clone())));
         }
         // Let the refusals go out before the runtime is dropped.
@@ -454,7 +466,22 @@ pub(crate) async fn coordinate(
     let table: Vec<Entry> = table.into_iter().flatten().collect();
     send_table(&table, shared.rank, conns).await;
     tracing::info!(size = n, "all ranks registered");
+    for reg in asking {
+        tokio::spawn(super::respawn::asks(shared.clone(), reg));
+    }
     Ok(table)
+}
+
+/// Whether `h` is a replacement (incarnation above 0) of a rank already
+/// in `table`: that rank died while the job started, and its replacement
+/// came before the bootstrap ended.
+fn replaces_registered(own: u32, h: &Hello, table: &[Option<Entry>]) -> bool {
+    h.incarnation > 0
+        && h.rank != own
+        && table
+            .get(h.rank as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|e| e.incarnation < h.incarnation)
 }
 
 /// Sends a parked spare to take each rank missing from `table`, as its
@@ -582,17 +609,4 @@ pub(crate) async fn on_launcher(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::reachable;
-    use std::net::SocketAddr;
-
-    #[test]
-    fn a_concrete_address_is_kept_and_a_wildcard_is_replaced() {
-        let a: SocketAddr = "127.0.0.5:4000".parse().expect("address");
-        assert_eq!(reachable(a), a);
-        let w: SocketAddr = "0.0.0.0:4000".parse().expect("address");
-        let r = reachable(w);
-        assert!(!r.ip().is_unspecified(), "{r}");
-        assert_eq!(r.port(), 4000);
-    }
-}
+mod tests;
