@@ -260,6 +260,24 @@ impl Membership {
         self.members.iter().map(|m| m.incarnation).collect()
     }
 
+    /// The rank that takes over if the current master dies, as this rank
+    /// sees it ([`crate::failover::standby_of`]): a rank this rank cannot
+    /// reach is passed over as a dead one is. A rank whose link to a dead
+    /// rank broke before any master declared it dead (the master died
+    /// too) would otherwise turn to it, wait for its pings in vain, and
+    /// meanwhile follow another master than the ranks that knew.
+    pub fn standby(&self, nodes: Option<&[u64]>, policy: crate::settings::Standby) -> Option<u32> {
+        let incarnations = self.incarnations();
+        crate::failover::standby_of(
+            self.master(),
+            self.size(),
+            &self.unreachable(),
+            &incarnations,
+            nodes,
+            policy,
+        )
+    }
+
     /// Replacements let in so far: the sum of every rank's incarnation
     /// (each replacement is one incarnation more of one rank).
     pub fn replacements(&self) -> u64 {

@@ -1,5 +1,5 @@
 //! The router's side of a master's death: which rank takes over
-//! ([`taskfold_core::failover::standby_of`]), turning this rank to it, and,
+//! ([`taskfold_core::membership::Membership::standby`]), turning this rank to it, and,
 //! on the standby, starting the new master (see the book's Fault
 //! tolerance chapter, A master that dies).
 
@@ -7,7 +7,6 @@ use super::Router;
 use crate::master::spawn::{standby_master, Spare};
 use crate::worker::{Failover, MasterGone};
 use std::time::Instant;
-use taskfold_core::failover::standby_of;
 use taskfold_core::membership::Change;
 use taskfold_core::watch::{Lost, MasterWatch};
 use taskfold_core::wire::Msg;
@@ -40,17 +39,8 @@ impl Router {
         let view = self.out.view();
         let policy = self.standby.spare.config.standby;
         let nodes = view.nodes();
-        let v = view.read();
-        let incarnations = v.incarnations();
-        standby_of(
-            v.master(),
-            v.size(),
-            &v.dead(),
-            &incarnations,
-            nodes.as_deref(),
-            policy,
-        )
-        .map(Rank)
+        let standby = view.read().standby(nodes.as_deref(), policy);
+        standby.map(Rank)
     }
 
     /// Keeps a message for the master that came to this rank before it

@@ -167,3 +167,33 @@ proptest! {
         prop_assert_eq!(rank.replacements(), master.replacements());
     }
 }
+
+/// The master (rank 0) and rank 1 die together on node 7; a rank that saw
+/// its link to rank 1 break, with no master left to declare it dead, turns
+/// to the rank that knew (rank 2, the next on another node), not to rank
+/// 1, as would a rank that knows only the master died.
+#[test]
+fn the_standby_passes_over_a_rank_this_rank_cannot_reach() {
+    use crate::settings::Standby;
+    let nodes = [7, 7, 8, 8, 9, 9];
+    let mut m = Membership::new(&nodes, &[], 0);
+    let term = m.term() + 1;
+    m.apply(failed(0, 0));
+    m.apply(Change::MasterMoved { to: 2, term });
+    // Rank 2, the new master, dies too.
+    m.apply(failed(2, 0));
+    let mut knew = m.clone();
+    knew.apply(failed(1, 0));
+    let mut saw_link = m.clone();
+    saw_link.apply(Change::Unreachable {
+        rank: 1,
+        incarnation: 0,
+    });
+    assert_eq!(
+        m.standby(Some(&nodes), Standby::On),
+        Some(1),
+        "knows nothing of 1"
+    );
+    assert_eq!(knew.standby(Some(&nodes), Standby::On), Some(4));
+    assert_eq!(saw_link.standby(Some(&nodes), Standby::On), Some(4));
+}
