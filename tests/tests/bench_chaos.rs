@@ -227,3 +227,35 @@ fn whole_simulated_nodes_killed_end_exact() {
         "42",
     ]);
 }
+
+/// A node and the master, in either order, on 4 simulated nodes: the
+/// sequences whose campaigns found two masters at once, an epoch mixed
+/// into the next, and a replacement's join counted twice (each now has a
+/// test of its own). Needs root, as above.
+#[test]
+fn a_node_and_the_master_killed_in_turn_end_exact() {
+    if !rustix::process::geteuid().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the simulated nodes (as root)"
+        );
+        eprintln!("skipped: simulated nodes need root");
+        return;
+    }
+    chaos(&[
+        "--sim-nodes",
+        "4",
+        "--np",
+        "8",
+        "--kills",
+        "2",
+        "--restart",
+        "local,global",
+        "--victims",
+        "node,master",
+        "--trials",
+        "3",
+        "--seed",
+        "57",
+    ]);
+}
