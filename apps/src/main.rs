@@ -41,6 +41,10 @@ struct Cli {
 enum Cmd {
     /// Start N ranks of PROGRAM on this machine and watch them.
     Run(launcher::cli::RunArgs),
+    /// Run one rank's PROGRAM under a guard that turns a death by a signal
+    /// into an exit code, so that MPICH's mpiexec lets the other ranks
+    /// (and the spares) live on.
+    Guard(launcher::guard::GuardArgs),
     /// Print every setting in effect, and where it comes from.
     Config(config::ConfigArgs),
     /// Run the demo: ranks computing while reducing a stream of f32 arrays.
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse_from(launcher::cli::mpi_style(std::env::args_os()));
     match cli.command {
         Cmd::Run(args) => launcher::cli::main(args),
+        Cmd::Guard(args) => launcher::guard::main(args),
         Cmd::Config(args) => config::main(args),
         Cmd::Demo(args) => demo::launch(args),
         Cmd::DemoRank(args) => demo::rank_main(args),

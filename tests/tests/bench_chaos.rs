@@ -259,3 +259,38 @@ fn a_node_and_the_master_killed_in_turn_end_exact() {
         "57",
     ]);
 }
+
+/// Under MPICH's `mpiexec` with spares, each rank under `taskfold guard`:
+/// a worker, a spare or the master killed, once or twice, and the spares
+/// take the dead ranks' places (hydra would end the job at the first
+/// death by a signal without the guard). Skipped where MPICH is not
+/// installed; CI installs it.
+#[test]
+fn spares_under_mpiexec_take_the_places_of_the_dead() {
+    let hydra = ["mpiexec.hydra", "mpiexec.mpich"].iter().any(|name| {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).exists()))
+    });
+    if !hydra {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the spares under mpiexec (MPICH is installed there)"
+        );
+        eprintln!("skipped: MPICH's mpiexec is not installed");
+        return;
+    }
+    chaos(&[
+        "--launcher",
+        "mpiexec",
+        "--kills",
+        "1,2",
+        "--restart",
+        "local",
+        "--victims",
+        "worker,spare,master",
+        "--trials",
+        "2",
+        "--seed",
+        "23",
+    ]);
+}

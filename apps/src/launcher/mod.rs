@@ -37,6 +37,7 @@
 //! this machine, each with its own network and `/dev/shm` ([`nodes`]).
 
 pub mod cli;
+pub mod guard;
 mod masters;
 pub mod nodes;
 mod output;

@@ -246,6 +246,10 @@ impl Bench {
             "-disable-auto-cleanup",
             "-prepend-rank",
         ])
+        // Each rank under a guard: a rank killed by a signal is then an
+        // exit code to hydra, which lets the others and the spares live.
+        .arg(&self.exe)
+        .args(["guard", "--"])
         .arg(&self.exe)
         .args(rank_args)
         .env("TASKFOLD_RENDEZVOUS", dir.join("master.addr"))
