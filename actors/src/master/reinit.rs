@@ -84,6 +84,13 @@ impl Master {
         }
     }
 
+    /// Whether a standby's takeover ends in a rollback
+    /// ([`Master::resume_epoch`] with `lagging`): then nothing of the
+    /// epoch is rebuilt first.
+    pub(super) fn rollback_follows(&self, lagging: bool) -> bool {
+        self.rolls_back() && (lagging || (0..self.size).any(|r| self.respawn.book.awaited(r)))
+    }
+
     /// Whether a death rolls the job back: under global restart, while no
     /// rank finalized. A rank that finalized left its entry point for
     /// good, so the steps it was in cannot be done again; from then on a

@@ -200,6 +200,15 @@ impl Master {
     /// master left them.
     fn rebuild(&mut self, reports: Vec<Rejoin>) {
         let mut g = Gathered::from_reports(reports);
+        if self.rollback_follows_reports(&g) {
+            // Every reduction, barrier and end of this epoch goes with the
+            // rollback: none is rebuilt first (a rebuilt reduction could
+            // complete on the way, in the epoch the ranks are leaving).
+            tracing::warn!("took over: the job rolls back");
+            self.resume_epoch(g.epoch, g.lagging);
+            self.ask_early();
+            return self.check_finalize();
+        }
         for (key, root, holder) in std::mem::take(&mut g.results) {
             self.result_reported(key, root, holder);
         }
@@ -238,6 +247,14 @@ impl Master {
         // Replacements that asked while the reports were awaited.
         self.ask_early();
         self.check_finalize();
+    }
+
+    /// Whether the takeover `g` reports ends in a rollback. The ranks
+    /// that finalized count first: from the first finalize, nothing
+    /// rolls back.
+    fn rollback_follows_reports(&self, g: &Gathered) -> bool {
+        let finalized = !g.finalized.is_empty() || !self.finalized.is_empty();
+        !finalized && self.rollback_follows(g.lagging)
     }
 
     /// Reductions that ended under the dead master: a replacement that

@@ -52,6 +52,13 @@ pub(crate) struct Announced {
 pub(crate) struct Ended(VecDeque<(u64, Option<Failure>)>);
 
 impl Ended {
+    /// Forgets every end (the job rolled back: the next epoch uses the
+    /// same keys again, and a new master must never take one of these
+    /// ends for a reduction of that epoch).
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
+
     pub(crate) fn push(&mut self, key: u64, error: Option<Failure>) {
         if self.0.len() >= ENDED_KEPT {
             self.0.pop_front();

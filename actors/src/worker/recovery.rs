@@ -29,6 +29,11 @@ impl Handler<ReinitIn> for Worker {
         self.epoch = self.epoch.max(m.epoch);
         let error = ReduceError::Reinit { epoch: m.epoch };
         self.fail_all(error.clone());
+        // After the ends just recorded: none of this epoch's ends is news
+        // to a master of the next, whose reductions reuse their keys (a
+        // completion of one reported to a standby would complete the
+        // next epoch's reduction of that key with partial data).
+        self.ended.clear();
         if self.finalizing == super::end::Finalize::Sent {
             // This rank left its entry point for good: the master counts
             // it out of the meeting, and its finalize waits for the job's

@@ -210,3 +210,55 @@ fn a_report_from_an_older_epoch_is_not_mixed_in_and_rolls_the_job_back() {
         assert_eq!(reinits, vec![(1, 3), (2, 3), (3, 3)]);
     });
 }
+
+/// A standby whose takeover ends in a rollback (the dead master's
+/// replacement is awaited) rebuilds nothing of the epoch first: a
+/// reduction some rank reports as completed is not completed for the
+/// others (its key may be the next epoch's already), and no task goes
+/// out; the rollback's notice does.
+#[test]
+fn a_takeover_that_rolls_back_rebuilds_nothing_first() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.set_respawn(&RespawnConfig {
+            budget: 1,
+            restart: Restart::Global,
+            ..RespawnConfig::default()
+        });
+        master.take_over(Rank(0), &RankSet::new());
+        let m = master.start();
+        let held = |rank: u32| {
+            let mut joining = super::join(rank, None).joining;
+            joining.join.group = vec![1, 2, 3];
+            taskfold_core::wire::Held {
+                joining,
+                path: RankSet::single(rank as usize - 1),
+                has_value: true,
+            }
+        };
+        for rank in [1, 2, 3] {
+            let report = super::takeover::report_of(rank, |r| {
+                r.holding = vec![held(rank)];
+                if rank == 2 {
+                    r.ended = vec![(KEY, None)];
+                }
+            });
+            m.send(report).await.unwrap();
+        }
+        settle().await;
+        let msgs = sent(&ts);
+        assert!(
+            !msgs
+                .iter()
+                .any(|(_, m)| matches!(m, Msg::Complete { .. } | Msg::Task(_))),
+            "{msgs:?}"
+        );
+        let reinits = msgs
+            .iter()
+            .filter(|(_, m)| matches!(m, Msg::Reinit { epoch: 1 }))
+            .count();
+        assert_eq!(reinits, 3, "{msgs:?}");
+    });
+}
