@@ -231,6 +231,12 @@ impl<S> Ledger<S> {
         }
     }
 
+    /// Forgets every result handed over (the job rolled back: the next
+    /// epoch's reductions reuse their keys, and their copies are gone).
+    pub fn clear(&mut self) {
+        self.handed.clear();
+    }
+
     /// The result of `key`, kept at `holder`, goes to the application
     /// through `slot`. Beyond the limit the oldest is released at once
     /// (returned: its copy is dropped, and its replay ends in an error).

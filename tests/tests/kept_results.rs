@@ -113,16 +113,21 @@ fn the_masters_own_results_are_kept_too() {
     cluster.shutdown().unwrap();
 }
 
+/// Without replacements nothing is kept. Under global restart results
+/// are kept as under local restart: once a rank finalized, a death no
+/// longer rolls the job back, and a replacement root redoes its completed
+/// reductions (a rollback drops them all: `master::tests::rollback`).
 #[test]
-fn a_switch_off_or_global_restart_keeps_nothing() {
-    for (budget, restart, root) in [(0, Restart::Local, 1), (1, Restart::Global, 1)] {
+fn a_switch_off_keeps_nothing_and_global_restart_keeps_too() {
+    for (budget, restart, want) in [(0, Restart::Local, 0), (1, Restart::Global, 3)] {
         let cluster = LocalCluster::with_config(3, config(budget, restart)).unwrap();
-        for i in 0..3 {
-            let f = reduce(&cluster, root, i);
-            assert_eq!(f.get().unwrap().unwrap().0, exact(3, i));
+        let futures: Vec<_> = (0..3).map(|i| reduce(&cluster, 1, i)).collect();
+        let kept = kept_becomes(&cluster, want);
+        assert_eq!(kept, want, "budget {budget}, {restart:?}");
+        assert_eq!(kept_still(&cluster), want, "budget {budget}, {restart:?}");
+        for (i, f) in futures.into_iter().enumerate() {
+            assert_eq!(f.get().unwrap().unwrap().0, exact(3, i as u32));
         }
-        let kept = kept_still(&cluster);
-        assert_eq!(kept, 0, "budget {budget}, {restart:?}, root {root}");
         cluster.shutdown().unwrap();
     }
 }

@@ -52,6 +52,9 @@ impl Master {
         self.reductions.ended.clear();
         self.reductions.early.clear();
         self.reductions.waiting.clear();
+        // Every rank drops its copies of kept results as it hears of the
+        // rollback: the records go with them.
+        self.results_rolled_back();
         self.barriers.clear();
         self.respawn.forget_completed();
         self.stats.rollbacks += 1;

@@ -187,6 +187,15 @@ impl Master {
         }
     }
 
+    /// The job rolled back: every record goes (the next epoch's
+    /// reductions reuse the keys; each holder drops its copies itself).
+    pub(super) fn results_rolled_back(&mut self) {
+        let _ = self.results.book.clear();
+        self.results.pending.clear();
+        self.results.early_spares.clear();
+        self.count_results();
+    }
+
     /// `rank` died: the copies it kept are gone.
     pub(super) fn results_rank_died(&mut self, rank: u32) {
         let gone = self.results.book.holder_died(rank);

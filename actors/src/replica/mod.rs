@@ -465,9 +465,9 @@ impl Handler<DropKey> for ReplicaStore {
 
 /// The job rolls back (global restart): every reduction of the epoch
 /// ends, and the next epoch numbers its reductions afresh, so a copy kept
-/// of another rank's original could be taken for one of a later reduction
-/// with the same key. Every such copy goes (this rank's own disk copies go
-/// as its reductions end).
+/// of another rank's original, or of a root's result, could be taken for
+/// one of a later reduction with the same key. Every such copy goes (this
+/// rank's own disk copies go as its reductions end).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct RolledBack;
@@ -483,6 +483,7 @@ impl Handler<RolledBack> for ReplicaStore {
         for key in keys {
             <Self as Handler<DropKey>>::handle(self, DropKey { key, disk: false }, ctx);
         }
+        self.drop_all_results();
     }
 }
 

@@ -255,6 +255,23 @@ impl ReplicaStore {
     }
 }
 
+impl ReplicaStore {
+    /// Drops every copy of a root's result this store keeps, and forgets
+    /// the fetches in flight (the job rolled back).
+    pub(super) fn drop_all_results(&mut self) {
+        for ((key, root), (len, _)) in std::mem::take(&mut self.results.copies) {
+            self.bytes -= len;
+            self.out
+                .transport()
+                .withdraw(BufferKey(held_result_key(key, root)));
+        }
+        self.results.pending.clear();
+        self.results.relayed.clear();
+        self.results.relays_sent.clear();
+        self.gauge();
+    }
+}
+
 impl Handler<ResultDropIn> for ReplicaStore {
     type Result = ();
 

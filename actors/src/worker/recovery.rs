@@ -34,6 +34,9 @@ impl Handler<ReinitIn> for Worker {
         // completion of one reported to a standby would complete the
         // next epoch's reduction of that key with partial data).
         self.ended.clear();
+        // The results handed over are of this epoch too: their copies go
+        // with the rollback, and none is ever released by key again.
+        self.kept_results_rolled_back();
         if self.finalizing == super::end::Finalize::Sent {
             // This rank left its entry point for good: the master counts
             // it out of the meeting, and its finalize waits for the job's

@@ -381,6 +381,14 @@ impl Worker {
         }
     }
 
+    /// The job rolled back: the results handed over are forgotten (their
+    /// copies and records go with the rollback at their holders and the
+    /// master; the next epoch's reductions reuse their keys).
+    pub(super) fn kept_results_rolled_back(&mut self) {
+        self.results.kept.ledger().clear();
+        self.results.asked_again.clear();
+    }
+
     /// Tells `holder` to drop its copies of this root's results `keys`.
     fn drop_results(&self, holder: u32, keys: Vec<u64>) {
         let msg = Msg::Results(ResultMsg::Drop {

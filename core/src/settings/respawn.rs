@@ -77,15 +77,17 @@ impl super::Config {
     /// checkpointed past it, so that a replacement root that redoes a
     /// completed reduction gets its result again (see
     /// [`crate::results`]): when replacements may come
-    /// ([`RespawnConfig::budget`] above 0) and come back by local restart.
-    /// Global restart numbers every reduction afresh after a rollback: no
-    /// replacement redoes a completed one. Off, nothing is kept and
+    /// ([`RespawnConfig::budget`] or spares above 0). Under global restart
+    /// too: a rollback drops every kept result (the next epoch numbers its
+    /// reductions afresh), but once a rank finalized a death no longer
+    /// rolls the job back, and a replacement root redoes its completed
+    /// reductions as under local restart. Off, nothing is kept and
     /// nothing costs.
     ///
     /// The one switch of the feature: every other way a rank can be
     /// replaced (spare ranks) belongs here too.
     pub fn keeps_results(&self) -> bool {
-        self.respawn.replacements() > 0 && self.respawn.restart == Restart::Local
+        self.respawn.replacements() > 0
     }
 
     /// Whether each kept result gets a second copy at once, made by its

@@ -608,7 +608,7 @@ fn results_are_kept_with_replacements_and_copied_twice_from_two() {
         (with(1, 0, Restart::Local), (true, false)),
         (with(1, 1, Restart::Local), (true, true)),
         (with(3, 0, Restart::Local), (true, true)),
-        (with(3, 0, Restart::Global), (false, false)),
+        (with(3, 0, Restart::Global), (true, true)),
     ];
     for (c, want) in cases {
         assert_eq!(

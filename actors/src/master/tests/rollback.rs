@@ -262,3 +262,41 @@ fn a_takeover_that_rolls_back_rebuilds_nothing_first() {
         assert_eq!(reinits, 3, "{msgs:?}");
     });
 }
+
+/// Results kept under global restart (for a root replaced after a rank
+/// finalized) go with a rollback: the next epoch reuses their keys.
+#[test]
+fn a_rollback_forgets_every_kept_result() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.set_respawn(&RespawnConfig {
+            budget: 1,
+            restart: Restart::Global,
+            ..RespawnConfig::default()
+        });
+        master.set_keep_results(true);
+        let m = master.start();
+        super::joined(&m).await;
+        m.send(crate::master::ResultKeptIn {
+            from: Rank(1),
+            key: KEY,
+            holder: 2,
+        })
+        .await
+        .unwrap();
+        let ends = run_to_end(&m, &ts).await;
+        assert!(ends.iter().all(|(_, e)| e.is_none()), "{ends:?}");
+        assert_eq!(m.send(GetStats).await.unwrap().results_kept, 1);
+        down(&m, 3).await;
+        settle().await;
+        assert!(
+            sent(&ts)
+                .iter()
+                .any(|(_, m)| matches!(m, Msg::Reinit { .. })),
+            "rolled back"
+        );
+        assert_eq!(m.send(GetStats).await.unwrap().results_kept, 0);
+    });
+}
