@@ -131,13 +131,27 @@ impl StreamHandler<Event> for Router {
 }
 
 impl Router {
+    /// Whether `msg` says this very process is out of the job. Taken from
+    /// whichever rank of the job sends it, not only from the master this
+    /// rank follows: a rank that turned to another master than the job's
+    /// (it had not heard of a death when the master died) would otherwise
+    /// never hear it was fenced, and would live on as a process its
+    /// launcher never replaces, cycling through masters that are not.
+    fn fences_me(&self, msg: &Msg) -> bool {
+        matches!(
+            msg,
+            Msg::RankFailed { rank, incarnation }
+                if *rank == self.rank.0 && *incarnation == self.out.transport().incarnation()
+        )
+    }
+
     /// Hands `msg` from `from` (`wire` bytes long) to the actor that owns
     /// it, if `from` may send it.
     fn route(&mut self, from: Rank, msg: Msg, wire: usize) {
         let Some(msg) = self.route_to_master(from, msg, wire) else {
             return;
         };
-        let msg = match from == self.out.master() {
+        let msg = match from == self.out.master() || self.fences_me(&msg) {
             true => match self.route_from_master(msg) {
                 Some(msg) => msg,
                 None => return,
@@ -463,3 +477,6 @@ fn for_master(msg: &Msg) -> bool {
             | Msg::ReinitReady { .. }
     )
 }
+
+#[cfg(test)]
+mod tests;
