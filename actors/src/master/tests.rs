@@ -282,6 +282,51 @@ pub(in crate::master) async fn run_to_end(
     panic!("the reduction did not end");
 }
 
+/// Rank 1's master, taking over from dead rank 0 of 4, with `respawn` if
+/// given and kept results if `keep`.
+pub(in crate::master) fn standby(
+    ts: &[Arc<LoopbackTransport>],
+    respawn: Option<taskfold_core::settings::RespawnConfig>,
+    keep: bool,
+) -> Addr<Master> {
+    let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
+    let mut m = Master::new(4, Outbox::of(t), 1000);
+    if let Some(c) = respawn {
+        m.set_respawn(&c);
+    }
+    m.set_keep_results(keep);
+    m.take_over(Rank(0), &taskfold_core::RankSet::new());
+    m.start()
+}
+
+/// What `rank` reports holding of reduction `KEY` over the group of ranks
+/// 1, 2 and 3 (rank `r` at position `r - 1`): its data's positions, and
+/// the standing copy of its original on `buddy`, if any.
+pub(in crate::master) fn held_of(
+    rank: u32,
+    path: &[usize],
+    buddy: Option<u32>,
+) -> taskfold_core::wire::Held {
+    let mut joining = join(rank, buddy).joining;
+    joining.join.group = vec![1, 2, 3];
+    taskfold_core::wire::Held {
+        joining,
+        path: path.iter().copied().collect(),
+        has_value: true,
+    }
+}
+
+/// The master's counts of kept results: (kept, without a copy, second
+/// copies).
+pub(in crate::master) async fn result_counts(m: &Addr<Master>) -> (u64, u64, u64) {
+    let s = m.send(GetStats).await.unwrap();
+    (
+        s.results_kept,
+        s.results_without_copy,
+        s.results_second_copies,
+    )
+}
+
 /// Reports every task in `msgs` whose receiver is not `except` done.
 pub(in crate::master) async fn report_done(m: &Addr<Master>, msgs: &[(u32, Msg)], except: u32) {
     for (to, msg) in msgs {

@@ -3,17 +3,21 @@
 use super::*;
 use crate::master::{ReadmittedIn, ReinitReadyIn, ReplacementIn};
 use taskfold_core::settings::{RespawnConfig, Restart};
-use taskfold_core::RankSet;
+
+/// Global restart with `budget` replacements.
+fn global(budget: u32) -> RespawnConfig {
+    RespawnConfig {
+        budget,
+        restart: Restart::Global,
+        ..RespawnConfig::default()
+    }
+}
 
 /// A master of 4 ranks under global restart that expects one replacement.
 fn global_master(ts: &[Arc<LoopbackTransport>]) -> Addr<Master> {
     let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
     let mut m = Master::new(4, Outbox::of(t), 1000);
-    m.set_respawn(&RespawnConfig {
-        budget: 1,
-        restart: Restart::Global,
-        ..RespawnConfig::default()
-    });
+    m.set_respawn(&global(1));
     m.start()
 }
 
@@ -128,15 +132,7 @@ fn a_rank_that_finalizes_as_a_rollback_begins_is_not_waited_for() {
 fn a_death_during_a_takeover_rolls_back_once() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.set_respawn(&RespawnConfig {
-            budget: 2,
-            restart: Restart::Global,
-            ..RespawnConfig::default()
-        });
-        master.take_over(Rank(0), &RankSet::new());
-        let m = master.start();
+        let m = standby(&ts, Some(global(2)), false);
         m.send(super::takeover::report_of(1, |r| r.epoch = 4))
             .await
             .unwrap();
@@ -166,27 +162,11 @@ fn a_death_during_a_takeover_rolls_back_once() {
 fn a_report_from_an_older_epoch_is_not_mixed_in_and_rolls_the_job_back() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.set_respawn(&RespawnConfig {
-            restart: Restart::Global,
-            ..RespawnConfig::default()
-        });
-        master.take_over(Rank(0), &RankSet::new());
-        let m = master.start();
-        let held = |rank: u32| {
-            let mut joining = super::join(rank, None).joining;
-            joining.join.group = vec![1, 2, 3];
-            taskfold_core::wire::Held {
-                joining,
-                path: RankSet::single(rank as usize - 1),
-                has_value: true,
-            }
-        };
+        let m = standby(&ts, Some(global(0)), false);
         for (rank, epoch) in [(1, 2), (2, 1), (3, 2)] {
             let report = super::takeover::report_of(rank, |r| {
                 r.epoch = epoch;
-                r.holding = vec![held(rank)];
+                r.holding = vec![held_of(rank, &[rank as usize - 1], None)];
             });
             m.send(report).await.unwrap();
         }
@@ -220,27 +200,10 @@ fn a_report_from_an_older_epoch_is_not_mixed_in_and_rolls_the_job_back() {
 fn a_takeover_that_rolls_back_rebuilds_nothing_first() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.set_respawn(&RespawnConfig {
-            budget: 1,
-            restart: Restart::Global,
-            ..RespawnConfig::default()
-        });
-        master.take_over(Rank(0), &RankSet::new());
-        let m = master.start();
-        let held = |rank: u32| {
-            let mut joining = super::join(rank, None).joining;
-            joining.join.group = vec![1, 2, 3];
-            taskfold_core::wire::Held {
-                joining,
-                path: RankSet::single(rank as usize - 1),
-                has_value: true,
-            }
-        };
+        let m = standby(&ts, Some(global(1)), false);
         for rank in [1, 2, 3] {
             let report = super::takeover::report_of(rank, |r| {
-                r.holding = vec![held(rank)];
+                r.holding = vec![held_of(rank, &[rank as usize - 1], None)];
                 if rank == 2 {
                     r.ended = vec![(KEY, None)];
                 }
@@ -271,11 +234,7 @@ fn a_rollback_forgets_every_kept_result() {
     actix_rt::System::new().block_on(async move {
         let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
         let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.set_respawn(&RespawnConfig {
-            budget: 1,
-            restart: Restart::Global,
-            ..RespawnConfig::default()
-        });
+        master.set_respawn(&global(1));
         master.set_keep_results(true);
         let m = master.start();
         super::joined(&m).await;

@@ -32,10 +32,7 @@ fn what_ended_or_was_passed_under_the_dead_master_is_told_after_the_reports() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
         // Rank 1 takes over from rank 0.
-        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.take_over(Rank(0), &RankSet::new());
-        let m = master.start();
+        let m = standby(&ts, None, false);
         // Rank 2 saw reduction KEY complete and passed barrier 4; rank 3
         // still holds its part of KEY and waits in barrier 4; rank 1
         // waits in barrier 5, which nobody passed.
@@ -83,11 +80,7 @@ fn what_ended_or_was_passed_under_the_dead_master_is_told_after_the_reports() {
 fn a_second_copy_reported_to_a_standby_is_a_spare_of_its_record() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.set_keep_results(true);
-        master.take_over(Rank(0), &RankSet::new());
-        let m = master.start();
+        let m = standby(&ts, None, true);
         // The dead master's rank was the root of KEY: rank 2 keeps its
         // result, rank 3 the copy rank 2 relayed.
         m.send(report_of(2, |r| r.results = vec![(KEY, 0)]))
@@ -101,16 +94,7 @@ fn a_second_copy_reported_to_a_standby_is_a_spare_of_its_record() {
         .unwrap();
         m.send(report_of(1, |_| {})).await.unwrap();
         settle().await;
-        let s = m.send(GetStats).await.unwrap();
-        assert_eq!(
-            (
-                s.results_kept,
-                s.results_without_copy,
-                s.results_second_copies
-            ),
-            (1, 0, 1),
-            "{s:?}"
-        );
+        assert_eq!(result_counts(&m).await, (1, 0, 1));
     });
 }
 
@@ -122,28 +106,18 @@ fn a_second_copy_reported_to_a_standby_is_a_spare_of_its_record() {
 fn a_member_that_dies_after_its_report_is_offered_to_its_buddy() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.take_over(Rank(0), &RankSet::new());
-        let m = master.start();
+        let m = standby(&ts, None, false);
         // A group without the dead master's rank: ranks 1, 2 and 3.
-        let held = |rank: u32, buddy: Option<u32>| {
-            let mut joining = join(rank, buddy).joining;
-            joining.join.group = vec![1, 2, 3];
-            Held {
-                joining,
-                path: RankSet::single(rank as usize - 1), // its position
-                has_value: true,
-            }
-        };
-        m.send(report_of(2, |r| r.holding = vec![held(2, Some(3))]))
-            .await
-            .unwrap();
+        m.send(report_of(2, |r| {
+            r.holding = vec![held_of(2, &[1], Some(3))]
+        }))
+        .await
+        .unwrap();
         down(&m, 2).await;
-        m.send(report_of(3, |r| r.holding = vec![held(3, None)]))
+        m.send(report_of(3, |r| r.holding = vec![held_of(3, &[2], None)]))
             .await
             .unwrap();
-        m.send(report_of(1, |r| r.holding = vec![held(1, None)]))
+        m.send(report_of(1, |r| r.holding = vec![held_of(1, &[0], None)]))
             .await
             .unwrap();
         settle().await;
@@ -188,11 +162,7 @@ fn a_member_that_dies_after_its_report_is_offered_to_its_buddy() {
 fn a_relayed_copy_the_standby_never_heard_of_is_its_record() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.set_keep_results(true);
-        master.take_over(Rank(0), &RankSet::new());
-        let m = master.start();
+        let m = standby(&ts, None, true);
         for r in [1, 2, 3] {
             m.send(report_of(r, |_| {})).await.unwrap();
         }
@@ -224,11 +194,7 @@ fn a_relayed_copy_the_standby_never_heard_of_is_its_record() {
 fn a_second_copy_announced_during_the_takeover_is_a_spare() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.set_keep_results(true);
-        master.take_over(Rank(0), &RankSet::new());
-        let m = master.start();
+        let m = standby(&ts, None, true);
         m.send(crate::master::ResultAlsoKeptIn {
             from: Rank(3),
             root: 0,
@@ -243,16 +209,7 @@ fn a_second_copy_announced_during_the_takeover_is_a_spare() {
             m.send(report_of(r, |_| {})).await.unwrap();
         }
         settle().await;
-        let s = m.send(GetStats).await.unwrap();
-        assert_eq!(
-            (
-                s.results_kept,
-                s.results_without_copy,
-                s.results_second_copies
-            ),
-            (1, 0, 1),
-            "{s:?}"
-        );
+        assert_eq!(result_counts(&m).await, (1, 0, 1));
     });
 }
 
@@ -265,30 +222,21 @@ fn a_second_copy_announced_during_the_takeover_is_a_spare() {
 fn a_replacement_whose_dead_original_was_folded_in_joins_as_a_stand_in() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.take_over(Rank(0), &RankSet::new());
-        let m = master.start();
-        let joining = |rank: u32| {
-            let mut j = join(rank, None);
-            j.joining.join.group = vec![1, 2, 3];
-            j
-        };
+        let m = standby(&ts, None, false);
         // Positions: rank 1 is 0, rank 2 is 1, rank 3 is 2.
-        let held = |rank: u32, path: &[usize]| Held {
-            joining: joining(rank).joining,
-            path: path.iter().copied().collect(),
-            has_value: true,
-        };
-        m.send(report_of(1, |r| r.holding = vec![held(1, &[0])]))
+        m.send(report_of(1, |r| r.holding = vec![held_of(1, &[0], None)]))
             .await
             .unwrap();
-        m.send(report_of(3, |r| r.holding = vec![held(3, &[1, 2])]))
-            .await
-            .unwrap();
+        m.send(report_of(3, |r| {
+            r.holding = vec![held_of(3, &[1, 2], None)]
+        }))
+        .await
+        .unwrap();
         m.send(report_of(2, |_| {})).await.unwrap();
         settle().await;
-        m.send(joining(2)).await.unwrap();
+        let mut again = join(2, None);
+        again.joining.join.group = vec![1, 2, 3];
+        m.send(again).await.unwrap();
         let mut ends = run_to_end(&m, &ts).await;
         ends.sort();
         assert_eq!(ends, vec![(1, None), (2, None), (3, None)]);
