@@ -363,7 +363,7 @@ impl Handler<ResultAlsoKeptIn> for Master {
             return;
         }
         if self.results.on && self.results.book.also_kept(key, root, from.0) {
-            tracing::info!(root, key, holder = %from, "a dead root's result has a second copy");
+            tracing::debug!(root, key, holder = %from, "a root's result has a second copy");
             return self.count_results();
         }
         let unknown = self.results.book.lookup(key, root) == Lookup::Unknown;
