@@ -41,6 +41,9 @@ impl Master {
         // leave the ranks that answered the first unheard in the second.
         let global = awaited && self.rolls_back() && !taking_over;
         self.fence(rank, &reason, latency);
+        // A join this process sent that waited for a verdict dies with it:
+        // its rank's next process joins for itself.
+        self.reductions.waiting.retain(|(from, _)| *from != rank);
         self.results_rank_died(rank.0);
         // Before the notice that the rank failed: a buddy holding a
         // standing copy of one of its originals is offered it first, on

@@ -154,6 +154,62 @@ fn replacement_joins_before_the_verdict(keeps: bool) {
     });
 }
 
+/// Lets replacement `incarnation` of rank 2 in (ranks 1 and 3 answer).
+async fn let_in_2(m: &Addr<Master>, incarnation: u32) {
+    m.send(ReplacementIn {
+        peer: Rank(2),
+        incarnation,
+        node: 0,
+        addr: vec![4, 127, 0, 0, 1],
+    })
+    .await
+    .unwrap();
+    for from in [1, 3] {
+        m.send(ReadmittedIn {
+            from: Rank(from),
+            rank: 2,
+            incarnation,
+        })
+        .await
+        .unwrap();
+    }
+    settle().await;
+}
+
+/// As above, but the replacement that joined dies too before the buddy
+/// answers, and the next one joins after the answer: the dead
+/// replacement's waiting join is void, and the reduction counts rank 2
+/// once.
+#[test]
+fn a_waiting_join_dies_with_its_process() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.set_respawn(&RespawnConfig {
+            budget: 2,
+            ..RespawnConfig::default()
+        });
+        let m = master.start();
+        super::joined(&m).await;
+        settle().await;
+        let first = sent(&ts);
+        down(&m, 2).await;
+        report_done(&m, &first, 2).await;
+        let_in_2(&m, 1).await;
+        m.send(join(2, None)).await.unwrap();
+        down(&m, 2).await;
+        let_in_2(&m, 2).await;
+        assert_eq!(m.send(SlotOf(2)).await.unwrap(), Some(Slot::Live(2)));
+        m.send(replicated(2, 3, false)).await.unwrap();
+        settle().await;
+        m.send(join(2, None)).await.unwrap();
+        let mut ends = run_to_end(&m, &ts).await;
+        ends.sort();
+        assert_eq!(ends, (0..4).map(|r| (r, None)).collect::<Vec<_>>());
+    });
+}
+
 #[test]
 fn a_replacement_that_joins_while_its_buddy_is_asked_counts_once_if_the_copy_is_kept() {
     replacement_joins_before_the_verdict(true);
