@@ -120,7 +120,13 @@ impl Master {
             DataSource::Data => r.roster.direct(a.provider.index).cloned(),
             _ => None,
         };
+        let read_from = match &source {
+            DataSource::Data | DataSource::Original => Some(provider.0),
+            DataSource::Replica { holder } => Some(*holder),
+            DataSource::Disk { .. } => None,
+        };
         let record = TaskRecord::new(&r.id, &a, &r.group);
+        let task_id = a.task_id;
         let msg = Msg::Task(Task {
             key,
             task_id: a.task_id,
@@ -132,6 +138,10 @@ impl Master {
             direct,
         });
         self.stats.record_task(record, self.task_log_limit);
+        if let (Some(from), Some(r)) = (read_from, self.reductions.live.get_mut(&key)) {
+            let incarnation = self.out.view().read().incarnation(from);
+            r.sources.insert(task_id, (from, incarnation));
+        }
         if self.send(receiver, &msg) {
             Handed::Sent
         } else {

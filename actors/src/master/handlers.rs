@@ -119,9 +119,22 @@ impl Master {
             Source::Replica => r.roster.live_replica(p, &self.out.view().dead()).map(Rank),
             _ => Some(r.group.rank_at(p)),
         });
+        // The process the task read from, if it is still the rank's: a
+        // failure of one replaced since says nothing of its replacement.
+        let issued = r.sources.get(&task_id).copied();
+        let current = |src: Rank| {
+            issued.is_none_or(|(from, inc)| {
+                from != src.0 || self.out.view().read().incarnation(src.0) == inc
+            })
+        };
         if let (true, Some(Some(src))) = (peer_down, source) {
-            let reason = format!("a fetch from it failed: {}", m.fetch_reason());
-            self.rank_down(src, reason, None);
+            if current(src) {
+                let reason = format!("a fetch from it failed: {}", m.fetch_reason());
+                self.rank_down(src, reason, None);
+            }
+        }
+        if let Some(r) = self.reductions.live.get_mut(&key) {
+            r.sources.remove(&task_id);
         }
         let Some(r) = self.reductions.live.get_mut(&key) else {
             return; // ended by that failure

@@ -128,6 +128,7 @@ impl Handler<TaskDoneIn> for Master {
             .get_mut(&key)
             .expect("checked by member_index");
         r.roster.set_direct(index, done.direct);
+        r.sources.remove(&done.task_id);
         let outcome = match r.schedule.task_done(done.task_id, index, &done.path) {
             Ok(provider) => {
                 self.perf.record(from, done.nanos, done.bytes);

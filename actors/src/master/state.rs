@@ -64,6 +64,10 @@ pub(crate) struct Reduction {
     /// scheduler knows whether its original can be had.
     pub(crate) roster: Roster<TaskFailedIn>,
     pub(crate) started: Instant,
+    /// Each task in flight: the rank its data is read from, and that
+    /// rank's incarnation when the task went out. A fetch failure blames
+    /// that process only: one replaced since is not the one that failed.
+    pub(crate) sources: HashMap<u64, (u32, u32)>,
 }
 
 impl Reduction {
@@ -90,6 +94,7 @@ impl Reduction {
             root,
             join: join.clone(),
             started: Instant::now(),
+            sources: HashMap::new(),
         })
     }
 }

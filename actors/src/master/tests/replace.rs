@@ -219,3 +219,62 @@ fn a_replacement_that_joins_while_its_buddy_is_asked_counts_once_if_the_copy_is_
 fn a_replacement_that_joins_while_its_buddy_is_asked_stands_in_if_the_copy_is_not() {
     replacement_joins_before_the_verdict(false);
 }
+
+/// A receiver's report that its fetch from rank 2's dead process failed
+/// comes after rank 2's replacement was let in: the replacement is not
+/// the process that failed, and is not declared failed for it.
+#[test]
+fn a_fetch_failure_of_a_replaced_process_does_not_fence_its_replacement() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.set_respawn(&RespawnConfig {
+            budget: 1,
+            ..RespawnConfig::default()
+        });
+        let m = master.start();
+        // Rank 2 first, then the root: rank 2's data goes to the root.
+        for r in [2, 1, 0, 3] {
+            m.send(join(r, None)).await.unwrap();
+        }
+        settle().await;
+        let (receiver, task) = sent(&ts)
+            .into_iter()
+            .find_map(|(to, m)| match m {
+                Msg::Task(t) if t.provider == 2 => Some((to, t)),
+                _ => None,
+            })
+            .expect("a task reads rank 2's data");
+        down(&m, 2).await;
+        let_in_2(&m, 1).await;
+        let _ = sent(&ts);
+        m.send(crate::master::TaskFailedIn {
+            from: Rank(receiver),
+            failed: taskfold_core::wire::TaskFailed {
+                key: KEY,
+                task_id: task.task_id,
+                reason: taskfold_core::wire::TaskFailure::Fetch {
+                    reason: "rank 2 was declared failed".into(),
+                    peer_down: true,
+                },
+            },
+            wire: 0,
+        })
+        .await
+        .unwrap();
+        settle().await;
+        let msgs = sent(&ts);
+        assert!(
+            !msgs.iter().any(|(_, m)| matches!(
+                m,
+                Msg::RankFailed {
+                    rank: 2,
+                    incarnation: 1
+                }
+            )),
+            "{msgs:?}"
+        );
+        assert_eq!(m.send(SlotOf(2)).await.unwrap(), Some(Slot::Live(1)));
+    });
+}
