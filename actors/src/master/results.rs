@@ -218,6 +218,12 @@ impl Master {
     /// redone original is the result, or a reduction not completed or
     /// live again).
     pub(super) fn answer_replayed_root(&mut self, key: u64, from: Rank, join: &Join) -> bool {
+        if self.rolls_back() {
+            // Global restart before any rank finalized: a replacement comes
+            // back through a rollback, whose epoch numbers its reductions
+            // afresh; nothing it joins is a replay.
+            return false;
+        }
         let replaced = matches!(
             self.respawn.book.slot(from.0),
             Some(taskfold_core::respawn::Slot::Live(i)) if *i > 0
@@ -283,7 +289,7 @@ impl Handler<ResultKeptIn> for Master {
 
     fn handle(&mut self, m: ResultKeptIn, _: &mut Context<Self>) {
         let ResultKeptIn { from, key, holder } = m;
-        if self.out.view().is_dead(from.0) {
+        if self.out.view().is_dead(from.0) || self.stale(from) {
             return;
         }
         let holder_ok = self.results.on
@@ -360,6 +366,11 @@ impl Handler<ResultAlsoKeptIn> for Master {
         }
         let ResultAlsoKeptIn { from, root, key } = m;
         if root >= self.size || self.out.view().is_dead(from.0) {
+            return;
+        }
+        if self.stale(from) {
+            // Made in an epoch the job is rolling back from: its copy goes
+            // with the rollback at its holder.
             return;
         }
         if self.results.on && self.results.book.also_kept(key, root, from.0) {

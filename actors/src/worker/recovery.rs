@@ -160,9 +160,12 @@ impl Worker {
             if let Some(fold) = fold {
                 local.value = Some(fold.abort());
             }
+            // The link is down only if the data was read from the dead
+            // rank itself; a read from a live copy's holder, cancelled
+            // because the copy's owner died, blames nobody.
             let reason = TaskFailure::Fetch {
                 reason: format!("{rank} was declared failed"),
-                peer_down: true,
+                peer_down: f.from == rank,
             };
             self.task_failed(&f.task, reason);
         }

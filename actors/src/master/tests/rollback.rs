@@ -259,3 +259,35 @@ fn a_rollback_forgets_every_kept_result() {
         assert_eq!(m.send(GetStats).await.unwrap().results_kept, 0);
     });
 }
+
+/// A second copy's notice that comes from a rank still on its way back
+/// to its entry point belongs to the epoch the job rolls back from: it
+/// makes no record (its copy goes with the rollback at its holder).
+#[test]
+fn a_second_copy_from_the_epoch_rolled_back_makes_no_record() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.set_respawn(&global(1));
+        master.set_keep_results(true);
+        let m = master.start();
+        down(&m, 1).await;
+        settle().await;
+        assert!(
+            sent(&ts)
+                .iter()
+                .any(|(_, m)| matches!(m, Msg::Reinit { .. })),
+            "rolled back"
+        );
+        m.send(crate::master::ResultAlsoKeptIn {
+            from: Rank(3),
+            root: 1,
+            key: KEY,
+        })
+        .await
+        .unwrap();
+        settle().await;
+        assert_eq!(result_counts(&m).await, (0, 0, 0));
+    });
+}
