@@ -123,9 +123,15 @@ impl Master {
         // failure of one replaced since says nothing of its replacement.
         let issued = r.sources.get(&task_id).copied();
         let current = |src: Rank| {
-            issued.is_none_or(|(from, inc)| {
-                from != src.0 || self.out.view().read().incarnation(src.0) == inc
-            })
+            let v = self.out.view().read();
+            // A replacement this rank still reaches failed only at a
+            // receiver that may not know its address yet (the notice
+            // that let it in came from a master that died): its own
+            // link, and its pings, say whether it lives.
+            let reached = v.incarnation(src.0) > 0 && !v.is_unreachable(src.0);
+            let same =
+                issued.is_none_or(|(from, inc)| from != src.0 || v.incarnation(src.0) == inc);
+            same && !reached
         };
         if let (true, Some(Some(src))) = (peer_down, source) {
             if current(src) {

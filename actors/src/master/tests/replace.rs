@@ -278,3 +278,62 @@ fn a_fetch_failure_of_a_replaced_process_does_not_fence_its_replacement() {
         assert_eq!(m.send(SlotOf(2)).await.unwrap(), Some(Slot::Live(1)));
     });
 }
+
+/// A receiver cannot reach rank 2's replacement (it never heard where it
+/// listens: the notice came from a master that died), and says the link
+/// is down. The master's own link to the replacement is up: it is not
+/// declared failed on that word (its pings decide).
+#[test]
+fn a_replacement_the_master_reaches_is_not_fenced_on_a_receivers_word() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.set_respawn(&RespawnConfig {
+            budget: 1,
+            ..RespawnConfig::default()
+        });
+        let m = master.start();
+        for r in [0, 1, 3] {
+            m.send(join(r, None)).await.unwrap();
+        }
+        down(&m, 2).await;
+        let_in_2(&m, 1).await;
+        let _ = sent(&ts);
+        m.send(join(2, None)).await.unwrap();
+        settle().await;
+        let (receiver, task) = sent(&ts)
+            .into_iter()
+            .find_map(|(to, m)| match m {
+                Msg::Task(t) if t.provider == 2 => Some((to, t)),
+                _ => None,
+            })
+            .expect("a task reads the replacement's data");
+        m.send(crate::master::TaskFailedIn {
+            from: Rank(receiver),
+            failed: taskfold_core::wire::TaskFailed {
+                key: KEY,
+                task_id: task.task_id,
+                reason: taskfold_core::wire::TaskFailure::Fetch {
+                    reason: "connection refused".into(),
+                    peer_down: true,
+                },
+            },
+            wire: 0,
+        })
+        .await
+        .unwrap();
+        settle().await;
+        let msgs = sent(&ts);
+        assert!(
+            !msgs.iter().any(|(_, m)| matches!(
+                m,
+                Msg::RankFailed {
+                    rank: 2,
+                    incarnation: 1
+                }
+            )),
+            "{msgs:?}"
+        );
+    });
+}
