@@ -526,6 +526,14 @@ impl Book {
         n
     }
 
+    /// Whether `rank` keeps a copy of `root`'s result of `key` by the
+    /// record (its holder or its spare).
+    pub fn kept_at(&self, key: u64, root: u32, rank: u32) -> bool {
+        self.entries
+            .get(&key)
+            .is_some_and(|e| e.root == root && (e.holder == Some(rank) || e.spare == Some(rank)))
+    }
+
     /// How a replacement of `root` that joins `key` again is answered.
     pub fn lookup(&self, key: u64, root: u32) -> Lookup {
         match self.entries.get(&key) {

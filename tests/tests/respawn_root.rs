@@ -168,12 +168,15 @@ fn a_root_killed_at_any_instant_gets_back_every_result_it_redoes() {
     );
 }
 
-/// The root and the buddy that keeps its results, killed together: the
-/// results that had completed under the dead root have no copy left, and
-/// its replacement gets `ResultLost` for each of them — never a wrong
-/// result; the reductions after the deaths are exact.
+/// The root and the buddy that keeps its results, killed together. The
+/// job may replace two ranks, so each result got a second copy at once,
+/// made by the buddy on its own buddy (`Config::second_result_copies`):
+/// the root's replacement gets every result that had completed under
+/// its dead process back from it, exact, and never a wrong result.
+/// (With one copy, as with one replacement allowed, those replays end in
+/// `ResultLost`: `taskfold_core::results` and the master's tests.)
 #[test]
-fn a_root_killed_with_its_results_holder_gets_result_lost_never_a_wrong_result() {
+fn a_root_killed_with_its_results_holder_gets_every_result_from_the_second_copy() {
     let dir = tempfile::tempdir().unwrap();
     let (pids, ckpt) = (dir.path().join("pids"), dir.path().join("ckpt"));
     std::fs::create_dir(&pids).unwrap();
@@ -182,21 +185,11 @@ fn a_root_killed_with_its_results_holder_gets_result_lost_never_a_wrong_result()
     let (out, ok) = run_with_kill(job(&pids, &ckpt, 0, 2), &pids, &[ROOT, 2], at);
     let t = text(&out);
     assert!(ok, "both kills landed:\n{t}");
-    assert!(!t.contains("WRONG"), "{t}");
-    let prefix = format!("[{ROOT}] ");
-    let lost: Vec<&str> = t
-        .lines()
-        .filter_map(|l| l.strip_prefix(&prefix))
-        .filter(|l| l.starts_with("unexpected "))
-        .collect();
-    assert!(!lost.is_empty(), "{t}");
-    assert!(lost.iter().all(|l| l.contains("ResultLost")), "{lost:?}");
-    // Every reduction is exact at the root or its result was lost: the
-    // lost ones are those that had completed under the dead root.
+    assert!(out.status.success(), "exit {:?}:\n{t}", out.status);
+    assert!(!t.contains("WRONG") && !t.contains("unexpected "), "{t}");
     let (dead, replacement) = exact_at_root(&t);
-    assert_eq!(replacement.len() + lost.len(), REDUCTIONS as usize, "{t}");
-    assert!(lost.len() <= dead.len() + 5, "{lost:?} {dead:?}");
-    assert!(!out.status.success(), "the root saw unexpected outcomes");
+    assert_eq!(replacement, (0..REDUCTIONS).collect(), "{t}");
+    assert!(!dead.is_empty(), "results completed under the dead root");
 }
 
 /// The buddy that keeps the root's results dies first: the live root

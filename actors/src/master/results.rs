@@ -298,10 +298,15 @@ impl Handler<ResultKeptIn> for Master {
             && !self.out.view().is_dead(holder);
         let live = self.reductions.live.get(&key).map(|r| r.root == from);
         // A result handed over whose holder died, copied again by its
-        // root: the record takes the new holder if it can.
+        // root: the record takes the new holder if it can; a copy again
+        // at a rank the record already names (the second copy its dead
+        // holder made there) is that copy, kept, not dropped.
+        let book = &mut self.results.book;
         let fits = match live {
             Some(is_root) => holder_ok && is_root,
-            None => holder_ok && self.results.book.rekept(key, from.0, holder),
+            None => {
+                holder_ok && (book.kept_at(key, from.0, holder) || book.rekept(key, from.0, holder))
+            }
         };
         if live.is_none() && fits {
             return self.count_results();

@@ -35,3 +35,45 @@ fn a_second_copy_before_the_completion_is_the_records_spare() {
         assert_eq!(result_counts(&m).await, (1, 0, 1));
     });
 }
+
+/// The holder of a live root's result dies; its second copy's holder,
+/// rank 3, becomes the record's holder; the root copies the result again
+/// to its next buddy, rank 3 too. That copy is the one the record names:
+/// kept, not dropped.
+#[test]
+fn a_copy_again_at_the_records_holder_is_kept() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.set_keep_results(true);
+        let m = master.start();
+        joined(&m).await;
+        let kept = |from: u32, holder: u32| ResultKeptIn {
+            from: Rank(from),
+            key: KEY,
+            holder,
+        };
+        m.send(kept(1, 2)).await.unwrap();
+        let ends = run_to_end(&m, &ts).await;
+        assert!(ends.iter().all(|(_, e)| e.is_none()), "{ends:?}");
+        m.send(ResultAlsoKeptIn {
+            from: Rank(3),
+            root: 1,
+            key: KEY,
+        })
+        .await
+        .unwrap();
+        down(&m, 2).await;
+        settle().await;
+        let _ = sent(&ts);
+        m.send(kept(1, 3)).await.unwrap();
+        settle().await;
+        let msgs = sent(&ts);
+        assert!(
+            !msgs.iter().any(|(_, m)| matches!(m, Msg::Results(_))),
+            "rank 3's copy is not dropped: {msgs:?}"
+        );
+        assert_eq!(result_counts(&m).await, (1, 0, 0));
+    });
+}
