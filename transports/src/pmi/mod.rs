@@ -222,12 +222,19 @@ impl StoreMaster {
             .map_err(TransportError::MasterUnreachable)?;
         match (own, value.trim()) {
             (true, _) => Ok(None),
-            (false, GIVEN) => Err(TransportError::Auth(
+            (false, GIVEN) => Err({
+                // This rank leaves the store now: said so, the launcher
+                // does not find it gone in the middle of an answer (which
+                // makes hydra end the job before the rank's message is
+                // out).
+                self.finalize();
+                TransportError::Auth(
                 "rank 0 was given the job's key (TASKFOLD_JOB_KEY or TASKFOLD_JOB_KEY_FILE) and \
                  this rank was not: give every rank the same, or none (the launcher's store then \
                  carries a fresh one)"
-                    .into(),
-            )),
+                        .into(),
+                )
+            }),
             (false, hex) => JobKey::from_hex(hex).map(Some).ok_or_else(|| {
                 let why = format!("{}: {KEY_KEY} holds no job key", self.describe());
                 TransportError::MasterUnreachable(why)
