@@ -19,10 +19,15 @@ impl Handler<SlotOf> for Master {
 
 /// A master of 4 ranks that expects one replacement.
 fn replacing_master(ts: &[Arc<LoopbackTransport>]) -> Addr<Master> {
+    master_replacing(ts, 1)
+}
+
+/// A master of 4 ranks that expects `budget` replacements.
+fn master_replacing(ts: &[Arc<LoopbackTransport>], budget: u32) -> Addr<Master> {
     let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
     let mut m = Master::new(4, Outbox::of(t), 1000);
     m.set_respawn(&RespawnConfig {
-        budget: 1,
+        budget,
         ..RespawnConfig::default()
     });
     m.start()
@@ -184,13 +189,7 @@ async fn let_in_2(m: &Addr<Master>, incarnation: u32) {
 fn a_waiting_join_dies_with_its_process() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.set_respawn(&RespawnConfig {
-            budget: 2,
-            ..RespawnConfig::default()
-        });
-        let m = master.start();
+        let m = master_replacing(&ts, 2);
         super::joined(&m).await;
         settle().await;
         let first = sent(&ts);
@@ -227,13 +226,7 @@ fn a_replacement_that_joins_while_its_buddy_is_asked_stands_in_if_the_copy_is_no
 fn a_fetch_failure_of_a_replaced_process_does_not_fence_its_replacement() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.set_respawn(&RespawnConfig {
-            budget: 1,
-            ..RespawnConfig::default()
-        });
-        let m = master.start();
+        let m = master_replacing(&ts, 1);
         // Rank 2 first, then the root: rank 2's data goes to the root.
         for r in [2, 1, 0, 3] {
             m.send(join(r, None)).await.unwrap();
@@ -287,13 +280,7 @@ fn a_fetch_failure_of_a_replaced_process_does_not_fence_its_replacement() {
 fn a_replacement_the_master_reaches_is_not_fenced_on_a_receivers_word() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.set_respawn(&RespawnConfig {
-            budget: 1,
-            ..RespawnConfig::default()
-        });
-        let m = master.start();
+        let m = master_replacing(&ts, 1);
         for r in [0, 1, 3] {
             m.send(join(r, None)).await.unwrap();
         }
