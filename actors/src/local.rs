@@ -32,13 +32,20 @@ impl LocalCluster {
 
     /// Starts `nodes.len()` ranks with `config`, rank `r` said to run on
     /// node `nodes[r]` (as the transport would learn it), to try
-    /// node-aware placement (checkpoint partners and groups) in one
-    /// process.
+    /// node-aware placement (checkpoint partners and groups) and node
+    /// failures in one process. Each node has a disk of its own: with a
+    /// `replica_dir`, node `n`'s ranks keep their replica files under
+    /// `replica_dir/node-<n>`, where no rank of another node looks.
     pub fn with_nodes(nodes: Vec<u64>, config: Config) -> Result<Self, StartError> {
-        let (hub, ts) = LoopbackHub::with_nodes(nodes);
+        let (hub, ts) = LoopbackHub::with_nodes(nodes.clone());
         let ranks = ts
             .into_iter()
-            .map(|t| Runtime::start(t as Arc<dyn Transport>, config.clone()))
+            .zip(nodes)
+            .map(|(t, node)| {
+                let mut c = config.clone();
+                c.replica_dir = c.replica_dir.map(|d| d.join(format!("node-{node}")));
+                Runtime::start(t as Arc<dyn Transport>, c)
+            })
             .collect::<Result<_, _>>()?;
         Ok(LocalCluster { hub, ranks })
     }

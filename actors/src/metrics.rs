@@ -62,6 +62,9 @@ pub const REPLICA_MEMORY_BYTES: &str = "taskfold_replica_memory_bytes";
 pub const DISK_COPIES_INFERRED: &str = "taskfold_disk_copies_inferred_total";
 /// Such disk copies found but not used (they could be stale or damaged).
 pub const DISK_COPIES_REFUSED: &str = "taskfold_disk_copies_refused_total";
+/// Disk copies of a dead master's originals that a rank of its node took
+/// up as copies, for a standby on another node.
+pub const DISK_COPIES_ADOPTED: &str = "taskfold_disk_copies_adopted_total";
 /// Replicas that could not be stored (disk full, buddy refused).
 pub const REPLICA_ERRORS: &str = "taskfold_replica_errors_total";
 /// Buddy copies made without copying bytes (same node): a mapping of the
@@ -181,6 +184,10 @@ fn describe_recovery() {
     describe_counter!(
         DISK_COPIES_REFUSED,
         "Unannounced disk copies of dead ranks not trusted"
+    );
+    describe_counter!(
+        DISK_COPIES_ADOPTED,
+        "Disk copies of a dead master's originals taken up by a rank of its node"
     );
     describe_counter!(
         REPLICA_BYTES_WRITTEN,

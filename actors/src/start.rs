@@ -118,6 +118,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
         hooks: crate::hooks::of(c),
         live: p.live.clone(),
         results: p.results.clone(),
+        since: p.epoch,
     })
     .start();
     // Every rank but the master's own watches its master.

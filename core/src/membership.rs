@@ -250,6 +250,11 @@ impl Membership {
         s
     }
 
+    /// `rank`'s node token (0: unknown, or outside the job).
+    pub fn node(&self, rank: u32) -> u64 {
+        self.member(rank).map_or(0, |m| m.node)
+    }
+
     /// Every rank's node, by rank.
     pub fn nodes(&self) -> Vec<u64> {
         self.members.iter().map(|m| m.node).collect()

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 use taskfold::{Config, Durability, LocalCluster, Reduce, ReduceError, Standby, Sum};
+use taskfold_tests::faults::{contribution, held, release};
 
 const N: u32 = 5;
 
@@ -231,4 +232,138 @@ fn a_silent_master_is_replaced_within_the_timeout_and_one_period() {
     r1.shutdown().unwrap();
     other.join().unwrap().unwrap();
     assert!(rts.pop().unwrap().shutdown().is_err());
+}
+
+/// Asynchronous durability across nodes, the master (rank 0, node 1) held
+/// once its disk copy is written, before its join or its buddy offer left
+/// it, and killed there. The standby (rank 2, node 2) cannot read node 1's
+/// disk and was never told of the copy; rank 1, the master's node-mate,
+/// takes it up and lists it in its report, and the reduction ends exact.
+/// Returns what each survivor got, by rank from 1.
+fn masters_disk_copy_across_nodes(nodes: Vec<u64>) -> Vec<Outcome> {
+    let job = NodesJob::start(nodes, "dw");
+    let _f0 = job.reduce(0, "dw");
+    held(job.hooks.path(), &[0], "disk-written");
+    job.cluster.kill(0);
+    job.reduce_on_survivors("dw")
+}
+
+/// A job on simulated nodes with a replica directory each, asynchronous
+/// durability, rank 0 held once its disk copy of `id` is written.
+struct NodesJob {
+    hooks: tempfile::TempDir,
+    replicas: tempfile::TempDir,
+    cluster: LocalCluster,
+}
+
+impl NodesJob {
+    fn start(nodes: Vec<u64>, id: &str) -> NodesJob {
+        use taskfold::hooks::{Hook, Point};
+        let (hooks, replicas) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let config = Config {
+            replica_dir: Some(replicas.path().to_path_buf()),
+            hooks: vec![Hook {
+                rank: 0,
+                point: Point::DiskWritten,
+                id: id.into(),
+                dir: hooks.path().to_path_buf(),
+            }],
+            ..config(Durability::Async)
+        };
+        let cluster = LocalCluster::with_nodes(nodes, config).unwrap();
+        // File times come from a coarse clock (a tick of a few ms): a copy
+        // written within a tick of the ranks' start could pass for an
+        // older file, and is not trusted. A real job's bootstrap takes
+        // longer.
+        std::thread::sleep(Duration::from_millis(50));
+        NodesJob {
+            hooks,
+            replicas,
+            cluster,
+        }
+    }
+
+    fn reduce(&self, r: u32, id: &str) -> taskfold::ReduceFuture<Sum<i64>> {
+        let opts = Reduce::root(2).id(id);
+        self.cluster
+            .rank(r)
+            .reduce(contribution(r, 1000), opts)
+            .unwrap()
+    }
+
+    /// Every rank but 0 reduces `id`; what each got, by rank from 1.
+    fn reduce_on_survivors(&self, id: &str) -> Vec<Outcome> {
+        let n = self.cluster.ranks().len() as u32;
+        let fs: Vec<_> = (1..n).map(|r| self.reduce(r, id)).collect();
+        fs.into_iter()
+            .map(|mut f| f.wait_timeout(Duration::from_secs(30)))
+            .collect()
+    }
+
+    /// Where rank 0 keeps its disk copy of `id` (node 1's directory).
+    fn masters_copy(&self, id: &str) -> std::path::PathBuf {
+        let id = taskfold_core::ReductionId::new(id).unwrap();
+        let n = self.cluster.ranks().len() as u32;
+        let key = taskfold_core::ReductionKey::of(&id, &taskfold_core::Group::world(n)).0;
+        self.replicas
+            .path()
+            .join(format!("node-1/rank-0/{key:016x}-0.replica"))
+    }
+}
+
+type Outcome = Result<Option<Sum<i64>>, ReduceError>;
+
+#[test]
+fn across_nodes_the_masters_disk_copy_is_taken_up_by_its_node_mate() {
+    let got = masters_disk_copy_across_nodes(vec![1, 1, 2, 2, 2]);
+    for (r, g) in (1..).zip(got) {
+        let g = g.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        if r == 2 {
+            let sum = g.expect("the root holds the result").0;
+            assert_eq!(sum, taskfold_tests::faults::full_sum(N, 1000));
+        }
+    }
+}
+
+#[test]
+fn across_nodes_the_masters_disk_copy_alone_on_its_node_is_lost() {
+    // No rank left on its node: nobody can read the copy.
+    for (r, g) in (1..).zip(masters_disk_copy_across_nodes(vec![1, 2, 2, 2, 2])) {
+        match g {
+            Err(ReduceError::RanksLost { ranks, .. }) => assert_eq!(ranks, vec![0], "rank {r}"),
+            other => panic!("rank {r}: expected RanksLost naming rank 0, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_stale_disk_copy_of_the_dead_master_is_not_taken_up() {
+    // Rank 0's copy of "dw" is saved while the reduction runs, and put
+    // back (its time unchanged) once the reduction completed everywhere;
+    // then rank 0 dies, and the others reduce "dw" again without it. The
+    // file predates the completion its node-mate saw: it may be (it is)
+    // the earlier reduction's, and is not taken for the new one's.
+    let job = NodesJob::start(vec![1, 1, 2, 2, 2], "dw");
+    let path = job.masters_copy("dw");
+    let saved = job.replicas.path().join("saved");
+    let f0 = job.reduce(0, "dw");
+    held(job.hooks.path(), &[0], "disk-written");
+    std::fs::copy(&path, &saved).unwrap();
+    release(job.hooks.path(), 0, "disk-written");
+    for (r, g) in (1..).zip(job.reduce_on_survivors("dw")) {
+        g.unwrap_or_else(|e| panic!("rank {r}, first reduction: {e}"));
+    }
+    drop(f0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while path.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5)); // its removal
+    }
+    std::fs::rename(&saved, &path).unwrap();
+    job.cluster.kill(0);
+    for (r, g) in (1..).zip(job.reduce_on_survivors("dw")) {
+        match g {
+            Err(ReduceError::RanksLost { ranks, .. }) => assert_eq!(ranks, vec![0], "rank {r}"),
+            other => panic!("rank {r}: expected RanksLost naming rank 0, got {other:?}"),
+        }
+    }
 }

@@ -85,6 +85,14 @@ impl ReplicaDisk {
         (!self.owned).then(|| self.dir.to_string_lossy().into_owned())
     }
 
+    /// The directory of `rank`'s disk copies beside this rank's, on this
+    /// node's disk (the layout of [`ReplicaDisk::open`]); `None` if this
+    /// rank's directory is its own, not under a configured root.
+    pub(crate) fn peer_dir(&self, rank: u32) -> Option<PathBuf> {
+        let root = self.dir.parent().filter(|_| !self.owned)?;
+        Some(rank_dir(root, rank))
+    }
+
     /// Reads and verifies another rank's disk copy of `owner`'s original of
     /// `key`, in that rank's directory `dir`.
     pub fn read_other(dir: &Path, key: u64, owner: u32) -> Result<Bytes, String> {
@@ -260,6 +268,23 @@ pub(crate) fn rank_dir(root: &Path, rank: u32) -> PathBuf {
 /// The file holding `owner`'s original of `key` in directory `dir`.
 pub(crate) fn file_in(dir: &Path, key: u64, owner: u32) -> PathBuf {
     dir.join(format!("{key:016x}-{owner}.replica"))
+}
+
+/// The keys of `owner`'s originals with a file in directory `dir` (named
+/// as [`file_in`] names them; anything else there is passed over).
+pub(crate) fn keys_in(dir: &Path, owner: u32) -> Vec<u64> {
+    let suffix = format!("-{owner}.replica");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let hex = name.strip_suffix(&suffix)?;
+            (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
+        })
+        .collect()
 }
 
 /// What the master can learn cheaply about a replica file without reading

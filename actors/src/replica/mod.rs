@@ -36,9 +36,12 @@
 //! What a crash of this rank loses: the copies it held; the master then
 //! treats those originals as unrecoverable if their owners die too.
 
+mod adopt;
 pub(crate) mod disk;
 mod results;
+pub(crate) mod stale;
 
+pub(crate) use adopt::AdoptDiskCopy;
 pub(crate) use disk::ReplicaDisk;
 
 #[cfg(test)]

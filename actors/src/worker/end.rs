@@ -212,6 +212,15 @@ impl Worker {
             // For a new master, should this one die (see `failover`).
             self.ended.push(key, error.as_ref().map(Into::into));
         }
+        // A completion means every member's join was in, so each member's
+        // disk copy of it was written before now. Any other end leaves
+        // every member's write possibly in flight: no bound for the key.
+        let unsure = match (how, &error) {
+            (End::Completed, None) => &[][..],
+            _ => &local.join.group[..],
+        };
+        self.file_ends
+            .ended(key, std::time::SystemTime::now(), unsure.iter().copied());
         self.store.do_send(crate::replica::DropKey {
             key,
             disk: f.remove_disk,

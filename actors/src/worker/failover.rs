@@ -97,6 +97,7 @@ impl Handler<Failover> for Worker {
         self.rejoining = Some(r);
         // The dead master's own originals and copies, as any dead rank's.
         self.rank_died(m.lost, ctx);
+        self.adopt_disk_copies(m.lost);
         self.rejoin_if_settled(ctx);
     }
 }
@@ -130,6 +131,41 @@ impl Worker {
             }
         }
         true
+    }
+
+    /// On the dead master `lost`'s node, asks the store to take up each
+    /// of its disk copies found there (see `crate::replica::adopt`),
+    /// before the store lists its copies for the report: those of
+    /// reductions live here, and of reductions this rank has not started
+    /// yet, which the new master notes for when they open. Only a
+    /// master's first incarnation: a replacement replays reductions that
+    /// ended long ago, whose disk copies it writes again and that could
+    /// pass for a later reduction's with the same key.
+    fn adopt_disk_copies(&mut self, lost: Rank) {
+        let (own, node, first) = {
+            let v = self.out.view().read();
+            (
+                v.node(self.rank.0),
+                v.node(lost.0),
+                v.incarnation(lost.0) == 0,
+            )
+        };
+        if own == 0 || own != node || !first {
+            return;
+        }
+        let Some(dir) = self.disk.peer_dir(lost.0) else {
+            return; // no shared layout: its directory cannot be found
+        };
+        let died = std::time::SystemTime::now();
+        for key in crate::replica::disk::keys_in(&dir, lost.0) {
+            self.store.do_send(crate::replica::AdoptDiskCopy {
+                key,
+                owner: lost.0,
+                dir: dir.clone(),
+                not_before: self.file_ends.not_before(key, lost.0),
+                died,
+            });
+        }
     }
 
     /// Sends the report to the new master once every task of the dead one

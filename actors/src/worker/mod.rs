@@ -137,6 +137,9 @@ pub struct Worker {
     rejoining: Option<failover::Rejoining>,
     /// Reductions that ended here lately (for a new master).
     ended: failover::Ended,
+    /// When each reduction key last ended here, to judge whether a dead
+    /// master's disk copy found on this node is stale (see `failover`).
+    file_ends: crate::replica::stale::KeyEnds,
     /// The highest barrier released here by message.
     barrier_passed: u64,
     /// This actor's address, for messages to itself.
@@ -160,6 +163,10 @@ pub(crate) struct WorkerParts {
     /// Whether roots keep their results, and the ledger of those handed
     /// to the application (shared with the runtime).
     pub(crate) results: crate::results::Kept,
+    /// No replica file of the job that this rank may take up was written
+    /// before this moment (this process's start, before its bootstrap:
+    /// every other rank's first reduction comes after that).
+    pub(crate) since: std::time::SystemTime,
 }
 
 impl Worker {
@@ -184,6 +191,10 @@ impl Worker {
             stranded: Vec::new(),
             rejoining: None,
             ended: Default::default(),
+            file_ends: crate::replica::stale::KeyEnds::new(
+                crate::replica::stale::ENDS_LIMIT,
+                p.since,
+            ),
             barrier_passed: 0,
             me: None,
             epoch: 0,
