@@ -32,11 +32,13 @@ impl View {
             .unwrap_or_else(|| vec![0; size]);
         let incarnations = transport.incarnations();
         let master = transport.master_rank().0;
-        View(Arc::new(RwLock::new(Membership::new(
-            &nodes,
-            &incarnations,
-            master,
-        ))))
+        let mut m = Membership::new(&nodes, &incarnations, master);
+        // A replacement: the deaths the master knew when it let it in.
+        for rank in transport.dead_at_join() {
+            let incarnation = m.incarnation(rank);
+            m.apply(Change::Failed { rank, incarnation });
+        }
+        View(Arc::new(RwLock::new(m)))
     }
 
     /// Reads the view (briefly: every part of the runtime shares it).

@@ -409,13 +409,21 @@ pub trait Transport: Send + Sync + 'static {
         0
     }
     /// On the master's rank: lets in the replacement that asked
-    /// ([`Event::Replacement`]): it is answered with every rank's address
-    /// and may start, and this rank serves it from now on (as
-    /// [`Transport::readmit`]). The default: replacements are not
-    /// supported, [`TransportError::Unsupported`].
-    fn admit(&self, peer: Rank, incarnation: u32) -> Result<(), TransportError> {
-        let _ = (peer, incarnation);
+    /// ([`Event::Replacement`]): it is answered with every rank's address,
+    /// the ranks in `dead` marked as declared failed
+    /// ([`Transport::dead_at_join`] on its side), and may start, and this
+    /// rank serves it from now on (as [`Transport::readmit`]). The
+    /// default: replacements are not supported,
+    /// [`TransportError::Unsupported`].
+    fn admit(&self, peer: Rank, incarnation: u32, dead: &[u32]) -> Result<(), TransportError> {
+        let _ = (peer, incarnation, dead);
         Err(TransportError::Unsupported(self.name()))
+    }
+    /// The ranks the master had declared failed when it let this process
+    /// in (a replacement or a spare; empty for a process of the job's
+    /// start, and by default).
+    fn dead_at_join(&self) -> Vec<u32> {
+        Vec::new()
     }
     /// On the master's rank: refuses the replacement that asked, telling
     /// it `reason` (the default does nothing).

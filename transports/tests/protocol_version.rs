@@ -108,11 +108,13 @@ fn a_master_of_another_version_is_refused_by_the_rank() {
                 addr,
                 node: 0,
                 incarnation: 0,
+                dead: false,
             },
             frame::Entry {
                 addr: hello.addr.expect("its address"),
                 node: hello.node,
                 incarnation: 0,
+                dead: false,
             },
         ]);
         let hdr = Header {

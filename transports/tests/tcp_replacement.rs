@@ -49,11 +49,15 @@ fn a_replacement_that_comes_before_its_notice_is_served_once_let_in() {
         }
         e => panic!("expected the replacement, got {e:?}"),
     };
-    ts[0].admit(Rank(2), 1).expect("the master admits it");
+    // The deaths the master knows go with the admission (the transport
+    // carries its word; the runtime's membership view acts on it).
+    ts[0].admit(Rank(2), 1, &[1]).expect("the master admits it");
     let new: Arc<TcpTransport> = starting
         .join()
         .expect("the replacement's thread")
         .expect("the replacement starts");
+    assert_eq!(new.dead_at_join(), vec![1]);
+    assert!(ts[1].dead_at_join().is_empty(), "none at the job's start");
     // Rank 1 has not heard of it yet: the replacement's get reaches it
     // first, and is served once rank 1 lets it in.
     ts[1].expose(BufferKey(7), Bytes::from(vec![7u8; 10_000]));
@@ -113,7 +117,7 @@ fn a_replacement_that_comes_during_the_bootstrap_asks_once_the_job_runs() {
             e => panic!("expected rank 2's replacement, got {e:?}"),
         }
     }
-    t0.admit(Rank(2), 1).expect("the master admits it");
+    t0.admit(Rank(2), 1, &[]).expect("the master admits it");
     let new2 = new2.join().expect("the replacement's thread");
     assert!(new2.is_ok(), "{:?}", new2.err());
     let _ = std::fs::remove_dir_all(dir);

@@ -260,7 +260,14 @@ impl Master {
     /// for it waits for its join.
     fn admitted(&mut self, rank: u32, incarnation: u32) {
         let asking = self.respawn.admitting.remove(&rank);
-        if let Err(e) = self.out.transport().admit(Rank(rank), incarnation) {
+        // The deaths go with the admission, not only as the notices sent
+        // below: should this master die before those reach the
+        // replacement, it still turns to the standby every rank does.
+        let dead: Vec<u32> = (self.out.view().dead().iter())
+            .map(|r| r as u32)
+            .filter(|&r| r != rank)
+            .collect();
+        if let Err(e) = self.out.transport().admit(Rank(rank), incarnation, &dead) {
             tracing::error!(rank, incarnation, error = %e, "the replacement could not be let in");
             return;
         }

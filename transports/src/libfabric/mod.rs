@@ -449,10 +449,10 @@ impl Transport for LibfabricTransport {
 
     /// Lets the replacement in on the fabric (as [`Transport::readmit`]),
     /// then answers it through the TCP bootstrap.
-    fn admit(&self, peer: Rank, incarnation: u32) -> Result<(), TransportError> {
+    fn admit(&self, peer: Rank, incarnation: u32, dead: &[u32]) -> Result<(), TransportError> {
         self.check_replaced(peer)?;
         let fresh = self.let_in(peer.0, incarnation)?;
-        self.tcp.admit(peer, incarnation)?;
+        self.tcp.admit(peer, incarnation, dead)?;
         if fresh {
             self.send_name(peer);
         }
@@ -488,6 +488,10 @@ impl Transport for LibfabricTransport {
 
     fn incarnations(&self) -> Vec<u32> {
         self.tcp.incarnations()
+    }
+
+    fn dead_at_join(&self) -> Vec<u32> {
+        self.tcp.dead_at_join()
     }
 
     fn master_rank(&self) -> Rank {

@@ -201,7 +201,7 @@ impl Transport for LoopbackTransport {
         "loopback"
     }
 
-    fn admit(&self, peer: Rank, _incarnation: u32) -> Result<(), TransportError> {
+    fn admit(&self, peer: Rank, _incarnation: u32, _dead: &[u32]) -> Result<(), TransportError> {
         self.hub.revive(peer)
     }
 

@@ -390,6 +390,7 @@ pub(crate) async fn coordinate(
         addr: own,
         node: crate::same_node::node_token(),
         incarnation: shared.incarnation,
+        dead: false,
     });
     let mut conns = Vec::new();
     let mut refusals = Vec::new();
@@ -429,6 +430,7 @@ pub(crate) async fn coordinate(
                     addr,
                     node: reg.hello.node,
                     incarnation: reg.hello.incarnation,
+                    dead: false,
                 });
                 conns.push((reg.rd, reg.wr));
                 missing -= 1;

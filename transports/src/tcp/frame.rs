@@ -50,7 +50,7 @@ pub const HANDSHAKE_MAX: u32 = 4096;
 /// Bytes of one encoded address in a `TABLE` or `HELLO`.
 pub const ADDR_LEN: usize = 19;
 /// Bytes of one `TABLE` entry: an address, a node token, an incarnation.
-pub const ENTRY_LEN: usize = ADDR_LEN + 8 + 4;
+pub const ENTRY_LEN: usize = ADDR_LEN + 8 + 4 + 1;
 /// Bytes of an encoded [`Hello`] body.
 pub const HELLO_LEN: usize = 24 + ADDR_LEN + 8 + NONCE_LEN;
 
@@ -237,6 +237,10 @@ pub struct Entry {
     /// The rank's current incarnation: connections of an older one are
     /// refused (a replacement learns who replaced whom before it).
     pub incarnation: u32,
+    /// The master declared that incarnation failed: a replacement learns
+    /// the job's deaths with its admission, so that it turns to the same
+    /// standby as every other rank should the master die at once.
+    pub dead: bool,
 }
 
 impl Entry {
@@ -245,7 +249,8 @@ impl Entry {
         let mut out = [0u8; ENTRY_LEN];
         out[..ADDR_LEN].copy_from_slice(&encode_addr(self.addr));
         out[ADDR_LEN..ADDR_LEN + 8].copy_from_slice(&self.node.to_le_bytes());
-        out[ADDR_LEN + 8..].copy_from_slice(&self.incarnation.to_le_bytes());
+        out[ADDR_LEN + 8..ADDR_LEN + 12].copy_from_slice(&self.incarnation.to_le_bytes());
+        out[ADDR_LEN + 12] = u8::from(self.dead);
         out
     }
 
@@ -255,11 +260,17 @@ impl Entry {
             return Err(format!("table entry of {} bytes", b.len()));
         }
         let (addr, rest) = b.split_at(ADDR_LEN);
-        let (node, inc) = rest.split_at(8);
+        let (node, rest) = rest.split_at(8);
+        let (inc, dead) = rest.split_at(4);
         Ok(Entry {
             addr: decode_addr(addr)?,
             node: u64::from_le_bytes(node.try_into().map_err(|_| "node token")?),
             incarnation: u32::from_le_bytes(inc.try_into().map_err(|_| "incarnation")?),
+            dead: match dead {
+                [0] => false,
+                [1] => true,
+                other => return Err(format!("table entry with status {other:?}")),
+            },
         })
     }
 }

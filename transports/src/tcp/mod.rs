@@ -133,6 +133,9 @@ pub struct TcpTransport {
     /// Every rank's node token, from the master's table; `None` if some
     /// rank could not know its own.
     nodes: Option<Vec<u64>>,
+    /// The ranks the master's table marked failed when this process was
+    /// let in.
+    dead_at_join: Vec<u32>,
     /// Every rank's incarnation, from the master's table.
     incarnations: Vec<u32>,
     /// The rank that ran the master when this process joined.
@@ -239,6 +242,10 @@ impl TcpTransport {
         Ok(Arc::new(TcpTransport {
             rendezvous: cfg.master.clone(),
             incarnations: table.iter().map(|e| e.incarnation).collect(),
+            dead_at_join: (0..)
+                .zip(table.iter())
+                .filter_map(|(r, e)| e.dead.then_some(r))
+                .collect(),
             master: joined.master,
             shared,
             driven,
@@ -528,9 +535,13 @@ impl Transport for TcpTransport {
         self.shared.incarnation
     }
 
-    fn admit(&self, peer: Rank, incarnation: u32) -> Result<(), TransportError> {
+    fn admit(&self, peer: Rank, incarnation: u32, dead: &[u32]) -> Result<(), TransportError> {
         self.check_peer(peer)?;
-        respawn::admit(&self.shared, peer.0, incarnation)
+        respawn::admit(&self.shared, peer.0, incarnation, dead)
+    }
+
+    fn dead_at_join(&self) -> Vec<u32> {
+        self.dead_at_join.clone()
     }
 
     fn refuse_replacement(&self, peer: Rank, incarnation: u32, reason: &str) {

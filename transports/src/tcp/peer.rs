@@ -469,6 +469,9 @@ impl Shared {
                     true => self.incarnation,
                     false => self.slot(r as u32).incarnation,
                 },
+                // The runtime knows the deaths, not the transport: the
+                // master's admission marks them (`respawn::admit`).
+                dead: false,
             })
             .collect()
     }

@@ -46,6 +46,7 @@ pub(super) async fn asks(shared: Arc<Shared>, mut reg: Registration) {
         addr,
         node,
         incarnation,
+        dead: false,
     };
     let _ = shared.events_tx.send(Event::Replacement {
         peer: Rank(peer),
@@ -80,11 +81,13 @@ pub(super) async fn refuse_held(shared: &Shared, peer: u32, incarnation: u32, re
 }
 
 /// Admits the held registration of `peer`'s `incarnation`: this rank
-/// serves it from now on, and it receives every rank's address.
+/// serves it from now on, and it receives every rank's address, with the
+/// ranks in `dead` (declared failed) marked so.
 pub(super) fn admit(
     shared: &Arc<Shared>,
     peer: u32,
     incarnation: u32,
+    dead: &[u32],
 ) -> Result<(), TransportError> {
     let reg = take(shared, peer, incarnation).ok_or_else(|| TransportError::Protocol {
         peer,
@@ -95,7 +98,12 @@ pub(super) fn admit(
         detail: "a registration without an address".into(),
     })?;
     shared.readmit(peer, incarnation, addr, reg.hello.node);
-    let table = shared.table();
+    let mut table = shared.table();
+    for &r in dead {
+        if let Some(e) = table.get_mut(r as usize) {
+            e.dead = true;
+        }
+    }
     let master = shared.rank;
     shared.handle.spawn(async move {
         send_table(&table, master, vec![(reg.rd, reg.wr)]).await;

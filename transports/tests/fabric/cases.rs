@@ -197,7 +197,7 @@ fn replacement_let_in(provider: &str, sealed: bool) {
         e => panic!("expected the replacement, got {e:?}"),
     };
     ts[1].readmit(Rank(2), 1, &addr).expect("rank 1 lets it in");
-    ts[0].admit(Rank(2), 1).expect("the master admits it");
+    ts[0].admit(Rank(2), 1, &[]).expect("the master admits it");
     let new: Arc<LibfabricTransport> = starting
         .join()
         .expect("the replacement's thread")

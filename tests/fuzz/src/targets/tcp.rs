@@ -114,6 +114,7 @@ pub fn table_target(u: &mut Unstructured<'_>) -> Result<usize> {
             addr: addr(u)?,
             node: u64::arbitrary(u)?,
             incarnation: u32::arbitrary(u)?,
+            dead: bool::arbitrary(u)?,
         });
     }
     let n = entries.len() as u32;

@@ -24,6 +24,7 @@ fn a_replacement_of_a_registered_rank_waits_for_the_job_to_run() {
         addr: "127.0.0.1:4000".parse().expect("address"),
         node: 0,
         incarnation,
+        dead: false,
     };
     let table = [Some(at(0)), Some(at(0)), None, Some(at(1))];
     // Rank 1 registered and died: its replacement asks once the job runs.

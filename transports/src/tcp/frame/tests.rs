@@ -103,13 +103,19 @@ fn table_round_trip() {
             addr: "127.0.0.1:1".parse().unwrap(),
             node: 7,
             incarnation: 0,
+            dead: false,
         },
         Entry {
             addr: "[::1]:2".parse().unwrap(),
             node: u64::MAX,
             incarnation: 3,
+            dead: true,
         },
     ];
-    assert_eq!(decode_table(&encode_table(&t), 2), Ok(t));
+    assert_eq!(decode_table(&encode_table(&t), 2), Ok(t.clone()));
     assert!(decode_table(&[0; 5], 1).is_err());
+    // A status byte other than live (0) or failed (1) is refused.
+    let mut b = encode_table(&t[..1]);
+    b[ENTRY_LEN - 1] = 2;
+    assert!(decode_table(&b, 1).unwrap_err().contains("status"));
 }
