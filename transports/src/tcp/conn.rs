@@ -240,7 +240,7 @@ async fn handle_accepted(
         Role::Peer => accept_peer(shared, rd, wr, hello, from, (send, recv)).await,
         Role::Register => bootstrap::on_register(shared, rd, wr, hello, from).await,
         Role::Launcher => {
-            bootstrap::on_launcher(shared, MacRead::new(rd, recv), wr, hello, from).await
+            super::launcher::on_launcher(shared, MacRead::new(rd, recv), wr, hello, from).await
         }
         Role::Spare => super::spare::on_spare(shared, rd, wr, hello, from, send).await,
     }

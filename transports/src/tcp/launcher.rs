@@ -1,16 +1,22 @@
 //! The launcher's report to the master that a rank exited: the one
-//! connection of a process that is not a rank.
+//! connection of a process that is not a rank — its sending side
+//! ([`report_rank_exit`]) and the master's side (`on_launcher`).
 
 use super::bootstrap::connect_master;
+use super::conn::{self, bad_connection, read_control, read_header, ReadError};
 use super::frame::{self, kind, Header, Hello, Role};
 use super::handshake::{self, Failed};
+use super::peer::Shared;
 use super::MasterAddr;
 use crate::version::VERSION;
-use crate::{TransportError, LAUNCHER};
+use crate::{Event, TransportError, LAUNCHER};
 use std::io::{self, Write};
-use std::net::Shutdown;
+use std::net::{Shutdown, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use taskfold_core::auth::{JobAuth, NONCE_LEN};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
 
 /// Tells the master that `rank` exited (for the `taskfold run` launcher,
 /// which is not a rank): connects to the master's listener as the launcher
@@ -91,4 +97,76 @@ pub fn report_rank_exit(
         }),
         Err(e) => Err(io(e)),
     }
+}
+
+/// How long the master waits for a frame from the launcher.
+const LAUNCHER_IDLE: Duration = Duration::from_secs(30);
+
+/// The launcher's connection: control frames delivered from [`LAUNCHER`].
+pub(crate) async fn on_launcher(
+    shared: Arc<Shared>,
+    mut rd: conn::Rd,
+    mut wr: OwnedWriteHalf,
+    hello: Hello,
+    from: SocketAddr,
+) {
+    let refusal = if !shared.hosts_master() {
+        Some(format!("rank {} is not the master", shared.rank))
+    } else if hello.job != shared.job {
+        Some(format!(
+            "wrong job id: the master runs job {:#x}, the launcher reports for job {:#x}",
+            shared.job, hello.job
+        ))
+    } else {
+        None
+    };
+    if let Some(reason) = refusal {
+        bad_connection(shared.rank, from, &reason);
+        return conn::refuse(rd.into_inner(), wr, reason).await;
+    }
+    loop {
+        let hdr = match tokio::time::timeout(LAUNCHER_IDLE, read_header(&mut rd)).await {
+            Ok(Ok(h)) => h,
+            Ok(Err(ReadError::Eof)) => break,
+            Ok(Err(ReadError::Protocol(d))) => return bad_connection(shared.rank, from, &d),
+            Ok(Err(ReadError::Io(e))) => return bad_connection(shared.rank, from, &e.to_string()),
+            Err(_) => return bad_connection(shared.rank, from, "launcher idle"),
+        };
+        if hdr.kind == kind::CONTROL {
+            // As a peer's: the launcher waits for room in the channel.
+            shared.event_room(None, u64::from(hdr.len)).await;
+        }
+        match hdr.kind {
+            kind::CONTROL => match read_control(&mut rd, &hdr, shared.max_frame).await {
+                Ok(frame) => {
+                    if let Err(e) = rd.end_frame().await {
+                        let d = e.describe(LAUNCHER.0);
+                        return bad_connection(shared.rank, from, &d);
+                    }
+                    if !shared.is_closed() {
+                        let _ = shared.events_tx.send(Event::Message {
+                            from: LAUNCHER,
+                            frame: shared.event_bytes.track(frame),
+                        });
+                    }
+                }
+                Err(ReadError::Protocol(d)) => return bad_connection(shared.rank, from, &d),
+                Err(_) => return bad_connection(shared.rank, from, "launcher frame cut short"),
+            },
+            kind::GOODBYE => {
+                if let Err(e) = rd.end_frame().await {
+                    return bad_connection(shared.rank, from, &e.describe(LAUNCHER.0));
+                }
+                break;
+            }
+            k => {
+                return bad_connection(
+                    shared.rank,
+                    from,
+                    &format!("unexpected frame kind {k} from the launcher"),
+                )
+            }
+        }
+    }
+    let _ = wr.shutdown().await;
 }
