@@ -87,6 +87,11 @@ impl KeyEnds {
         }
     }
 
+    /// Whether an end of `key` is on record (not evicted).
+    pub(crate) fn seen(&self, key: u64) -> bool {
+        self.map.contains_key(&key)
+    }
+
     /// `rank`'s announcement for the ended reduction `key` arrived at `at`:
     /// every write it made for that key happened before.
     pub(crate) fn late_announcement(&mut self, key: u64, rank: u32, at: SystemTime) {

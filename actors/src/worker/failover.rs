@@ -135,12 +135,15 @@ impl Worker {
 
     /// On the dead master `lost`'s node, asks the store to take up each
     /// of its disk copies found there (see `crate::replica::adopt`),
-    /// before the store lists its copies for the report: those of
-    /// reductions live here, and of reductions this rank has not started
-    /// yet, which the new master notes for when they open. Only a
-    /// master's first incarnation: a replacement replays reductions that
-    /// ended long ago, whose disk copies it writes again and that could
-    /// pass for a later reduction's with the same key.
+    /// before the store lists its copies for the report: those of the
+    /// reductions this rank is a member of — live here, or whose key
+    /// ended here before (the next with that key, not started here yet,
+    /// is noted by the new master for when it opens). A key is a group's
+    /// (`ReductionKey::of`): a file of a key this rank never saw may be a
+    /// group's without it, whose earlier reduction could have left it, so
+    /// it is not taken. Only a master's first incarnation: a replacement
+    /// replays reductions that ended long ago, whose disk copies it writes
+    /// again and that could pass for a later reduction's with the same key.
     fn adopt_disk_copies(&mut self, lost: Rank) {
         let (own, node, first) = {
             let v = self.out.view().read();
@@ -157,7 +160,11 @@ impl Worker {
             return; // no shared layout: its directory cannot be found
         };
         let died = std::time::SystemTime::now();
+        let member = |key: u64| self.locals.contains_key(&key) || self.file_ends.seen(key);
         for key in crate::replica::disk::keys_in(&dir, lost.0) {
+            if !member(key) {
+                continue;
+            }
             self.store.do_send(crate::replica::AdoptDiskCopy {
                 key,
                 owner: lost.0,
