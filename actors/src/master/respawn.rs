@@ -268,7 +268,11 @@ impl Master {
             .filter(|&r| r != rank)
             .collect();
         if let Err(e) = self.out.transport().admit(Rank(rank), incarnation, &dead) {
-            tracing::error!(rank, incarnation, error = %e, "the replacement could not be let in");
+            // Its registration is gone: it died while the ranks let it in
+            // (a newer replacement may be asking already). As a death of
+            // that incarnation: the next is awaited, within the budget.
+            tracing::warn!(rank, incarnation, error = %e, "the replacement could not be let in: it is gone");
+            self.respawn_on_death(rank);
             return;
         }
         let node = asking.map_or(0, |a| a.node);

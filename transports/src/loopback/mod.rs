@@ -28,6 +28,10 @@ pub struct LoopbackHub {
     kill_lock: Mutex<()>,
     /// The simulated node of each rank ([`Transport::nodes`]), if given.
     nodes: Option<Vec<u64>>,
+    /// Replacements whose registration is gone (`(rank, incarnation)`):
+    /// admitting one fails, as over TCP once a newer replacement of the
+    /// rank asked, or the replacement's own wait ran out.
+    gone: Mutex<std::collections::HashSet<(u32, u32)>>,
 }
 
 impl LoopbackHub {
@@ -63,6 +67,7 @@ impl LoopbackHub {
             endpoints,
             kill_lock: Mutex::new(()),
             nodes,
+            gone: Mutex::new(Default::default()),
         });
         let ts = (0..size)
             .map(|r| {
@@ -73,6 +78,14 @@ impl LoopbackHub {
             })
             .collect();
         (hub, ts)
+    }
+
+    /// Replacement `incarnation` of `rank` is no longer waiting to be
+    /// admitted (it died while it was let in, and a newer one asked):
+    /// [`Transport::admit`] of it fails from now on.
+    pub fn registration_gone(&self, rank: Rank, incarnation: u32) {
+        let mut gone = self.gone.lock().unwrap_or_else(|e| e.into_inner());
+        gone.insert((rank.0, incarnation));
     }
 
     /// Simulates the death of `rank`: its buffers vanish, its frames stop,
@@ -201,7 +214,17 @@ impl Transport for LoopbackTransport {
         "loopback"
     }
 
-    fn admit(&self, peer: Rank, _incarnation: u32, _dead: &[u32]) -> Result<(), TransportError> {
+    fn admit(&self, peer: Rank, incarnation: u32, _dead: &[u32]) -> Result<(), TransportError> {
+        let gone = self.hub.gone.lock().unwrap_or_else(|e| e.into_inner());
+        if gone.contains(&(peer.0, incarnation)) {
+            return Err(TransportError::Protocol {
+                peer: peer.0,
+                detail: format!(
+                    "no replacement of rank {peer} (incarnation {incarnation}) is waiting"
+                ),
+            });
+        }
+        drop(gone);
         self.hub.revive(peer)
     }
 

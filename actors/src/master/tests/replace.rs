@@ -324,3 +324,48 @@ fn a_replacement_the_master_reaches_is_not_fenced_on_a_receivers_word() {
         );
     });
 }
+
+/// A replacement killed while the ranks let it in, its launcher's next
+/// one asking at once: when the last rank's answer comes, the first's
+/// registration is gone. Its admission fails as its death: the next is
+/// let in (without it, the next waited for an admission that never came,
+/// and the job lost the rank).
+#[test]
+fn a_replacement_gone_before_its_admission_makes_way_for_the_next() {
+    let (hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let m = master_replacing(&ts, 2);
+        down(&m, 3).await;
+        settle().await;
+        let _ = sent(&ts);
+        let asks = |incarnation| ReplacementIn {
+            peer: Rank(3),
+            incarnation,
+            node: 0,
+            addr: vec![4, 127, 0, 0, 1],
+        };
+        m.send(asks(1)).await.unwrap();
+        settle().await;
+        assert_eq!(told(&ts, 3, 1), vec![0, 1, 2]);
+        // The launcher starts the next before incarnation 1's death is
+        // declared: it waits for that death.
+        m.send(asks(2)).await.unwrap();
+        hub.registration_gone(Rank(3), 1);
+        for from in [1, 2] {
+            let from = Rank(from);
+            m.send(ReadmittedIn {
+                from,
+                rank: 3,
+                incarnation: 1,
+            })
+            .await
+            .unwrap();
+        }
+        settle().await;
+        assert_eq!(told(&ts, 3, 2), vec![0, 1, 2], "the next is let in");
+        assert!(matches!(
+            m.send(SlotOf(3)).await.unwrap(),
+            Some(Slot::Admitting { incarnation: 2, .. })
+        ));
+    });
+}
