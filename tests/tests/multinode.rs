@@ -563,6 +563,35 @@ fn the_masters_whole_node_dies_and_the_standby_goes_on() {
     }
 }
 
+/// `bench faults` over two simulated nodes of two ranks each, 1 MiB
+/// contributions, root 1, with `args`: its JSON reports, once it
+/// succeeded. Every report: no wrong result, no hang, every trial
+/// killed after its victims' contributions were safe recovered.
+fn bench_faults_on_two_nodes(args: &[&str]) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("faults.json");
+    let mut cmd = Command::new(taskfold_bin());
+    cmd.args(["bench", "faults", "--sim-nodes", "2", "--np", "4"])
+        .args(["--size", "1M", "--root", "1", "--timeout", "20s"])
+        .args(args)
+        .arg("--json")
+        .arg(&json);
+    let out = run_bounded(cmd, LIMIT);
+    assert!(out.status.success(), "{}", text(&out));
+    let reports: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let reports = reports.as_array().unwrap().clone();
+    for r in &reports {
+        assert_eq!(r["nodes"], 2, "{r}");
+        assert_eq!((&r["wrong"], &r["hangs"]), (&0.into(), &0.into()), "{r}");
+        assert_eq!(
+            r["after_safe"]["recovered"], r["after_safe"]["trials"],
+            "{r}"
+        );
+    }
+    reports
+}
+
 /// `bench faults` over two simulated nodes: a whole node (ranks 2 and 3)
 /// and the master killed at instants drawn over the reduction, with
 /// synchronous durability — every trial after the victims' contributions
@@ -572,49 +601,30 @@ fn bench_faults_kills_a_node_and_the_master_across_nodes() {
     if !namespaces_or_skip("bench_faults_kills_a_node_and_the_master_across_nodes") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("faults.json");
-    let mut cmd = Command::new(taskfold_bin());
-    cmd.args([
-        "bench",
-        "faults",
-        "--sim-nodes",
+    let reports = bench_faults_on_two_nodes(&[
+        "--kill",
+        "node,master",
+        "--kill-rank",
         "2",
-        "--np",
+        "--durability",
+        "sync",
+        "--trials",
         "4",
-        "--size",
-        "1M",
-    ])
-    .args(["--kill", "node,master", "--kill-rank", "2", "--root", "1"])
-    .args(["--durability", "sync", "--trials", "4", "--timeout", "20s"])
-    .arg("--json")
-    .arg(&json);
-    let out = run_bounded(cmd, LIMIT);
-    assert!(out.status.success(), "{}", text(&out));
-    let reports: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let reports = reports.as_array().unwrap();
+    ]);
     assert_eq!(reports.len(), 2);
+    let victims = |r: &serde_json::Value| r["victims"].clone();
     assert_eq!(
-        reports[0]["victims"],
+        victims(&reports[0]),
         serde_json::json!([2, 3]),
         "{}",
         reports[0]
     );
     assert_eq!(
-        reports[1]["victims"],
+        victims(&reports[1]),
         serde_json::json!([0]),
         "{}",
         reports[1]
     );
-    for r in reports {
-        assert_eq!(r["nodes"], 2, "{r}");
-        assert_eq!((&r["wrong"], &r["hangs"]), (&0.into(), &0.into()), "{r}");
-        assert_eq!(
-            r["after_safe"]["recovered"], r["after_safe"]["trials"],
-            "{r}"
-        );
-    }
 }
 
 /// `bench faults` over two simulated nodes, asynchronous durability, the
@@ -627,31 +637,20 @@ fn bench_faults_recovers_an_asynchronous_master_across_nodes() {
     if !namespaces_or_skip("bench_faults_recovers_an_asynchronous_master_across_nodes") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("faults.json");
-    let mut cmd = Command::new(taskfold_bin());
-    cmd.args(["bench", "faults", "--sim-nodes", "2", "--np", "4"])
-        .args(["--size", "1M", "--kill", "master", "--root", "1"])
-        .args([
-            "--durability",
-            "async",
-            "--trials",
-            "20",
-            "--timeout",
-            "20s",
-        ])
-        .arg("--json")
-        .arg(&json);
-    let out = run_bounded(cmd, LIMIT);
-    assert!(out.status.success(), "{}", text(&out));
-    let reports: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let r = &reports.as_array().unwrap()[0];
-    assert_eq!(r["victims"], serde_json::json!([0]), "{r}");
-    assert_eq!((&r["wrong"], &r["hangs"]), (&0.into(), &0.into()), "{r}");
+    let args = [
+        "--kill",
+        "master",
+        "--durability",
+        "async",
+        "--trials",
+        "20",
+    ];
+    let reports = bench_faults_on_two_nodes(&args);
     assert_eq!(
-        r["after_safe"]["recovered"], r["after_safe"]["trials"],
-        "{r}"
+        reports[0]["victims"],
+        serde_json::json!([0]),
+        "{}",
+        reports[0]
     );
 }
 
