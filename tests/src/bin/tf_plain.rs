@@ -3,11 +3,17 @@
 //! master and the root) reduces without it. The runtime's own logger must
 //! say on stderr that rank 1 was declared failed (`TASKFOLD_LOG=off`
 //! silences it). Rank 0 prints how its reduction ended and exits 0. With
-//! `TF_PLAIN_ALL_LIVE` set, no rank aborts.
+//! `TF_PLAIN_ALL_LIVE` set, no rank aborts. `TF_PLAIN_LATE=R` makes the
+//! process of launcher rank `R` (`PMI_RANK`) start 3 s late, holding the
+//! job's start open.
 
 use taskfold::{Reduce, Runtime, Sum};
 
 fn main() -> std::process::ExitCode {
+    let late = std::env::var("TF_PLAIN_LATE").ok();
+    if late.is_some() && late == std::env::var("PMI_RANK").ok() {
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
     let rt = match Runtime::from_env() {
         Ok(rt) => rt,
         Err(e) => {

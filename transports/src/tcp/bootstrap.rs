@@ -109,7 +109,7 @@ pub(super) fn connect_master(
 /// a while. That happens when rank 0 died while the job started; a
 /// standby that took over a running job rewrites the file first.
 pub(crate) fn orphaned(cfg: &TcpConfig) -> bool {
-    let wait = (cfg.connect_timeout / 10).clamp(Duration::from_millis(500), Duration::from_secs(3));
+    let wait = super::spare::start_grace(cfg.connect_timeout);
     let deadline = Instant::now() + wait;
     while Instant::now() < deadline {
         match resolve(&cfg.master, cfg.job) {

@@ -18,6 +18,9 @@
 //! reports are), whatever `TASKFOLD_INTEGRITY` says: a party on the path
 //! cannot send a spare to take a rank.
 
+mod orphan;
+pub(crate) use orphan::grace as start_grace;
+
 use super::conn::{bad_connection, refuse};
 use super::frame::{self, kind, Entry, Header, Hello, Role};
 use super::handshake::{self, Failed};
@@ -192,9 +195,23 @@ pub enum Parking {
 pub fn park(cfg: &SpareConfig) -> Result<Parking, TransportError> {
     let mut table: Vec<Entry> = Vec::new();
     let mut lost: Option<u32> = None;
+    let mut watch = orphan::Watch::new(cfg);
     loop {
         let deadline = Instant::now() + cfg.connect_timeout;
-        let (mut s, found, mut mac) = find_master(cfg, &table, lost, deadline)?;
+        let (mut s, found, mut mac) = match find_master(cfg, &table, lost, deadline, &mut watch)? {
+            Search::Parked(s, found, mac) => (s, found, mac),
+            Search::Orphaned { incarnation } => {
+                tracing::warn!(
+                    slot = cfg.slot,
+                    incarnation,
+                    "the master died while the job started: this spare takes rank 0"
+                );
+                return Ok(Parking::Assigned {
+                    rank: 0,
+                    incarnation,
+                });
+            }
+        };
         tracing::info!(slot = cfg.slot, master = found.1, "this spare is parked");
         match wait_parked(&mut s, &mut mac, cfg) {
             Ok(Some(p)) => return Ok(p),
@@ -277,15 +294,27 @@ fn read_sealed(
     Ok(Some((h, p)))
 }
 
+/// Where the search for a master ended.
+enum Search {
+    /// Parked with the master found.
+    Parked(TcpStream, Found, FrameMac),
+    /// The master died while the job started: this spare takes rank 0,
+    /// as that incarnation (see `orphan`).
+    Orphaned { incarnation: u32 },
+}
+
 /// Connects and parks with the master: the rendezvous file's, or the
 /// fixed address's, and once `lost` died, any rank of `table` that runs
-/// the master now. Retries until `deadline`.
+/// the master now. Retries until `deadline`. With no table seen (the job
+/// has not started) and nobody answering, `watch` may make this spare
+/// rank 0.
 fn find_master(
     cfg: &SpareConfig,
     table: &[Entry],
     lost: Option<u32>,
     deadline: Instant,
-) -> Result<(TcpStream, Found, FrameMac), TransportError> {
+    watch: &mut orphan::Watch,
+) -> Result<Search, TransportError> {
     let mut last = String::from("no master answered");
     loop {
         let mut candidates: Vec<Found> = Vec::new();
@@ -306,8 +335,13 @@ fn find_master(
         }
         for found in candidates {
             match try_park(cfg, found) {
-                Ok((s, mac)) => return Ok((s, found, mac)),
+                Ok((s, mac)) => return Ok(Search::Parked(s, found, mac)),
                 Err(why) => last = why,
+            }
+        }
+        if table.is_empty() {
+            if let Some(incarnation) = watch.unanswered(cfg) {
+                return Ok(Search::Orphaned { incarnation });
             }
         }
         if Instant::now() >= deadline {

@@ -1,0 +1,83 @@
+//! The master killed while the job starts under MPICH's `mpiexec`, which
+//! starts no process again: a spare takes rank 0 and hosts the start
+//! anew, and the job runs (the book's chapter Surviving failures of the
+//! application, Spares). Each rank runs under `taskfold guard`, so that
+//! hydra lets the others live. Skipped where MPICH is not installed; CI
+//! installs it.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use taskfold_tests::{job_key, taskfold_bin, text, wait_bounded};
+
+fn mpiexec() -> Option<std::path::PathBuf> {
+    ["mpiexec.hydra", "mpiexec.mpich"].iter().find_map(|name| {
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path)
+            .map(|d| d.join(name))
+            .find(|p| p.exists())
+    })
+}
+
+/// The pid of the `tf_plain` process of launcher rank `rank`.
+fn pid_of(rank: u32, job: &str) -> Option<i32> {
+    let want = [format!("PMI_RANK={rank}"), format!("TASKFOLD_JOB={job}")];
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        let has = |v: &String| env.split(|&b| b == 0).any(|x| x == v.as_bytes());
+        (comm.trim() == "tf_plain" && want.iter().all(has)).then_some(pid)
+    })
+}
+
+#[test]
+fn a_spare_takes_rank_0_when_the_master_dies_while_the_job_starts() {
+    let Some(mpiexec) = mpiexec() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run mpiexec (MPICH is installed there)"
+        );
+        eprintln!("skipped: MPICH's mpiexec is not installed");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rendezvous = dir.path().join("master.addr");
+    let job = format!("start-{}", std::process::id());
+    // Three working ranks and a spare; rank 2 comes 3 s late, so the
+    // start is still open when rank 0 dies.
+    let mut cmd = Command::new(mpiexec);
+    cmd.args(["-n", "4", "-disable-auto-cleanup", "-prepend-rank"])
+        .arg(taskfold_bin())
+        .args(["guard", "--"])
+        .arg(env!("CARGO_BIN_EXE_tf_plain"))
+        .env("TASKFOLD_RENDEZVOUS", &rendezvous)
+        .env("TASKFOLD_JOB", &job)
+        .env("TASKFOLD_SPARES", "1")
+        .env("TASKFOLD_JOB_KEY", job_key())
+        .env("TF_PLAIN_ALL_LIVE", "1")
+        .env("TF_PLAIN_LATE", "2")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().expect("mpiexec starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !rendezvous.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(rendezvous.exists(), "rank 0 wrote the rendezvous file");
+    // The spare parks and rank 1 registers; rank 2 is still asleep.
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = pid_of(0, &job).expect("rank 0's process");
+    taskfold_tests::signal(pid, taskfold_tests::Signal::KILL).expect("rank 0 killed");
+    let out = wait_bounded(child, Duration::from_secs(120));
+    let t = text(&out);
+    assert!(
+        t.contains("this spare takes rank 0"),
+        "the spare took rank 0:\n{t}"
+    );
+    for r in 0..3 {
+        assert!(
+            t.contains(&format!("tf_plain: rank {r}: the reduction ended")),
+            "rank {r}:\n{t}"
+        );
+    }
+}
