@@ -271,16 +271,22 @@ impl Membership {
     /// rank broke before any master declared it dead (the master died
     /// too) would otherwise turn to it, wait for its pings in vain, and
     /// meanwhile follow another master than the ranks that knew.
+    ///
+    /// "On another node" means another node than rank 0's — the job's
+    /// first master, whatever master runs now — and the current master
+    /// is passed over as a dead rank. A choice relative to the current
+    /// master would depend on the way each rank came to it: a rank that
+    /// turned to a standby which was dead already (it had not heard of
+    /// that death) would then choose from that rank's node, and the ranks
+    /// would follow different masters. Relative to one fixed node, the
+    /// choice depends only on the ranks each knows dead, and a rank that
+    /// knows fewer comes to the same choice once the ranks it tried first
+    /// refuse it.
     pub fn standby(&self, nodes: Option<&[u64]>, policy: crate::settings::Standby) -> Option<u32> {
         let incarnations = self.incarnations();
-        crate::failover::standby_of(
-            self.master(),
-            self.size(),
-            &self.unreachable(),
-            &incarnations,
-            nodes,
-            policy,
-        )
+        let mut gone = self.unreachable();
+        gone.insert(self.master() as usize);
+        crate::failover::standby_of(0, self.size(), &gone, &incarnations, nodes, policy)
     }
 
     /// Replacements let in so far: the sum of every rank's incarnation

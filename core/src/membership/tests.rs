@@ -168,10 +168,11 @@ proptest! {
     }
 }
 
-/// The master (rank 0) and rank 1 die together on node 7; a rank that saw
-/// its link to rank 1 break, with no master left to declare it dead, turns
-/// to the rank that knew (rank 2, the next on another node), not to rank
-/// 1, as would a rank that knows only the master died.
+/// The master (rank 0) and rank 1 die together on node 7, then the
+/// standby that took over (rank 2, node 8): whether a rank knows of rank
+/// 1's death, saw its link break, or knows nothing of it, it turns to the
+/// same rank (3: the first off rank 0's node), not to rank 1, nor to a
+/// rank chosen from the node of the standby it happened to try.
 #[test]
 fn the_standby_passes_over_a_rank_this_rank_cannot_reach() {
     use crate::settings::Standby;
@@ -189,11 +190,23 @@ fn the_standby_passes_over_a_rank_this_rank_cannot_reach() {
         rank: 1,
         incarnation: 0,
     });
-    assert_eq!(
-        m.standby(Some(&nodes), Standby::On),
-        Some(1),
-        "knows nothing of 1"
-    );
-    assert_eq!(knew.standby(Some(&nodes), Standby::On), Some(4));
-    assert_eq!(saw_link.standby(Some(&nodes), Standby::On), Some(4));
+    for (view, what) in [
+        (&m, "knows nothing of 1"),
+        (&knew, "knew"),
+        (&saw_link, "saw"),
+    ] {
+        assert_eq!(view.standby(Some(&nodes), Standby::On), Some(3), "{what}");
+    }
+    // A rank that turned to rank 1 (it knew nothing of its death) and was
+    // refused: the same choice again, not one off rank 1's node.
+    let mut tried_1 = m.clone();
+    tried_1.apply(Change::MasterMoved {
+        to: 1,
+        term: term + 1,
+    });
+    tried_1.apply(Change::Unreachable {
+        rank: 1,
+        incarnation: 0,
+    });
+    assert_eq!(tried_1.standby(Some(&nodes), Standby::On), Some(3));
 }

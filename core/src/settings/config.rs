@@ -200,9 +200,10 @@ impl Named for Durability {
 /// rank it is ([`crate::failover::standby_of`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Standby {
-    /// The lowest live rank on another node than the master's, if the job
-    /// spans several nodes (default); on one node, none: a node's death
-    /// takes both, so the job ends with `MasterLost` instead.
+    /// The lowest live rank on another node than rank 0's (the job's first
+    /// master; see `Membership::standby`), if the job spans several nodes
+    /// (default); on one node, none: a node's death takes both, so the job
+    /// ends with `MasterLost` instead.
     #[default]
     Auto,
     /// As `Auto`, and on one node the lowest live rank after the master:
