@@ -49,8 +49,8 @@ impl Handler<AdoptDiskCopy> for ReplicaStore {
     /// (`ListCopies`), which the worker asks for after this message, and
     /// must include this one. It happens once per reduction per failover.
     fn handle(&mut self, m: AdoptDiskCopy, _: &mut Context<Self>) {
-        let at = (m.key, m.owner);
-        if self.held.contains_key(&at) || self.viewed.contains_key(&at) {
+        // `held` counts every copy kept here, views included.
+        if self.held.contains_key(&(m.key, m.owner)) {
             return; // its buddy copy is here already
         }
         let path = file_in(&m.dir, m.key, m.owner);
