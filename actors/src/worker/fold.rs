@@ -36,6 +36,7 @@ impl Worker {
         let Some(value) = local.value.take() else {
             return self.task_failed(&task, TaskFailure::Unknown);
         };
+        let life = local.life;
         let hold = hooks::hold(&self.hooks, self.rank.0, Point::BeforeFold, &local.join.id);
         let is_root = local.state.setup().root;
         if !is_root && matches!(buf, Received::Shared(_)) {
@@ -53,6 +54,7 @@ impl Worker {
             let (value, result) = fold(value, buf, offset, from_owner, is_root);
             Folded {
                 task,
+                life,
                 value,
                 result,
                 started,
@@ -79,6 +81,7 @@ impl Worker {
     pub(super) fn folded(
         &mut self,
         task: Task,
+        life: u64,
         value: Box<dyn ReduceValue>,
         result: Result<(), FoldError>,
         started: Instant,
@@ -88,6 +91,7 @@ impl Worker {
         self.handle(
             Folded {
                 task,
+                life,
                 value,
                 result,
                 started,
@@ -221,6 +225,8 @@ fn fold(
 #[rtype(result = "()")]
 struct Folded {
     task: Task,
+    /// The reduction's life ([`super::Local::life`]).
+    life: u64,
     value: Box<dyn ReduceValue>,
     result: Result<(), FoldError>,
     started: Instant,
@@ -232,7 +238,9 @@ impl Handler<Folded> for Worker {
 
     fn handle(&mut self, m: Folded, ctx: &mut Context<Self>) {
         let key = m.task.key;
-        let Some(local) = self.locals.get_mut(&key) else {
+        let Some(local) = self.locals.get_mut(&key).filter(|l| l.life == m.life) else {
+            // Its reduction ended; the key may be a later one's now,
+            // whose value this one's must not replace.
             return;
         };
         if let Err(error) = m.result {

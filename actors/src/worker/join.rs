@@ -86,6 +86,7 @@ impl Handler<StartReduce> for Worker {
         } else {
             self.disk.shared_dir()
         };
+        let life = self.new_life();
         self.locals.insert(
             key,
             Local {
@@ -103,16 +104,18 @@ impl Handler<StartReduce> for Worker {
                 flight,
                 announced: Default::default(),
                 holder: None,
+                life,
             },
         );
         let value = m.value;
         match hold {
             None => self.prepare(key, value, None, ctx),
             Some(wait) => {
-                ctx.spawn(
-                    wait.into_actor(self)
-                        .map(move |_, act, ctx| act.prepare(key, value, None, ctx)),
-                );
+                ctx.spawn(wait.into_actor(self).map(move |_, act, ctx| {
+                    if act.local_of(key, life).is_some() {
+                        act.prepare(key, value, None, ctx)
+                    }
+                }));
             }
         }
     }
@@ -285,8 +288,9 @@ impl Worker {
         if let Some(wait) = held {
             // Tasks cannot come before this handler returns: none is missed.
             local.state.hold_tasks();
+            let life = local.life;
             ctx.spawn(wait.into_actor(self).map(move |_, act, ctx| {
-                let Some(l) = act.locals.get_mut(&key) else {
+                let Some(l) = act.local_of(key, life) else {
                     return;
                 };
                 l.state.resume_tasks();
@@ -394,10 +398,10 @@ impl Worker {
         };
         let disk = self.disk.clone();
         let live = local.disk_live.clone();
-        let id = local.join.id.clone();
+        let (id, life) = (local.join.id.clone(), local.life);
         if super::prepare::original_inline(original.len()) {
             let res = write_and_map(&disk, key, rank, &original, &live);
-            return self.original_written(key, id, res, ctx);
+            return self.original_written(key, life, id, res, ctx);
         }
         let write = actix_rt::task::spawn_blocking(move || {
             write_and_map(&disk, key, rank, &original, &live)
@@ -405,15 +409,22 @@ impl Worker {
         ctx.spawn(
             async move { write.await.map_err(|e| e.to_string()).and_then(|r| r) }
                 .into_actor(self)
-                .map(move |res, act, ctx| act.original_written(key, id, res, ctx)),
+                .map(move |res, act, ctx| act.original_written(key, life, id, res, ctx)),
         );
     }
 
     /// The disk copy of `key`'s original was written (or could not be):
     /// the offer to the buddy and the join follow.
-    fn original_written(&mut self, key: u64, id: String, res: Written, ctx: &mut Context<Self>) {
-        let Some(l) = self.locals.get_mut(&key) else {
-            return; // ended meanwhile
+    fn original_written(
+        &mut self,
+        key: u64,
+        life: u64,
+        id: String,
+        res: Written,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(l) = self.locals.get_mut(&key).filter(|l| l.life == life) else {
+            return; // ended meanwhile (the key may be a later one's now)
         };
         let copy = match res {
             Ok((true, mapped)) => {
@@ -440,10 +451,11 @@ impl Worker {
         match hooks::hold(&self.hooks, self.rank.0, Point::DiskWritten, &id) {
             None => self.act(key, next, ctx),
             Some(wait) => {
-                ctx.spawn(
-                    wait.into_actor(self)
-                        .map(move |_, act, ctx| act.act(key, next, ctx)),
-                );
+                ctx.spawn(wait.into_actor(self).map(move |_, act, ctx| {
+                    if act.local_of(key, life).is_some() {
+                        act.act(key, next, ctx)
+                    }
+                }));
             }
         }
     }

@@ -97,6 +97,10 @@ pub(crate) struct Local {
     /// The buddy the original was last offered to (a copy there is made
     /// again elsewhere if that buddy dies).
     pub(crate) holder: Option<Rank>,
+    /// Which of this worker's reductions this is ([`Worker::new_life`]):
+    /// work started for one (a fetch, a fold, a serialisation) reports
+    /// back with it, and is dropped if the key now belongs to another.
+    pub(crate) life: u64,
 }
 
 /// The worker of one rank.
@@ -148,6 +152,8 @@ pub struct Worker {
     epoch: u32,
     /// This root's results kept for a replacement (see `results`).
     results: results::RootSide,
+    /// The last life given to a reduction here ([`Local::life`]).
+    lives: u64,
 }
 
 /// What a worker is built from.
@@ -199,7 +205,25 @@ impl Worker {
             me: None,
             epoch: 0,
             results: results::RootSide::new(p.results),
+            lives: 0,
         }
+    }
+
+    /// A life for a new reduction here, never given before. A key is
+    /// reused (a global rollback redoes reductions under their ids, whose
+    /// tasks are numbered from 0 again), while work of the old reduction
+    /// may still be on its way back: a fetch, a fold on the pool, a
+    /// serialisation. Each carries its reduction's life, and is dropped
+    /// unless the key's live reduction has that life: the old data would
+    /// otherwise be folded into, or replace, the new reduction's value.
+    fn new_life(&mut self) -> u64 {
+        self.lives += 1;
+        self.lives
+    }
+
+    /// The live reduction of `key`, if it is the one of life `life`.
+    fn local_of(&mut self, key: u64, life: u64) -> Option<&mut Local> {
+        self.locals.get_mut(&key).filter(|l| l.life == life)
     }
 
     /// `key`'s buddy, if it is the one known to be on this node (it views

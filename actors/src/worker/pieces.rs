@@ -61,6 +61,8 @@ enum Outcome {
 #[rtype(result = "()")]
 struct PiecesDone {
     task: Task,
+    /// The reduction's life ([`super::Local::life`]).
+    life: u64,
     started: Instant,
     bytes: u64,
     outcome: Outcome,
@@ -123,6 +125,7 @@ impl Worker {
         }));
         let end = Ending {
             addr: ctx.address(),
+            life: local.life,
             task: task.clone(),
             started: Instant::now(),
             bytes,
@@ -183,6 +186,7 @@ impl Worker {
 struct Ending {
     addr: Addr<Worker>,
     task: Task,
+    life: u64,
     started: Instant,
     bytes: u64,
     /// This rank, as the metrics' label.
@@ -193,6 +197,7 @@ impl Ending {
     fn done(self, outcome: Outcome) -> PiecesDone {
         PiecesDone {
             task: self.task,
+            life: self.life,
             started: self.started,
             bytes: self.bytes,
             outcome,
@@ -241,17 +246,19 @@ impl Handler<PiecesDone> for Worker {
 
     fn handle(&mut self, m: PiecesDone, ctx: &mut Context<Self>) {
         let key = m.task.key;
-        let Some(local) = self.locals.get_mut(&key) else {
-            return; // ended meanwhile
+        let Some(local) = self.local_of(key, m.life) else {
+            return; // ended meanwhile (the key may be a later one's now)
         };
         if !local.state.fetched(m.task.task_id) {
             return; // cancelled: the value was given back then
         }
         local.fetch = None;
         match m.outcome {
-            Outcome::Folded(value) => self.folded(m.task, value, Ok(()), m.started, m.bytes, ctx),
+            Outcome::Folded(value) => {
+                self.folded(m.task, m.life, value, Ok(()), m.started, m.bytes, ctx)
+            }
             Outcome::Refused(value, e) => {
-                self.folded(m.task, value, Err(e), m.started, m.bytes, ctx)
+                self.folded(m.task, m.life, value, Err(e), m.started, m.bytes, ctx)
             }
             Outcome::Failed(value, e) => {
                 local.value = Some(value);

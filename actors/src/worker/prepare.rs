@@ -14,6 +14,8 @@ use taskfold_core::{FoldError, ReduceError, ReduceValue};
 #[rtype(result = "()")]
 pub(super) struct Prepared {
     key: u64,
+    /// The reduction's life ([`super::Local::life`]).
+    life: u64,
     value: Box<dyn ReduceValue>,
     encoded: Option<Result<Bytes, FoldError>>,
     done: Option<Finished>,
@@ -40,6 +42,7 @@ impl Worker {
         let Some(local) = self.locals.get(&key) else {
             return; // ended meanwhile
         };
+        let life = local.life;
         if local.state.setup().root {
             // The root always receives (the master pairs it as the
             // receiver of every task it takes part in): its data is never
@@ -47,6 +50,7 @@ impl Worker {
             // root is unrecoverable anyway, never replicated).
             return ctx.notify(Prepared {
                 key,
+                life,
                 value,
                 encoded: None,
                 done,
@@ -57,6 +61,7 @@ impl Worker {
             // as it is, with no encoding and no trip to the pool.
             return ctx.notify(Prepared {
                 key,
+                life,
                 value,
                 encoded: Some(Ok(bytes)),
                 done,
@@ -80,13 +85,13 @@ impl Worker {
         // the root): it holds the original's archive if it can, and the
         // native value is freed.
         let value = match header {
-            Some(h) => match self.prepare_wire_form(key, value, h, ctx) {
+            Some(h) => match self.prepare_wire_form(key, life, value, h, ctx) {
                 Some(value) => value,
                 None => return,
             },
             None => value,
         };
-        self.encode(key, value, header, done, ctx);
+        self.encode(key, life, value, header, done, ctx);
     }
 
     /// An array built in its wire form gives up its buffer at no cost: only
@@ -95,6 +100,7 @@ impl Worker {
     fn prepare_wire_form(
         &mut self,
         key: u64,
+        life: u64,
         value: Box<dyn ReduceValue>,
         h: Header,
         ctx: &mut Context<Self>,
@@ -109,6 +115,7 @@ impl Worker {
             let (shared, bytes) = h.seal(buf, viewed);
             Prepared {
                 key,
+                life,
                 value: hold(shared, HEADER_LEN),
                 encoded: Some(Ok(bytes)),
                 done: None,
@@ -129,6 +136,7 @@ impl Worker {
     fn encode(
         &mut self,
         key: u64,
+        life: u64,
         value: Box<dyn ReduceValue>,
         header: Option<Header>,
         done: Option<Finished>,
@@ -153,6 +161,7 @@ impl Worker {
             };
             Prepared {
                 key,
+                life,
                 value,
                 encoded: Some(encoded),
                 done,
@@ -209,8 +218,10 @@ impl Handler<Prepared> for Worker {
 
     fn handle(&mut self, m: Prepared, ctx: &mut Context<Self>) {
         let key = m.key;
-        let Some(local) = self.locals.get_mut(&key) else {
-            return; // ended meanwhile (e.g. failed elsewhere)
+        let Some(local) = self.local_of(key, m.life) else {
+            // Ended meanwhile (e.g. failed elsewhere), and the key may
+            // belong to a later reduction now.
+            return;
         };
         let bytes = match m.encoded {
             None => None,

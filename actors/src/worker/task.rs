@@ -48,10 +48,12 @@ impl Handler<TaskIn> for Worker {
                 match hooks::hold(&self.hooks, self.rank.0, Point::BeforeGet, &local.join.id) {
                     None => self.start_task(task, ctx),
                     Some(wait) => {
-                        ctx.spawn(
-                            wait.into_actor(self)
-                                .map(move |_, act, ctx| act.start_task(task, ctx)),
-                        );
+                        let life = local.life;
+                        ctx.spawn(wait.into_actor(self).map(move |_, act, ctx| {
+                            if act.local_of(task.key, life).is_some() {
+                                act.start_task(task, ctx)
+                            }
+                        }));
                     }
                 }
             }
@@ -63,6 +65,8 @@ impl Handler<TaskIn> for Worker {
 /// task asked for it).
 pub(super) struct Fetched {
     task: Task,
+    /// The reduction's life ([`super::Local::life`]).
+    life: u64,
     restored: Option<Result<Box<dyn ReduceValue>, String>>,
     data: Result<Received, TransportError>,
     started: Instant,
@@ -94,6 +98,7 @@ impl Worker {
         let Some(local) = self.locals.get(&key) else {
             return;
         };
+        let life = local.life;
         // A provider's data: read in place where the master says it lies, if
         // it is on this node (a one-sided get through shared memory); else
         // streamed and folded segment by segment as it arrives, if the value
@@ -142,6 +147,7 @@ impl Worker {
         let handle = ctx.spawn(fut.into_actor(self).map(move |(restored, data), act, ctx| {
             let f = Fetched {
                 task: task2,
+                life,
                 restored,
                 data,
                 started,
@@ -195,7 +201,9 @@ impl Worker {
 
     fn fetched(&mut self, f: Fetched, ctx: &mut Context<Self>) {
         let task = f.task;
-        let Some(local) = self.locals.get_mut(&task.key) else {
+        let Some(local) = self.local_of(task.key, f.life) else {
+            // Its reduction ended; the key may be a later one's now, with
+            // a task of the same id (their ids start at 0 in each).
             return;
         };
         if !local.state.fetched(task.task_id) {

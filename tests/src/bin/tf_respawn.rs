@@ -43,11 +43,30 @@ struct Args {
     /// Where `rank-N.pid` files are written.
     #[arg(long)]
     pid_dir: Option<PathBuf>,
+    /// Contributions change with each global rollback (its generation:
+    /// the runs of the entry point before this one, plus the process's
+    /// incarnation — one kill at most): a result that mixes data of two
+    /// generations is wrong.
+    #[arg(long)]
+    by_generation: bool,
 }
 
-/// Rank `rank`'s contribution to reduction `i` (small integers: exact).
-fn value(rank: u32, i: u32) -> f64 {
-    f64::from((rank + 1) * (i % 89 + 1))
+/// Rank `rank`'s contribution to reduction `i` in generation `gen` (small
+/// integers: exact).
+fn value(rank: u32, i: u32, gen: u32) -> f64 {
+    f64::from((rank + 1) * (i % 89 + 1) * (1 + 1000 * gen))
+}
+
+/// The generation of this process's `run`-th run (from 1).
+fn generation(rt: &Runtime, args: &Args, run: u32) -> u32 {
+    let incarnation = match rt.lifecycle() {
+        Lifecycle::Restarted { incarnation } => incarnation,
+        _ => 0,
+    };
+    match args.by_generation {
+        true => run - 1 + incarnation,
+        false => 0,
+    }
 }
 
 #[derive(Default)]
@@ -84,7 +103,11 @@ fn main() {
         std::fs::rename(tmp, dir.join(format!("rank-{rank}.pid"))).unwrap();
     }
     // The re-init entry point: a global restart runs it again.
-    let tally = match rt.run_reinit(|rt, entry| run(rt, &args, entry)) {
+    let mut runs = 0;
+    let tally = match rt.run_reinit(|rt, entry| {
+        runs += 1;
+        run(rt, &args, entry, generation(rt, &args, runs))
+    }) {
         Ok(t) => t,
         Err(e) => {
             println!("unexpected run: {e}");
@@ -108,7 +131,7 @@ fn main() {
 
 /// One run from the entry point: the reductions from where this process
 /// resumes to the last. A rollback ends it with `ReduceError::Reinit`.
-fn run(rt: &Runtime, args: &Args, entry: Entry) -> Result<Tally, ReduceError> {
+fn run(rt: &Runtime, args: &Args, entry: Entry, gen: u32) -> Result<Tally, ReduceError> {
     println!("entry {entry:?}");
     let start = match entry.resume {
         Some(v) => agreed(rt, v),
@@ -120,17 +143,17 @@ fn run(rt: &Runtime, args: &Args, entry: Entry) -> Result<Tally, ReduceError> {
         let opts = Reduce::root(args.root).id(format!("rs-{i}"));
         live.push_back((
             i,
-            rt.reduce(Sum(vec![value(rt.rank(), i); args.len]), opts)?,
+            rt.reduce(Sum(vec![value(rt.rank(), i, gen); args.len]), opts)?,
         ));
         std::thread::sleep(Duration::from_millis(args.pace_ms));
         while live.len() > args.window {
             let (i, f) = live.pop_front().expect("not empty");
-            settle(rt, i, f, &mut tally, args.root)?;
+            settle(rt, (i, gen), f, &mut tally, args.root)?;
             checkpoint(rt, args, i + 1);
         }
     }
     for (i, f) in live {
-        settle(rt, i, f, &mut tally, args.root)?;
+        settle(rt, (i, gen), f, &mut tally, args.root)?;
     }
     Ok(tally)
 }
@@ -182,12 +205,12 @@ fn checkpoint(rt: &Runtime, args: &Args, next: u32) {
 /// Waits for reduction `i` and checks it; a rollback is returned.
 fn settle(
     rt: &Runtime,
-    i: u32,
+    (i, gen): (u32, u32),
     mut f: ReduceFuture<Sum<f64>>,
     t: &mut Tally,
     root: u32,
 ) -> Result<(), ReduceError> {
-    let all: f64 = (0..rt.size()).map(|r| value(r, i)).sum();
+    let all: f64 = (0..rt.size()).map(|r| value(r, i, gen)).sum();
     match f.wait_timeout(Duration::from_secs(120)) {
         Ok(Some(sum)) if sum.0.iter().all(|&x| x == all) => {
             t.ok += 1;
