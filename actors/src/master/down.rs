@@ -64,6 +64,10 @@ impl Master {
         // Tell the fenced rank too: if it was only stopped, it learns on
         // resuming that it is out of the run.
         let _ = self.out.send(rank, &notice);
+        if awaited {
+            // After the notice, on the same ordered links.
+            self.ask_held(rank.0);
+        }
         if global {
             // Every rank comes back to its entry point instead.
             return self.roll_back(rank);

@@ -187,6 +187,8 @@ impl Master {
 
     /// `rank` was just declared dead: true if its replacement is awaited
     /// (the wait for it is started); admissions it held up are finished.
+    /// A replacement that asked before the death was declared is let in
+    /// by [`Master::ask_held`], once the ranks were told of the death.
     pub(super) fn respawn_on_death(&mut self, rank: u32) -> bool {
         let (death, done) = self.respawn.book.died(rank);
         for (r, inc) in done {
@@ -195,14 +197,6 @@ impl Master {
         if death == Death::Final {
             self.left_rollback(rank);
             return false;
-        }
-        // A standby taking over lets replacements in once it rebuilt the
-        // reductions (`ask_early`): one let in before would join them
-        // twice, in its report and in its deferred join.
-        if !self.awaiting_reports() {
-            if let Some(a) = self.respawn.early.remove(&rank) {
-                self.asked(Rank(rank), a);
-            }
         }
         tracing::warn!(rank, wait = ?self.respawn.wait, "a replacement of the dead rank is awaited");
         let died = std::time::Instant::now();
@@ -272,7 +266,9 @@ impl Master {
             // (a newer replacement may be asking already). As a death of
             // that incarnation: the next is awaited, within the budget.
             tracing::warn!(rank, incarnation, error = %e, "the replacement could not be let in: it is gone");
-            self.respawn_on_death(rank);
+            if self.respawn_on_death(rank) {
+                self.ask_held(rank);
+            }
             return;
         }
         let node = asking.map_or(0, |a| a.node);
@@ -378,6 +374,25 @@ impl Handler<ReplacementIn> for Master {
 }
 
 impl Master {
+    /// Lets in the replacement of `rank`, just declared dead, that asked
+    /// before the death was declared (a launcher starts the next process
+    /// at once). Only once every rank was sent the notice of the death:
+    /// a rank that heard of the replacement first would take that notice
+    /// for one about a process replaced since and drop it, and its worker
+    /// would never cancel its fetches from the dead process nor copy again
+    /// the originals it held (the job then hangs).
+    pub(super) fn ask_held(&mut self, rank: u32) {
+        // A standby taking over lets replacements in once it rebuilt the
+        // reductions (`ask_early`): one let in before would join them
+        // twice, in its report and in its deferred join.
+        if self.awaiting_reports() {
+            return;
+        }
+        if let Some(a) = self.respawn.early.remove(&rank) {
+            self.asked(Rank(rank), a);
+        }
+    }
+
     /// Asks again for every replacement kept while a standby awaited the
     /// ranks' reports, whose rank is awaited now.
     pub(super) fn ask_early(&mut self) {

@@ -158,7 +158,10 @@ impl Master {
     /// are left).
     pub(super) fn await_the_dead(&mut self) {
         for rank in std::mem::take(&mut self.respawn.pending) {
-            self.respawn_on_death(rank);
+            // Every rank heard of these deaths from the dead master.
+            if self.respawn_on_death(rank) {
+                self.ask_held(rank);
+            }
         }
     }
 

@@ -406,3 +406,52 @@ fn a_replacement_that_dies_before_joining_leaves_its_place_to_the_next() {
 fn a_replacement_that_dies_after_joining_leaves_its_place_to_the_next() {
     a_dead_replacement_leaves_its_place_to_the_next(true);
 }
+
+/// The next replacement of rank 2 asked before its predecessor's death
+/// was declared (a launcher starts it at once): every rank hears of that
+/// death before it is told to let the next in. A rank told in the other
+/// order drops the notice, as about a process replaced since, and its
+/// worker never cancels its fetches from the dead process nor copies
+/// again what it held (the job hung so in `bench chaos`).
+#[test]
+fn the_death_is_told_before_the_replacement_that_waited_for_it() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let m = master_replacing(&ts, 2);
+        down(&m, 2).await;
+        let_in_2(&m, 1).await;
+        let _ = sent(&ts);
+        m.send(ReplacementIn {
+            peer: Rank(2),
+            incarnation: 2,
+            node: 0,
+            addr: vec![4, 127, 0, 0, 1],
+        })
+        .await
+        .unwrap();
+        settle().await;
+        assert_eq!(told(&ts, 2, 2), Vec::<u32>::new(), "held until the death");
+        down(&m, 2).await;
+        settle().await;
+        let msgs = sent(&ts);
+        for r in [0, 1, 3] {
+            let order: Vec<&str> = msgs
+                .iter()
+                .filter(|(to, _)| *to == r)
+                .filter_map(|(_, m)| match m {
+                    Msg::RankFailed {
+                        rank: 2,
+                        incarnation: 1,
+                    } => Some("failed"),
+                    Msg::Respawned {
+                        rank: 2,
+                        incarnation: 2,
+                        ..
+                    } => Some("respawned"),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(order, ["failed", "respawned"], "to rank {r}");
+        }
+    });
+}
