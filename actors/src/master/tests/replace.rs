@@ -159,16 +159,19 @@ fn replacement_joins_before_the_verdict(keeps: bool) {
     });
 }
 
-/// Lets replacement `incarnation` of rank 2 in (ranks 1 and 3 answer).
-async fn let_in_2(m: &Addr<Master>, incarnation: u32) {
-    m.send(ReplacementIn {
-        peer: Rank(2),
+/// Replacement `incarnation` of `rank` asks to join.
+fn asking(rank: u32, incarnation: u32) -> ReplacementIn {
+    ReplacementIn {
+        peer: Rank(rank),
         incarnation,
         node: 0,
         addr: vec![4, 127, 0, 0, 1],
-    })
-    .await
-    .unwrap();
+    }
+}
+
+/// Lets replacement `incarnation` of rank 2 in (ranks 1 and 3 answer).
+async fn let_in_2(m: &Addr<Master>, incarnation: u32) {
+    m.send(asking(2, incarnation)).await.unwrap();
     for from in [1, 3] {
         m.send(ReadmittedIn {
             from: Rank(from),
@@ -338,12 +341,7 @@ fn a_replacement_gone_before_its_admission_makes_way_for_the_next() {
         down(&m, 3).await;
         settle().await;
         let _ = sent(&ts);
-        let asks = |incarnation| ReplacementIn {
-            peer: Rank(3),
-            incarnation,
-            node: 0,
-            addr: vec![4, 127, 0, 0, 1],
-        };
+        let asks = |incarnation| asking(3, incarnation);
         m.send(asks(1)).await.unwrap();
         settle().await;
         assert_eq!(told(&ts, 3, 1), vec![0, 1, 2]);
@@ -421,14 +419,7 @@ fn the_death_is_told_before_the_replacement_that_waited_for_it() {
         down(&m, 2).await;
         let_in_2(&m, 1).await;
         let _ = sent(&ts);
-        m.send(ReplacementIn {
-            peer: Rank(2),
-            incarnation: 2,
-            node: 0,
-            addr: vec![4, 127, 0, 0, 1],
-        })
-        .await
-        .unwrap();
+        m.send(asking(2, 2)).await.unwrap();
         settle().await;
         assert_eq!(told(&ts, 2, 2), Vec::<u32>::new(), "held until the death");
         down(&m, 2).await;
