@@ -299,19 +299,12 @@ impl Router {
                 error: error.map(Into::into),
             }),
             Msg::RankFailed { rank, incarnation } => {
-                // On the master's rank its master applied it already.
-                let view = self.out.view();
-                if incarnation < view.read().incarnation(rank) {
-                    return None; // about a process replaced since
+                if incarnation < self.out.view().read().incarnation(rank) {
+                    // About a process replaced since, whose death this
+                    // rank took in when it heard of its replacement.
+                    return None;
                 }
-                view.apply(Change::Failed { rank, incarnation });
-                tracing::warn!(rank = %self.rank, failed = rank, incarnation, "the master declared a rank failed");
-                self.checkpoints.dead(Rank(rank));
-                self.worker.do_send(RankFailedIn { rank: Rank(rank) });
-                self.spread
-                    .do_send(crate::spread::SpreadDead { rank: Rank(rank) });
-                self.recovery
-                    .heard(crate::lifecycle::RecoveryEvent::RankFailed { rank });
+                self.rank_failed(rank, incarnation);
             }
             Msg::Respawned {
                 rank,
@@ -346,6 +339,17 @@ impl Router {
         if rank == self.rank {
             return;
         }
+        let (dead, old) = {
+            let v = self.out.view().read();
+            (v.is_dead(rank.0), v.incarnation(rank.0))
+        };
+        if !dead && old < incarnation {
+            // The process it replaces died without this rank hearing of
+            // it (a master that declared it died before telling every
+            // rank): its death is taken in first, as a notice of it would
+            // have been, so that nothing here waits on the dead process.
+            self.rank_failed(rank.0, old);
+        }
         if let Err(e) = self.out.transport().readmit(rank, incarnation, addr) {
             // Unanswered: the master waits for this rank in vain, and the
             // replacement is refused when its registration times out.
@@ -370,6 +374,20 @@ impl Router {
                 rank: rank.0,
                 incarnation,
             });
+    }
+
+    /// Process `incarnation` of `rank` was declared failed: the view, the
+    /// worker, the checkpoint engine, the spreads and the application hear
+    /// it (on the master's rank the master applied it to the view).
+    fn rank_failed(&mut self, rank: u32, incarnation: u32) {
+        self.out.view().apply(Change::Failed { rank, incarnation });
+        tracing::warn!(rank = %self.rank, failed = rank, incarnation, "the master declared a rank failed");
+        self.checkpoints.dead(Rank(rank));
+        self.worker.do_send(RankFailedIn { rank: Rank(rank) });
+        self.spread
+            .do_send(crate::spread::SpreadDead { rank: Rank(rank) });
+        self.recovery
+            .heard(crate::lifecycle::RecoveryEvent::RankFailed { rank });
     }
 
     /// Maps the master's notice board, once, if it lies on this node.

@@ -51,3 +51,45 @@ fn a_fence_notice_about_this_process_is_taken_from_any_rank() {
         let _ = r.finish_shutdown(rx);
     }
 }
+
+/// The master tells rank 2 that rank 1 was replaced, and never that its
+/// process died (a master that declared it died before telling every
+/// rank): rank 2 takes the death in first, as a notice of it would have
+/// been, so that its worker stops waiting on the dead process.
+#[test]
+fn a_replacement_heard_of_first_brings_the_death_of_the_process_it_replaces() {
+    let (hub, ts) = LoopbackHub::new(3);
+    let ranks: Vec<Runtime> = ts
+        .iter()
+        .map(|t| Runtime::start(t.clone() as Arc<dyn Transport>, Config::default()).unwrap())
+        .collect();
+    let events = ranks[2].recovery_events();
+    let respawned = wire::encode(&Msg::Respawned {
+        rank: 1,
+        incarnation: 1,
+        addr: Vec::new(),
+        node: 0,
+    });
+    ts[0].send(Rank(2), respawned.into()).unwrap();
+    let mut heard = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while heard.len() < 2 && Instant::now() < deadline {
+        if let Ok(e) = events.recv_timeout(Duration::from_millis(100)) {
+            heard.push(format!("{e:?}"));
+        }
+    }
+    assert_eq!(
+        heard,
+        [
+            "RankFailed { rank: 1 }",
+            "Respawned { rank: 1, incarnation: 1 }"
+        ]
+    );
+    // Rank 1's process is the one rank 2 counts dead: gone for the
+    // master too, the others end without waiting for it.
+    hub.kill(Rank(1));
+    let pending: Vec<_> = ranks.iter().map(|r| r.begin_shutdown()).collect();
+    for (mut r, rx) in ranks.into_iter().zip(pending).rev() {
+        let _ = r.finish_shutdown(rx);
+    }
+}
