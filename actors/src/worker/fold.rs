@@ -77,30 +77,6 @@ impl Worker {
         }
     }
 
-    /// A fold ended (on the pool, or piecewise): as [`Folded`].
-    pub(super) fn folded(
-        &mut self,
-        task: Task,
-        life: u64,
-        value: Box<dyn ReduceValue>,
-        result: Result<(), FoldError>,
-        started: Instant,
-        bytes: u64,
-        ctx: &mut Context<Self>,
-    ) {
-        self.handle(
-            Folded {
-                task,
-                life,
-                value,
-                result,
-                started,
-                bytes,
-            },
-            ctx,
-        );
-    }
-
     /// Task `done`'s new data of `key` is serialised (`bytes`; `None` at
     /// the root): exposed, and reported to the master. The root whose value
     /// became whole ends the reduction here.
@@ -220,17 +196,19 @@ fn fold(
     (value, result)
 }
 
-/// A fold finished on the pool.
+/// A fold ended (on the pool, or piecewise).
 #[derive(Message)]
 #[rtype(result = "()")]
-struct Folded {
-    task: Task,
+pub(super) struct Folded {
+    pub(super) task: Task,
     /// The reduction's life ([`super::Local::life`]).
-    life: u64,
-    value: Box<dyn ReduceValue>,
-    result: Result<(), FoldError>,
-    started: Instant,
-    bytes: u64,
+    pub(super) life: u64,
+    /// The value, folded unless `result` says otherwise.
+    pub(super) value: Box<dyn ReduceValue>,
+    pub(super) result: Result<(), FoldError>,
+    pub(super) started: Instant,
+    /// Bytes fetched.
+    pub(super) bytes: u64,
 }
 
 impl Handler<Folded> for Worker {

@@ -14,6 +14,7 @@
 //! receiver's value sits in the shared state while segments arrive; a crash
 //! of the receiver loses it as it would lose its value anyway.
 
+use super::fold::Folded;
 use super::{Fetching, Worker};
 use crate::pool::Submitter;
 use actix::prelude::*;
@@ -253,13 +254,17 @@ impl Handler<PiecesDone> for Worker {
             return; // cancelled: the value was given back then
         }
         local.fetch = None;
+        let folded = |value, result| Folded {
+            task: m.task.clone(),
+            life: m.life,
+            value,
+            result,
+            started: m.started,
+            bytes: m.bytes,
+        };
         match m.outcome {
-            Outcome::Folded(value) => {
-                self.folded(m.task, m.life, value, Ok(()), m.started, m.bytes, ctx)
-            }
-            Outcome::Refused(value, e) => {
-                self.folded(m.task, m.life, value, Err(e), m.started, m.bytes, ctx)
-            }
+            Outcome::Folded(value) => self.handle(folded(value, Ok(())), ctx),
+            Outcome::Refused(value, e) => self.handle(folded(value, Err(e)), ctx),
             Outcome::Failed(value, e) => {
                 local.value = Some(value);
                 self.task_failed(&m.task, super::task::fetch_failure(&e));
