@@ -293,10 +293,23 @@ impl Master {
         // A replacement root that joined a reduction again which had
         // completed under its dead process gets its kept result (or
         // `ResultLost`), never a rebuilt reduction or a completion that
-        // would hand it its own original as the result.
+        // would hand it its own original as the result. Unless the
+        // reduction is live: it did not complete under the dead master,
+        // and other members hold it. Its dead root may have made it whole
+        // and kept the result before dying, unreported; the dead master
+        // then took the replacement's join into the live reduction, and so
+        // does this one (answered with that result, the replacement would
+        // leave the rebuilt reduction without a root).
+        let completed = matches!(ended.get(&key), Some(None));
+        let live = !completed
+            && members
+                .iter()
+                .any(|h| h.joining.rank != h.joining.join.root);
         let members: Vec<Held> = members
             .into_iter()
-            .filter(|h| !self.answer_replayed_root(key, Rank(h.joining.rank), &h.joining.join))
+            .filter(|h| {
+                live || !self.answer_replayed_root(key, Rank(h.joining.rank), &h.joining.join)
+            })
             .collect();
         if members.is_empty() {
             return;

@@ -242,3 +242,61 @@ fn a_replacement_whose_dead_original_was_folded_in_joins_as_a_stand_in() {
         assert_eq!(ends, vec![(1, None), (2, None), (3, None)]);
     });
 }
+
+/// Rank 2, the root, was replaced under the dead master; its dead process
+/// had made reduction `KEY` whole and kept the result at rank 3, unreported,
+/// and the dead master took the replacement's join into the live
+/// reduction. The standby does too: the others hold it live, so the
+/// replacement is not sent to the kept result (answered so, it left the
+/// rebuilt reduction without its root, and the job hung in `bench
+/// chaos`), and the reduction completes at every member.
+#[test]
+fn a_replaced_roots_join_of_a_live_reduction_is_rebuilt_not_answered() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
+        let mut m = Master::new(4, Outbox::of(t), 1000);
+        m.out
+            .view()
+            .apply(taskfold_core::membership::Change::Replaced {
+                rank: 2,
+                incarnation: 1,
+                node: 0,
+            });
+        m.set_respawn(&taskfold_core::settings::RespawnConfig {
+            budget: 2,
+            ..Default::default()
+        });
+        m.set_keep_results(true);
+        m.take_over(Rank(0), &RankSet::new());
+        let m = m.start();
+        // Positions: rank 1 is 0, rank 2 (the root) is 1, rank 3 is 2.
+        let rooted_at_2 = |rank, path: &[usize]| {
+            let mut h = held_of(rank, path, None);
+            h.joining.join.root = 2;
+            h
+        };
+        m.send(report_of(1, |r| r.holding = vec![rooted_at_2(1, &[0])]))
+            .await
+            .unwrap();
+        m.send(report_of(2, |r| r.holding = vec![rooted_at_2(2, &[1])]))
+            .await
+            .unwrap();
+        m.send(report_of(3, |r| {
+            r.holding = vec![rooted_at_2(3, &[2])];
+            r.results = vec![(KEY, 2)];
+        }))
+        .await
+        .unwrap();
+        settle().await;
+        let msgs = sent(&ts);
+        assert!(
+            !msgs.iter().any(|(_, m)| matches!(m, Msg::Results(_))),
+            "the root is not sent to a kept result: {msgs:?}"
+        );
+        report_done(&m, &msgs, u32::MAX).await;
+        let mut ends = run_to_end(&m, &ts).await;
+        ends.sort();
+        assert_eq!(ends, vec![(1, None), (2, None), (3, None)]);
+    });
+}
