@@ -14,6 +14,10 @@ impl Schedule {
     pub fn await_replacement(&mut self, index: usize) {
         if index < self.n && !self.complete {
             self.awaiting.insert(index);
+            // A replacement whose join was held died with its data: it
+            // stands in for nothing, and the next one's join is held in
+            // its place.
+            self.held.remove(index);
             if self.dead.contains(index) {
                 // Declared dead already: what it held is taken out now.
                 let queued: Vec<RankSet> = self

@@ -168,6 +168,23 @@ fn a_copied_original_makes_the_replacements_join_a_duplicate() {
 }
 
 #[test]
+fn a_held_replacement_that_dies_leaves_its_place_to_the_next() {
+    let mut s = Schedule::new(4, 1);
+    (0..4).for_each(|i| s.join(i).unwrap());
+    // Rank 2's original is being read when it dies; a copy is kept.
+    while s.next(|_, _| true).is_some() {}
+    s.await_replacement(2);
+    s.fail(2, |k| k == 2).unwrap();
+    s.revive(2);
+    assert_eq!(s.join_replacement(2), Ok(Replacement::Held));
+    // Its replacement dies, the next one joins: held in its place.
+    s.await_replacement(2);
+    s.fail(2, |k| k == 2).unwrap();
+    s.revive(2);
+    assert_eq!(s.join_replacement(2), Ok(Replacement::Held));
+}
+
+#[test]
 fn a_stand_in_after_a_rebuild_is_held_as_a_revived_replacements_join() {
     // A standby's rebuild: 1's original is in 2's data, and 1's rank is a
     // replacement that has not joined since.
