@@ -87,3 +87,76 @@ impl View {
         nodes.iter().all(|&n| n != 0).then_some(nodes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::View;
+    use bytes::Bytes;
+    use taskfold_core::Rank;
+    use taskfold_transports::{BufferKey, Event, GetFuture, Transport, TransportError};
+
+    /// A replacement's transport as it joined a job of 4 ranks on two
+    /// nodes: rank 1 is incarnation 2, rank 2 runs the master, and the
+    /// master had declared rank 3 failed when it let this process in.
+    struct Joined;
+
+    impl Transport for Joined {
+        fn rank(&self) -> Rank {
+            Rank(1)
+        }
+        fn size(&self) -> u32 {
+            4
+        }
+        fn name(&self) -> &'static str {
+            "joined"
+        }
+        fn send(&self, _: Rank, _: Bytes) -> Result<(), TransportError> {
+            Ok(())
+        }
+        fn expose(&self, _: BufferKey, _: Bytes) {}
+        fn withdraw(&self, _: BufferKey) -> Option<Bytes> {
+            None
+        }
+        fn get(&self, from: Rank, _: BufferKey) -> GetFuture {
+            Box::pin(async move {
+                Err(TransportError::LinkDown {
+                    peer: from.0,
+                    reason: "no data in this test".into(),
+                })
+            })
+        }
+        fn events(&self) -> flume::Receiver<Event> {
+            flume::unbounded().1
+        }
+        fn shutdown(&self) {}
+        fn nodes(&self) -> Option<&[u64]> {
+            Some(&[7, 7, 9, 9])
+        }
+        fn incarnations(&self) -> Vec<u32> {
+            vec![0, 2, 0, 1]
+        }
+        fn master_rank(&self) -> Rank {
+            Rank(2)
+        }
+        fn dead_at_join(&self) -> Vec<u32> {
+            vec![3]
+        }
+    }
+
+    /// The view a replacement starts from is the master's when it let it
+    /// in: incarnations, nodes, the master, and the deaths it had
+    /// declared (each of the incarnation the table names).
+    #[test]
+    fn a_replacement_starts_from_the_masters_view_with_its_deaths() {
+        let v = View::joined(&Joined);
+        let m = v.read();
+        assert_eq!(m.incarnations(), vec![0, 2, 0, 1]);
+        assert_eq!((m.node(0), m.node(3)), (7, 9));
+        assert_eq!(m.master(), 2);
+        assert!(m.is_dead(3), "declared failed before the join");
+        assert!(!(0..3).any(|r| m.is_dead(r)));
+        drop(m);
+        assert_eq!(v.dead().iter().collect::<Vec<_>>(), vec![3]);
+        assert_eq!(v.nodes(), Some(vec![7, 7, 9, 9]));
+    }
+}
