@@ -5,6 +5,14 @@ use super::*;
 use taskfold_core::wire::{Held, Rejoin};
 use taskfold_core::{RankSet, ReduceError};
 
+/// None of `msgs` is about kept results (`why` says what that means).
+fn no_results_message(msgs: &[(u32, Msg)], why: &str) {
+    assert!(
+        !msgs.iter().any(|(_, m)| matches!(m, Msg::Results(_))),
+        "{why}: {msgs:?}"
+    );
+}
+
 pub(super) fn report_of(rank: u32, f: impl FnOnce(&mut Rejoin)) -> RejoinIn {
     let mut rejoin = Rejoin {
         rank,
@@ -176,11 +184,7 @@ fn a_relayed_copy_the_standby_never_heard_of_is_its_record() {
         .await
         .unwrap();
         settle().await;
-        let msgs = sent(&ts);
-        assert!(
-            !msgs.iter().any(|(_, m)| matches!(m, Msg::Results(_))),
-            "the only copy is not dropped: {msgs:?}"
-        );
+        no_results_message(&sent(&ts), "the only copy is not dropped");
         let s = m.send(GetStats).await.unwrap();
         assert_eq!((s.results_kept, s.results_without_copy), (1, 0), "{s:?}");
     });
@@ -290,10 +294,7 @@ fn a_replaced_roots_join_of_a_live_reduction_is_rebuilt_not_answered() {
         .unwrap();
         settle().await;
         let msgs = sent(&ts);
-        assert!(
-            !msgs.iter().any(|(_, m)| matches!(m, Msg::Results(_))),
-            "the root is not sent to a kept result: {msgs:?}"
-        );
+        no_results_message(&msgs, "the root is not sent to a kept result");
         report_done(&m, &msgs, u32::MAX).await;
         let mut ends = run_to_end(&m, &ts).await;
         ends.sort();
