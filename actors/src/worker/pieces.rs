@@ -254,21 +254,22 @@ impl Handler<PiecesDone> for Worker {
             return; // cancelled: the value was given back then
         }
         local.fetch = None;
-        let folded = |value, result| Folded {
-            task: m.task.clone(),
+        let (value, result) = match m.outcome {
+            Outcome::Folded(value) => (value, Ok(())),
+            Outcome::Refused(value, e) => (value, Err(e)),
+            Outcome::Failed(value, e) => {
+                local.value = Some(value);
+                return self.task_failed(&m.task, super::task::fetch_failure(&e));
+            }
+        };
+        let folded = Folded {
+            task: m.task,
             life: m.life,
             value,
             result,
             started: m.started,
             bytes: m.bytes,
         };
-        match m.outcome {
-            Outcome::Folded(value) => self.handle(folded(value, Ok(())), ctx),
-            Outcome::Refused(value, e) => self.handle(folded(value, Err(e)), ctx),
-            Outcome::Failed(value, e) => {
-                local.value = Some(value);
-                self.task_failed(&m.task, super::task::fetch_failure(&e));
-            }
-        }
+        self.handle(folded, ctx);
     }
 }
