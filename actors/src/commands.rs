@@ -19,6 +19,9 @@ pub(crate) enum Command {
         epoch: Option<u32>,
         held: Vec<u64>,
     },
+    /// The application returned from its re-init entry point in this
+    /// epoch (global restart), for good.
+    LeaveReinit(u32),
     LocalStats(flume::Sender<crate::perf::LocalStats>),
     /// A checkpoint that followed these results' handovers is durable
     /// (see `crate::results`).

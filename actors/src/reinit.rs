@@ -22,6 +22,9 @@ struct State {
     unwinding: bool,
     /// The last go: its epoch and the version to resume from.
     go: Option<(u32, Option<u64>)>,
+    /// The epoch in which the master took this rank's leave of its entry
+    /// point (`Msg::ReinitLeft`).
+    left: Option<u32>,
 }
 
 /// The rollback state shared by the runtime and its router.
@@ -51,6 +54,13 @@ impl Rollbacks {
         self.0 .1.notify_all();
     }
 
+    /// The master took this rank's leave of its entry point in `epoch`.
+    pub(crate) fn left(&self, epoch: u32) {
+        let mut s = self.state();
+        s.left = s.left.max(Some(epoch));
+        self.0 .1.notify_all();
+    }
+
     /// The epoch the job runs in, or the error every call gets while the
     /// job rolls back.
     pub(crate) fn running(&self) -> Result<u32, ReduceError> {
@@ -70,6 +80,10 @@ impl Rollbacks {
         }
     }
 }
+
+/// How often a rank that leaves its entry point sends its leave again
+/// while no answer came (its master may have died meanwhile).
+const LEAVE_RESEND: Duration = Duration::from_millis(500);
 
 /// What the application's entry point is called with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +131,16 @@ impl Runtime {
                     last = ReduceError::Reinit { epoch };
                     resume = self.meet(Some(epoch))?;
                 }
+                Ok(value) if global => match self.leave()? {
+                    None => return Ok(value),
+                    Some(epoch) => {
+                        // A rollback came before the master took the
+                        // leave: this rank's steps are redone with the
+                        // others', and its result with them.
+                        last = ReduceError::Reinit { epoch };
+                        resume = self.meet(Some(epoch))?;
+                    }
+                },
                 other => return other,
             }
         }
@@ -177,6 +201,48 @@ impl Runtime {
                 .wait_timeout(s, wait)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+        }
+    }
+
+    /// Tells the master that the application leaves its entry point for
+    /// good, and waits for its answer: `None` once it took the leave (no
+    /// death rolls the job back from then on), `Some(epoch)` if a rollback
+    /// to `epoch` came first (then this rank meets the others, and its
+    /// steps are done again). The leave is sent again every
+    /// [`LEAVE_RESEND`] (a standby that took over answers it); bounded as
+    /// a meeting is.
+    fn leave(&self) -> Result<Option<u32>, ReduceError> {
+        let limit = self.config.respawn.wait + self.config.failure_timeout * 2;
+        let deadline = Instant::now() + limit;
+        let (lock, cv) = &*self.rollbacks.0;
+        let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let epoch = s.epoch;
+        loop {
+            if s.unwinding {
+                return Ok(Some(s.epoch));
+            }
+            if s.left.is_some_and(|e| e >= epoch) {
+                return Ok(None);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ReduceError::Timeout(limit));
+            }
+            drop(s);
+            self.cmd
+                .send(Command::LeaveReinit(epoch))
+                .map_err(|_| ReduceError::Shutdown)?;
+            s = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let until = Instant::now() + left.min(LEAVE_RESEND);
+            // Waits out the slice unless the state changes (a spurious
+            // wake-up only sends the leave once more).
+            while !s.unwinding && s.left.is_none_or(|e| e < epoch) {
+                let wait = until.saturating_duration_since(Instant::now());
+                if wait.is_zero() {
+                    break;
+                }
+                s = cv.wait_timeout(s, wait).unwrap_or_else(|e| e.into_inner()).0;
+            }
         }
     }
 

@@ -47,7 +47,7 @@ use taskfold_core::{wire::Msg, Rank, ReduceError};
 pub(crate) use barrier::BarrierIn;
 pub(crate) use handlers::{ExitReport, FinalizeIn, GetStats, ReplicatedIn};
 pub(crate) use join::{JoinIn, TaskDoneIn};
-pub(crate) use reinit::ReinitReadyIn;
+pub(crate) use reinit::{LeaveReinitIn, ReinitReadyIn};
 pub(crate) use respawn::{ReadmittedIn, ReplacementIn};
 pub(crate) use results::{ResultAlsoKeptIn, ResultKeptIn, ResultWhereIn, ResultsReleasedIn};
 pub(crate) use state::TaskFailedIn;
@@ -76,6 +76,10 @@ pub struct Master {
     /// (only with a shared replica directory).
     infer: Option<infer::DiskInference>,
     finalized: HashSet<u32>,
+    /// Ranks whose application left its re-init entry point for good
+    /// (global restart, see `reinit`): while one has, no death rolls the
+    /// job back.
+    left: HashSet<u32>,
     /// Barrier number → the ranks that reached it, each with whether it
     /// reads the release on the board (see `barrier`).
     barriers: std::collections::BTreeMap<u64, std::collections::BTreeMap<u32, bool>>,
@@ -176,6 +180,7 @@ impl Master {
             dead_at: HashMap::new(),
             infer: None,
             finalized: HashSet::new(),
+            left: HashSet::new(),
             barriers: Default::default(),
             perf: PerfTable::new(),
             stats: MasterStats::new(size),

@@ -95,13 +95,15 @@ impl Master {
     }
 
     /// Whether a death rolls the job back: under global restart, while no
-    /// rank finalized. A rank that finalized left its entry point for
-    /// good, so the steps it was in cannot be done again; from then on a
+    /// rank finalized or left its entry point ([`LeaveReinitIn`]). Such a
+    /// rank left its entry point for good, so the steps it was in cannot be done again; from then on a
     /// replacement redoes its own work as under local restart (it resumes
     /// from the newest checkpoint it holds, and the reductions that
     /// completed meanwhile are answered as completed).
     pub(super) fn rolls_back(&self) -> bool {
-        self.restart == taskfold_core::settings::Restart::Global && self.finalized.is_empty()
+        self.restart == taskfold_core::settings::Restart::Global
+            && self.finalized.is_empty()
+            && self.left.is_empty()
     }
 
     /// `rank` will not come back (no replacement): not waited for.
@@ -143,5 +145,40 @@ impl Handler<ReinitReadyIn> for Master {
         if let Some(go) = self.rollback.ready(m.from.0, m.epoch, &m.held) {
             self.go(go);
         }
+    }
+}
+
+/// Rank `from`'s application returned from its re-init entry point in
+/// `epoch`, for good ([`Msg::LeaveReinit`]).
+///
+/// Taken (recorded, and answered with [`Msg::ReinitLeft`]) unless a
+/// rollback waits for the rank: then the rollback's notice, sent before,
+/// reaches the rank first, and its application meets the others and does
+/// its steps again instead of leaving. So a death is either before the
+/// leave, and rolls the rank back with the others, or after it, and rolls
+/// nothing back: a rank never finishes while the others redo steps it was
+/// in (whose reductions it would be missing from).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct LeaveReinitIn {
+    pub(crate) from: Rank,
+    pub(crate) epoch: u32,
+}
+
+impl Handler<LeaveReinitIn> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: LeaveReinitIn, _: &mut Context<Self>) {
+        if self.awaiting_reports() {
+            return self.keep(m);
+        }
+        let stale = m.epoch < self.rollback.epoch() || self.stale(m.from);
+        if stale || m.from.0 >= self.size || self.out.view().is_dead(m.from.0) {
+            return;
+        }
+        if self.left.insert(m.from.0) {
+            tracing::info!(rank = %m.from, epoch = m.epoch, "a rank left its re-init entry point: no death rolls the job back from now on");
+        }
+        self.send(m.from, &Msg::ReinitLeft { epoch: m.epoch });
     }
 }

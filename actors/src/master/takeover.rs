@@ -70,6 +70,9 @@ struct Gathered {
     barriers: Vec<(Rank, u64)>,
     /// The ranks that had finalized.
     finalized: Vec<Rank>,
+    /// The ranks whose leave of the re-init entry point the dead master
+    /// had taken.
+    left: Vec<u32>,
     /// Roots' results kept: (key, root, holder), first copies...
     results: Vec<(u64, u32, u32)>,
     /// ...and the copies a holder relayed for a dead root.
@@ -86,6 +89,9 @@ impl Gathered {
         for r in reports {
             if r.finalized {
                 g.finalized.push(Rank(r.rank));
+            }
+            if r.left {
+                g.left.push(r.rank);
             }
             if r.epoch < g.epoch {
                 // Its reductions, barriers and copies are of a rolled-back
@@ -203,6 +209,9 @@ impl Master {
     /// master left them.
     fn rebuild(&mut self, reports: Vec<Rejoin>) {
         let mut g = Gathered::from_reports(reports);
+        // Before anything decides on a rollback: a rank that left its
+        // entry point will not meet the others again.
+        self.left.extend(g.left.iter().copied());
         if self.rollback_follows_reports(&g) {
             // Every reduction, barrier and end of this epoch goes with the
             // rollback: none is rebuilt first (a rebuilt reduction could

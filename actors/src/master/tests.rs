@@ -539,6 +539,7 @@ fn a_dead_ranks_buddy_that_dies_before_answering_loses_the_original() {
     });
 }
 
+mod leave;
 mod left;
 mod limits;
 mod replace;

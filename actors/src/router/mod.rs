@@ -8,7 +8,7 @@
 
 use crate::detector::{FailureDetector, PongIn, RankDown};
 use crate::master::{
-    BarrierIn, ExitReport, FinalizeIn, GetStats, JoinIn, Master, ReadmittedIn, ReinitReadyIn,
+    BarrierIn, ExitReport, FinalizeIn, GetStats, JoinIn, Master, LeaveReinitIn, ReadmittedIn, ReinitReadyIn,
     RejoinIn, ReplacementIn, ReplicatedIn, TaskDoneIn, TaskFailedIn,
 };
 mod results;
@@ -247,6 +247,9 @@ impl Router {
             Msg::ReinitReady { epoch, held } => {
                 self.master_or_drop(from, |m| m.do_send(ReinitReadyIn { from, epoch, held }))
             }
+            Msg::LeaveReinit { epoch } => {
+                self.master_or_drop(from, |m| m.do_send(LeaveReinitIn { from, epoch }))
+            }
             Msg::Readmitted { rank, incarnation } => self.master_or_drop(from, |m| {
                 m.do_send(ReadmittedIn {
                     from,
@@ -319,6 +322,11 @@ impl Router {
                 self.store.do_send(crate::replica::RolledBack);
             }
             Msg::ReinitGo { epoch, version } => self.rollbacks.go(epoch, version),
+            Msg::ReinitLeft { epoch } => {
+                // The worker first: a standby it reports to must know.
+                self.worker.do_send(crate::worker::ReinitLeftIn);
+                self.rollbacks.left(epoch);
+            }
             Msg::Ping { seq } => {
                 if let Some((w, _)) = &mut self.watch {
                     w.heard(Instant::now());
@@ -433,6 +441,9 @@ impl StreamHandler<Command> for Router {
             Command::Finalize(f) => self.worker.do_send(f),
             Command::ReinitReady { epoch, held } => {
                 let _ = self.out.to_master(&Msg::ReinitReady { epoch, held });
+            }
+            Command::LeaveReinit(epoch) => {
+                let _ = self.out.to_master(&Msg::LeaveReinit { epoch });
             }
             Command::Barrier(b) => self.worker.do_send(b),
             Command::Share(m) => self.spread.do_send(m),

@@ -243,6 +243,7 @@ impl Worker {
             barriers: self.barriers.keys().copied().collect(),
             passed,
             finalized: self.finalizing == super::end::Finalize::Sent,
+            left: self.left_reinit,
             epoch: self.epoch,
             results: Vec::new(),
             relayed: Vec::new(),

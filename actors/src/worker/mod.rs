@@ -30,7 +30,7 @@ pub(crate) use barrier::{BarrierDoneIn, BarrierReq};
 pub(crate) use end::{CompleteIn, FinalizeAckIn, FinalizeReq, MasterGone, ReleaseIn};
 pub(crate) use failover::Failover;
 pub(crate) use join::StartReduce;
-pub(crate) use recovery::{RankFailedIn, ReinitIn, ReplicaAckIn};
+pub(crate) use recovery::{RankFailedIn, ReinitIn, ReinitLeftIn, ReplicaAckIn};
 pub(crate) use results::{ReleaseResults, ResultAtIn, ResultStoredIn};
 pub(crate) use task::TaskIn;
 
@@ -150,6 +150,10 @@ pub struct Worker {
     me: Option<Addr<Worker>>,
     /// The global restart's epoch this worker heard of last.
     epoch: u32,
+    /// The master took this rank's leave of its re-init entry point
+    /// (`Msg::ReinitLeft`): a standby is told, so that it rolls nothing
+    /// back either.
+    left_reinit: bool,
     /// This root's results kept for a replacement (see `results`).
     results: results::RootSide,
     /// The last life given to a reduction here ([`Local::life`]).
@@ -204,6 +208,7 @@ impl Worker {
             barrier_passed: 0,
             me: None,
             epoch: 0,
+            left_reinit: false,
             results: results::RootSide::new(p.results),
             lives: 0,
         }

@@ -47,6 +47,20 @@ impl Handler<ReinitIn> for Worker {
     }
 }
 
+/// The master took this rank's leave of its re-init entry point (see
+/// `crate::reinit`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ReinitLeftIn;
+
+impl Handler<ReinitLeftIn> for Worker {
+    type Result = ();
+
+    fn handle(&mut self, _: ReinitLeftIn, _: &mut Context<Self>) {
+        self.left_reinit = true;
+    }
+}
+
 impl Handler<RankFailedIn> for Worker {
     type Result = ();
 

@@ -201,6 +201,22 @@ pub enum Msg {
         /// The version to resume from.
         version: Option<u64>,
     },
+    /// Rank → master (global restart): this rank's application returned
+    /// from its re-init entry point in `epoch` and will not come back to
+    /// it. Answered with [`Msg::ReinitLeft`], unless a rollback began
+    /// first: then the rank's [`Msg::Reinit`] notice is on its way, and it
+    /// meets the others instead.
+    LeaveReinit {
+        /// The epoch the rank's application finished in.
+        epoch: u32,
+    },
+    /// Master → rank: its [`Msg::LeaveReinit`] was taken: from now on no
+    /// death rolls the job back (a replacement redoes its own work, as
+    /// under local restart).
+    ReinitLeft {
+        /// The epoch of the leave.
+        epoch: u32,
+    },
     /// Rank → master: the replacement of `rank`, incarnation
     /// `incarnation`, is let in on this rank's transport.
     Readmitted {
@@ -242,6 +258,9 @@ pub struct Rejoin {
     pub passed: u64,
     /// The sender's finalize was sent.
     pub finalized: bool,
+    /// The master took the sender's leave of its re-init entry point
+    /// ([`Msg::ReinitLeft`]): no death may roll the job back.
+    pub left: bool,
     /// The global restart's epoch the sender last heard of (a new master
     /// numbers its rollbacks after every rank's).
     pub epoch: u32,

@@ -49,6 +49,12 @@ struct Args {
     /// generations is wrong.
     #[arg(long)]
     by_generation: bool,
+    /// Once its entry point returned, a rank writes `rank-R.done` in the
+    /// pid directory and waits this long before it shuts down (as an
+    /// application that writes its output): a death meanwhile finds it
+    /// past its entry point, not yet finalized.
+    #[arg(long, default_value_t = 0)]
+    linger_ms: u64,
 }
 
 /// Rank `rank`'s contribution to reduction `i` in generation `gen` (small
@@ -117,6 +123,10 @@ fn main() {
             }
         }
     };
+    if let Some(dir) = args.pid_dir.as_ref().filter(|_| args.linger_ms > 0) {
+        let _ = std::fs::write(dir.join(format!("rank-{rank}.done")), b"");
+        std::thread::sleep(Duration::from_millis(args.linger_ms));
+    }
     for ev in rt.recovery_events().try_iter() {
         println!("event {ev:?}");
     }

@@ -5,7 +5,7 @@ use crate::master::{ReadmittedIn, ReinitReadyIn, ReplacementIn};
 use taskfold_core::settings::{RespawnConfig, Restart};
 
 /// Global restart with `budget` replacements.
-fn global(budget: u32) -> RespawnConfig {
+pub(super) fn global(budget: u32) -> RespawnConfig {
     RespawnConfig {
         budget,
         restart: Restart::Global,
@@ -14,7 +14,7 @@ fn global(budget: u32) -> RespawnConfig {
 }
 
 /// A master of 4 ranks under global restart that expects one replacement.
-fn global_master(ts: &[Arc<LoopbackTransport>]) -> Addr<Master> {
+pub(super) fn global_master(ts: &[Arc<LoopbackTransport>]) -> Addr<Master> {
     let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
     let mut m = Master::new(4, Outbox::of(t), 1000);
     m.set_respawn(&global(1));
@@ -22,7 +22,7 @@ fn global_master(ts: &[Arc<LoopbackTransport>]) -> Addr<Master> {
 }
 
 /// Rank 3's replacement is let in (rank 1 answers; `also`, if given, too).
-async fn let_in_3(m: &Addr<Master>, also: Option<u32>) {
+pub(super) async fn let_in_3(m: &Addr<Master>, also: Option<u32>) {
     m.send(ReplacementIn {
         peer: Rank(3),
         incarnation: 1,
@@ -43,7 +43,7 @@ async fn let_in_3(m: &Addr<Master>, also: Option<u32>) {
     settle().await;
 }
 
-fn ready(from: u32, epoch: Option<u32>, held: &[u64]) -> ReinitReadyIn {
+pub(super) fn ready(from: u32, epoch: Option<u32>, held: &[u64]) -> ReinitReadyIn {
     ReinitReadyIn {
         from: Rank(from),
         epoch,
@@ -52,7 +52,7 @@ fn ready(from: u32, epoch: Option<u32>, held: &[u64]) -> ReinitReadyIn {
 }
 
 /// The go of the meeting each rank was sent: (to, version).
-fn goes(msgs: &[(u32, Msg)]) -> Vec<(u32, Option<u64>)> {
+pub(super) fn goes(msgs: &[(u32, Msg)]) -> Vec<(u32, Option<u64>)> {
     msgs.iter()
         .filter_map(|(to, m)| match m {
             Msg::ReinitGo { version, .. } => Some((*to, *version)),

@@ -23,6 +23,7 @@ pub(super) fn report_of(rank: u32, f: impl FnOnce(&mut Rejoin)) -> RejoinIn {
         barriers: Vec::new(),
         passed: 0,
         finalized: false,
+        left: false,
         epoch: 0,
         results: Vec::new(),
         relayed: Vec::new(),
