@@ -107,9 +107,16 @@ impl Runtime {
     /// meets the others before its first run. Any other result of `body`
     /// is returned. Without global restart this is one call of `body`.
     ///
+    /// Under global restart, once `body` returned a value this rank takes
+    /// its leave of the entry point: the master takes it (no death rolls
+    /// the job back from then on: the steps this rank was in could not
+    /// be redone), or a rollback came first and `body` runs again with
+    /// the others. See the book's chapter Surviving failures of the
+    /// application, Global restart.
+    ///
     /// Bounded: at most one more run than the job's replacements, and each
-    /// meeting waits at most the respawn wait plus twice the failure
-    /// timeout ([`ReduceError::Timeout`]).
+    /// meeting, and the leave, waits at most the respawn wait plus twice
+    /// the failure timeout ([`ReduceError::Timeout`]).
     pub fn run_reinit<T>(
         &self,
         mut body: impl FnMut(&Runtime, Entry) -> Result<T, ReduceError>,
@@ -241,7 +248,10 @@ impl Runtime {
                 if wait.is_zero() {
                     break;
                 }
-                s = cv.wait_timeout(s, wait).unwrap_or_else(|e| e.into_inner()).0;
+                s = cv
+                    .wait_timeout(s, wait)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
             }
         }
     }

@@ -40,25 +40,46 @@ fn a_death_after_every_rank_left_its_entry_point_rolls_nothing_back() {
     let (ckpt, pids) = (dir.path().join("ckpt"), dir.path().join("pids"));
     std::fs::create_dir(&pids).unwrap();
     let mut cmd = Command::new(taskfold_bin());
-    cmd.args(["run", "-n", &RANKS.to_string(), "--respawn", "1", "--timeout", "120s", "--"])
-        .arg(tf_respawn())
-        .args(["--reductions", &REDUCTIONS.to_string(), "--pace-ms", "10"])
-        .args(["--checkpoint-every", "1", "--linger-ms", "3000", "--pid-dir"])
-        .arg(&pids)
-        .env("TASKFOLD_CHECKPOINT_DIR", &ckpt)
-        .env("TASKFOLD_RESTART", "global")
-        .env("TASKFOLD_FAILURE_TIMEOUT_MS", "1000")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args([
+        "run",
+        "-n",
+        &RANKS.to_string(),
+        "--respawn",
+        "1",
+        "--timeout",
+        "120s",
+        "--",
+    ])
+    .arg(tf_respawn())
+    .args(["--reductions", &REDUCTIONS.to_string(), "--pace-ms", "10"])
+    .args([
+        "--checkpoint-every",
+        "1",
+        "--linger-ms",
+        "3000",
+        "--pid-dir",
+    ])
+    .arg(&pids)
+    .env("TASKFOLD_CHECKPOINT_DIR", &ckpt)
+    .env("TASKFOLD_RESTART", "global")
+    .env("TASKFOLD_FAILURE_TIMEOUT_MS", "1000")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let child = cmd.spawn().expect("taskfold run");
     let victim = wait_for_pid(&pids.join("rank-2.pid"), Duration::from_secs(60));
     let done = all_done(&pids, Duration::from_secs(60));
     let killed = done && signal(victim, Signal::KILL).is_ok();
     let out = wait_bounded(child, Duration::from_secs(180));
     let t = text(&out);
-    assert!(killed, "every rank finished, and rank 2 was killed while it lingered:\n{t}");
+    assert!(
+        killed,
+        "every rank finished, and rank 2 was killed while it lingered:\n{t}"
+    );
     assert!(out.status.success(), "exit {:?}:\n{t}", out.status);
-    assert!(!t.contains("the job rolls back"), "no rollback after the leaves:\n{t}");
+    assert!(
+        !t.contains("the job rolls back"),
+        "no rollback after the leaves:\n{t}"
+    );
     // Every rank's tally, the replacement's too (the killed process died
     // before it printed its own): nothing lost, wrong or unexpected.
     for r in 0..RANKS {
@@ -73,5 +94,8 @@ fn a_death_after_every_rank_left_its_entry_point_rolls_nothing_back() {
     }
     let root = format!("[0] rank 0: {REDUCTIONS} ok, 0 lost, 0 wrong, 0 unexpected");
     assert!(t.contains(&root), "{t}");
-    assert!(t.contains("[2] lifecycle Restarted"), "rank 2 was replaced:\n{t}");
+    assert!(
+        t.contains("[2] lifecycle Restarted"),
+        "rank 2 was replaced:\n{t}"
+    );
 }

@@ -8,8 +8,8 @@
 
 use crate::detector::{FailureDetector, PongIn, RankDown};
 use crate::master::{
-    BarrierIn, ExitReport, FinalizeIn, GetStats, JoinIn, Master, LeaveReinitIn, ReadmittedIn, ReinitReadyIn,
-    RejoinIn, ReplacementIn, ReplicatedIn, TaskDoneIn, TaskFailedIn,
+    BarrierIn, ExitReport, FinalizeIn, GetStats, JoinIn, LeaveReinitIn, Master, ReadmittedIn,
+    ReinitReadyIn, RejoinIn, ReplacementIn, ReplicatedIn, TaskDoneIn, TaskFailedIn,
 };
 mod results;
 pub(crate) mod standby;

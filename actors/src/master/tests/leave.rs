@@ -116,7 +116,9 @@ fn a_standby_rolls_back_for_the_dead_master_when_no_rank_had_left() {
     actix_rt::System::new().block_on(async move {
         let m = standby(&ts, Some(global(2)), false);
         for rank in 1..4 {
-            m.send(super::takeover::report_of(rank, |_| {})).await.unwrap();
+            m.send(super::takeover::report_of(rank, |_| {}))
+                .await
+                .unwrap();
         }
         settle().await;
         assert_eq!(reinits(&sent(&ts)), vec![(1, 1), (2, 1), (3, 1)]);
