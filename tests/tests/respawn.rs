@@ -192,7 +192,7 @@ fn without_a_replacement_left_the_lost_contributions_end_in_ranks_lost() {
         assert!(ok, "the kills landed:\n{t}");
         let line = tally(&t);
         assert!(!line.contains(" 0 lost"), "respawn {respawn}: {line}\n{t}");
-        assert!(line.ends_with(" 0 wrong, 0 unexpected"), "{line}");
+        assert!(line.ends_with(" 0 wrong, 0 unexpected"), "{line}\n{t}");
         assert!(t.contains("[0] lost "), "{t}");
         assert_eq!(
             t.matches("started again (incarnation").count(),

@@ -137,6 +137,7 @@ impl Master {
             source,
             direct,
         });
+        tracing::debug!(key, task_id, %receiver, provider = provider.0, source = ?a.source, restore = a.restore, "task");
         self.stats.record_task(record, self.task_log_limit);
         if let (Some(from), Some(r)) = (read_from, self.reductions.live.get_mut(&key)) {
             let incarnation = self.out.view().read().incarnation(from);

@@ -107,6 +107,7 @@ impl Master {
     /// data's source died, or is unreachable: `peer_down`).
     fn fetch_failed(&mut self, m: TaskFailedIn, peer_down: bool) {
         let (key, task_id) = (m.failed.key, m.failed.task_id);
+        tracing::debug!(key, task_id, from = %m.from, peer_down, reason = %m.fetch_reason(), "a fetch failed");
         let Some(r) = self.reductions.live.get(&key) else {
             return;
         };

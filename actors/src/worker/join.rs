@@ -157,11 +157,20 @@ impl Worker {
         local.direct = super::locate(t, &data);
         t.expose(BufferKey(key), data);
         if !local.state.keeps_original() {
-            // No copies: a failure of any rank whose data is still needed
-            // ends the reduction (its own original is gone with it), so
-            // this rank's original is never asked for again. Nothing but the
-            // exposure refers to the buffer, and the first fold here goes
-            // into it in place.
+            // No copies. Without replacements a failure of any rank whose
+            // data is still needed ends the reduction (its own original is
+            // gone with it), so this rank's original is never asked for
+            // again: nothing but the exposure refers to the buffer, and the
+            // first fold here goes into it in place. With replacements a
+            // death ends nothing: the master awaits the replacement, and
+            // re-folds every live member's original that the dead rank
+            // held folded in, so it is kept here, in memory only, until
+            // the reduction ends (holding it keeps the first fold out of
+            // its bytes).
+            if self.results.kept.on() {
+                t.expose(BufferKey(original_key(key)), original.clone());
+                local.original = Some(original);
+            }
             let action = local.state.serialised(None);
             return self.act(key, action, ctx);
         }

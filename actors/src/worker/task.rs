@@ -34,6 +34,7 @@ impl Handler<TaskIn> for Worker {
             restore: task.restore,
             has_value: local.value.is_some(),
         });
+        tracing::debug!(rank = %self.rank, key, task_id = task.task_id, provider = task.provider, ?verdict, "task arrived");
         match verdict {
             TaskVerdict::Queue => local.held.push(task),
             TaskVerdict::Overlap => {
@@ -183,13 +184,16 @@ impl Worker {
         key: u64,
     ) -> Option<actix_rt::task::JoinHandle<Result<Box<dyn ReduceValue>, String>>> {
         let local = self.locals.get(&key)?;
-        let disk = self.disk.clone();
+        // Without durability no disk copy was written: the one in memory.
+        let disk = local.state.keeps_original().then(|| self.disk.clone());
         let (rank, decode, mem) = (self.rank.0, local.decode, local.original.clone());
         Some(actix_rt::task::spawn_blocking(move || {
-            let buf = match disk.read(key, rank) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!(rank, error = %e, "local replica unreadable; using the copy in memory");
+            let buf = match disk.map(|d| d.read(key, rank)) {
+                Some(Ok(b)) => b,
+                read => {
+                    if let Some(Err(e)) = read {
+                        tracing::warn!(rank, error = %e, "local replica unreadable; using the copy in memory");
+                    }
                     let b = mem.ok_or("no copy of the original is left")?;
                     replica::original_payload(&b).map_err(|e| e.to_string())?;
                     b
@@ -201,6 +205,7 @@ impl Worker {
 
     fn fetched(&mut self, f: Fetched, ctx: &mut Context<Self>) {
         let task = f.task;
+        tracing::debug!(rank = %self.rank, key = task.key, task_id = task.task_id, ok = f.data.is_ok(), "fetched");
         let Some(local) = self.local_of(task.key, f.life) else {
             // Its reduction ended; the key may be a later one's now, with
             // a task of the same id (their ids start at 0 in each).
