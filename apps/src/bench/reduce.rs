@@ -40,6 +40,15 @@ pub struct BenchArgs {
     /// Untimed repetitions first.
     #[arg(long, default_value_t = 2)]
     pub warmup: u32,
+    /// Reductions of the first size before any size is measured (default:
+    /// 6 per rank, plus 2): a job's first reductions are slower until its
+    /// links, mappings, pooled buffers and the master's speed estimates
+    /// are in place (without them the first size measured looked several
+    /// times slower than the next, whatever its size; see the book's
+    /// Benchmarks). Their median is printed apart, as what a job's first
+    /// reductions cost.
+    #[arg(long)]
+    pub job_warmup: Option<u32>,
     /// Also write the figures to this JSON file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -78,6 +87,10 @@ pub struct RankArgs {
     reps: u32,
     #[arg(long)]
     warmup: u32,
+    /// Reductions of the first size before any is measured (default: 6
+    /// per rank, plus 2).
+    #[arg(long)]
+    job_warmup: Option<u32>,
     /// Rank 0 writes its figures here.
     #[arg(long)]
     out: PathBuf,
@@ -179,6 +192,11 @@ fn job(
         ]
         .into_iter()
         .chain(args.checkpoint_each.then(|| "--checkpoint-each".into()))
+        .chain(
+            args.job_warmup
+                .into_iter()
+                .flat_map(|n| ["--job-warmup".into(), n.to_string().into()]),
+        )
         .collect(),
         timeout: Some(Duration::from_secs(3600)),
         env: Vec::new(),
@@ -294,11 +312,15 @@ pub fn rank_main(args: RankArgs) -> ExitCode {
     let root = if size > 1 { 1 } else { 0 };
     let mut figures = Vec::new();
     let mut code = 0;
+    if let Err(code) = job_warmup(&rt, &args, root) {
+        return code;
+    }
     for &bytes in &args.sizes {
-        let (times, last) = match timed_reps(&rt, &args, bytes, root) {
-            Ok(done) => done,
-            Err(code) => return code,
-        };
+        let (times, last) =
+            match timed_reps(&rt, &args, bytes, root, (args.warmup, args.reps, "bench")) {
+                Ok(done) => done,
+                Err(code) => return code,
+            };
         if let Some(v) = last {
             if v.iter().any(|&x| x != size as f32) {
                 eprintln!("WRONG RESULT for {bytes} bytes");
@@ -343,18 +365,39 @@ pub fn rank_main(args: RankArgs) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// The warm-up and timed reductions of `bytes` per rank: this rank's time
-/// of each timed one, and the last result (at the root).
+/// The job's first reductions, of the first size, before any size is
+/// measured (`--job-warmup`); rank 0 prints their median, as this rank
+/// timed them.
+fn job_warmup(rt: &Runtime, args: &RankArgs, root: u32) -> Result<(), ExitCode> {
+    let n = args.job_warmup.unwrap_or(6 * rt.size() + 2);
+    let Some(&bytes) = args.sizes.first().filter(|_| n > 0) else {
+        return Ok(());
+    };
+    let (mut times, _) = timed_reps(rt, args, bytes, root, (0, n, "warmup"))?;
+    if rt.rank() == 0 {
+        let first: Vec<f64> = times.iter().take(5).map(|t| t * 1e3).collect();
+        println!(
+            "bench rank: the job's first {n} reductions of {bytes} B: median {:.3} ms at rank 0 (the first five: {first:.3?} ms)",
+            median(&mut times) * 1e3,
+        );
+    }
+    Ok(())
+}
+
+/// The warm-up and timed reductions of `bytes` per rank (`(warmup, reps,
+/// tag)`, the tag naming their ids): this rank's time of each timed one,
+/// and the last result (at the root).
 fn timed_reps(
     rt: &Runtime,
     args: &RankArgs,
     bytes: usize,
     root: u32,
+    (warmup, reps, tag): (u32, u32, &str),
 ) -> Result<(Vec<f64>, Option<Vec<f32>>), ExitCode> {
     let data = vec![1.0f32; (bytes / 4).max(1)];
     let mut times = Vec::new();
     let mut last = None;
-    for rep in 0..args.warmup + args.reps {
+    for rep in 0..warmup + reps {
         // Built before the clock starts, like an MPI send buffer.
         let value = match args.values {
             Values::InPlace => Ok(InPlace::<Sum<f32>>::from_slice(&data)),
@@ -365,7 +408,7 @@ fn timed_reps(
             return Err(ExitCode::from(1));
         }
         let t = Instant::now();
-        let id = format!("bench-{bytes}-{rep}");
+        let id = format!("{tag}-{bytes}-{rep}");
         let res = match value {
             Ok(v) => rt
                 .reduce(v, Reduce::root(root).id(id))
@@ -384,7 +427,7 @@ fn timed_reps(
                 return Err(ExitCode::from(1));
             }
         }
-        if rep >= args.warmup {
+        if rep >= warmup {
             times.push(dt);
         }
         if args.checkpoint_each {
