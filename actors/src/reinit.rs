@@ -231,8 +231,8 @@ impl Runtime {
             if s.left.is_some_and(|e| e >= epoch) {
                 return Ok(None);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
                 return Err(ReduceError::Timeout(limit));
             }
             drop(s);
@@ -240,19 +240,11 @@ impl Runtime {
                 .send(Command::LeaveReinit(epoch))
                 .map_err(|_| ReduceError::Shutdown)?;
             s = lock.lock().unwrap_or_else(|e| e.into_inner());
-            let until = Instant::now() + left.min(LEAVE_RESEND);
-            // Waits out the slice unless the state changes (a spurious
-            // wake-up only sends the leave once more).
-            while !s.unwinding && s.left.is_none_or(|e| e < epoch) {
-                let wait = until.saturating_duration_since(Instant::now());
-                if wait.is_zero() {
-                    break;
-                }
-                s = cv
-                    .wait_timeout(s, wait)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-            }
+            let unanswered = |s: &mut State| !s.unwinding && s.left.is_none_or(|e| e < epoch);
+            s = cv
+                .wait_timeout_while(s, remaining.min(LEAVE_RESEND), unanswered)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 

@@ -49,6 +49,10 @@ pub struct Setup {
     pub index: usize,
     /// The group's size.
     pub members: usize,
+    /// The job allows replacements: a member's death ends no reduction
+    /// (its replacement is awaited), so the data a dead rank held folded
+    /// in is folded in again from each live member's original.
+    pub replaceable: bool,
 }
 
 /// Where the original's disk copy stands.
@@ -256,6 +260,16 @@ impl Contribution {
     /// Whether an original is kept: a member with durability on.
     pub fn keeps_original(&self) -> bool {
         !self.setup.root && self.setup.durability != Durability::Off
+    }
+
+    /// Whether the member holds its original until the reduction ends:
+    /// with copies ([`Contribution::keeps_original`]), or without them
+    /// where replacements are allowed, in memory only (a rank that died
+    /// holding it folded in makes the master ask for it again). Without
+    /// either, a death that loses data ends the reduction, and the first
+    /// fold may go into the original's own bytes.
+    pub fn holds_original(&self) -> bool {
+        self.keeps_original() || (!self.setup.root && self.setup.replaceable)
     }
 
     /// The first serialisation ended: the data (and, if one is kept, the

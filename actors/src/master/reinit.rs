@@ -96,8 +96,9 @@ impl Master {
 
     /// Whether a death rolls the job back: under global restart, while no
     /// rank finalized or left its entry point ([`LeaveReinitIn`]). Such a
-    /// rank left its entry point for good, so the steps it was in cannot be done again; from then on a
-    /// replacement redoes its own work as under local restart (it resumes
+    /// rank left its entry point for good, so the steps it was in cannot
+    /// be done again; from then on a replacement redoes its own work as
+    /// under local restart (it resumes
     /// from the newest checkpoint it holds, and the reductions that
     /// completed meanwhile are answered as completed).
     pub(super) fn rolls_back(&self) -> bool {

@@ -78,6 +78,9 @@ impl Handler<StartReduce> for Worker {
             early: m.join.early,
             index: m.index,
             members: m.group.len(),
+            // Roots keep their results exactly when the job allows
+            // replacements (`Config::keeps_results`).
+            replaceable: self.results.kept.on(),
         });
         let mut join = m.join;
         // Named in the join only if the disk copy is written.
@@ -157,17 +160,11 @@ impl Worker {
         local.direct = super::locate(t, &data);
         t.expose(BufferKey(key), data);
         if !local.state.keeps_original() {
-            // No copies. Without replacements a failure of any rank whose
-            // data is still needed ends the reduction (its own original is
-            // gone with it), so this rank's original is never asked for
-            // again: nothing but the exposure refers to the buffer, and the
-            // first fold here goes into it in place. With replacements a
-            // death ends nothing: the master awaits the replacement, and
-            // re-folds every live member's original that the dead rank
-            // held folded in, so it is kept here, in memory only, until
-            // the reduction ends (holding it keeps the first fold out of
-            // its bytes).
-            if self.results.kept.on() {
+            // No copies. Held in memory where replacements are allowed
+            // (`Contribution::holds_original`; holding it keeps the first
+            // fold out of its bytes); else nothing but the exposure refers
+            // to the buffer, and the first fold goes into it in place.
+            if local.state.holds_original() {
                 t.expose(BufferKey(original_key(key)), original.clone());
                 local.original = Some(original);
             }

@@ -8,6 +8,7 @@ fn setup(root: bool, durability: Durability, early: bool) -> Setup {
         early,
         index: if root { 0 } else { 1 },
         members: 3,
+        replaceable: false,
     }
 }
 
@@ -683,5 +684,29 @@ proptest! {
         }
         prop_assert_eq!(s.joins, 1);
         prop_assert!(c.joined());
+    }
+}
+
+/// Without copies a member holds its original only where a replacement
+/// may be awaited; with copies always; a root never.
+#[test]
+fn an_original_is_held_without_copies_only_where_replacements_are_allowed() {
+    for (root, durability, replaceable, holds) in [
+        (false, Durability::Off, false, false),
+        (false, Durability::Off, true, true),
+        (false, Durability::Async, false, true),
+        (false, Durability::Sync, true, true),
+        (true, Durability::Off, true, false),
+        (true, Durability::Async, true, false),
+    ] {
+        let c = Contribution::new(Setup {
+            replaceable,
+            ..setup(root, durability, false)
+        });
+        assert_eq!(
+            c.holds_original(),
+            holds,
+            "{root} {durability:?} {replaceable}"
+        );
     }
 }
