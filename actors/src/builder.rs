@@ -215,6 +215,11 @@ impl Place {
         tcp.auth = auth;
         tcp.incarnation = settings.launch.incarnation;
         tcp.integrity = settings.launch.integrity;
+        // A first process only: a replacement that hosts the start again
+        // is not held.
+        tcp.table_hold = (tcp.incarnation == 0)
+            .then(|| crate::hooks::table_hold(&crate::hooks::of(&settings.runtime), rank))
+            .flatten();
         select::start(&settings.transport, tcp).map_err(StartError::of_transport)
     }
 }

@@ -17,7 +17,9 @@
 //! checkpoint writer holds before writing it (the application goes on);
 //! `before-share` and `before-spread-get`, where `ID` is an allreduce's or
 //! a broadcast's: its root holds the value before serving it, a member
-//! before fetching it.
+//! before fetching it; and `table`, where `ID` is a number of ranks: the
+//! master's bootstrap holds once it handed the job's table to that many
+//! (its marker holds its process id; see `taskfold_transports::tcp::TableHold`).
 
 use std::time::{Duration, Instant};
 pub use taskfold_core::settings::hooks::{Hook, Point};
@@ -86,5 +88,17 @@ pub fn hold_blocking(
         while !release.exists() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
+    })
+}
+
+/// The master's hold while it hands out the job's table, if a hook of
+/// `rank` at `table` exists (its id is the number of ranks served first).
+pub(crate) fn table_hold(hooks: &[Hook], rank: u32) -> Option<taskfold_transports::tcp::TableHold> {
+    let h = hooks
+        .iter()
+        .find(|h| h.rank == rank && h.point == Point::Table)?;
+    Some(taskfold_transports::tcp::TableHold {
+        after: h.id.parse().ok()?,
+        dir: h.dir.clone(),
     })
 }

@@ -22,6 +22,7 @@ pub(crate) enum Point {
     Checkpoint,
     BeforeShare,
     BeforeSpreadGet,
+    Table,
 }
 
 /// The hooks of `config`: none.
@@ -41,5 +42,10 @@ pub(crate) fn hold(_: &[Hook], _: u32, _: Point, _: &str) -> Option<std::future:
 
 /// Never holds.
 pub(crate) fn hold_blocking(_: &[Hook], _: u32, _: Point, _: &str) -> Option<fn()> {
+    None
+}
+
+/// Never holds.
+pub(crate) fn table_hold(_: &[Hook], _: u32) -> Option<taskfold_transports::tcp::TableHold> {
     None
 }

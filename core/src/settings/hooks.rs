@@ -38,10 +38,14 @@ pub enum Point {
     /// A member of spread `ID` was told where to fetch the value: before
     /// it fetches.
     BeforeSpreadGet,
+    /// The master's bootstrap has handed the job's table to `ID` ranks (a
+    /// number) and not to the others yet (held on the bootstrap's thread;
+    /// the marker holds the process id, as no pid file exists yet).
+    Table,
 }
 
 /// Every point, in the order of a reduction.
-pub const POINTS: [Point; 10] = [
+pub const POINTS: [Point; 11] = [
     Point::BeforeJoin,
     Point::DiskWritten,
     Point::AfterJoin,
@@ -52,6 +56,7 @@ pub const POINTS: [Point; 10] = [
     Point::Checkpoint,
     Point::BeforeShare,
     Point::BeforeSpreadGet,
+    Point::Table,
 ];
 
 impl Point {
@@ -68,6 +73,7 @@ impl Point {
             Point::Checkpoint => "checkpoint",
             Point::BeforeShare => "before-share",
             Point::BeforeSpreadGet => "before-spread-get",
+            Point::Table => "table",
         }
     }
 }
@@ -87,7 +93,7 @@ pub struct Hook {
 
 /// What `TASKFOLD_TEST_HOOK` accepts (for error messages).
 pub const EXPECTED: &str = "RANK:POINT:ID:DIR entries separated by `;`, POINT one of \
-     before-join, disk-written, after-join, before-get, before-fold, mid-get, joined, checkpoint, before-share, before-spread-get";
+     before-join, disk-written, after-join, before-get, before-fold, mid-get, joined, checkpoint, before-share, before-spread-get, table (its ID a number)";
 
 /// Parses `RANK:POINT:ID:DIR[;...]` (empty entries are skipped); `None` if
 /// any entry is malformed.
@@ -100,6 +106,9 @@ pub fn parse(s: &str) -> Option<Vec<Hook>> {
             let name = it.next()?;
             let point = POINTS.into_iter().find(|p| p.name() == name)?;
             let id = it.next()?.to_string();
+            if point == Point::Table && id.parse::<usize>().is_err() {
+                return None;
+            }
             let dir = it.next().filter(|d| !d.is_empty())?;
             Some(Hook {
                 rank: u32::try_from(rank).ok()?,

@@ -586,6 +586,10 @@ fn the_test_hook_grammar() {
     assert_eq!(h[0].point, Point::BeforeFold);
     assert_eq!((h[1].rank, h[1].id.as_str()), (1, "f"));
     assert_eq!(hooks::parse("1:after-join:a"), None);
+    // The master's hold while it hands out the table counts ranks.
+    let t = hooks::parse("0:table:2:/d").unwrap();
+    assert_eq!((t[0].point, t[0].id.as_str()), (Point::Table, "2"));
+    assert_eq!(hooks::parse("0:table:two:/d"), None);
     assert_eq!(
         hooks::format(&h).as_deref(),
         Some("2:before-fold:check-0:/tmp/x;1:disk-written:f:/d")

@@ -112,6 +112,9 @@ pub(crate) fn orphaned(cfg: &TcpConfig) -> bool {
     let wait = super::spare::start_grace(cfg.connect_timeout);
     let deadline = Instant::now() + wait;
     while Instant::now() < deadline {
+        if started::job_started(&cfg.master, cfg.job, cfg.size) {
+            return false; // the job runs: its standby rewrites the file
+        }
         match resolve(&cfg.master, cfg.job) {
             Ok((_, master)) if master != 0 => return false,
             Ok((addr, _)) => {
@@ -131,6 +134,10 @@ pub(crate) fn orphaned(cfg: &TcpConfig) -> bool {
     true
 }
 
+/// How long a rank tries to reach its master before it looks for the
+/// table file again.
+const TABLE_LOOK: Duration = Duration::from_millis(500);
+
 enum Attempt {
     /// Try again; at the deadline, fail with the error given, if any, else
     /// as unreachable.
@@ -148,10 +155,23 @@ pub(crate) struct Joined {
 
 /// Registers a rank with the master (a rank other than the master's, or a
 /// replacement); returns what it joined. Blocking.
+///
+/// Between attempts it looks for the table the master writes before it
+/// hands it out ([`started`]): a master that died while it sent the table
+/// to the others left this rank a member of the job all the same.
 pub(crate) fn register(cfg: &TcpConfig, listen: SocketAddr) -> Result<Joined, TransportError> {
     let deadline = Instant::now() + cfg.connect_timeout;
     loop {
-        let (stream, addr, rank) = connect_master(&cfg.master, cfg.job, deadline)?;
+        if let Some(joined) = started::adopt(cfg, listen) {
+            return Ok(joined);
+        }
+        // In rounds, so that the table is looked for while nobody answers.
+        let round = deadline.min(Instant::now() + TABLE_LOOK);
+        let (stream, addr, rank) = match connect_master(&cfg.master, cfg.job, round) {
+            Ok(found) => found,
+            Err(TransportError::MasterUnreachable(_)) if Instant::now() < deadline => continue,
+            Err(e) => return Err(e),
+        };
         match try_register(cfg, listen, stream, (addr, rank)) {
             Ok((master, table)) => {
                 return Ok(Joined {
@@ -379,6 +399,7 @@ pub(crate) async fn coordinate(
     shared: Arc<Shared>,
     rx: flume::Receiver<Registration>,
     own: SocketAddr,
+    cfg: &TcpConfig,
     deadline: tokio::time::Instant,
 ) -> Result<Vec<Entry>, TransportError> {
     let n = shared.size as usize;
@@ -463,6 +484,15 @@ pub(crate) async fn coordinate(
         return Err(TransportError::Io(reason));
     }
     let table: Vec<Entry> = table.into_iter().flatten().collect();
+    if let Err(e) = started::write(&cfg.master, shared.job, shared.rank, &table) {
+        // The start goes on; only a death while the table is sent is
+        // no longer covered.
+        tracing::warn!(error = %e, "could not keep the job's table beside the rendezvous file");
+    }
+    let conns = match &cfg.table_hold {
+        Some(hold) => hold::table_then_hold(hold, &table, shared.rank, conns).await,
+        None => conns,
+    };
     send_table(&table, shared.rank, conns).await;
     tracing::info!(size = n, "all ranks registered");
     for reg in asking {
@@ -538,5 +568,7 @@ pub(super) async fn send_table(
     }
 }
 
+mod hold;
+pub(crate) mod started;
 #[cfg(test)]
 mod tests;

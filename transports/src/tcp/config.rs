@@ -88,6 +88,22 @@ pub struct TcpConfig {
     /// rank of the job must agree; one that does not is refused after the
     /// handshake.
     pub integrity: bool,
+    /// A test's hold of the master's bootstrap: `None` but in builds with
+    /// test hooks, from `TASKFOLD_TEST_HOOK`'s `table` point.
+    pub table_hold: Option<TableHold>,
+}
+
+/// Where the master holds its bootstrap, for a test to kill it there:
+/// once it has handed the job's table to `after` ranks, it writes its
+/// process id to `DIR/held-RANK-table` and waits (at most two minutes)
+/// until `DIR/release-RANK-table` exists; then it hands the table to the
+/// others.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableHold {
+    /// The ranks handed the table before the hold.
+    pub after: usize,
+    /// The marker directory.
+    pub dir: std::path::PathBuf,
 }
 
 impl TcpConfig {
@@ -108,6 +124,7 @@ impl TcpConfig {
             threads: 2,
             incarnation: 0,
             integrity: false,
+            table_hold: None,
         }
     }
 }

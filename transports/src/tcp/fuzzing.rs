@@ -28,6 +28,18 @@ pub fn rendezvous_text(job: u64, addr: SocketAddr, master: u32) -> String {
     rv::rendezvous_text(job, addr, master)
 }
 
+/// The master's rank and the table in a table file's `bytes`, if they
+/// are of `job` and `size` ranks (what a rank whose master died while it
+/// handed out the table reads, see `bootstrap::started`).
+pub fn table_file(bytes: &[u8], job: u64, size: u32) -> Option<(u32, Vec<frame::Entry>)> {
+    super::bootstrap::started::parse(bytes, job, size)
+}
+
+/// The bytes the master, rank `master`, writes in its table file.
+pub fn table_file_bytes(job: u64, master: u32, table: &[frame::Entry]) -> Vec<u8> {
+    super::bootstrap::started::bytes(job, master, table)
+}
+
 /// What a get's receiver made of a sequence of frames.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChunkRun {

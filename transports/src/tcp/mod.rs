@@ -107,7 +107,7 @@ pub mod spare;
 mod transport;
 mod writer;
 
-pub use config::{MasterAddr, TcpConfig};
+pub use config::{MasterAddr, TableHold, TcpConfig};
 pub use launcher::report_rank_exit;
 
 use crate::{link, BufferKey, Driven, Event, GetFuture, Rank, SameNode, Transport, TransportError};
@@ -391,7 +391,7 @@ fn host_master(
     // Run by a thread of its own, which also drives a runtime with no
     // threads (the caller may itself be on a runtime, where it could not).
     let r = std::thread::scope(|s| {
-        let coordinate = bootstrap::coordinate(shared.clone(), rx, listen_addr, deadline);
+        let coordinate = bootstrap::coordinate(shared.clone(), rx, listen_addr, cfg, deadline);
         s.spawn(|| runtime.block_on(coordinate))
             .join()
             .unwrap_or(Err(TransportError::Closed))
@@ -400,6 +400,7 @@ fn host_master(
         if let MasterAddr::Rendezvous(path) = &cfg.master {
             let _ = std::fs::remove_file(path);
         }
+        bootstrap::started::remove(&cfg.master);
     }
     r.map(|table| bootstrap::Joined {
         master_addr: listen_addr,

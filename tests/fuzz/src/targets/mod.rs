@@ -49,6 +49,11 @@ pub fn all() -> Vec<Target> {
             tcp::rendezvous_target,
         ),
         t(
+            "tcp_table_file",
+            "table file: tag, version, job, master within the job, size entries; round trip",
+            tcp::table_file_target,
+        ),
+        t(
             "auth_challenge",
             "challenge: exact length, round trip; only the listener's is accepted",
             core::challenge_target,

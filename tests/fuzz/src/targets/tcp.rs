@@ -290,3 +290,40 @@ pub fn rendezvous_target(u: &mut Unstructured<'_>) -> Result<usize> {
     // Debug quoting of a bad version may widen each char to `\u{..}`.
     Ok(16 * text.len() + SLACK)
 }
+
+/// The table file a master keeps beside the rendezvous file: only a file
+/// of this job, this version and `size` entries is believed, its master
+/// within the job; what the master writes reads back.
+pub fn table_file_target(u: &mut Unstructured<'_>) -> Result<usize> {
+    let job = if bool::arbitrary(u)? {
+        0x2a
+    } else {
+        u64::arbitrary(u)?
+    };
+    let size = u.int_in_range(1..=8u32)?;
+    let master = u.int_in_range(0..=size)?;
+    let table: Vec<Entry> = (0..size)
+        .map(|_| {
+            Ok(Entry {
+                addr: addr(u)?,
+                node: u64::arbitrary(u)?,
+                incarnation: u32::arbitrary(u)?,
+                dead: bool::arbitrary(u)?,
+            })
+        })
+        .collect::<Result<_>>()?;
+    let written = fuzzing::table_file_bytes(job, master, &table);
+    let bytes = shaped(u, |_| Ok(written.clone()))?;
+    if let Some((m, got)) = fuzzing::table_file(&bytes, job, size) {
+        crate::hit();
+        assert!(m < size, "a master outside the job");
+        assert_eq!(got.len(), size as usize, "one entry per rank");
+    }
+    let back = fuzzing::table_file(&written, job, size);
+    if master < size {
+        assert_eq!(back, Some((master, table.clone())), "table file round trip");
+    } else {
+        assert_eq!(back, None, "a master outside the job is refused");
+    }
+    Ok(bytes.len() + size as usize * 64 + SLACK)
+}

@@ -49,6 +49,12 @@ impl Watch {
         let MasterAddr::Rendezvous(path) = &cfg.master else {
             return None; // a fixed address cannot be taken over elsewhere
         };
+        if super::super::bootstrap::started::job_started(&cfg.master, cfg.job, cfg.size) {
+            // Every rank registered: the job runs, and its standby
+            // rewrites the file (see `bootstrap::started`).
+            self.silent_since = None;
+            return None;
+        }
         match rendezvous::resolve(&cfg.master, cfg.job) {
             Ok((_, 0)) => {}
             // A standby runs the job, or no master wrote the file yet.
