@@ -75,6 +75,19 @@ pub(super) fn connect_master(
     job: u64,
     deadline: Instant,
 ) -> Result<(TcpStream, SocketAddr, u32), TransportError> {
+    connect_round(master, job, deadline, deadline)?.ok_or_else(|| {
+        TransportError::MasterUnreachable(format!("no master at {}", describe(master)))
+    })
+}
+
+/// [`connect_master`] until `round` (at most `deadline`): `None` if the
+/// round ended before the deadline with nobody reached.
+fn connect_round(
+    master: &MasterAddr,
+    job: u64,
+    round: Instant,
+    deadline: Instant,
+) -> Result<Option<(TcpStream, SocketAddr, u32)>, TransportError> {
     let mut backoff = Duration::from_millis(10);
     loop {
         let last = match resolve(master, job) {
@@ -86,12 +99,15 @@ pub(super) fn connect_master(
                     &addr,
                     left.clamp(Duration::from_millis(1), Duration::from_secs(2)),
                 ) {
-                    Ok(s) => return Ok((s, addr, rank)),
+                    Ok(s) => return Ok(Some((s, addr, rank))),
                     Err(e) => format!("connecting to {addr}: {e}"),
                 }
             }
         };
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = round.saturating_duration_since(Instant::now());
+        if left.is_zero() && round < deadline {
+            return Ok(None);
+        }
         if left.is_zero() {
             return Err(TransportError::MasterUnreachable(format!(
                 "no master at {}: {last}",
@@ -167,10 +183,9 @@ pub(crate) fn register(cfg: &TcpConfig, listen: SocketAddr) -> Result<Joined, Tr
         }
         // In rounds, so that the table is looked for while nobody answers.
         let round = deadline.min(Instant::now() + TABLE_LOOK);
-        let (stream, addr, rank) = match connect_master(&cfg.master, cfg.job, round) {
-            Ok(found) => found,
-            Err(TransportError::MasterUnreachable(_)) if Instant::now() < deadline => continue,
-            Err(e) => return Err(e),
+        let Some((stream, addr, rank)) = connect_round(&cfg.master, cfg.job, round, deadline)?
+        else {
+            continue;
         };
         match try_register(cfg, listen, stream, (addr, rank)) {
             Ok((master, table)) => {
