@@ -89,7 +89,7 @@ fn actors(p: Parts) -> Result<(), StartError> {
         ReplicaDisk::open(c.replica_dir.as_deref(), rank).map_err(StartError::ReplicaDir)?,
     );
     let store = ReplicaStore::new(rank, out.clone(), disk.clone(), c.replica_limit)
-        .with_second_result_copies(c.second_result_copies())
+        .with_further_result_copies(c.further_result_copies())
         .start();
     // The rank that ran the master when this process joined: rank 0's
     // first process, or a standby after a takeover (a replacement of rank

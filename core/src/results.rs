@@ -343,14 +343,15 @@ pub struct Drop {
 }
 
 /// One kept result at the master.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Entry {
     root: u32,
     /// `None` once ambiguous (two unreleased results of one id).
     holder: Option<u32>,
-    /// A second copy, made by the holder from its own once the root died
-    /// ([`Book::also_kept`]): it takes the holder's place if that dies.
-    spare: Option<u32>,
+    /// Further copies, made from the holder's (at once, or once the root
+    /// died: [`Book::also_kept`]), oldest first: the first takes the
+    /// holder's place if that dies.
+    spares: Vec<u32>,
     /// Results of this key the root has not released.
     unreleased: u32,
     /// Two unreleased results of one id met: no copy answers any more.
@@ -409,7 +410,8 @@ impl Book {
         let mut drops = Vec::new();
         if let Some(e) = self.entries.get_mut(&key) {
             if e.root == root {
-                for old in [e.holder.take(), e.spare.take()].into_iter().flatten() {
+                let spares = std::mem::take(&mut e.spares);
+                for old in e.holder.take().into_iter().chain(spares) {
                     drops.push(Drop {
                         holder: old,
                         root,
@@ -422,7 +424,7 @@ impl Book {
                 return drops;
             }
             // Another root's result of a reused id: that one is forgotten.
-            for old in [e.holder, e.spare].into_iter().flatten() {
+            for &old in e.holder.iter().chain(&e.spares) {
                 drops.push(Drop {
                     holder: old,
                     root: e.root,
@@ -437,7 +439,7 @@ impl Book {
             Entry {
                 root,
                 holder: Some(holder),
-                spare: None,
+                spares: Vec::new(),
                 unreleased: 1,
                 ambiguous: false,
                 generation,
@@ -451,7 +453,7 @@ impl Book {
             if self.entries.get(&k).is_some_and(|e| e.generation == g) {
                 let e = self.entries.remove(&k).expect("just seen");
                 self.evicted += 1;
-                for h in [e.holder, e.spare].into_iter().flatten() {
+                for h in e.holder.into_iter().chain(e.spares) {
                     drops.push(Drop {
                         holder: h,
                         root: e.root,
@@ -465,28 +467,37 @@ impl Book {
     }
 
     /// `root` released its result of `key` (its application checkpointed
-    /// past it). Unknown or another root's: ignored. Returns the second
-    /// copy to drop, if one was made (the root drops the copy it knows).
-    pub fn released(&mut self, key: u64, root: u32) -> Option<Drop> {
-        let e = self.entries.get_mut(&key).filter(|e| e.root == root)?;
+    /// past it). Unknown or another root's: ignored. Returns the further
+    /// copies to drop, if any were made (the root drops the copy it
+    /// knows).
+    pub fn released(&mut self, key: u64, root: u32) -> Vec<Drop> {
+        let Some(e) = self.entries.get_mut(&key).filter(|e| e.root == root) else {
+            return Vec::new();
+        };
         e.unreleased = e.unreleased.saturating_sub(1);
         if e.unreleased > 0 {
-            return None;
+            return Vec::new();
         }
-        let e = self.entries.remove(&key)?;
-        e.spare.map(|holder| Drop { holder, root, key })
+        let spares = self.entries.remove(&key).map(|e| e.spares);
+        spares
+            .unwrap_or_default()
+            .into_iter()
+            .map(|holder| Drop { holder, root, key })
+            .collect()
     }
 
-    /// `holder` made a second copy of dead `root`'s result of `key` from
-    /// the copy of the rank that kept it: true if the record takes it (a
-    /// single unreleased result, kept elsewhere or nowhere any more: it
-    /// becomes the holder then); else the copy serves nobody.
+    /// `holder` made a further copy of `root`'s result of `key` from
+    /// another holder's: true if the record takes it (a single unreleased
+    /// result, kept elsewhere or nowhere any more: it becomes the holder
+    /// then; a further copy the record has already counts once); else the
+    /// copy serves nobody.
     pub fn also_kept(&mut self, key: u64, root: u32, holder: u32) -> bool {
         match self.entries.get_mut(&key) {
             Some(e) if e.root == root && !e.ambiguous && e.holder != Some(holder) => {
                 match e.holder {
                     None => e.holder = Some(holder),
-                    Some(_) => e.spare = Some(holder),
+                    Some(_) if e.spares.contains(&holder) => {}
+                    Some(_) => e.spares.push(holder),
                 }
                 true
             }
@@ -508,18 +519,17 @@ impl Book {
         }
     }
 
-    /// `rank` died: the copies it kept are gone; a second copy takes a
+    /// `rank` died: the copies it kept are gone; a further copy takes a
     /// lost one's place, else the replay ends in an error (unless the
     /// live root copies it again). Returns how many have no copy left.
     pub fn holder_died(&mut self, rank: u32) -> usize {
         let mut n = 0;
         for e in self.entries.values_mut() {
-            if e.spare == Some(rank) {
-                e.spare = None;
-            }
+            e.spares.retain(|&s| s != rank);
             if e.holder == Some(rank) {
-                // The second copy, if one was made, takes its place.
-                e.holder = e.spare.take();
+                // The oldest further copy, if one was made, takes its
+                // place.
+                e.holder = (!e.spares.is_empty()).then(|| e.spares.remove(0));
                 n += usize::from(e.holder.is_none());
             }
         }
@@ -527,11 +537,11 @@ impl Book {
     }
 
     /// Whether `rank` keeps a copy of `root`'s result of `key` by the
-    /// record (its holder or its spare).
+    /// record (its holder or a further copy).
     pub fn kept_at(&self, key: u64, root: u32, rank: u32) -> bool {
         self.entries
             .get(&key)
-            .is_some_and(|e| e.root == root && (e.holder == Some(rank) || e.spare == Some(rank)))
+            .is_some_and(|e| e.root == root && (e.holder == Some(rank) || e.spares.contains(&rank)))
     }
 
     /// How a replacement of `root` that joins `key` again is answered.
@@ -552,14 +562,11 @@ impl Book {
             .entries
             .iter()
             .flat_map(|(&key, e)| {
-                [e.holder, e.spare]
-                    .into_iter()
-                    .flatten()
-                    .map(move |holder| Drop {
-                        holder,
-                        root: e.root,
-                        key,
-                    })
+                e.holder.iter().chain(&e.spares).map(move |&holder| Drop {
+                    holder,
+                    root: e.root,
+                    key,
+                })
             })
             .collect();
         self.entries.clear();
@@ -574,7 +581,15 @@ impl Book {
 
     /// Results known with a second copy ([`Book::also_kept`]).
     pub fn second_copies(&self) -> usize {
-        self.entries.values().filter(|e| e.spare.is_some()).count()
+        self.entries
+            .values()
+            .filter(|e| !e.spares.is_empty())
+            .count()
+    }
+
+    /// Copies known of results, beyond their first ([`Book::also_kept`]).
+    pub fn further_copies(&self) -> usize {
+        self.entries.values().map(|e| e.spares.len()).sum()
     }
 
     /// Results known (kept, or lost and not yet released).

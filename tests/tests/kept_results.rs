@@ -255,3 +255,41 @@ fn with_two_replacements_a_result_outlives_its_root_and_holder_dying_at_once() {
     assert_eq!(s.results_second_copies, 0, "{s:?}");
     drop(futures);
 }
+
+/// Where three replacements may come, each result gets two further
+/// copies at once, each on a rank of its own: the root and both holders
+/// killed back to back still leave every result its third copy.
+#[test]
+fn with_three_replacements_a_result_outlives_its_root_and_two_holders() {
+    let cluster = LocalCluster::with_config(6, config(3, Restart::Local)).unwrap();
+    let futures: Vec<_> = (0..3).map(|i| reduce(&cluster, 1, i)).collect();
+    assert_eq!(kept_becomes(&cluster, 3), 3);
+    let stats = |want: &dyn Fn(&taskfold::MasterStats) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = cluster.rank(0).master_stats().unwrap();
+            if want(&s) || Instant::now() > deadline {
+                break s;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let s = stats(&|s| s.results_further_copies == 6);
+    assert_eq!(
+        s.results_further_copies, 6,
+        "two further copies of each: {s:?}"
+    );
+    drop(futures);
+    // The root, its buddy (the first copies) and the next rank (the
+    // second copies); the third copies are on rank 4.
+    for rank in [1, 2, 3] {
+        cluster.kill(rank);
+    }
+    let s = stats(&|s| [1, 2, 3].iter().all(|r| s.dead.contains(r)));
+    assert!([1, 2, 3].iter().all(|r| s.dead.contains(r)), "{s:?}");
+    assert_eq!(
+        (s.results_kept, s.results_without_copy),
+        (3, 0),
+        "every result still has a copy: {s:?}"
+    );
+}

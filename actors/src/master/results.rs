@@ -43,10 +43,10 @@ pub(super) struct Results {
     book: Book,
     /// Announced copies of live reductions: key → (root, holder).
     pending: HashMap<u64, (u32, u32)>,
-    /// Second copies of live roots' results announced before the record
-    /// (`Config::second_result_copies`): key → (root, holder), taken as
+    /// Further copies of live roots' results announced before the record
+    /// (`Config::further_result_copies`): key → (root, holders), taken as
     /// spares when the reduction completes.
-    early_spares: HashMap<u64, (u32, u32)>,
+    early_spares: HashMap<u64, (u32, Vec<u32>)>,
 }
 
 /// A root says where its result of `key` is kept.
@@ -137,50 +137,62 @@ impl Master {
         }
         let drops = self.results.book.kept(key, r, holder);
         self.drop_copies(&drops);
-        if let Some((root, spare)) = self.results.early_spares.remove(&key) {
-            if root != r || !self.results.book.also_kept(key, r, spare) {
-                self.drop_copies(&[Drop {
-                    holder: spare,
-                    root,
-                    key,
-                }]);
+        if let Some((root, spares)) = self.results.early_spares.remove(&key) {
+            for spare in spares {
+                if root != r || !self.results.book.also_kept(key, r, spare) {
+                    self.drop_copies(&[Drop {
+                        holder: spare,
+                        root,
+                        key,
+                    }]);
+                }
             }
         }
         self.count_results();
     }
 
-    /// A live root's result of `key` has a second copy at `holder`, made
+    /// A live root's result of `key` has a further copy at `holder`, made
     /// before the reduction completed here: a spare of its record then.
     fn early_spare(&mut self, key: u64, root: u32, holder: u32) {
-        if let Some((root, old)) = self.results.early_spares.insert(key, (root, holder)) {
-            if old != holder {
-                self.drop_copies(&[Drop {
-                    holder: old,
-                    root,
-                    key,
-                }]);
-            }
+        let entry = self
+            .results
+            .early_spares
+            .entry(key)
+            .or_insert_with(|| (root, Vec::new()));
+        if entry.0 != root {
+            // Another root's copies of a reused id: those serve nobody.
+            let (old, spares) = std::mem::replace(entry, (root, Vec::new()));
+            self.drop_all(key, old, spares);
+        }
+        let spares = &mut self.results.early_spares.get_mut(&key).expect("just set").1;
+        if !spares.contains(&holder) {
+            spares.push(holder);
         }
         // Bounded as the book is: such a notice outlives its reduction
         // only if it failed unannounced here.
         if self.results.early_spares.len() > taskfold_core::results::RESULTS_LIMIT {
             let oldest = self.results.early_spares.keys().next().copied();
-            if let Some((k, (root, holder))) =
+            if let Some((k, (root, spares))) =
                 oldest.and_then(|k| self.results.early_spares.remove(&k).map(|v| (k, v)))
             {
-                self.drop_copies(&[Drop {
-                    holder,
-                    root,
-                    key: k,
-                }]);
+                self.drop_all(k, root, spares);
             }
         }
     }
 
+    /// Tells each of `holders` to drop its copy of `root`'s result of `key`.
+    fn drop_all(&mut self, key: u64, root: u32, holders: Vec<u32>) {
+        let drops: Vec<Drop> = holders
+            .into_iter()
+            .map(|holder| Drop { holder, root, key })
+            .collect();
+        self.drop_copies(&drops);
+    }
+
     /// Reduction `key` failed: the copy its root announced is dropped.
     pub(super) fn result_abandoned(&mut self, key: u64) {
-        if let Some((root, holder)) = self.results.early_spares.remove(&key) {
-            self.drop_copies(&[Drop { holder, root, key }]);
+        if let Some((root, spares)) = self.results.early_spares.remove(&key) {
+            self.drop_all(key, root, spares);
         }
         if let Some((root, holder)) = self.results.pending.remove(&key) {
             self.drop_copies(&[Drop { holder, root, key }]);
@@ -200,7 +212,10 @@ impl Master {
     pub(super) fn results_rank_died(&mut self, rank: u32) {
         let gone = self.results.book.holder_died(rank);
         self.results.pending.retain(|_, (_, h)| *h != rank);
-        self.results.early_spares.retain(|_, (_, h)| *h != rank);
+        self.results.early_spares.retain(|_, (_, spares)| {
+            spares.retain(|&h| h != rank);
+            !spares.is_empty()
+        });
         self.count_results();
         if gone > 0 {
             tracing::warn!(
@@ -280,6 +295,7 @@ impl Master {
         self.stats.results_kept = self.results.book.len() as u64;
         self.stats.results_without_copy = self.results.book.without_copy() as u64;
         self.stats.results_second_copies = self.results.book.second_copies() as u64;
+        self.stats.results_further_copies = self.results.book.further_copies() as u64;
         self.stats.results_evicted = self.results.book.evicted;
     }
 }
@@ -347,13 +363,11 @@ impl Handler<ResultsReleasedIn> for Master {
             return;
         }
         for key in m.keys {
-            if let Some(spare) = self.results.book.released(key, m.from.0) {
-                self.drop_copies(&[spare]);
-            }
-            if let Some(&(root, holder)) = self.results.early_spares.get(&key) {
-                if root == m.from.0 {
-                    self.results.early_spares.remove(&key);
-                    self.drop_copies(&[Drop { holder, root, key }]);
+            let spares = self.results.book.released(key, m.from.0);
+            self.drop_copies(&spares);
+            if self.results.early_spares.get(&key).map(|e| e.0) == Some(m.from.0) {
+                if let Some((root, spares)) = self.results.early_spares.remove(&key) {
+                    self.drop_all(key, root, spares);
                 }
             }
         }

@@ -73,9 +73,13 @@ pub struct MasterStats {
     /// Kept results whose copy is gone (its holder died, and its root has
     /// not copied it again): a replacement root would get `ResultLost`.
     pub results_without_copy: u64,
-    /// Kept results with a second copy, made by their holder once their
-    /// root died: the holder's death then costs nothing.
+    /// Kept results with a second copy, made by their holder at once or
+    /// once their root died: the holder's death then costs nothing.
     pub results_second_copies: u64,
+    /// Copies of kept results beyond each one's first (a result with
+    /// three copies counts two): as many deaths more than that, close
+    /// together, its root's among them, still leave one.
+    pub results_further_copies: u64,
     /// Kept results dropped for the bound on their number.
     pub results_evicted: u64,
     /// Replacement roots sent to their kept result.

@@ -114,10 +114,10 @@ impl ReplicaStore {
         }
     }
 
-    /// Copies each root's result kept here on at once (see
-    /// `Config::second_result_copies`).
-    pub(crate) fn with_second_result_copies(mut self, on: bool) -> Self {
-        self.results.at_once = on;
+    /// Makes `further` copies of each root's result kept here at once
+    /// (see `Config::further_result_copies`).
+    pub(crate) fn with_further_result_copies(mut self, further: u32) -> Self {
+        self.results.further = further;
         self
     }
 

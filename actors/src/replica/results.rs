@@ -18,9 +18,12 @@
 //! fetches it from the holder's exposure and tells the master it keeps a
 //! second copy (`ResultMsg::AlsoKept`): the holder's own death before the
 //! root's replacement took its results then costs nothing. Where the job
-//! may replace two ranks or more (`Config::second_result_copies`), the
-//! holder relays each copy at once instead, with the root alive: the root
-//! and its holder dying together then still leave one.
+//! may replace two ranks or more (`Config::further_result_copies`), the
+//! holder relays each copy at once instead, with the root alive, and
+//! where it may replace three or more, the second holder relays it once
+//! more, to the next live rank after it that is neither the root nor the
+//! first holder: that many deaths close together (the root's among them)
+//! then still leave one.
 //!
 //! What a crash of this rank loses: the copies it held; the master then
 //! answers their roots' replacements from a second copy if one was made,
@@ -51,9 +54,10 @@ pub(crate) struct Held {
     /// offer meanwhile makes the fetch's answer stale).
     pending: HashMap<(u64, u32), u64>,
     next: u64,
-    /// Each root's copy kept here is copied on at once
-    /// (`Config::second_result_copies`), not only once the root died.
-    pub(super) at_once: bool,
+    /// How many further copies of each root's result kept here are made
+    /// at once (`Config::further_result_copies`), not only once the root
+    /// died.
+    pub(super) further: u32,
 }
 
 impl Held {
@@ -78,6 +82,8 @@ pub(crate) struct ResultOfferIn {
     pub(crate) key: u64,
     pub(crate) len: u64,
     pub(crate) crc: u32,
+    /// Copies still to make after this one (a relay's).
+    pub(crate) more: u32,
 }
 
 impl ResultOfferIn {
@@ -146,7 +152,7 @@ impl Handler<ResultOfferIn> for ReplicaStore {
             match checked {
                 Ok(buf) => {
                     let bytes = taskfold_core::pool::bytes(buf);
-                    act.keep_result(key, root, bytes, m.crc, relayed)
+                    act.keep_result(key, root, bytes, m.crc, (m.from, m.more))
                 }
                 Err(e) => {
                     tracing::warn!(rank = act.rank, %root, key, error = %e, "could not copy a root's result");
@@ -159,9 +165,18 @@ impl Handler<ResultOfferIn> for ReplicaStore {
 
 impl ReplicaStore {
     /// Keeps `bytes` (checksum `crc`) as `root`'s result of `key`, exposed
-    /// for its replacement, and says so to the root (or, for a relayed
-    /// copy, to the master).
-    fn keep_result(&mut self, key: u64, root: Rank, bytes: Bytes, crc: u32, relayed: bool) {
+    /// for its replacement, and says so to the root (or, for a copy
+    /// relayed by `from`, to the master); then makes the further copies
+    /// due (`more` of them after a relayed copy).
+    fn keep_result(
+        &mut self,
+        key: u64,
+        root: Rank,
+        bytes: Bytes,
+        crc: u32,
+        (from, more): (Rank, u32),
+    ) {
+        let relayed = from != root;
         let len = bytes.len() as u64;
         if self.bytes + len > self.limit {
             // Other copies came in while this one was fetched.
@@ -181,9 +196,14 @@ impl ReplicaStore {
             .expose(BufferKey(held_result_key(key, root.0)), bytes);
         metrics::counter!(crate::metrics::RESULTS_KEPT).increment(1);
         self.result_answer(key, root, true, relayed);
-        if !relayed && self.results.at_once {
-            if let Some(to) = self.relay_target(root) {
-                self.relay(key, root, (len, crc), to);
+        // The copies still to make after this one, each from the one before.
+        let more = match relayed {
+            false => self.results.further,
+            true => more,
+        };
+        if more > 0 {
+            if let Some(to) = self.relay_target(root, from) {
+                self.relay(key, root, (len, crc), (to, more - 1));
             }
         }
     }
@@ -211,23 +231,25 @@ impl ReplicaStore {
             .filter(|(k, _)| !self.results.relays_sent.contains(k))
             .map(|(&(key, _), &v)| (key, v))
             .collect();
-        let Some(to) = self.relay_target(root) else {
+        let Some(to) = self.relay_target(root, root) else {
             return;
         };
         for (key, copy) in mine {
             tracing::info!(rank = self.rank, %root, key, %to, "a dead root's result is copied on to a second holder");
-            self.relay(key, root, copy, to);
+            self.relay(key, root, copy, (to, 0));
         }
     }
 
     /// Offers the copy of `root`'s result of `key` kept here (its length
-    /// and checksum) to `to`, as a second copy.
-    fn relay(&mut self, key: u64, root: Rank, (len, crc): (u64, u32), to: Rank) {
+    /// and checksum) to `to`, as a further copy, after which `more` are
+    /// still to make.
+    fn relay(&mut self, key: u64, root: Rank, (len, crc): (u64, u32), (to, more): (Rank, u32)) {
         let msg = ResultMsg::Relay {
             root: root.0,
             key,
             len,
             crc,
+            more,
         };
         self.results.relays_sent.insert((key, root.0));
         match self.out.send(to, &Msg::Results(msg)) {
@@ -240,9 +262,11 @@ impl ReplicaStore {
         }
     }
 
-    /// The rank that keeps a second copy: this rank's buddy over the whole
-    /// job (as a root picks one), `root` counted dead.
-    fn relay_target(&self, root: Rank) -> Option<Rank> {
+    /// The rank that keeps a further copy: this rank's buddy over the
+    /// whole job (as a root picks one), `root` and the holder that relayed
+    /// this rank its copy (`from`) counted dead: each copy on a rank of
+    /// its own.
+    fn relay_target(&self, root: Rank, from: Rank) -> Option<Rank> {
         let view = self.out.view();
         let (size, mut dead) = {
             let v = view.read();
@@ -250,6 +274,7 @@ impl ReplicaStore {
         };
         let job = taskfold_core::Group::new(0..size, size).ok()?;
         dead.insert(root.0 as usize);
+        dead.insert(from.0 as usize);
         let nodes = view.nodes();
         taskfold_core::replica::buddy_on(&job, Rank(self.rank), &dead, nodes.as_deref())
     }

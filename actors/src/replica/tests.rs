@@ -76,6 +76,7 @@ fn a_rollback_drops_every_copy_of_a_roots_result() {
                 key: KEY,
                 len,
                 crc,
+                more: 0,
             })
             .await
             .unwrap();

@@ -22,6 +22,7 @@ impl Router {
                 key,
                 len,
                 crc,
+                more: 0,
             }),
             // A holder relays a dead root's result (this rank may hear of
             // the death after the relay: the master's record decides), never
@@ -31,12 +32,14 @@ impl Router {
                 key,
                 len,
                 crc,
+                more,
             } if root != from.0 && root != self.rank.0 => self.store.do_send(ResultOfferIn {
                 root: Rank(root),
                 from,
                 key,
                 len,
                 crc,
+                more,
             }),
             ResultMsg::Where { key, id } => match &self.master {
                 Some(m) => m.do_send(ResultWhereIn { from, key, id }),

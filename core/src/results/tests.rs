@@ -176,11 +176,11 @@ fn a_second_copy_made_after_the_roots_death_outlives_the_holder() {
     assert!(b.also_kept(7, 1, 4));
     assert_eq!(
         b.released(7, 1),
-        Some(Drop {
+        vec![Drop {
             holder: 4,
             root: 1,
             key: 7
-        })
+        }]
     );
     assert!(b.is_empty());
     // A reused id drops both copies; a cleared book names both.
@@ -191,6 +191,46 @@ fn a_second_copy_made_after_the_roots_death_outlives_the_holder() {
     assert!(b.also_kept(9, 1, 4));
     assert_eq!(b.kept(9, 1, 3).len(), 3);
     assert!(!b.also_kept(9, 1, 5), "ambiguous: no copy answers");
+}
+
+/// Three copies of one result (`Config::further_result_copies`): the
+/// holder and the first further copy die, the last answers; each copy is
+/// counted once however often it is told; a release drops every further
+/// copy.
+#[test]
+fn a_third_copy_outlives_the_holder_and_the_second() {
+    let mut b = Book::default();
+    b.kept(7, 1, 2);
+    assert!(b.also_kept(7, 1, 3));
+    assert!(b.also_kept(7, 1, 4));
+    assert!(b.also_kept(7, 1, 4), "told again: counted once");
+    assert_eq!((b.second_copies(), b.further_copies()), (1, 2));
+    assert!(b.kept_at(7, 1, 4));
+    assert_eq!(b.holder_died(2), 0);
+    assert_eq!(
+        b.lookup(7, 1),
+        Lookup::At(3),
+        "the oldest further copy first"
+    );
+    assert_eq!(b.holder_died(3), 0);
+    assert_eq!(b.lookup(7, 1), Lookup::At(4));
+    assert_eq!(b.further_copies(), 0);
+    assert_eq!(b.holder_died(4), 1);
+    assert_eq!(b.lookup(7, 1), Lookup::Lost);
+    // A further copy that dies first leaves the others in order.
+    let mut b = Book::default();
+    b.kept(8, 1, 2);
+    assert!(b.also_kept(8, 1, 3) && b.also_kept(8, 1, 4));
+    assert_eq!(b.holder_died(3), 0);
+    assert_eq!(b.holder_died(2), 0);
+    assert_eq!(b.lookup(8, 1), Lookup::At(4));
+    // Released: every further copy is dropped by the master.
+    let mut b = Book::default();
+    b.kept(9, 1, 2);
+    assert!(b.also_kept(9, 1, 3) && b.also_kept(9, 1, 4));
+    let holders: Vec<u32> = b.released(9, 1).iter().map(|d| d.holder).collect();
+    assert_eq!(holders, vec![3, 4]);
+    assert!(b.is_empty());
 }
 
 #[test]

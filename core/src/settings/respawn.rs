@@ -72,6 +72,13 @@ impl Named for Restart {
 /// often than this is a job that should not go on.
 pub const MAX_INCARNATION: u32 = 1 << 20;
 
+/// Most copies of a kept result made at once beyond its holder's: three
+/// copies in all, so that three deaths close together (a root and two
+/// holders) leave one. Each costs the result's bytes once more, off the
+/// reduction's path; deaths closer than the copies are remade, beyond
+/// that, may lose a result (`ReduceError::ResultLost`, typed).
+pub const MAX_FURTHER_RESULT_COPIES: u32 = 2;
+
 impl super::Config {
     /// Whether a root keeps each result at its buddy until its application
     /// checkpointed past it, so that a replacement root that redoes a
@@ -97,6 +104,18 @@ impl super::Config {
     /// beforehand outlives them. One copy more of each result, off the
     /// reduction's path.
     pub fn second_result_copies(&self) -> bool {
-        self.keeps_results() && self.respawn.replacements() >= 2
+        self.further_result_copies() > 0
+    }
+
+    /// How many copies of each kept result are made at once beyond its
+    /// holder's, each from the one before on the next rank: one fewer
+    /// than the replacements the job allows (so that that many deaths
+    /// close together, the root's among them, still leave one), at most
+    /// [`MAX_FURTHER_RESULT_COPIES`].
+    pub fn further_result_copies(&self) -> u32 {
+        match self.keeps_results() {
+            true => (self.respawn.replacements() - 1).min(MAX_FURTHER_RESULT_COPIES),
+            false => 0,
+        }
     }
 }

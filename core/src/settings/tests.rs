@@ -622,4 +622,17 @@ fn results_are_kept_with_replacements_and_copied_twice_from_two() {
             c.respawn
         );
     }
+    // Copies beyond the holder's: one fewer than the replacements, at
+    // most two.
+    for (budget, spares, further) in [
+        (0, 0, 0),
+        (1, 0, 0),
+        (2, 0, 1),
+        (1, 2, 2),
+        (3, 0, 2),
+        (9, 0, 2),
+    ] {
+        let c = with(budget, spares, Restart::Local);
+        assert_eq!(c.further_result_copies(), further, "{:?}", c.respawn);
+    }
 }

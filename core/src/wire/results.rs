@@ -56,13 +56,16 @@ pub enum ResultMsg {
         /// The reductions.
         keys: Vec<u64>,
     },
-    /// Holder → another rank, once `root` died: my copy of `root`'s
-    /// result of `key` (`len` bytes, checksum `crc`) is exposed under
+    /// Holder → another rank, once `root` died, or at once where the
+    /// job makes further copies: my copy of `root`'s result of `key`
+    /// (`len` bytes, checksum `crc`) is exposed under
     /// [`crate::results::held_result_key`]: fetch it and keep it too, so
     /// that my death before `root`'s replacement took it costs nothing.
-    /// The new holder tells the master ([`ResultMsg::AlsoKept`]).
+    /// The new holder tells the master ([`ResultMsg::AlsoKept`]) and,
+    /// while `more` is above 0, relays its copy on in turn, with one
+    /// fewer.
     Relay {
-        /// Whose result (a dead root).
+        /// Whose result.
         root: u32,
         /// The reduction.
         key: u64,
@@ -70,6 +73,8 @@ pub enum ResultMsg {
         len: u64,
         /// The checksum in its header.
         crc: u32,
+        /// Copies still to make after this one.
+        more: u32,
     },
     /// New holder → master: I keep a second copy of dead `root`'s result
     /// of `key` (relayed by its holder).
