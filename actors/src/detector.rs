@@ -134,7 +134,8 @@ impl Handler<PongIn> for FailureDetector {
 
 /// Watch `rank` afresh: the master lets in again the incarnation whose
 /// silence was declared (a replacement whose admission a dead master cut,
-/// see the book's Architecture chapter, Membership).
+/// see the book's Architecture chapter, Membership), or has just let a
+/// replacement in (it could answer no ping before).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Rewatch {

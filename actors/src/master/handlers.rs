@@ -275,6 +275,14 @@ impl Handler<RankDown> for Master {
             });
             return;
         }
+        if m.latency.is_some() && self.admitting(m.rank.0) {
+            // A replacement being let in answers no ping until it is in
+            // (its view may already name it, when a dead master's notice
+            // reached the ranks): its silence counts from its admission
+            // (`admitted` watches it afresh). A broken link still counts.
+            tracing::debug!(rank = %m.rank, reason = %m.reason, "silence of a replacement being let in: not a failure");
+            return;
+        }
         self.rank_down(m.rank, m.reason, m.latency);
     }
 }

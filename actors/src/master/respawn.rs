@@ -280,6 +280,10 @@ impl Master {
                 node,
             });
         self.dead_at.remove(&rank);
+        // Its silence counts from now: it could answer no ping before.
+        if let Some(d) = &self.detector {
+            d.do_send(crate::detector::Rewatch { rank: Rank(rank) });
+        }
         for r in self.reductions.live.values_mut() {
             r.roster.holder_replaced(rank);
             if let Some(i) = r.group.index_of(Rank(rank)) {
@@ -437,6 +441,11 @@ impl Master {
         let until = self.respawn.unproven_until?;
         let left = until.checked_duration_since(std::time::Instant::now())?;
         self.still_unproven(rank).then_some(left)
+    }
+
+    /// Whether a replacement of `rank` is being let in.
+    pub(super) fn admitting(&self, rank: u32) -> bool {
+        self.respawn.admitting.contains_key(&rank)
     }
 
     /// Whether `rank` is a replacement this standby's view names and that

@@ -462,3 +462,75 @@ fn the_death_is_told_before_the_replacement_that_waited_for_it() {
         }
     });
 }
+
+/// Names incarnation 1 of a rank live in the master's view, as the notice
+/// of a dead master's cut admission does at a standby.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct NamedLive(u32);
+
+impl Handler<NamedLive> for Master {
+    type Result = ();
+
+    fn handle(&mut self, m: NamedLive, _: &mut Context<Self>) {
+        self.out
+            .view()
+            .apply(taskfold_core::membership::Change::Replaced {
+                rank: m.0,
+                incarnation: 1,
+                node: 0,
+            });
+    }
+}
+
+/// A replacement being let in answers no ping: where the view already
+/// names it live (a dead master's cut admission), its silence during the
+/// admission is no failure — in `bench chaos` it was declared failed the
+/// instant it was let in, with the budget spent. A broken link still is.
+#[test]
+fn a_replacement_being_let_in_is_not_failed_for_its_silence() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let m = replacing_master(&ts);
+        down(&m, 3).await;
+        m.send(ReplacementIn {
+            peer: Rank(3),
+            incarnation: 1,
+            node: 0,
+            addr: vec![4, 127, 0, 0, 1],
+        })
+        .await
+        .unwrap();
+        m.send(NamedLive(3)).await.unwrap();
+        let silent = |rank| RankDown {
+            rank: Rank(rank),
+            reason: "no answer to pings for 1205 ms".into(),
+            latency: Some(Duration::from_millis(1205)),
+        };
+        m.send(silent(3)).await.unwrap();
+        settle().await;
+        assert!(
+            matches!(
+                m.send(SlotOf(3)).await.unwrap(),
+                Some(Slot::Admitting { .. })
+            ),
+            "still being let in"
+        );
+        // A broken link during the admission is a death.
+        m.send(RankDown {
+            rank: Rank(3),
+            reason: "link down".into(),
+            latency: None,
+        })
+        .await
+        .unwrap();
+        settle().await;
+        assert!(
+            !matches!(
+                m.send(SlotOf(3)).await.unwrap(),
+                Some(Slot::Admitting { .. })
+            ),
+            "a broken link ends the admission"
+        );
+    });
+}
