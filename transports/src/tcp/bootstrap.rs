@@ -172,13 +172,17 @@ pub(crate) struct Joined {
 /// Registers a rank with the master (a rank other than the master's, or a
 /// replacement); returns what it joined. Blocking.
 ///
-/// Between attempts it looks for the table the master writes before it
-/// hands it out ([`started`]): a master that died while it sent the table
-/// to the others left this rank a member of the job all the same.
+/// Once a master took its registration, between attempts it looks for
+/// the table the master writes before it hands it out ([`started`]): a
+/// master that died while it sent the table to the others left this rank
+/// a member of the job all the same. (Only then: a table file is always
+/// this start's once a master of it took a registration, as each master
+/// removes an earlier one before it lets anyone register.)
 pub(crate) fn register(cfg: &TcpConfig, listen: SocketAddr) -> Result<Joined, TransportError> {
     let deadline = Instant::now() + cfg.connect_timeout;
+    let mut registered = false;
     loop {
-        if let Some(joined) = started::adopt(cfg, listen) {
+        if let Some(joined) = registered.then(|| started::adopt(cfg, listen)).flatten() {
             return Ok(joined);
         }
         // In rounds, so that the table is looked for while nobody answers.
@@ -187,7 +191,7 @@ pub(crate) fn register(cfg: &TcpConfig, listen: SocketAddr) -> Result<Joined, Tr
         else {
             continue;
         };
-        match try_register(cfg, listen, stream, (addr, rank)) {
+        match try_register(cfg, listen, stream, (addr, rank), &mut registered) {
             Ok((master, table)) => {
                 return Ok(Joined {
                     master_addr: addr,
@@ -207,16 +211,20 @@ pub(crate) fn register(cfg: &TcpConfig, listen: SocketAddr) -> Result<Joined, Tr
     }
 }
 
+/// One registration on `s`; `registered` is set once the master took it
+/// (both proved the key).
 fn try_register(
     cfg: &TcpConfig,
     listen: SocketAddr,
     mut s: TcpStream,
     (master, master_rank): Found,
+    registered: &mut bool,
 ) -> Result<(u32, Vec<Entry>), Attempt> {
     let _ = s.set_nodelay(true);
     let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
     let _ = s.set_read_timeout(Some(cfg.connect_timeout.max(Duration::from_secs(1))));
     register_hello(cfg, listen, &mut s, (master, master_rank))?;
+    *registered = true;
     // The master answers once every rank is in, or refuses at its deadline.
     let _ = s.set_read_timeout(Some(cfg.connect_timeout + Duration::from_secs(5)));
     read_table(cfg, &mut s, master)

@@ -373,6 +373,8 @@ fn host_master(
     deadline: Instant,
 ) -> Result<bootstrap::Joined, TransportError> {
     if let MasterAddr::Rendezvous(path) = &cfg.master {
+        // An earlier start's table goes before anyone registers here.
+        bootstrap::started::remove(&cfg.master);
         let public = bootstrap::reachable(listen_addr);
         rendezvous::write_rendezvous(path, cfg.job, public, cfg.rank).map_err(|e| {
             TransportError::Io(format!(

@@ -181,11 +181,12 @@ impl Transport for TcpTransport {
     }
 
     /// Every parked spare is dismissed, and a rendezvous file, if the job
-    /// has one, says the job is over.
+    /// has one, says the job is over (the table kept beside it goes).
     fn job_over(&self) -> Result<(), TransportError> {
         spare::dismiss_all(&self.shared);
         if let (MasterAddr::Rendezvous(path), true) = (&self.rendezvous, self.shared.hosts_master())
         {
+            super::bootstrap::started::remove(&self.rendezvous);
             rendezvous::write_over(path, self.shared.job).map_err(|e| {
                 TransportError::Io(format!(
                     "writing the rendezvous file {}: {e}",

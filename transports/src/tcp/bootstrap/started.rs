@@ -16,11 +16,13 @@
 //!
 //! The file is believed only if this user wrote it privately
 //! ([`crate::private::read_owned`]), for this job and this protocol
-//! version, and, for a rank that adopts it, only if it names this very
-//! process (its listen address, node and incarnation): then the master
-//! had this process's registration. Only a job that finds its master
-//! through a rendezvous file has one; it goes when the job's directory
-//! goes, and a later job's ranks tell it by the job id.
+//! version, and, for a rank that adopts it, only once a master took this
+//! process's registration and only if it names this very process (its
+//! listen address, node and incarnation). Only a job that finds its
+//! master through a rendezvous file has one. A master removes an earlier
+//! start's table before it writes the rendezvous file, and the master
+//! whose job ended removes its own: a later job at the same path (of the
+//! same job id, even) never reads a stale one.
 
 use super::super::frame::{self, Entry};
 use super::super::{MasterAddr, TcpConfig};
