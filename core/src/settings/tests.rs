@@ -325,13 +325,22 @@ fn booleans() -> Vec<&'static str> {
 }
 
 fn arb_hook() -> impl Strategy<Value = Hook> {
-    (0u32..64, 0..POINTS.len(), "[a-z0-9-]{0,8}", "/[a-z:]{1,8}").prop_map(|(rank, p, id, dir)| {
-        Hook {
-            rank,
-            point: POINTS[p],
-            id,
-            dir: PathBuf::from(dir),
-        }
+    let at = (
+        0u32..64,
+        0..POINTS.len(),
+        "[a-z0-9-]{0,8}",
+        "/[a-z:]{1,8}",
+        0usize..16,
+    );
+    at.prop_map(|(rank, p, id, dir, after)| Hook {
+        rank,
+        point: POINTS[p],
+        // The master's hold at the table counts ranks.
+        id: match POINTS[p] {
+            Point::Table => after.to_string(),
+            _ => id,
+        },
+        dir: PathBuf::from(dir),
     })
 }
 
