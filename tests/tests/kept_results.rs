@@ -62,6 +62,22 @@ fn kept_becomes(cluster: &LocalCluster, want: u64) -> u64 {
     }
 }
 
+/// The master's statistics once `want` holds of them (within 20 s; as
+/// they are then, if it never does).
+fn stats_once(
+    cluster: &LocalCluster,
+    want: &dyn Fn(&taskfold::MasterStats) -> bool,
+) -> taskfold::MasterStats {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = cluster.rank(0).master_stats().unwrap();
+        if want(&s) || Instant::now() > deadline {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// The master's count of kept results a little later (for what must not
 /// change).
 fn kept_still(cluster: &LocalCluster) -> u64 {
@@ -186,16 +202,7 @@ fn a_dead_roots_holder_copies_its_results_on_before_it_dies_too() {
     assert_eq!(kept_becomes(&cluster, 3), 3);
     drop(futures);
     cluster.kill(1);
-    let stats = |want: &dyn Fn(&taskfold::MasterStats) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let s = cluster.rank(0).master_stats().unwrap();
-            if want(&s) || Instant::now() > deadline {
-                break s;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
+    let stats = |want: &dyn Fn(&taskfold::MasterStats) -> bool| stats_once(&cluster, want);
     let s = stats(&|s| s.dead.contains(&1) && s.results_second_copies == 3);
     assert_eq!(s.results_second_copies, 3, "{s:?}");
     // The holder, rank 2 (the root's buddy), dies too.
@@ -264,16 +271,7 @@ fn with_three_replacements_a_result_outlives_its_root_and_two_holders() {
     let cluster = LocalCluster::with_config(6, config(3, Restart::Local)).unwrap();
     let futures: Vec<_> = (0..3).map(|i| reduce(&cluster, 1, i)).collect();
     assert_eq!(kept_becomes(&cluster, 3), 3);
-    let stats = |want: &dyn Fn(&taskfold::MasterStats) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let s = cluster.rank(0).master_stats().unwrap();
-            if want(&s) || Instant::now() > deadline {
-                break s;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
+    let stats = |want: &dyn Fn(&taskfold::MasterStats) -> bool| stats_once(&cluster, want);
     let s = stats(&|s| s.results_further_copies == 6);
     assert_eq!(
         s.results_further_copies, 6,
