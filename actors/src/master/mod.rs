@@ -230,6 +230,7 @@ impl Master {
             return;
         };
         self.note_end(key, &r);
+        self.note_failed(key, &error);
         self.result_abandoned(key);
         tracing::warn!(id = %r.id, %error, "reduction failed");
         if let ReduceError::RanksLost { ranks, .. } = &error {

@@ -56,7 +56,7 @@ impl Master {
         // rollback: the records go with them.
         self.results_rolled_back();
         self.barriers.clear();
-        self.respawn.forget_completed();
+        self.respawn.forget_ended();
         self.stats.rollbacks += 1;
         metrics::counter!(crate::metrics::ROLLBACKS).increment(1);
         self.update_queue_gauge();

@@ -5,20 +5,20 @@
 //! that wait for its original completed by the replacement's join.
 //!
 //! What a crash of the master loses here: the book of replacements and the
-//! completed keys. A standby that takes over expects no replacement (they
+//! keys of the reductions that ended. A standby that takes over expects no replacement (they
 //! register with the first master's address).
 
 use super::Master;
 use actix::prelude::*;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 use taskfold_core::respawn::{Death, Respawns, Slot};
 use taskfold_core::settings::RespawnConfig;
 use taskfold_core::wire::Msg;
-use taskfold_core::Rank;
+use taskfold_core::{Rank, ReduceError};
 
-/// Completed reductions remembered for replacements that join them again.
-const COMPLETED_LIMIT: usize = 65_536;
+/// Ended reductions remembered for replacements that join them again.
+const ENDED_LIMIT: usize = 65_536;
 
 /// A new process asks to replace dead rank `peer` (the transport's
 /// `Event::Replacement`, on the master's rank).
@@ -73,9 +73,10 @@ pub(super) struct Replacements {
     pub(super) book: Respawns,
     /// How long a reduction waits for a replacement.
     wait: Duration,
-    /// Reductions completed lately, oldest first: a replacement that
-    /// joins one again is told it completed.
-    completed: HashSet<u64>,
+    /// Reductions that ended lately, oldest first, with their error
+    /// (`None`: completed): a replacement that joins one again is told
+    /// how it ended, as its dead process was or would have been.
+    ended: HashMap<u64, Option<ReduceError>>,
     order: VecDeque<u64>,
     /// Replacements that asked before their rank was declared dead (the
     /// launcher's report of the death is on its way): asked again then.
@@ -115,7 +116,7 @@ impl Replacements {
         Replacements {
             book: Respawns::new(size, 0, master),
             wait: Duration::ZERO,
-            completed: HashSet::new(),
+            ended: HashMap::new(),
             order: VecDeque::new(),
             early: Default::default(),
             admitting: Default::default(),
@@ -130,21 +131,22 @@ impl Replacements {
         }
     }
 
-    /// Forgets the completed reductions (a rollback numbers them afresh).
-    pub(super) fn forget_completed(&mut self) {
-        self.completed.clear();
+    /// Forgets the ended reductions (a rollback numbers them afresh).
+    pub(super) fn forget_ended(&mut self) {
+        self.ended.clear();
         self.order.clear();
     }
 
-    /// Records that reduction `key` completed, if replacements may come.
-    pub(super) fn completed(&mut self, key: u64, enabled: bool) {
-        if !enabled || !self.completed.insert(key) {
+    /// Records that reduction `key` ended (with `error`; `None`:
+    /// completed), if replacements may come.
+    pub(super) fn ended(&mut self, key: u64, error: Option<ReduceError>, enabled: bool) {
+        if !enabled || self.ended.insert(key, error).is_some() {
             return;
         }
         self.order.push_back(key);
-        if self.order.len() > COMPLETED_LIMIT {
+        if self.order.len() > ENDED_LIMIT {
             if let Some(old) = self.order.pop_front() {
-                self.completed.remove(&old);
+                self.ended.remove(&old);
             }
         }
     }
@@ -182,7 +184,16 @@ impl Master {
     /// Notes a completed reduction for replacements that join it again.
     pub(super) fn note_completed(&mut self, key: u64) {
         let on = self.respawn_enabled();
-        self.respawn.completed(key, on);
+        self.respawn.ended(key, None, on);
+    }
+
+    /// Notes a failed reduction for replacements that join it again: a
+    /// replacement that replays a step from its checkpoint must hear the
+    /// failure the live ranks heard, not open the reduction afresh and
+    /// wait for members that went on.
+    pub(super) fn note_failed(&mut self, key: u64, error: &ReduceError) {
+        let on = self.respawn_enabled();
+        self.respawn.ended(key, Some(error.clone()), on);
     }
 
     /// `rank` was just declared dead: true if its replacement is awaited
@@ -231,21 +242,23 @@ impl Master {
 
     /// Whether reduction `key` completed lately (see `Replacements`).
     pub(super) fn completed_lately(&self, key: u64) -> bool {
-        self.respawn.completed.contains(&key)
+        matches!(self.respawn.ended.get(&key), Some(None))
     }
 
-    /// A replacement's join of reduction `key`, which completed already:
-    /// it is told so (its dead incarnation's original was counted). True
-    /// if answered.
+    /// A replacement's join of reduction `key`, which ended already: it is
+    /// told how (completed: its dead incarnation's original was counted;
+    /// failed: as every member was). True if answered.
     pub(super) fn answer_replayed_join(&mut self, key: u64, from: Rank) -> bool {
         let replaced = matches!(
             self.respawn.book.slot(from.0),
             Some(taskfold_core::respawn::Slot::Live(i)) if *i > 0
         );
-        if !replaced || !self.respawn.completed.contains(&key) {
-            return false;
-        }
-        self.send(from, &Msg::Complete { key, error: None });
+        let msg = match self.respawn.ended.get(&key) {
+            Some(None) if replaced => Msg::Complete { key, error: None },
+            Some(Some(error)) if replaced => super::failed_msg(key, error),
+            _ => return false,
+        };
+        self.send(from, &msg);
         true
     }
 

@@ -278,8 +278,9 @@ impl Master {
         held: &HashMap<u64, Vec<Held>>,
     ) {
         for (&key, error) in ended {
-            if error.is_none() {
-                self.note_completed(key);
+            match error {
+                None => self.note_completed(key),
+                Some(f) => self.note_failed(key, &f.clone().into()),
             }
             if let (Some(f), false) = (error, held.contains_key(&key)) {
                 let everyone = (0..self.size).collect();

@@ -534,3 +534,65 @@ fn a_replacement_being_let_in_is_not_failed_for_its_silence() {
         );
     });
 }
+
+/// A reduction fails while rank 2's replacement is awaited (fetches keep
+/// failing although their providers live) after every member joined, so
+/// no late member is pending and the failure's notice to rank 2 went to
+/// its dead process. The replacement, replaying the step from its
+/// checkpoint, joins it afterwards: it hears the failure every live
+/// member heard, rather than opening the reduction afresh and waiting for
+/// members that went on.
+#[test]
+fn a_replacement_that_joins_a_reduction_that_failed_hears_the_failure() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let m = replacing_master(&ts);
+        for r in 0..4 {
+            m.send(join(r, None)).await.unwrap();
+        }
+        settle().await;
+        let round = sent(&ts);
+        report_done(&m, &round, u32::MAX).await;
+        settle().await;
+        down(&m, 2).await;
+        for task_id in 0..40 {
+            m.send(TaskFailedIn {
+                from: Rank(0),
+                failed: TaskFailed {
+                    key: KEY,
+                    task_id,
+                    reason: TaskFailure::Fetch {
+                        reason: "rank 1 exposes no buffer".into(),
+                        peer_down: false,
+                    },
+                },
+                wire: 0,
+            })
+            .await
+            .unwrap();
+        }
+        settle().await;
+        let failed = sent(&ts);
+        let told = |msgs: &[(u32, Msg)], r: u32| {
+            msgs.iter().any(|(to, m)| {
+                *to == r
+                    && matches!(
+                        m,
+                        Msg::Complete {
+                            key: KEY,
+                            error: Some(wire::Failure::Transport { .. })
+                        }
+                    )
+            })
+        };
+        for r in [0, 1, 3] {
+            assert!(told(&failed, r), "rank {r} hears the failure: {failed:?}");
+        }
+        let_in_2(&m, 1).await;
+        let _ = sent(&ts);
+        m.send(join(2, None)).await.unwrap();
+        settle().await;
+        let after = sent(&ts);
+        assert!(told(&after, 2), "the replacement hears it: {after:?}");
+    });
+}
