@@ -163,14 +163,19 @@ impl Book {
     /// `holder` made a further copy of `root`'s result of `key` from
     /// another holder's: true if the record takes it (a single unreleased
     /// result, kept elsewhere or nowhere any more: it becomes the holder
-    /// then; a further copy the record has already counts once); else the
-    /// copy serves nobody.
+    /// then; a copy the record has already, the holder's own included,
+    /// counts once); else the copy serves nobody.
+    ///
+    /// Why the holder's own counts: after deaths close together a holder
+    /// may be sent the same result again (by its live root, or relayed by
+    /// another holder) and say so; its copy is the record's, and a caller
+    /// that took "false" for a copy serving nobody would drop it.
     pub fn also_kept(&mut self, key: u64, root: u32, holder: u32) -> bool {
         match self.entries.get_mut(&key) {
-            Some(e) if e.root == root && !e.ambiguous && e.holder != Some(holder) => {
+            Some(e) if e.root == root && !e.ambiguous => {
                 match e.holder {
                     None => e.holder = Some(holder),
-                    Some(_) if e.spares.contains(&holder) => {}
+                    Some(h) if h == holder || e.spares.contains(&holder) => {}
                     Some(_) => e.spares.push(holder),
                 }
                 true

@@ -77,3 +77,43 @@ fn a_copy_again_at_the_records_holder_is_kept() {
         assert_eq!(result_counts(&m).await, (1, 0, 0));
     });
 }
+
+/// The record's holder, rank 2, is sent the same result again (deaths
+/// close together: a holder relays it on once more) and says it keeps a
+/// further copy. That copy is the record's own: kept, not dropped, and
+/// no further copy is counted.
+#[test]
+fn a_further_copy_at_the_records_holder_is_kept() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.set_keep_results(true);
+        let m = master.start();
+        joined(&m).await;
+        m.send(ResultKeptIn {
+            from: Rank(1),
+            key: KEY,
+            holder: 2,
+        })
+        .await
+        .unwrap();
+        let ends = run_to_end(&m, &ts).await;
+        assert!(ends.iter().all(|(_, e)| e.is_none()), "{ends:?}");
+        let _ = sent(&ts);
+        m.send(ResultAlsoKeptIn {
+            from: Rank(2),
+            root: 1,
+            key: KEY,
+        })
+        .await
+        .unwrap();
+        settle().await;
+        let msgs = sent(&ts);
+        assert!(
+            !msgs.iter().any(|(_, m)| matches!(m, Msg::Results(_))),
+            "rank 2's copy is not dropped: {msgs:?}"
+        );
+        assert_eq!(result_counts(&m).await, (1, 0, 0));
+    });
+}
