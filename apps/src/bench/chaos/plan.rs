@@ -3,6 +3,7 @@
 use super::{ChaosArgs, Instant, Restart, Victim};
 
 /// A small deterministic generator (xorshift64*).
+#[derive(Clone)]
 pub struct Rng(u64);
 
 impl Rng {

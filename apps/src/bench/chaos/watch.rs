@@ -193,7 +193,16 @@ pub fn strike(job: &Job, kill: &Kill, before: &BTreeSet<String>, rng: &mut Rng) 
     if (job.over)() {
         return None;
     }
-    let targets = choose(job, kill, &seen, before, rng);
+    let mut targets = choose(job, kill, &seen, before, rng);
+    if targets.is_empty() && kill.instant == Instant::Any {
+        // Drawn before its victim showed itself (a launcher that starts
+        // the ranks slowly, as mpiexec does): struck as soon as it does,
+        // so that the instants early in the job are tried too.
+        targets = job
+            .wait_for(|s| !choose(job, kill, s, before, &mut rng.clone()).is_empty())
+            .map(|s| choose(job, kill, &s, before, rng))
+            .unwrap_or_default();
+    }
     if targets.is_empty() {
         return None;
     }
