@@ -245,7 +245,14 @@ fn spare_or_rank(
         )));
     }
     let working = size - spares;
-    if rank < working {
+    // A first process of rank 0 that comes after a spare took its rank
+    // (no rendezvous file had come) is a spare now.
+    let superseded = rank == 0
+        && settings.launch.incarnation == 0
+        && !taskfold_transports::tcp::spare::hosts_start(master, job);
+    if superseded {
+        tracing::warn!("a spare took rank 0 before this process came: it waits as a spare");
+    } else if rank < working {
         return Ok((rank, working));
     }
     let cfg = taskfold_transports::tcp::spare::SpareConfig {

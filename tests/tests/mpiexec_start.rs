@@ -1,7 +1,9 @@
 //! The master killed while the job starts under MPICH's `mpiexec`, which
 //! starts no process again: a spare takes rank 0 and hosts the start
 //! anew, and the job runs (the book's chapter Surviving failures of the
-//! application, Spares). Each rank runs under `taskfold guard`, so that
+//! application, Spares) — whether rank 0 died after it wrote the
+//! rendezvous file or before, and a first process of rank 0 that comes
+//! after a spare took its rank waits as a spare. Each rank runs under `taskfold guard`, so that
 //! hydra lets the others live. Skipped where MPICH is not installed; CI
 //! installs it.
 
@@ -80,4 +82,73 @@ fn a_spare_takes_rank_0_when_the_master_dies_while_the_job_starts() {
             "rank {r}:\n{t}"
         );
     }
+}
+
+/// Rank 0's first process sleeps before it starts; `kill`: it is killed
+/// meanwhile, else it comes after the spare took rank 0 (which happens
+/// once no rendezvous file came for 10 s, a third of the connect
+/// timeout). Either way the spare hosts the start and the job runs.
+fn rank_0_never_writes_the_rendezvous_file(kill: bool) {
+    let Some(mpiexec) = mpiexec() else {
+        assert!(std::env::var_os("CI").is_none(), "CI must run mpiexec");
+        eprintln!("skipped: MPICH's mpiexec is not installed");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rendezvous = dir.path().join("master.addr");
+    let job = format!("unwritten-{kill}-{}", std::process::id());
+    let mut cmd = Command::new(mpiexec);
+    cmd.args(["-n", "4", "-disable-auto-cleanup", "-prepend-rank"])
+        .arg(taskfold_bin())
+        .args(["guard", "--"])
+        .arg(env!("CARGO_BIN_EXE_tf_plain"))
+        .env("TASKFOLD_RENDEZVOUS", &rendezvous)
+        .env("TASKFOLD_JOB", &job)
+        .env("TASKFOLD_SPARES", "1")
+        .env("TASKFOLD_JOB_KEY", job_key())
+        .env("TF_PLAIN_ALL_LIVE", "1")
+        .env("TF_PLAIN_LATE", "0")
+        .env("TF_PLAIN_LATE_MS", "14000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().expect("mpiexec starts");
+    if kill {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut pid = None;
+        while pid.is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            pid = pid_of(0, &job);
+        }
+        let pid = pid.expect("rank 0's process");
+        taskfold_tests::signal(pid, taskfold_tests::Signal::KILL).expect("rank 0 killed");
+    }
+    let out = wait_bounded(child, Duration::from_secs(120));
+    let t = text(&out);
+    assert!(
+        t.contains("this spare takes rank 0"),
+        "the spare took rank 0:\n{t}"
+    );
+    for r in 0..3 {
+        assert!(
+            t.contains(&format!("tf_plain: rank {r}: the reduction ended")),
+            "rank {r}:\n{t}"
+        );
+    }
+    if !kill {
+        assert!(
+            t.contains("a spare took rank 0 before this process came")
+                && t.contains("tf_plain: a spare the job did not need"),
+            "the first process of rank 0 waited as a spare:\n{t}"
+        );
+    }
+}
+
+#[test]
+fn a_spare_takes_rank_0_when_the_master_dies_before_it_wrote_the_file() {
+    rank_0_never_writes_the_rendezvous_file(true);
+}
+
+#[test]
+fn a_first_rank_0_that_comes_after_a_spare_took_its_rank_waits_as_a_spare() {
+    rank_0_never_writes_the_rendezvous_file(false);
 }

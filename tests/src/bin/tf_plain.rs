@@ -4,18 +4,26 @@
 //! say on stderr that rank 1 was declared failed (`TASKFOLD_LOG=off`
 //! silences it). Rank 0 prints how its reduction ended and exits 0. With
 //! `TF_PLAIN_ALL_LIVE` set, no rank aborts. `TF_PLAIN_LATE=R` makes the
-//! process of launcher rank `R` (`PMI_RANK`) start 3 s late, holding the
-//! job's start open.
+//! process of launcher rank `R` (`PMI_RANK`) start late (3 s, or
+//! `TF_PLAIN_LATE_MS`), holding the job's start open. A process that ends
+//! as a spare the job did not need says so and exits 0.
 
 use taskfold::{Reduce, Runtime, Sum};
 
 fn main() -> std::process::ExitCode {
     let late = std::env::var("TF_PLAIN_LATE").ok();
     if late.is_some() && late == std::env::var("PMI_RANK").ok() {
-        std::thread::sleep(std::time::Duration::from_secs(3));
+        let ms = std::env::var("TF_PLAIN_LATE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok());
+        std::thread::sleep(std::time::Duration::from_millis(ms.unwrap_or(3000)));
     }
     let rt = match Runtime::from_env() {
         Ok(rt) => rt,
+        Err(taskfold::StartError::Spare) => {
+            eprintln!("tf_plain: a spare the job did not need");
+            return std::process::ExitCode::SUCCESS;
+        }
         Err(e) => {
             eprintln!("tf_plain: {e}");
             return std::process::ExitCode::from(3);

@@ -188,6 +188,17 @@ pub enum Parking {
     Dismissed,
 }
 
+/// Whether this process, the first of rank 0 in a job with spares,
+/// hosts the job's start: false if a spare took rank 0 before it came,
+/// having found no rendezvous file of the job for a while (rank 0 had
+/// seemingly died first: see `orphan`). It then parks as a spare.
+pub fn hosts_start(master: &MasterAddr, job: u64) -> bool {
+    match master {
+        MasterAddr::Rendezvous(path) => orphan::first_claim(path, job),
+        _ => true,
+    }
+}
+
 /// Parks this spare with the job's master and waits — as long as the job
 /// runs — until it is given a rank or dismissed. Blocking. A master that
 /// dies is looked for again; if none answers within the connect timeout,

@@ -17,6 +17,16 @@
 //! beside the rendezvous file (`<file>.rank0-<k>`), and claim `k + 1` is
 //! tried only once the rendezvous file is newer than claim `k` — its
 //! claimant hosted, wrote the file, and is silent now.
+//!
+//! Rank 0 may also die before it wrote the file at all. So the first
+//! process of rank 0, in a job with spares, makes claim 0 before it
+//! hosts ([`first_claim`]), and a spare that has seen no file of its job
+//! for a longer grace ([`unwritten_grace`]) makes claim 0 itself, and
+//! claim 1 with it: it then takes rank 0 as incarnation 1. Whichever
+//! process creates claim 0 first hosts the start; a first process of rank
+//! 0 that comes later finds its rank taken and parks as a spare instead.
+//! A claim names its job, so that one left by another job in the same
+//! directory is taken for none.
 
 use super::super::rendezvous::{self, Unresolved};
 use super::super::MasterAddr;
@@ -32,6 +42,9 @@ pub(super) struct Watch {
     /// Since when the file names rank 0 and nobody answered there.
     silent_since: Option<Instant>,
     grace: Duration,
+    /// Since when no file of this job was found.
+    unwritten_since: Option<Instant>,
+    unwritten_grace: Duration,
 }
 
 impl Watch {
@@ -39,6 +52,8 @@ impl Watch {
         Watch {
             silent_since: None,
             grace: grace(cfg.connect_timeout),
+            unwritten_since: None,
+            unwritten_grace: unwritten_grace(cfg.connect_timeout),
         }
     }
 
@@ -56,10 +71,24 @@ impl Watch {
             return None;
         }
         match rendezvous::resolve(&cfg.master, cfg.job) {
-            Ok((_, 0)) => {}
-            // A standby runs the job, or no master wrote the file yet.
-            Ok(_) | Err(Unresolved::Retry(_)) | Err(Unresolved::Fatal(_)) => {
+            Ok((_, 0)) => self.unwritten_since = None,
+            // No master wrote the file yet: rank 0 may have died first.
+            Err(Unresolved::Retry(_)) => {
                 self.silent_since = None;
+                let since = *self.unwritten_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < self.unwritten_grace {
+                    return None;
+                }
+                let claimed = claim_unwritten(path, cfg.job, self.unwritten_grace);
+                if claimed.is_none() {
+                    self.unwritten_since = None;
+                }
+                return claimed;
+            }
+            // A standby runs the job.
+            Ok(_) | Err(Unresolved::Fatal(_)) => {
+                self.silent_since = None;
+                self.unwritten_since = None;
                 return None;
             }
         }
@@ -67,7 +96,7 @@ impl Watch {
         if since.elapsed() < self.grace {
             return None;
         }
-        let claimed = claim(path);
+        let claimed = claim(path, cfg.job);
         if claimed.is_none() {
             // Another spare's claim is being served: wait for its file.
             self.silent_since = None;
@@ -82,9 +111,99 @@ pub(crate) fn grace(connect_timeout: Duration) -> Duration {
     (connect_timeout / 10).clamp(Duration::from_millis(500), Duration::from_secs(3))
 }
 
+/// How long a spare waits for the job's first rendezvous file before it
+/// takes rank 0 itself: longer than a start takes, short enough that the
+/// ranks, which wait for the file as long as the connect timeout, still
+/// find the spare's.
+pub(crate) fn unwritten_grace(connect_timeout: Duration) -> Duration {
+    (connect_timeout / 3).clamp(Duration::from_secs(2), Duration::from_secs(10))
+}
+
+/// What a claim file holds: its job.
+fn claim_text(job: u64) -> String {
+    format!("job={job:#x}\n")
+}
+
+/// Claim `k` beside `path` as it stands for `job`.
+enum ClaimFile {
+    /// Nobody made it (or only another job did: that one is gone now).
+    Free,
+    /// This job's, made that long ago.
+    Made(Duration),
+    /// It cannot be read.
+    Unknown,
+}
+
+fn claim_file(path: &Path, k: u32, job: u64) -> ClaimFile {
+    let p = claim_path(path, k);
+    match std::fs::read_to_string(&p) {
+        Ok(text) if text == claim_text(job) => {
+            let age = std::fs::metadata(&p)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok());
+            ClaimFile::Made(age.unwrap_or_default())
+        }
+        Ok(_) => match std::fs::remove_file(&p) {
+            Ok(()) => ClaimFile::Free,
+            Err(_) => ClaimFile::Unknown,
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => ClaimFile::Free,
+        Err(_) => ClaimFile::Unknown,
+    }
+}
+
+/// Creates claim `k` for `job`: true if this process made it.
+fn make_claim(path: &Path, k: u32, job: u64) -> bool {
+    use std::io::Write;
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(claim_path(path, k));
+    match created {
+        Ok(mut f) => f.write_all(claim_text(job).as_bytes()).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// The first process of rank 0, in a job with spares, claims the start
+/// before it hosts it: true if it may host, false if a spare took rank
+/// 0 first (no file had come: see [`Watch::unanswered`]).
+pub(crate) fn first_claim(path: &Path, job: u64) -> bool {
+    match claim_file(path, 0, job) {
+        ClaimFile::Free => make_claim(path, 0, job),
+        ClaimFile::Made(_) => false,
+        // Not ours to judge: host, as a job without spares would.
+        ClaimFile::Unknown => true,
+    }
+}
+
+/// No file of `job` came: the incarnation of rank 0 this spare takes, if
+/// its claim is the one made. Claim 0 locks the first process out (it
+/// becomes a spare if it comes); a claim whose maker has not written the
+/// file within `grace` is passed over.
+fn claim_unwritten(path: &Path, job: u64, grace: Duration) -> Option<u32> {
+    for k in 0..=MAX_CLAIMS {
+        match claim_file(path, k, job) {
+            ClaimFile::Made(age) if age < grace => return None,
+            ClaimFile::Made(_) => continue,
+            ClaimFile::Unknown => return None,
+            ClaimFile::Free => {}
+        }
+        if !make_claim(path, k, job) {
+            return None;
+        }
+        return match k {
+            0 => make_claim(path, 1, job).then_some(1),
+            k => Some(k),
+        };
+    }
+    None
+}
+
 /// Claims rank 0's next incarnation beside the rendezvous file `path`:
 /// `Some(k)` if this process created claim `k`.
-fn claim(path: &Path) -> Option<u32> {
+fn claim(path: &Path, job: u64) -> Option<u32> {
     let file_time = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     let written: SystemTime = file_time(path)?;
     for k in 1..=MAX_CLAIMS {
@@ -95,11 +214,7 @@ fn claim(path: &Path) -> Option<u32> {
             }
             continue; // it hosted and went silent: the next claim
         }
-        let created = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&mine);
-        return created.is_ok().then_some(k);
+        return make_claim(path, k, job).then_some(k);
     }
     None
 }
@@ -120,16 +235,48 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("taskfold-orphan-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("master.addr");
-        assert_eq!(claim(&file), None, "no rendezvous file: nothing to take");
+        assert_eq!(claim(&file, 7), None, "no rendezvous file: nothing to take");
         std::fs::write(&file, "x").unwrap();
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(claim(&file), Some(1));
-        assert_eq!(claim(&file), None, "claimant 1 has not hosted yet");
+        assert_eq!(claim(&file, 7), Some(1));
+        assert_eq!(claim(&file, 7), None, "claimant 1 has not hosted yet");
         // Claimant 1 hosts (rewrites the file), then dies.
         std::thread::sleep(Duration::from_millis(20));
         std::fs::write(&file, "y").unwrap();
-        assert_eq!(claim(&file), Some(2));
-        assert_eq!(claim(&file), None);
+        assert_eq!(claim(&file, 7), Some(2));
+        assert_eq!(claim(&file, 7), None);
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn with_no_file_a_spare_takes_rank_0_and_the_first_process_comes_too_late() {
+        let dir = std::env::temp_dir().join(format!("taskfold-unwritten-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("master.addr");
+        let long = Duration::from_secs(60);
+        // Another job's claim left in the directory is taken for none.
+        std::fs::write(claim_path(&file, 0), claim_text(9)).unwrap();
+        assert_eq!(claim_unwritten(&file, 7, long), Some(1), "claims 0 and 1");
+        assert!(
+            !first_claim(&file, 7),
+            "rank 0's first process comes too late"
+        );
+        assert_eq!(
+            claim_unwritten(&file, 7, long),
+            None,
+            "claimant 1 may still host"
+        );
+        // Claimant 1 died before it wrote the file: past the grace, the next.
+        assert_eq!(claim_unwritten(&file, 7, Duration::ZERO), Some(2));
+        let _ = std::fs::remove_dir_all(&dir);
+
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(first_claim(&file, 7), "the first process claims the start");
+        assert_eq!(
+            claim_unwritten(&file, 7, long),
+            None,
+            "a spare does not take it from a first process that may still host"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
