@@ -152,3 +152,70 @@ fn a_spare_takes_rank_0_when_the_master_dies_before_it_wrote_the_file() {
 fn a_first_rank_0_that_comes_after_a_spare_took_its_rank_waits_as_a_spare() {
     rank_0_never_writes_the_rendezvous_file(false);
 }
+
+/// Under `mpiexec` with a spare, the master is held once it handed the
+/// job's table to one of three ranks, and killed there. The job started:
+/// the ranks without the table read it where the master kept it, no
+/// second start is hosted, the standby calls the spare as rank 0's
+/// replacement, and the root's replacement ends exact. (That the spare
+/// would not claim rank 0 even if the standby were slower than its grace
+/// — it finds the kept table — is not shown here: the standby rewrites
+/// the rendezvous file first.)
+#[test]
+fn a_master_killed_while_it_hands_out_the_table_under_mpiexec_costs_nothing() {
+    let Some(mpiexec) = mpiexec() else {
+        assert!(std::env::var_os("CI").is_none(), "CI must run mpiexec");
+        eprintln!("skipped: MPICH's mpiexec is not installed");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let job = format!("table-{}", std::process::id());
+    let mut cmd = Command::new(mpiexec);
+    cmd.args(["-n", "5", "-disable-auto-cleanup", "-prepend-rank"])
+        .arg(taskfold_bin())
+        .args(["guard", "--"])
+        .arg(env!("CARGO_BIN_EXE_tf_respawn"))
+        .args(["--reductions", "10", "--pace-ms", "20"])
+        .env("TASKFOLD_RENDEZVOUS", d.join("master.addr"))
+        .env("TASKFOLD_JOB", &job)
+        .env("TASKFOLD_SPARES", "1")
+        .env("TASKFOLD_JOB_KEY", job_key())
+        .env("TASKFOLD_STANDBY", "on")
+        .env("TASKFOLD_TEST_HOOK", format!("0:table:1:{}", d.display()))
+        .env("TASKFOLD_FAILURE_TIMEOUT_MS", "2000")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().expect("mpiexec starts");
+    taskfold_tests::faults::held(d, &[0], "table");
+    let marker = d.join("held-0-table");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pid: i32 = loop {
+        let read = std::fs::read_to_string(&marker).unwrap_or_default();
+        if let Ok(pid) = read.trim().parse() {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "no pid in {}", marker.display());
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    taskfold_tests::signal(pid, taskfold_tests::Signal::KILL).expect("rank 0 killed");
+    let out = wait_bounded(child, Duration::from_secs(150));
+    let t = text(&out);
+    assert!(
+        t.contains("joining by the table it wrote"),
+        "a rank without the table read it:\n{t}"
+    );
+    assert!(
+        !t.contains("this spare takes rank 0"),
+        "the spare claimed no second start:\n{t}"
+    );
+    assert!(
+        t.contains("this spare takes a dead rank's place"),
+        "the standby called the spare:\n{t}"
+    );
+    assert!(
+        t.contains("rank 0: 10 ok, 0 lost, 0 wrong, 0 unexpected"),
+        "the root's replacement ends exact:\n{t}"
+    );
+}
