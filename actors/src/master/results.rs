@@ -105,6 +105,25 @@ impl Master {
         self.count_results();
     }
 
+    /// A rank's report to this standby says it keeps `root`'s result of
+    /// `key`, a reduction the standby rebuilds live: the root made it
+    /// whole and kept it, and the dead master did not hear it complete.
+    /// Noted as the root's announcement of its copy is (recording it now
+    /// would make its completion look like a second result with that id,
+    /// and drop both); a second such report is a spare of it.
+    pub(super) fn live_result_reported(&mut self, key: u64, root: u32, holder: u32) {
+        if !self.results.on {
+            return;
+        }
+        match self.results.pending.get(&key) {
+            Some(&(r, h)) if r == root && h != holder => self.early_spare(key, root, holder),
+            Some(&(r, _)) if r == root => {}
+            _ => {
+                self.results.pending.insert(key, (root, holder));
+            }
+        }
+    }
+
     /// A rank's report to this standby says it keeps a second copy of
     /// `root`'s result of `key`, relayed after the root died: a spare of
     /// the record made from the first copies' reports, or the record
@@ -153,7 +172,7 @@ impl Master {
 
     /// A live root's result of `key` has a further copy at `holder`, made
     /// before the reduction completed here: a spare of its record then.
-    fn early_spare(&mut self, key: u64, root: u32, holder: u32) {
+    pub(super) fn early_spare(&mut self, key: u64, root: u32, holder: u32) {
         let entry = self
             .results
             .early_spares
@@ -326,6 +345,16 @@ impl Handler<ResultKeptIn> for Master {
         };
         if live.is_none() && fits {
             return self.count_results();
+        }
+        if live.is_none() && holder_ok && self.completed_lately(key) {
+            // A root whose copy was settled after a new master completed
+            // the reduction from its report (the master changed while it
+            // was made): that copy is the record, if there is none.
+            if self.results.book.lookup(key, from.0) == Lookup::Unknown {
+                let drops = self.results.book.kept(key, from.0, holder);
+                self.drop_copies(&drops);
+                return self.count_results();
+            }
         }
         if !fits {
             // Not a root of a live reduction, or a master that keeps no

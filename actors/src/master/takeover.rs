@@ -221,13 +221,23 @@ impl Master {
             self.ask_early();
             return self.check_finalize();
         }
+        // A copy of a reduction that is rebuilt live is its live root's
+        // result, kept but not yet reported complete: it is recorded when
+        // the reduction completes, as the root's own notice would be.
+        let live = |key: &u64| g.held.contains_key(key) && !g.ended.contains_key(key);
         for (key, root, holder) in std::mem::take(&mut g.results) {
-            self.result_reported(key, root, holder);
+            match live(&key) {
+                true => self.live_result_reported(key, root, holder),
+                false => self.result_reported(key, root, holder),
+            }
         }
         // Second copies after every first one: each is a spare of its
         // record, or the record if its first copy's holder is gone.
         for (key, root, holder) in std::mem::take(&mut g.relayed) {
-            self.relayed_reported(key, root, holder);
+            match live(&key) {
+                true => self.early_spare(key, root, holder),
+                false => self.relayed_reported(key, root, holder),
+            }
         }
         self.note_ended(&g.ended, &g.held);
         let rebuilt = g.held.len();

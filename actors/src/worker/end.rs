@@ -65,6 +65,9 @@ impl Handler<CompleteIn> for Worker {
             // (a later reduction with the same id may be live here now).
             return;
         }
+        if m.error.is_none() && self.complete_once_kept(m.key) {
+            return;
+        }
         self.finish(m.key, m.error);
     }
 }

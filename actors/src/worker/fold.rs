@@ -106,9 +106,11 @@ impl Worker {
             bytes: done.bytes,
             direct,
         });
-        if whole && !old && self.keeps_result(key) {
-            // Its report waits until the result's copy is settled.
-            return self.keep_result(key, msg);
+        if whole && self.keeps_result(key) {
+            // Its report waits until the result's copy is settled; a dead
+            // master's task has none to send (this rank's report to the
+            // new master holds it), but its result is kept all the same.
+            return self.keep_result(key, (!old).then_some(msg));
         }
         if !old {
             self.to_master(&msg);

@@ -46,11 +46,15 @@ const RESULT_INLINE_BYTES: usize = 256 << 10;
 /// A result on its way to its buddy, its root's last report held.
 pub(crate) struct Keeping {
     handover: Handover,
-    /// The report the root sends once the copy is settled.
-    done: Msg,
+    /// The report the root sends once the copy is settled (`None`: a
+    /// dead master's task, whose report the new master has already).
+    done: Option<Msg>,
     /// The master the report is for: if another took over meanwhile, the
     /// report is not sent (the root's report to the new one holds it).
     master: Rank,
+    /// The master's completion notice came while the copy was made: the
+    /// reduction ends here once it is settled.
+    completed: bool,
     len: u64,
     crc: u32,
 }
@@ -87,7 +91,7 @@ struct ResultEncoded {
     key: u64,
     value: Box<dyn ReduceValue>,
     encoded: Result<Bytes, FoldError>,
-    done: Msg,
+    done: Option<Msg>,
 }
 
 /// The buddy stored (or refused) this root's result of `key`.
@@ -125,7 +129,7 @@ impl Worker {
 
     /// Holds the root's last report `done` of `key` until its result's
     /// copy is settled: serialises the result first.
-    pub(super) fn keep_result(&mut self, key: u64, done: Msg) {
+    pub(super) fn keep_result(&mut self, key: u64, done: Option<Msg>) {
         let Some(value) = self.locals.get_mut(&key).and_then(|l| l.value.take()) else {
             return self.result_done(key, None, Some(done));
         };
@@ -178,6 +182,7 @@ impl Worker {
             handover,
             done: m.done,
             master: self.out.master(),
+            completed: false,
             len,
             crc,
         };
@@ -207,22 +212,24 @@ impl Worker {
 
     /// The copy of `key`'s result is settled (`holder`: kept there; `None`:
     /// none): the master is told, the held report goes, and the root's
-    /// future completes. `done`: the report, if no handover holds it.
-    fn result_done(&mut self, key: u64, holder: Option<u32>, done: Option<Msg>) {
+    /// future completes. `done`: the report (`Some(None)`: none to send),
+    /// if no handover holds it.
+    ///
+    /// The copy is kept and told to the current master even if another
+    /// master took over while it was made: that one completes the
+    /// reduction from this rank's report, and the application will have
+    /// the result, so the copy is what a replacement of this rank gets it
+    /// back from.
+    fn result_done(&mut self, key: u64, holder: Option<u32>, done: Option<Option<Msg>>) {
         let k = self.results.keeping.remove(&key);
         let bytes = self.out.transport().withdraw(BufferKey(result_key(key)));
         let master = k.as_ref().map_or(self.out.master(), |k| k.master);
-        let Some(done) = done.or(k.map(|k| k.done)) else {
-            return;
+        let completed = k.as_ref().is_some_and(|k| k.completed);
+        let report = match (done, k) {
+            (Some(d), _) => d,
+            (None, Some(k)) => k.done,
+            (None, None) => return,
         };
-        if master != self.out.master() {
-            // A dead master's task: the new master ends the reduction from
-            // this rank's report. Its copy serves nobody.
-            if let Some(h) = holder {
-                self.drop_results(h, vec![key]);
-            }
-            return;
-        }
         match holder {
             Some(h) => self.to_master(&Msg::Results(ResultMsg::Kept { key, holder: h })),
             None => {
@@ -230,7 +237,9 @@ impl Worker {
                 tracing::warn!(rank = %self.rank, key, "no copy of this root's result: a replacement of this rank would get ResultLost");
             }
         }
-        self.to_master(&done);
+        if let (true, Some(report)) = (master == self.out.master(), report) {
+            self.to_master(&report);
+        }
         if let (Some(h), Some(l), Some(bytes)) = (holder, self.locals.get(&key), bytes) {
             let slot = l.slot.clone();
             let evicted = self
@@ -241,9 +250,25 @@ impl Worker {
             self.send_release(evicted);
         }
         // As a root whose value became whole (see `report`): the master's
-        // completion notice that follows is ignored.
-        self.ended_early.insert(key);
+        // completion notice that follows, if it did not come already, is
+        // ignored.
+        if !completed {
+            self.ended_early.insert(key);
+        }
         self.finish(key, None);
+    }
+
+    /// The master says reduction `key` completed while this root's result
+    /// is being kept: it ends here once the copy is settled (true), so
+    /// that the copy exists before the application can see the result.
+    pub(super) fn complete_once_kept(&mut self, key: u64) -> bool {
+        match self.results.keeping.get_mut(&key) {
+            Some(k) => {
+                k.completed = true;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Reduction `key` ends here otherwise (failed, or a new master

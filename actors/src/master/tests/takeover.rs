@@ -2,6 +2,7 @@
 //! master is told to the members that missed it, a barrier some rank
 //! passed is released, a later one fails for the dead master.
 use super::*;
+use crate::master::ResultKeptIn;
 use taskfold_core::wire::{Held, Rejoin};
 use taskfold_core::{RankSet, ReduceError};
 
@@ -300,5 +301,91 @@ fn a_replaced_roots_join_of_a_live_reduction_is_rebuilt_not_answered() {
         let mut ends = run_to_end(&m, &ts).await;
         ends.sort();
         assert_eq!(ends, vec![(1, None), (2, None), (3, None)]);
+    });
+}
+
+/// The root's result was being kept when the master died; the standby
+/// completes the reduction from the root's report (its data whole), and
+/// the root's notice of the copy comes after that. The copy is the
+/// record (the application has the result now): kept, not dropped.
+#[test]
+fn a_roots_copy_settled_after_the_takeover_completed_it_is_the_record() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let respawn = taskfold_core::settings::RespawnConfig {
+            budget: 1,
+            ..Default::default()
+        };
+        let m = standby(&ts, Some(respawn), true);
+        // Positions: rank 1 (the root) is 0, rank 2 is 1, rank 3 is 2.
+        m.send(report_of(1, |r| {
+            r.holding = vec![held_of(1, &[0, 1, 2], None)]
+        }))
+        .await
+        .unwrap();
+        for rank in [2, 3] {
+            m.send(report_of(rank, |_| {})).await.unwrap();
+        }
+        settle().await;
+        let msgs = sent(&ts);
+        assert!(
+            msgs.iter().any(|(to, m)| *to == 1
+                && matches!(
+                    m,
+                    Msg::Complete {
+                        key: KEY,
+                        error: None
+                    }
+                )),
+            "completed from the root's report: {msgs:?}"
+        );
+        m.send(ResultKeptIn {
+            from: Rank(1),
+            key: KEY,
+            holder: 2,
+        })
+        .await
+        .unwrap();
+        settle().await;
+        no_results_message(&sent(&ts), "the root's copy is not dropped");
+        assert_eq!(result_counts(&m).await, (1, 0, 0));
+    });
+}
+
+/// A holder's report to the standby names a copy of the root's result of
+/// a reduction the standby rebuilds live; the root then says where its
+/// copy lies and the reduction completes. One result, one record: the
+/// reported copy is not taken for an earlier result with the same id
+/// (which would drop both).
+#[test]
+fn a_reported_copy_of_a_live_reduction_is_recorded_at_its_completion() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let m = standby(&ts, None, true);
+        m.send(report_of(1, |r| r.holding = vec![held_of(1, &[0], None)]))
+            .await
+            .unwrap();
+        m.send(report_of(2, |r| r.holding = vec![held_of(2, &[1], None)]))
+            .await
+            .unwrap();
+        m.send(report_of(3, |r| {
+            r.holding = vec![held_of(3, &[2], None)];
+            r.results = vec![(KEY, 1)];
+        }))
+        .await
+        .unwrap();
+        settle().await;
+        m.send(ResultKeptIn {
+            from: Rank(1),
+            key: KEY,
+            holder: 3,
+        })
+        .await
+        .unwrap();
+        let ends = run_to_end(&m, &ts).await;
+        assert!(ends.iter().all(|(_, e)| e.is_none()), "{ends:?}");
+        settle().await;
+        no_results_message(&sent(&ts), "the copy is not dropped");
+        assert_eq!(result_counts(&m).await, (1, 0, 0));
     });
 }
