@@ -221,6 +221,7 @@ impl Master {
             self.ask_early();
             return self.check_finalize();
         }
+        Self::completed_at_dead_roots(&mut g);
         // A copy of a reduction that is rebuilt live is its live root's
         // result, kept but not yet reported complete: it is recorded when
         // the reduction completes, as the root's own notice would be.
@@ -269,6 +270,31 @@ impl Master {
         // Replacements that asked while the reports were awaited.
         self.ask_early();
         self.check_finalize();
+    }
+
+    /// Reductions the members hold live whose dead root's result has a
+    /// copy: the root made it whole (it keeps a copy only then) and its
+    /// report died with the master. They completed: the members are told
+    /// so, and the copy is the record a replacement root gets the result
+    /// from. Waiting for the root instead would wait for a replacement
+    /// that resumes past the reduction (its application had the result,
+    /// and may have checkpointed past it), and end it in an error.
+    fn completed_at_dead_roots(g: &mut Gathered) {
+        let whole: Vec<u64> = g
+            .results
+            .iter()
+            .chain(&g.relayed)
+            .filter(|(key, root, _)| {
+                // A live root reports the reduction: held, or ended.
+                let held = g.held.get(key);
+                let root_holds = held.is_some_and(|m| m.iter().any(|h| h.joining.rank == *root));
+                held.is_some() && !g.ended.contains_key(key) && !root_holds
+            })
+            .map(|&(key, _, _)| key)
+            .collect();
+        for key in whole {
+            g.ended.insert(key, None);
+        }
     }
 
     /// Whether the takeover `g` reports ends in a rollback. The ranks

@@ -389,3 +389,49 @@ fn a_reported_copy_of_a_live_reduction_is_recorded_at_its_completion() {
         assert_eq!(result_counts(&m).await, (1, 0, 0));
     });
 }
+
+/// The master and the root of a reduction die together (one node): the
+/// root had made it whole and kept its result (a holder reports the
+/// copy), but its report died with the master. The standby ends the
+/// reduction as completed, with the copy as its record, rather than
+/// wait for a root whose replacement would resume past it.
+#[test]
+fn a_reduction_whose_dead_root_kept_its_result_completed() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let m = standby(&ts, None, true);
+        // Positions: rank 1 is 0, rank 2 (the root) is 1, rank 3 is 2.
+        let rooted_at_2 = |rank, path: &[usize]| {
+            let mut h = held_of(rank, path, None);
+            h.joining.join.root = 2;
+            h
+        };
+        m.send(report_of(1, |r| r.holding = vec![rooted_at_2(1, &[0])]))
+            .await
+            .unwrap();
+        m.send(report_of(3, |r| {
+            r.holding = vec![rooted_at_2(3, &[2])];
+            r.results = vec![(KEY, 2)];
+        }))
+        .await
+        .unwrap();
+        down(&m, 2).await;
+        settle().await;
+        let msgs = sent(&ts);
+        for r in [1, 3] {
+            assert!(
+                msgs.iter().any(|(to, m)| *to == r
+                    && matches!(
+                        m,
+                        Msg::Complete {
+                            key: KEY,
+                            error: None
+                        }
+                    )),
+                "rank {r} hears it completed: {msgs:?}"
+            );
+        }
+        no_results_message(&msgs, "the copy is kept");
+        assert_eq!(result_counts(&m).await, (1, 0, 0));
+    });
+}
