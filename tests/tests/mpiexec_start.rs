@@ -7,6 +7,7 @@
 //! hydra lets the others live. Skipped where MPICH is not installed; CI
 //! installs it.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use taskfold_tests::{job_key, taskfold_bin, text, wait_bounded};
@@ -32,34 +33,50 @@ fn pid_of(rank: u32, job: &str) -> Option<i32> {
     })
 }
 
-#[test]
-fn a_spare_takes_rank_0_when_the_master_dies_while_the_job_starts() {
+/// An `mpiexec` job of `n` processes running `program`, each under
+/// `taskfold guard`, with one spare, job `job`'s key and its rendezvous
+/// file in `dir`; `None` (the test skipped) where MPICH is not installed,
+/// which CI does not allow.
+fn spare_job(n: u32, program: &str, dir: &Path, job: &str) -> Option<Command> {
     let Some(mpiexec) = mpiexec() else {
         assert!(
             std::env::var_os("CI").is_none(),
             "CI must run mpiexec (MPICH is installed there)"
         );
         eprintln!("skipped: MPICH's mpiexec is not installed");
-        return;
+        return None;
     };
+    let mut cmd = Command::new(mpiexec);
+    cmd.args([
+        "-n",
+        &n.to_string(),
+        "-disable-auto-cleanup",
+        "-prepend-rank",
+    ])
+    .arg(taskfold_bin())
+    .args(["guard", "--"])
+    .arg(program)
+    .env("TASKFOLD_RENDEZVOUS", dir.join("master.addr"))
+    .env("TASKFOLD_JOB", job)
+    .env("TASKFOLD_SPARES", "1")
+    .env("TASKFOLD_JOB_KEY", job_key())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    Some(cmd)
+}
+
+#[test]
+fn a_spare_takes_rank_0_when_the_master_dies_while_the_job_starts() {
     let dir = tempfile::tempdir().unwrap();
     let rendezvous = dir.path().join("master.addr");
     let job = format!("start-{}", std::process::id());
     // Three working ranks and a spare; rank 2 comes 3 s late, so the
     // start is still open when rank 0 dies.
-    let mut cmd = Command::new(mpiexec);
-    cmd.args(["-n", "4", "-disable-auto-cleanup", "-prepend-rank"])
-        .arg(taskfold_bin())
-        .args(["guard", "--"])
-        .arg(env!("CARGO_BIN_EXE_tf_plain"))
-        .env("TASKFOLD_RENDEZVOUS", &rendezvous)
-        .env("TASKFOLD_JOB", &job)
-        .env("TASKFOLD_SPARES", "1")
-        .env("TASKFOLD_JOB_KEY", job_key())
-        .env("TF_PLAIN_ALL_LIVE", "1")
-        .env("TF_PLAIN_LATE", "2")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let plain = env!("CARGO_BIN_EXE_tf_plain");
+    let Some(mut cmd) = spare_job(4, plain, dir.path(), &job) else {
+        return;
+    };
+    cmd.env("TF_PLAIN_ALL_LIVE", "1").env("TF_PLAIN_LATE", "2");
     let child = cmd.spawn().expect("mpiexec starts");
     let deadline = Instant::now() + Duration::from_secs(20);
     while !rendezvous.exists() && Instant::now() < deadline {
@@ -89,28 +106,15 @@ fn a_spare_takes_rank_0_when_the_master_dies_while_the_job_starts() {
 /// once no rendezvous file came for 10 s, a third of the connect
 /// timeout). Either way the spare hosts the start and the job runs.
 fn rank_0_never_writes_the_rendezvous_file(kill: bool) {
-    let Some(mpiexec) = mpiexec() else {
-        assert!(std::env::var_os("CI").is_none(), "CI must run mpiexec");
-        eprintln!("skipped: MPICH's mpiexec is not installed");
+    let dir = tempfile::tempdir().unwrap();
+    let job = format!("unwritten-{kill}-{}", std::process::id());
+    let plain = env!("CARGO_BIN_EXE_tf_plain");
+    let Some(mut cmd) = spare_job(4, plain, dir.path(), &job) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let rendezvous = dir.path().join("master.addr");
-    let job = format!("unwritten-{kill}-{}", std::process::id());
-    let mut cmd = Command::new(mpiexec);
-    cmd.args(["-n", "4", "-disable-auto-cleanup", "-prepend-rank"])
-        .arg(taskfold_bin())
-        .args(["guard", "--"])
-        .arg(env!("CARGO_BIN_EXE_tf_plain"))
-        .env("TASKFOLD_RENDEZVOUS", &rendezvous)
-        .env("TASKFOLD_JOB", &job)
-        .env("TASKFOLD_SPARES", "1")
-        .env("TASKFOLD_JOB_KEY", job_key())
-        .env("TF_PLAIN_ALL_LIVE", "1")
+    cmd.env("TF_PLAIN_ALL_LIVE", "1")
         .env("TF_PLAIN_LATE", "0")
-        .env("TF_PLAIN_LATE_MS", "14000")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env("TF_PLAIN_LATE_MS", "14000");
     let child = cmd.spawn().expect("mpiexec starts");
     if kill {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -163,30 +167,18 @@ fn a_first_rank_0_that_comes_after_a_spare_took_its_rank_waits_as_a_spare() {
 /// the rendezvous file first.)
 #[test]
 fn a_master_killed_while_it_hands_out_the_table_under_mpiexec_costs_nothing() {
-    let Some(mpiexec) = mpiexec() else {
-        assert!(std::env::var_os("CI").is_none(), "CI must run mpiexec");
-        eprintln!("skipped: MPICH's mpiexec is not installed");
-        return;
-    };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let job = format!("table-{}", std::process::id());
-    let mut cmd = Command::new(mpiexec);
-    cmd.args(["-n", "5", "-disable-auto-cleanup", "-prepend-rank"])
-        .arg(taskfold_bin())
-        .args(["guard", "--"])
-        .arg(env!("CARGO_BIN_EXE_tf_respawn"))
-        .args(["--reductions", "10", "--pace-ms", "20"])
-        .env("TASKFOLD_RENDEZVOUS", d.join("master.addr"))
-        .env("TASKFOLD_JOB", &job)
-        .env("TASKFOLD_SPARES", "1")
-        .env("TASKFOLD_JOB_KEY", job_key())
+    let respawn = env!("CARGO_BIN_EXE_tf_respawn");
+    let Some(mut cmd) = spare_job(5, respawn, d, &job) else {
+        return;
+    };
+    cmd.args(["--reductions", "10", "--pace-ms", "20"])
         .env("TASKFOLD_STANDBY", "on")
         .env("TASKFOLD_TEST_HOOK", format!("0:table:1:{}", d.display()))
         .env("TASKFOLD_FAILURE_TIMEOUT_MS", "2000")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env("RUST_LOG", "warn");
     let child = cmd.spawn().expect("mpiexec starts");
     taskfold_tests::faults::held(d, &[0], "table");
     let marker = d.join("held-0-table");
