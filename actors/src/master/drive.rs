@@ -66,7 +66,7 @@ impl Master {
     }
 
     /// Ends reduction `key`, complete, and tells its members.
-    fn complete(&mut self, key: u64) {
+    pub(super) fn complete(&mut self, key: u64) {
         let Some(r) = self.reductions.live.remove(&key) else {
             return;
         };

@@ -435,6 +435,23 @@ impl Handler<ResultAlsoKeptIn> for Master {
             // could): this one is the record, as it would be had it come
             // in this rank's report.
             tracing::info!(root, key, holder = %from, "a dead root's result is kept by the rank it was relayed to");
+            if self
+                .reductions
+                .live
+                .get(&key)
+                .is_some_and(|r| r.root.0 == root)
+            {
+                // Live here, its root dead: the root made it whole (it
+                // keeps a copy only then) and its report died with a
+                // master. It completed (see `takeover`, the same rule for
+                // the copies reported to a standby).
+                tracing::warn!(
+                    root,
+                    key,
+                    "a dead root had completed this reduction: it ends complete"
+                );
+                self.complete(key);
+            }
             let drops = self.results.book.kept(key, root, from.0);
             self.drop_copies(&drops);
             return self.count_results();

@@ -117,3 +117,52 @@ fn a_further_copy_at_the_records_holder_is_kept() {
         assert_eq!(result_counts(&m).await, (1, 0, 0));
     });
 }
+
+/// The root dies (its replacement awaited) while the master holds its
+/// reduction live; a holder then says it keeps a copy of that root's
+/// result, relayed after the root's death. The root made the reduction
+/// whole (it keeps a copy only then): the master ends it complete and
+/// records the copy, rather than wait for a replacement that resumes
+/// past it.
+#[test]
+fn a_copy_of_a_dead_roots_result_completes_its_live_reduction() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master.set_respawn(&taskfold_core::settings::RespawnConfig {
+            budget: 1,
+            ..Default::default()
+        });
+        master.set_keep_results(true);
+        let m = master.start();
+        joined(&m).await;
+        settle().await;
+        down(&m, 1).await;
+        settle().await;
+        let _ = sent(&ts);
+        m.send(ResultAlsoKeptIn {
+            from: Rank(3),
+            root: 1,
+            key: KEY,
+        })
+        .await
+        .unwrap();
+        settle().await;
+        let msgs = sent(&ts);
+        for r in [0, 2, 3] {
+            assert!(
+                msgs.iter().any(|(to, m)| *to == r
+                    && matches!(
+                        m,
+                        Msg::Complete {
+                            key: KEY,
+                            error: None
+                        }
+                    )),
+                "rank {r} hears it completed: {msgs:?}"
+            );
+        }
+        assert_eq!(result_counts(&m).await, (1, 0, 0));
+    });
+}
