@@ -3,6 +3,21 @@
 use super::*;
 use crate::master::{ResultAlsoKeptIn, ResultKeptIn};
 
+/// A master of 4 ranks that keeps results' records and expects `budget`
+/// replacements (0: none).
+fn keeping_master(ts: &[Arc<LoopbackTransport>], budget: u32) -> Addr<Master> {
+    let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+    let mut master = Master::new(4, Outbox::of(t), 1000);
+    if budget > 0 {
+        master.set_respawn(&taskfold_core::settings::RespawnConfig {
+            budget,
+            ..Default::default()
+        });
+    }
+    master.set_keep_results(true);
+    master.start()
+}
+
 /// A second copy of a live root's result (made at once, see
 /// `Config::second_result_copies`) announced before the reduction
 /// completed here: a spare of the record the completion makes, not a
@@ -11,10 +26,7 @@ use crate::master::{ResultAlsoKeptIn, ResultKeptIn};
 fn a_second_copy_before_the_completion_is_the_records_spare() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.set_keep_results(true);
-        let m = master.start();
+        let m = keeping_master(&ts, 0);
         joined(&m).await;
         m.send(ResultAlsoKeptIn {
             from: Rank(3),
@@ -44,10 +56,7 @@ fn a_second_copy_before_the_completion_is_the_records_spare() {
 fn a_copy_again_at_the_records_holder_is_kept() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.set_keep_results(true);
-        let m = master.start();
+        let m = keeping_master(&ts, 0);
         joined(&m).await;
         let kept = |from: u32, holder: u32| ResultKeptIn {
             from: Rank(from),
@@ -86,10 +95,7 @@ fn a_copy_again_at_the_records_holder_is_kept() {
 fn a_further_copy_at_the_records_holder_is_kept() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.set_keep_results(true);
-        let m = master.start();
+        let m = keeping_master(&ts, 0);
         joined(&m).await;
         m.send(ResultKeptIn {
             from: Rank(1),
@@ -128,14 +134,7 @@ fn a_further_copy_at_the_records_holder_is_kept() {
 fn a_copy_of_a_dead_roots_result_completes_its_live_reduction() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-        let mut master = Master::new(4, Outbox::of(t), 1000);
-        master.set_respawn(&taskfold_core::settings::RespawnConfig {
-            budget: 1,
-            ..Default::default()
-        });
-        master.set_keep_results(true);
-        let m = master.start();
+        let m = keeping_master(&ts, 1);
         joined(&m).await;
         settle().await;
         down(&m, 1).await;
