@@ -446,3 +446,64 @@ fn a_stale_disk_copy_of_the_dead_master_is_not_taken_up() {
         }
     }
 }
+
+/// The master (rank 0) and its standby (rank 1) die close together, and
+/// rank 3 saw both deaths first: it reports to rank 2, the next standby,
+/// while rank 2 still follows rank 0 and names rank 1 its successor.
+/// Rank 2 keeps that report, takes over once it hears of the deaths, and
+/// goes on; dropped, the report would never come again and the takeover
+/// would wait for it as long as rank 3 lives. Rank 3 is played here by
+/// its transport alone, so that its report is sent exactly then.
+#[test]
+fn a_report_that_reaches_the_next_standby_before_it_heard_of_the_deaths_is_kept() {
+    use std::sync::Arc;
+    use taskfold::Runtime;
+    use taskfold_core::wire::{self, Msg, Rejoin};
+    use taskfold_core::Rank;
+    use taskfold_transports::loopback::LoopbackHub;
+    use taskfold_transports::Transport;
+    let c = Config {
+        failure_timeout: Duration::from_secs(60),
+        finalize_timeout: Duration::from_secs(2),
+        ..config(Durability::Sync)
+    };
+    let (hub, mut ts) = LoopbackHub::new(4);
+    let puppet = ts.pop().unwrap();
+    let rts: Vec<Runtime> = ts
+        .into_iter()
+        .map(|t| Runtime::start(t as Arc<dyn Transport>, c.clone()).unwrap())
+        .collect();
+    let report = Rejoin {
+        rank: 3,
+        lost: 1,
+        holding: Vec::new(),
+        copies: Vec::new(),
+        ended: Vec::new(),
+        barriers: Vec::new(),
+        passed: 0,
+        finalized: false,
+        left: false,
+        epoch: 0,
+        results: Vec::new(),
+        relayed: Vec::new(),
+    };
+    let frame = wire::encode(&Msg::Rejoin(report));
+    puppet.send(Rank(2), frame.into()).unwrap();
+    // Rank 2 takes the report in while rank 0 is its master.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(rts[2].master_stats().is_none(), "rank 2 is no master yet");
+    hub.kill(Rank(0));
+    hub.kill(Rank(1));
+    // Under rank 2, once every live rank's report is in, a reduction of
+    // its own completes.
+    let opts = Reduce::root(2).group(vec![2]).id("after");
+    let mut f = rts[2].reduce(Sum(value(2, 0)), opts).unwrap();
+    let got = f.wait_timeout(Duration::from_secs(10));
+    assert_eq!(got.unwrap().unwrap().0, expected(2..3, 0));
+    let stats = rts[2].master_stats().expect("rank 2 runs the master now");
+    assert_eq!(stats.dead, vec![0, 1], "{stats:?}");
+    hub.kill(Rank(3));
+    for r in rts {
+        let _ = r.shutdown();
+    }
+}

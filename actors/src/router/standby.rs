@@ -6,6 +6,7 @@
 use super::Router;
 use crate::master::spawn::{standby_master, Spare};
 use crate::worker::{Failover, MasterGone};
+use std::collections::HashSet;
 use std::time::Instant;
 use taskfold_core::membership::Change;
 use taskfold_core::watch::{Lost, MasterWatch};
@@ -22,6 +23,9 @@ pub(crate) struct Standby {
     spare: Spare,
     /// Messages for the master that came before this standby took over.
     early: Vec<(Rank, Msg, usize)>,
+    /// Ranks whose report ([`Msg::Rejoin`]) is among them: they turned
+    /// to this rank as their master, and their next messages are kept too.
+    turned: HashSet<Rank>,
 }
 
 impl Standby {
@@ -29,6 +33,7 @@ impl Standby {
         Standby {
             spare,
             early: Vec::new(),
+            turned: HashSet::new(),
         }
     }
 }
@@ -44,15 +49,30 @@ impl Router {
     }
 
     /// Keeps a message for the master that came to this rank before it
-    /// took over (`None`), if this rank is the one that takes over; else
-    /// hands it back.
+    /// took over (`None`), if this rank is the one that takes over, or if
+    /// its sender turned to this rank already; else hands it back.
+    ///
+    /// Why the sender's turn counts: after deaths close together, a rank
+    /// that saw the master and its standby die first turns to the next
+    /// standby and reports there before that standby has heard of either
+    /// death (it still names the dead master's standby as the next
+    /// master). Dropped, that report is never sent again, and the
+    /// takeover waits for it as long as its sender lives. A report is the
+    /// first message a rank sends to a new master, so it marks the turn.
     pub(crate) fn keep_for_takeover(&mut self, from: Rank, msg: Msg, wire: usize) -> Option<Msg> {
-        if self.master.is_some() || self.next_master() != Some(self.rank) {
+        if self.master.is_some() {
+            return Some(msg);
+        }
+        let turned = matches!(msg, Msg::Rejoin(_)) || self.standby.turned.contains(&from);
+        if !turned && self.next_master() != Some(self.rank) {
             return Some(msg);
         }
         if self.standby.early.len() >= EARLY_LIMIT {
             tracing::error!(%from, "too many messages before the takeover; dropped");
             return None;
+        }
+        if matches!(msg, Msg::Rejoin(_)) {
+            self.standby.turned.insert(from);
         }
         self.standby.early.push((from, msg, wire));
         None
