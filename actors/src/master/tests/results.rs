@@ -165,3 +165,55 @@ fn a_copy_of_a_dead_roots_result_completes_its_live_reduction() {
         assert_eq!(result_counts(&m).await, (1, 0, 0));
     });
 }
+
+/// The root told the master where its result is kept (rank 2), then died
+/// before its last report: the master holds the reduction live and the
+/// record pending. Rank 2 relays the dead root's copy on to rank 3, which
+/// says so. The reduction ends complete, its pending record is made, and
+/// rank 3's copy is that record's spare: not a second record of one id,
+/// which would drop both copies and leave the root's replacement
+/// `ResultLost`.
+#[test]
+fn a_relayed_copy_of_a_pending_record_is_its_spare() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let m = keeping_master(&ts, 1);
+        joined(&m).await;
+        m.send(ResultKeptIn {
+            from: Rank(1),
+            key: KEY,
+            holder: 2,
+        })
+        .await
+        .unwrap();
+        settle().await;
+        down(&m, 1).await;
+        settle().await;
+        let _ = sent(&ts);
+        m.send(ResultAlsoKeptIn {
+            from: Rank(3),
+            root: 1,
+            key: KEY,
+        })
+        .await
+        .unwrap();
+        settle().await;
+        let msgs = sent(&ts);
+        assert!(
+            msgs.iter().any(|(to, m)| *to == 2
+                && matches!(
+                    m,
+                    Msg::Complete {
+                        key: KEY,
+                        error: None
+                    }
+                )),
+            "the reduction completed: {msgs:?}"
+        );
+        assert!(
+            !msgs.iter().any(|(_, m)| matches!(m, Msg::Results(_))),
+            "no copy is dropped: {msgs:?}"
+        );
+        assert_eq!(result_counts(&m).await, (1, 0, 1));
+    });
+}
