@@ -81,8 +81,9 @@ impl Rollbacks {
     }
 }
 
-/// How often a rank that leaves its entry point sends its leave again
-/// while no answer came (its master may have died meanwhile).
+/// How often a rank that leaves its entry point, or waits at it for the
+/// go, sends its leave or its readiness again while no answer came (its
+/// master may have died meanwhile; a repeated one changes nothing).
 const LEAVE_RESEND: Duration = Duration::from_millis(500);
 
 /// What the application's entry point is called with.
@@ -177,6 +178,7 @@ impl Runtime {
         // heard of must be answered again, as any rank's.
         let mut answered = epoch.unwrap_or(lock.lock().unwrap_or_else(|e| e.into_inner()).epoch);
         self.tell_ready(epoch, &held)?;
+        let mut told = Instant::now();
         let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some((e, version)) = s.go {
@@ -202,6 +204,15 @@ impl Runtime {
             if left.is_zero() {
                 self.checkpoints.release_held();
                 return Err(ReduceError::Timeout(limit));
+            }
+            if told.elapsed() >= LEAVE_RESEND {
+                // A master that died before it answered took the readiness
+                // with it: the standby that took over answers it.
+                drop(s);
+                self.tell_ready(epoch, &held)?;
+                told = Instant::now();
+                s = lock.lock().unwrap_or_else(|e| e.into_inner());
+                continue;
             }
             let wait = left.min(Duration::from_millis(200));
             s = cv

@@ -486,6 +486,7 @@ fn a_report_that_reaches_the_next_standby_before_it_heard_of_the_deaths_is_kept(
         epoch: 0,
         results: Vec::new(),
         relayed: Vec::new(),
+        incarnations: Vec::new(),
     };
     let frame = wire::encode(&Msg::Rejoin(report));
     puppet.send(Rank(2), frame.into()).unwrap();

@@ -440,6 +440,14 @@ pub trait Transport: Send + Sync + 'static {
         let _ = (peer, incarnation, addr);
         Err(TransportError::Unsupported(self.name()))
     }
+    /// Where `peer`'s current process listens and runs, in the form
+    /// [`Transport::readmit`] takes; `None` (the default) where not known.
+    /// A new master tells a rank that missed a replacement (its notice
+    /// died with the master that sent it) where the replacement is.
+    fn address_of(&self, peer: Rank) -> Option<Vec<u8>> {
+        let _ = peer;
+        None
+    }
     /// The runtime the caller is to drive, if this transport runs on one
     /// ([`Driven`]); `None` (the default) for a transport that runs itself.
     fn driven(&self) -> Option<&dyn Driven> {

@@ -130,6 +130,10 @@ impl Handler<ReinitReadyIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: ReinitReadyIn, _: &mut Context<Self>) {
+        if self.awaiting_reports() {
+            // The epoch the job runs in is known once every report is in.
+            return self.keep(m);
+        }
         if let (None, taskfold_core::reinit::Rollback::Running(epoch)) = (m.epoch, &self.rollback) {
             // A replacement that met no rollback: it took its rank's place
             // while the job started (its dead process never joined, and it

@@ -513,7 +513,43 @@ impl Handler<RejoinIn> for Master {
             return;
         }
         self.respawn.unproven.remove(&from.0);
+        self.tell_missed(from, &m.rejoin.incarnations);
         self.taking.reports.push(m.rejoin);
         self.heard_for_takeover(from.0);
+    }
+}
+
+impl Master {
+    /// Tells `to` of every replacement its report shows it missed (it
+    /// knows an older incarnation than this master's view): the notice
+    /// that would have let it in died with the master that sent it, and
+    /// without it `to` would take the replacement's connections for a
+    /// stranger's and look for its data at the dead process's address.
+    fn tell_missed(&mut self, to: Rank, known: &[u32]) {
+        let missed: Vec<(u32, Msg)> = {
+            let v = self.out.view().read();
+            (0..self.size)
+                .filter(|&r| r != to.0 && !v.is_dead(r))
+                .filter(|&r| known.get(r as usize).is_some_and(|&k| k < v.incarnation(r)))
+                .filter_map(|r| {
+                    let addr = self.out.transport().address_of(Rank(r))?;
+                    let incarnation = v.incarnation(r);
+                    let node = v.node(r);
+                    Some((
+                        r,
+                        Msg::Respawned {
+                            rank: r,
+                            incarnation,
+                            addr,
+                            node,
+                        },
+                    ))
+                })
+                .collect()
+        };
+        for (replaced, msg) in missed {
+            tracing::warn!(rank = %to, replaced, "a rank missed a replacement: told now");
+            self.send(to, &msg);
+        }
     }
 }

@@ -247,6 +247,7 @@ impl Worker {
             epoch: self.epoch,
             results: Vec::new(),
             relayed: Vec::new(),
+            incarnations: self.out.view().read().incarnations(),
         }
     }
 }

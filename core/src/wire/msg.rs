@@ -271,6 +271,10 @@ pub struct Rejoin {
     /// died (`ResultMsg::Relay`), `(key, root)`: recorded after every
     /// report's first copies.
     pub relayed: Vec<(u64, u32)>,
+    /// The incarnation of every rank as the sender knows it: the new
+    /// master tells it of the replacements it missed (their notices died
+    /// with the master that sent them).
+    pub incarnations: Vec<u32>,
 }
 
 /// One reduction in a [`Rejoin`].

@@ -486,6 +486,10 @@ impl Transport for LibfabricTransport {
         self.tcp.nodes()
     }
 
+    fn address_of(&self, peer: Rank) -> Option<Vec<u8>> {
+        self.tcp.address_of(peer)
+    }
+
     fn incarnations(&self) -> Vec<u32> {
         self.tcp.incarnations()
     }

@@ -231,4 +231,9 @@ impl Transport for LoopbackTransport {
     fn readmit(&self, peer: Rank, _incarnation: u32, _addr: &[u8]) -> Result<(), TransportError> {
         self.hub.revive(peer)
     }
+
+    fn address_of(&self, _peer: Rank) -> Option<Vec<u8>> {
+        // One process: a peer has no address beyond its rank.
+        Some(Vec::new())
+    }
 }

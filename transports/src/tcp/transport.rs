@@ -162,6 +162,12 @@ impl Transport for TcpTransport {
         Ok(())
     }
 
+    fn address_of(&self, peer: Rank) -> Option<Vec<u8>> {
+        let mut e = self.shared.table().into_iter().nth(peer.0 as usize)?;
+        e.dead = false;
+        Some(e.encode().to_vec())
+    }
+
     /// Reads in place from same-node peers, through the heap mappings
     /// that its loans use too (none when loans are off).
     fn same_node(&self) -> Option<&SameNode> {

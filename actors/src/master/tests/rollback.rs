@@ -291,3 +291,33 @@ fn a_second_copy_from_the_epoch_rolled_back_makes_no_record() {
         assert_eq!(result_counts(&m).await, (0, 0, 0));
     });
 }
+
+/// A replacement's readiness that reaches a standby while it awaits the
+/// reports (the replacement told the dead master, then tells again) waits
+/// for them: the job's epoch is known only then. Here the reports name
+/// epoch 2 and the dead master rolls the job back to 3; the readiness
+/// counts for that meeting, and no go of an older epoch is ever sent.
+#[test]
+fn a_readiness_during_a_takeover_is_answered_after_the_reports() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let m = standby(&ts, Some(global(2)), false);
+        m.send(ready(3, None, &[5])).await.unwrap();
+        settle().await;
+        assert!(goes(&sent(&ts)).is_empty(), "no go before the reports");
+        for r in 1..4 {
+            let report = super::takeover::report_of(r, |rep| rep.epoch = 2);
+            m.send(report).await.unwrap();
+        }
+        settle().await;
+        let msgs = sent(&ts);
+        assert!(
+            goes(&msgs).is_empty(),
+            "the meeting waits for the others: {msgs:?}"
+        );
+        assert!(
+            msgs.contains(&(3, Msg::Reinit { epoch: 3 })),
+            "rank 3 meets the others in epoch 3: {msgs:?}"
+        );
+    });
+}

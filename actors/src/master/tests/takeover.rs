@@ -28,6 +28,7 @@ pub(super) fn report_of(rank: u32, f: impl FnOnce(&mut Rejoin)) -> RejoinIn {
         epoch: 0,
         results: Vec::new(),
         relayed: Vec::new(),
+        incarnations: Vec::new(),
     };
     f(&mut rejoin);
     RejoinIn {
@@ -433,5 +434,45 @@ fn a_reduction_whose_dead_root_kept_its_result_completed() {
         }
         no_results_message(&msgs, "the copy is kept");
         assert_eq!(result_counts(&m).await, (1, 0, 0));
+    });
+}
+
+/// Rank 3 was replaced (incarnation 1) just before the master died, and
+/// the notice to rank 2 died with it: rank 2's report names incarnation 0
+/// for rank 3. The standby tells rank 2 of the replacement; rank 1, which
+/// knows it, is told nothing.
+#[test]
+fn a_rank_that_missed_a_replacement_is_told_of_it_by_the_standby() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
+        let mut master = Master::new(4, Outbox::of(t), 1000);
+        master
+            .out
+            .view()
+            .apply(taskfold_core::membership::Change::Replaced {
+                rank: 3,
+                incarnation: 1,
+                node: 0,
+            });
+        master.take_over(Rank(0), &taskfold_core::RankSet::new());
+        let m = master.start();
+        m.send(report_of(2, |r| r.incarnations = vec![0, 0, 0, 0]))
+            .await
+            .unwrap();
+        m.send(report_of(1, |r| r.incarnations = vec![0, 0, 0, 1]))
+            .await
+            .unwrap();
+        settle().await;
+        let told: Vec<(u32, u32, u32)> = sent(&ts)
+            .into_iter()
+            .filter_map(|(to, m)| match m {
+                Msg::Respawned {
+                    rank, incarnation, ..
+                } => Some((to, rank, incarnation)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(told, vec![(2, 3, 1)]);
     });
 }
