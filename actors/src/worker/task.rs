@@ -219,20 +219,50 @@ impl Worker {
             return;
         }
         local.fetch = None;
-        match f.restored {
-            None => {}
+        let restored = match f.restored {
+            None => false,
             Some(Ok(v)) => {
                 local.value = Some(v);
                 local.state.restored(task.task_id);
+                true
             }
             Some(Err(e)) => {
                 let e = FoldError::Corrupt(format!("own original: {e}"));
                 return self.task_failed(&task, TaskFailure::Fold((&e).into()));
             }
-        }
+        };
         match f.data {
             Ok(buf) => self.fold_fetched(task, buf, f.started, ctx),
-            Err(e) => self.task_failed(&task, fetch_failure(&e)),
+            Err(e) => {
+                if restored {
+                    self.serve_restored(task.key);
+                }
+                self.task_failed(&task, fetch_failure(&e))
+            }
+        }
+    }
+
+    /// A task reloaded this rank's own original, then its fetch failed:
+    /// the value is that original alone, as the master hears (a reloaded
+    /// value is what a rank whose data was taken and lost holds), and it
+    /// is served as this rank's data, as any held value is. Unserved, a
+    /// master that names this rank a provider next (this one, or a
+    /// standby from its report) sees every get of it fail.
+    fn serve_restored(&mut self, key: u64) {
+        let Some(l) = self.locals.get(&key) else {
+            return;
+        };
+        if l.state.setup().root {
+            return;
+        }
+        // A reloaded original is decoded native: encoded here (a rare
+        // recovery path, on the actor's thread).
+        let bytes = l.value.as_ref().and_then(|v| {
+            v.encoded()
+                .or_else(|| v.encode().ok().map(taskfold_core::pool::bytes))
+        });
+        if let Some(b) = bytes {
+            self.out.transport().expose(BufferKey(key), b);
         }
     }
 }
