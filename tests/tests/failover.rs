@@ -476,17 +476,7 @@ fn a_report_that_reaches_the_next_standby_before_it_heard_of_the_deaths_is_kept(
     let report = Rejoin {
         rank: 3,
         lost: 1,
-        holding: Vec::new(),
-        copies: Vec::new(),
-        ended: Vec::new(),
-        barriers: Vec::new(),
-        passed: 0,
-        finalized: false,
-        left: false,
-        epoch: 0,
-        results: Vec::new(),
-        relayed: Vec::new(),
-        incarnations: Vec::new(),
+        ..Rejoin::default()
     };
     let frame = wire::encode(&Msg::Rejoin(report));
     puppet.send(Rank(2), frame.into()).unwrap();

@@ -451,12 +451,12 @@ impl Handler<ResultAlsoKeptIn> for Master {
                     "a dead root had completed this reduction: it ends complete"
                 );
                 self.complete(key);
-                // The root may have said where its first copy is before it
-                // died: the completion made that record, and this copy is
-                // its spare (a second record of one id drops both).
-                if self.results.book.also_kept(key, root, from.0) {
-                    return self.count_results();
-                }
+            }
+            // The root may have said where its first copy is before it
+            // died: the completion made that record, and this copy is its
+            // spare (a second record of one id drops both).
+            if self.results.book.also_kept(key, root, from.0) {
+                return self.count_results();
             }
             let drops = self.results.book.kept(key, root, from.0);
             self.drop_copies(&drops);

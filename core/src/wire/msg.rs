@@ -237,8 +237,9 @@ pub enum Msg {
     Spread(super::spread::SpreadMsg),
 }
 
-/// A rank's report to a new master ([`Msg::Rejoin`]).
-#[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
+/// A rank's report to a new master ([`Msg::Rejoin`]). `Default` is the
+/// report of a rank that holds nothing (rank 0, epoch 0).
+#[derive(Clone, Debug, Default, PartialEq, Archive, Serialize, Deserialize)]
 pub struct Rejoin {
     /// The sender (global rank).
     pub rank: u32,

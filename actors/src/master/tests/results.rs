@@ -124,6 +124,36 @@ fn a_further_copy_at_the_records_holder_is_kept() {
     });
 }
 
+/// Rank 1, the root, is declared dead; rank 3 then says it keeps a copy
+/// of its result, relayed by a holder: what the master sends after.
+async fn relayed_after_the_roots_death(
+    m: &Addr<Master>,
+    ts: &[Arc<LoopbackTransport>],
+) -> Vec<(u32, Msg)> {
+    settle().await;
+    down(m, 1).await;
+    settle().await;
+    let _ = sent(ts);
+    m.send(ResultAlsoKeptIn {
+        from: Rank(3),
+        root: 1,
+        key: KEY,
+    })
+    .await
+    .unwrap();
+    settle().await;
+    sent(ts)
+}
+
+/// Whether `rank` was told reduction `KEY` completed.
+fn told_completed(msgs: &[(u32, Msg)], rank: u32) -> bool {
+    let done = Msg::Complete {
+        key: KEY,
+        error: None,
+    };
+    msgs.iter().any(|(to, m)| *to == rank && *m == done)
+}
+
 /// The root dies (its replacement awaited) while the master holds its
 /// reduction live; a holder then says it keeps a copy of that root's
 /// result, relayed after the root's death. The root made the reduction
@@ -136,29 +166,10 @@ fn a_copy_of_a_dead_roots_result_completes_its_live_reduction() {
     actix_rt::System::new().block_on(async move {
         let m = keeping_master(&ts, 1);
         joined(&m).await;
-        settle().await;
-        down(&m, 1).await;
-        settle().await;
-        let _ = sent(&ts);
-        m.send(ResultAlsoKeptIn {
-            from: Rank(3),
-            root: 1,
-            key: KEY,
-        })
-        .await
-        .unwrap();
-        settle().await;
-        let msgs = sent(&ts);
+        let msgs = relayed_after_the_roots_death(&m, &ts).await;
         for r in [0, 2, 3] {
             assert!(
-                msgs.iter().any(|(to, m)| *to == r
-                    && matches!(
-                        m,
-                        Msg::Complete {
-                            key: KEY,
-                            error: None
-                        }
-                    )),
+                told_completed(&msgs, r),
                 "rank {r} hears it completed: {msgs:?}"
             );
         }
@@ -186,28 +197,9 @@ fn a_relayed_copy_of_a_pending_record_is_its_spare() {
         })
         .await
         .unwrap();
-        settle().await;
-        down(&m, 1).await;
-        settle().await;
-        let _ = sent(&ts);
-        m.send(ResultAlsoKeptIn {
-            from: Rank(3),
-            root: 1,
-            key: KEY,
-        })
-        .await
-        .unwrap();
-        settle().await;
-        let msgs = sent(&ts);
+        let msgs = relayed_after_the_roots_death(&m, &ts).await;
         assert!(
-            msgs.iter().any(|(to, m)| *to == 2
-                && matches!(
-                    m,
-                    Msg::Complete {
-                        key: KEY,
-                        error: None
-                    }
-                )),
+            told_completed(&msgs, 2),
             "the reduction completed: {msgs:?}"
         );
         assert!(

@@ -17,18 +17,7 @@ fn no_results_message(msgs: &[(u32, Msg)], why: &str) {
 pub(super) fn report_of(rank: u32, f: impl FnOnce(&mut Rejoin)) -> RejoinIn {
     let mut rejoin = Rejoin {
         rank,
-        lost: 0,
-        holding: Vec::new(),
-        copies: Vec::new(),
-        ended: Vec::new(),
-        barriers: Vec::new(),
-        passed: 0,
-        finalized: false,
-        left: false,
-        epoch: 0,
-        results: Vec::new(),
-        relayed: Vec::new(),
-        incarnations: Vec::new(),
+        ..Rejoin::default()
     };
     f(&mut rejoin);
     RejoinIn {
