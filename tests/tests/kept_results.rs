@@ -291,3 +291,110 @@ fn with_three_replacements_a_result_outlives_its_root_and_two_holders() {
         "every result still has a copy: {s:?}"
     );
 }
+
+/// The master dies while a root's result is on its way to its copy: the
+/// root's report to the new master waits until the copy is kept, and
+/// then names the reduction ended here, its copy told first. Reported
+/// whole before that, the new master would complete the reduction at
+/// once, every member would release its original, and the root's death
+/// before the copy was made would leave its replacement `ResultLost`.
+/// Rank 0 (the master) and rank 1 (the other member, the root's buddy,
+/// and the standby) are played by their transports alone; rank 2 is the
+/// root.
+#[test]
+fn a_roots_report_to_a_new_master_waits_for_its_results_copy() {
+    use bytes::Bytes;
+    use std::sync::Arc;
+    use taskfold::{Broadcastable, Runtime};
+    use taskfold_core::wire::results::ResultMsg;
+    use taskfold_core::wire::{self, DataSource, Msg, Task};
+    use taskfold_core::{Rank, RankSet};
+    use taskfold_transports::loopback::LoopbackHub;
+    use taskfold_transports::{BufferKey, Event, Transport};
+
+    // The first message rank 2 sends `t` within `wait` that `pick` takes.
+    fn heard<T>(
+        t: &dyn Transport,
+        wait: Duration,
+        mut pick: impl FnMut(Msg) -> Option<T>,
+    ) -> Option<T> {
+        let deadline = Instant::now() + wait;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            let step = left.min(Duration::from_millis(50));
+            if let Ok(Event::Message { frame, .. }) = t.events().recv_timeout(step) {
+                if let Some(got) = wire::decode(&frame).ok().and_then(&mut pick) {
+                    return Some(got);
+                }
+            }
+        }
+        None
+    }
+    let (hub, ts) = LoopbackHub::new(3);
+    let (master, buddy) = (ts[0].clone(), ts[1].clone());
+    let config = Config {
+        standby: taskfold::config::Standby::On,
+        failure_timeout: Duration::from_secs(60),
+        finalize_timeout: Duration::from_secs(1),
+        ..config(1, Restart::Local)
+    };
+    let rt = Runtime::start(ts[2].clone() as Arc<dyn Transport>, config).unwrap();
+    let mut f = rt
+        .reduce(
+            Sum(vec![1.0f64; 64]),
+            Reduce::root(2).group(vec![1, 2]).id("r"),
+        )
+        .unwrap();
+    let join = heard(&*master, Duration::from_secs(10), |m| match m {
+        Msg::Join(j) => Some(j.key),
+        _ => None,
+    });
+    let key = join.expect("rank 2 joins");
+    // Rank 2 folds rank 1's data: its value is whole, and it offers the
+    // result to its buddy, which does not answer yet.
+    let data = Sum(vec![2.0f64; 64]).encode_value().unwrap();
+    buddy.expose(BufferKey(key), Bytes::copy_from_slice(&data));
+    let task = Msg::Task(Task {
+        key,
+        task_id: 0,
+        provider: 1,
+        provider_path: RankSet::single(0),
+        receiver_path: RankSet::single(1),
+        restore: false,
+        source: DataSource::Data,
+        direct: None,
+    });
+    master.send(Rank(2), wire::encode(&task).into()).unwrap();
+    let offer = |m| matches!(m, Msg::Results(ResultMsg::Offer { key: k, .. }) if k == key);
+    let offered = heard(&*buddy, Duration::from_secs(10), |m| offer(m).then_some(()));
+    assert!(offered.is_some(), "rank 2 offers its result");
+    hub.kill(Rank(0));
+    // Rank 2 turns to rank 1: no report while the copy is being made.
+    let early = heard(&*buddy, Duration::from_millis(500), |m| match m {
+        Msg::Rejoin(r) => Some(r),
+        _ => None,
+    });
+    assert!(early.is_none(), "reported before its copy: {early:?}");
+    let stored = Msg::Results(ResultMsg::Stored { key, ok: true });
+    buddy.send(Rank(2), wire::encode(&stored).into()).unwrap();
+    // The copy's notice, then the report, naming the reduction ended.
+    let mut kept = false;
+    let report = heard(&*buddy, Duration::from_secs(5), |m| match m {
+        Msg::Results(ResultMsg::Kept { key: k, holder: 1 }) if k == key => {
+            kept = true;
+            None
+        }
+        Msg::Rejoin(r) => Some((kept, r)),
+        _ => None,
+    });
+    let (kept_first, report) = report.expect("rank 2 reports");
+    assert!(kept_first, "the copy is told before the report");
+    assert!(
+        report.holding.iter().all(|h| h.joining.key != key),
+        "{report:?}"
+    );
+    assert!(report.ended.contains(&(key, None)), "{report:?}");
+    let got = f.wait_timeout(Duration::from_secs(5)).expect("completes");
+    assert_eq!(got.unwrap().0, vec![3.0f64; 64]);
+    hub.kill(Rank(1));
+    let _ = rt.shutdown();
+}

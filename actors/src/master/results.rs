@@ -323,6 +323,13 @@ impl Handler<ResultKeptIn> for Master {
     type Result = ();
 
     fn handle(&mut self, m: ResultKeptIn, _: &mut Context<Self>) {
+        if self.awaiting_reports() {
+            // A root reports after its copy is settled, so its notice
+            // comes first; the reduction it names is known once every
+            // report is in (handled now, it would be nobody's, and the
+            // copy dropped).
+            return self.keep(m);
+        }
         let ResultKeptIn { from, key, holder } = m;
         if self.out.view().is_dead(from.0) || self.stale(from) {
             return;

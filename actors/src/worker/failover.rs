@@ -175,15 +175,34 @@ impl Worker {
         }
     }
 
+    /// A report awaited something that just ended here: it may go now.
+    pub(super) fn rejoin_may_go(&self) {
+        if let (Some(_), Some(me)) = (&self.rejoining, &self.me) {
+            me.do_send(SendRejoin);
+        }
+    }
+
     /// Sends the report to the new master once every task of the dead one
-    /// ended here.
+    /// ended here, and every result of those reductions this rank made
+    /// whole as their root is kept at its buddy.
+    ///
+    /// Why the copies: a report of a whole value lets the new master
+    /// complete the reduction at once, and every member releases its
+    /// original; should this rank die before its copy is made, its
+    /// replacement would find the reduction complete and its result
+    /// lost. Reported after the copy, the reduction ended here (its
+    /// result kept), or is still live without it, so that this rank's
+    /// death has it redone.
     fn rejoin_if_settled(&mut self, ctx: &mut Context<Self>) {
-        let (lost, joined) = match self.rejoining.take() {
-            Some(r) if r.tasks.is_empty() => (r.lost, r.joined),
-            other => {
-                self.rejoining = other;
-                return;
-            }
+        let ready = self
+            .rejoining
+            .as_ref()
+            .is_some_and(|r| r.tasks.is_empty() && !self.keeping_any(&r.joined));
+        if !ready {
+            return;
+        }
+        let Some(Rejoining { lost, joined, .. }) = self.rejoining.take() else {
+            return;
         };
         let mut msg = self.rejoin(lost, &joined);
         let copies = self.store.send(ListCopies);

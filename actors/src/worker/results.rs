@@ -30,7 +30,7 @@ use super::Worker;
 use crate::results::Handoff;
 use actix::prelude::*;
 use bytes::Bytes;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use taskfold_core::replica::{self, HEADER_LEN};
 use taskfold_core::results::{held_result_key, result_key, Handover, Next, Release, MAX_HOLDERS};
 use taskfold_core::wire::results::ResultMsg;
@@ -64,6 +64,8 @@ pub(crate) struct Keeping {
 pub(crate) struct RootSide {
     pub(crate) kept: crate::results::Kept,
     keeping: HashMap<u64, Keeping>,
+    /// Results being serialised on the pool, before their handover starts.
+    encoding: HashSet<u64>,
     /// A replacement root's fetches of its kept results: key → holder and
     /// the fetch (cancelled if the holder is declared failed: a stopped
     /// holder would hold the future forever).
@@ -78,6 +80,7 @@ impl RootSide {
         RootSide {
             kept,
             keeping: HashMap::new(),
+            encoding: HashSet::new(),
             fetching: HashMap::new(),
             asked_again: HashMap::new(),
         }
@@ -150,6 +153,7 @@ impl Worker {
         match (&self.me, small) {
             (Some(me), false) => {
                 let me = me.clone();
+                self.results.encoding.insert(key);
                 self.pool.submit(move || me.do_send(job()));
             }
             _ => {
@@ -161,6 +165,7 @@ impl Worker {
 
     fn result_encoded(&mut self, m: ResultEncoded) {
         let key = m.key;
+        self.results.encoding.remove(&key);
         let Some(local) = self.locals.get_mut(&key) else {
             return; // ended meanwhile
         };
@@ -256,6 +261,18 @@ impl Worker {
             self.ended_early.insert(key);
         }
         self.finish(key, None);
+        self.rejoin_may_go();
+    }
+
+    /// Whether the result of one of `keys` is still on its way to its
+    /// copy here (serialised, or offered): a report to a new master waits
+    /// for it (see `failover`).
+    pub(super) fn keeping_any(&self, keys: &HashSet<u64>) -> bool {
+        let r = &self.results;
+        r.keeping
+            .keys()
+            .chain(&r.encoding)
+            .any(|k| keys.contains(k))
     }
 
     /// The master says reduction `key` completed while this root's result
@@ -275,9 +292,14 @@ impl Worker {
     /// completed it): its result's copy, if one was offered, is dropped.
     pub(super) fn results_ended(&mut self, key: u64) {
         self.results.asked_again.remove(&key);
+        let encoding = self.results.encoding.remove(&key);
         let Some(k) = self.results.keeping.remove(&key) else {
+            if encoding {
+                self.rejoin_may_go();
+            }
             return;
         };
+        self.rejoin_may_go();
         self.out.transport().withdraw(BufferKey(result_key(key)));
         if let Handover::Offered { holder, .. } | Handover::Kept { holder } = k.handover {
             self.drop_results(holder, vec![key]);

@@ -342,6 +342,54 @@ fn a_roots_copy_settled_after_the_takeover_completed_it_is_the_record() {
     });
 }
 
+/// The master died while the root's result was being kept; the root
+/// reports once its copy is settled, and its notice of the copy comes
+/// first, while other reports are still awaited. The notice waits for
+/// them: handled at once it would name no reduction the standby knows,
+/// and the copy would be dropped.
+#[test]
+fn a_roots_copy_told_before_its_report_is_the_record() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let respawn = taskfold_core::settings::RespawnConfig {
+            budget: 1,
+            ..Default::default()
+        };
+        let m = standby(&ts, Some(respawn), true);
+        let kept = ResultKeptIn {
+            from: Rank(1),
+            key: KEY,
+            holder: 2,
+        };
+        m.send(kept).await.unwrap();
+        m.send(report_of(1, |r| r.ended = vec![(KEY, None)]))
+            .await
+            .unwrap();
+        settle().await;
+        no_results_message(&sent(&ts), "nothing before every report");
+        // Rank 2 holds its part still: it missed the completion.
+        m.send(report_of(2, |r| r.holding = vec![held_of(2, &[1], None)]))
+            .await
+            .unwrap();
+        m.send(report_of(3, |_| {})).await.unwrap();
+        settle().await;
+        let msgs = sent(&ts);
+        no_results_message(&msgs, "the root's copy is not dropped");
+        assert!(
+            msgs.iter().any(|(to, m)| *to == 2
+                && matches!(
+                    m,
+                    Msg::Complete {
+                        key: KEY,
+                        error: None
+                    }
+                )),
+            "rank 2 is told the completion: {msgs:?}"
+        );
+        assert_eq!(result_counts(&m).await, (1, 0, 0));
+    });
+}
+
 /// A holder's report to the standby names a copy of the root's result of
 /// a reduction the standby rebuilds live; the root then says where its
 /// copy lies and the reduction completes. One result, one record: the
