@@ -23,6 +23,7 @@ pub mod delay;
 pub mod mpi;
 pub mod plot;
 pub mod report;
+pub mod sim;
 pub mod stats;
 pub mod units;
 

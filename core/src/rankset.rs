@@ -104,8 +104,21 @@ impl RankSet {
     }
 
     /// True if the set is exactly `{0, .., n-1}`.
+    ///
+    /// Word by word, stopping at the first that differs: the scheduler
+    /// asks it of every queue front, and a path that is not full (nearly
+    /// every one) is told from its first words, not by counting its bits.
     pub fn is_full(&self, n: usize) -> bool {
-        self.len() == n && self.iter().all(|i| i < n)
+        let (whole, rest) = (n / 64, n % 64);
+        let tail = match rest {
+            0 => 0,
+            r => (1u64 << r) - 1,
+        };
+        let head_full =
+            self.words.len() >= whole && self.words[..whole].iter().all(|&w| w == u64::MAX);
+        head_full
+            && self.words.get(whole).copied().unwrap_or(0) == tail
+            && self.words.iter().skip(whole + 1).all(|&w| w == 0)
     }
 
     /// Members in increasing order.
@@ -146,6 +159,24 @@ impl FromIterator<usize> for RankSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn is_full_is_exactly_every_position_below_n(
+            members in proptest::collection::btree_set(0usize..300, 0..300),
+            n in 0usize..300,
+        ) {
+            let s: RankSet = members.iter().copied().collect();
+            let want = members.len() == n && members.iter().all(|&i| i < n);
+            prop_assert_eq!(s.is_full(n), want);
+            prop_assert!(RankSet::full(n).is_full(n));
+            let every: RankSet = (0..n).collect();
+            prop_assert!(every.is_full(n));
+            prop_assert!(!every.is_full(n + 1));
+            prop_assert_eq!(every.is_full(n.saturating_sub(1)), n == 0);
+        }
+    }
 
     #[test]
     fn basic_ops() {

@@ -8,6 +8,7 @@ pub mod compare;
 pub mod faults;
 pub mod recovery;
 pub mod reduce;
+pub mod sim;
 pub mod transports;
 
 use clap::Subcommand;
@@ -22,6 +23,7 @@ Examples:
   taskfold bench recovery --out recovery/ --np 4 --trials 10
   taskfold bench checkpoint --size 4M,16M
   taskfold bench transports
+  taskfold bench sim --ranks 256,65536 --size 8,1M
 
 Run `taskfold bench <benchmark> --help` for each one's options.";
 
@@ -59,6 +61,10 @@ pub enum BenchCmd {
     /// its C variant (`apps/c/bench_reduce.c`) in alternating jobs of one
     /// run, and their ratio.
     Capi(capi::CapiArgs),
+    /// The master's scheduling code driven by simulated ranks, links and
+    /// folds (α–β–γ model), up to tens of thousands of ranks: ready-first
+    /// flat and by node against binomial and k-nomial trees.
+    Sim(sim::SimArgs),
 }
 
 /// Runs a benchmark.
@@ -72,5 +78,6 @@ pub fn main(cmd: BenchCmd) -> ExitCode {
         BenchCmd::Checkpoint(a) => checkpoint::main(a),
         BenchCmd::Chaos(a) => chaos::main(a),
         BenchCmd::Capi(a) => capi::main(a),
+        BenchCmd::Sim(a) => sim::main(a),
     }
 }

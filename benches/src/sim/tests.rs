@@ -1,0 +1,132 @@
+use super::*;
+
+const US: f64 = 1e-6;
+
+fn model(bytes: f64) -> Model {
+    Model {
+        intra: Link {
+            alpha: 0.5 * US,
+            beta: 0.1e-9,
+        },
+        inter: Link {
+            alpha: 2.0 * US,
+            beta: 0.1e-9,
+        },
+        gamma: 0.2e-9,
+        mu: 1.0 * US,
+        bytes,
+    }
+}
+
+fn one_node(ranks: usize) -> Layout {
+    Layout {
+        ranks,
+        per_node: ranks,
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 + 1e-9 * b.abs()
+}
+
+#[test]
+fn two_ranks_flat_cost_two_joins_a_task_and_one_fold() {
+    let m = model(1024.0);
+    let l = one_node(2);
+    let a = Pattern::Quiet.arrivals(2, 0.0, 1);
+    let got = ready::run(&m, &l, &a, Shape::Flat);
+    let step = m.step(&l, 0, 1, &a.slow);
+    // Rank 0's join is handled at μ, rank 1's (α away) after it, the task
+    // goes out μ later to the master's own rank, which folds.
+    let want = m.intra.alpha.max(m.mu) + 2.0 * m.mu + step;
+    assert!(close(got.makespan, want), "{} != {want}", got.makespan);
+    assert_eq!(got.master_messages, 4 * 2 - 2);
+    assert_eq!(got.decisions, 2, "one task, one completion");
+}
+
+#[test]
+fn trees_receive_their_children_one_after_the_other() {
+    let m = model(4096.0);
+    let l = one_node(4);
+    let a = Pattern::Quiet.arrivals(4, 0.0, 1);
+    let step = m.step(&l, 0, 1, &a.slow);
+    assert!(close(tree::makespan(&m, &l, &a, 2), 2.0 * step));
+    assert!(close(tree::makespan(&m, &l, &a, 4), 3.0 * step));
+    assert_eq!(tree::best(&m, &l, &a).0, 2);
+}
+
+#[test]
+fn a_flat_master_handles_four_messages_per_rank() {
+    for ranks in [3, 64, 1000] {
+        let l = one_node(ranks);
+        let a = Pattern::Staggered.arrivals(ranks, 1e-3, 7);
+        let got = ready::run(&model(64.0), &l, &a, Shape::Flat);
+        let n = ranks as u64;
+        assert_eq!(got.master_messages, 4 * n - 2, "{ranks} ranks");
+        assert_eq!(
+            got.decisions, n,
+            "{ranks} ranks: n - 1 tasks, one completion"
+        );
+        assert_eq!(got.node_messages, 0);
+    }
+}
+
+#[test]
+fn by_node_the_master_handles_four_messages_per_node() {
+    for (ranks, per_node) in [(256, 16), (1000, 16), (4096, 64)] {
+        let l = Layout { ranks, per_node };
+        let a = Pattern::Load.arrivals(ranks, 0.0, 3);
+        let got = ready::run(&model(8.0), &l, &a, Shape::ByNode);
+        let nodes = l.nodes() as u64;
+        assert_eq!(got.master_messages, 4 * nodes - 2, "{ranks}/{per_node}");
+        assert_eq!(got.node_messages, 4 * per_node as u64 - 2);
+        assert_eq!(got.decisions, ranks as u64 + nodes, "{ranks}/{per_node}");
+    }
+}
+
+#[test]
+fn a_slow_rank_is_folded_last_in_one_step() {
+    let m = model(1048576.0);
+    let l = one_node(64);
+    let delay = 0.05;
+    let a = Pattern::Slow.arrivals(64, delay, 1);
+    let got = ready::run(&m, &l, &a, Shape::Flat);
+    let step = m.step(&l, 0, 1, &a.slow);
+    // Its join, the task to the root, the root's fold of its data.
+    let bound = delay + m.intra.alpha + 3.0 * m.mu + step;
+    assert!(got.makespan <= bound, "{} > {bound}", got.makespan);
+    assert!(got.makespan >= delay + step);
+    // The binomial tree folds it first at the root, then every other
+    // subtree after it: log2(64) = 6 steps past the delay.
+    let binomial = tree::makespan(&m, &l, &a, 2);
+    assert!(close(binomial, delay + 6.0 * step), "{binomial}");
+}
+
+#[test]
+fn a_loaded_rank_receives_less_under_the_faster_rank_rule() {
+    // Quiet but loaded: the outcome differs from the same arrivals
+    // unloaded, and stays deterministic.
+    let m = model(1048576.0);
+    let l = one_node(32);
+    let loaded = Pattern::Load.arrivals(32, 0.0, 5);
+    assert!(loaded.slow.iter().any(|&s| s > 1.0));
+    let a = ready::run(&m, &l, &loaded, Shape::Flat);
+    let b = ready::run(&m, &l, &loaded, Shape::Flat);
+    assert_eq!(a.makespan, b.makespan);
+    let quiet = ready::run(&m, &l, &Pattern::Quiet.arrivals(32, 0.0, 5), Shape::Flat);
+    assert!(a.makespan > quiet.makespan);
+}
+
+#[test]
+fn a_comparison_runs_every_shape_under_one_pattern() {
+    let l = Layout {
+        ranks: 300,
+        per_node: 16,
+    };
+    for p in Pattern::ALL {
+        let c = compare(&model(8.0), &l, p, 11);
+        assert!(c.best_tree <= c.binomial || p != Pattern::Quiet);
+        assert!((2..=tree::MAX_K).contains(&c.best_k));
+        assert!(c.flat.makespan > 0.0 && c.by_node.makespan > 0.0);
+    }
+}
