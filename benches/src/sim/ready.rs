@@ -311,20 +311,43 @@ impl Scheduler {
     }
 }
 
+/// CPU time a replay gathers before its rate is taken: the thread's CPU
+/// time advances by scheduler ticks, so a short span reads as nothing.
+const REPLAY_CPU: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Most replays of one run, and most wall time they may take.
+const REPLAY_MAX: (u32, std::time::Duration) = (10_000, std::time::Duration::from_secs(2));
+
 /// Hands every scheduler's messages to a fresh one again, in order, with
 /// nothing simulated around them (the reports' paths are the unions the
-/// receivers would report), and times the whole: the scheduling code's
-/// own rate. Returns the decisions taken and the seconds they took (the
-/// thread's CPU time where it can be read: a busy machine does not slow
-/// the figure).
+/// receivers would report), and times it: the scheduling code's own
+/// rate. Repeated until [`REPLAY_CPU`] of the thread's CPU time is spent
+/// (within [`REPLAY_MAX`]), so that a busy machine does not slow the
+/// figure and a small run is still timed. Returns the decisions of one
+/// replay and the seconds one took (wall time where the thread's CPU
+/// time cannot be read).
 fn replay(scheds: &[Scheduler], bytes: u64) -> (u64, f64) {
-    let mut fresh: Vec<Scheduler> = scheds
-        .iter()
-        .map(|s| Scheduler::new(s.members.clone(), s.up))
-        .collect();
-    let mut decisions = 0u64;
     let (wall, cpu) = (Instant::now(), super::thread_cpu());
-    for (s, old) in fresh.iter_mut().zip(scheds) {
+    let mut reps = 0u32;
+    let decisions = loop {
+        let decisions = replay_once(scheds, bytes);
+        reps += 1;
+        let spent = match (cpu, super::thread_cpu()) {
+            (Some(a), Some(b)) => b.saturating_sub(a),
+            _ => wall.elapsed(),
+        };
+        if spent >= REPLAY_CPU || reps >= REPLAY_MAX.0 || wall.elapsed() >= REPLAY_MAX.1 {
+            break (decisions, spent);
+        }
+    };
+    (decisions.0, decisions.1.as_secs_f64() / f64::from(reps))
+}
+
+/// One replay of every scheduler's messages: the decisions taken.
+fn replay_once(scheds: &[Scheduler], bytes: u64) -> u64 {
+    let mut decisions = 0u64;
+    for old in scheds {
+        let mut s = Scheduler::new(old.members.clone(), old.up);
         for &op in &old.log {
             match op {
                 Op::Join(pos) => s.schedule.join(pos).expect("as in the run"),
@@ -343,9 +366,5 @@ fn replay(scheds: &[Scheduler], bytes: u64) -> (u64, f64) {
             }
         }
     }
-    let seconds = match (cpu, super::thread_cpu()) {
-        (Some(a), Some(b)) => b.saturating_sub(a),
-        _ => wall.elapsed(),
-    };
-    (decisions, seconds.as_secs_f64())
+    decisions
 }
