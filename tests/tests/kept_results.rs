@@ -292,17 +292,11 @@ fn with_three_replacements_a_result_outlives_its_root_and_two_holders() {
     );
 }
 
-/// The master dies while a root's result is on its way to its copy: the
-/// root's report to the new master waits until the copy is kept, and
-/// then names the reduction ended here, its copy told first. Reported
-/// whole before that, the new master would complete the reduction at
-/// once, every member would release its original, and the root's death
-/// before the copy was made would leave its replacement `ResultLost`.
-/// Rank 0 (the master) and rank 1 (the other member, the root's buddy,
-/// and the standby) are played by their transports alone; rank 2 is the
-/// root.
-#[test]
-fn a_roots_report_to_a_new_master_waits_for_its_results_copy() {
+/// A root's result on its way to its copy, over the loopback: rank 0 (the
+/// master) and rank 1 (the other member, the root's buddy, and the
+/// standby) are played by their transports alone; rank 2 is the root.
+mod puppets {
+    use super::*;
     use bytes::Bytes;
     use std::sync::Arc;
     use taskfold::{Broadcastable, Runtime};
@@ -312,7 +306,7 @@ fn a_roots_report_to_a_new_master_waits_for_its_results_copy() {
     use taskfold_transports::loopback::LoopbackHub;
     use taskfold_transports::{BufferKey, Event, Transport};
 
-    // The first message rank 2 sends `t` within `wait` that `pick` takes.
+    /// The first message rank 2 sends `t` within `wait` that `pick` takes.
     fn heard<T>(
         t: &dyn Transport,
         wait: Duration,
@@ -329,72 +323,143 @@ fn a_roots_report_to_a_new_master_waits_for_its_results_copy() {
         }
         None
     }
-    let (hub, ts) = LoopbackHub::new(3);
-    let (master, buddy) = (ts[0].clone(), ts[1].clone());
-    let config = Config {
-        standby: taskfold::config::Standby::On,
-        failure_timeout: Duration::from_secs(60),
-        finalize_timeout: Duration::from_secs(1),
-        ..config(1, Restart::Local)
-    };
-    let rt = Runtime::start(ts[2].clone() as Arc<dyn Transport>, config).unwrap();
-    let mut f = rt
-        .reduce(
-            Sum(vec![1.0f64; 64]),
-            Reduce::root(2).group(vec![1, 2]).id("r"),
-        )
-        .unwrap();
-    let join = heard(&*master, Duration::from_secs(10), |m| match m {
-        Msg::Join(j) => Some(j.key),
-        _ => None,
-    });
-    let key = join.expect("rank 2 joins");
-    // Rank 2 folds rank 1's data: its value is whole, and it offers the
-    // result to its buddy, which does not answer yet.
-    let data = Sum(vec![2.0f64; 64]).encode_value().unwrap();
-    buddy.expose(BufferKey(key), Bytes::copy_from_slice(&data));
-    let task = Msg::Task(Task {
-        key,
-        task_id: 0,
-        provider: 1,
-        provider_path: RankSet::single(0),
-        receiver_path: RankSet::single(1),
-        restore: false,
-        source: DataSource::Data,
-        direct: None,
-    });
-    master.send(Rank(2), wire::encode(&task).into()).unwrap();
-    let offer = |m| matches!(m, Msg::Results(ResultMsg::Offer { key: k, .. }) if k == key);
-    let offered = heard(&*buddy, Duration::from_secs(10), |m| offer(m).then_some(()));
-    assert!(offered.is_some(), "rank 2 offers its result");
-    hub.kill(Rank(0));
-    // Rank 2 turns to rank 1: no report while the copy is being made.
-    let early = heard(&*buddy, Duration::from_millis(500), |m| match m {
-        Msg::Rejoin(r) => Some(r),
-        _ => None,
-    });
-    assert!(early.is_none(), "reported before its copy: {early:?}");
-    let stored = Msg::Results(ResultMsg::Stored { key, ok: true });
-    buddy.send(Rank(2), wire::encode(&stored).into()).unwrap();
-    // The copy's notice, then the report, naming the reduction ended.
-    let mut kept = false;
-    let report = heard(&*buddy, Duration::from_secs(5), |m| match m {
-        Msg::Results(ResultMsg::Kept { key: k, holder: 1 }) if k == key => {
-            kept = true;
-            None
+
+    struct Job {
+        hub: Arc<LoopbackHub>,
+        master: Arc<dyn Transport>,
+        buddy: Arc<dyn Transport>,
+        rt: Runtime,
+        f: ReduceFuture<Sum<f64>>,
+        key: u64,
+    }
+
+    /// Rank 2 folds rank 1's data: its value is whole, and it offers the
+    /// result to its buddy, which does not answer yet.
+    fn offered() -> Job {
+        let (hub, ts) = LoopbackHub::new(3);
+        let master: Arc<dyn Transport> = ts[0].clone();
+        let buddy: Arc<dyn Transport> = ts[1].clone();
+        let config = Config {
+            standby: taskfold::config::Standby::On,
+            failure_timeout: Duration::from_secs(60),
+            finalize_timeout: Duration::from_secs(1),
+            ..config(1, Restart::Local)
+        };
+        let rt = Runtime::start(ts[2].clone() as Arc<dyn Transport>, config).unwrap();
+        let opts = Reduce::root(2).group(vec![1, 2]).id("r");
+        let f = rt.reduce(Sum(vec![1.0f64; 64]), opts).unwrap();
+        let join = heard(&*master, Duration::from_secs(10), |m| match m {
+            Msg::Join(j) => Some(j.key),
+            _ => None,
+        });
+        let key = join.expect("rank 2 joins");
+        let data = Sum(vec![2.0f64; 64]).encode_value().unwrap();
+        buddy.expose(BufferKey(key), Bytes::copy_from_slice(&data));
+        let task = Msg::Task(Task {
+            key,
+            task_id: 0,
+            provider: 1,
+            provider_path: RankSet::single(0),
+            receiver_path: RankSet::single(1),
+            restore: false,
+            source: DataSource::Data,
+            direct: None,
+        });
+        master.send(Rank(2), wire::encode(&task).into()).unwrap();
+        let offer = |m| matches!(m, Msg::Results(ResultMsg::Offer { key: k, .. }) if k == key);
+        let offered = heard(&*buddy, Duration::from_secs(10), |m| offer(m).then_some(()));
+        assert!(offered.is_some(), "rank 2 offers its result");
+        Job {
+            hub,
+            master,
+            buddy,
+            rt,
+            f,
+            key,
         }
-        Msg::Rejoin(r) => Some((kept, r)),
-        _ => None,
-    });
-    let (kept_first, report) = report.expect("rank 2 reports");
-    assert!(kept_first, "the copy is told before the report");
-    assert!(
-        report.holding.iter().all(|h| h.joining.key != key),
-        "{report:?}"
-    );
-    assert!(report.ended.contains(&(key, None)), "{report:?}");
-    let got = f.wait_timeout(Duration::from_secs(5)).expect("completes");
-    assert_eq!(got.unwrap().0, vec![3.0f64; 64]);
-    hub.kill(Rank(1));
-    let _ = rt.shutdown();
+    }
+
+    impl Job {
+        /// The buddy says it keeps the copy.
+        fn stored(&self) {
+            let stored = Msg::Results(ResultMsg::Stored {
+                key: self.key,
+                ok: true,
+            });
+            let frame = wire::encode(&stored).into();
+            self.buddy.send(Rank(2), frame).unwrap();
+        }
+
+        fn end(mut self) {
+            let got = self
+                .f
+                .wait_timeout(Duration::from_secs(5))
+                .expect("completes");
+            assert_eq!(got.unwrap().0, vec![3.0f64; 64]);
+            self.hub.kill(Rank(0));
+            self.hub.kill(Rank(1));
+            let _ = self.rt.shutdown();
+        }
+    }
+
+    /// The master dies while a root's result is on its way to its copy:
+    /// the root's report to the new master waits until the copy is kept,
+    /// and then names the reduction ended here, its copy told first.
+    /// Reported whole before that, the new master would complete the
+    /// reduction at once, every member would release its original, and
+    /// the root's death before the copy was made would leave its
+    /// replacement `ResultLost`.
+    #[test]
+    fn a_roots_report_to_a_new_master_waits_for_its_results_copy() {
+        let job = offered();
+        let key = job.key;
+        job.hub.kill(Rank(0));
+        // Rank 2 turns to rank 1: no report while the copy is being made.
+        let early = heard(&*job.buddy, Duration::from_millis(500), |m| match m {
+            Msg::Rejoin(r) => Some(r),
+            _ => None,
+        });
+        assert!(early.is_none(), "reported before its copy: {early:?}");
+        job.stored();
+        // The copy's notice, then the report, naming the reduction ended.
+        let mut kept = false;
+        let report = heard(&*job.buddy, Duration::from_secs(5), |m| match m {
+            Msg::Results(ResultMsg::Kept { key: k, holder: 1 }) if k == key => {
+                kept = true;
+                None
+            }
+            Msg::Rejoin(r) => Some((kept, r)),
+            _ => None,
+        });
+        let (kept_first, report) = report.expect("rank 2 reports");
+        assert!(kept_first, "the copy is told before the report");
+        let held = report.holding.iter().any(|h| h.joining.key == key);
+        assert!(!held, "{report:?}");
+        assert!(report.ended.contains(&(key, None)), "{report:?}");
+        job.end();
+    }
+
+    /// The master's completion notice comes while the root's result is
+    /// on its way to its copy: the root's future waits for the copy, so
+    /// that the application never has a result no copy of which exists.
+    #[test]
+    fn a_completion_that_comes_before_the_roots_copy_waits_for_it() {
+        let job = offered();
+        let complete = Msg::Complete {
+            key: job.key,
+            error: None,
+        };
+        let frame = wire::encode(&complete).into();
+        job.master.send(Rank(2), frame).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!job.f.is_done(), "completed before its copy");
+        job.stored();
+        let key = job.key;
+        let kept = heard(&*job.master, Duration::from_secs(5), |m| match m {
+            Msg::Results(ResultMsg::Kept { key: k, holder: 1 }) if k == key => Some(()),
+            _ => None,
+        });
+        assert!(kept.is_some(), "the copy is told to the master");
+        job.end();
+    }
 }
