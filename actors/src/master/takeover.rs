@@ -514,9 +514,37 @@ impl Handler<RejoinIn> for Master {
         }
         self.respawn.unproven.remove(&from.0);
         self.tell_missed(from, &m.rejoin.incarnations);
-        self.taking.reports.push(m.rejoin);
+        let mut rejoin = m.rejoin;
+        if let Some(i) = self.taking.reports.iter().position(|r| r.rank == from.0) {
+            carry_over(self.taking.reports.swap_remove(i), &mut rejoin);
+        }
+        self.taking.reports.push(rejoin);
         self.heard_for_takeover(from.0);
     }
+}
+
+/// A rank whose masters died close together may report to this one
+/// once for each (it turned twice before it sent the first): its later
+/// report lists again what it keeps and what ended, and `old`'s
+/// reductions it does not hold again are carried over into it. Counted
+/// twice, each copy of a root's result it keeps would read as two
+/// results with one id, and both be dropped.
+fn carry_over(old: Rejoin, new: &mut Rejoin) {
+    let again: HashSet<u64> = new.holding.iter().map(|h| h.joining.key).collect();
+    let kept = old
+        .holding
+        .into_iter()
+        .filter(|h| !again.contains(&h.joining.key));
+    new.holding.extend(kept);
+    for seq in old.barriers {
+        if !new.barriers.contains(&seq) {
+            new.barriers.push(seq);
+        }
+    }
+    new.passed = new.passed.max(old.passed);
+    new.epoch = new.epoch.max(old.epoch);
+    new.finalized |= old.finalized;
+    new.left |= old.left;
 }
 
 impl Master {

@@ -390,6 +390,54 @@ fn a_roots_copy_told_before_its_report_is_the_record() {
     });
 }
 
+/// A rank whose masters died close together reports to this one twice
+/// (once for each death it turned for). Its copy of a root's result is
+/// one copy, not two results with one id: recorded, not dropped; and the
+/// reduction its first report held is still rebuilt.
+#[test]
+fn a_rank_that_reports_twice_keeps_its_results_copies() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let respawn = taskfold_core::settings::RespawnConfig {
+            budget: 1,
+            ..Default::default()
+        };
+        let m = standby(&ts, Some(respawn), true);
+        // Rank 2 keeps rank 3's result of KEY + 1, which completed; it
+        // first reports its part of KEY, then again without it.
+        let done = KEY + 1;
+        m.send(report_of(2, |r| {
+            r.holding = vec![held_of(2, &[1], None)];
+            r.results = vec![(done, 3)];
+            r.ended = vec![(done, None)];
+        }))
+        .await
+        .unwrap();
+        m.send(report_of(2, |r| {
+            r.results = vec![(done, 3)];
+            r.ended = vec![(done, None)];
+        }))
+        .await
+        .unwrap();
+        m.send(report_of(1, |r| r.holding = vec![held_of(1, &[0], None)]))
+            .await
+            .unwrap();
+        m.send(report_of(3, |r| r.ended = vec![(done, None)]))
+            .await
+            .unwrap();
+        settle().await;
+        let msgs = sent(&ts);
+        no_results_message(&msgs, "the copy is kept");
+        assert_eq!(result_counts(&m).await, (1, 0, 0));
+        let tasks = msgs.iter().filter(|(_, m)| matches!(m, Msg::Task(_)));
+        assert_eq!(
+            tasks.count(),
+            1,
+            "rank 2's part of KEY is rebuilt: {msgs:?}"
+        );
+    });
+}
+
 /// A holder's report to the standby names a copy of the root's result of
 /// a reduction the standby rebuilds live; the root then says where its
 /// copy lies and the reduction completes. One result, one record: the
