@@ -462,4 +462,76 @@ mod puppets {
         assert!(kept.is_some(), "the copy is told to the master");
         job.end();
     }
+
+    /// A copy of a root's result in its wire form, and its length and
+    /// checksum as an offer names them.
+    fn result_copy(value: f64) -> (Bytes, u64, u32) {
+        use taskfold_core::replica::{stored_crc, write_header, HEADER_LEN};
+        let payload = Sum(vec![value; 64]).encode_value().unwrap();
+        let mut buf = vec![0u8; HEADER_LEN + payload.len()];
+        let (head, body) = buf.split_at_mut(HEADER_LEN);
+        body.copy_from_slice(&payload);
+        write_header(head, body);
+        let crc = stored_crc(&buf).unwrap();
+        let len = buf.len() as u64;
+        (Bytes::from(buf), len, crc)
+    }
+
+    /// Where the job may replace two ranks, a root's first holder relays
+    /// its copy on at once, and answers the root only once the second
+    /// holder keeps it (or died): the root's application sees its result
+    /// once two copies exist, so the root and its first holder dying
+    /// together then lose nothing. Rank 2 is the first holder; the master
+    /// (0), the root (1) and the second holder (3) are played by their
+    /// transports.
+    #[test]
+    fn a_first_holder_answers_the_root_once_the_second_copy_is_kept() {
+        use taskfold_core::results::result_key;
+        let (hub, ts) = LoopbackHub::new(4);
+        let (root, second) = (ts[1].clone(), ts[3].clone());
+        let config = Config {
+            failure_timeout: Duration::from_secs(60),
+            finalize_timeout: Duration::from_secs(1),
+            ..config(2, Restart::Local)
+        };
+        let rt = Runtime::start(ts[2].clone() as Arc<dyn Transport>, config).unwrap();
+        let offer = |key: u64, value: f64| {
+            let (bytes, len, crc) = result_copy(value);
+            root.expose(BufferKey(result_key(key)), bytes);
+            let msg = Msg::Results(ResultMsg::Offer { key, len, crc });
+            root.send(Rank(2), wire::encode(&msg).into()).unwrap();
+        };
+        let stored = |key: u64, wait: Duration| {
+            heard(&*root, wait, |m| match m {
+                Msg::Results(ResultMsg::Stored { key: k, ok }) if k == key => Some(ok),
+                _ => None,
+            })
+        };
+        let relayed = |key: u64| {
+            heard(&*second, Duration::from_secs(10), |m| match m {
+                Msg::Results(ResultMsg::Relay {
+                    root: 1, key: k, ..
+                }) if k == key => Some(()),
+                _ => None,
+            })
+        };
+        offer(41, 3.0);
+        assert!(relayed(41).is_some(), "rank 2 relays its copy on at once");
+        let early = stored(41, Duration::from_millis(300));
+        assert!(
+            early.is_none(),
+            "the root is answered before the second copy"
+        );
+        let kept = Msg::Results(ResultMsg::AlsoKept { root: 1, key: 41 });
+        second.send(Rank(2), wire::encode(&kept).into()).unwrap();
+        assert_eq!(stored(41, Duration::from_secs(5)), Some(true));
+        // A second holder that dies does not hold the answer up.
+        offer(42, 4.0);
+        assert!(relayed(42).is_some());
+        hub.kill(Rank(3));
+        assert_eq!(stored(42, Duration::from_secs(5)), Some(true));
+        hub.kill(Rank(0));
+        hub.kill(Rank(1));
+        let _ = rt.shutdown();
+    }
 }

@@ -46,7 +46,7 @@ pub(crate) use disk::ReplicaDisk;
 
 #[cfg(test)]
 mod tests;
-pub(crate) use results::{ResultDropIn, ResultOfferIn};
+pub(crate) use results::{RelayKeptIn, ResultDropIn, ResultOfferIn};
 
 use crate::outbox::Outbox;
 use actix::prelude::*;
@@ -508,6 +508,7 @@ impl Handler<OwnerDied> for ReplicaStore {
     fn handle(&mut self, m: OwnerDied, ctx: &mut Context<Self>) {
         self.dead_owners.insert(m.owner.0);
         self.relay_results(m.owner);
+        self.answers_owner_died(m.owner);
         // The master offered this rank the owner's standing copies before it
         // declared the owner failed, and those offers were read before this
         // notice: the views taken keep what they need of the owner's heap.

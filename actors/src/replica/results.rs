@@ -23,7 +23,12 @@
 //! where it may replace three or more, the second holder relays it once
 //! more, to the next live rank after it that is neither the root nor the
 //! first holder: that many deaths close together (the root's among them)
-//! then still leave one.
+//! then still leave one. The first holder answers the root only once the
+//! second holder said it keeps its copy (`ResultMsg::AlsoKept`, to the
+//! master and to the holder that relayed it), or died, or
+//! [`RELAY_ANSWER_WAIT`] passed: the root's application sees the result
+//! once two copies exist, so that the root and its first holder dying
+//! together after it did cost nothing.
 //!
 //! What a crash of this rank loses: the copies it held; the master then
 //! answers their roots' replacements from a second copy if one was made,
@@ -58,6 +63,24 @@ pub(crate) struct Held {
     /// at once (`Config::further_result_copies`), not only once the root
     /// died.
     pub(super) further: u32,
+    /// Roots' offers this store kept and relayed on at once, whose answer
+    /// waits for the relay's: (key, root) → the rank relayed to.
+    answers_due: HashMap<(u64, u32), Rank>,
+}
+
+/// Longest a first holder waits for its relay's answer before it answers
+/// the root all the same (its own copy is kept): a second holder that
+/// refuses says nothing.
+pub(crate) const RELAY_ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `from` keeps a copy of `root`'s result of `key` that this rank relayed
+/// to it (`ResultMsg::AlsoKept`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct RelayKeptIn {
+    pub(crate) from: Rank,
+    pub(crate) root: Rank,
+    pub(crate) key: u64,
 }
 
 impl Held {
@@ -124,14 +147,14 @@ impl Handler<ResultOfferIn> for ReplicaStore {
                 copies = self.results.copies.len(),
                 "result store full: a root's result is not kept (its replacement would get ResultLost)"
             );
-            return self.result_answer(key, root, false, m.relayed());
+            return self.result_answer(key, root, false, m.relayed(), m.from);
         }
         self.results.next += 1;
         let offer = self.results.next;
         self.results.pending.insert((key, root.0), offer);
         let relayed = m.relayed();
         let fetch = self.out.transport().get_within(m.from, m.source(), m.len);
-        ctx.spawn(fetch.into_actor(self).map(move |got, act, _| {
+        ctx.spawn(fetch.into_actor(self).map(move |got, act, ctx| {
             if act.results.pending.get(&(key, root.0)) != Some(&offer) {
                 return; // dropped or offered again meanwhile
             }
@@ -152,11 +175,11 @@ impl Handler<ResultOfferIn> for ReplicaStore {
             match checked {
                 Ok(buf) => {
                     let bytes = taskfold_core::pool::bytes(buf);
-                    act.keep_result(key, root, bytes, m.crc, (m.from, m.more))
+                    act.keep_result(key, root, bytes, m.crc, (m.from, m.more), ctx)
                 }
                 Err(e) => {
                     tracing::warn!(rank = act.rank, %root, key, error = %e, "could not copy a root's result");
-                    act.result_answer(key, root, false, relayed);
+                    act.result_answer(key, root, false, relayed, m.from);
                 }
             }
         }));
@@ -175,13 +198,14 @@ impl ReplicaStore {
         bytes: Bytes,
         crc: u32,
         (from, more): (Rank, u32),
+        ctx: &mut Context<Self>,
     ) {
         let relayed = from != root;
         let len = bytes.len() as u64;
         if self.bytes + len > self.limit {
             // Other copies came in while this one was fetched.
             tracing::error!(rank = self.rank, %root, key, "result store full: a root's result is not kept");
-            return self.result_answer(key, root, false, relayed);
+            return self.result_answer(key, root, false, relayed, from);
         }
         if let Some((old, _)) = self.results.copies.insert((key, root.0), (len, crc)) {
             self.bytes -= old;
@@ -195,29 +219,70 @@ impl ReplicaStore {
             .transport()
             .expose(BufferKey(held_result_key(key, root.0)), bytes);
         metrics::counter!(crate::metrics::RESULTS_KEPT).increment(1);
-        self.result_answer(key, root, true, relayed);
         // The copies still to make after this one, each from the one before.
         let more = match relayed {
             false => self.results.further,
             true => more,
         };
-        if more > 0 {
-            if let Some(to) = self.relay_target(root, from) {
-                self.relay(key, root, (len, crc), (to, more - 1));
+        let to = (more > 0).then(|| self.relay_target(root, from)).flatten();
+        match (relayed, to) {
+            // The root hears once the next copy is kept too (or not soon).
+            (false, Some(to)) => {
+                self.results.answers_due.insert((key, root.0), to);
+                ctx.run_later(RELAY_ANSWER_WAIT, move |act, _| {
+                    act.answer_due(key, root, |t| t == to);
+                });
             }
+            _ => self.result_answer(key, root, true, relayed, from),
+        }
+        if let Some(to) = to {
+            self.relay(key, root, (len, crc), (to, more - 1));
         }
     }
 
     /// Answers the root; a relayed copy kept is told to the master instead
-    /// (the root is dead; its holder needs no answer).
-    fn result_answer(&self, key: u64, root: Rank, ok: bool, relayed: bool) {
+    /// (the root may be dead), and to the holder that relayed it (`from`),
+    /// whose answer to the root may wait for it.
+    fn result_answer(&self, key: u64, root: Rank, ok: bool, relayed: bool, from: Rank) {
         let msg = match relayed {
             false => ResultMsg::Stored { key, ok },
             true if ok => ResultMsg::AlsoKept { root: root.0, key },
             true => return,
         };
-        let to = if relayed { self.out.master() } else { root };
-        let _ = self.out.send(to, &Msg::Results(msg));
+        let master = self.out.master();
+        let to = if relayed { master } else { root };
+        let _ = self.out.send(to, &Msg::Results(msg.clone()));
+        if relayed && from != master {
+            let _ = self.out.send(from, &Msg::Results(msg));
+        }
+    }
+
+    /// Answers `root`'s offer of `key` if its answer still waits for a
+    /// relay to a rank `target` matches: its own copy is kept.
+    fn answer_due(&mut self, key: u64, root: Rank, target: impl Fn(Rank) -> bool) {
+        let due = self.results.answers_due.get(&(key, root.0)).copied();
+        if due.is_some_and(target) {
+            self.results.answers_due.remove(&(key, root.0));
+            self.result_answer(key, root, true, false, root);
+        }
+    }
+
+    /// `owner` died: the answers waiting for its copy go now; those to it
+    /// as a root are not due any more.
+    pub(super) fn answers_owner_died(&mut self, owner: Rank) {
+        self.results
+            .answers_due
+            .retain(|&(_, root), _| root != owner.0);
+        let waiting: Vec<(u64, u32)> = self
+            .results
+            .answers_due
+            .iter()
+            .filter(|(_, &to)| to == owner)
+            .map(|(&k, _)| k)
+            .collect();
+        for (key, root) in waiting {
+            self.answer_due(key, Rank(root), |t| t == owner);
+        }
     }
 
     /// `root` died: relays each copy this rank keeps of its results (not
@@ -293,7 +358,16 @@ impl ReplicaStore {
         self.results.pending.clear();
         self.results.relayed.clear();
         self.results.relays_sent.clear();
+        self.results.answers_due.clear();
         self.gauge();
+    }
+}
+
+impl Handler<RelayKeptIn> for ReplicaStore {
+    type Result = ();
+
+    fn handle(&mut self, m: RelayKeptIn, _: &mut Context<Self>) {
+        self.answer_due(m.key, m.root, |to| to == m.from);
     }
 }
 
@@ -303,6 +377,7 @@ impl Handler<ResultDropIn> for ReplicaStore {
     fn handle(&mut self, m: ResultDropIn, _: &mut Context<Self>) {
         for key in m.keys {
             self.results.pending.remove(&(key, m.root.0));
+            self.results.answers_due.remove(&(key, m.root.0));
             self.results.relayed.remove(&(key, m.root.0));
             self.results.relays_sent.remove(&(key, m.root.0));
             if let Some((len, _)) = self.results.copies.remove(&(key, m.root.0)) {

@@ -4,7 +4,7 @@
 
 use super::Router;
 use crate::master::{ResultAlsoKeptIn, ResultKeptIn, ResultWhereIn, ResultsReleasedIn};
-use crate::replica::{ResultDropIn, ResultOfferIn};
+use crate::replica::{RelayKeptIn, ResultDropIn, ResultOfferIn};
 use crate::worker::{ResultAtIn, ResultStoredIn};
 use taskfold_core::wire::results::ResultMsg;
 use taskfold_core::Rank;
@@ -47,12 +47,18 @@ impl Router {
                     tracing::debug!(%from, "a kept result's question reached a rank that is not the master")
                 }
             },
-            ResultMsg::AlsoKept { root, key } => match &self.master {
-                Some(m) => m.do_send(ResultAlsoKeptIn { from, root, key }),
-                None => {
-                    tracing::debug!(%from, "a second copy's notice reached a rank that is not the master")
+            // To the master, and to the store of the holder that relayed
+            // the copy (its answer to the root may wait for it).
+            ResultMsg::AlsoKept { root, key } => {
+                self.store.do_send(RelayKeptIn {
+                    from,
+                    root: Rank(root),
+                    key,
+                });
+                if let Some(m) = &self.master {
+                    m.do_send(ResultAlsoKeptIn { from, root, key });
                 }
-            },
+            }
             ResultMsg::Stored { key, ok } => self.worker.do_send(ResultStoredIn { from, key, ok }),
             ResultMsg::At { key, holder } if from_master => {
                 self.worker.do_send(ResultAtIn { key, holder })
