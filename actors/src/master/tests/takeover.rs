@@ -14,6 +14,15 @@ fn no_results_message(msgs: &[(u32, Msg)], why: &str) {
     );
 }
 
+/// A standby of a job that may replace one rank: its roots keep results.
+fn keeping_standby(ts: &[Arc<LoopbackTransport>]) -> Addr<Master> {
+    let respawn = taskfold_core::settings::RespawnConfig {
+        budget: 1,
+        ..Default::default()
+    };
+    standby(ts, Some(respawn), true)
+}
+
 pub(super) fn report_of(rank: u32, f: impl FnOnce(&mut Rejoin)) -> RejoinIn {
     let mut rejoin = Rejoin {
         rank,
@@ -302,11 +311,7 @@ fn a_replaced_roots_join_of_a_live_reduction_is_rebuilt_not_answered() {
 fn a_roots_copy_settled_after_the_takeover_completed_it_is_the_record() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let respawn = taskfold_core::settings::RespawnConfig {
-            budget: 1,
-            ..Default::default()
-        };
-        let m = standby(&ts, Some(respawn), true);
+        let m = keeping_standby(&ts);
         // Positions: rank 1 (the root) is 0, rank 2 is 1, rank 3 is 2.
         m.send(report_of(1, |r| {
             r.holding = vec![held_of(1, &[0, 1, 2], None)]
@@ -351,11 +356,7 @@ fn a_roots_copy_settled_after_the_takeover_completed_it_is_the_record() {
 fn a_roots_copy_told_before_its_report_is_the_record() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let respawn = taskfold_core::settings::RespawnConfig {
-            budget: 1,
-            ..Default::default()
-        };
-        let m = standby(&ts, Some(respawn), true);
+        let m = keeping_standby(&ts);
         let kept = ResultKeptIn {
             from: Rank(1),
             key: KEY,
@@ -398,11 +399,7 @@ fn a_roots_copy_told_before_its_report_is_the_record() {
 fn a_rank_that_reports_twice_keeps_its_results_copies() {
     let (_hub, ts) = LoopbackHub::new(4);
     actix_rt::System::new().block_on(async move {
-        let respawn = taskfold_core::settings::RespawnConfig {
-            budget: 1,
-            ..Default::default()
-        };
-        let m = standby(&ts, Some(respawn), true);
+        let m = keeping_standby(&ts);
         // Rank 2 keeps rank 3's result of KEY + 1, which completed; it
         // first reports its part of KEY, then again without it.
         let done = KEY + 1;
