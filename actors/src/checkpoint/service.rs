@@ -245,7 +245,14 @@ impl Checkpoints {
     /// reports, newest first, at most [`taskfold_core::reinit::MAX_HELD`].
     pub(crate) fn held_versions(&self) -> Vec<u64> {
         let rank = self.ctx.rank;
-        let mut held: Vec<u64> = match self.ctx.stores() {
+        let stores = self.ctx.stores();
+        if let Ok(stores) = &stores {
+            // Nothing is pruned from here until the hold is narrowed
+            // below, and no prune that began before is still removing:
+            // every version listed stays on disk (`FileStore::hold_from`).
+            stores.hold_from(0);
+        }
+        let mut held: Vec<u64> = match &stores {
             Ok(stores) => {
                 let local = stores.local.versions(rank, Level::L1).ok();
                 let shared = stores
@@ -262,8 +269,11 @@ impl Checkpoints {
         held.sort_unstable_by(|a, b| b.cmp(a));
         held.dedup();
         held.truncate(taskfold_core::reinit::MAX_HELD);
-        if let (Some(&oldest), Ok(stores)) = (held.last(), self.ctx.stores()) {
-            stores.hold_from(oldest);
+        if let Ok(stores) = &stores {
+            match held.last() {
+                Some(&oldest) => stores.hold_from(oldest),
+                None => stores.release(),
+            }
         }
         held
     }

@@ -153,7 +153,10 @@ pub struct FileStore {
     keep: usize,
     /// Versions from this one up are never pruned (`u64::MAX`: none):
     /// held while a global restart's meeting may agree on one of them.
-    floor: std::sync::atomic::AtomicU64,
+    /// A prune holds the lock from reading the floor to its last removal,
+    /// so a hold set while it runs waits for it: the versions listed after
+    /// [`FileStore::hold_from`] returns are the ones that stay.
+    floor: std::sync::Mutex<u64>,
 }
 
 fn nofollow() -> i32 {
@@ -225,7 +228,7 @@ impl FileStore {
         Ok(FileStore {
             dir: dir.to_path_buf(),
             keep: keep.max(1),
-            floor: std::sync::atomic::AtomicU64::new(u64::MAX),
+            floor: std::sync::Mutex::new(u64::MAX),
         })
     }
 
@@ -408,22 +411,29 @@ impl FileStore {
     /// [`FileStore::release`]: a rank that reported the versions it holds
     /// to a global restart's meeting must still hold the one agreed on
     /// when it restores, though writes queued before the rollback land
-    /// meanwhile.
+    /// meanwhile. Returns once no prune that read the old floor is under
+    /// way: `hold_from(0)`, then listing, lists versions none of which
+    /// goes before the hold is moved or released.
     pub fn hold_from(&self, version: u64) {
-        self.floor
-            .store(version, std::sync::atomic::Ordering::SeqCst);
+        *self.floor_lock() = version;
     }
 
     /// Ends [`FileStore::hold_from`]: the next write prunes as usual.
     pub fn release(&self) {
-        self.floor
-            .store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
+        *self.floor_lock() = u64::MAX;
+    }
+
+    /// The floor, locked; a poisoned lock still guards a plain number.
+    fn floor_lock(&self) -> std::sync::MutexGuard<'_, u64> {
+        self.floor.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Removes the versions of `key`'s piece beyond the newest `keep`,
     /// except those held ([`FileStore::hold_from`]).
     fn prune(&self, key: &PieceKey) -> Result<(), StoreError> {
-        let floor = self.floor.load(std::sync::atomic::Ordering::SeqCst);
+        // Held to the last removal: see `floor`.
+        let held = self.floor_lock();
+        let floor = *held;
         let old = self
             .list()?
             .into_iter()
@@ -437,6 +447,7 @@ impl FileStore {
                 _ => {}
             }
         }
+        drop(held);
         Ok(())
     }
 }

@@ -371,3 +371,57 @@ fn held_versions_survive_later_writes_until_released() {
     s.write(&header(3, 20, Level::L1), b"state").unwrap();
     assert_eq!(s.versions(3, Level::L1).unwrap(), vec![20, 19]);
 }
+
+/// What a global restart's rank does (hold everything, list, narrow the
+/// hold to the oldest listed), against writes landing all the while: no
+/// version listed is ever pruned before the release. A prune that read
+/// the floor before the hold and removed after the listing took, under
+/// load, the very version a meeting agreed on.
+#[test]
+fn a_version_listed_under_a_hold_is_never_pruned_by_a_write_under_way() {
+    let (_root, s) = store(1);
+    let s = std::sync::Arc::new(s);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (s, stop) = (s.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut v = 1;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && v < 200_000 {
+                s.write(&header(3, v, Level::L1), b"state").unwrap();
+                v += 1;
+            }
+        })
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let mut holds = 0;
+    while std::time::Instant::now() < until && holds < 2_000 {
+        // Released, the writes prune again: the next hold meets them
+        // pruning, as a meeting meets the writes of the steps before it.
+        let pruned = std::time::Instant::now() + std::time::Duration::from_millis(50);
+        while s.versions(3, Level::L1).unwrap().len() > 2 && std::time::Instant::now() < pruned {
+            std::thread::yield_now();
+        }
+        s.hold_from(0);
+        let listed = s.versions(3, Level::L1).unwrap();
+        if let Some(&oldest) = listed.last() {
+            s.hold_from(oldest);
+        }
+        std::thread::yield_now();
+        let now = s.versions(3, Level::L1).unwrap();
+        let lost: Vec<u64> = listed
+            .iter()
+            .filter(|v| !now.contains(v))
+            .copied()
+            .collect();
+        s.release();
+        assert!(
+            lost.is_empty(),
+            "hold {holds}: listed {} versions, lost {lost:?}",
+            listed.len()
+        );
+        holds += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(holds > 10, "only {holds} holds in 3 s");
+}
