@@ -9,7 +9,7 @@
 use crate::commands::Command;
 use crate::future::{ReduceFuture, Relay, Slot};
 use crate::options::Reduce;
-use crate::spread::{Ask, Decode, Gone, Share};
+use crate::spread::{Ask, Decode, Gone, Held, Share};
 use crate::{Completion, Runtime};
 use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
 use rkyv::bytecheck::CheckBytes;
@@ -130,6 +130,7 @@ impl Runtime {
         Ok(SpreadFuture {
             inner: Some(inner.slot().clone()),
             outer: ReduceFuture::new(outer, id.to_string()),
+            _value: std::marker::PhantomData,
         })
     }
 
@@ -190,7 +191,7 @@ impl Runtime {
                 let bytes = v
                     .encode_value()
                     .map_err(|e| ReduceError::Decode(e.to_string()))?;
-                slot.fill(Ok(Some(Box::new(v))));
+                slot.fill(Ok(Some(Box::new(Held::Value(Box::new(v))))));
                 Command::Share(Share {
                     opening,
                     bytes: taskfold_core::pool::bytes(bytes),
@@ -208,6 +209,7 @@ impl Runtime {
         Ok(SpreadFuture {
             inner: None,
             outer: ReduceFuture::new(slot, id.to_string()),
+            _value: std::marker::PhantomData,
         })
     }
 
@@ -261,7 +263,7 @@ fn relay<T: ReduceValue>(
             };
             match encoded {
                 Ok((bytes, v)) => {
-                    outer.fill(Ok(Some(v as Box<dyn Any + Send>)));
+                    outer.fill(Ok(Some(Box::new(Held::Value(v as Box<dyn Any + Send>)))));
                     let share = Share {
                         opening,
                         bytes: taskfold_core::pool::bytes(bytes),
@@ -287,7 +289,9 @@ fn relay<T: ReduceValue>(
 pub struct SpreadFuture<T> {
     /// The reduction's slot (allreduce only): when the contribution is safe.
     inner: Option<Arc<Slot>>,
-    outer: ReduceFuture<T>,
+    /// The value, as [`Held`]: decoded here, on the thread that takes it.
+    outer: ReduceFuture<Held>,
+    _value: std::marker::PhantomData<fn() -> T>,
 }
 
 impl<T: 'static> SpreadFuture<T> {
@@ -313,13 +317,13 @@ impl<T: 'static> SpreadFuture<T> {
 
     /// Blocks until the value is here.
     pub fn get(self) -> Result<T, ReduceError> {
-        some(self.outer.get())
+        some(self.outer.get())?.into_value()
     }
 
     /// Blocks at most `d`. On [`ReduceError::Timeout`] it goes on, and the
     /// handle can be waited on again.
     pub fn wait_timeout(&mut self, d: Duration) -> Result<T, ReduceError> {
-        some(self.outer.wait_timeout(d))
+        some(self.outer.wait_timeout(d))?.into_value()
     }
 }
 
@@ -331,6 +335,8 @@ impl<T: 'static> Future for SpreadFuture<T> {
     type Output = Result<T, ReduceError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.outer).poll(cx).map(some)
+        Pin::new(&mut self.outer)
+            .poll(cx)
+            .map(|r| some(r)?.into_value())
     }
 }

@@ -270,6 +270,78 @@ fn a_broadcast_reaches_every_member_of_its_group() {
     }
 }
 
+/// A value whose decoding records the thread that decodes it.
+struct Probe(u32);
+
+/// The threads that decoded a [`Probe`].
+static DECODED_ON: std::sync::Mutex<Vec<std::thread::ThreadId>> = std::sync::Mutex::new(Vec::new());
+
+impl rkyv::Archive for Probe {
+    type Archived = rkyv::rend::u32_le;
+    type Resolver = ();
+
+    fn resolve(&self, _: (), out: rkyv::Place<Self::Archived>) {
+        out.write(rkyv::rend::u32_le::from_native(self.0));
+    }
+}
+
+impl<S: rkyv::rancor::Fallible + ?Sized> rkyv::Serialize<S> for Probe {
+    fn serialize(&self, _: &mut S) -> Result<(), S::Error> {
+        Ok(())
+    }
+}
+
+impl<D: rkyv::rancor::Fallible + ?Sized> rkyv::Deserialize<Probe, D> for rkyv::rend::u32_le {
+    fn deserialize(&self, _: &mut D) -> Result<Probe, D::Error> {
+        DECODED_ON.lock().unwrap().push(std::thread::current().id());
+        Ok(Probe(self.to_native()))
+    }
+}
+
+/// A fetched value is decoded by the thread that takes it, never by the
+/// runtime's, which serves it to other members first (the book's
+/// Architecture chapter, "Allreduce and broadcast").
+#[test]
+fn a_fetched_value_is_decoded_by_the_thread_that_takes_it() {
+    let c = LocalCluster::new(3).unwrap();
+    let fs: Vec<_> = (0..3)
+        .map(|r| {
+            let v = (r == 0).then_some(Probe(7));
+            c.rank(r).broadcast(v, Reduce::root(0).id("probe")).unwrap()
+        })
+        .collect();
+    let mut fs = fs.into_iter();
+    assert_eq!(
+        fs.next().unwrap().get().unwrap().0,
+        7,
+        "the root has its value"
+    );
+    let takers: Vec<_> = fs
+        .map(|f| {
+            std::thread::spawn(move || {
+                // Taken only once the value is surely here: decoding at
+                // arrival would have happened by then, elsewhere.
+                let until = Instant::now() + WAIT;
+                while !f.is_done() && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                (f.get().unwrap().0, std::thread::current().id())
+            })
+        })
+        .collect();
+    let takers: Vec<_> = takers.into_iter().map(|t| t.join().unwrap()).collect();
+    let decoded = DECODED_ON.lock().unwrap().clone();
+    for (value, thread) in &takers {
+        assert_eq!(*value, 7);
+        assert!(
+            decoded.contains(thread),
+            "decoded on {decoded:?}, taken on {takers:?}"
+        );
+    }
+    assert_eq!(decoded.len(), 2, "each member decodes once: {decoded:?}");
+}
+
 /// The broadcast's root dies before any other member has the value:
 /// every survivor gets the same typed error.
 #[test]

@@ -42,6 +42,34 @@ const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// a rank's death, which the coordinator sees).
 const MAX_FETCH_FAILURES: u32 = 16;
 
+/// What a spread's future is filled with: the value itself (at its
+/// source), or the bytes fetched, decoded when the application takes them
+/// ([`Held::into_value`]).
+pub(crate) enum Held {
+    /// The value, as the application gave or the reduction made it.
+    Value(Box<dyn Any + Send>),
+    /// The value's encoding, as fetched (and served from here).
+    Fetched {
+        /// The encoding, aligned.
+        bytes: Bytes,
+        /// Its decoder.
+        decode: Decode,
+    },
+}
+
+impl Held {
+    /// The value, decoded if it was fetched.
+    pub(crate) fn into_value<T: 'static>(self) -> Result<T, ReduceError> {
+        let any = match self {
+            Held::Value(v) => v,
+            Held::Fetched { bytes, decode } => decode(&bytes)?,
+        };
+        any.downcast::<T>()
+            .map(|b| *b)
+            .map_err(|_| ReduceError::Decode("the value has an unexpected type".into()))
+    }
+}
+
 /// This rank's part in one spread.
 struct Member {
     opening: Opening,
@@ -174,15 +202,19 @@ impl Spreader {
         match got {
             Ok(received) => {
                 // Aligned, as the decoder needs; exposed again as is.
-                let buf = received.into_owned();
+                let bytes = taskfold_core::pool::bytes(received.into_owned());
+                m.holding = true;
+                // Served first, and decoded by the application's thread
+                // when it takes the value: the runtime's thread, which
+                // serves gets, never spends a value's decoding time on the
+                // spread's critical path.
+                self.out.transport().expose(BufferKey(key), bytes.clone());
+                let (slot, decode) = (m.slot.clone(), m.decode.clone());
+                self.to_master(SpreadMsg::Fetched { key, ok: true });
+                tracing::debug!(rank = %self.rank, key, bytes = bytes.len(), "a spread's value is here and served");
                 // A value that does not decode fails the same way at every
                 // member (the same bytes everywhere): it is still served.
-                m.slot.fill((m.decode)(&buf).map(Some));
-                m.holding = true;
-                self.out
-                    .transport()
-                    .expose(BufferKey(key), taskfold_core::pool::bytes(buf));
-                self.to_master(SpreadMsg::Fetched { key, ok: true });
+                slot.fill(Ok(Some(Box::new(Held::Fetched { bytes, decode }))));
             }
             Err(e) => {
                 m.failures += 1;
