@@ -522,7 +522,11 @@ mod puppets {
             early.is_none(),
             "the root is answered before the second copy"
         );
-        let kept = Msg::Results(ResultMsg::AlsoKept { root: 1, key: 41 });
+        let kept = Msg::Results(ResultMsg::AlsoKept {
+            root: 1,
+            key: 41,
+            first: 2,
+        });
         second.send(Rank(2), wire::encode(&kept).into()).unwrap();
         assert_eq!(stored(41, Duration::from_secs(5)), Some(true));
         // A second holder that dies does not hold the answer up.

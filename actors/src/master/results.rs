@@ -13,7 +13,9 @@
 //! copies them again to another buddy (`Kept` for a completed reduction);
 //! a dead root's holder copies each of its results on to a second rank,
 //! which says so (`ResultMsg::AlsoKept`): the record takes it as a spare
-//! that answers if the holder dies too. A second copy made at once
+//! that answers if the holder dies too. The notice names the holder that
+//! relayed it: a root dead before its `Kept` left no record, and both
+//! copies are then recorded from the notice. A second copy made at once
 //! (`Config::second_result_copies`) may come before the record: it waits
 //! for the completion that makes it. The book is bounded
 //! ([`taskfold_core::results::RESULTS_LIMIT`]).
@@ -59,13 +61,14 @@ pub(crate) struct ResultKeptIn {
 }
 
 /// `from` keeps a second copy of dead `root`'s result of `key`, relayed
-/// by its holder.
+/// by its holder `first`.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct ResultAlsoKeptIn {
     pub(crate) from: Rank,
     pub(crate) root: u32,
     pub(crate) key: u64,
+    pub(crate) first: u32,
 }
 
 /// A replacement root's fetch of its kept result of `key` failed: it asks
@@ -419,7 +422,12 @@ impl Handler<ResultAlsoKeptIn> for Master {
             // The book is whole once every report is in.
             return self.keep(m);
         }
-        let ResultAlsoKeptIn { from, root, key } = m;
+        let ResultAlsoKeptIn {
+            from,
+            root,
+            key,
+            first,
+        } = m;
         if root >= self.size || self.out.view().is_dead(from.0) {
             return;
         }
@@ -438,10 +446,10 @@ impl Handler<ResultAlsoKeptIn> for Master {
             return self.early_spare(key, root, from.0);
         }
         if self.results.on && unknown {
-            // Nobody reported the first copy (its holder died before it
-            // could): this one is the record, as it would be had it come
-            // in this rank's report.
-            tracing::info!(root, key, holder = %from, "a dead root's result is kept by the rank it was relayed to");
+            // Nobody reported the first copy (its root died before it
+            // could): this one and the first, if its holder lives, are
+            // the record, as they would be had they come in reports.
+            tracing::info!(root, key, holder = %from, first, "a dead root's result is kept by the rank it was relayed to");
             if self
                 .reductions
                 .live
@@ -465,8 +473,17 @@ impl Handler<ResultAlsoKeptIn> for Master {
             if self.results.book.also_kept(key, root, from.0) {
                 return self.count_results();
             }
-            let drops = self.results.book.kept(key, root, from.0);
+            let first_lives = first != from.0
+                && first != root
+                && first < self.size
+                && !self.out.view().is_dead(first);
+            let holder = if first_lives { first } else { from.0 };
+            let drops = self.results.book.kept(key, root, holder);
             self.drop_copies(&drops);
+            if first_lives {
+                // The second copy answers if the first holder dies too.
+                self.results.book.also_kept(key, root, from.0);
+            }
             return self.count_results();
         }
         // Released meanwhile, or a master that keeps no records: the copy

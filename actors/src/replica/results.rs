@@ -246,7 +246,11 @@ impl ReplicaStore {
     fn result_answer(&self, key: u64, root: Rank, ok: bool, relayed: bool, from: Rank) {
         let msg = match relayed {
             false => ResultMsg::Stored { key, ok },
-            true if ok => ResultMsg::AlsoKept { root: root.0, key },
+            true if ok => ResultMsg::AlsoKept {
+                root: root.0,
+                key,
+                first: from.0,
+            },
             true => return,
         };
         let master = self.out.master();

@@ -49,14 +49,19 @@ impl Router {
             },
             // To the master, and to the store of the holder that relayed
             // the copy (its answer to the root may wait for it).
-            ResultMsg::AlsoKept { root, key } => {
+            ResultMsg::AlsoKept { root, key, first } => {
                 self.store.do_send(RelayKeptIn {
                     from,
                     root: Rank(root),
                     key,
                 });
                 if let Some(m) = &self.master {
-                    m.do_send(ResultAlsoKeptIn { from, root, key });
+                    m.do_send(ResultAlsoKeptIn {
+                        from,
+                        root,
+                        key,
+                        first,
+                    });
                 }
             }
             ResultMsg::Stored { key, ok } => self.worker.do_send(ResultStoredIn { from, key, ok }),

@@ -77,12 +77,15 @@ pub enum ResultMsg {
         more: u32,
     },
     /// New holder → master: I keep a second copy of dead `root`'s result
-    /// of `key` (relayed by its holder).
+    /// of `key`, relayed by the holder `first`, which keeps its own.
     AlsoKept {
         /// Whose result.
         root: u32,
         /// The reduction.
         key: u64,
+        /// The holder that relayed the copy: the master may hear of its
+        /// copy only from this message (the root died before it said).
+        first: u32,
     },
     /// Replacement root → master: the holder you sent me to for `key`
     /// failed me (it died meanwhile): where else is it kept? Answered

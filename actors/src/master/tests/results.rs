@@ -32,6 +32,7 @@ fn a_second_copy_before_the_completion_is_the_records_spare() {
             from: Rank(3),
             root: 1,
             key: KEY,
+            first: 2,
         })
         .await
         .unwrap();
@@ -70,6 +71,7 @@ fn a_copy_again_at_the_records_holder_is_kept() {
             from: Rank(3),
             root: 1,
             key: KEY,
+            first: 2,
         })
         .await
         .unwrap();
@@ -111,6 +113,7 @@ fn a_further_copy_at_the_records_holder_is_kept() {
             from: Rank(2),
             root: 1,
             key: KEY,
+            first: 3,
         })
         .await
         .unwrap();
@@ -125,10 +128,12 @@ fn a_further_copy_at_the_records_holder_is_kept() {
 }
 
 /// Rank 1, the root, is declared dead; rank 3 then says it keeps a copy
-/// of its result, relayed by a holder: what the master sends after.
+/// of its result, relayed by the holder `first`: what the master sends
+/// after.
 async fn relayed_after_the_roots_death(
     m: &Addr<Master>,
     ts: &[Arc<LoopbackTransport>],
+    first: u32,
 ) -> Vec<(u32, Msg)> {
     settle().await;
     down(m, 1).await;
@@ -138,6 +143,7 @@ async fn relayed_after_the_roots_death(
         from: Rank(3),
         root: 1,
         key: KEY,
+        first,
     })
     .await
     .unwrap();
@@ -166,13 +172,50 @@ fn a_copy_of_a_dead_roots_result_completes_its_live_reduction() {
     actix_rt::System::new().block_on(async move {
         let m = keeping_master(&ts, 1);
         joined(&m).await;
-        let msgs = relayed_after_the_roots_death(&m, &ts).await;
+        let msgs = relayed_after_the_roots_death(&m, &ts, 2).await;
         for r in [0, 2, 3] {
             assert!(
                 told_completed(&msgs, r),
                 "rank {r} hears it completed: {msgs:?}"
             );
         }
+        assert_eq!(result_counts(&m).await, (1, 0, 1));
+    });
+}
+
+/// The root dies before it said where its result is kept (rank 2, which
+/// relayed it on to rank 3): the master hears of both copies from rank
+/// 3's notice, so rank 3's death then still leaves rank 2's copy for the
+/// root's replacement. Recorded at rank 3 alone, two deaths within the
+/// budget (the root's, then rank 3's) lost a completed result.
+#[test]
+fn a_relayed_copy_names_the_first_holder_too() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let m = keeping_master(&ts, 2);
+        joined(&m).await;
+        relayed_after_the_roots_death(&m, &ts, 2).await;
+        assert_eq!(result_counts(&m).await, (1, 0, 1));
+        down(&m, 3).await;
+        settle().await;
+        assert_eq!(
+            result_counts(&m).await,
+            (1, 0, 0),
+            "rank 2's copy answers after rank 3's death"
+        );
+    });
+}
+
+/// As above, the first holder already dead when the notice comes: the
+/// relayed copy alone is the record.
+#[test]
+fn a_relayed_copy_whose_first_holder_died_is_the_record_alone() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let m = keeping_master(&ts, 2);
+        joined(&m).await;
+        down(&m, 2).await;
+        relayed_after_the_roots_death(&m, &ts, 2).await;
         assert_eq!(result_counts(&m).await, (1, 0, 0));
     });
 }
@@ -197,7 +240,7 @@ fn a_relayed_copy_of_a_pending_record_is_its_spare() {
         })
         .await
         .unwrap();
-        let msgs = relayed_after_the_roots_death(&m, &ts).await;
+        let msgs = relayed_after_the_roots_death(&m, &ts, 2).await;
         assert!(
             told_completed(&msgs, 2),
             "the reduction completed: {msgs:?}"

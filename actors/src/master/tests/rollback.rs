@@ -284,6 +284,7 @@ fn a_second_copy_from_the_epoch_rolled_back_makes_no_record() {
             from: Rank(3),
             root: 1,
             key: KEY,
+            first: 2,
         })
         .await
         .unwrap();

@@ -181,6 +181,7 @@ fn a_relayed_copy_the_standby_never_heard_of_is_its_record() {
             from: Rank(3),
             root: 0,
             key: KEY,
+            first: 0,
         })
         .await
         .unwrap();
@@ -204,6 +205,7 @@ fn a_second_copy_announced_during_the_takeover_is_a_spare() {
             from: Rank(3),
             root: 0,
             key: KEY,
+            first: 2,
         })
         .await
         .unwrap();
