@@ -102,6 +102,25 @@ impl<R: ArrayOp> InPlace<R> {
         }
     }
 
+    /// A copy of `bytes`, a validated archive of `R`, if it is laid out
+    /// as this type's buffer after its header (the elements first, then
+    /// the root pointing back to them, as every [`InPlace`] and every
+    /// plain `Vec` archive of one writes it): one copy, where
+    /// deserialising takes two. `None` for any other layout.
+    fn of_archive(bytes: &[u8]) -> Option<Self> {
+        let data = bytes.len().checked_sub(ROOT_LEN)?;
+        let word = |at: usize| -> Option<[u8; 4]> { bytes.get(at..at + 4)?.try_into().ok() };
+        let offset = i64::from(i32::from_le_bytes(word(data)?));
+        let len = u32::from_le_bytes(word(data + 4)?) as usize;
+        let fits = len.checked_mul(std::mem::size_of::<R::Elem>()) == Some(data);
+        (offset == -(data as i64) && fits).then(|| {
+            Self::build(len, |buf, _| {
+                buf.resize(HEADER_LEN, 0);
+                buf.extend_from_slice(&bytes[..data]);
+            })
+        })
+    }
+
     fn data_range(&self) -> std::ops::Range<usize> {
         HEADER_LEN..self.buf.len().saturating_sub(ROOT_LEN).max(HEADER_LEN)
     }
@@ -177,8 +196,12 @@ where
 
     fn decoder(&self) -> Decoder {
         |bytes| {
-            decode::<R>(bytes)
-                .map(|r| Box::new(InPlace::<R>::from_slice(&r.into_vec())) as Box<dyn ReduceValue>)
+            rkyv::access::<R::Archived, rancor::Error>(bytes).map_err(corrupt)?;
+            let v = match InPlace::<R>::of_archive(bytes) {
+                Some(v) => v,
+                None => InPlace::from_slice(&decode::<R>(bytes)?.into_vec()),
+            };
+            Ok(Box::new(v) as Box<dyn ReduceValue>)
         }
     }
 
@@ -329,5 +352,40 @@ mod tests {
         let back = (v.decoder())(v.archive()).unwrap();
         let back = back.into_any().downcast::<InPlace<Max<u32>>>().unwrap();
         assert_eq!(back.as_slice(), &[4, 9]);
+    }
+
+    /// A plain `Sum(Vec)` archive is laid out as an `InPlace` buffer and
+    /// is taken in one copy; one laid out otherwise (its root pointing
+    /// elsewhere) is deserialised; a damaged one is refused.
+    #[test]
+    fn decodes_archives_of_either_layout_and_refuses_damaged_ones() {
+        let values = [1.5f32, -2.0, 3.25];
+        let plain = rkyv::to_bytes::<rancor::Error>(&Sum(values.to_vec())).unwrap();
+        assert!(InPlace::<Sum<f32>>::of_archive(&plain).is_some());
+        let v = InPlace::<Sum<f32>>::from_slice(&values);
+        let back = (v.decoder())(&plain).unwrap();
+        let back = back.into_any().downcast::<InPlace<Sum<f32>>>().unwrap();
+        assert_eq!(back.as_slice(), &values);
+        // Eight bytes between the elements and the root: a valid archive
+        // of another layout.
+        let mut other = AlignedVec::<16>::new();
+        for x in values {
+            other.extend_from_slice(&x.to_le_bytes());
+        }
+        other.extend_from_slice(&[0; 8]);
+        other.extend_from_slice(&(-20i32).to_le_bytes());
+        other.extend_from_slice(&3u32.to_le_bytes());
+        assert!(rkyv::access::<rkyv::Archived<Sum<f32>>, rancor::Error>(&other).is_ok());
+        assert!(InPlace::<Sum<f32>>::of_archive(&other).is_none());
+        let back = (v.decoder())(&other).unwrap();
+        let back = back.into_any().downcast::<InPlace<Sum<f32>>>().unwrap();
+        assert_eq!(back.as_slice(), &values);
+        let mut damaged = plain.clone();
+        let n = damaged.len();
+        damaged[n - 1] = 0xff;
+        assert!(
+            (v.decoder())(&damaged).is_err(),
+            "a count past the bytes is refused"
+        );
     }
 }
