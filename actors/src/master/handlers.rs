@@ -98,14 +98,16 @@ impl Master {
                 id: r.id.clone(),
                 detail: format!("{} holds no data for this reduction", m.from),
             },
-            TaskFailure::Fetch { peer_down, .. } => return self.fetch_failed(m, peer_down),
+            TaskFailure::Fetch { peer_down, .. } => return self.fetch_failed(m, peer_down, 0),
         };
         self.fail(key, error);
     }
 
     /// Failure place 3: a receiver could not fetch its provider's data (the
-    /// data's source died, or is unreachable: `peer_down`).
-    fn fetch_failed(&mut self, m: TaskFailedIn, peer_down: bool) {
+    /// data's source died, or is unreachable: `peer_down`). `deferred`:
+    /// how many times this report was put off already (see
+    /// [`FETCH_DEFERRALS`]).
+    fn fetch_failed(&mut self, m: TaskFailedIn, peer_down: bool, deferred: u32) {
         let (key, task_id) = (m.failed.key, m.failed.task_id);
         tracing::debug!(key, task_id, from = %m.from, peer_down, reason = %m.fetch_reason(), "a fetch failed");
         let Some(r) = self.reductions.live.get(&key) else {
@@ -123,21 +125,33 @@ impl Master {
         // The process the task read from, if it is still the rank's: a
         // failure of one replaced since says nothing of its replacement.
         let issued = r.sources.get(&task_id).copied();
+        // Whether the failure is the current process's, and whether this
+        // rank still reaches it.
         let current = |src: Rank| {
             let v = self.out.view().read();
             // A replacement this rank still reaches failed only at a
             // receiver that may not know its address yet (the notice
-            // that let it in came from a master that died): its own
+            // that let it in came from a master that died), or one whose
+            // link broke just now, its death not yet known here: its own
             // link, and its pings, say whether it lives.
             let reached = v.incarnation(src.0) > 0 && !v.is_unreachable(src.0);
             let same =
                 issued.is_none_or(|(from, inc)| from != src.0 || v.incarnation(src.0) == inc);
-            same && !reached
+            (same, reached)
         };
         if let (true, Some(Some(src))) = (peer_down, source) {
-            if current(src) {
-                let reason = format!("a fetch from it failed: {}", m.fetch_reason());
-                self.rank_down(src, reason, None);
+            match current(src) {
+                (true, false) => {
+                    let reason = format!("a fetch from it failed: {}", m.fetch_reason());
+                    self.rank_down(src, reason, None);
+                }
+                (true, true) if deferred < FETCH_DEFERRALS => {
+                    // Rescheduled at once, the task would fail at once
+                    // again, as often as the reduction allows, before the
+                    // link's fate is known: the report is read later.
+                    return self.defer_fetch_failure(m, deferred);
+                }
+                _ => {}
             }
         }
         if let Some(r) = self.reductions.live.get_mut(&key) {
@@ -176,6 +190,50 @@ impl Master {
                 self.fail(key, error);
             }
         }
+    }
+}
+
+/// Times a failed fetch from a replacement this rank still reaches is put
+/// off before it counts, the pause doubling from [`FETCH_DEFER_PAUSE`]
+/// (375 ms in all): long enough for a broken link to be known as a death,
+/// or for the receiver to learn the replacement's address.
+const FETCH_DEFERRALS: u32 = 4;
+/// The first pause of a deferred fetch failure.
+const FETCH_DEFER_PAUSE: std::time::Duration = std::time::Duration::from_millis(25);
+
+impl Master {
+    /// Reads `m` again after a pause (see [`FETCH_DEFERRALS`]).
+    fn defer_fetch_failure(&mut self, m: TaskFailedIn, deferred: u32) {
+        let Some(me) = self.me.clone() else {
+            return self.fetch_failed(m, true, FETCH_DEFERRALS);
+        };
+        let pause = FETCH_DEFER_PAUSE * 2u32.pow(deferred);
+        actix::spawn(async move {
+            actix_rt::time::sleep(pause).await;
+            me.do_send(FetchFailureDue {
+                m,
+                deferred: deferred + 1,
+            });
+        });
+    }
+}
+
+/// A failed fetch's report, put off (see [`FETCH_DEFERRALS`]).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct FetchFailureDue {
+    m: TaskFailedIn,
+    deferred: u32,
+}
+
+impl Handler<FetchFailureDue> for Master {
+    type Result = ();
+
+    fn handle(&mut self, d: FetchFailureDue, _: &mut Context<Self>) {
+        if self.out.view().is_dead(d.m.from.0) {
+            return;
+        }
+        self.fetch_failed(d.m, true, d.deferred);
     }
 }
 

@@ -275,59 +275,6 @@ fn a_fetch_failure_of_a_replaced_process_does_not_fence_its_replacement() {
     });
 }
 
-/// A receiver cannot reach rank 2's replacement (it never heard where it
-/// listens: the notice came from a master that died), and says the link
-/// is down. The master's own link to the replacement is up: it is not
-/// declared failed on that word (its pings decide).
-#[test]
-fn a_replacement_the_master_reaches_is_not_fenced_on_a_receivers_word() {
-    let (_hub, ts) = LoopbackHub::new(4);
-    actix_rt::System::new().block_on(async move {
-        let m = master_replacing(&ts, 1);
-        for r in [0, 1, 3] {
-            m.send(join(r, None)).await.unwrap();
-        }
-        down(&m, 2).await;
-        let_in_2(&m, 1).await;
-        let _ = sent(&ts);
-        m.send(join(2, None)).await.unwrap();
-        settle().await;
-        let (receiver, task) = sent(&ts)
-            .into_iter()
-            .find_map(|(to, m)| match m {
-                Msg::Task(t) if t.provider == 2 => Some((to, t)),
-                _ => None,
-            })
-            .expect("a task reads the replacement's data");
-        m.send(crate::master::TaskFailedIn {
-            from: Rank(receiver),
-            failed: taskfold_core::wire::TaskFailed {
-                key: KEY,
-                task_id: task.task_id,
-                reason: taskfold_core::wire::TaskFailure::Fetch {
-                    reason: "connection refused".into(),
-                    peer_down: true,
-                },
-            },
-            wire: 0,
-        })
-        .await
-        .unwrap();
-        settle().await;
-        let msgs = sent(&ts);
-        assert!(
-            !msgs.iter().any(|(_, m)| matches!(
-                m,
-                Msg::RankFailed {
-                    rank: 2,
-                    incarnation: 1
-                }
-            )),
-            "{msgs:?}"
-        );
-    });
-}
-
 /// A replacement killed while the ranks let it in, its launcher's next
 /// one asking at once: when the last rank's answer comes, the first's
 /// registration is gone. Its admission fails as its death: the next is
@@ -596,3 +543,5 @@ fn a_replacement_that_joins_a_reduction_that_failed_hears_the_failure() {
         assert!(told(&after, 2), "the replacement hears it: {after:?}");
     });
 }
+
+mod fetch;
