@@ -1,0 +1,91 @@
+//! The largest job this machine can hold: 256 rank processes on 16
+//! simulated nodes (`taskfold run --sim-nodes 16 -n 256`), reducing small
+//! contributions, every result checked exactly at its root. It needs
+//! root (network namespaces); a machine where they cannot be made skips
+//! it with a message, except in CI (`CI` set), where it must run.
+//!
+//! What it shows is that a job of this size starts, reduces, shuts down
+//! and leaves no namespace behind; its pace is measured by `bench sim`
+//! and by hand (the book's Benchmarks chapter), not here.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use taskfold_tests::{taskfold_bin, text, wait_bounded};
+
+/// Bounds the whole job; at 256 ranks on two cores it starts in tens of
+/// seconds.
+const LIMIT: Duration = Duration::from_secs(420);
+
+fn tf_check() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tf_check"))
+}
+
+/// True if this machine can make network namespaces; otherwise says why
+/// the test is skipped, or fails in CI.
+fn namespaces_or_skip() -> bool {
+    let name = format!("tf-scale-probe{}", std::process::id());
+    let made = Command::new("ip").args(["netns", "add", &name]).output();
+    let why = match made {
+        Ok(out) if out.status.success() => {
+            let _ = Command::new("ip").args(["netns", "delete", &name]).output();
+            return true;
+        }
+        Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        Err(e) => format!("cannot run `ip`: {e}"),
+    };
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must run the 256-rank job (as root, with iproute2): `ip netns add` failed: {why}"
+    );
+    eprintln!("skipping: cannot make network namespaces here ({why}); run as root");
+    false
+}
+
+/// The namespaces launcher `pid` made that still have names.
+fn namespaces_of(pid: u32) -> Vec<String> {
+    let prefix = format!("tf-{pid}-");
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// 256 ranks on 16 simulated nodes, 8-byte contributions, four
+/// reductions at once, each rooted at a rank of another node than the
+/// master's: every rank reports every result it checked exact, and the
+/// job leaves no namespace.
+#[test]
+fn two_hundred_fifty_six_ranks_on_sixteen_nodes_reduce_exactly() {
+    if !namespaces_or_skip() {
+        return;
+    }
+    let (nodes, ranks) = (16u32, 256u32);
+    let mut cmd = Command::new(taskfold_bin());
+    cmd.args(["run", "--sim-nodes", &nodes.to_string()])
+        .args(["-n", &ranks.to_string(), "--timeout", "400s", "--"])
+        .arg(tf_check())
+        .args(["--size", "8", "--reductions", "4", "--root", "17"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().expect("spawn taskfold run");
+    let pid = child.id();
+    let out = wait_bounded(child, LIMIT);
+    let t = text(&out);
+    assert!(out.status.success(), "job failed:\n{t}");
+    for r in 0..ranks {
+        assert!(
+            t.contains(&format!("[{r}] rank {r}: ")),
+            "rank {r} silent:\n{t}"
+        );
+        assert!(!t.contains(&format!("[{r}] rank {r}: 0 ok")), "{t}");
+    }
+    assert!(!t.contains("WRONG"), "{t}");
+    assert_eq!(t.matches(" 0 failed").count(), ranks as usize, "{t}");
+    let left = namespaces_of(pid);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
