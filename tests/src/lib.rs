@@ -6,6 +6,7 @@
 
 pub mod faults;
 pub mod launchers;
+pub mod netns;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -3,47 +3,16 @@
 //! cannot be made skips these tests with a message, except in CI (`CI`
 //! set), where they must run.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+use taskfold_tests::netns::{namespaces_of, namespaces_or_skip};
 use taskfold_tests::{run_bounded, signal, taskfold_bin, text, wait_bounded, wait_for_pid, Signal};
 
 const LIMIT: Duration = Duration::from_secs(240);
 
 fn tf_check() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tf_check"))
-}
-
-/// True if this machine can make network namespaces; otherwise says why
-/// the test is skipped, or fails in CI.
-fn namespaces_or_skip(test: &str) -> bool {
-    static PROBES: AtomicU32 = AtomicU32::new(0);
-    let name = format!(
-        "tf-probe{}x{}",
-        std::process::id(),
-        PROBES.fetch_add(1, Ordering::Relaxed)
-    );
-    let made = Command::new("ip").args(["netns", "add", &name]).output();
-    let why = match made {
-        Ok(out) if out.status.success() => {
-            let _ = Command::new("ip").args(["netns", "delete", &name]).output();
-            return true;
-        }
-        Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        Err(e) => format!("cannot run `ip`: {e}"),
-    };
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must run the multi-node tests (as root, with iproute2): `ip netns add` failed: {why}"
-    );
-    // Written past the test harness's capture, so that the skip shows.
-    let _ = writeln!(
-        std::io::stderr(),
-        "skipping {test}: cannot make network namespaces here ({why}); run as root"
-    );
-    false
 }
 
 /// `taskfold run --sim-nodes NODES -n RANKS [EXTRA] -- PROGRAM ARGS`.
@@ -68,18 +37,6 @@ fn launch(nodes: u32, ranks: u32, extra: &[&str], program: &Path, args: &[&str])
 fn start(mut cmd: Command) -> Child {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.spawn().expect("spawn taskfold")
-}
-
-/// The namespaces the launcher `pid` made that still have names.
-fn namespaces_of(pid: u32) -> Vec<String> {
-    let prefix = format!("tf-{pid}-");
-    std::fs::read_dir("/run/netns")
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|n| n.starts_with(&prefix))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Runs the job, then checks that none of its namespaces is left.

@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use taskfold_tests::netns::{namespaces_of, namespaces_or_skip};
 use taskfold_tests::{taskfold_bin, text, wait_bounded};
 
 /// Bounds the whole job; at 256 ranks on two cores it starts in tens of
@@ -21,46 +22,13 @@ fn tf_check() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tf_check"))
 }
 
-/// True if this machine can make network namespaces; otherwise says why
-/// the test is skipped, or fails in CI.
-fn namespaces_or_skip() -> bool {
-    let name = format!("tf-scale-probe{}", std::process::id());
-    let made = Command::new("ip").args(["netns", "add", &name]).output();
-    let why = match made {
-        Ok(out) if out.status.success() => {
-            let _ = Command::new("ip").args(["netns", "delete", &name]).output();
-            return true;
-        }
-        Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        Err(e) => format!("cannot run `ip`: {e}"),
-    };
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must run the 256-rank job (as root, with iproute2): `ip netns add` failed: {why}"
-    );
-    eprintln!("skipping: cannot make network namespaces here ({why}); run as root");
-    false
-}
-
-/// The namespaces launcher `pid` made that still have names.
-fn namespaces_of(pid: u32) -> Vec<String> {
-    let prefix = format!("tf-{pid}-");
-    std::fs::read_dir("/run/netns")
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|n| n.starts_with(&prefix))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// 256 ranks on 16 simulated nodes, 8-byte contributions, four
 /// reductions at once, each rooted at a rank of another node than the
 /// master's: every rank reports every result it checked exact, and the
 /// job leaves no namespace.
 #[test]
 fn two_hundred_fifty_six_ranks_on_sixteen_nodes_reduce_exactly() {
-    if !namespaces_or_skip() {
+    if !namespaces_or_skip("two_hundred_fifty_six_ranks_on_sixteen_nodes_reduce_exactly") {
         return;
     }
     let (nodes, ranks) = (16u32, 256u32);
