@@ -8,12 +8,22 @@
 //! that is free, ready-first: the holder that has waited longest serves the
 //! member that has waited longest, and a member that got the value holds
 //! it and serves the next one. A holder serves [`SERVES_AT_ONCE`] members
-//! at a time, so that one slow (or stopped) member does not hold up
-//! everyone behind its holder: with `k` at once the holders grow `k + 1`
-//! fold every round, about `log_{k+1} p` rounds for `p` members when
-//! everyone asks at once (each round as long as `k` fetches sharing the
-//! holder's link), and a late member waits for one fetch from a free
+//! on other nodes at a time, so that one slow (or stopped) member does not
+//! hold up everyone behind its holder: with `k` at once the holders grow
+//! `k + 1` fold every round, about `log_{k+1} p` rounds for `p` members
+//! when everyone asks at once (each round as long as `k` fetches sharing
+//! the holder's link), and a late member waits for one fetch from a free
 //! holder.
+//!
+//! A member whose node holds the value already fetches from a holder
+//! there at once, however many others that holder serves
+//! ([`Spread::with_nodes`]): a same-node fetch reads the holder's memory
+//! and costs the holder no link, only its answer, so every member of a
+//! node fetches in the same round as the first holder there: each round
+//! costs two messages through the coordinator, which wait for a core
+//! where ranks outnumber cores (the book's Architecture chapter, Allreduce
+//! and broadcast, has the figures). Without nodes known, every holder is
+//! taken for a remote one.
 //!
 //! # What a member's death does
 //!
@@ -96,11 +106,28 @@ pub struct Spread {
     serves: usize,
     /// Members waiting for a holder, longest-waiting first.
     wanting: VecDeque<u32>,
-    /// Fetches out: fetcher → holder.
-    fetching: BTreeMap<u32, u32>,
+    /// Fetches out: fetcher → its serve.
+    fetching: BTreeMap<u32, Serve>,
+    /// Each member's node, where known (see [`Spread::with_nodes`]).
+    nodes: BTreeMap<u32, u64>,
+    /// The live holders of each known node.
+    holders_on: BTreeMap<u64, BTreeSet<u32>>,
+    /// Fetches out per holder, from its own node.
+    near_load: BTreeMap<u32, usize>,
+    /// The holder each fetcher's last fetch failed from: tried last.
+    failed_from: BTreeMap<u32, u32>,
     dead: BTreeSet<u32>,
     /// Members told the spread failed.
     failed: BTreeSet<u32>,
+}
+
+/// One fetch out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Serve {
+    holder: u32,
+    /// It takes one of the holder's slots (the fetcher is on another node,
+    /// or nodes are unknown); a same-node fetch takes none.
+    slot: bool,
 }
 
 impl Spread {
@@ -133,9 +160,25 @@ impl Spread {
             serves: serves.max(1),
             wanting: VecDeque::new(),
             fetching: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            holders_on: BTreeMap::new(),
+            near_load: BTreeMap::new(),
+            failed_from: BTreeMap::new(),
             dead,
             failed: BTreeSet::new(),
         }
+    }
+
+    /// The same spread, knowing each member's node (`(member, node)`,
+    /// node 0 unknown): a member fetches from a holder on its own node as
+    /// soon as there is one, without waiting for a slot (see the module's
+    /// doc).
+    pub fn with_nodes(mut self, nodes: impl IntoIterator<Item = (u32, u64)>) -> Spread {
+        self.nodes = nodes
+            .into_iter()
+            .filter(|&(r, n)| n != 0 && self.members.contains(&r))
+            .collect();
+        self
     }
 
     /// Where it stands.
@@ -188,14 +231,17 @@ impl Spread {
                 }
             }
             Event::Fetched(r) if self.alive(r) => {
-                if let Some(h) = self.fetching.remove(&r) {
-                    self.release(h);
+                if let Some(serve) = self.fetching.remove(&r) {
+                    self.release(serve);
+                    self.failed_from.remove(&r);
                     self.hold(r);
                 }
             }
             Event::FetchFailed(r) if self.alive(r) => {
-                if let Some(h) = self.fetching.remove(&r) {
-                    self.release(h);
+                if let Some(serve) = self.fetching.remove(&r) {
+                    self.release(serve);
+                    let h = serve.holder;
+                    self.failed_from.insert(r, h);
                     // Back at the head: it waited longest.
                     self.wanting.push_front(r);
                     // Another free holder first, if there is one.
@@ -218,18 +264,37 @@ impl Spread {
 
     fn hold(&mut self, r: u32) {
         if self.holders.insert(r) {
+            if let Some(&n) = self.nodes.get(&r) {
+                self.holders_on.entry(n).or_default().insert(r);
+            }
             for _ in 0..self.serves {
                 self.free.push_back(r);
             }
         }
     }
 
-    /// `h` finished one serve (either way): that slot is free again if
-    /// `h` still holds.
-    fn release(&mut self, h: u32) {
-        if self.holders.contains(&h) {
+    /// One serve ended (either way): its slot is free again if its
+    /// holder still holds.
+    fn release(&mut self, serve: Serve) {
+        let h = serve.holder;
+        if !serve.slot {
+            if let Some(n) = self.near_load.get_mut(&h) {
+                *n = n.saturating_sub(1);
+            }
+        } else if self.holders.contains(&h) {
             self.free.push_back(h);
         }
+    }
+
+    /// A holder on `fetcher`'s node: the one serving fewest there, the
+    /// one its last fetch failed from only if no other, then the lowest.
+    fn near_holder(&self, fetcher: u32) -> Option<u32> {
+        let node = self.nodes.get(&fetcher)?;
+        let avoid = self.failed_from.get(&fetcher).copied();
+        self.holders_on.get(node)?.iter().copied().min_by_key(|h| {
+            let load = self.near_load.get(h).copied().unwrap_or(0);
+            (Some(*h) == avoid, load, *h)
+        })
     }
 
     fn died(&mut self, r: u32) {
@@ -237,10 +302,14 @@ impl Spread {
             return;
         }
         self.holders.remove(&r);
+        if let Some(on) = self.nodes.get(&r).and_then(|n| self.holders_on.get_mut(n)) {
+            on.remove(&r);
+        }
+        self.near_load.remove(&r);
         self.free.retain(|x| *x != r);
         self.wanting.retain(|x| *x != r);
-        if let Some(h) = self.fetching.remove(&r) {
-            self.release(h);
+        if let Some(serve) = self.fetching.remove(&r) {
+            self.release(serve);
         }
         // A fetch from `r` fails at its fetcher, which says so: until then
         // it may still have got the value, so the spread is not lost yet.
@@ -257,14 +326,7 @@ impl Spread {
         if matches!(self.phase, Phase::Done | Phase::Lost) {
             return;
         }
-        while !self.wanting.is_empty() && !self.free.is_empty() {
-            let (Some(fetcher), Some(holder)) = (self.wanting.pop_front(), self.free.pop_front())
-            else {
-                break;
-            };
-            self.fetching.insert(fetcher, holder);
-            out.push(Action::Fetch { fetcher, holder });
-        }
+        self.pair(out);
         let source_gone = self.dead.contains(&self.source);
         if self.holders.is_empty() && self.fetching.is_empty() && source_gone {
             self.phase = Phase::Lost;
@@ -283,6 +345,48 @@ impl Spread {
                 holders: self.holders.iter().copied().collect(),
             });
         }
+    }
+}
+
+impl Spread {
+    /// Pairs each waiting member, longest-waiting first, with a holder on
+    /// its node if there is one, else with the longest-free slot; a
+    /// member for which there is neither waits on, in its place.
+    fn pair(&mut self, out: &mut Vec<Action>) {
+        if self.wanting.is_empty() || self.holders.is_empty() {
+            return;
+        }
+        let mut waiting = VecDeque::new();
+        while let Some(fetcher) = self.wanting.pop_front() {
+            if self.free.is_empty() && self.nodes.is_empty() {
+                // Nobody can be served before a slot frees.
+                waiting.push_back(fetcher);
+                waiting.extend(self.wanting.drain(..));
+                break;
+            }
+            let serve = match self.near_holder(fetcher) {
+                Some(holder) => {
+                    *self.near_load.entry(holder).or_insert(0) += 1;
+                    Serve {
+                        holder,
+                        slot: false,
+                    }
+                }
+                None => match self.free.pop_front() {
+                    Some(holder) => Serve { holder, slot: true },
+                    None => {
+                        waiting.push_back(fetcher);
+                        continue;
+                    }
+                },
+            };
+            self.fetching.insert(fetcher, serve);
+            out.push(Action::Fetch {
+                fetcher,
+                holder: serve.holder,
+            });
+        }
+        self.wanting = waiting;
     }
 }
 

@@ -67,10 +67,15 @@ impl Coordinated {
                 .copied()
                 .filter(|r| dead.contains(*r as usize))
                 .collect();
-            (
-                o.clone(),
-                Spread::new(o.group.iter().copied(), o.source, &dead),
-            )
+            // Nodes as the view has them now: they set only who serves
+            // whom first, never whether a member gets the value.
+            let nodes = out.view().nodes().unwrap_or_default();
+            let spread = Spread::new(o.group.iter().copied(), o.source, &dead).with_nodes(
+                o.group
+                    .iter()
+                    .map(|&r| (r, nodes.get(r as usize).copied().unwrap_or(0))),
+            );
+            (o.clone(), spread)
         });
         let detail = if first.id != o.id || first.group != o.group {
             Some(format!("rank {} names another id or group", from.0))

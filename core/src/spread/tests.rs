@@ -230,6 +230,10 @@ fn holders_are_always_members_and_a_live_holder_means_no_failure() {
     ];
     for seed in 0u64..2000 {
         let mut s = Spread::new(0..3, 0, &[]);
+        if seed % 2 == 1 {
+            // Ranks 0 and 1 on one node: near fetches take no slot.
+            s = s.with_nodes([(0, 1), (1, 1), (2, 2)]);
+        }
         let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let mut holding = std::collections::BTreeSet::new();
         let mut failed = std::collections::BTreeSet::new();
@@ -264,4 +268,58 @@ fn holders_are_always_members_and_a_live_holder_means_no_failure() {
             );
         }
     }
+}
+
+#[test]
+fn a_node_that_holds_serves_all_its_members_at_once() {
+    // Ranks 0-3 on node 1, 4-7 on node 2.
+    let nodes = (0..8).map(|r| (r, if r < 4 { 1 } else { 2 }));
+    let mut s = Spread::new(0..8, 0, &[]).with_nodes(nodes);
+    for r in 1..8 {
+        s.on(Want(r));
+    }
+    // The source's node fetches at once; the other node's two
+    // longest-waiting members take the source's two slots.
+    assert_eq!(
+        fetches(&s.on(Have(0))),
+        [(1, 0), (2, 0), (3, 0), (4, 0), (5, 0)]
+    );
+    // Once node 2 holds, its last members fetch there, from rank 4.
+    assert_eq!(fetches(&s.on(Fetched(4))), [(6, 4), (7, 4)]);
+    for r in [1, 2, 3, 5, 6] {
+        assert!(s.on(Fetched(r)).is_empty());
+    }
+    assert_eq!(
+        s.on(Fetched(7)),
+        [Finish {
+            holders: (0..8).collect()
+        }]
+    );
+}
+
+#[test]
+fn near_fetches_spread_over_the_nodes_holders_and_retry_elsewhere() {
+    let mut s = Spread::new(0..6, 0, &[]).with_nodes((0..6).map(|r| (r, 9)));
+    s.on(Have(0));
+    assert_eq!(fetches(&s.on(Want(1))), [(1, 0)]);
+    s.on(Fetched(1));
+    // The least-loaded holder first: both free, the lower one.
+    assert_eq!(fetches(&s.on(Want(2))), [(2, 0)]);
+    assert_eq!(fetches(&s.on(Want(3))), [(3, 1)]);
+    // A failed fetch goes to the other holder, though it serves one.
+    assert_eq!(fetches(&s.on(FetchFailed(2))), [(2, 1)]);
+    // A dead holder serves nobody: its fetcher's retry goes elsewhere.
+    s.on(Dead(1));
+    assert_eq!(fetches(&s.on(FetchFailed(3))), [(3, 0)]);
+    assert_eq!(fetches(&s.on(FetchFailed(2))), [(2, 0)]);
+}
+
+#[test]
+fn unknown_nodes_are_taken_for_remote_ones() {
+    // Node 0 is unknown: no near fetch, one slot each as before.
+    let mut s = Spread::serving(0..4, 0, &[], 1).with_nodes((0..4).map(|r| (r, 0)));
+    for r in 1..4 {
+        s.on(Want(r));
+    }
+    assert_eq!(fetches(&s.on(Have(0))), [(1, 0)]);
 }
