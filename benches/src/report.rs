@@ -28,6 +28,12 @@ pub struct Report {
     /// `(size, seconds)`: one fetch + fold of a contribution measured alone
     /// (taskfold, p = 2, quiet), the yardstick of the staggered tail.
     pub fetch_fold_alone: Vec<(usize, f64)>,
+    /// `(size, seconds)`: an allreduce's or a broadcast's comparison only,
+    /// the same collective of taskfold alone at p = 2, quiet (an
+    /// allreduce: one fetch + fold and one fetch of the result; a
+    /// broadcast: one fetch), the yardstick of the slow-rank target.
+    #[serde(default)]
+    pub spread_alone: Vec<(usize, f64)>,
     /// Plot files written next to the report.
     pub plots: Vec<String>,
     /// `(p, size, K, seconds)`: the (p − 1)·K pairwise folds of scenario e
@@ -172,6 +178,9 @@ impl Report {
     }
 
     fn targets(&self) -> Vec<Target> {
+        if matches!(self.against.as_str(), "MPI_Allreduce" | "MPI_Bcast") {
+            return self.spread_targets();
+        }
         let mut t = vec![
             self.ratio_target(
                 "quiet, p = 8, ≥ 2 MiB: taskfold / Open MPI ≤ 1.0",
@@ -291,6 +300,8 @@ impl Report {
         floors.iter().find(|f| f.0 == np && f.2 == k).map(|f| f.3)
     }
 }
+
+mod spread_targets;
 
 #[cfg(test)]
 mod tests;

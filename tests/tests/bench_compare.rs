@@ -210,10 +210,18 @@ fn small_allreduce_and_broadcast_comparisons() {
             commands.contains(&format!("--collective {collective}")),
             "{commands}"
         );
+        // The slow rank's yardstick: the same collective of taskfold
+        // alone at p = 2.
+        let alone = json["spread_alone"].as_array().unwrap();
+        assert_eq!(alone.len(), 1, "{collective}");
+        assert!(alone[0][1].as_f64().unwrap() > 0.0, "{collective}");
+        assert!(commands.contains("taskfold, alone p=2"), "{commands}");
         let md = std::fs::read_to_string(out.join("report.md")).unwrap();
         assert!(
             md.starts_with(&format!("# taskfold against {against}")),
             "{md}"
         );
+        assert!(md.contains("× the lower bound"), "{md}");
+        assert!(md.contains("background load, p = 8"), "{md}");
     }
 }

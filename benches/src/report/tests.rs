@@ -99,3 +99,36 @@ fn sizes_print_in_binary_units() {
     assert_eq!(human(128 << 10), "128 KiB");
     assert_eq!(human(3 << 19), "1.50 MiB");
 }
+
+#[test]
+fn an_allreduce_is_judged_on_its_own_targets() {
+    let mut slow = rec("taskfold", "slow-20ms", 2 << 20, 0.030);
+    slow.param_s = Some(0.020);
+    let r = Report {
+        against: "MPI_Allreduce".into(),
+        records: vec![
+            rec("taskfold", "quiet", 2 << 20, 0.010),
+            rec("openmpi", "quiet", 2 << 20, 0.020),
+            rec("taskfold", "load", 2 << 20, 0.012),
+            rec("openmpi", "load", 2 << 20, 0.020),
+            slow,
+        ],
+        ..Report::default()
+    };
+    let t = r.targets();
+    assert_eq!(t.len(), 4);
+    assert_eq!(t[0].met, Some(true));
+    // 0.6 of Open MPI under load: above 0.5.
+    assert_eq!(t[3].met, Some(false), "{:?}", t[3].measured);
+    // Without the yardsticks the slow rank's bound is unknown.
+    assert_eq!(t[2].met, None);
+    assert_eq!(t[2].measured, vec!["2 MiB: bound not measured"]);
+    // 20 ms + an allreduce of two ranks alone, 5 ms: 30 ms is 1.2 × that.
+    let mut with = r.clone();
+    with.spread_alone = vec![(2 << 20, 0.005)];
+    let t = with.targets();
+    assert_eq!(t[2].met, Some(true), "{:?}", t[2].measured);
+    assert_eq!(t[2].measured, vec!["2 MiB: 1.20 (bound 25.0 ms)"]);
+    with.spread_alone = vec![(2 << 20, 0.004)];
+    assert_eq!(with.targets()[2].met, Some(false));
+}

@@ -12,6 +12,9 @@ pub(super) struct Run<'a> {
     pub(super) params: Vec<f64>,
     pub(super) ks: Vec<u32>,
     pub(super) reps: u32,
+    /// A yardstick of taskfold alone: no baseline, the first taskfold
+    /// configuration only.
+    pub(super) yardstick: bool,
     pub(super) args: &'a CompareArgs,
 }
 
@@ -32,6 +35,7 @@ impl<'a> Run<'a> {
             params: Vec::new(),
             ks: vec![1],
             reps: args.reps,
+            yardstick: false,
             args,
         }
     }
@@ -64,6 +68,7 @@ impl<'a> Run<'a> {
                 params: self.params.get(i).map(|&p| vec![p]).unwrap_or_default(),
                 ks: self.ks.clone(),
                 reps: self.reps,
+                yardstick: self.yardstick,
                 args: self.args,
             })
             .collect()

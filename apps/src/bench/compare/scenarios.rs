@@ -32,6 +32,9 @@ impl Harness {
             .collect();
         if has("slow") {
             self.slow(a, &quiet)?;
+            if a.collective != "reduce" {
+                self.yardstick(a, first)?;
+            }
         }
         if has("stagger") {
             self.stagger(a, &quiet, first)?;
@@ -81,6 +84,25 @@ impl Harness {
             params: vec![0.020; a.size.len()],
             ..Run::of(a, "slow-20ms", "slow", p)
         })
+    }
+
+    /// The yardstick of a spread's slow-rank target: the same collective
+    /// at p = 2, quiet, taskfold alone. After the slow rank's delay, no
+    /// allreduce ends before one fetch and fold of its contribution and
+    /// one fetch of the result, which is what an allreduce of two ranks
+    /// does; no broadcast before one fetch, a broadcast of two.
+    fn yardstick(&mut self, a: &CompareArgs, first: &str) -> Result<(), String> {
+        self.run(&Run {
+            yardstick: true,
+            ..Run::of(a, "alone", "quiet", 2)
+        })?;
+        self.report.spread_alone = a
+            .size
+            .iter()
+            .filter_map(|&s| find(&self.report.records, first, "alone", 2, s, 1))
+            .map(|r| (r.size, r.median_s))
+            .collect();
+        Ok(())
     }
 
     /// c. Staggered arrivals within J = the quiet time, and the yardstick
