@@ -34,9 +34,10 @@ use std::sync::{Mutex, MutexGuard};
 /// shared heap.
 ///
 /// Why every size: a fresh block of the shared heap is faulted in (zeroed
-/// by the kernel) page by page, and a freed one gives its pages back with
-/// a system call (`MADV_REMOVE`). A buffer that is not kept pays both on
-/// every reduction: any floor here makes the time per reduction grow with
+/// by the kernel) page by page, and a freed one, beyond the few the heap
+/// keeps with their pages, gives its pages back with a system call
+/// (`MADV_REMOVE`). A buffer that is not kept pays both on every
+/// reduction: any floor here makes the time per reduction grow with
 /// the size up to it and fall past it, and below one page the fault and
 /// the call still cost more than the data.
 pub const MIN_POOLED: usize = 1;

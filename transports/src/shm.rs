@@ -18,9 +18,16 @@
 //!   `/proc/<pid>/fd/<fd>` (the same permission as reading the owner's
 //!   memory), maps it read-only once ([`PeerHeap`]), and hands out views of
 //!   it ([`crate::SharedView`]).
-//! - A freed block's pages go back to the kernel at once (`MADV_REMOVE`),
-//!   as glibc unmaps its large blocks; the buffer pool above keeps the hot
-//!   ones, so a recycled buffer keeps its pages in both processes.
+//! - A freed block keeps its pages for the next block of its size, up to
+//!   [`HOT_BLOCKS`] blocks and [`HOT_BYTES`] bytes (the oldest goes first);
+//!   beyond that a freed block's pages go back to the kernel at once
+//!   (`MADV_REMOVE`). A block freed and made again and again (a value
+//!   encoded every step, a buffer grown by doubling, a decoded array)
+//!   would otherwise fault in and clear every page each time, in shared
+//!   memory, which costs more than private pages: glibc avoids the same by
+//!   raising its threshold for unmapping. The buffer pool above keeps the
+//!   reduction buffers themselves, so a recycled buffer keeps its pages in
+//!   both processes.
 //!
 //! ```ignore
 //! #[global_allocator]
@@ -76,6 +83,12 @@ pub const HEAP_LEN: usize = 256 << 30;
 /// still released, only its address range is not reused.
 const MAX_FREE: usize = 1024;
 
+/// Freed blocks kept with their pages, at most (see the module docs).
+pub const HOT_BLOCKS: usize = 8;
+
+/// Bytes of freed blocks kept with their pages, at most.
+pub const HOT_BYTES: usize = 64 << 20;
+
 /// Largest alignment a heap block honours (blocks start on a page).
 const MAX_ALIGN: usize = 4096;
 
@@ -114,6 +127,10 @@ struct Extents {
     top: usize,
     free: [(usize, usize); MAX_FREE],
     nfree: usize,
+    /// Freed blocks whose pages were kept (offset, length), oldest first;
+    /// in neither `free` nor use.
+    hot: [(usize, usize); HOT_BLOCKS],
+    nhot: usize,
 }
 
 static HEAP: OnceLock<Option<Heap>> = OnceLock::new();
@@ -192,6 +209,8 @@ fn create() -> Option<Heap> {
                 top: 0,
                 free: [(0, 0); MAX_FREE],
                 nfree: 0,
+                hot: [(0, 0); HOT_BLOCKS],
+                nhot: 0,
             }),
         })
     }
@@ -220,10 +239,18 @@ impl Heap {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A block of `size` bytes (a multiple of [`GRANULE`]): the smallest
-    /// free extent that fits, else fresh address space.
-    fn take(&self, size: usize) -> Option<*mut u8> {
+    /// A block of `size` bytes (a multiple of [`GRANULE`]) and whether it
+    /// reads as zeros: a kept block of that size (the newest), else the
+    /// smallest free extent that fits, else fresh address space.
+    fn take(&self, size: usize) -> Option<(*mut u8, bool)> {
         let mut s = self.lock();
+        if let Some(i) = (0..s.nhot).rev().find(|&i| s.hot[i].1 == size) {
+            let off = s.hot[i].0;
+            let n = s.nhot;
+            s.hot.copy_within(i + 1..n, i);
+            s.nhot -= 1;
+            return Some(((self.base + off) as *mut u8, false));
+        }
         let mut best: Option<usize> = None;
         for i in 0..s.nfree {
             let len = s.free[i].1;
@@ -249,11 +276,39 @@ impl Heap {
             s.top += size;
             off
         };
-        Some((self.base + off) as *mut u8)
+        Some(((self.base + off) as *mut u8, true))
+    }
+
+    /// Keeps the freed block at `p` of `size` bytes with its pages, if it
+    /// fits the bounds; returns the blocks that no longer fit (the oldest
+    /// first), whose pages the caller releases, or `p`'s own if it is
+    /// larger than every kept block together may be.
+    fn keep(&self, p: *mut u8, size: usize) -> ([(usize, usize); HOT_BLOCKS + 1], usize) {
+        let mut out = [(0, 0); HOT_BLOCKS + 1];
+        let off = p as usize - self.base;
+        if size > HOT_BYTES {
+            out[0] = (off, size);
+            return (out, 1);
+        }
+        let mut s = self.lock();
+        let mut evicted = 0;
+        let mut kept: usize = s.hot[..s.nhot].iter().map(|h| h.1).sum();
+        while s.nhot == HOT_BLOCKS || kept + size > HOT_BYTES {
+            out[evicted] = s.hot[0];
+            evicted += 1;
+            kept -= s.hot[0].1;
+            let n = s.nhot;
+            s.hot.copy_within(1..n, 0);
+            s.nhot -= 1;
+        }
+        let n = s.nhot;
+        s.hot[n] = (off, size);
+        s.nhot += 1;
+        (out, evicted)
     }
 
     /// Gives back the block at `p` of `size` bytes (a multiple of
-    /// [`GRANULE`]); its pages were released already.
+    /// [`GRANULE`]) for reuse; its pages were released already.
     fn give(&self, p: *mut u8, size: usize) {
         let off = p as usize - self.base;
         let mut s = self.lock();
@@ -301,13 +356,15 @@ fn shared_size(layout: Layout) -> bool {
 
 // SAFETY: every block comes either from `System` (and goes back to it) or
 // from the heap, told apart by address; heap blocks are disjoint (each
-// address range is handed out once until given back), page-aligned, at
-// least `layout.size()` long, and zero when handed out (fresh or released
-// with `MADV_REMOVE`, after which shared memory reads as zeros).
+// address range is handed out once until kept or given back),
+// page-aligned and at least `layout.size()` long. A block from the free
+// extents or fresh reads as zeros (never written, or released with
+// `MADV_REMOVE`, after which shared memory reads as zeros); a kept block
+// does not, and `alloc_zeroed` clears it.
 unsafe impl GlobalAlloc for SharedHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if shared_size(layout) {
-            if let Some(p) = heap_for_alloc().and_then(|h| h.take(round_up(layout.size()))) {
+            if let Some((p, _)) = heap_for_alloc().and_then(|h| h.take(round_up(layout.size()))) {
                 return p;
             }
         }
@@ -317,8 +374,15 @@ unsafe impl GlobalAlloc for SharedHeap {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if shared_size(layout) {
-            if let Some(p) = heap_for_alloc().and_then(|h| h.take(round_up(layout.size()))) {
-                return p; // heap blocks are handed out zeroed
+            if let Some((p, zeroed)) =
+                heap_for_alloc().and_then(|h| h.take(round_up(layout.size())))
+            {
+                if !zeroed {
+                    // SAFETY: `p` is a block of at least `layout.size()`
+                    // bytes that this call now owns.
+                    unsafe { std::ptr::write_bytes(p, 0, layout.size()) };
+                }
+                return p;
             }
         }
         // SAFETY: as in `alloc`.
@@ -328,15 +392,24 @@ unsafe impl GlobalAlloc for SharedHeap {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if let Some(h) = heap().filter(|h| h.contains(ptr)) {
             let size = round_up(layout.size());
-            // SAFETY: `ptr..ptr + size` is a block of the heap's shared
-            // mapping that the caller gives up; releasing its pages makes
-            // it read as zeros until written again.
-            let released = unsafe { libc::madvise(ptr.cast(), size, libc::MADV_REMOVE) } == 0;
-            // A block is reused only if it reads as zeros again (blocks are
-            // handed out as zeroed); otherwise its address range is left.
             // SAFETY: `getpid` has no preconditions.
-            if released && h.pid == unsafe { libc::getpid() } as u32 {
-                h.give(ptr, size);
+            if h.pid != unsafe { libc::getpid() } as u32 {
+                // A forked child's: never reused (see the module docs).
+                return;
+            }
+            let (release, n) = h.keep(ptr, size);
+            for &(off, len) in &release[..n] {
+                let p = (h.base + off) as *mut u8;
+                // SAFETY: `p..p + len` is a block of the heap's shared
+                // mapping that nobody uses (given up, and out of the kept
+                // blocks); releasing its pages makes it read as zeros
+                // until written again.
+                let released = unsafe { libc::madvise(p.cast(), len, libc::MADV_REMOVE) } == 0;
+                // A free extent must read as zeros (it is handed out as
+                // such); otherwise its address range is left.
+                if released {
+                    h.give(p, len);
+                }
             }
             return;
         }

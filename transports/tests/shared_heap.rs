@@ -89,6 +89,52 @@ fn blocks_are_disjoint_zeroed_and_reused() {
     }
 }
 
+/// Whether every page of `len` bytes at `at` is in memory.
+fn resident(at: usize, len: usize) -> bool {
+    let page = 4096;
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `at` is page-aligned (heap blocks start on a page) and
+    // `at..at + len` lies in the heap's mapping, which is never unmapped;
+    // `vec` has one byte per page of the range.
+    let r = unsafe { libc::mincore(at as *mut libc::c_void, len, vec.as_mut_ptr()) };
+    r == 0 && vec.iter().all(|&b| b & 1 == 1)
+}
+
+#[test]
+fn a_freed_block_keeps_its_pages_for_the_next_of_its_size() {
+    // A size no other test here uses: the kept block is taken again by
+    // the next block of exactly its size.
+    const N: usize = (6 << 20) + 7 * (64 << 10);
+    let mut kept = 0;
+    for round in 0..10u8 {
+        let mut v = vec![0u8; N];
+        assert!(shm::locate(v.as_ptr(), N).is_some());
+        assert!(
+            v.iter().all(|&b| b == 0),
+            "round {round}: a zeroed block reads as zeros, kept or not"
+        );
+        v.fill(round + 1);
+        let at = v.as_ptr() as usize;
+        drop(v);
+        // Other tests' blocks freed meanwhile may push this one out.
+        if resident(at, N) {
+            kept += 1;
+        }
+    }
+    assert!(
+        kept >= 5,
+        "a freed block kept its pages in {kept} of 10 rounds"
+    );
+    // Beyond the bound, a freed block's pages go back at once.
+    let big = vec![1u8; shm::HOT_BYTES + (64 << 10)];
+    let at = big.as_ptr() as usize;
+    drop(big);
+    assert!(
+        !resident(at, 64 << 10),
+        "a block above the bound is released"
+    );
+}
+
 #[test]
 fn growing_and_shrinking_keeps_the_contents() {
     let mut v: Vec<u32> = Vec::new();
