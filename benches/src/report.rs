@@ -129,7 +129,18 @@ impl Report {
         v
     }
 
-    fn ratio_target(&self, what: &str, scenario: &str, bound: f64, min_size: usize) -> Target {
+    /// Per taskfold side, one line of `point`'s text for each point of
+    /// `scenario` at p = 8 from `min_size` (a point without text is left
+    /// out), and whether the target is met: every figure of the first
+    /// side (the default configuration) at most `bound`, `None` if it has
+    /// none.
+    fn judge(
+        &self,
+        scenario: &str,
+        min_size: usize,
+        bound: f64,
+        point: impl Fn(&Record) -> Option<(String, Option<f64>)>,
+    ) -> (Vec<String>, Option<bool>) {
         let mut measured = Vec::new();
         let mut met = None;
         let sides = self.taskfold_sides();
@@ -140,18 +151,24 @@ impl Report {
                 .into_iter()
                 .filter(|r| r.np == 8 && r.size >= min_size)
             {
-                if let Some(x) = ratio(&self.records, "openmpi", r) {
-                    line.push(format!("{}: {x:.2}", human(r.size)));
-                    // The target is judged on the default configuration.
-                    if *side == sides[0] {
-                        met = Some(met.unwrap_or(true) && x <= bound);
-                    }
+                let Some((text, x)) = point(r) else { continue };
+                line.push(text);
+                if let (Some(x), true) = (x, *side == sides[0]) {
+                    met = Some(met.unwrap_or(true) && x <= bound);
                 }
             }
             if !line.is_empty() {
                 measured.push(label(side, &sides, line.join(", ")));
             }
         }
+        (measured, met)
+    }
+
+    fn ratio_target(&self, what: &str, scenario: &str, bound: f64, min_size: usize) -> Target {
+        let (mut measured, met) = self.judge(scenario, min_size, bound, |r| {
+            let x = ratio(&self.records, "openmpi", r)?;
+            Some((format!("{}: {x:.2}", human(r.size)), Some(x)))
+        });
         if scenario.starts_with("slow") {
             // No schedule ends before the slow rank has contributed, D in.
             let bound: Vec<String> = self

@@ -3,7 +3,7 @@
 //! slow rank against the lower bound no schedule beats, each part of it
 //! measured alone.
 
-use super::{human, label, Report, Target};
+use super::{human, Report, Target};
 
 /// How far above its lower bound the slow-rank case may end.
 const OVER_BOUND: f64 = 1.2;
@@ -45,36 +45,17 @@ impl Report {
         } else {
             "D, then one fetch: a broadcast of 2 ranks alone"
         };
-        let mut measured = Vec::new();
-        let mut met = None;
-        let sides = self.taskfold_sides();
-        for side in &sides {
-            let mut line = Vec::new();
-            for r in self
-                .points_of(side, scenario)
-                .into_iter()
-                .filter(|r| r.np == 8 && r.size >= FROM)
-            {
-                let alone = self.spread_alone.iter().find(|(s, _)| *s == r.size);
-                let Some(bound) = r.param_s.zip(alone).map(|(d, (_, t))| d + t) else {
-                    line.push(format!("{}: bound not measured", human(r.size)));
-                    continue;
-                };
-                let x = r.median_s / bound;
-                line.push(format!(
-                    "{}: {:.2} (bound {:.1} ms)",
-                    human(r.size),
-                    x,
-                    bound * 1e3
-                ));
-                if *side == sides[0] {
-                    met = Some(met.unwrap_or(true) && x <= OVER_BOUND);
+        let (measured, met) = self.judge(scenario, FROM, OVER_BOUND, |r| {
+            let alone = self.spread_alone.iter().find(|(s, _)| *s == r.size);
+            Some(match r.param_s.zip(alone).map(|(d, (_, t))| d + t) {
+                Some(bound) => {
+                    let x = r.median_s / bound;
+                    let text = format!("{}: {x:.2} (bound {:.1} ms)", human(r.size), bound * 1e3);
+                    (text, Some(x))
                 }
-            }
-            if !line.is_empty() {
-                measured.push(label(side, &sides, line.join(", ")));
-            }
-        }
+                None => (format!("{}: bound not measured", human(r.size)), None),
+            })
+        });
         Target {
             what: format!(
                 "one slow rank ({delay}), p = 8, ≥ 2 MiB: ≤ {OVER_BOUND} × the lower bound ({parts})"
