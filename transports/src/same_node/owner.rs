@@ -14,14 +14,24 @@
 //! proven, that pid is the only one a locator of the peer may name, until
 //! the peer is replaced.
 //!
+//! Every read of the kernel's TCP tables walks its whole hash of
+//! connections, milliseconds on a machine with much memory however few
+//! sockets there are: a rank that proved each peer with a read of its own
+//! spent that many on its first reduction with each peer (a quiet 2 MiB
+//! reduction of 8 ranks took twice as long over 20 repetitions). So the
+//! listeners read are kept, and each proof looks its peer up there first;
+//! the tables are read again only for a listener not among them (a
+//! replacement's), or one that the named process does not hold.
+//!
 //! What a refusal does: nothing is opened or read (the view is `None`, so
 //! the caller fetches the bytes with a get instead), the refusal is logged
 //! and counted ([`LOCATORS_REFUSED`]). If the kernel's tables cannot be
 //! read, nothing is opened either.
 
+use crate::tcp::lender::{self, Listening};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// Locators refused because the process they name is not the peer's
 /// (label `transport`).
@@ -44,6 +54,10 @@ pub(super) struct Owners {
     listeners: OnceLock<Listeners>,
     /// Per peer: the pid proven to be its process (0: none yet).
     proven: Vec<AtomicU32>,
+    /// The listening sockets of the last read of the kernel's tables.
+    listening: Mutex<Vec<Listening>>,
+    /// Reads of the kernel's tables so far.
+    reads: AtomicU32,
 }
 
 impl Owners {
@@ -51,6 +65,8 @@ impl Owners {
         Owners {
             listeners: OnceLock::new(),
             proven: (0..size).map(|_| AtomicU32::new(0)).collect(),
+            listening: Mutex::new(Vec::new()),
+            reads: AtomicU32::new(0),
         }
     }
 
@@ -82,7 +98,7 @@ impl Owners {
         } else {
             match self.listeners.get().and_then(|f| f(peer)) {
                 None => "where it listens is not known".to_string(),
-                Some(addr) => match crate::tcp::lender::listens(pid, addr) {
+                Some(addr) => match self.holds_listener(pid, addr) {
                     Ok(true) => {
                         // A concurrent proof found the same process.
                         let _ = slot.compare_exchange(0, pid, Ordering::SeqCst, Ordering::SeqCst);
@@ -97,5 +113,74 @@ impl Owners {
         REFUSED.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(rank, peer, pid, reason = %why, "a same-node locator names a process that is not the peer's; nothing is read there");
         false
+    }
+
+    /// Whether process `pid` holds the socket listening at `addr`: looked
+    /// up among the listeners read before, else in the kernel's tables
+    /// read now (see the module documentation).
+    fn holds_listener(&self, pid: u32, addr: SocketAddr) -> std::io::Result<bool> {
+        let known = lender::listener_at(&self.listening(), addr);
+        if let Some(inode) = known {
+            if lender::holds_inode(pid, inode)? {
+                return Ok(true);
+            }
+        }
+        // Not seen yet, or another process's socket then: read anew.
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let now = lender::listening(pid)?;
+        let inode = lender::listener_at(&now, addr);
+        *self.listening() = now;
+        inode.map_or(Ok(false), |i| lender::holds_inode(pid, i))
+    }
+
+    fn listening(&self) -> std::sync::MutexGuard<'_, Vec<Listening>> {
+        // A list replaced whole: never seen half written.
+        self.listening.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn one_read_of_the_kernels_tables_proves_every_peer() {
+        // Three peers whose listeners this process holds.
+        let ls: Vec<TcpListener> = (0..3)
+            .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind"))
+            .collect();
+        let addrs: Vec<SocketAddr> = ls.iter().map(|l| l.local_addr().unwrap()).collect();
+        let owners = Owners::new(4);
+        let table = addrs.clone();
+        owners.set_listeners(Box::new(move |p| table.get(p as usize).copied()));
+        let me = std::process::id();
+        for peer in 0..3 {
+            assert!(owners.check(9, "test", peer, me), "peer {peer}");
+        }
+        assert_eq!(owners.reads.load(Ordering::Relaxed), 1);
+        // Another process named for a listener read before: the tables
+        // are read anew, and it does not hold it either.
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let fresh = Owners::new(1);
+        let a0 = addrs[0];
+        fresh.set_listeners(Box::new(move |_| Some(a0)));
+        *fresh.listening() = lender::listening(me).unwrap();
+        assert!(!fresh.check(9, "test", 0, other.id()));
+        let _ = other.kill();
+        let _ = other.wait();
+        assert_eq!(fresh.reads.load(Ordering::Relaxed), 1);
+        // A listener opened after the last read (a replacement's) is found
+        // by a read anew.
+        let late_owners = Owners::new(1);
+        *late_owners.listening() = lender::listening(me).unwrap();
+        let late = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let late_addr = late.local_addr().unwrap();
+        late_owners.set_listeners(Box::new(move |_| Some(late_addr)));
+        assert!(late_owners.check(9, "test", 0, me));
+        assert_eq!(late_owners.reads.load(Ordering::Relaxed), 1);
     }
 }

@@ -94,11 +94,69 @@ impl Lender {
 /// to `remote` (addresses as that process sees them).
 pub(crate) fn holds(pid: u32, local: SocketAddr, remote: SocketAddr) -> io::Result<bool> {
     let want = (table_addr(local), table_addr(remote));
-    let inode = socket_inode(pid, |v6, f| {
+    let mut inode = None;
+    for (v6, text) in tables(pid)? {
         let pick = |(v4, v6s): &(String, String)| if v6 { v6s.clone() } else { v4.clone() };
-        f[1].eq_ignore_ascii_case(&pick(&want.0)) && f[2].eq_ignore_ascii_case(&pick(&want.1))
-    })?;
-    holds_inode(pid, inode)
+        inode = inode.or_else(|| {
+            lines(&text).find_map(|f| {
+                let fits = f[1].eq_ignore_ascii_case(&pick(&want.0))
+                    && f[2].eq_ignore_ascii_case(&pick(&want.1));
+                fits.then(|| f[9].parse().ok()).flatten()
+            })
+        });
+    }
+    inode.map_or(Ok(false), |i| holds_inode(pid, i))
+}
+
+/// A listening TCP socket as the kernel's tables show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Listening {
+    /// From the IPv6 table.
+    v6: bool,
+    /// Its local address, as the table writes it.
+    local: String,
+    inode: u64,
+}
+
+/// The TCP sockets listening in the network namespace of process `pid`.
+///
+/// Reading the tables costs the kernel a walk of its whole hash of TCP
+/// connections, however few there are (milliseconds on a machine with
+/// much memory, every read), so a caller that proves several peers reads
+/// them once and looks each peer up in what it read ([`listener_at`]).
+pub(crate) fn listening(pid: u32) -> io::Result<Vec<Listening>> {
+    let mut out = Vec::new();
+    for (v6, text) in tables(pid)? {
+        // State 0A: listening.
+        out.extend(lines(&text).filter(|f| f[3] == "0A").filter_map(|f| {
+            Some(Listening {
+                v6,
+                local: f[1].to_ascii_uppercase(),
+                inode: f[9].parse().ok()?,
+            })
+        }));
+    }
+    Ok(out)
+}
+
+/// The inode of the socket of `table` that listens at `addr` (as the
+/// job's table names a rank's listener: its own address, or, for a
+/// listener bound to the wildcard, the address others reach it at).
+pub(crate) fn listener_at(table: &[Listening], addr: SocketAddr) -> Option<u64> {
+    let exact = table_addr(addr);
+    let port = format!(":{:04X}", addr.port());
+    table
+        .iter()
+        .find(|l| {
+            let named = l.local == if l.v6 { &exact.1 } else { &exact.0 }.to_ascii_uppercase();
+            let wildcard = l
+                .local
+                .split(':')
+                .next()
+                .is_some_and(|ip| ip.bytes().all(|b| b == b'0'));
+            l.local.ends_with(&port) && (named || wildcard)
+        })
+        .map(|l| l.inode)
 }
 
 /// Whether process `pid` holds the TCP socket that listens at `addr` (as
@@ -106,27 +164,13 @@ pub(crate) fn holds(pid: u32, local: SocketAddr, remote: SocketAddr) -> io::Resu
 /// listener bound to the wildcard, the address others reach it at). A
 /// listening port is one socket's on a node (taskfold's listeners do not
 /// share ports), so this names the rank's process, whose listener it is.
+#[cfg(test)]
 pub(crate) fn listens(pid: u32, addr: SocketAddr) -> io::Result<bool> {
-    let exact = table_addr(addr);
-    let port = format!(":{:04X}", addr.port());
-    let inode = socket_inode(pid, |v6, f| {
-        let local = f[1];
-        let named = local.eq_ignore_ascii_case(if v6 { &exact.1 } else { &exact.0 });
-        let wildcard = local
-            .split(':')
-            .next()
-            .is_some_and(|ip| ip.bytes().all(|b| b == b'0'));
-        // State 0A: listening.
-        f[3] == "0A" && local.to_ascii_uppercase().ends_with(&port) && (named || wildcard)
-    })?;
-    holds_inode(pid, inode)
+    listener_at(&listening(pid)?, addr).map_or(Ok(false), |i| holds_inode(pid, i))
 }
 
 /// Whether process `pid` has the socket of `inode` among its descriptors.
-fn holds_inode(pid: u32, inode: Option<u64>) -> io::Result<bool> {
-    let Some(inode) = inode else {
-        return Ok(false);
-    };
+pub(crate) fn holds_inode(pid: u32, inode: u64) -> io::Result<bool> {
     let wanted = format!("socket:[{inode}]");
     // Bounded by the process's open files.
     for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
@@ -138,27 +182,27 @@ fn holds_inode(pid: u32, inode: Option<u64>) -> io::Result<bool> {
     Ok(false)
 }
 
-/// The inode of the first TCP socket in the network namespace of process
-/// `pid` whose line of `/proc/<pid>/net/tcp{,6}` (its fields; whether the
-/// IPv6 table) `fits`.
-fn socket_inode(pid: u32, fits: impl Fn(bool, &[&str]) -> bool) -> io::Result<Option<u64>> {
+/// The TCP tables of the network namespace of process `pid`
+/// (`/proc/<pid>/net/tcp{,6}`): (whether the IPv6 table, its text).
+fn tables(pid: u32) -> io::Result<Vec<(bool, String)>> {
+    let mut out = Vec::new();
     for table in ["tcp", "tcp6"] {
-        let text = match std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) {
-            Ok(t) => t,
+        match std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) {
+            Ok(t) => out.push((table == "tcp6", t)),
             // A kernel without IPv6 has no `tcp6`.
-            Err(e) if table == "tcp6" && e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) if table == "tcp6" && e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
-        };
-        let v6 = table == "tcp6";
-        // Bounded by the table's lines.
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() >= 10 && fits(v6, &f) {
-                return Ok(f[9].parse().ok());
-            }
         }
     }
-    Ok(None)
+    Ok(out)
+}
+
+/// The fields of each socket's line of a table (bounded by its lines).
+fn lines(text: &str) -> impl Iterator<Item = Vec<&str>> {
+    text.lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() >= 10)
 }
 
 /// How `/proc/net/tcp` and `/proc/net/tcp6` write `a`: (the IPv4 table's
