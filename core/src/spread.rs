@@ -346,9 +346,7 @@ impl Spread {
             });
         }
     }
-}
 
-impl Spread {
     /// Pairs each waiting member, longest-waiting first, with a holder on
     /// its node if there is one, else with the longest-free slot; a
     /// member for which there is neither waits on, in its place.

@@ -136,6 +136,27 @@ fn a_freed_block_keeps_its_pages_for_the_next_of_its_size() {
 }
 
 #[test]
+fn beyond_its_count_of_kept_blocks_the_oldest_freed_is_released() {
+    // Sizes no other test here uses (each of its own, so none is taken
+    // again), far below the bound in bytes: the count decides.
+    let sizes: Vec<usize> = (1..=shm::HOT_BLOCKS + 1)
+        .map(|k| (4 << 20) + k * (64 << 10))
+        .collect();
+    let mut blocks: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![1u8; n]).collect();
+    let first = (blocks[0].as_ptr() as usize, sizes[0]);
+    blocks.reverse(); // freed below from the last, so the first goes first
+    while let Some(b) = blocks.pop() {
+        drop(b);
+    }
+    // Other tests' frees meanwhile can only push it out sooner.
+    assert!(
+        !resident(first.0, first.1),
+        "the oldest of {} freed blocks is released",
+        shm::HOT_BLOCKS + 1
+    );
+}
+
+#[test]
 fn growing_and_shrinking_keeps_the_contents() {
     let mut v: Vec<u32> = Vec::new();
     for i in 0..2_000_000u32 {

@@ -93,19 +93,24 @@ impl Lender {
 /// Whether process `pid` holds a TCP socket bound to `local` and connected
 /// to `remote` (addresses as that process sees them).
 pub(crate) fn holds(pid: u32, local: SocketAddr, remote: SocketAddr) -> io::Result<bool> {
-    let want = (table_addr(local), table_addr(remote));
-    let mut inode = None;
-    for (v6, text) in tables(pid)? {
-        let pick = |(v4, v6s): &(String, String)| if v6 { v6s.clone() } else { v4.clone() };
-        inode = inode.or_else(|| {
-            lines(&text).find_map(|f| {
-                let fits = f[1].eq_ignore_ascii_case(&pick(&want.0))
-                    && f[2].eq_ignore_ascii_case(&pick(&want.1));
-                fits.then(|| f[9].parse().ok()).flatten()
-            })
-        });
+    let (ours, theirs) = (table_addr(local), table_addr(remote));
+    // Each table read is a walk of the kernel's TCP hash: the IPv6 table
+    // only if the IPv4 one has not the socket.
+    for table in tables(pid) {
+        let (v6, text) = table?;
+        let (l, r) = if v6 {
+            (&ours.1, &theirs.1)
+        } else {
+            (&ours.0, &theirs.0)
+        };
+        let inode = lines(&text)
+            .find(|f| f[1].eq_ignore_ascii_case(l) && f[2].eq_ignore_ascii_case(r))
+            .and_then(|f| f[9].parse().ok());
+        if let Some(i) = inode {
+            return holds_inode(pid, i);
+        }
     }
-    inode.map_or(Ok(false), |i| holds_inode(pid, i))
+    Ok(false)
 }
 
 /// A listening TCP socket as the kernel's tables show it.
@@ -126,7 +131,8 @@ pub(crate) struct Listening {
 /// them once and looks each peer up in what it read ([`listener_at`]).
 pub(crate) fn listening(pid: u32) -> io::Result<Vec<Listening>> {
     let mut out = Vec::new();
-    for (v6, text) in tables(pid)? {
+    for table in tables(pid) {
+        let (v6, text) = table?;
         // State 0A: listening.
         out.extend(lines(&text).filter(|f| f[3] == "0A").filter_map(|f| {
             Some(Listening {
@@ -148,7 +154,8 @@ pub(crate) fn listener_at(table: &[Listening], addr: SocketAddr) -> Option<u64> 
     table
         .iter()
         .find(|l| {
-            let named = l.local == if l.v6 { &exact.1 } else { &exact.0 }.to_ascii_uppercase();
+            // Both forms are written in upper case, as `listening` keeps them.
+            let named = l.local == *if l.v6 { &exact.1 } else { &exact.0 };
             let wildcard = l
                 .local
                 .split(':')
@@ -183,18 +190,17 @@ pub(crate) fn holds_inode(pid: u32, inode: u64) -> io::Result<bool> {
 }
 
 /// The TCP tables of the network namespace of process `pid`
-/// (`/proc/<pid>/net/tcp{,6}`): (whether the IPv6 table, its text).
-fn tables(pid: u32) -> io::Result<Vec<(bool, String)>> {
-    let mut out = Vec::new();
-    for table in ["tcp", "tcp6"] {
+/// (`/proc/<pid>/net/tcp{,6}`), each read when the iterator reaches it:
+/// (whether the IPv6 table, its text).
+fn tables(pid: u32) -> impl Iterator<Item = io::Result<(bool, String)>> {
+    ["tcp", "tcp6"].into_iter().filter_map(move |table| {
         match std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) {
-            Ok(t) => out.push((table == "tcp6", t)),
+            Ok(t) => Some(Ok((table == "tcp6", t))),
             // A kernel without IPv6 has no `tcp6`.
-            Err(e) if table == "tcp6" && e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+            Err(e) if table == "tcp6" && e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => Some(Err(e)),
         }
-    }
-    Ok(out)
+    })
 }
 
 /// The fields of each socket's line of a table (bounded by its lines).

@@ -28,15 +28,8 @@ impl Harness {
 
     fn taskfold(&mut self, r: &Run) -> Result<(), String> {
         if r.yardstick {
-            let first = |v: &[String], default: &'static str| {
-                v.first().map_or(default.to_string(), Clone::clone)
-            };
-            let (d, c, i) = (
-                first(&r.args.durability, "async"),
-                first(&r.args.completion, "result"),
-                first(&r.args.integrity, "off"),
-            );
-            return self.taskfold_with(r, &d, &c, &i);
+            let (d, c, i) = super::first_configuration(r.args);
+            return self.taskfold_with(r, d, c, i);
         }
         for d in &r.args.durability {
             for c in &r.args.completion {

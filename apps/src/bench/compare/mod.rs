@@ -120,6 +120,16 @@ pub struct CompareArgs {
 
 /// The report's name for taskfold under `durability`, `completion` and
 /// `integrity`: `taskfold` for the defaults, else what differs from them.
+/// The first taskfold configuration asked for (durability, completion,
+/// integrity): the one the targets are judged on.
+fn first_configuration(a: &CompareArgs) -> (&str, &str, &str) {
+    (
+        a.durability.first().map_or("async", |d| d.as_str()),
+        a.completion.first().map_or("result", |c| c.as_str()),
+        a.integrity.first().map_or("off", |i| i.as_str()),
+    )
+}
+
 fn side_name(durability: &str, completion: &str, integrity: &str) -> String {
     let mut differs = Vec::new();
     if durability != "async" {
@@ -164,11 +174,10 @@ fn compare(a: &CompareArgs) -> Result<Report, String> {
     let (mpis, missing) = build_mpis(a);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     check_sides(a)?;
-    let first = side_name(
-        a.durability.first().map_or("async", |d| d.as_str()),
-        a.completion.first().map_or("result", |c| c.as_str()),
-        a.integrity.first().map_or("off", |i| i.as_str()),
-    );
+    let first = {
+        let (d, c, i) = first_configuration(a);
+        side_name(d, c, i)
+    };
     let mut h = Harness {
         exe: exe.clone(),
         mpis,
