@@ -10,8 +10,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use taskfold::hooks::{Hook, Point};
 use taskfold::{
-    Completion, Config, Durability, FoldError, LocalCluster, Reduce, ReduceError, ReducerBody,
-    SpreadFuture, Sum,
+    Completion, Config, Durability, FoldError, InPlace, LocalCluster, Reduce, ReduceError,
+    ReducerBody, SpreadFuture, Sum,
 };
 use taskfold_tests::faults::{contribution, full_sum, held, release};
 
@@ -459,4 +459,43 @@ fn a_lost_master_fails_every_waiting_member() {
             other => assert!(Instant::now() < deadline, "{other:?}"),
         }
     }
+}
+
+/// An `InPlace` result is served from the very buffer the reduction
+/// folded, and the root's application gets a copy of its own: the root
+/// changing its result at once leaves what a later member fetches exact.
+#[test]
+fn the_roots_in_place_result_is_its_own_to_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let hooks = vec![hook(3, Point::BeforeSpreadGet, "own", d)];
+    let c = LocalCluster::with_config(5, config(hooks)).unwrap();
+    let fs: Vec<_> = (0..5)
+        .map(|r| {
+            let v = InPlace::<Sum<i64>>::from_slice(&contribution(r, LEN).0);
+            (
+                r,
+                c.rank(r).allreduce(v, Reduce::root(1).id("own")).unwrap(),
+            )
+        })
+        .collect();
+    held(d, &[3], "before-spread-get");
+    let expected = full_sum(5, LEN);
+    let mut rest = Vec::new();
+    for (r, mut f) in fs {
+        if r == 3 {
+            rest.push(f);
+            continue;
+        }
+        let mut got = f.wait_timeout(WAIT).unwrap();
+        assert_eq!(got.as_slice(), &expected[..], "rank {r}");
+        got.as_mut_slice().fill(-1);
+    }
+    release(d, 3, "before-spread-get");
+    let got = rest.pop().unwrap().wait_timeout(WAIT).unwrap();
+    assert_eq!(
+        got.as_slice(),
+        &expected[..],
+        "rank 3, after the others changed theirs"
+    );
 }
