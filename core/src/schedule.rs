@@ -9,7 +9,10 @@
 //! message to the receiver, one `get` of the provider's data (the data's
 //! bytes on the wire) and one ready message back; the tree's depth depends
 //! on arrival order (`⌈log2 p⌉` when everybody is ready at once, and a rank
-//! that is ready last is folded last, in one step).
+//! that is ready last is folded last, in one step). A small reduction's
+//! root gathers its node's ready data in one task instead
+//! ([`Schedule::next_gathering`]): one task when everybody is ready at
+//! once.
 
 use crate::rankset::RankSet;
 use std::collections::{HashMap, VecDeque};
@@ -62,6 +65,18 @@ pub struct Assignment {
     pub restore: bool,
     /// Where to fetch the provider's data from.
     pub source: Source,
+    /// Further providers whose data the receiver reads in place on its
+    /// node, all in this one task (a small reduction's root gathering its
+    /// node's data, [`Schedule::next_gathering`]); empty otherwise. Their
+    /// source is [`Source::Data`].
+    pub more: Vec<Entry>,
+}
+
+impl Assignment {
+    /// The provider, then every further one.
+    pub fn providers(&self) -> impl Iterator<Item = &Entry> {
+        std::iter::once(&self.provider).chain(&self.more)
+    }
 }
 
 /// What the scheduler decided.
@@ -209,32 +224,60 @@ impl Schedule {
     }
 
     /// The receiver of `task_id` finished it and reports `path`; its data is
-    /// ready again. Returns the provider's ready message (whose data may now
-    /// be released).
+    /// ready again. Returns the ready messages of the providers it folded,
+    /// the task's provider first (their data may now be released).
+    ///
+    /// `path` holds the receiver's and the provider's, and of the further
+    /// providers of a gathering task each one's whole path or none of it:
+    /// one the receiver could not read goes back into the queue.
     pub fn task_done(
         &mut self,
         task_id: u64,
         index: usize,
         path: &RankSet,
-    ) -> Result<Entry, ScheduleError> {
+    ) -> Result<Vec<Entry>, ScheduleError> {
+        self.task_done_with(task_id, index, path, |_| false)
+    }
+
+    /// [`Schedule::task_done`], where `has_replica(k)` says whether a live
+    /// rank holds a copy of `k`'s original: a further provider left out
+    /// that died meanwhile is recovered from it, as after a failed fetch
+    /// ([`Schedule::fetch_failed`]).
+    pub fn task_done_with(
+        &mut self,
+        task_id: u64,
+        index: usize,
+        path: &RankSet,
+        has_replica: impl Fn(usize) -> bool,
+    ) -> Result<Vec<Entry>, ScheduleError> {
         let task = match self.in_flight.get(&task_id) {
             Some(t) if t.receiver.index == index => self.in_flight.remove(&task_id).unwrap(),
             _ => return Err(ScheduleError::UnknownTask(task_id, index)),
         };
-        let expected = task.receiver.path.union(&task.provider.path);
-        if *path != expected {
-            return Err(ScheduleError::BadPath {
-                task_id,
-                got: path.iter().collect(),
-                expected: expected.iter().collect(),
-            });
-        }
+        let (folded, left) = match gather::folded(&task, path) {
+            Some(split) => split,
+            None => {
+                let expected = task
+                    .providers()
+                    .fold(task.receiver.path.clone(), |acc, e| acc.union(&e.path));
+                return Err(ScheduleError::BadPath {
+                    task_id,
+                    got: path.iter().collect(),
+                    expected: expected.iter().collect(),
+                });
+            }
+        };
         self.queue.push_back(Entry {
             index,
-            path: expected,
+            path: path.clone(),
             recovering: false,
         });
-        Ok(task.provider)
+        let mut split = Vec::new();
+        for e in left {
+            self.requeue(e, &mut split);
+        }
+        self.push_singles(split, &has_replica);
+        Ok(folded)
     }
 
     /// Position `index` died. What it held is recovered:
@@ -285,6 +328,9 @@ impl Schedule {
             let t = self.in_flight.remove(&id).expect("listed above");
             split.push(t.receiver.path);
             self.requeue(t.provider, &mut split);
+            for e in t.more {
+                self.requeue(e, &mut split);
+            }
         }
         self.push_singles(split, &has_replica);
         self.check_recoverable(has_replica)
@@ -352,6 +398,9 @@ impl Schedule {
         let mut split = Vec::new();
         self.queue.push_back(task.receiver);
         self.requeue(task.provider, &mut split);
+        for e in task.more {
+            self.requeue(e, &mut split);
+        }
         self.push_singles(split, &has_replica);
         Ok(())
     }
@@ -412,23 +461,37 @@ impl Schedule {
         if self.complete {
             return None;
         }
-        if let Some(front) = self.queue.front() {
-            if front.path.is_full(self.n) {
-                debug_assert_eq!(
-                    front.index, self.root,
-                    "only the root can hold every original"
-                );
-                self.queue.clear();
-                self.complete = true;
-                return Some(Step::Complete);
-            }
+        if let Some(done) = self.completion() {
+            return Some(done);
         }
-        let (a, b) = self.take_pair()?;
+        let (a, b) = self.take_pair(|_| true)?;
         let (receiver, provider) = if choose_b(&a, &b, self.root, &self.dead, &prefers) {
             (b, a)
         } else {
             (a, b)
         };
+        Some(self.assign(receiver, provider, Vec::new()))
+    }
+
+    /// [`Step::Complete`] if the message at the queue's front holds every
+    /// original (only the root's can).
+    fn completion(&mut self) -> Option<Step> {
+        let front = self.queue.front()?;
+        if !front.path.is_full(self.n) {
+            return None;
+        }
+        debug_assert_eq!(
+            front.index, self.root,
+            "only the root can hold every original"
+        );
+        self.queue.clear();
+        self.complete = true;
+        Some(Step::Complete)
+    }
+
+    /// Hands out the task `receiver` ← `provider` (and `more`, read in
+    /// place), with where the provider's data is.
+    fn assign(&mut self, receiver: Entry, provider: Entry, more: Vec<Entry>) -> Step {
         let source = if self.dead.contains(provider.index) {
             Source::Replica
         } else if provider.recovering {
@@ -445,24 +508,24 @@ impl Schedule {
             provider,
             restore,
             source,
+            more,
         };
         self.in_flight.insert(task_id, task.clone());
-        Some(Step::Task(task))
+        Step::Task(task)
     }
 
-    /// The first two queued messages, except that two dead ranks' messages
-    /// are never paired (neither could fetch): a dead one waits for a live
-    /// partner further back in the queue.
-    fn take_pair(&mut self) -> Option<(Entry, Entry)> {
-        if self.queue.len() < 2 {
-            return None;
-        }
-        let dead = |e: &Entry| self.dead.contains(e.index);
-        let (i, j) = if !dead(&self.queue[0]) || !dead(&self.queue[1]) {
-            (0, 1)
+    /// The first two queued messages whose queue positions `eligible`
+    /// admits, except that two dead ranks' messages are never paired
+    /// (neither could fetch): a dead one waits for a live partner further
+    /// back in the queue.
+    fn take_pair(&mut self, eligible: impl Fn(usize) -> bool) -> Option<(Entry, Entry)> {
+        let dead = |i: usize| self.dead.contains(self.queue[i].index);
+        let mut at = (0..self.queue.len()).filter(|&i| eligible(i));
+        let i = at.next()?;
+        let j = if dead(i) {
+            at.find(|&j| !dead(j))?
         } else {
-            let live = self.queue.iter().position(|e| !dead(e))?;
-            (0, live)
+            at.next()?
         };
         let b = self.queue.remove(j).expect("valid index");
         let a = self.queue.remove(i).expect("valid index");
@@ -479,7 +542,7 @@ impl Schedule {
                 || self
                     .in_flight
                     .values()
-                    .any(|t| t.receiver.index == index || t.provider.index == index))
+                    .any(|t| t.receiver.index == index || t.providers().any(|e| e.index == index)))
     }
 
     /// Positions that have not joined yet.
@@ -521,6 +584,9 @@ pub fn choose_b(
     }
 }
 
+mod gather;
+#[cfg(test)]
+mod gather_tests;
 mod replace;
 #[cfg(test)]
 mod respawn_tests;

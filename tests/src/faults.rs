@@ -18,8 +18,13 @@ use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(180);
 
+mod gather;
 mod master;
 mod window;
+pub use gather::{
+    gathered_provider_killed_while_the_root_folds, gathered_provider_killed_while_the_root_gathers,
+    root_killed_while_it_gathers,
+};
 pub use master::{master_killed, master_stopped, rank_left_without_joining};
 pub use window::{killed_inside_the_async_window, killed_once_sync_reduce_returned};
 

@@ -364,6 +364,7 @@ mod puppets {
             restore: false,
             source: DataSource::Data,
             direct: None,
+            more: Vec::new(),
         });
         master.send(Rank(2), wire::encode(&task).into()).unwrap();
         let offer = |m| matches!(m, Msg::Results(ResultMsg::Offer { key: k, .. }) if k == key);

@@ -127,3 +127,18 @@ fn sync_sigkill_right_after_reduce_returned_is_always_recovered() {
 fn async_sigkill_inside_the_durability_window_is_recovered_or_a_typed_error() {
     faults::killed_inside_the_async_window(&job());
 }
+
+#[test]
+fn sigkill_of_a_gathered_provider_before_the_root_reads_it() {
+    faults::gathered_provider_killed_while_the_root_gathers(&job());
+}
+
+#[test]
+fn sigkill_of_a_gathered_provider_after_the_root_read_it() {
+    faults::gathered_provider_killed_while_the_root_folds(&job());
+}
+
+#[test]
+fn sigkill_of_the_root_while_it_gathers_is_a_typed_error_everywhere() {
+    faults::root_killed_while_it_gathers(&job());
+}

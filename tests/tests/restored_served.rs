@@ -38,6 +38,7 @@ fn task(key: u64, task_id: u64, receiver_path: RankSet, restore: bool, source: D
         restore,
         source,
         direct: None,
+        more: Vec::new(),
     })
 }
 

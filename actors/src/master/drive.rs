@@ -1,7 +1,7 @@
 //! Handing out a reduction's tasks as its scheduler decides them, and its
 //! completion.
 
-use super::{Master, TaskRecord};
+use super::{gather, Master, TaskRecord};
 use taskfold_core::roster::CopyAt;
 use taskfold_core::schedule::{Assignment, Source, Step};
 use taskfold_core::wire::{DataSource, Msg, Task};
@@ -38,9 +38,12 @@ impl Master {
             };
             let perf = &self.perf;
             let group = &r.group;
-            let step = r
-                .schedule
-                .next(|a, b| perf.prefers(group.rank_at(a), group.rank_at(b)));
+            let prefers = |a, b| perf.prefers(group.rank_at(a), group.rank_at(b));
+            let step = match gather::near_root(&self.out, self.gather_max, group, r.root, &r.roster)
+            {
+                Some(near) => r.schedule.next_gathering(prefers, near, gather::CAP),
+                None => r.schedule.next(prefers),
+            };
             match step {
                 None => break,
                 Some(Step::Complete) => {
@@ -127,6 +130,7 @@ impl Master {
         };
         let record = TaskRecord::new(&r.id, &a, &r.group);
         let task_id = a.task_id;
+        let more = gather::gathered(&a, &r.group, &r.roster);
         let msg = Msg::Task(Task {
             key,
             task_id: a.task_id,
@@ -136,8 +140,9 @@ impl Master {
             restore: a.restore,
             source,
             direct,
+            more,
         });
-        tracing::debug!(key, task_id, %receiver, provider = provider.0, source = ?a.source, restore = a.restore, "task");
+        tracing::debug!(key, task_id, %receiver, provider = provider.0, source = ?a.source, restore = a.restore, gathered = a.more.len(), "task");
         self.stats.record_task(record, self.task_log_limit);
         if let (Some(from), Some(r)) = (read_from, self.reductions.live.get_mut(&key)) {
             let incarnation = self.out.view().read().incarnation(from);

@@ -101,7 +101,7 @@ impl Master {
                         .map_err(|e| protocol(&r.id, from, e))
                 }
             })
-            .map(|()| None);
+            .map(|()| Vec::new());
         self.after_ready(key, from, outcome);
     }
 }
@@ -129,8 +129,14 @@ impl Handler<TaskDoneIn> for Master {
             .expect("checked by member_index");
         r.roster.set_direct(index, done.direct);
         r.sources.remove(&done.task_id);
-        let outcome = match r.schedule.task_done(done.task_id, index, &done.path) {
-            Ok(provider) => {
+        let dead = self.out.view().dead();
+        let roster = &r.roster;
+        let has = |k: usize| roster.has_copy(k, &dead);
+        let outcome = match r
+            .schedule
+            .task_done_with(done.task_id, index, &done.path, has)
+        {
+            Ok(providers) => {
                 self.perf.record(from, done.nanos, done.bytes);
                 // A provider of a single original keeps it until the
                 // reduction ends anyway (recovery may ask for it; with no
@@ -139,8 +145,14 @@ impl Handler<TaskDoneIn> for Master {
                 // Unless the provider's future waits for it
                 // (`Completion::Contributed`). (`send` skips a dead
                 // provider, whose original came from a copy.)
-                let tell = provider.path.len() > 1 || r.roster.early(provider.index);
-                Ok(tell.then(|| r.group.rank_at(provider.index)))
+                let tell = |p: &&taskfold_core::schedule::Entry| {
+                    p.path.len() > 1 || r.roster.early(p.index)
+                };
+                Ok(providers
+                    .iter()
+                    .filter(tell)
+                    .map(|p| r.group.rank_at(p.index))
+                    .collect())
             }
             Err(e) => Err(protocol(&r.id, from, e)),
         };
@@ -327,11 +339,11 @@ impl Master {
     /// (or the completion) first, as they are on the reduction's path, then
     /// the provider's release, if one is due (a completion releases
     /// everything, so none goes with it).
-    fn after_ready(&mut self, key: u64, from: Rank, outcome: Result<Option<Rank>, ReduceError>) {
+    fn after_ready(&mut self, key: u64, from: Rank, outcome: Result<Vec<Rank>, ReduceError>) {
         match outcome {
             Ok(release) => {
                 self.drive(key);
-                if let Some(provider) = release {
+                for provider in release {
                     if self.reductions.live.contains_key(&key) {
                         self.send(provider, &Msg::Release { key });
                     }

@@ -20,6 +20,7 @@ mod barrier;
 mod down;
 mod drive;
 mod ended;
+mod gather;
 mod handlers;
 mod infer;
 mod join;
@@ -86,6 +87,9 @@ pub struct Master {
     perf: PerfTable,
     stats: MasterStats,
     task_log_limit: usize,
+    /// Contributions up to this many bytes on the root's node are
+    /// gathered by the root (`Config::gather_max`; 0: never).
+    gather_max: u64,
     detector: Option<Addr<crate::detector::FailureDetector>>,
     /// The notice board where released barriers are posted, if any.
     board: Option<std::sync::Arc<taskfold_transports::board::Board>>,
@@ -111,6 +115,11 @@ impl Master {
     /// Bounds the reductions live at once (see `Config::max_reductions`).
     pub(crate) fn set_max_reductions(&mut self, limit: usize) {
         self.reductions.max = limit.max(1);
+    }
+
+    /// Gathers contributions up to `bytes` (see `Config::gather_max`).
+    pub(crate) fn set_gather_max(&mut self, bytes: u64) {
+        self.gather_max = bytes;
     }
 
     /// Posts released barriers on `board` too; every other rank is told
@@ -185,6 +194,7 @@ impl Master {
             perf: PerfTable::new(),
             stats: MasterStats::new(size),
             task_log_limit,
+            gather_max: taskfold_core::settings::config::DEFAULT_GATHER_MAX,
             detector: None,
             board: None,
             taking: takeover::Taking::running(),

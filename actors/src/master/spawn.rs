@@ -57,6 +57,7 @@ fn master_and_detector(
     .start();
     let mut m = Master::new(size, out.clone(), c.task_log_limit);
     m.set_max_reductions(c.max_reductions);
+    m.set_gather_max(c.gather_max);
     if out.transport().replaces() {
         // Replacements and spares find whichever rank runs the master (a
         // standby rewrites the rendezvous file; spares look through the

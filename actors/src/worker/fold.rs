@@ -11,7 +11,7 @@ use std::time::Instant;
 use taskfold_core::reducer::FoldInto;
 use taskfold_core::replica::{self, HEADER_LEN};
 use taskfold_core::wire::{DataSource, Msg, Task, TaskDone, TaskFailure};
-use taskfold_core::{FoldError, ReduceValue};
+use taskfold_core::{FoldError, RankSet, ReduceValue};
 use taskfold_transports::{BufferKey, Received};
 
 impl Worker {
@@ -19,8 +19,9 @@ impl Worker {
     /// small, else on the fold pool ([`Folded`] either way).
     pub(super) fn fold_fetched(
         &mut self,
-        task: Task,
+        mut task: Task,
         buf: Received,
+        more: Vec<(RankSet, Received)>,
         started: Instant,
         ctx: &mut Context<Self>,
     ) {
@@ -50,8 +51,18 @@ impl Worker {
         let small = fold_inline(buf.len());
         let from_owner = task.source == DataSource::Original;
         let job = move || {
-            let bytes = buf.len() as u64;
-            let (value, result) = fold(value, buf, offset, from_owner, is_root);
+            let mut bytes = buf.len() as u64;
+            let (mut value, mut result) = fold(value, buf, offset, from_owner, is_root);
+            // The further providers' data, read in place (each small): the
+            // task's provider path then names every one folded.
+            for (path, view) in more {
+                if result.is_err() {
+                    break;
+                }
+                result = value.fold_bytes(&view);
+                bytes += view.len() as u64;
+                task.provider_path = task.provider_path.union(&path);
+            }
             Folded {
                 task,
                 life,

@@ -10,7 +10,7 @@ use std::time::Instant;
 use taskfold_core::contribution::{TaskCheck, TaskVerdict};
 use taskfold_core::replica::{self, original_key, replica_key, HEADER_LEN};
 use taskfold_core::wire::{DataSource, Msg, Task, TaskFailed, TaskFailure};
-use taskfold_core::{FoldError, Rank, ReduceValue};
+use taskfold_core::{FoldError, Rank, RankSet, ReduceValue};
 use taskfold_transports::{BufferKey, Received, TransportError};
 
 /// A task from the master: fetch the provider's data and fold it into ours.
@@ -27,10 +27,18 @@ impl Handler<TaskIn> for Worker {
             tracing::warn!(rank = %self.rank, key, "task for a reduction this rank does not hold");
             return self.fail_task(&task, TaskFailure::Unknown);
         };
+        // Every provider's path, the further ones' included: they must not
+        // overlap one another (nor the receiver's, checked below).
+        let Some(providers) = providers_path(&task) else {
+            let e = FoldError::Custom(
+                "the task's providers overlap: an original would be folded twice".into(),
+            );
+            return self.fail_task(&task, TaskFailure::Fold((&e).into()));
+        };
         let verdict = local.state.task_arrived(TaskCheck {
             id: task.task_id,
             receiver_path: &task.receiver_path,
-            provider_path: &task.provider_path,
+            provider_path: &providers,
             restore: task.restore,
             has_value: local.value.is_some(),
         });
@@ -66,6 +74,9 @@ impl Handler<TaskIn> for Worker {
 /// task asked for it).
 pub(super) struct Fetched {
     task: Task,
+    /// Further providers' data, read in place when the task started, with
+    /// their paths.
+    more: Vec<(RankSet, Received)>,
     /// The reduction's life ([`super::Local::life`]).
     life: u64,
     restored: Option<Result<Box<dyn ReduceValue>, String>>,
@@ -109,7 +120,7 @@ impl Worker {
             let from = Rank(task.provider);
             view = task.direct.as_ref().and_then(|d| self.view(from, d));
             let held = hooks::armed(&self.hooks, self.rank.0, Point::BeforeFold, &local.join.id);
-            if view.is_none() && !held {
+            if view.is_none() && !held && task.more.is_empty() {
                 match self.start_pieces(task, from, ctx) {
                     None => return,
                     Some(t) => task = t,
@@ -127,6 +138,13 @@ impl Worker {
         } else {
             None
         };
+        // Read now, where their holders said: one that cannot be read is
+        // left out (reported without it, it is scheduled again).
+        let more: Vec<(RankSet, Received)> = task
+            .more
+            .iter()
+            .filter_map(|g| Some((g.path.clone(), self.view(Rank(g.provider), &g.direct)?)))
+            .collect();
         let fetch = match (&task.source, view) {
             // A dead rank's disk copy: read it from its directory.
             (DataSource::Disk { dir }, _) => read_disk_copy(dir, key, task.provider),
@@ -148,6 +166,7 @@ impl Worker {
         let handle = ctx.spawn(fut.into_actor(self).map(move |(restored, data), act, ctx| {
             let f = Fetched {
                 task: task2,
+                more,
                 life,
                 restored,
                 data,
@@ -232,7 +251,7 @@ impl Worker {
             }
         };
         match f.data {
-            Ok(buf) => self.fold_fetched(task, buf, f.started, ctx),
+            Ok(buf) => self.fold_fetched(task, buf, f.more, f.started, ctx),
             Err(e) => {
                 if restored {
                     self.serve_restored(task.key);
@@ -265,6 +284,16 @@ impl Worker {
             self.out.transport().expose(BufferKey(key), b);
         }
     }
+}
+
+/// The union of a task's providers' paths, the further ones' included;
+/// `None` if two of them overlap.
+fn providers_path(task: &Task) -> Option<RankSet> {
+    task.more
+        .iter()
+        .try_fold(task.provider_path.clone(), |acc, g| {
+            acc.is_disjoint(&g.path).then(|| acc.union(&g.path))
+        })
 }
 
 /// How a task whose get failed with `e` failed, for the master.

@@ -93,7 +93,10 @@ fn completion_needs_the_full_path() {
         panic!()
     };
     assert_eq!(s.next(never), None, "nothing to do while the task runs");
-    let provider = s.task_done(t.task_id, 1, &RankSet::full(2)).unwrap();
+    let provider = s
+        .task_done(t.task_id, 1, &RankSet::full(2))
+        .unwrap()
+        .remove(0);
     assert_eq!(provider.index, 0);
     assert_eq!(provider.path, RankSet::single(0));
     assert!(!s.needs(0), "the provider's data was consumed");

@@ -83,6 +83,14 @@ pub struct Config {
     /// decides whether there is a board; a rank with it off still maps it
     /// if the master has one.
     pub notice_board: bool,
+    /// Contributions up to this many bytes are gathered
+    /// (`TASKFOLD_GATHER_MAX`, a size; `0` turns it off; default
+    /// [`DEFAULT_GATHER_MAX`]): the root reads the ready data of every
+    /// member of its node in place, in one task, instead of the members
+    /// folding two by two through the master (see the book's Architecture
+    /// chapter, "Small contributions"). It is the master's setting that
+    /// counts.
+    pub gather_max: u64,
     /// Which rank takes over if the master dies (`TASKFOLD_STANDBY=auto|on|off`,
     /// default `auto`; see [`Standby`] and the book's Fault tolerance
     /// chapter, A master that dies).
@@ -104,6 +112,11 @@ pub struct Config {
     #[cfg(feature = "test-hooks")]
     pub hooks: Vec<Hook>,
 }
+
+/// The default of [`Config::gather_max`]: below it, a task costs its
+/// messages, not its bytes (the book's Benchmarks chapter has the
+/// measurement).
+pub const DEFAULT_GATHER_MAX: u64 = 256 << 10;
 
 /// The default of [`Config::max_reductions`].
 pub const DEFAULT_MAX_REDUCTIONS: usize = 65_536;
@@ -128,6 +141,7 @@ impl Default for Config {
             buffer_pool_follows_peak: true,
             buffer_pool_prefill: true,
             notice_board: true,
+            gather_max: DEFAULT_GATHER_MAX,
             standby: Standby::Auto,
             checkpoint: super::CheckpointConfig::default(),
             respawn: super::RespawnConfig::default(),

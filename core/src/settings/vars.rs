@@ -88,7 +88,7 @@ fn show(s: impl ToString) -> Option<OsString> {
     Some(s.to_string().into())
 }
 
-static VARIABLES: [Variable; 45] = [
+static VARIABLES: [Variable; 46] = [
     // Launch (rank and size: see `launch::identity`).
     Variable {
         name: "TASKFOLD_MASTER",
@@ -354,6 +354,15 @@ static VARIABLES: [Variable; 45] = [
             Ok(())
         },
         get: |s| show(values::format_bool(s.runtime.notice_board)),
+    },
+    Variable {
+        name: "TASKFOLD_GATHER_MAX",
+        expected: SIZE_EXPECTED,
+        set: |s, v| {
+            s.runtime.gather_max = size(v)?;
+            Ok(())
+        },
+        get: |s| show(values::format_size(s.runtime.gather_max)),
     },
     Variable {
         name: "TASKFOLD_SHARED_HEAP",

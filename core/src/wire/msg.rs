@@ -447,6 +447,22 @@ pub struct Task {
     /// With [`DataSource::Data`]: where a receiver on the provider's node
     /// reads it in place, as the provider announced it.
     pub direct: Option<Locator>,
+    /// Further providers, all on the receiver's node, whose data it reads
+    /// in place and folds in the same task (a small reduction's root
+    /// gathering its node's data); empty otherwise. One it cannot read is
+    /// left out of its report, and the master schedules it again.
+    pub more: Vec<Gathered>,
+}
+
+/// A further provider of a task, read in place on the receiver's node.
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct Gathered {
+    /// Global rank of the provider.
+    pub provider: u32,
+    /// The provider's path.
+    pub path: RankSet,
+    /// Where its data lies, as the provider announced it.
+    pub direct: Locator,
 }
 
 /// Where a task's receiver fetches the provider's data.

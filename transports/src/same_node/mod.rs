@@ -65,6 +65,12 @@ pub fn mapped_bytes() -> u64 {
     MAPPED.load(Ordering::Relaxed)
 }
 
+/// How many bytes `at` names (as its maker wrote it: unchecked until
+/// they are read).
+pub fn located_len(at: &Locator) -> u64 {
+    Place::decode(at).len
+}
+
 /// The locator of the heap that `at` lies in, naming no bytes: a peer
 /// that views it maps that heap ahead of the buffers it will read there.
 pub fn heap_of(at: &Locator) -> Locator {
