@@ -17,6 +17,8 @@ pub(crate) enum Point {
     AfterJoin,
     BeforeGet,
     BeforeFold,
+    BeforeGather,
+    BeforeGatheredFold,
     MidGet,
     Joined,
     Checkpoint,

@@ -38,7 +38,12 @@ impl Worker {
             return self.task_failed(&task, TaskFailure::Unknown);
         };
         let life = local.life;
-        let hold = hooks::hold(&self.hooks, self.rank.0, Point::BeforeFold, &local.join.id);
+        let point = if more.is_empty() {
+            Point::BeforeFold
+        } else {
+            Point::BeforeGatheredFold
+        };
+        let hold = hooks::hold(&self.hooks, self.rank.0, point, &local.join.id);
         let is_root = local.state.setup().root;
         if !is_root && matches!(buf, Received::Shared(_)) {
             // Folding from a view writes into our own value: it can do so

@@ -54,7 +54,12 @@ impl Handler<TaskIn> for Worker {
             }
             TaskVerdict::Unknown => self.fail_task(&task, TaskFailure::Unknown),
             TaskVerdict::Start => {
-                match hooks::hold(&self.hooks, self.rank.0, Point::BeforeGet, &local.join.id) {
+                let point = if task.more.is_empty() {
+                    Point::BeforeGet
+                } else {
+                    Point::BeforeGather
+                };
+                match hooks::hold(&self.hooks, self.rank.0, point, &local.join.id) {
                     None => self.start_task(task, ctx),
                     Some(wait) => {
                         let life = local.life;

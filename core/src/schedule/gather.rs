@@ -11,7 +11,11 @@
 //!
 //! The rule, for the messages the master's `near` admits (data on the
 //! root's node, small, read in place: the master knows; here only live
-//! ranks' own data, not a recovering original, is ever admitted):
+//! ranks' own data, not a recovering original, is ever admitted), once
+//! the root has joined and while it lives (before, and after its death,
+//! every message is paired as [`Schedule::next`] pairs them: an original
+//! folded into another live rank's data survives its owner and its
+//! buddy dying together, one left waiting for an absent root does not):
 //!
 //! - such a message waits for the root: nobody else receives it;
 //! - the root, when ready, receives the queue's first other message (any
@@ -22,8 +26,9 @@
 //!   root being busy or absent.
 //!
 //! A slow member costs what it costs ready-first: it is folded in the one
-//! task after its join. A slow root: everybody waits for it either way,
-//! and its first task then takes every member of its node.
+//! task after its join. A slow root: the members fold two by two
+//! meanwhile, as they would anyway, and its first task takes what is
+//! left of its node.
 //!
 //! Failures: a further provider the receiver could not read is left out
 //! of its report and goes back into the queue ([`folded`]); the task's
@@ -42,6 +47,12 @@ impl Schedule {
         near: impl Fn(&Entry) -> bool,
         cap: usize,
     ) -> Option<Step> {
+        if !self.joined.contains(self.root) || self.dead.contains(self.root) {
+            // No root to wait for (not joined yet, or dead): ready-first
+            // pairing, so that no original waits unfolded, with its copies
+            // alone, on a root that may be long in coming.
+            return self.next(prefers);
+        }
         if self.complete {
             return None;
         }

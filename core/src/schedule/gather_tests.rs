@@ -46,9 +46,12 @@ fn everybody_ready_at_once_is_one_task() {
 }
 
 #[test]
-fn members_of_the_roots_node_wait_for_the_root() {
-    let mut s = Schedule::new(4, 0);
-    for i in [1, 2, 3] {
+fn members_of_the_roots_node_wait_for_the_root_once_it_joined() {
+    let mut s = Schedule::new(5, 0);
+    s.join(0).unwrap();
+    s.join(1).unwrap();
+    let t = task(&mut s, all, 64);
+    for i in [2, 3, 4] {
         s.join(i).unwrap();
         assert_eq!(
             s.next_gathering(never, all, 64),
@@ -56,10 +59,40 @@ fn members_of_the_roots_node_wait_for_the_root() {
             "nobody but the root receives"
         );
     }
-    s.join(0).unwrap();
+    s.task_done(t.task_id, 0, &path(&[0, 1])).unwrap();
+    let u = task(&mut s, all, 64);
+    assert_eq!((u.provider.index, indices(&u.more)), (2, vec![3, 4]));
+}
+
+#[test]
+fn before_the_root_joins_and_after_it_died_members_pair_ready_first() {
+    let mut s = Schedule::new(5, 0);
+    s.join(1).unwrap();
+    s.join(2).unwrap();
     let t = task(&mut s, all, 64);
-    assert_eq!((t.receiver.index, t.provider.index), (0, 1));
-    assert_eq!(indices(&t.more), vec![2, 3]);
+    assert_eq!(
+        (t.receiver.index, t.provider.index),
+        (1, 2),
+        "no root to wait for"
+    );
+    s.task_done(t.task_id, 1, &path(&[1, 2])).unwrap();
+    s.join(3).unwrap();
+    s.join(0).unwrap();
+    let u = task(&mut s, all, 64);
+    assert_eq!(u.receiver.index, 0);
+    assert_eq!(
+        (u.provider.index, indices(&u.more)),
+        (1, vec![3]),
+        "what is left, the pair's data too"
+    );
+    // The root dies holding its task, its replacement awaited: the
+    // members pair again meanwhile.
+    s.await_replacement(0);
+    s.fail(0, |_| true).unwrap();
+    s.join(4).unwrap();
+    let v = task(&mut s, all, 64);
+    assert_ne!(v.receiver.index, 0);
+    assert!(v.more.is_empty());
 }
 
 #[test]
@@ -245,7 +278,7 @@ fn simulate(run: Run<'_>, unread: &dyn Fn(u64, usize) -> bool) -> Result<Vec<u32
         f64,
         Option<usize>,
         Option<usize>,
-        Option<(Assignment, Vec<(usize, Vec<u32>)>)>,
+        Option<(Assignment, Vec<(Entry, Vec<u32>)>)>,
     );
     let mut events: Vec<Ev> = (0..n).map(|i| (arrivals[i], Some(i), None, None)).collect();
     events.extend(kills.iter().map(|&(k, t)| (t, None, Some(k), None)));
@@ -280,12 +313,12 @@ fn simulate(run: Run<'_>, unread: &dyn Fn(u64, usize) -> bool) -> Result<Vec<u32
                 for (c, m) in data[r].iter_mut().zip(theirs) {
                     *c += m;
                 }
-                for (k, view) in views {
+                for (e, view) in views {
                     for (c, m) in data[r].iter_mut().zip(view) {
                         *c += m;
                     }
-                    data[k] = vec![0; n];
-                    got.insert(k);
+                    data[e.index] = vec![0; n];
+                    got = got.union(&e.path);
                 }
                 s.task_done_with(t.task_id, r, &got, |_| true).unwrap();
             }
@@ -298,13 +331,13 @@ fn simulate(run: Run<'_>, unread: &dyn Fn(u64, usize) -> bool) -> Result<Vec<u32
                     assert!(!dead[a.receiver.index], "a dead rank was given a task");
                     for e in &a.more {
                         assert_eq!(a.receiver.index, root, "only the root gathers");
-                        assert!(near[e.index] && !dead[e.index] && e.path.len() == 1);
+                        assert!(near[e.index] && !dead[e.index]);
                     }
                     let views = a
                         .more
                         .iter()
                         .filter(|e| !unread(a.task_id, e.index))
-                        .map(|e| (e.index, data[e.index].clone()))
+                        .map(|e| (e.clone(), data[e.index].clone()))
                         .collect();
                     events.push((
                         now + durations[a.receiver.index],

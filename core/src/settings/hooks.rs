@@ -22,6 +22,12 @@ pub enum Point {
     BeforeGet,
     /// The data arrived; before folding it.
     BeforeFold,
+    /// A task that gathers further providers arrived (instead of
+    /// `before-get` for such a task): before any of their data is read.
+    BeforeGather,
+    /// A gathering task's data was read (the further providers' in place);
+    /// before folding it (instead of `before-fold` for such a task).
+    BeforeGatheredFold,
     /// A streamed get handed over its first segment, which is being folded;
     /// the transport reads no more of it until released (held on the
     /// transport's thread).
@@ -45,12 +51,14 @@ pub enum Point {
 }
 
 /// Every point, in the order of a reduction.
-pub const POINTS: [Point; 11] = [
+pub const POINTS: [Point; 13] = [
     Point::BeforeJoin,
     Point::DiskWritten,
     Point::AfterJoin,
     Point::BeforeGet,
     Point::BeforeFold,
+    Point::BeforeGather,
+    Point::BeforeGatheredFold,
     Point::MidGet,
     Point::Joined,
     Point::Checkpoint,
@@ -68,6 +76,8 @@ impl Point {
             Point::AfterJoin => "after-join",
             Point::BeforeGet => "before-get",
             Point::BeforeFold => "before-fold",
+            Point::BeforeGather => "before-gather",
+            Point::BeforeGatheredFold => "before-gathered-fold",
             Point::MidGet => "mid-get",
             Point::Joined => "joined",
             Point::Checkpoint => "checkpoint",
@@ -93,7 +103,8 @@ pub struct Hook {
 
 /// What `TASKFOLD_TEST_HOOK` accepts (for error messages).
 pub const EXPECTED: &str = "RANK:POINT:ID:DIR entries separated by `;`, POINT one of \
-     before-join, disk-written, after-join, before-get, before-fold, mid-get, joined, checkpoint, before-share, before-spread-get, table (its ID a number)";
+     before-join, disk-written, after-join, before-get, before-fold, before-gather, \
+     before-gathered-fold, mid-get, joined, checkpoint, before-share, before-spread-get, table (its ID a number)";
 
 /// Parses `RANK:POINT:ID:DIR[;...]` (empty entries are skipped); `None` if
 /// any entry is malformed.

@@ -1,7 +1,8 @@
 //! The scenarios of a small reduction's gathering (the book's
-//! Architecture chapter, "Small contributions"): the root, which joins
-//! last, reads the three others' 8-byte contributions in place in one
-//! task; a rank dies at each instant of that task.
+//! Architecture chapter, "Small contributions"): the root's first task
+//! takes rank 0's 8-byte contribution and is held until ranks 2 and 3
+//! joined; its second gathers both (2 its provider, 3 read in place
+//! beside it), and a rank dies at each instant of that task.
 
 use super::{
     held, hooks, kill, recovered, release, root_lost_everywhere, Job, Setup, LIMIT, SYNC_ROOT_1,
@@ -9,6 +10,7 @@ use super::{
 use crate::{text, wait_bounded};
 use std::path::Path;
 use std::process::Child;
+use std::time::Duration;
 
 /// Root 1, 8 bytes, asynchronous durability (a buddy on the node views
 /// each original where it lies), the master's decisions logged.
@@ -19,20 +21,30 @@ const SMALL: Setup = Setup {
     ..SYNC_ROOT_1
 };
 
-/// A job whose root (rank 1) joins a second after the others and is held
-/// at `point` of its first task.
-fn start(job: &Job, d: &Path, point: &str) -> Child {
-    job.start_with(
-        d,
-        &hooks(d, &[1], point),
-        1,
-        &["--in-place", "--delay", "1:1000"],
-        &SMALL,
-    )
+/// A job whose root (rank 1) is held at `point` of its gathering task
+/// (see the module's scenario); returns once it is.
+fn start(job: &Job, d: &Path, point: &str, extra: &[&str]) -> Child {
+    let hooks = [
+        hooks(d, &[1], "before-get"),
+        hooks(d, &[1], point),
+        hooks(d, &[2, 3], "joined"),
+    ]
+    .join(";");
+    let mut args = vec!["--in-place", "--delay", "2:800/3:1200"];
+    args.extend_from_slice(extra);
+    let child = job.start_with(d, &hooks, 1, &args, &SMALL);
+    held(d, &[1], "before-get");
+    held(d, &[2], "joined");
+    held(d, &[3], "joined");
+    // Their joins reach the master and queue: the root is busy.
+    std::thread::sleep(Duration::from_millis(300));
+    release(d, 1, "before-get");
+    held(d, &[1], point);
+    child
 }
 
-/// The master handed the root one task that gathered providers besides
-/// its first: without gathering, the root's first task would have one.
+/// The master handed the root a task that gathered a further provider:
+/// without gathering, every task has one provider.
 fn gathered(t: &str) {
     // The master's `task` lines (`taskfold::master::drive` at debug).
     let gathered = t
@@ -47,42 +59,51 @@ fn gathered(t: &str) {
         .max();
     assert_eq!(
         gathered,
-        Some(2),
-        "the root's first task gathers two more:\n{t}"
+        Some(1),
+        "the root's second task gathers one more:\n{t}"
     );
 }
 
 /// A provider the root gathers dies after the task reached the root,
-/// before the root read anything: the root reads what it can (a dead
-/// process's heap may be mapped already, or not), and whatever it leaves
-/// out is scheduled again, from the buddy's copy.
+/// before the root read anything: the root cannot read a dead process's
+/// memory it had not mapped, leaves it out of its report, and the master
+/// schedules it again, from its buddy's copy.
 pub fn gathered_provider_killed_while_the_root_gathers(job: &Job) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let child = start(job, d, "before-get");
-    held(d, &[1], "before-get");
-    kill(d, 2);
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    release(d, 1, "before-get");
+    let child = start(job, d, "before-gather", &[]);
+    kill(d, 3);
+    std::thread::sleep(Duration::from_millis(200));
+    release(d, 1, "before-gather");
     let out = wait_bounded(child, LIMIT);
-    recovered(&out, 2);
-    gathered(&text(&out));
+    recovered(&out, 3);
+    let t = text(&out);
+    gathered(&t);
+    assert!(
+        t.contains("provider=3 source=Replica"),
+        "left out, rank 3 is read from its copy next:\n{t}"
+    );
 }
 
 /// A provider the root gathers dies after the root read its data in
-/// place, before the fold: the bytes read stay readable, the fold goes on
-/// and its original is not recovered twice.
+/// place, before the fold: the bytes read stay readable (the mapping
+/// outlives the process), the fold goes on, and its original is not
+/// recovered a second time.
 pub fn gathered_provider_killed_while_the_root_folds(job: &Job) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let child = start(job, d, "before-fold");
-    held(d, &[1], "before-fold");
+    let child = start(job, d, "before-gathered-fold", &[]);
     kill(d, 3);
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    release(d, 1, "before-fold");
+    std::thread::sleep(Duration::from_millis(200));
+    release(d, 1, "before-gathered-fold");
     let out = wait_bounded(child, LIMIT);
     recovered(&out, 3);
-    gathered(&text(&out));
+    let t = text(&out);
+    gathered(&t);
+    assert!(
+        !t.contains("provider=3 "),
+        "read already, rank 3 is never scheduled again:\n{t}"
+    );
 }
 
 /// The root dies holding the gathering task: every survivor gets the
@@ -90,14 +111,7 @@ pub fn gathered_provider_killed_while_the_root_folds(job: &Job) {
 pub fn root_killed_while_it_gathers(job: &Job) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let child = job.start_with(
-        d,
-        &hooks(d, &[1], "before-fold"),
-        1,
-        &["--in-place", "--delay", "1:1000", "--allow-lost"],
-        &SMALL,
-    );
-    held(d, &[1], "before-fold");
+    let child = start(job, d, "before-gathered-fold", &["--allow-lost"]);
     kill(d, 1);
     let t = text(&wait_bounded(child, LIMIT));
     root_lost_everywhere(&t);
