@@ -199,6 +199,8 @@ fn a_refused_value_is_quoted_and_explained() {
         ("TASKFOLD_TEST_HOOK", "3:nowhere:x:/y"),
         ("TASKFOLD_TEST_HOOK", "bad"),
         ("TASKFOLD_REPLICA_LIMIT", "4Q"),
+        ("TASKFOLD_GATHER_MAX", "lots"),
+        ("TASKFOLD_GATHER_MAX", "-1"),
         ("TASKFOLD_MAX_REDUCTIONS", "0"),
         ("TASKFOLD_MAX_REDUCTIONS", "16777217"),
     ] {
@@ -433,6 +435,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             buffer_pool_follows_peak: pool.0.is_none(),
             buffer_pool_prefill: pool.1,
             notice_board: pool.2,
+            gather_max: pool.0.unwrap_or(0) >> 10 << 10,
             hooks,
             checkpoint,
             respawn: crate::settings::RespawnConfig {
