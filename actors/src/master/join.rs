@@ -129,9 +129,9 @@ impl Handler<TaskDoneIn> for Master {
             .expect("checked by member_index");
         r.roster.set_direct(index, done.direct);
         r.sources.remove(&done.task_id);
-        let dead = self.out.view().dead();
-        let roster = &r.roster;
-        let has = |k: usize| roster.has_copy(k, &dead);
+        // Asked only for a further provider left out of a gathering task.
+        let (out, roster) = (&self.out, &r.roster);
+        let has = |k: usize| roster.has_copy(k, &out.view().dead());
         let outcome = match r
             .schedule
             .task_done_with(done.task_id, index, &done.path, has)

@@ -66,15 +66,9 @@ impl Schedule {
         if let Some(step) = self.gather(&admitted, cap.max(1)) {
             return Some(step);
         }
-        let root = self.root;
-        let mut flags = admitted.into_iter();
         // Neither the root nor an admitted message is paired here.
-        let queued: Vec<bool> = self
-            .queue
-            .iter()
-            .map(|e| e.index != root && !flags.next().unwrap_or(false))
-            .collect();
-        let (a, b) = self.take_pair(|i| queued[i])?;
+        let root = self.queue.iter().position(|e| e.index == self.root);
+        let (a, b) = self.take_pair(|i| Some(i) != root && !admitted[i])?;
         let (receiver, provider) = if super::choose_b(&a, &b, self.root, &self.dead, &prefers) {
             (b, a)
         } else {

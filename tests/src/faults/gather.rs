@@ -64,21 +64,28 @@ fn gathered(t: &str) {
     );
 }
 
+/// Rank 3, a provider the root gathers, is killed while the root is held
+/// at `point`; the job survives it, and the master's log is returned.
+fn provider_killed_at(job: &Job, point: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let child = start(job, d, point, &[]);
+    kill(d, 3);
+    std::thread::sleep(Duration::from_millis(200));
+    release(d, 1, point);
+    let out = wait_bounded(child, LIMIT);
+    recovered(&out, 3);
+    let t = text(&out);
+    gathered(&t);
+    t
+}
+
 /// A provider the root gathers dies after the task reached the root,
 /// before the root read anything: the root cannot read a dead process's
 /// memory it had not mapped, leaves it out of its report, and the master
 /// schedules it again, from its buddy's copy.
 pub fn gathered_provider_killed_while_the_root_gathers(job: &Job) {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let child = start(job, d, "before-gather", &[]);
-    kill(d, 3);
-    std::thread::sleep(Duration::from_millis(200));
-    release(d, 1, "before-gather");
-    let out = wait_bounded(child, LIMIT);
-    recovered(&out, 3);
-    let t = text(&out);
-    gathered(&t);
+    let t = provider_killed_at(job, "before-gather");
     assert!(
         t.contains("provider=3 source=Replica"),
         "left out, rank 3 is read from its copy next:\n{t}"
@@ -90,16 +97,7 @@ pub fn gathered_provider_killed_while_the_root_gathers(job: &Job) {
 /// outlives the process), the fold goes on, and its original is not
 /// recovered a second time.
 pub fn gathered_provider_killed_while_the_root_folds(job: &Job) {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let child = start(job, d, "before-gathered-fold", &[]);
-    kill(d, 3);
-    std::thread::sleep(Duration::from_millis(200));
-    release(d, 1, "before-gathered-fold");
-    let out = wait_bounded(child, LIMIT);
-    recovered(&out, 3);
-    let t = text(&out);
-    gathered(&t);
+    let t = provider_killed_at(job, "before-gathered-fold");
     assert!(
         !t.contains("provider=3 "),
         "read already, rank 3 is never scheduled again:\n{t}"
