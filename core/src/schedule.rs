@@ -519,6 +519,14 @@ impl Schedule {
     /// (neither could fetch): a dead one waits for a live partner further
     /// back in the queue.
     fn take_pair(&mut self, eligible: impl Fn(usize) -> bool) -> Option<(Entry, Entry)> {
+        let (i, j) = self.pair_at(eligible)?;
+        let b = self.queue.remove(j).expect("valid index");
+        let a = self.queue.remove(i).expect("valid index");
+        Some((a, b))
+    }
+
+    /// The queue positions `i < j` [`Schedule::take_pair`] would take.
+    fn pair_at(&self, eligible: impl Fn(usize) -> bool) -> Option<(usize, usize)> {
         let dead = |i: usize| self.dead.contains(self.queue[i].index);
         let mut at = (0..self.queue.len()).filter(|&i| eligible(i));
         let i = at.next()?;
@@ -527,9 +535,7 @@ impl Schedule {
         } else {
             at.next()?
         };
-        let b = self.queue.remove(j).expect("valid index");
-        let a = self.queue.remove(i).expect("valid index");
-        Some((a, b))
+        Some((i, j))
     }
 
     /// Positions whose data the reduction still needs: queued, busy in a

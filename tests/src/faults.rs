@@ -23,7 +23,7 @@ mod master;
 mod window;
 pub use gather::{
     gathered_provider_killed_while_the_root_folds, gathered_provider_killed_while_the_root_gathers,
-    root_killed_while_it_gathers,
+    member_killed_while_it_gathers_its_node, root_killed_while_it_gathers,
 };
 pub use master::{master_killed, master_stopped, rank_left_without_joining};
 pub use window::{killed_inside_the_async_window, killed_once_sync_reduce_returned};
@@ -47,6 +47,8 @@ struct Setup {
     env: &'static [(&'static str, &'static str)],
     /// Bytes per contribution.
     size: usize,
+    /// Ranks of the job.
+    ranks: u32,
 }
 
 /// The usual scenario: synchronous durability, root 1.
@@ -55,6 +57,7 @@ const SYNC_ROOT_1: Setup = Setup {
     root: 1,
     env: &[],
     size: 1 << 20,
+    ranks: 4,
 };
 
 /// The usual scenario without the shared heap: a same-node receiver must
@@ -81,6 +84,7 @@ const ASYNC_ROOT_0: Setup = Setup {
     root: 0,
     env: &[("RUST_LOG", "taskfold::master=warn")],
     size: 1 << 20,
+    ranks: 4,
 };
 
 impl Job {
@@ -97,7 +101,8 @@ impl Job {
         setup: &Setup,
     ) -> Child {
         let mut cmd = Command::new(&self.taskfold);
-        cmd.args(["run", "-n", "4", "--timeout", "150s", "--"])
+        let ranks = setup.ranks.to_string();
+        cmd.args(["run", "-n", &ranks, "--timeout", "150s", "--"])
             .arg(&self.tf_check)
             .args([
                 "--size",
@@ -188,6 +193,11 @@ fn hooks(dir: &Path, ranks: &[u32], point: &str) -> String {
 /// checked exact; the launcher reports the killed rank, and that the job
 /// survived it (exit code 0).
 fn recovered(out: &Output, dead: u32) {
+    recovered_of(out, dead, 4);
+}
+
+/// [`recovered`], for a job of `ranks` ranks.
+fn recovered_of(out: &Output, dead: u32, ranks: u32) {
     let t = text(out);
     assert!(out.status.success(), "the job survived:\n{t}");
     assert!(
@@ -200,7 +210,7 @@ fn recovered(out: &Output, dead: u32) {
         t.contains(&format!("rank {dead} killed by signal 9")),
         "{t}"
     );
-    for r in (0..4).filter(|&r| r != dead) {
+    for r in (0..ranks).filter(|&r| r != dead) {
         assert!(
             t.contains(&format!("[{r}] rank {r}: 1 ok, 0 failed")),
             "rank {r}:\n{t}"

@@ -142,3 +142,8 @@ fn sigkill_of_a_gathered_provider_after_the_root_read_it() {
 fn sigkill_of_the_root_while_it_gathers_is_a_typed_error_everywhere() {
     faults::root_killed_while_it_gathers(&job());
 }
+
+#[test]
+fn sigkill_of_a_member_gathering_its_node_is_survived() {
+    faults::member_killed_while_it_gathers_its_node(&job());
+}

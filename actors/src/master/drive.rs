@@ -39,9 +39,8 @@ impl Master {
             let perf = &self.perf;
             let group = &r.group;
             let prefers = |a, b| perf.prefers(group.rank_at(a), group.rank_at(b));
-            let step = match gather::near_root(&self.out, self.gather_max, group, r.root, &r.roster)
-            {
-                Some(near) => r.schedule.next_gathering(prefers, near, gather::CAP),
+            let step = match gather::nodes(&self.out, self.gather_max, group, r.root, &r.roster) {
+                Some((home, node)) => r.schedule.next_gathering(prefers, home, node, gather::CAP),
                 None => r.schedule.next(prefers),
             };
             match step {

@@ -1,4 +1,4 @@
-//! Which ready messages a small reduction's root gathers (see
+//! Where a small reduction's ready messages lie, for gathering by node (see
 //! `taskfold_core::schedule::Schedule::next_gathering` and the book's
 //! Architecture chapter, "Small contributions"), and how a gathering task
 //! names them.
@@ -10,21 +10,22 @@ use taskfold_core::wire::Gathered;
 use taskfold_core::{Group, Rank};
 use taskfold_transports::same_node::located_len;
 
-/// Providers per task at most: a root with more members on its node takes
-/// them in several tasks, so that no task message grows with the node.
+/// Providers per task at most: a node with more ready members is gathered
+/// in several tasks, so that no task message grows with the node.
 pub(super) const CAP: usize = 64;
 
-/// Whether a ready message is one the root gathers: its data lies on the
-/// root's node, where the root reads it in place (its holder announced
-/// where), and it is no larger than `max` bytes. `None` when nothing is
-/// gathered (`max` is 0, or the nodes are unknown).
-pub(super) fn near_root<'a, T>(
+/// Where a ready message's data lies, for gathering (see
+/// `Schedule::next_gathering`): the root's node, and for each message
+/// the node where a rank reads it in place (its holder announced where),
+/// if it is no larger than `max` bytes. `None` when nothing is gathered
+/// (`max` is 0, or the nodes are unknown).
+pub(super) fn nodes<'a, T>(
     out: &'a Outbox,
     max: u64,
     group: &'a Group,
     root: Rank,
     roster: &'a Roster<T>,
-) -> Option<impl Fn(&Entry) -> bool + 'a> {
+) -> Option<(u64, impl Fn(&Entry) -> Option<u64> + 'a)> {
     if max == 0 {
         return None;
     }
@@ -35,13 +36,17 @@ pub(super) fn near_root<'a, T>(
     if home == 0 {
         return None;
     }
-    Some(move |e: &Entry| {
-        e.index < group.len()
-            && view.node(group.rank_at(e.index).0) == home
+    let node = move |e: &Entry| {
+        let small = e.index < group.len()
             && roster
                 .direct(e.index)
-                .is_some_and(|d| located_len(d) <= max)
-    })
+                .is_some_and(|d| located_len(d) <= max);
+        // 0: a node the view does not know, never gathered.
+        small
+            .then(|| view.node(group.rank_at(e.index).0))
+            .filter(|&n| n != 0)
+    };
+    Some((home, node))
 }
 
 /// The further providers of task `a`, as its receiver reads them: each

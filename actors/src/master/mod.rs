@@ -87,8 +87,8 @@ pub struct Master {
     perf: PerfTable,
     stats: MasterStats,
     task_log_limit: usize,
-    /// Contributions up to this many bytes on the root's node are
-    /// gathered by the root (`Config::gather_max`; 0: never).
+    /// Contributions up to this many bytes are gathered by node, by the
+    /// root on its own (`Config::gather_max`; 0: never).
     gather_max: u64,
     detector: Option<Addr<crate::detector::FailureDetector>>,
     /// The notice board where released barriers are posted, if any.

@@ -1,95 +1,140 @@
-//! Gathering: a small reduction's root takes every ready datum of its node
-//! in one task (see the book's Architecture chapter, "Small
-//! contributions").
+//! Gathering: a small reduction's messages are folded where they lie, a
+//! node's ready data in one task (see the book's Architecture chapter,
+//! "Small contributions").
 //!
 //! Why: with small data a task costs its messages, not its bytes. Paired
 //! two by two, `p` ranks of one node need `p - 1` tasks, each a round trip
-//! through the master, `⌈log2 p⌉` of them one after the other. The root
+//! through the master, `⌈log2 p⌉` of them one after the other. A rank
 //! reads its node's data in place (no message: the master names where it
 //! lies), so one task can carry all of it: `p` joins, one task, one task
 //! done, whatever `p`, when everybody is ready at once.
 //!
-//! The rule, for the messages the master's `near` admits (data on the
-//! root's node, small, read in place: the master knows; here only live
-//! ranks' own data, not a recovering original, is ever admitted), once
-//! the root has joined and while it lives (before, and after its death,
-//! every message is paired as [`Schedule::next`] pairs them: an original
-//! folded into another live rank's data survives its owner and its
-//! buddy dying together, one left waiting for an absent root does not):
+//! `node` names, for a message the master admits (small, read in place),
+//! the node its data lies on; here only live ranks' own data, never a
+//! recovering original or a dead rank's, is ever admitted. The rule:
 //!
-//! - such a message waits for the root: nobody else receives it;
-//! - the root, when ready, receives the queue's first other message (any
-//!   kind, as in [`Schedule::next`]) and, in the same task, every admitted
-//!   one behind it, up to `cap` providers in all;
-//! - messages not admitted (another node's, large, recovering, a dead
-//!   rank's) are paired among themselves as in [`Schedule::next`], the
-//!   root being busy or absent.
+//! - **At the root's node**, once the root has joined and while it lives,
+//!   an admitted message waits for the root: nobody else receives it. The
+//!   root, when ready, receives the queue's first other message (any
+//!   kind, as in [`Schedule::next`]) and, in the same task, every such
+//!   one behind it, up to `cap` providers in all. Before the root joins,
+//!   and after its death, nothing waits: an original folded into another
+//!   live rank's data survives its owner and its buddy dying together,
+//!   one left waiting for an absent root does not.
+//! - **On every other node** (and on the root's before it joins, or after
+//!   its death), a node is gathered by its members: while a member holding
+//!   admitted data there receives a task, the node's admitted messages
+//!   wait for it; otherwise messages pair ready-first as
+//!   [`Schedule::next`] pairs them, and when the pair's receiver is
+//!   admitted on a node it also takes every other ready admitted message
+//!   of that node, up to `cap` providers in all. So a node's first two
+//!   ready members pair, and what arrives meanwhile is folded in the next
+//!   task, all at once: a node costs two or three tasks, not one per
+//!   member, and the master's messages for them grow with the nodes. The
+//!   wait is a task's time at a live member (its death requeues its
+//!   providers, and nothing waits for it any more), as a pair's own
+//!   members wait for their task.
 //!
 //! A slow member costs what it costs ready-first: it is folded in the one
-//! task after its join. A slow root: the members fold two by two
-//! meanwhile, as they would anyway, and its first task takes what is
-//! left of its node.
+//! task after its join. A slow root: the members fold by node meanwhile,
+//! as they would anyway, and its first task takes what is left of its
+//! node.
 //!
 //! Failures: a further provider the receiver could not read is left out
 //! of its report and goes back into the queue ([`folded`]); the task's
 //! receiver dying requeues every provider ([`Schedule::fail`]).
 
-use super::{Assignment, Entry, Schedule, Step};
+use super::{choose_b, Assignment, Entry, Schedule, Step};
 use crate::rankset::RankSet;
 
 impl Schedule {
     /// Takes the next decision of a small reduction: as [`Schedule::next`],
-    /// except that the messages `near` admits are gathered by the root (see
-    /// the module's rule), at most `cap` providers per task (at least 1).
+    /// except that messages are gathered by node (see the module's rule):
+    /// `home` is the root's node, `node` the node an admitted message's
+    /// data lies on (`None`: not admitted), at most `cap` providers per
+    /// task (at least 1).
     pub fn next_gathering(
         &mut self,
         prefers: impl Fn(usize, usize) -> bool,
-        near: impl Fn(&Entry) -> bool,
+        home: u64,
+        node: impl Fn(&Entry) -> Option<u64>,
         cap: usize,
     ) -> Option<Step> {
-        if !self.joined.contains(self.root) || self.dead.contains(self.root) {
-            // No root to wait for (not joined yet, or dead): ready-first
-            // pairing, so that no original waits unfolded, with its copies
-            // alone, on a root that may be long in coming.
-            return self.next(prefers);
-        }
         if self.complete {
             return None;
         }
         if let Some(done) = self.completion() {
             return Some(done);
         }
-        let near = |e: &Entry| {
-            e.index != self.root && !e.recovering && !self.dead.contains(e.index) && near(e)
-        };
-        let admitted: Vec<bool> = self.queue.iter().map(near).collect();
-        if let Some(step) = self.gather(&admitted, cap.max(1)) {
-            return Some(step);
+        let cap = cap.max(1);
+        let at: Vec<Option<u64>> = self.queue.iter().map(|e| self.admitted(e, &node)).collect();
+        let root_waits = self.joined.contains(self.root) && !self.dead.contains(self.root);
+        let root_at = self.queue.iter().position(|e| e.index == self.root);
+        if root_waits {
+            let waits: Vec<bool> = at.iter().map(|n| *n == Some(home)).collect();
+            if let Some(step) = self.gather(&waits, cap) {
+                return Some(step);
+            }
         }
-        // Neither the root nor an admitted message is paired here.
-        let root = self.queue.iter().position(|e| e.index == self.root);
-        let (a, b) = self.take_pair(|i| Some(i) != root && !admitted[i])?;
-        let (receiver, provider) = if super::choose_b(&a, &b, self.root, &self.dead, &prefers) {
-            (b, a)
-        } else {
-            (a, b)
+        // The nodes where a member receives a task now: their admitted
+        // messages wait for it, to be gathered when it is ready again.
+        let busy: Vec<u64> = (self.in_flight.values())
+            .filter_map(|t| self.admitted(&t.receiver, &node))
+            .collect();
+        // Neither the root nor a message waiting for it or for a busy
+        // member of its node is paired here.
+        let eligible = |i: usize| match at[i] {
+            Some(n) if root_waits && n == home => false,
+            Some(n) => !busy.contains(&n),
+            None => !root_waits || Some(i) != root_at,
         };
-        Some(self.assign(receiver, provider, Vec::new()))
+        let (i, j) = self.pair_at(eligible)?;
+        let (r, p) = if choose_b(
+            &self.queue[i],
+            &self.queue[j],
+            self.root,
+            &self.dead,
+            &prefers,
+        ) {
+            (j, i)
+        } else {
+            (i, j)
+        };
+        let more: Vec<usize> = match at[r] {
+            Some(n) => (0..self.queue.len())
+                .filter(|&k| k != i && k != j && eligible(k) && at[k] == Some(n))
+                .take(cap - 1)
+                .collect(),
+            None => Vec::new(),
+        };
+        Some(self.assign_at(r, p, &more))
+    }
+
+    /// The node `e`'s data is gathered on: only a live member's own data,
+    /// never the root's (nobody else receives it), a recovering original
+    /// or a dead rank's, and only where `node` admits it.
+    fn admitted(&self, e: &Entry, node: impl Fn(&Entry) -> Option<u64>) -> Option<u64> {
+        let own = e.index != self.root && !e.recovering && !self.dead.contains(e.index);
+        own.then(|| node(e)).flatten()
     }
 
     /// The root's task, if its message is queued and another is: the first
-    /// other message, then every admitted one behind it, up to `cap`.
-    fn gather(&mut self, admitted: &[bool], cap: usize) -> Option<Step> {
+    /// other message, then every waiting one behind it, up to `cap`.
+    fn gather(&mut self, waits: &[bool], cap: usize) -> Option<Step> {
         let at_root = self.queue.iter().position(|e| e.index == self.root)?;
         let first = (0..self.queue.len()).find(|&i| i != at_root)?;
-        let mut take: Vec<usize> = vec![first];
-        take.extend(
-            (first + 1..self.queue.len())
-                .filter(|&i| i != at_root && admitted[i])
-                .take(cap - 1),
-        );
-        let mut all = take.clone();
-        all.push(at_root);
+        let more: Vec<usize> = (first + 1..self.queue.len())
+            .filter(|&i| i != at_root && waits[i])
+            .take(cap - 1)
+            .collect();
+        Some(self.assign_at(at_root, first, &more))
+    }
+
+    /// Hands out the task whose receiver, provider and further providers
+    /// are at these queue positions (all distinct), taking them out.
+    fn assign_at(&mut self, receiver: usize, provider: usize, more: &[usize]) -> Step {
+        let mut all: Vec<usize> = more.to_vec();
+        all.extend([receiver, provider]);
         all.sort_unstable();
         // Removed back to front, so the positions stay valid.
         let mut removed: Vec<(usize, Entry)> = all
@@ -101,10 +146,10 @@ impl Schedule {
             let at = removed.iter().position(|(j, _)| *j == i).expect("removed");
             removed.swap_remove(at).1
         };
-        let receiver = of(at_root);
-        let provider = of(first);
-        let more = take[1..].iter().map(|&i| of(i)).collect();
-        Some(self.assign(receiver, provider, more))
+        let receiver = of(receiver);
+        let provider = of(provider);
+        let more = more.iter().map(|&i| of(i)).collect();
+        self.assign(receiver, provider, more)
     }
 }
 

@@ -5,16 +5,19 @@ fn never(_: usize, _: usize) -> bool {
     false
 }
 
-fn all(_: &Entry) -> bool {
-    true
+/// Every message admitted, on node 1, the root's (`HOME`).
+fn all(_: &Entry) -> Option<u64> {
+    Some(HOME)
 }
+
+const HOME: u64 = 1;
 
 fn path(ks: &[usize]) -> RankSet {
     ks.iter().copied().collect()
 }
 
-fn task(s: &mut Schedule, near: impl Fn(&Entry) -> bool, cap: usize) -> Assignment {
-    match s.next_gathering(never, near, cap) {
+fn task(s: &mut Schedule, node: impl Fn(&Entry) -> Option<u64>, cap: usize) -> Assignment {
+    match s.next_gathering(never, HOME, node, cap) {
         Some(Step::Task(t)) => t,
         other => panic!("expected a task, got {other:?}"),
     }
@@ -39,10 +42,10 @@ fn everybody_ready_at_once_is_one_task() {
         "the rest, in order"
     );
     assert_eq!(t.source, Source::Data);
-    assert_eq!(s.next_gathering(never, all, 64), None);
+    assert_eq!(s.next_gathering(never, HOME, all, 64), None);
     let folded = s.task_done(t.task_id, 3, &RankSet::full(8)).unwrap();
     assert_eq!(indices(&folded), vec![5, 0, 1, 7, 2, 6, 4]);
-    assert_eq!(s.next_gathering(never, all, 64), Some(Step::Complete));
+    assert_eq!(s.next_gathering(never, HOME, all, 64), Some(Step::Complete));
 }
 
 #[test]
@@ -54,7 +57,7 @@ fn members_of_the_roots_node_wait_for_the_root_once_it_joined() {
     for i in [2, 3, 4] {
         s.join(i).unwrap();
         assert_eq!(
-            s.next_gathering(never, all, 64),
+            s.next_gathering(never, HOME, all, 64),
             None,
             "nobody but the root receives"
         );
@@ -65,7 +68,7 @@ fn members_of_the_roots_node_wait_for_the_root_once_it_joined() {
 }
 
 #[test]
-fn before_the_root_joins_and_after_it_died_members_pair_ready_first() {
+fn before_the_root_joins_and_after_it_died_nobody_waits() {
     let mut s = Schedule::new(5, 0);
     s.join(1).unwrap();
     s.join(2).unwrap();
@@ -91,8 +94,15 @@ fn before_the_root_joins_and_after_it_died_members_pair_ready_first() {
     s.fail(0, |_| true).unwrap();
     s.join(4).unwrap();
     let v = task(&mut s, all, 64);
-    assert_ne!(v.receiver.index, 0);
-    assert!(v.more.is_empty());
+    assert_eq!(
+        (v.receiver.index, v.provider.index, indices(&v.more)),
+        (1, 3, vec![4]),
+        "the first two ready pair, the receiver takes its node's others"
+    );
+    assert!(
+        s.needs(0),
+        "the root's original, recovering, is not gathered"
+    );
 }
 
 #[test]
@@ -104,7 +114,11 @@ fn late_members_are_gathered_by_the_roots_next_task() {
     assert!(t.more.is_empty());
     s.join(2).unwrap();
     s.join(4).unwrap();
-    assert_eq!(s.next_gathering(never, all, 64), None, "the root is busy");
+    assert_eq!(
+        s.next_gathering(never, HOME, all, 64),
+        None,
+        "the root is busy"
+    );
     s.task_done(t.task_id, 0, &path(&[0, 1])).unwrap();
     let u = task(&mut s, all, 64);
     assert_eq!((u.provider.index, indices(&u.more)), (2, vec![4]));
@@ -113,7 +127,7 @@ fn late_members_are_gathered_by_the_roots_next_task() {
     let v = task(&mut s, all, 64);
     assert_eq!(v.provider.index, 3, "the last one in one step");
     s.task_done(v.task_id, 0, &RankSet::full(5)).unwrap();
-    assert_eq!(s.next_gathering(never, all, 64), Some(Step::Complete));
+    assert_eq!(s.next_gathering(never, HOME, all, 64), Some(Step::Complete));
 }
 
 #[test]
@@ -138,7 +152,7 @@ fn a_task_takes_at_most_cap_providers() {
 #[test]
 fn other_nodes_pair_among_themselves_while_the_root_is_busy() {
     // Positions 0-3 on the root's node, 4-7 elsewhere.
-    let near = |e: &Entry| e.index < 4;
+    let near = |e: &Entry| (e.index < 4).then_some(HOME);
     let mut s = Schedule::new(8, 0);
     for i in [4, 5, 0, 1, 2, 3, 6, 7] {
         s.join(i).unwrap();
@@ -154,7 +168,112 @@ fn other_nodes_pair_among_themselves_while_the_root_is_busy() {
     let u = task(&mut s, near, 64);
     assert_eq!((u.receiver.index, u.provider.index), (5, 6));
     assert!(u.more.is_empty());
-    assert_eq!(s.next_gathering(never, near, 64), None, "7 waits");
+    assert_eq!(s.next_gathering(never, HOME, near, 64), None, "7 waits");
+}
+
+#[test]
+fn every_other_node_folds_at_its_first_ready_pair() {
+    // Positions 0-3 on the root's node (1), 4-7 on node 2, 8-9 on node 3;
+    // 9's data is not admitted (too large, say).
+    let node = |e: &Entry| match e.index {
+        0..4 => Some(HOME),
+        4..8 => Some(2),
+        8 => Some(3),
+        _ => None,
+    };
+    let mut s = Schedule::new(10, 0);
+    for i in [4, 8, 5, 1, 6, 9, 7] {
+        s.join(i).unwrap();
+    }
+    // The root has not joined: nobody waits, 1 pairs too.
+    let t = task(&mut s, node, 64);
+    assert_eq!((t.receiver.index, t.provider.index), (4, 8));
+    assert_eq!(indices(&t.more), vec![5, 6, 7], "its node's, not 1 or 9");
+    let u = task(&mut s, node, 64);
+    assert_eq!((u.receiver.index, u.provider.index), (1, 9));
+    assert!(u.more.is_empty(), "nobody else on 1's node is ready");
+    assert_eq!(s.next_gathering(never, HOME, node, 64), None);
+    // The root joins, and 2, 3: they wait for it; a pair elsewhere goes.
+    s.join(0).unwrap();
+    s.join(2).unwrap();
+    s.join(3).unwrap();
+    let v = task(&mut s, node, 64);
+    assert_eq!((v.receiver.index, v.provider.index), (0, 2));
+    assert_eq!(indices(&v.more), vec![3]);
+    s.task_done(t.task_id, 4, &path(&[4, 5, 6, 7, 8])).unwrap();
+    s.task_done(u.task_id, 1, &path(&[1, 9])).unwrap();
+    assert_eq!(
+        s.next_gathering(never, HOME, node, 64),
+        None,
+        "4 waits for nobody but the busy root; 1 waits for the root"
+    );
+    s.task_done(v.task_id, 0, &path(&[0, 2, 3])).unwrap();
+    let w = task(&mut s, node, 64);
+    assert_eq!((w.receiver.index, w.provider.index), (0, 4));
+    assert_eq!(indices(&w.more), vec![1]);
+    s.task_done(w.task_id, 0, &RankSet::full(10)).unwrap();
+    assert_eq!(
+        s.next_gathering(never, HOME, node, 64),
+        Some(Step::Complete)
+    );
+}
+
+#[test]
+fn another_nodes_receiver_takes_at_most_cap_providers() {
+    let node = |e: &Entry| (e.index > 0).then_some(2);
+    let mut s = Schedule::new(7, 0);
+    for i in 1..7 {
+        s.join(i).unwrap();
+    }
+    let t = task(&mut s, node, 3);
+    assert_eq!(
+        (t.receiver.index, t.provider.index, indices(&t.more)),
+        (1, 2, vec![3, 4])
+    );
+    assert_eq!(
+        s.next_gathering(never, HOME, node, 3),
+        None,
+        "5 and 6 wait for 1, busy on their node"
+    );
+    s.task_done(t.task_id, 1, &path(&[1, 2, 3, 4])).unwrap();
+    let u = task(&mut s, node, 3);
+    assert_eq!(
+        (u.receiver.index, u.provider.index, indices(&u.more)),
+        (5, 6, vec![1])
+    );
+}
+
+#[test]
+fn a_nodes_members_wait_for_its_busy_receiver_not_another_nodes() {
+    // 1-3 on node 2, 4-5 on node 3, the root (0) absent.
+    let node = |e: &Entry| match e.index {
+        1..4 => Some(2),
+        4..6 => Some(3),
+        _ => None,
+    };
+    let mut s = Schedule::new(6, 0);
+    s.join(1).unwrap();
+    s.join(2).unwrap();
+    let t = task(&mut s, node, 64);
+    assert_eq!((t.receiver.index, t.provider.index), (1, 2));
+    s.join(3).unwrap();
+    s.join(4).unwrap();
+    s.join(5).unwrap();
+    let u = task(&mut s, node, 64);
+    assert_eq!(
+        (u.receiver.index, u.provider.index),
+        (4, 5),
+        "3 waits for 1; node 3 pairs"
+    );
+    assert_eq!(s.next_gathering(never, HOME, node, 64), None);
+    // 1 dies in its task: 2 is requeued, and nothing waits for 1 any more.
+    s.fail(1, |_| true).unwrap();
+    let v = task(&mut s, node, 64);
+    assert_eq!(
+        (v.receiver.index, v.provider.index, indices(&v.more)),
+        (3, 2, vec![]),
+        "3 no longer waits; 1's original, dead, is not gathered"
+    );
 }
 
 #[test]
@@ -193,7 +312,7 @@ fn a_provider_left_out_goes_back_and_a_split_one_is_refused() {
     let u = task(&mut s, all, 64);
     assert_eq!(u.provider.index, 2, "left out, it comes back");
     s.task_done(u.task_id, 0, &RankSet::full(4)).unwrap();
-    assert_eq!(s.next_gathering(never, all, 64), Some(Step::Complete));
+    assert_eq!(s.next_gathering(never, HOME, all, 64), Some(Step::Complete));
     // A further provider's path halfway in: refused.
     let mut s = Schedule::new(4, 0);
     s.join(3).unwrap();
@@ -248,7 +367,8 @@ fn the_receivers_death_or_a_failed_fetch_requeues_every_provider() {
 struct Run<'a> {
     n: usize,
     root: usize,
-    near: &'a [bool],
+    /// Each rank's node, if its data is admitted (small, read in place).
+    node: &'a [Option<u64>],
     arrivals: &'a [f64],
     durations: &'a [f64],
     kills: &'a [(usize, f64)],
@@ -259,7 +379,7 @@ fn simulate(run: Run<'_>, unread: &dyn Fn(u64, usize) -> bool) -> Result<Vec<u32
     let Run {
         n,
         root,
-        near,
+        node,
         arrivals,
         durations,
         kills,
@@ -270,6 +390,8 @@ fn simulate(run: Run<'_>, unread: &dyn Fn(u64, usize) -> bool) -> Result<Vec<u32
         v[k] = 1;
         v
     };
+    // The root's node: where its own data lies, admitted or not.
+    let home = node[root].unwrap_or(0);
     let mut s = Schedule::new(n, root);
     let mut data: Vec<Vec<u32>> = (0..n).map(unit).collect();
     let mut dead = vec![false; n];
@@ -323,15 +445,26 @@ fn simulate(run: Run<'_>, unread: &dyn Fn(u64, usize) -> bool) -> Result<Vec<u32
                 s.task_done_with(t.task_id, r, &got, |_| true).unwrap();
             }
         }
-        let near_of = |e: &Entry| near[e.index];
-        while let Some(step) = s.next_gathering(never, near_of, cap) {
+        if events.iter().any(|e| e.0 == now) {
+            // What happens at one instant reaches the master before it
+            // decides: joins at once queue together.
+            continue;
+        }
+        let node_of = |e: &Entry| node[e.index];
+        while let Some(step) = s.next_gathering(never, home, node_of, cap) {
             match step {
                 Step::Complete => return Ok(data[root].clone()),
                 Step::Task(a) => {
                     assert!(!dead[a.receiver.index], "a dead rank was given a task");
                     for e in &a.more {
-                        assert_eq!(a.receiver.index, root, "only the root gathers");
-                        assert!(near[e.index] && !dead[e.index]);
+                        let here = node[a.receiver.index];
+                        assert!(
+                            here.is_some() || a.receiver.index == root,
+                            "only an admitted rank or the root gathers"
+                        );
+                        let here = here.unwrap_or(home);
+                        assert_eq!(node[e.index], Some(here), "read in place, on its node");
+                        assert!(!dead[e.index] && e.index != root);
                     }
                     let views = a
                         .more
@@ -358,8 +491,9 @@ proptest! {
     fn every_original_is_gathered_exactly_once_whatever_fails(
         n in 1usize..=24,
         root_seed in any::<usize>(),
-        near in proptest::collection::vec(any::<bool>(), 24),
-        arrivals in proptest::collection::vec(0.0f64..10.0, 24),
+        node in proptest::collection::vec(proptest::option::weighted(0.8, 0u64..3), 24),
+        // Whole instants: several ranks often join at once.
+        arrivals in proptest::collection::vec((0u8..8).prop_map(f64::from), 24),
         durations in proptest::collection::vec(0.1f64..3.0, 24),
         kill_seeds in proptest::collection::vec((any::<usize>(), 0.0f64..20.0), 0..4),
         unread_seed in any::<u64>(),
@@ -375,7 +509,7 @@ proptest! {
         let unread = |task: u64, k: usize| {
             (unread_seed ^ task.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k as u64 * 31)).is_multiple_of(4)
         };
-        let run = Run { n, root, near: &near, arrivals: &arrivals, durations: &durations, kills: &kills, cap };
+        let run = Run { n, root, node: &node, arrivals: &arrivals, durations: &durations, kills: &kills, cap };
         let got = simulate(run, &unread);
         match got {
             Ok(counts) => prop_assert!(counts.iter().all(|&c| c == 1), "counts {:?}", counts),

@@ -86,7 +86,8 @@ pub struct Config {
     /// Contributions up to this many bytes are gathered
     /// (`TASKFOLD_GATHER_MAX`, a size; `0` turns it off; default
     /// [`DEFAULT_GATHER_MAX`]): the root reads the ready data of every
-    /// member of its node in place, in one task, instead of the members
+    /// member of its node in place, in one task, and a pair's receiver on
+    /// any other node the ready data of its node, instead of the members
     /// folding two by two through the master (see the book's Architecture
     /// chapter, "Small contributions"). It is the master's setting that
     /// counts.

@@ -115,3 +115,48 @@ pub fn root_killed_while_it_gathers(job: &Job) {
     root_lost_everywhere(&t);
     gathered(&t);
 }
+
+/// Six ranks, root 1 late (5 s): the members gather their node by
+/// themselves meanwhile.
+const MEMBERS: Setup = Setup { ranks: 6, ..SMALL };
+
+/// The root is late; the members' first pair is held (its receiver at
+/// `before-get`) while the three others join, who wait for it, busy on
+/// their node; released, its next task gathers them all, and the member
+/// receiving that one is killed holding it. Its providers go back into
+/// the queue, its data is recovered from its copies, and every survivor
+/// ends with the exact result.
+pub fn member_killed_while_it_gathers_its_node(job: &Job) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members = [0, 2, 3, 4, 5];
+    let hooks = [
+        hooks(d, &members, "before-get"),
+        hooks(d, &members, "before-gather"),
+    ]
+    .join(";");
+    let args = ["--in-place", "--delay", "1:5000"];
+    let child = job.start_with(d, &hooks, 1, &args, &MEMBERS);
+    let first = held(d, &members, "before-get");
+    // The other joins reach the master and wait for `first`.
+    std::thread::sleep(Duration::from_millis(500));
+    release(d, first, "before-get");
+    let victim = held(d, &members, "before-gather");
+    kill(d, victim);
+    // The tasks after it (the victim's providers, back in the queue, are
+    // gathered again) go on unheld.
+    for r in members.iter().filter(|&&r| r != victim) {
+        release(d, *r, "before-gather");
+        release(d, *r, "before-get");
+    }
+    let out = wait_bounded(child, LIMIT);
+    super::recovered_of(&out, victim, 6);
+    let t = text(&out);
+    let by_member = t.lines().any(|l| {
+        l.contains(&format!("receiver=rank {victim} "))
+            && l.split("gathered=")
+                .nth(1)
+                .is_some_and(|n| !n.starts_with('0'))
+    });
+    assert!(by_member, "rank {victim} was handed a gathering task:\n{t}");
+}
