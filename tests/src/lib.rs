@@ -71,22 +71,42 @@ pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
 
 /// Waits for `child` at most `limit`, then kills it and panics.
 pub fn wait_bounded(mut child: Child, limit: Duration) -> Output {
+    // Drained as it comes: a child blocked on a full pipe would never end.
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|o| Box::new(o) as _));
+    let stderr = drain(child.stderr.take().map(|e| Box::new(e) as _));
     let deadline = Instant::now() + limit;
-    loop {
+    let (status, late) = loop {
         match child.try_wait().expect("try_wait") {
-            Some(_) => return child.wait_with_output().expect("output"),
+            Some(status) => break (status, false),
             None if Instant::now() >= deadline => {
                 let _ = child.kill();
-                let out = child.wait_with_output().expect("output");
-                panic!(
-                    "command did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                break (child.wait().expect("wait"), true);
             }
             None => std::thread::sleep(Duration::from_millis(20)),
         }
+    };
+    let out = Output {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+    };
+    if late {
+        panic!(
+            "command did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
+    out
 }
 
 pub use rustix::process::Signal;

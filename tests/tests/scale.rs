@@ -5,8 +5,11 @@
 //! it with a message, except in CI (`CI` set), where it must run.
 //!
 //! What it shows is that a job of this size starts, reduces, shuts down
-//! and leaves no namespace behind; its pace is measured by `bench sim`
-//! and by hand (the book's Benchmarks chapter), not here.
+//! and leaves no namespace behind, and that the master's tasks grow with
+//! the nodes, not the ranks (each node gathers its small data: the
+//! book's Architecture chapter, Small contributions); its pace is
+//! measured by `bench sim` and by hand (the book's Benchmarks chapter),
+//! not here.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -24,8 +27,9 @@ fn tf_check() -> PathBuf {
 
 /// 256 ranks on 16 simulated nodes, 8-byte contributions, four
 /// reductions at once, each rooted at a rank of another node than the
-/// master's: every rank reports every result it checked exact, and the
-/// job leaves no namespace.
+/// master's: every rank reports every result it checked exact, the
+/// master hands out at most 8 tasks per node for each reduction (paired
+/// two by two, it is one per rank: 255), and the job leaves no namespace.
 #[test]
 fn two_hundred_fifty_six_ranks_on_sixteen_nodes_reduce_exactly() {
     if !namespaces_or_skip("two_hundred_fifty_six_ranks_on_sixteen_nodes_reduce_exactly") {
@@ -37,7 +41,7 @@ fn two_hundred_fifty_six_ranks_on_sixteen_nodes_reduce_exactly() {
         .args(["-n", &ranks.to_string(), "--timeout", "400s", "--"])
         .arg(tf_check())
         .args(["--size", "8", "--reductions", "4", "--root", "17"])
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "warn,taskfold::master::drive=debug")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let child = cmd.spawn().expect("spawn taskfold run");
@@ -54,6 +58,26 @@ fn two_hundred_fifty_six_ranks_on_sixteen_nodes_reduce_exactly() {
     }
     assert!(!t.contains("WRONG"), "{t}");
     assert_eq!(t.matches(" 0 failed").count(), ranks as usize, "{t}");
+    let tasks = tasks_per_reduction(&t);
+    assert_eq!(tasks.len(), 4, "four reductions: {tasks:?}");
+    assert!(
+        tasks.values().all(|&n| n <= 8 * nodes as usize),
+        "tasks per reduction, by key: {tasks:?}"
+    );
     let left = namespaces_of(pid);
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// The master's tasks (its `task` lines at debug) per reduction key.
+fn tasks_per_reduction(t: &str) -> std::collections::BTreeMap<String, usize> {
+    let mut per = std::collections::BTreeMap::new();
+    for l in t
+        .lines()
+        .filter(|l| l.contains("taskfold::master::drive: task "))
+    {
+        if let Some(key) = l.split("key=").nth(1).and_then(|k| k.split(' ').next()) {
+            *per.entry(key.to_string()).or_default() += 1;
+        }
+    }
+    per
 }
