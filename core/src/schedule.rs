@@ -591,6 +591,7 @@ pub fn choose_b(
 }
 
 mod gather;
+pub use gather::GATHER_CAP;
 #[cfg(test)]
 mod gather_tests;
 mod replace;

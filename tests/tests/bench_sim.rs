@@ -1,7 +1,9 @@
 //! `taskfold bench sim` as a user runs it, through the built binary: the
 //! JSON has every pattern's figures; flat, the master handles `4p - 2`
-//! messages and by node `4·nodes - 2`; a slow rank costs ready-first
-//! less than the binomial tree; a bad setting is refused, named.
+//! messages and by node `4·nodes - 2`; gathered by node, the master's
+//! small reductions take fewer, its large ones as many as flat; a slow
+//! rank costs ready-first less than the binomial tree; a bad setting is
+//! refused, named.
 
 use std::process::Command;
 use std::time::Duration;
@@ -34,6 +36,13 @@ fn bench_sim_reports_every_pattern_and_the_masters_messages() {
         assert_eq!(by_node["node_messages"], 4 * 16 - 2, "{row}");
         assert!(flat["decisions"].as_u64().unwrap() == 1000, "{row}");
         assert!(by_node["scheduling_seconds"].as_f64().unwrap() > 0.0);
+        let gathered = row["gathered"]["master_messages"].as_u64().unwrap();
+        if row["bytes"] == 8 {
+            // Joins and completions, 2p, and at most 4 tasks per node.
+            assert!(gathered <= 2 * 1000 + 2 * 4 * 63, "{row}");
+        } else {
+            assert_eq!(gathered, 4 * 1000 - 2, "above the bound: {row}");
+        }
         let binomial = row["binomial"].as_f64().unwrap();
         if row["pattern"] == "slow" && row["bytes"] == 8 << 20 {
             let ready = by_node["makespan"].as_f64().unwrap();

@@ -3,7 +3,7 @@
 
 use super::{gather, Master, TaskRecord};
 use taskfold_core::roster::CopyAt;
-use taskfold_core::schedule::{Assignment, Source, Step};
+use taskfold_core::schedule::{Assignment, Source, Step, GATHER_CAP};
 use taskfold_core::wire::{DataSource, Msg, Task};
 use taskfold_core::{Rank, ReduceError};
 
@@ -40,7 +40,7 @@ impl Master {
             let group = &r.group;
             let prefers = |a, b| perf.prefers(group.rank_at(a), group.rank_at(b));
             let step = match gather::nodes(&self.out, self.gather_max, group, r.root, &r.roster) {
-                Some((home, node)) => r.schedule.next_gathering(prefers, home, node, gather::CAP),
+                Some((home, node)) => r.schedule.next_gathering(prefers, home, node, GATHER_CAP),
                 None => r.schedule.next(prefers),
             };
             match step {

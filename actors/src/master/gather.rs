@@ -10,10 +10,6 @@ use taskfold_core::wire::Gathered;
 use taskfold_core::{Group, Rank};
 use taskfold_transports::same_node::located_len;
 
-/// Providers per task at most: a node with more ready members is gathered
-/// in several tasks, so that no task message grows with the node.
-pub(super) const CAP: usize = 64;
-
 /// Where a ready message's data lies, for gathering (see
 /// `Schedule::next_gathering`): the root's node, and for each message
 /// the node where a rank reads it in place (its holder announced where),

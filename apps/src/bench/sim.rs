@@ -1,9 +1,11 @@
 //! `taskfold bench sim`: the master's scheduling code of `taskfold_core`
 //! driven by simulated ranks, links and folds (see
 //! `taskfold_benches::sim`), up to tens of thousands of ranks on one
-//! core: ready-first over every rank (one master) and by node (a
-//! scheduler per node, the master over nodes), against binomial and
-//! k-nomial trees under the same α–β–γ model, for each arrival pattern.
+//! core: ready-first over every rank (one master, pairing, and gathering
+//! small data by node as the runtime's master does, up to 8,192 ranks)
+//! and by node (a scheduler per node, the master over nodes), against
+//! binomial and k-nomial trees under the same α–β–γ model, for each
+//! arrival pattern.
 //! Prints a table per rank count and size, judges the targets at
 //! the largest rank count, and writes every figure to `--json`.
 
@@ -46,6 +48,10 @@ pub struct SimArgs {
     /// Fold speed, GB/s.
     #[arg(long, default_value_t = 5.0)]
     pub fold_gbs: f64,
+    /// Contributions up to this size are gathered by node in the
+    /// `gathered` schedule (the runtime's `TASKFOLD_GATHER_MAX`; 0: never).
+    #[arg(long, default_value = "256K", value_parser = parse_size)]
+    pub gather_max: usize,
     /// A scheduler's time per message it handles, microseconds.
     #[arg(long, default_value_t = 1.0)]
     pub mu_us: f64,
@@ -152,14 +158,16 @@ fn model_of(args: &SimArgs, bytes: usize) -> Model {
         gamma: 1.0 / (args.fold_gbs * 1e9),
         mu: args.mu_us * 1e-6,
         bytes: bytes as f64,
+        gather_max: args.gather_max as f64,
     }
 }
 
 fn print_header() {
     println!(
-        "{:<10} {:>11} {:>11} {:>11} {:>14} {:>9} {:>9} {:>13} {:>10} {:>23}",
+        "{:<10} {:>11} {:>11} {:>11} {:>11} {:>14} {:>9} {:>9} {:>13} {:>10} {:>13} {:>23}",
         "pattern",
         "flat ms",
+        "gathered ms",
         "by node ms",
         "binomial ms",
         "best tree ms",
@@ -167,6 +175,7 @@ fn print_header() {
         "node/bin",
         "master msgs",
         "node msgs",
+        "gathered msgs",
         "decisions/s flat, node"
     );
 }
@@ -176,9 +185,10 @@ fn print_row(c: &Comparison, l: &Layout) {
     let best = format!("{:.4} (k={})", ms(c.best_tree_here), c.best_k);
     let per_node = c.by_node.master_messages as f64 / l.nodes() as f64;
     println!(
-        "{:<10} {:>11.4} {:>11.4} {:>11.4} {:>14} {:>9.3} {:>9.3} {:>8} ({:.1}/n) {:>10} {:>11.0} {:>11.0}",
+        "{:<10} {:>11.4} {:>11} {:>11.4} {:>11.4} {:>14} {:>9.3} {:>9.3} {:>8} ({:.1}/n) {:>10} {:>13} {:>11.0} {:>11.0}",
         c.pattern.name(),
         ms(c.flat.makespan),
+        c.gathered.as_ref().map_or("–".into(), |g| format!("{:.4}", ms(g.makespan))),
         ms(c.by_node.makespan),
         ms(c.binomial),
         best,
@@ -187,6 +197,7 @@ fn print_row(c: &Comparison, l: &Layout) {
         c.by_node.master_messages,
         per_node,
         c.by_node.node_messages,
+        c.gathered.as_ref().map_or("–".into(), |g| g.master_messages.to_string()),
         rate(&c.flat),
         rate(&c.by_node)
     );

@@ -9,8 +9,9 @@
 //! - this file: the model ([`Model`], [`Layout`]), the arrival patterns
 //!   ([`Pattern`]) and one comparison ([`compare`]);
 //! - `ready`: ready-first scheduling by a master over every rank
-//!   ([`Shape::Flat`]), or over nodes, each node's ranks scheduled by a
-//!   scheduler of their own ([`Shape::ByNode`]);
+//!   ([`Shape::Flat`]; gathering small data by node, as the runtime's
+//!   master does, [`Shape::Gathered`]), or over nodes, each node's ranks
+//!   scheduled by a scheduler of their own ([`Shape::ByNode`]);
 //! - `tree`: fixed k-nomial trees (binomial: k = 2).
 //!
 //! # What is modelled
@@ -56,6 +57,9 @@ pub struct Model {
     pub mu: f64,
     /// Bytes of every contribution (a fold keeps the size).
     pub bytes: f64,
+    /// Contributions up to this many bytes are gathered by node under
+    /// [`Shape::Gathered`] (the runtime's `TASKFOLD_GATHER_MAX`; 0: never).
+    pub gather_max: f64,
 }
 
 impl Model {
@@ -200,7 +204,18 @@ pub enum Shape {
     /// A scheduler per node pairs its node's ranks; the master pairs the
     /// nodes' results.
     ByNode,
+    /// One master schedules every rank and, below the model's
+    /// `gather_max`, gathers each node's small data by node
+    /// (`Schedule::next_gathering`, the runtime's rule): a gathering
+    /// task's receiver reads each further provider in place and folds it.
+    Gathered,
 }
+
+/// The most ranks [`Shape::Gathered`] is simulated for: its decisions
+/// scan the master's whole queue and its busy receivers
+/// (`Schedule::next_gathering`), so a flat master's reduction costs it
+/// O(p²) steps, minutes at 65,536 ranks.
+pub const GATHERED_MAX_RANKS: usize = 8192;
 
 /// One simulated reduction.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -238,6 +253,9 @@ pub struct Comparison {
     pub delay: f64,
     /// Ready-first, one master.
     pub flat: Outcome,
+    /// Ready-first, one master gathering by node (as the runtime); `None`
+    /// above [`GATHERED_MAX_RANKS`].
+    pub gathered: Option<Outcome>,
     /// Ready-first, a scheduler per node.
     pub by_node: Outcome,
     /// The binomial tree's makespan.
@@ -261,6 +279,8 @@ pub fn compare(model: &Model, layout: &Layout, pattern: Pattern, seed: u64) -> C
         pattern,
         delay,
         flat: ready::run(model, layout, &a, Shape::Flat),
+        gathered: (layout.ranks <= GATHERED_MAX_RANKS)
+            .then(|| ready::run(model, layout, &a, Shape::Gathered)),
         by_node: ready::run(model, layout, &a, Shape::ByNode),
         binomial: tree::makespan(model, layout, &a, 2),
         best_tree,

@@ -15,7 +15,7 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::time::Instant;
 use taskfold_core::perf::PerfTable;
-use taskfold_core::schedule::{Assignment, Schedule, Step};
+use taskfold_core::schedule::{Assignment, Schedule, Step, GATHER_CAP};
 use taskfold_core::{Rank, RankSet};
 
 /// One scheduler and the schedule of its members.
@@ -36,6 +36,9 @@ struct Scheduler {
     perf: PerfTable,
     /// What it was told, in order, for [`replay`].
     log: Vec<Op>,
+    /// When it gathers by node: each position's node (numbered from 1,
+    /// as the runtime's view numbers them).
+    nodes: Option<Vec<u64>>,
 }
 
 /// A message a scheduler took, as [`replay`] hands it in again.
@@ -136,13 +139,13 @@ pub fn run(m: &Model, l: &Layout, a: &Arrivals, shape: Shape) -> Outcome {
 impl<'a> Sim<'a> {
     fn new(m: &'a Model, l: &'a Layout, a: &'a Arrivals, shape: Shape) -> Self {
         let groups: Vec<Vec<usize>> = match shape {
-            Shape::Flat => Vec::new(),
+            Shape::Flat | Shape::Gathered => Vec::new(),
             Shape::ByNode => (0..l.nodes())
                 .map(|n| (n * l.per_node..((n + 1) * l.per_node).min(l.ranks)).collect())
                 .collect(),
         };
         let tops: Vec<usize> = match shape {
-            Shape::Flat => (0..l.ranks).collect(),
+            Shape::Flat | Shape::Gathered => (0..l.ranks).collect(),
             Shape::ByNode => groups.iter().map(|g| g[0]).collect(),
         };
         let mut scheds: Vec<Scheduler> = groups
@@ -150,7 +153,11 @@ impl<'a> Sim<'a> {
             .enumerate()
             .map(|(n, g)| Scheduler::new(g, Some(n)))
             .collect();
-        scheds.push(Scheduler::new(tops, None));
+        let mut top = Scheduler::new(tops, None);
+        if shape == Shape::Gathered && m.bytes <= m.gather_max {
+            top.nodes = Some(top.members.iter().map(|&r| l.node(r) as u64 + 1).collect());
+        }
+        scheds.push(top);
         let master = scheds.len() - 1;
         let mut sim = Sim {
             m,
@@ -166,7 +173,7 @@ impl<'a> Sim<'a> {
         // The first joins: every rank's, to its node's scheduler or the
         // master.
         let first: Vec<usize> = match shape {
-            Shape::Flat => vec![master],
+            Shape::Flat | Shape::Gathered => vec![master],
             Shape::ByNode => (0..master).collect(),
         };
         for s in first {
@@ -267,8 +274,13 @@ impl<'a> Sim<'a> {
     fn task(&mut self, s: usize, a: Assignment, at: f64) {
         let sc = &self.scheds[s];
         let (r, q) = (sc.members[a.receiver.index], sc.members[a.provider.index]);
-        let took = self.m.step(self.l, r, q, &self.a.slow);
-        let path = a.receiver.path.union(&a.provider.path);
+        let mut took = self.m.step(self.l, r, q, &self.a.slow);
+        let mut path = a.receiver.path.union(&a.provider.path);
+        for e in &a.more {
+            // Read in place on the receiver's node: a fold, no transfer.
+            took += self.m.bytes * self.m.gamma * self.a.slow[r];
+            path = path.union(&e.path);
+        }
         let whole = a.receiver.index == 0 && path.len() == sc.members.len();
         let report = at + took + self.m.msg(self.l, r, sc.host);
         if whole {
@@ -296,6 +308,7 @@ impl Scheduler {
             up,
             perf: PerfTable::new(),
             log: Vec::new(),
+            nodes: None,
         }
     }
 
@@ -305,9 +318,14 @@ impl Scheduler {
             schedule,
             members,
             perf,
+            nodes,
             ..
         } = self;
-        schedule.next(|x, y| perf.prefers(Rank(members[x] as u32), Rank(members[y] as u32)))
+        let prefers = |x, y| perf.prefers(Rank(members[x] as u32), Rank(members[y] as u32));
+        match nodes {
+            None => schedule.next(prefers),
+            Some(n) => schedule.next_gathering(prefers, n[0], |e| Some(n[e.index]), GATHER_CAP),
+        }
     }
 }
 
@@ -348,12 +366,14 @@ fn replay_once(scheds: &[Scheduler], bytes: u64) -> u64 {
     let mut decisions = 0u64;
     for old in scheds {
         let mut s = Scheduler::new(old.members.clone(), old.up);
+        s.nodes.clone_from(&old.nodes);
         for &op in &old.log {
             match op {
                 Op::Join(pos) => s.schedule.join(pos).expect("as in the run"),
                 Op::Done { task, pos, nanos } => {
                     let a = s.schedule.task(task).expect("as in the run");
-                    let path = a.receiver.path.union(&a.provider.path);
+                    let path =
+                        (a.providers()).fold(a.receiver.path.clone(), |p, e| p.union(&e.path));
                     s.schedule
                         .task_done(task, pos, &path)
                         .expect("as in the run");

@@ -15,6 +15,7 @@ fn model(bytes: f64) -> Model {
         gamma: 0.2e-9,
         mu: 1.0 * US,
         bytes,
+        gather_max: 256.0 * 1024.0,
     }
 }
 
@@ -129,4 +130,35 @@ fn a_comparison_runs_every_shape_under_one_pattern() {
         assert!((2..=tree::MAX_K).contains(&c.best_k));
         assert!(c.flat.makespan > 0.0 && c.by_node.makespan > 0.0);
     }
+}
+
+#[test]
+fn gathering_by_node_cuts_the_masters_tasks_below_its_bound_only() {
+    let l = Layout {
+        ranks: 256,
+        per_node: 16,
+    };
+    let a = Pattern::Quiet.arrivals(256, 0.0, 1);
+    let small = model(8.0);
+    let flat = ready::run(&small, &l, &a, Shape::Flat);
+    let gathered = ready::run(&small, &l, &a, Shape::Gathered);
+    // Joins and completions are 2p either way; paired, the tasks are
+    // p - 1 more round trips.
+    assert_eq!(flat.master_messages, 4 * 256 - 2);
+    assert!(
+        gathered.master_messages <= 2 * 256 + 2 * 4 * 16,
+        "at most 4 tasks per node: {}",
+        gathered.master_messages
+    );
+    assert!(gathered.makespan < flat.makespan);
+    // Above the bound the schedule is the flat one.
+    let large = model(1024.0 * 1024.0);
+    let (f, g) = (
+        ready::run(&large, &l, &a, Shape::Flat),
+        ready::run(&large, &l, &a, Shape::Gathered),
+    );
+    assert_eq!(
+        (f.master_messages, f.makespan),
+        (g.master_messages, g.makespan)
+    );
 }

@@ -47,6 +47,11 @@
 use super::{choose_b, Assignment, Entry, Schedule, Step};
 use crate::rankset::RankSet;
 
+/// Providers per gathering task at most: a node with more ready members
+/// is gathered in several tasks, so that no task message grows with the
+/// node.
+pub const GATHER_CAP: usize = 64;
+
 impl Schedule {
     /// Takes the next decision of a small reduction: as [`Schedule::next`],
     /// except that messages are gathered by node (see the module's rule):
