@@ -137,7 +137,11 @@ enum ClaimFile {
 fn claim_file(path: &Path, k: u32, job: u64) -> ClaimFile {
     let p = claim_path(path, k);
     match std::fs::read_to_string(&p) {
-        Ok(text) if text == claim_text(job) => {
+        // Empty or cut short: being written by a claimant of an older
+        // build (claims appear whole since, see `make_claim`), or left by
+        // one that died writing it. Never another job's to remove: its
+        // maker may hold it.
+        Ok(text) if claim_text(job).starts_with(&text) => {
             let age = std::fs::metadata(&p)
                 .and_then(|m| m.modified())
                 .ok()
@@ -154,15 +158,37 @@ fn claim_file(path: &Path, k: u32, job: u64) -> ClaimFile {
 }
 
 /// Creates claim `k` for `job`: true if this process made it.
+///
+/// The claim appears whole: written to a file of this process's own,
+/// then linked at the claim's name, which fails if it exists. A claim
+/// created empty and written after could be read in between by another
+/// spare, taken for another job's, removed, and made again: two spares
+/// would take the same incarnation of rank 0.
 fn make_claim(path: &Path, k: u32, job: u64) -> bool {
-    use std::io::Write;
-    let created = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(claim_path(path, k));
-    match created {
-        Ok(mut f) => f.write_all(claim_text(job).as_bytes()).is_ok(),
-        Err(_) => false,
+    let claim = claim_path(path, k);
+    let mut own = claim.clone().into_os_string();
+    own.push(format!(".{}.tmp", std::process::id()));
+    let own = PathBuf::from(own);
+    let _ = std::fs::remove_file(&own);
+    if std::fs::write(&own, claim_text(job)).is_err() {
+        let _ = std::fs::remove_file(&own);
+        return false;
+    }
+    let linked = std::fs::hard_link(&own, &claim);
+    let _ = std::fs::remove_file(&own);
+    match linked {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        // A file system without hard links: created exclusively, then
+        // written (a reader takes a claim cut short as made).
+        Err(_) => {
+            use std::io::Write;
+            let created = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&claim);
+            created.is_ok_and(|mut f| f.write_all(claim_text(job).as_bytes()).is_ok())
+        }
     }
 }
 
@@ -277,6 +303,45 @@ mod tests {
             None,
             "a spare does not take it from a first process that may still host"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_claim_cut_short_is_never_taken_for_another_jobs() {
+        let dir = std::env::temp_dir().join(format!("taskfold-cut-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("master.addr");
+        let long = Duration::from_secs(60);
+        // Claim 0 is old; claim 1 is being written (empty), its maker alive.
+        std::fs::write(claim_path(&file, 0), claim_text(7)).unwrap();
+        std::fs::write(claim_path(&file, 1), "").unwrap();
+        assert_eq!(
+            claim_unwritten(&file, 7, Duration::ZERO),
+            Some(2),
+            "claim 1 stands: the next incarnation, never the same"
+        );
+        assert!(claim_path(&file, 1).exists(), "claim 1 was not removed");
+        assert_eq!(
+            claim_unwritten(&file, 7, long),
+            None,
+            "claim 2 may still host"
+        );
+        std::fs::write(claim_path(&file, 3), "job=0x").unwrap();
+        assert!(
+            matches!(claim_file(&file, 3, 7), ClaimFile::Made(_)),
+            "cut short"
+        );
+        // A whole claim of another job is removed and taken for none.
+        std::fs::write(claim_path(&file, 4), claim_text(9)).unwrap();
+        assert!(matches!(claim_file(&file, 4, 7), ClaimFile::Free));
+        assert!(!claim_path(&file, 4).exists());
+        // Made claims leave no file of their own behind.
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
