@@ -18,10 +18,12 @@
 //! - this file: the queue, joins, reports and failures;
 //! - `pair`: the pairing decision ([`Schedule::next`], [`choose_b`]);
 //! - `gather`: gathering small data by node;
+//! - `queue`: the ready messages in order, and gathering's index;
 //! - `replace`: replacements of dead ranks.
 
 use crate::rankset::RankSet;
-use std::collections::{HashMap, VecDeque};
+use queue::Queue;
+use std::collections::HashMap;
 
 /// A ready message in the queue: group position and path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -164,7 +166,7 @@ pub struct Schedule {
     /// replacement has not joined yet: waited for only until
     /// [`Schedule::give_up`].
     rejoin_due: RankSet,
-    queue: VecDeque<Entry>,
+    queue: Queue,
     in_flight: HashMap<u64, Assignment>,
     next_task: u64,
     complete: bool,
@@ -183,7 +185,7 @@ impl Schedule {
             replaced: RankSet::new(),
             held: RankSet::new(),
             rejoin_due: RankSet::new(),
-            queue: VecDeque::new(),
+            queue: Queue::default(),
             in_flight: HashMap::new(),
             next_task: 0,
             complete: false,
@@ -197,7 +199,9 @@ impl Schedule {
     pub fn resume(n: usize, root: usize, joined: RankSet, entries: Vec<Entry>) -> Self {
         let mut s = Schedule::new(n, root);
         s.joined = joined;
-        s.queue = entries.into();
+        for e in entries {
+            s.queue.push(e);
+        }
         s
     }
 
@@ -225,7 +229,7 @@ impl Schedule {
             return Err(ScheduleError::DuplicateJoin(index));
         }
         self.rejoin_due.remove(index);
-        self.queue.push_back(Entry::single(index, false));
+        self.queue.push(Entry::single(index, false));
         Ok(())
     }
 
@@ -257,7 +261,7 @@ impl Schedule {
         has_replica: impl Fn(usize) -> bool,
     ) -> Result<Vec<Entry>, ScheduleError> {
         let task = match self.in_flight.get(&task_id) {
-            Some(t) if t.receiver.index == index => self.in_flight.remove(&task_id).unwrap(),
+            Some(t) if t.receiver.index == index => self.end_task(task_id).expect("in flight"),
             _ => return Err(ScheduleError::UnknownTask(task_id, index)),
         };
         let (folded, left) = match gather::folded(&task, path) {
@@ -273,7 +277,7 @@ impl Schedule {
                 });
             }
         };
-        self.queue.push_back(Entry {
+        self.queue.push(Entry {
             index,
             path: path.clone(),
             recovering: false,
@@ -307,6 +311,7 @@ impl Schedule {
             return Ok(());
         }
         self.dead.insert(index);
+        self.queue.reclassify(index);
         let awaited = self.awaiting.contains(index);
         if index == self.root && !awaited {
             return Err(Unrecoverable {
@@ -321,8 +326,8 @@ impl Schedule {
             self.joined.insert(index);
             split.push(RankSet::single(index));
         }
-        if let Some(pos) = self.queue.iter().position(|e| e.index == index) {
-            split.push(self.queue.remove(pos).expect("position is valid").path);
+        if let Some(seq) = self.queue.first_of(index) {
+            split.push(self.queue.remove(seq).0.path);
         }
         let mine: Vec<u64> = self
             .in_flight
@@ -331,7 +336,7 @@ impl Schedule {
             .map(|(id, _)| *id)
             .collect();
         for id in mine {
-            let t = self.in_flight.remove(&id).expect("listed above");
+            let t = self.end_task(id).expect("listed above");
             split.push(t.receiver.path);
             self.requeue(t.provider, &mut split);
             for e in t.more {
@@ -355,14 +360,14 @@ impl Schedule {
                 let expected = self.awaiting.contains(k) || self.replaced.contains(k);
                 if dead && self.held.remove(k) {
                     self.revived(k);
-                    self.queue.push_back(Entry::single(k, false));
+                    self.queue.push(Entry::single(k, false));
                 } else if dead && expected && (k == self.root || !has_replica(k)) {
                     self.joined.remove(k);
                     if self.replaced.contains(k) {
                         self.revived(k);
                     }
                 } else {
-                    self.queue.push_back(Entry::single(k, true));
+                    self.queue.push(Entry::single(k, true));
                 }
             }
         }
@@ -372,6 +377,7 @@ impl Schedule {
     fn revived(&mut self, k: usize) {
         self.replaced.remove(k);
         self.dead.remove(k);
+        self.queue.reclassify(k);
     }
 
     /// Position `index` left the job (its rank finalized) without
@@ -398,11 +404,11 @@ impl Schedule {
         has_replica: impl Fn(usize) -> bool,
     ) -> Result<(), ScheduleError> {
         let task = match self.in_flight.get(&task_id) {
-            Some(t) if t.receiver.index == index => self.in_flight.remove(&task_id).unwrap(),
+            Some(t) if t.receiver.index == index => self.end_task(task_id).expect("in flight"),
             _ => return Err(ScheduleError::UnknownTask(task_id, index)),
         };
         let mut split = Vec::new();
-        self.queue.push_back(task.receiver);
+        self.queue.push(task.receiver);
         self.requeue(task.provider, &mut split);
         for e in task.more {
             self.requeue(e, &mut split);
@@ -422,7 +428,7 @@ impl Schedule {
         if self.dead.contains(i) && (!single || expected) {
             split.push(provider.path);
         } else {
-            self.queue.push_back(provider);
+            self.queue.push(provider);
         }
     }
 
@@ -450,6 +456,13 @@ impl Schedule {
         }
     }
 
+    /// Takes task `task_id` out of the tasks in flight: it ended.
+    fn end_task(&mut self, task_id: u64) -> Option<Assignment> {
+        let t = self.in_flight.remove(&task_id)?;
+        self.queue.task_ended(task_id);
+        Some(t)
+    }
+
     /// The in-flight task `task_id`, if any.
     pub fn task(&self, task_id: u64) -> Option<&Assignment> {
         self.in_flight.get(&task_id)
@@ -466,7 +479,7 @@ impl Schedule {
     pub fn needs(&self, index: usize) -> bool {
         !self.complete
             && (!self.joined.contains(index)
-                || self.queue.iter().any(|e| e.index == index)
+                || self.queue.first_of(index).is_some()
                 || self
                     .in_flight
                     .values()
@@ -487,6 +500,7 @@ impl Schedule {
 mod gather;
 pub use gather::GATHER_CAP;
 mod pair;
+mod queue;
 pub use pair::choose_b;
 #[cfg(test)]
 mod gather_tests;

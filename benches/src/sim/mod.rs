@@ -211,12 +211,6 @@ pub enum Shape {
     Gathered,
 }
 
-/// The most ranks [`Shape::Gathered`] is simulated for: its decisions
-/// scan the master's whole queue and its busy receivers
-/// (`Schedule::next_gathering`), so a flat master's reduction costs it
-/// O(p²) steps, minutes at 65,536 ranks.
-pub const GATHERED_MAX_RANKS: usize = 8192;
-
 /// One simulated reduction.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Outcome {
@@ -253,9 +247,8 @@ pub struct Comparison {
     pub delay: f64,
     /// Ready-first, one master.
     pub flat: Outcome,
-    /// Ready-first, one master gathering by node (as the runtime); `None`
-    /// above [`GATHERED_MAX_RANKS`].
-    pub gathered: Option<Outcome>,
+    /// Ready-first, one master gathering by node (as the runtime).
+    pub gathered: Outcome,
     /// Ready-first, a scheduler per node.
     pub by_node: Outcome,
     /// The binomial tree's makespan.
@@ -279,8 +272,7 @@ pub fn compare(model: &Model, layout: &Layout, pattern: Pattern, seed: u64) -> C
         pattern,
         delay,
         flat: ready::run(model, layout, &a, Shape::Flat),
-        gathered: (layout.ranks <= GATHERED_MAX_RANKS)
-            .then(|| ready::run(model, layout, &a, Shape::Gathered)),
+        gathered: ready::run(model, layout, &a, Shape::Gathered),
         by_node: ready::run(model, layout, &a, Shape::ByNode),
         binomial: tree::makespan(model, layout, &a, 2),
         best_tree,

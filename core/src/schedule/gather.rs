@@ -72,31 +72,32 @@ impl Schedule {
             return Some(done);
         }
         let cap = cap.max(1);
-        let at: Vec<Option<u64>> = self.queue.iter().map(|e| self.admitted(e, &node)).collect();
+        // Each message is classified once, when first seen here (the
+        // queue's invariant: its class holds while it is queued).
+        for seq in self.queue.take_fresh() {
+            let Some(e) = self.queue.entry(seq) else {
+                continue;
+            };
+            let at = self.admitted(e, &node);
+            self.queue.classify(seq, at);
+        }
         let root_waits = self.joined.contains(self.root) && !self.dead.contains(self.root);
-        let root_at = self.queue.iter().position(|e| e.index == self.root);
-        if root_waits {
-            let waits: Vec<bool> = at.iter().map(|n| *n == Some(home)).collect();
-            if let Some(step) = self.gather(&waits, cap) {
+        // While the root waits, its node's admitted messages wait for it
+        // (out of the open ones, as a busy receiver's node's are).
+        self.queue.root_waits_at(root_waits.then_some(home));
+        let root_at = self.queue.first_of(self.root).filter(|_| root_waits);
+        if let Some(at_root) = root_at {
+            if let Some(step) = self.gather(at_root, home, cap) {
                 return Some(step);
             }
         }
-        // The nodes where a member receives a task now: their admitted
-        // messages wait for it, to be gathered when it is ready again.
-        let busy: Vec<u64> = (self.in_flight.values())
-            .filter_map(|t| self.admitted(&t.receiver, &node))
-            .collect();
         // Neither the root nor a message waiting for it or for a busy
         // member of its node is paired here.
-        let eligible = |i: usize| match at[i] {
-            Some(n) if root_waits && n == home => false,
-            Some(n) => !busy.contains(&n),
-            None => !root_waits || Some(i) != root_at,
-        };
-        let (i, j) = self.pair_at(eligible)?;
+        let open = self.queue.open().filter(|&s| Some(s) != root_at);
+        let (i, j) = self.pair_at(open)?;
         let (r, p) = if choose_b(
-            &self.queue[i],
-            &self.queue[j],
+            self.queue.get(i),
+            self.queue.get(j),
             self.root,
             &self.dead,
             &prefers,
@@ -105,9 +106,11 @@ impl Schedule {
         } else {
             (i, j)
         };
-        let more: Vec<usize> = match at[r] {
-            Some(n) => (0..self.queue.len())
-                .filter(|&k| k != i && k != j && eligible(k) && at[k] == Some(n))
+        // The receiver's node is not held (the receiver is open): every
+        // message admitted there may join its task.
+        let more: Vec<u64> = match self.queue.node_of(r) {
+            Some(n) => (self.queue.on_node(n, None))
+                .filter(|&k| k != i && k != j)
                 .take(cap - 1)
                 .collect(),
             None => Vec::new(),
@@ -118,43 +121,30 @@ impl Schedule {
     /// The node `e`'s data is gathered on: only a live member's own data,
     /// never the root's (nobody else receives it), a recovering original
     /// or a dead rank's, and only where `node` admits it.
-    fn admitted(&self, e: &Entry, node: impl Fn(&Entry) -> Option<u64>) -> Option<u64> {
+    pub(super) fn admitted(&self, e: &Entry, node: impl Fn(&Entry) -> Option<u64>) -> Option<u64> {
         let own = e.index != self.root && !e.recovering && !self.dead.contains(e.index);
         own.then(|| node(e)).flatten()
     }
 
-    /// The root's task, if its message is queued and another is: the first
-    /// other message, then every waiting one behind it, up to `cap`.
-    fn gather(&mut self, waits: &[bool], cap: usize) -> Option<Step> {
-        let at_root = self.queue.iter().position(|e| e.index == self.root)?;
-        let first = (0..self.queue.len()).find(|&i| i != at_root)?;
-        let more: Vec<usize> = (first + 1..self.queue.len())
-            .filter(|&i| i != at_root && waits[i])
+    /// The root's task, if another message is queued: the first other
+    /// message, then every one admitted on `home` behind it, up to `cap`.
+    fn gather(&mut self, at_root: u64, home: u64, cap: usize) -> Option<Step> {
+        let first = self.queue.seqs().find(|&s| s != at_root)?;
+        let more: Vec<u64> = self
+            .queue
+            .on_node(home, Some(first))
             .take(cap - 1)
             .collect();
         Some(self.assign_at(at_root, first, &more))
     }
 
     /// Hands out the task whose receiver, provider and further providers
-    /// are at these queue positions (all distinct), taking them out.
-    fn assign_at(&mut self, receiver: usize, provider: usize, more: &[usize]) -> Step {
-        let mut all: Vec<usize> = more.to_vec();
-        all.extend([receiver, provider]);
-        all.sort_unstable();
-        // Removed back to front, so the positions stay valid.
-        let mut removed: Vec<(usize, Entry)> = all
-            .iter()
-            .rev()
-            .map(|&i| (i, self.queue.remove(i).expect("valid index")))
-            .collect();
-        let mut of = |i: usize| {
-            let at = removed.iter().position(|(j, _)| *j == i).expect("removed");
-            removed.swap_remove(at).1
-        };
-        let receiver = of(receiver);
-        let provider = of(provider);
-        let more = more.iter().map(|&i| of(i)).collect();
-        self.assign(receiver, provider, more)
+    /// are these queued messages (all distinct), taking them out.
+    fn assign_at(&mut self, receiver: u64, provider: u64, more: &[u64]) -> Step {
+        let (receiver, at) = self.queue.remove(receiver);
+        let (provider, _) = self.queue.remove(provider);
+        let more = more.iter().map(|&s| self.queue.remove(s).0).collect();
+        self.assign(receiver, provider, more, at)
     }
 }
 

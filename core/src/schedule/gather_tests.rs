@@ -294,6 +294,34 @@ fn dead_or_recovering_messages_are_never_gathered() {
 }
 
 #[test]
+fn a_queued_message_whose_holder_is_declared_dead_is_no_longer_gathered() {
+    // Root 0 has not joined: its node is gathered like any other.
+    let mut s = Schedule::new(6, 0);
+    for i in [1, 2, 3, 4] {
+        s.join(i).unwrap();
+    }
+    let t = task(&mut s, all, 2);
+    assert_eq!(
+        (t.receiver.index, t.provider.index, indices(&t.more)),
+        (1, 2, vec![3])
+    );
+    // 4 waits for the busy receiver; then a standby finds 4's original
+    // folded in already and its rank replaced: dead here, with its
+    // message still queued (classified on the busy node).
+    s.stand_in(4);
+    s.join(5).unwrap();
+    let off = |e: &Entry| (e.index != 5).then_some(HOME);
+    assert_eq!(
+        scanned(&s, HOME, &off, 2).map(|d| matches!(d, Decision::Task(..))),
+        Some(true)
+    );
+    let u = task(&mut s, off, 2);
+    assert_eq!((u.receiver.index, u.provider.index), (5, 4));
+    assert_eq!(u.source, Source::Replica);
+    assert!(u.more.is_empty());
+}
+
+#[test]
 fn a_provider_left_out_goes_back_and_a_split_one_is_refused() {
     let mut s = Schedule::new(4, 0);
     for i in 0..4 {
@@ -375,6 +403,87 @@ struct Run<'a> {
     cap: usize,
 }
 
+/// A decision, as [`scanned`] names it.
+#[derive(Debug, PartialEq)]
+enum Decision {
+    Complete,
+    /// Receiver, provider, further providers.
+    Task(Entry, Entry, Vec<Entry>),
+}
+
+impl From<&Step> for Decision {
+    fn from(step: &Step) -> Self {
+        match step {
+            Step::Complete => Decision::Complete,
+            Step::Task(a) => Decision::Task(a.receiver.clone(), a.provider.clone(), a.more.clone()),
+        }
+    }
+}
+
+/// The gathering rule's decision in the state `s` is in, computed from
+/// scratch by scanning the whole queue and every task in flight, as the
+/// rule reads in the module's doc: what `next_gathering`'s index must
+/// decide, whatever happened before.
+fn scanned(
+    s: &Schedule,
+    home: u64,
+    node: &dyn Fn(&Entry) -> Option<u64>,
+    cap: usize,
+) -> Option<Decision> {
+    let q: Vec<&Entry> = s.queue.iter().collect();
+    if s.complete {
+        return None;
+    }
+    if q.first().is_some_and(|e| e.path.is_full(s.n)) {
+        return Some(Decision::Complete);
+    }
+    let cap = cap.max(1);
+    let at: Vec<Option<u64>> = q.iter().map(|e| s.admitted(e, node)).collect();
+    let root_waits = s.joined.contains(s.root) && !s.dead.contains(s.root);
+    let root_at = q.iter().position(|e| e.index == s.root);
+    let pick = |is: &[usize]| is.iter().map(|&i| q[i].clone()).collect::<Vec<_>>();
+    if let Some(r) = root_at.filter(|_| root_waits) {
+        if let Some(first) = (0..q.len()).find(|&i| i != r) {
+            let more: Vec<usize> = (first + 1..q.len())
+                .filter(|&i| i != r && at[i] == Some(home))
+                .take(cap - 1)
+                .collect();
+            return Some(Decision::Task(q[r].clone(), q[first].clone(), pick(&more)));
+        }
+    }
+    let busy: Vec<u64> = s
+        .in_flight
+        .values()
+        .filter_map(|t| s.admitted(&t.receiver, node))
+        .collect();
+    let eligible = |i: usize| match at[i] {
+        Some(n) if root_waits && n == home => false,
+        Some(n) => !busy.contains(&n),
+        None => !root_waits || Some(i) != root_at,
+    };
+    let dead = |i: usize| s.dead.contains(q[i].index);
+    let mut open = (0..q.len()).filter(|&i| eligible(i));
+    let i = open.next()?;
+    let j = if dead(i) {
+        open.find(|&j| !dead(j))?
+    } else {
+        open.next()?
+    };
+    let (r, p) = if choose_b(q[i], q[j], s.root, &s.dead, never) {
+        (j, i)
+    } else {
+        (i, j)
+    };
+    let more: Vec<usize> = match at[r] {
+        Some(n) => (0..q.len())
+            .filter(|&k| k != i && k != j && eligible(k) && at[k] == Some(n))
+            .take(cap - 1)
+            .collect(),
+        None => Vec::new(),
+    };
+    Some(Decision::Task(q[r].clone(), q[p].clone(), pick(&more)))
+}
+
 fn simulate(run: Run<'_>, unread: &dyn Fn(u64, usize) -> bool) -> Result<Vec<u32>, Unrecoverable> {
     let Run {
         n,
@@ -451,7 +560,17 @@ fn simulate(run: Run<'_>, unread: &dyn Fn(u64, usize) -> bool) -> Result<Vec<u32
             continue;
         }
         let node_of = |e: &Entry| node[e.index];
-        while let Some(step) = s.next_gathering(never, home, node_of, cap) {
+        loop {
+            let expected = scanned(&s, home, &node_of, cap);
+            let got = s.next_gathering(never, home, node_of, cap);
+            assert_eq!(
+                got.as_ref().map(Decision::from),
+                expected,
+                "the index decides as a scan"
+            );
+            let Some(step) = got else {
+                break;
+            };
             match step {
                 Step::Complete => return Ok(data[root].clone()),
                 Step::Task(a) => {

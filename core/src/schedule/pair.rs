@@ -15,13 +15,15 @@ impl Schedule {
         if let Some(done) = self.completion() {
             return Some(done);
         }
-        let (a, b) = self.take_pair(|_| true)?;
-        let (receiver, provider) = if choose_b(&a, &b, self.root, &self.dead, &prefers) {
-            (b, a)
+        let (i, j) = self.pair_at(self.queue.seqs())?;
+        let (a, a_at) = self.queue.remove(i);
+        let (b, b_at) = self.queue.remove(j);
+        let (receiver, provider, at) = if choose_b(&a, &b, self.root, &self.dead, &prefers) {
+            (b, a, b_at)
         } else {
-            (a, b)
+            (a, b, a_at)
         };
-        Some(self.assign(receiver, provider, Vec::new()))
+        Some(self.assign(receiver, provider, Vec::new(), at))
     }
 
     /// [`Step::Complete`] if the message at the queue's front holds every
@@ -41,8 +43,16 @@ impl Schedule {
     }
 
     /// Hands out the task `receiver` ← `provider` (and `more`, read in
-    /// place), with where the provider's data is.
-    pub(super) fn assign(&mut self, receiver: Entry, provider: Entry, more: Vec<Entry>) -> Step {
+    /// place), with where the provider's data is. A receiver admitted on
+    /// node `at` for gathering holds that node's messages until the task
+    /// ends.
+    pub(super) fn assign(
+        &mut self,
+        receiver: Entry,
+        provider: Entry,
+        more: Vec<Entry>,
+        at: Option<u64>,
+    ) -> Step {
         let source = if self.dead.contains(provider.index) {
             Source::Replica
         } else if provider.recovering {
@@ -62,29 +72,23 @@ impl Schedule {
             more,
         };
         self.in_flight.insert(task_id, task.clone());
+        if let Some(n) = at {
+            self.queue.task_started(task_id, n);
+        }
         Step::Task(task)
     }
 
-    /// The first two queued messages whose queue positions `eligible`
-    /// admits, except that two dead ranks' messages are never paired
+    /// The first two messages of `candidates` (sequence numbers, in
+    /// order), except that two dead ranks' messages are never paired
     /// (neither could fetch): a dead one waits for a live partner further
     /// back in the queue.
-    fn take_pair(&mut self, eligible: impl Fn(usize) -> bool) -> Option<(Entry, Entry)> {
-        let (i, j) = self.pair_at(eligible)?;
-        let b = self.queue.remove(j).expect("valid index");
-        let a = self.queue.remove(i).expect("valid index");
-        Some((a, b))
-    }
-
-    /// The queue positions `i < j` [`Schedule::take_pair`] would take.
-    pub(super) fn pair_at(&self, eligible: impl Fn(usize) -> bool) -> Option<(usize, usize)> {
-        let dead = |i: usize| self.dead.contains(self.queue[i].index);
-        let mut at = (0..self.queue.len()).filter(|&i| eligible(i));
-        let i = at.next()?;
+    pub(super) fn pair_at(&self, mut candidates: impl Iterator<Item = u64>) -> Option<(u64, u64)> {
+        let dead = |s: u64| self.dead.contains(self.queue.get(s).index);
+        let i = candidates.next()?;
         let j = if dead(i) {
-            at.find(|&j| !dead(j))?
+            candidates.find(|&j| !dead(j))?
         } else {
-            at.next()?
+            candidates.next()?
         };
         Some((i, j))
     }

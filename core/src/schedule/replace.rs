@@ -47,6 +47,7 @@ impl Schedule {
             self.replaced.insert(index);
         } else {
             self.dead.remove(index);
+            self.queue.reclassify(index);
             self.rejoin_due.insert(index);
         }
     }
@@ -62,6 +63,7 @@ impl Schedule {
     pub fn stand_in(&mut self, index: usize) {
         if index < self.n && self.joined.contains(index) {
             self.dead.insert(index);
+            self.queue.reclassify(index);
             self.replaced.insert(index);
         }
     }

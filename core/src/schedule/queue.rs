@@ -1,0 +1,316 @@
+//! The master's queue of ready messages, in the order they became ready,
+//! with the index a gathering decision reads instead of scanning the whole
+//! queue (see [`Schedule::next_gathering`](super::Schedule::next_gathering)).
+//!
+//! Why an index: a flat master of `p` ranks takes about `p` decisions per
+//! reduction, and while a node's receiver is busy its node's other
+//! messages wait in the queue. A decision that scans the queue and the
+//! tasks in flight costs O(p) each, O(p²) per reduction: seconds at a few
+//! thousand ranks. With the index a decision costs O(log p), plus the
+//! providers it hands out.
+//!
+//! Each message has a sequence number, its place in the order. For
+//! gathering, each is classified once, at the first gathering decision
+//! that sees it: *admitted* on a node (small, read in place, a live
+//! member's own data) or *plain*. A node is *held* while a member
+//! admitted there receives a task, and while the root waits for its
+//! node's data; [`Queue::open`] lists every classified message that may
+//! pair now: the plain ones and those of nodes not held.
+//!
+//! A message's class is decided again when its holder dies or lives again
+//! ([`Queue::reclassify`]); whether it recovers is fixed, and where its
+//! data lies changes only with a new message. So a class read from the
+//! index is the class the rule would read now.
+
+use super::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Ready messages by sequence number, and the gathering index.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Queue {
+    entries: BTreeMap<u64, Entry>,
+    next: u64,
+    /// Queued messages of each group position.
+    by_index: HashMap<usize, BTreeSet<u64>>,
+    /// Queued messages no gathering decision has classified yet.
+    fresh: Vec<u64>,
+    /// The node of each classified admitted message.
+    node_of: HashMap<u64, u64>,
+    /// Admitted messages per node, in order.
+    by_node: HashMap<u64, BTreeSet<u64>>,
+    /// Classified messages that may pair now.
+    open: BTreeSet<u64>,
+    /// Why each held node is held: its busy receivers, and the root.
+    holds: HashMap<u64, usize>,
+    /// The node a task's admitted receiver holds, by task id.
+    busy: HashMap<u64, u64>,
+    /// The root's node while the root waits for it.
+    home: Option<u64>,
+}
+
+impl Queue {
+    /// Appends a ready message; returns its sequence number.
+    pub(super) fn push(&mut self, e: Entry) -> u64 {
+        let seq = self.next;
+        self.next += 1;
+        self.by_index.entry(e.index).or_default().insert(seq);
+        self.entries.insert(seq, e);
+        self.fresh.push(seq);
+        seq
+    }
+
+    /// Takes message `seq` out; returns it and the node it was admitted
+    /// on, if it was.
+    pub(super) fn remove(&mut self, seq: u64) -> (Entry, Option<u64>) {
+        let e = self.entries.remove(&seq).expect("a queued message");
+        if let Some(set) = self.by_index.get_mut(&e.index) {
+            set.remove(&seq);
+            if set.is_empty() {
+                self.by_index.remove(&e.index);
+            }
+        }
+        let node = self.node_of.remove(&seq);
+        if let Some(n) = node {
+            if let Some(set) = self.by_node.get_mut(&n) {
+                set.remove(&seq);
+                if set.is_empty() {
+                    self.by_node.remove(&n);
+                }
+            }
+        }
+        self.open.remove(&seq);
+        (e, node)
+    }
+
+    /// Takes every message out (the reduction is complete).
+    pub(super) fn clear(&mut self) {
+        let seqs: Vec<u64> = self.entries.keys().copied().collect();
+        for s in seqs {
+            self.remove(s);
+        }
+        self.fresh.clear();
+    }
+
+    /// Keeps only the messages `keep` admits.
+    pub(super) fn retain(&mut self, keep: impl Fn(&Entry) -> bool) {
+        let out: Vec<u64> = (self.entries.iter())
+            .filter(|(_, e)| !keep(e))
+            .map(|(s, _)| *s)
+            .collect();
+        for s in out {
+            self.remove(s);
+        }
+    }
+
+    /// Message `seq`, queued.
+    pub(super) fn get(&self, seq: u64) -> &Entry {
+        &self.entries[&seq]
+    }
+
+    /// Message `seq`, if queued.
+    pub(super) fn entry(&self, seq: u64) -> Option<&Entry> {
+        self.entries.get(&seq)
+    }
+
+    /// The first message in order.
+    pub(super) fn front(&self) -> Option<&Entry> {
+        self.entries.values().next()
+    }
+
+    /// Every message, in order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.values()
+    }
+
+    /// Every message's sequence number, in order.
+    pub(super) fn seqs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.entries.keys().copied()
+    }
+
+    /// The number of queued messages.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The first queued message of group position `index`.
+    pub(super) fn first_of(&self, index: usize) -> Option<u64> {
+        self.by_index.get(&index)?.first().copied()
+    }
+
+    /// Messages no gathering decision has classified yet (taken: the
+    /// caller classifies each with [`Queue::classify`]).
+    pub(super) fn take_fresh(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.fresh)
+    }
+
+    /// Classifies message `seq` (if still queued): admitted on `node`,
+    /// or plain.
+    pub(super) fn classify(&mut self, seq: u64, node: Option<u64>) {
+        if !self.entries.contains_key(&seq) {
+            return;
+        }
+        match node {
+            Some(n) => {
+                self.node_of.insert(seq, n);
+                self.by_node.entry(n).or_default().insert(seq);
+                if !self.holds.contains_key(&n) {
+                    self.open.insert(seq);
+                }
+            }
+            None => {
+                self.open.insert(seq);
+            }
+        }
+    }
+
+    /// Group position `index` died or lives again: its queued messages
+    /// are classified anew at the next gathering decision.
+    pub(super) fn reclassify(&mut self, index: usize) {
+        let seqs: Vec<u64> = self
+            .by_index
+            .get(&index)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
+        for seq in seqs {
+            if let Some(n) = self.node_of.remove(&seq) {
+                if let Some(set) = self.by_node.get_mut(&n) {
+                    set.remove(&seq);
+                    if set.is_empty() {
+                        self.by_node.remove(&n);
+                    }
+                }
+            }
+            self.open.remove(&seq);
+            self.fresh.push(seq);
+        }
+    }
+
+    /// Classified messages that may pair now, in order.
+    pub(super) fn open(&self) -> impl Iterator<Item = u64> + '_ {
+        self.open.iter().copied()
+    }
+
+    /// The node message `seq` was admitted on, if it was.
+    pub(super) fn node_of(&self, seq: u64) -> Option<u64> {
+        self.node_of.get(&seq).copied()
+    }
+
+    /// The messages admitted on node `n`, in order, after `after`.
+    pub(super) fn on_node(&self, n: u64, after: Option<u64>) -> impl Iterator<Item = u64> + '_ {
+        let from = after.map_or(0, |s| s + 1);
+        (self.by_node.get(&n))
+            .into_iter()
+            .flat_map(move |set| set.range(from..).copied())
+    }
+
+    /// Task `task_id`'s receiver was admitted on node `n`: the node is
+    /// held until the task ends.
+    pub(super) fn task_started(&mut self, task_id: u64, n: u64) {
+        self.busy.insert(task_id, n);
+        self.hold(n);
+    }
+
+    /// Task `task_id` ended (done, failed, or its receiver died).
+    pub(super) fn task_ended(&mut self, task_id: u64) {
+        if let Some(n) = self.busy.remove(&task_id) {
+            self.release(n);
+        }
+    }
+
+    /// The root waits for node `home`'s data (`None`: for nobody's).
+    pub(super) fn root_waits_at(&mut self, home: Option<u64>) {
+        if self.home == home {
+            return;
+        }
+        if let Some(h) = self.home.take() {
+            self.release(h);
+        }
+        if let Some(h) = home {
+            self.hold(h);
+        }
+        self.home = home;
+    }
+
+    fn hold(&mut self, n: u64) {
+        let c = self.holds.entry(n).or_insert(0);
+        *c += 1;
+        if *c == 1 {
+            for s in self.by_node.get(&n).into_iter().flatten() {
+                self.open.remove(s);
+            }
+        }
+    }
+
+    fn release(&mut self, n: u64) {
+        let Some(c) = self.holds.get_mut(&n) else {
+            return;
+        };
+        *c -= 1;
+        if *c == 0 {
+            self.holds.remove(&n);
+            self.open.extend(self.by_node.get(&n).into_iter().flatten());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rankset::RankSet;
+
+    fn e(index: usize) -> Entry {
+        Entry {
+            index,
+            path: RankSet::single(index),
+            recovering: false,
+        }
+    }
+
+    fn open(q: &Queue) -> Vec<usize> {
+        q.open().map(|s| q.get(s).index).collect()
+    }
+
+    #[test]
+    fn a_held_nodes_messages_leave_open_and_come_back_in_order() {
+        let mut q = Queue::default();
+        let s: Vec<u64> = (0..5).map(|i| q.push(e(i))).collect();
+        for (k, &seq) in s.iter().enumerate() {
+            q.classify(seq, (k % 2 == 0).then_some(7));
+        }
+        assert_eq!(open(&q), vec![0, 1, 2, 3, 4]);
+        q.task_started(10, 7);
+        assert_eq!(open(&q), vec![1, 3]);
+        // Held twice (a task and the root): open again only after both.
+        q.root_waits_at(Some(7));
+        q.task_ended(10);
+        assert_eq!(open(&q), vec![1, 3]);
+        q.root_waits_at(None);
+        assert_eq!(open(&q), vec![0, 1, 2, 3, 4]);
+        assert_eq!(
+            q.on_node(7, Some(s[0])).collect::<Vec<_>>(),
+            vec![s[2], s[4]]
+        );
+    }
+
+    #[test]
+    fn a_message_classified_on_a_held_node_waits_and_removal_forgets_it() {
+        let mut q = Queue::default();
+        q.task_started(1, 3);
+        let a = q.push(e(0));
+        let b = q.push(e(1));
+        for s in q.take_fresh() {
+            q.classify(s, Some(3));
+        }
+        assert_eq!(open(&q), Vec::<usize>::new());
+        assert_eq!(q.remove(a), (e(0), Some(3)));
+        q.task_ended(1);
+        assert_eq!(open(&q), vec![1]);
+        assert_eq!(q.first_of(1), Some(b));
+        assert_eq!(q.first_of(0), None);
+        q.clear();
+        assert_eq!(q.len(), 0);
+        assert_eq!(open(&q), Vec::<usize>::new());
+    }
+}
