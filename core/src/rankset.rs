@@ -2,13 +2,30 @@
 
 use rkyv::{Archive, Deserialize, Serialize};
 
-/// A set of group positions (`0..group.len()`), stored as 64-bit words.
+/// The most group positions a [`RankSet`] holds, and so the most ranks of a
+/// job: positions `0..MAX_POSITIONS` (4,194,304).
+///
+/// Why a bound: a set's words start at a word offset of 16 bits, so that a
+/// set read from the wire spans at most 65,536 words beyond its own, and
+/// what a union of two sets allocates stays bounded whatever a peer sends.
+pub const MAX_POSITIONS: usize = (u16::MAX as usize + 1) * 64;
+
+/// A set of group positions (`0..group.len()`), stored as 64-bit words
+/// from the first word that holds a member to the last.
 ///
 /// A path `P_i` says whose originals are folded into an intermediate value.
-/// Union and disjointness are word-wise, so a 65,536-rank path costs 1,024
-/// words and a union is a few hundred nanoseconds.
+/// Union and disjointness are word-wise over the words the sets span: a
+/// node's contiguous positions take a word or two wherever they lie in the
+/// group, and only paths that span the group (a root's, at the end) take
+/// `p / 64` words, 1,024 at 65,536 ranks. So a task's paths cost the master
+/// and the wire a few words, not the whole group's.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Archive, Serialize, Deserialize)]
 pub struct RankSet {
+    /// The word of positions `64·first .. 64·first + 64` is `words[0]`.
+    first: u16,
+    /// Neither the first word nor the last is zero, and the empty set has
+    /// no word and `first` 0: so `==` is the sets' equality. (A set from
+    /// the wire in another form is compared as unequal, never misread.)
     words: Vec<u64>,
 }
 
@@ -27,43 +44,81 @@ impl RankSet {
 
     /// The set `{0, .., n-1}`.
     pub fn full(n: usize) -> Self {
+        assert!(n <= MAX_POSITIONS, "{n} positions, beyond {MAX_POSITIONS}");
         let mut words = vec![u64::MAX; n / 64];
         if !n.is_multiple_of(64) {
             words.push((1u64 << (n % 64)) - 1);
         }
-        RankSet { words }
+        RankSet { first: 0, words }
     }
 
-    /// Adds `index`; returns false if it was already present.
+    fn start(&self) -> usize {
+        usize::from(self.first)
+    }
+
+    fn end(&self) -> usize {
+        self.start() + self.words.len()
+    }
+
+    /// The word of positions `64·w ..`, 0 outside the words held.
+    fn word(&self, w: usize) -> u64 {
+        (w.checked_sub(self.start()))
+            .and_then(|i| self.words.get(i))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Adds `index`; returns false if it was already present. Panics
+    /// beyond [`MAX_POSITIONS`] (a job that large is refused at start).
     pub fn insert(&mut self, index: usize) -> bool {
-        let (w, b) = (index / 64, index % 64);
-        if self.words.len() <= w {
-            self.words.resize(w + 1, 0);
+        assert!(
+            index < MAX_POSITIONS,
+            "position {index}, beyond {MAX_POSITIONS}"
+        );
+        let (w, bit) = (index / 64, 1u64 << (index % 64));
+        let first = u16::try_from(w).expect("below MAX_POSITIONS");
+        if self.words.is_empty() {
+            self.first = first;
+            self.words.push(bit);
+            return true;
         }
-        let had = self.words[w] & (1 << b) != 0;
-        self.words[w] |= 1 << b;
+        if w < self.start() {
+            let pad = self.start() - w;
+            self.words.splice(0..0, std::iter::repeat_n(0, pad));
+            self.first = first;
+        } else if w >= self.end() {
+            self.words.resize(w - self.start() + 1, 0);
+        }
+        let i = w - self.start();
+        let had = self.words[i] & bit != 0;
+        self.words[i] |= bit;
         !had
     }
 
-    /// Takes `index` out; true if it was in. Trailing empty words are
+    /// Takes `index` out; true if it was in. Zero words at either end are
     /// dropped, so equal sets stay equal (`==` compares the words).
     pub fn remove(&mut self, index: usize) -> bool {
-        let (w, b) = (index / 64, index % 64);
-        let had = self.contains(index);
-        if had {
-            self.words[w] &= !(1 << b);
-            while self.words.last() == Some(&0) {
-                self.words.pop();
-            }
+        if !self.contains(index) {
+            return false;
         }
-        had
+        let i = index / 64 - self.start();
+        self.words[i] &= !(1 << (index % 64));
+        while self.words.last() == Some(&0) {
+            self.words.pop();
+        }
+        let lead = self.words.iter().take_while(|&&w| w == 0).count();
+        self.words.drain(..lead);
+        self.first = match self.words.is_empty() {
+            true => 0,
+            // Still a word below MAX_POSITIONS: it held a member before.
+            false => u16::try_from(self.start() + lead).unwrap_or(u16::MAX),
+        };
+        true
     }
 
     /// True if `index` is in the set.
     pub fn contains(&self, index: usize) -> bool {
-        self.words
-            .get(index / 64)
-            .is_some_and(|w| w & (1 << (index % 64)) != 0)
+        self.word(index / 64) & (1 << (index % 64)) != 0
     }
 
     /// Number of members.
@@ -78,29 +133,37 @@ impl RankSet {
 
     /// True if the two sets share no member.
     pub fn is_disjoint(&self, other: &RankSet) -> bool {
-        self.words.iter().zip(&other.words).all(|(a, b)| a & b == 0)
+        let (lo, hi) = (self.start().max(other.start()), self.end().min(other.end()));
+        (lo..hi).all(|w| self.word(w) & other.word(w) == 0)
     }
 
     /// True if every member of `self` is in `other`.
     pub fn is_subset(&self, other: &RankSet) -> bool {
-        self.words.iter().enumerate().all(|(i, &w)| {
-            let o = other.words.get(i).copied().unwrap_or(0);
-            w & !o == 0
-        })
+        let start = self.start();
+        (self.words.iter().enumerate()).all(|(i, &w)| w & !other.word(start + i) == 0)
     }
 
     /// `self ∪ other`.
     pub fn union(&self, other: &RankSet) -> RankSet {
-        let (long, short) = if self.words.len() >= other.words.len() {
-            (self, other)
-        } else {
-            (other, self)
-        };
-        let mut words = long.words.clone();
-        for (w, s) in words.iter_mut().zip(&short.words) {
-            *w |= s;
+        if self.words.is_empty() {
+            return other.clone();
         }
-        RankSet { words }
+        if other.words.is_empty() {
+            return self.clone();
+        }
+        let lo = self.start().min(other.start());
+        let hi = self.end().max(other.end());
+        let mut words = vec![0u64; hi - lo];
+        for s in [self, other] {
+            let at = s.start() - lo;
+            for (w, &x) in words[at..].iter_mut().zip(&s.words) {
+                *w |= x;
+            }
+        }
+        RankSet {
+            first: u16::try_from(lo).expect("one of the two sets' own first word"),
+            words,
+        }
     }
 
     /// True if the set is exactly `{0, .., n-1}`.
@@ -114,16 +177,15 @@ impl RankSet {
             0 => 0,
             r => (1u64 << r) - 1,
         };
-        let head_full =
-            self.words.len() >= whole && self.words[..whole].iter().all(|&w| w == u64::MAX);
-        head_full
-            && self.words.get(whole).copied().unwrap_or(0) == tail
-            && self.words.iter().skip(whole + 1).all(|&w| w == 0)
+        (0..whole).all(|w| self.word(w) == u64::MAX)
+            && self.word(whole) == tail
+            && (whole + 1..self.end()).all(|w| self.word(w) == 0)
     }
 
     /// Members in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
-        self.words.iter().enumerate().flat_map(|(wi, &w)| {
+        let start = self.start();
+        self.words.iter().enumerate().flat_map(move |(wi, &w)| {
             let mut w = w;
             std::iter::from_fn(move || {
                 if w == 0 {
@@ -131,7 +193,7 @@ impl RankSet {
                 }
                 let b = w.trailing_zeros() as usize;
                 w &= w - 1;
-                Some(wi * 64 + b)
+                Some((start + wi) * 64 + b)
             })
         })
     }
@@ -141,6 +203,7 @@ impl ArchivedRankSet {
     /// Converts the archived set back to a native one.
     pub fn to_native(&self) -> RankSet {
         RankSet {
+            first: self.first.to_native(),
             words: self.words.iter().map(|w| w.to_native()).collect(),
         }
     }
@@ -176,6 +239,87 @@ mod tests {
             prop_assert!(!every.is_full(n + 1));
             prop_assert_eq!(every.is_full(n.saturating_sub(1)), n == 0);
         }
+    }
+
+    /// Operations on a set, checked against `BTreeSet`.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(usize),
+        Remove(usize),
+        Union(Vec<usize>),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        // Positions near each other (a node's) and far apart (the group's).
+        let at = prop_oneof![
+            0usize..300,
+            4000usize..4300,
+            (MAX_POSITIONS - 200)..MAX_POSITIONS
+        ];
+        prop_oneof![
+            at.clone().prop_map(Op::Insert),
+            at.clone().prop_map(Op::Remove),
+            proptest::collection::vec(at, 0..6).prop_map(Op::Union),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn a_set_is_the_set_of_its_members_whatever_its_words_span(
+            ops in proptest::collection::vec(op(), 0..40),
+            probe in proptest::collection::vec(0usize..4400, 0..20),
+        ) {
+            let mut s = RankSet::new();
+            let mut m = std::collections::BTreeSet::new();
+            for o in ops {
+                match o {
+                    Op::Insert(i) => prop_assert_eq!(s.insert(i), m.insert(i)),
+                    Op::Remove(i) => prop_assert_eq!(s.remove(i), m.remove(&i)),
+                    Op::Union(v) => {
+                        let other: RankSet = v.iter().copied().collect();
+                        prop_assert_eq!(s.is_disjoint(&other), v.iter().all(|i| !m.contains(i)));
+                        prop_assert_eq!(other.is_subset(&s), v.iter().all(|i| m.contains(i)));
+                        s = s.union(&other);
+                        m.extend(v);
+                    }
+                }
+                prop_assert_eq!(s.iter().collect::<Vec<_>>(), m.iter().copied().collect::<Vec<_>>());
+                prop_assert_eq!(s.len(), m.len());
+                prop_assert_eq!(s.is_empty(), m.is_empty());
+                // The same members built another way: equal, and so hashed alike.
+                prop_assert_eq!(&s, &m.iter().copied().collect::<RankSet>());
+                prop_assert!(s.is_subset(&s));
+            }
+            for i in probe {
+                prop_assert_eq!(s.contains(i), m.contains(&i));
+            }
+        }
+    }
+
+    #[test]
+    fn a_nodes_positions_take_a_word_wherever_they_lie() {
+        let far: RankSet = (65_520..65_536).collect();
+        assert_eq!(far.words.len(), 1);
+        let both = far.union(&RankSet::single(65_000));
+        assert_eq!((both.start(), both.words.len()), (65_000 / 64, 9));
+        assert!(!both.is_full(65_536));
+        let wire = rkyv::to_bytes::<rkyv::rancor::Error>(&both).unwrap();
+        assert!(wire.len() < 128, "{} bytes", wire.len());
+        let back = rkyv::from_bytes::<RankSet, rkyv::rancor::Error>(&wire).unwrap();
+        assert_eq!(back, both);
+    }
+
+    #[test]
+    fn a_set_from_the_wire_spans_at_most_its_words_beyond_the_bound() {
+        // The largest offset a peer can send, and a set at 0: their union
+        // allocates 65,536 words, not more.
+        let high = RankSet {
+            first: u16::MAX,
+            words: vec![1],
+        };
+        let u = high.union(&RankSet::single(0));
+        assert_eq!(u.words.len(), usize::from(u16::MAX) + 1);
+        assert!(u.contains(MAX_POSITIONS - 64) && u.contains(0));
     }
 
     #[test]

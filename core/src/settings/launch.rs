@@ -159,6 +159,10 @@ pub fn identity(vars: &BTreeMap<String, OsString>) -> Result<Option<Identity>, S
         if s == 0 {
             return Err(SettingsError::new(size_var, size, "at least 1"));
         }
+        if s as usize > crate::rankset::MAX_POSITIONS {
+            let expected = format!("at most {} ranks", crate::rankset::MAX_POSITIONS);
+            return Err(SettingsError::new(size_var, size, &expected));
+        }
         if r >= s {
             let expected = format!("a rank below {size_var}={s}");
             return Err(SettingsError::new(rank_var, rank, &expected));

@@ -148,6 +148,11 @@ fn bad_identities_name_the_variable() {
     );
     assert_eq!(err(&[("TASKFOLD_RANK", "0")]).name, "TASKFOLD_RANK");
     assert_eq!(err(&[("TASKFOLD_SIZE", "2")]).name, "TASKFOLD_SIZE");
+    // A path holds at most 4,194,304 positions: a larger job is refused.
+    let e = err(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "4194305")]);
+    assert_eq!(e.name, "SLURM_NTASKS");
+    assert!(e.to_string().contains("at most 4194304 ranks"), "{e}");
+    assert!(parse(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "4194304")]).is_ok());
 }
 
 #[test]
