@@ -185,7 +185,7 @@ impl Schedule {
             replaced: RankSet::new(),
             held: RankSet::new(),
             rejoin_due: RankSet::new(),
-            queue: Queue::default(),
+            queue: Queue::new(root),
             in_flight: HashMap::new(),
             next_task: 0,
             complete: false,

@@ -9,7 +9,10 @@
 //! thousand ranks. With the index a decision costs O(log p), plus the
 //! providers it hands out.
 //!
-//! Each message has a sequence number, its place in the order. For
+//! Each message has a sequence number, its place in the order; the
+//! messages lie in slots by sequence number, so that appending, taking one
+//! out and finding one by its number cost O(1), as the plain pairing of
+//! [`Schedule::next`](super::Schedule::next) needs. For
 //! gathering, each is classified once, at the first gathering decision
 //! that sees it: *admitted* on a node (small, read in place, a live
 //! member's own data) or *plain*. A node is *held* while a member
@@ -23,19 +26,34 @@
 //! index is the class the rule would read now.
 
 use super::Entry;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+/// What gathering knows of a queued message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// Not classified yet.
+    Fresh,
+    /// Not admitted: pairs as any message.
+    Plain,
+    /// Admitted on this node.
+    On(u64),
+}
 
 /// Ready messages by sequence number, and the gathering index.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(super) struct Queue {
-    entries: BTreeMap<u64, Entry>,
-    next: u64,
-    /// Queued messages of each group position.
-    by_index: HashMap<usize, BTreeSet<u64>>,
+    /// Messages by sequence number from `base`: a message taken out
+    /// leaves `None` until every one before it is taken too (the front
+    /// slot is never `None`).
+    slots: VecDeque<Option<(Entry, Class)>>,
+    base: u64,
+    live: usize,
+    /// The group position whose messages are indexed (the root's: every
+    /// gathering decision looks for it), and its queued messages.
+    watched: usize,
+    watched_seqs: BTreeSet<u64>,
     /// Queued messages no gathering decision has classified yet.
     fresh: Vec<u64>,
-    /// The node of each classified admitted message.
-    node_of: HashMap<u64, u64>,
     /// Admitted messages per node, in order.
     by_node: HashMap<u64, BTreeSet<u64>>,
     /// Classified messages that may pair now.
@@ -49,12 +67,32 @@ pub(super) struct Queue {
 }
 
 impl Queue {
+    /// An empty queue whose messages of group position `watched` are
+    /// found at once ([`Queue::first_of`]); others' by a scan.
+    pub(super) fn new(watched: usize) -> Self {
+        Queue {
+            slots: VecDeque::new(),
+            base: 0,
+            live: 0,
+            watched,
+            watched_seqs: BTreeSet::new(),
+            fresh: Vec::new(),
+            by_node: HashMap::new(),
+            open: BTreeSet::new(),
+            holds: HashMap::new(),
+            busy: HashMap::new(),
+            home: None,
+        }
+    }
+
     /// Appends a ready message; returns its sequence number.
     pub(super) fn push(&mut self, e: Entry) -> u64 {
-        let seq = self.next;
-        self.next += 1;
-        self.by_index.entry(e.index).or_default().insert(seq);
-        self.entries.insert(seq, e);
+        let seq = self.base + self.slots.len() as u64;
+        if e.index == self.watched {
+            self.watched_seqs.insert(seq);
+        }
+        self.slots.push_back(Some((e, Class::Fresh)));
+        self.live += 1;
         self.fresh.push(seq);
         seq
     }
@@ -62,29 +100,43 @@ impl Queue {
     /// Takes message `seq` out; returns it and the node it was admitted
     /// on, if it was.
     pub(super) fn remove(&mut self, seq: u64) -> (Entry, Option<u64>) {
-        let e = self.entries.remove(&seq).expect("a queued message");
-        if let Some(set) = self.by_index.get_mut(&e.index) {
-            set.remove(&seq);
-            if set.is_empty() {
-                self.by_index.remove(&e.index);
-            }
+        let (e, class) = self.slot_mut(seq).take().expect("a queued message");
+        self.live -= 1;
+        while self.slots.front().is_some_and(Option::is_none) {
+            self.slots.pop_front();
+            self.base += 1;
         }
-        let node = self.node_of.remove(&seq);
-        if let Some(n) = node {
-            if let Some(set) = self.by_node.get_mut(&n) {
-                set.remove(&seq);
-                if set.is_empty() {
-                    self.by_node.remove(&n);
-                }
-            }
+        if e.index == self.watched {
+            self.watched_seqs.remove(&seq);
         }
-        self.open.remove(&seq);
+        let node = self.unclass(seq, class);
         (e, node)
+    }
+
+    /// Takes `seq` out of the index of its class; returns its node.
+    fn unclass(&mut self, seq: u64, class: Class) -> Option<u64> {
+        match class {
+            Class::Fresh => None,
+            Class::Plain => {
+                self.open.remove(&seq);
+                None
+            }
+            Class::On(n) => {
+                self.open.remove(&seq);
+                if let Some(set) = self.by_node.get_mut(&n) {
+                    set.remove(&seq);
+                    if set.is_empty() {
+                        self.by_node.remove(&n);
+                    }
+                }
+                Some(n)
+            }
+        }
     }
 
     /// Takes every message out (the reduction is complete).
     pub(super) fn clear(&mut self) {
-        let seqs: Vec<u64> = self.entries.keys().copied().collect();
+        let seqs: Vec<u64> = self.seqs().collect();
         for s in seqs {
             self.remove(s);
         }
@@ -93,10 +145,7 @@ impl Queue {
 
     /// Keeps only the messages `keep` admits.
     pub(super) fn retain(&mut self, keep: impl Fn(&Entry) -> bool) {
-        let out: Vec<u64> = (self.entries.iter())
-            .filter(|(_, e)| !keep(e))
-            .map(|(s, _)| *s)
-            .collect();
+        let out: Vec<u64> = (self.seqs()).filter(|&s| !keep(self.get(s))).collect();
         for s in out {
             self.remove(s);
         }
@@ -104,37 +153,50 @@ impl Queue {
 
     /// Message `seq`, queued.
     pub(super) fn get(&self, seq: u64) -> &Entry {
-        &self.entries[&seq]
+        self.entry(seq).expect("a queued message")
+    }
+
+    fn slot_mut(&mut self, seq: u64) -> &mut Option<(Entry, Class)> {
+        let i = usize::try_from(seq - self.base).expect("a slot");
+        &mut self.slots[i]
     }
 
     /// Message `seq`, if queued.
     pub(super) fn entry(&self, seq: u64) -> Option<&Entry> {
-        self.entries.get(&seq)
+        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        self.slots.get(i)?.as_ref().map(|(e, _)| e)
     }
 
     /// The first message in order.
     pub(super) fn front(&self) -> Option<&Entry> {
-        self.entries.values().next()
+        self.slots.front()?.as_ref().map(|(e, _)| e)
     }
 
     /// Every message, in order.
     pub(super) fn iter(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.values()
+        self.slots.iter().flatten().map(|(e, _)| e)
     }
 
     /// Every message's sequence number, in order.
     pub(super) fn seqs(&self) -> impl Iterator<Item = u64> + '_ {
-        self.entries.keys().copied()
+        let base = self.base;
+        (self.slots.iter().enumerate())
+            .filter(|(_, s)| s.is_some())
+            .map(move |(i, _)| base + i as u64)
     }
 
     /// The number of queued messages.
     pub(super) fn len(&self) -> usize {
-        self.entries.len()
+        self.live
     }
 
-    /// The first queued message of group position `index`.
+    /// The first queued message of group position `index` (a scan of the
+    /// queue, unless `index` is the one watched).
     pub(super) fn first_of(&self, index: usize) -> Option<u64> {
-        self.by_index.get(&index)?.first().copied()
+        if index == self.watched {
+            return self.watched_seqs.first().copied();
+        }
+        self.seqs().find(|&s| self.get(s).index == index)
     }
 
     /// Messages no gathering decision has classified yet (taken: the
@@ -143,21 +205,28 @@ impl Queue {
         std::mem::take(&mut self.fresh)
     }
 
-    /// Classifies message `seq` (if still queued): admitted on `node`,
-    /// or plain.
+    /// Classifies message `seq` (if still queued and not yet classified):
+    /// admitted on `node`, or plain.
     pub(super) fn classify(&mut self, seq: u64, node: Option<u64>) {
-        if !self.entries.contains_key(&seq) {
+        if self.entry(seq).is_none() {
+            return;
+        }
+        let Some((_, class)) = self.slot_mut(seq) else {
+            return;
+        };
+        if *class != Class::Fresh {
             return;
         }
         match node {
             Some(n) => {
-                self.node_of.insert(seq, n);
+                *class = Class::On(n);
                 self.by_node.entry(n).or_default().insert(seq);
                 if !self.holds.contains_key(&n) {
                     self.open.insert(seq);
                 }
             }
             None => {
+                *class = Class::Plain;
                 self.open.insert(seq);
             }
         }
@@ -167,23 +236,16 @@ impl Queue {
     /// are classified anew at the next gathering decision.
     pub(super) fn reclassify(&mut self, index: usize) {
         let seqs: Vec<u64> = self
-            .by_index
-            .get(&index)
-            .into_iter()
-            .flatten()
-            .copied()
+            .seqs()
+            .filter(|&s| self.get(s).index == index)
             .collect();
         for seq in seqs {
-            if let Some(n) = self.node_of.remove(&seq) {
-                if let Some(set) = self.by_node.get_mut(&n) {
-                    set.remove(&seq);
-                    if set.is_empty() {
-                        self.by_node.remove(&n);
-                    }
-                }
+            let (_, slot) = self.slot_mut(seq).as_mut().expect("queued");
+            let class = std::mem::replace(slot, Class::Fresh);
+            if class != Class::Fresh {
+                self.unclass(seq, class);
+                self.fresh.push(seq);
             }
-            self.open.remove(&seq);
-            self.fresh.push(seq);
         }
     }
 
@@ -194,7 +256,11 @@ impl Queue {
 
     /// The node message `seq` was admitted on, if it was.
     pub(super) fn node_of(&self, seq: u64) -> Option<u64> {
-        self.node_of.get(&seq).copied()
+        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        match self.slots.get(i)?.as_ref()?.1 {
+            Class::On(n) => Some(n),
+            _ => None,
+        }
     }
 
     /// The messages admitted on node `n`, in order, after `after`.
@@ -214,6 +280,10 @@ impl Queue {
 
     /// Task `task_id` ended (done, failed, or its receiver died).
     pub(super) fn task_ended(&mut self, task_id: u64) {
+        // Most tasks hold nothing (large data, or no gathering): no lookup.
+        if self.busy.is_empty() {
+            return;
+        }
         if let Some(n) = self.busy.remove(&task_id) {
             self.release(n);
         }
@@ -274,7 +344,7 @@ mod tests {
 
     #[test]
     fn a_held_nodes_messages_leave_open_and_come_back_in_order() {
-        let mut q = Queue::default();
+        let mut q = Queue::new(0);
         let s: Vec<u64> = (0..5).map(|i| q.push(e(i))).collect();
         for (k, &seq) in s.iter().enumerate() {
             q.classify(seq, (k % 2 == 0).then_some(7));
@@ -296,7 +366,7 @@ mod tests {
 
     #[test]
     fn a_message_classified_on_a_held_node_waits_and_removal_forgets_it() {
-        let mut q = Queue::default();
+        let mut q = Queue::new(0);
         q.task_started(1, 3);
         let a = q.push(e(0));
         let b = q.push(e(1));
