@@ -508,4 +508,6 @@ mod replace;
 #[cfg(test)]
 mod respawn_tests;
 #[cfg(test)]
+mod scanned;
+#[cfg(test)]
 mod tests;
