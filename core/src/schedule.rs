@@ -320,7 +320,10 @@ impl Schedule {
             });
         }
         let mut split = Vec::new();
-        if !self.joined.contains(index) && !awaited && has_replica(index) {
+        // Awaited or not (an awaited member's replacement's join is then
+        // held, [`Schedule::join_replacement`]); not the root, which only
+        // reaches here awaited: its data only its replacement may hold.
+        if !self.joined.contains(index) && index != self.root && has_replica(index) {
             // Its ready message was lost with it, but its buddy holds a copy
             // of its original: the original is in, from the replica.
             self.joined.insert(index);

@@ -546,3 +546,4 @@ mod replace;
 mod results;
 mod rollback;
 mod takeover;
+mod takeover_replace;

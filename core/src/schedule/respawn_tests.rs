@@ -167,6 +167,40 @@ fn a_copied_original_makes_the_replacements_join_a_duplicate() {
     assert_eq!(s.join_replacement(1), Ok(Replacement::Held));
 }
 
+/// As a standby rebuilds a reduction after its master died: member 2 (the
+/// dead master) reported nothing, so its original is not counted in, yet
+/// a live buddy reported a copy of it, and its replacement is awaited.
+/// The copy is read: the replacement that never comes (or never joins
+/// again) costs nothing, as a single live copy must suffice.
+#[test]
+fn a_copied_original_not_counted_in_is_read_from_its_copy_not_awaited() {
+    let entries = [0, 1, 3].map(|i| Entry::single(i, false)).to_vec();
+    let mut s = Schedule::resume(4, 1, [0, 1, 3].into_iter().collect(), entries);
+    let copied = |k: usize| k == 2;
+    s.await_replacement(2);
+    s.fail(2, copied).unwrap();
+    assert_eq!(s.give_up(2, copied), Ok(()), "its copy is alive");
+    let mut read_from_copy = false;
+    loop {
+        match s.next(|_, _| false) {
+            Some(Step::Complete) => break,
+            Some(Step::Task(t)) => {
+                read_from_copy |= t.provider.index == 2 && t.source == Source::Replica;
+                let path = t.receiver.path.union(&t.provider.path);
+                s.task_done(t.task_id, t.receiver.index, &path).unwrap();
+            }
+            None => panic!("the reduction stalled"),
+        }
+    }
+    assert!(read_from_copy, "2's original comes from its copy");
+    // Its replacement, should it come after all, stands in only.
+    let mut s = Schedule::resume(4, 1, [0, 1, 3].into_iter().collect(), Vec::new());
+    s.await_replacement(2);
+    s.fail(2, copied).unwrap();
+    s.revive(2);
+    assert_eq!(s.join_replacement(2), Ok(Replacement::Held));
+}
+
 #[test]
 fn a_held_replacement_that_dies_leaves_its_place_to_the_next() {
     let mut s = Schedule::new(4, 1);

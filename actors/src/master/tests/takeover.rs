@@ -220,36 +220,6 @@ fn a_second_copy_announced_during_the_takeover_is_a_spare() {
     });
 }
 
-/// Rank 2's dead process joined and its original was folded into rank
-/// 3's data; its replacement had not joined again when the master died.
-/// The standby's rebuilt reduction holds that original already, so the
-/// replacement's join stands in (as the dead master would have held it)
-/// rather than counting it twice, and the reduction completes.
-#[test]
-fn a_replacement_whose_dead_original_was_folded_in_joins_as_a_stand_in() {
-    let (_hub, ts) = LoopbackHub::new(4);
-    actix_rt::System::new().block_on(async move {
-        let m = standby(&ts, None, false);
-        // Positions: rank 1 is 0, rank 2 is 1, rank 3 is 2.
-        m.send(report_of(1, |r| r.holding = vec![held_of(1, &[0], None)]))
-            .await
-            .unwrap();
-        m.send(report_of(3, |r| {
-            r.holding = vec![held_of(3, &[1, 2], None)]
-        }))
-        .await
-        .unwrap();
-        m.send(report_of(2, |_| {})).await.unwrap();
-        settle().await;
-        let mut again = join(2, None);
-        again.joining.join.group = vec![1, 2, 3];
-        m.send(again).await.unwrap();
-        let mut ends = run_to_end(&m, &ts).await;
-        ends.sort();
-        assert_eq!(ends, vec![(1, None), (2, None), (3, None)]);
-    });
-}
-
 /// Rank 2, the root, was replaced under the dead master; its dead process
 /// had made reduction `KEY` whole and kept the result at rank 3, unreported,
 /// and the dead master took the replacement's join into the live
