@@ -14,7 +14,9 @@
 //! The master lets a replacement start only once every live rank has let
 //! it in on its transport ([`crate::wire::Msg::Readmitted`]), so no rank
 //! meets it before knowing of it; a rank that dies meanwhile is waited for
-//! no more.
+//! no more, nor is a rank awaited or being let in itself (a standby's view
+//! may name such a one live, from a dead master's notices: it runs no
+//! process yet, and learns of the others when it is let in).
 
 use crate::rankset::RankSet;
 
@@ -153,23 +155,29 @@ impl Respawns {
     /// admission, after the ranks had let it in): `rank` is awaited again
     /// as if that incarnation had not been let in, so [`Respawns::asks`]
     /// admits it, and the budget is as it was (the book counted it when
-    /// it was made). False unless `rank` runs exactly that incarnation:
-    /// a death declared of it is never undone.
-    pub fn reopen(&mut self, rank: u32, incarnation: u32) -> bool {
+    /// it was made). `None` unless `rank` runs exactly that incarnation:
+    /// a death declared of it is never undone. Otherwise, as it never
+    /// ran, no pending admission waits for it any more (it cannot answer
+    /// until it is in, and learns of the others when it is): returns the
+    /// admissions that completed `(rank, incarnation)`.
+    pub fn reopen(&mut self, rank: u32, incarnation: u32) -> Option<Vec<(u32, u32)>> {
         match self.slots.get_mut(rank as usize) {
             Some(slot) if incarnation > 0 && *slot == Slot::Live(incarnation) => {
                 *slot = Slot::Awaited(incarnation - 1);
-                true
             }
-            _ => false,
+            _ => return None,
         }
+        Some(self.forget_pending(rank))
     }
 
     /// Replacement `incarnation` of `rank` asks to join; `live` are the
     /// ranks that must let it in first (the master's own need not, nor
-    /// the replacement). Refused unless `rank` is awaited and the
-    /// incarnation is newer than the dead one. `Ok(true)` if no rank must
-    /// answer: it is in at once.
+    /// the replacement, nor a rank this book does not see live: one
+    /// awaited or being let in, which a standby's view may name live
+    /// after a dead master's notices, runs no process that could
+    /// answer). Refused unless `rank` is awaited and the incarnation is
+    /// newer than the dead one. `Ok(true)` if no rank must answer: it is
+    /// in at once.
     pub fn asks(
         &mut self,
         rank: u32,
@@ -200,9 +208,12 @@ impl Respawns {
         }
         let mut pending = RankSet::new();
         for r in live.into_iter().filter(|&r| r != rank && r != self.master) {
-            pending.insert(r as usize);
+            if matches!(self.slots.get(r as usize), Some(Slot::Live(_)) | None) {
+                pending.insert(r as usize);
+            }
         }
         let now = pending.is_empty();
+        let slot = &mut self.slots[rank as usize];
         *slot = match now {
             true => Slot::Live(incarnation),
             false => Slot::Admitting {

@@ -428,17 +428,23 @@ impl Master {
     /// reported): it is awaited again, to be let in as any replacement,
     /// and it has nothing to report to the takeover.
     fn reopened(&mut self, rank: u32, incarnation: u32) -> bool {
-        if self.respawn.unproven.get(&rank) != Some(&incarnation)
-            || !self.respawn.book.reopen(rank, incarnation)
-        {
+        if self.respawn.unproven.get(&rank) != Some(&incarnation) {
             return false;
         }
+        let Some(done) = self.respawn.book.reopen(rank, incarnation) else {
+            return false;
+        };
         self.respawn.unproven.remove(&rank);
         tracing::warn!(
             rank,
             incarnation,
             "a replacement the dead master did not finish letting in asks again"
         );
+        // Admissions that waited for it (while it seemed to run) wait no
+        // more: it cannot let them in before it is in itself.
+        for (r, inc) in done {
+            self.admitted(r, inc);
+        }
         if let Some(d) = &self.detector {
             d.do_send(crate::detector::Rewatch { rank: Rank(rank) });
         }

@@ -154,9 +154,9 @@ fn replacements_that_joined_before_count_against_the_budget() {
 fn a_cut_admission_is_reopened_without_spending_the_budget() {
     let mut r = Respawns::joined(&[0, 0, 1, 0], 2, 0);
     assert_eq!(r.left(), 1);
-    assert!(r.reopen(2, 1));
+    assert_eq!(r.reopen(2, 1), Some(vec![]));
     assert_eq!(r.asks(2, 1, [1, 3]), Ok(false));
-    assert!(!r.reopen(2, 1), "being let in: not reopened");
+    assert_eq!(r.reopen(2, 1), None, "being let in: not reopened");
     assert!(r.let_in(1, 2, 1) || r.let_in(3, 2, 1));
     assert_eq!(r.left(), 1);
 }
@@ -167,7 +167,7 @@ fn a_cut_admission_is_reopened_without_spending_the_budget() {
 fn a_cut_admission_declared_dead_stays_dead() {
     let mut r = Respawns::joined(&[0, 0, 1, 0], 2, 0);
     assert_eq!(r.died(2).0, Death::Awaited);
-    assert!(!r.reopen(2, 1));
+    assert_eq!(r.reopen(2, 1), None);
     assert_eq!(
         r.asks(2, 1, [1, 3]),
         Err(Refusal::Stale {
@@ -176,6 +176,55 @@ fn a_cut_admission_declared_dead_stays_dead() {
             dead: 1
         })
     );
-    assert!(!r.reopen(3, 0), "an original is never reopened");
-    assert!(!r.reopen(1, 1), "another incarnation than the one known");
+    assert_eq!(r.reopen(3, 0), None, "an original is never reopened");
+    assert_eq!(
+        r.reopen(1, 1),
+        None,
+        "another incarnation than the one known"
+    );
+}
+
+/// Ranks 6 and 7 died, then the master (0) and its standby (1), then the
+/// master that took over (2): rank 3 takes over with a view that names
+/// the replacements of 0, 1 and 7 live at incarnation 1 (the dead master
+/// 2 had told the ranks to let them in), though none of them runs (a
+/// `bench chaos` trial). They ask again, one by one, and 2's replacement
+/// asks: none waits for another of them, which cannot let anyone in
+/// before it is in itself; ranks 4, 5 and 6 (which runs) let them in.
+#[test]
+fn cut_admissions_do_not_wait_for_each_other() {
+    let mut r = Respawns::joined(&[1, 1, 0, 0, 0, 0, 1, 1], 8, 3);
+    assert_eq!(r.died(2).0, Death::Awaited);
+    let live = [0, 1, 3, 4, 5, 6, 7];
+    assert_eq!(r.reopen(0, 1), Some(vec![]));
+    assert_eq!(r.asks(0, 1, live), Ok(false));
+    // 7 and 1 still seemed to run when 0 asked: reopened, they are
+    // waited for no more.
+    assert_eq!(r.reopen(7, 1), Some(vec![]));
+    assert_eq!(r.asks(7, 1, live), Ok(false));
+    assert_eq!(r.reopen(1, 1), Some(vec![]));
+    assert_eq!(r.asks(1, 1, live), Ok(false));
+    assert_eq!(r.asks(2, 1, live), Ok(false));
+    for rank in [0, 1, 2, 7] {
+        let Some(Slot::Admitting { pending, .. }) = r.slot(rank) else {
+            panic!("rank {rank}: {:?}", r.slot(rank));
+        };
+        let pending: Vec<usize> = pending.iter().collect();
+        assert_eq!(pending, [4, 5, 6], "rank {rank}");
+        assert!(!r.let_in(4, rank, 1) && !r.let_in(5, rank, 1));
+        assert!(r.let_in(6, rank, 1));
+        assert_eq!(r.slot(rank), Some(&Slot::Live(1)));
+    }
+}
+
+/// A reopened replacement that was the last one an admission waited for
+/// completes it.
+#[test]
+fn reopening_the_last_awaited_rank_completes_an_admission() {
+    let mut r = Respawns::joined(&[0, 0, 0, 1], 4, 0);
+    assert_eq!(r.died(2).0, Death::Awaited);
+    assert_eq!(r.asks(2, 1, [1, 3]), Ok(false));
+    assert!(!r.let_in(1, 2, 1));
+    assert_eq!(r.reopen(3, 1), Some(vec![(2, 1)]));
+    assert_eq!(r.slot(2), Some(&Slot::Live(1)));
 }

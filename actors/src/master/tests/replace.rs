@@ -544,4 +544,53 @@ fn a_replacement_that_joins_a_reduction_that_failed_hears_the_failure() {
     });
 }
 
+/// A standby took over while the dead master was letting in the
+/// replacements of ranks 2 and 3: the dead master's notices reached the
+/// standby, so its view names both live at incarnation 1, yet neither
+/// runs. When they ask it again, neither waits for the other to let it
+/// in, which it cannot do before it is in itself (in `bench chaos` three
+/// such replacements, and a fourth asking meanwhile, waited for each
+/// other until their registrations timed out 30 s later).
+#[test]
+fn replacements_whose_admission_a_dead_master_cut_do_not_wait_for_each_other() {
+    let (_hub, ts) = LoopbackHub::new(4);
+    actix_rt::System::new().block_on(async move {
+        let t: Arc<dyn taskfold_transports::Transport> = ts[1].clone();
+        let mut m = Master::new(4, Outbox::of(t), 1000);
+        for rank in [2, 3] {
+            m.out
+                .view()
+                .apply(taskfold_core::membership::Change::Replaced {
+                    rank,
+                    incarnation: 1,
+                    node: 0,
+                });
+        }
+        m.set_respawn(&RespawnConfig {
+            budget: 4,
+            ..RespawnConfig::default()
+        });
+        m.take_over(Rank(0), &taskfold_core::RankSet::new());
+        let m = m.start();
+        m.send(asking(2, 1)).await.unwrap();
+        m.send(asking(3, 1)).await.unwrap();
+        settle().await;
+        assert_eq!(
+            m.send(SlotOf(2)).await.unwrap(),
+            Some(Slot::Live(1)),
+            "no running rank but the master's had to let rank 2 in"
+        );
+        assert_eq!(told(&ts, 3, 1), vec![1, 2], "rank 2, now in, lets 3 in");
+        m.send(ReadmittedIn {
+            from: Rank(2),
+            rank: 3,
+            incarnation: 1,
+        })
+        .await
+        .unwrap();
+        settle().await;
+        assert_eq!(m.send(SlotOf(3)).await.unwrap(), Some(Slot::Live(1)));
+    });
+}
+
 mod fetch;
