@@ -162,3 +162,19 @@ fn gathering_by_node_cuts_the_masters_tasks_below_its_bound_only() {
         (g.master_messages, g.makespan)
     );
 }
+
+#[test]
+fn the_gathered_schedule_runs_at_65536_ranks_in_three_tasks_per_node() {
+    // Each decision reads the queue's index, so a reduction of 65,536
+    // ranks takes the master's code a fraction of a second here; a scan
+    // of the queue per decision took minutes.
+    let l = Layout {
+        ranks: 65_536,
+        per_node: 16,
+    };
+    let a = Pattern::Quiet.arrivals(l.ranks, 0.0, 1);
+    let g = ready::run(&model(8.0), &l, &a, Shape::Gathered);
+    let nodes = (l.ranks / l.per_node) as u64;
+    assert!(g.decisions <= 3 * nodes, "{} decisions", g.decisions);
+    assert!(g.master_messages < 2 * l.ranks as u64 + 2 * 3 * nodes);
+}
