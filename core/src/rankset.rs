@@ -106,13 +106,18 @@ impl RankSet {
         while self.words.last() == Some(&0) {
             self.words.pop();
         }
+        if self.words.is_empty() {
+            self.first = 0;
+            return true;
+        }
         let lead = self.words.iter().take_while(|&&w| w == 0).count();
-        self.words.drain(..lead);
-        self.first = match self.words.is_empty() {
-            true => 0,
-            // Still a word below MAX_POSITIONS: it held a member before.
-            false => u16::try_from(self.start() + lead).unwrap_or(u16::MAX),
-        };
+        // A set read from the wire may hold members beyond
+        // MAX_POSITIONS: its first word then stays where it is (the
+        // offset cannot name it), its members unchanged.
+        if let Ok(first) = u16::try_from(self.start() + lead) {
+            self.words.drain(..lead);
+            self.first = first;
+        }
         true
     }
 
@@ -320,6 +325,20 @@ mod tests {
         let u = high.union(&RankSet::single(0));
         assert_eq!(u.words.len(), usize::from(u16::MAX) + 1);
         assert!(u.contains(MAX_POSITIONS - 64) && u.contains(0));
+    }
+
+    #[test]
+    fn a_set_from_the_wire_beyond_the_bound_keeps_its_members_on_removal() {
+        // The largest offset, a member in its word and one beyond it.
+        let mut s = RankSet {
+            first: u16::MAX,
+            words: vec![1, 1],
+        };
+        assert!(s.remove(MAX_POSITIONS - 64));
+        assert_eq!(s.iter().collect::<Vec<_>>(), vec![MAX_POSITIONS]);
+        assert!(s.contains(MAX_POSITIONS) && !s.is_empty());
+        assert!(s.remove(MAX_POSITIONS));
+        assert_eq!(s, RankSet::new());
     }
 
     #[test]
