@@ -342,6 +342,30 @@ mod tests {
     }
 
     #[test]
+    fn a_path_from_the_wire_in_another_form_is_refused_not_misread() {
+        use crate::schedule::{Schedule, ScheduleError, Step};
+        // {0, 1} with a trailing zero word: the same members, another form.
+        let padded = RankSet {
+            first: 0,
+            words: vec![0b11, 0],
+        };
+        let normal: RankSet = [0, 1].into_iter().collect();
+        assert_eq!(padded.iter().collect::<Vec<_>>(), vec![0, 1]);
+        assert_ne!(padded, normal);
+        let mut s = Schedule::new(2, 0);
+        s.join(0).unwrap();
+        s.join(1).unwrap();
+        let Some(Step::Task(t)) = s.next(|_, _| false) else {
+            panic!("a task");
+        };
+        assert!(matches!(
+            s.task_done(t.task_id, t.receiver.index, &padded),
+            Err(ScheduleError::BadPath { .. })
+        ));
+        // A protocol error: the master ends the reduction with it.
+    }
+
+    #[test]
     fn basic_ops() {
         let a: RankSet = [0, 5, 64, 65_535].into_iter().collect();
         let b = RankSet::single(7);

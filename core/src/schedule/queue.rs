@@ -52,7 +52,11 @@ pub(super) struct Queue {
     /// gathering decision looks for it), and its queued messages.
     watched: usize,
     watched_seqs: BTreeSet<u64>,
-    /// Queued messages no gathering decision has classified yet.
+    /// Whether a gathering decision was taken: until then nothing is
+    /// classified, and the plain pairing keeps no list of new messages.
+    indexed: bool,
+    /// Queued messages no gathering decision has classified yet (once
+    /// `indexed`).
     fresh: Vec<u64>,
     /// Admitted messages per node, in order.
     by_node: HashMap<u64, BTreeSet<u64>>,
@@ -76,6 +80,7 @@ impl Queue {
             live: 0,
             watched,
             watched_seqs: BTreeSet::new(),
+            indexed: false,
             fresh: Vec::new(),
             by_node: HashMap::new(),
             open: BTreeSet::new(),
@@ -93,7 +98,9 @@ impl Queue {
         }
         self.slots.push_back(Some((e, Class::Fresh)));
         self.live += 1;
-        self.fresh.push(seq);
+        if self.indexed {
+            self.fresh.push(seq);
+        }
         seq
     }
 
@@ -202,6 +209,10 @@ impl Queue {
     /// Messages no gathering decision has classified yet (taken: the
     /// caller classifies each with [`Queue::classify`]).
     pub(super) fn take_fresh(&mut self) -> Vec<u64> {
+        if !self.indexed {
+            self.indexed = true;
+            return self.seqs().collect();
+        }
         std::mem::take(&mut self.fresh)
     }
 
@@ -362,6 +373,19 @@ mod tests {
             q.on_node(7, Some(s[0])).collect::<Vec<_>>(),
             vec![s[2], s[4]]
         );
+    }
+
+    #[test]
+    fn new_messages_are_listed_only_once_gathering_began() {
+        let mut q = Queue::new(0);
+        let a = q.push(e(0));
+        let b = q.push(e(1));
+        q.remove(a);
+        // The first gathering decision classifies whatever is queued.
+        assert_eq!(q.take_fresh(), vec![b]);
+        let c = q.push(e(2));
+        assert_eq!(q.take_fresh(), vec![c]);
+        assert_eq!(q.take_fresh(), Vec::<u64>::new());
     }
 
     #[test]

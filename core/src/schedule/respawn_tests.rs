@@ -167,6 +167,29 @@ fn a_copied_original_makes_the_replacements_join_a_duplicate() {
     assert_eq!(s.join_replacement(1), Ok(Replacement::Held));
 }
 
+/// Without a takeover: member 2's buddy took the copy of its original,
+/// then 2 died before its join reached the master, its replacement
+/// awaited. The copy is read at once; the reduction does not wait for the
+/// replacement.
+#[test]
+fn a_copy_taken_before_a_lost_join_is_read_while_the_replacement_is_awaited() {
+    let mut s = Schedule::new(4, 1);
+    for i in [0, 1, 3] {
+        s.join(i).unwrap();
+    }
+    let copied = |k: usize| k == 2;
+    s.await_replacement(2);
+    s.fail(2, copied).unwrap();
+    let mut read = Vec::new();
+    while let Some(Step::Task(t)) = s.next(|_, _| false) {
+        read.push((t.provider.index, t.source));
+        let path = t.receiver.path.union(&t.provider.path);
+        s.task_done(t.task_id, t.receiver.index, &path).unwrap();
+    }
+    assert!(s.is_complete(), "complete before any replacement came");
+    assert!(read.contains(&(2, Source::Replica)), "{read:?}");
+}
+
 /// As a standby rebuilds a reduction after its master died: member 2 (the
 /// dead master) reported nothing, so its original is not counted in, yet
 /// a live buddy reported a copy of it, and its replacement is awaited.
