@@ -70,6 +70,10 @@ pub const REPLICA_ERRORS: &str = "taskfold_replica_errors_total";
 /// Buddy copies made without copying bytes (same node): a mapping of the
 /// owner's disk copy, or a view of the owner's own buffer.
 pub const REPLICAS_MAPPED: &str = "taskfold_replicas_mapped_total";
+/// Allreduce results and broadcast values this rank fetched as a view of
+/// a same-node holder's memory (a loan), kept and decoded from there
+/// instead of copied first.
+pub const SPREAD_VALUES_VIEWED: &str = "taskfold_spread_values_viewed_total";
 /// Originals given no disk copy: the buddy, on this rank's node, maps the
 /// original's own buffer, which outlives this process (a standing copy,
 /// or with synchronous durability a view it was offered).
@@ -230,6 +234,10 @@ fn describe_copies() {
     describe_counter!(
         RESULTS_KEPT,
         "Copies of roots' results stored here for a replacement root"
+    );
+    describe_counter!(
+        SPREAD_VALUES_VIEWED,
+        "Allreduce results and broadcast values fetched as a view of a same-node holder's memory, not copied"
     );
     describe_counter!(
         RESULTS_NOT_KEPT,

@@ -15,11 +15,15 @@
 //! the holder's link), and a late member waits for one fetch from a free
 //! holder.
 //!
-//! A member whose node holds the value already fetches from a holder
-//! there at once, however many others that holder serves
+//! A member whose node holds the value already fetches from the first
+//! holder there at once, however many others it serves
 //! ([`Spread::with_nodes`]): a same-node fetch reads the holder's memory
 //! and costs the holder no link, only its answer, so every member of a
-//! node fetches in the same round as the first holder there: each round
+//! node fetches in the same round as the first holder there. The first,
+//! because the value lies in its own memory (it is the source, or fetched
+//! it from another node), where a fetcher can keep a view of it; a later
+//! holder there may hold a view of the first's, which a fetcher would
+//! have to copy. Each round
 //! costs two messages through the coordinator, which wait for a core
 //! where ranks outnumber cores (the book's Architecture chapter, Allreduce
 //! and broadcast, has the figures). Without nodes known, every holder is
@@ -112,8 +116,11 @@ pub struct Spread {
     nodes: BTreeMap<u32, u64>,
     /// The live holders of each known node.
     holders_on: BTreeMap<u64, BTreeSet<u32>>,
-    /// Fetches out per holder, from its own node.
-    near_load: BTreeMap<u32, usize>,
+    /// When each live holder began to hold (a count of holds), for the
+    /// first holder of a node.
+    held_at: BTreeMap<u32, u64>,
+    /// Holds so far.
+    holds: u64,
     /// The holder each fetcher's last fetch failed from: tried last.
     failed_from: BTreeMap<u32, u32>,
     dead: BTreeSet<u32>,
@@ -162,7 +169,8 @@ impl Spread {
             fetching: BTreeMap::new(),
             nodes: BTreeMap::new(),
             holders_on: BTreeMap::new(),
-            near_load: BTreeMap::new(),
+            held_at: BTreeMap::new(),
+            holds: 0,
             failed_from: BTreeMap::new(),
             dead,
             failed: BTreeSet::new(),
@@ -264,6 +272,8 @@ impl Spread {
 
     fn hold(&mut self, r: u32) {
         if self.holders.insert(r) {
+            self.held_at.insert(r, self.holds);
+            self.holds += 1;
             if let Some(&n) = self.nodes.get(&r) {
                 self.holders_on.entry(n).or_default().insert(r);
             }
@@ -277,23 +287,19 @@ impl Spread {
     /// holder still holds.
     fn release(&mut self, serve: Serve) {
         let h = serve.holder;
-        if !serve.slot {
-            if let Some(n) = self.near_load.get_mut(&h) {
-                *n = n.saturating_sub(1);
-            }
-        } else if self.holders.contains(&h) {
+        if serve.slot && self.holders.contains(&h) {
             self.free.push_back(h);
         }
     }
 
-    /// A holder on `fetcher`'s node: the one serving fewest there, the
-    /// one its last fetch failed from only if no other, then the lowest.
+    /// A holder on `fetcher`'s node: the first to hold there, the one its
+    /// last fetch failed from only if no other.
     fn near_holder(&self, fetcher: u32) -> Option<u32> {
         let node = self.nodes.get(&fetcher)?;
         let avoid = self.failed_from.get(&fetcher).copied();
         self.holders_on.get(node)?.iter().copied().min_by_key(|h| {
-            let load = self.near_load.get(h).copied().unwrap_or(0);
-            (Some(*h) == avoid, load, *h)
+            let since = self.held_at.get(h).copied().unwrap_or(u64::MAX);
+            (Some(*h) == avoid, since)
         })
     }
 
@@ -305,7 +311,7 @@ impl Spread {
         if let Some(on) = self.nodes.get(&r).and_then(|n| self.holders_on.get_mut(n)) {
             on.remove(&r);
         }
-        self.near_load.remove(&r);
+        self.held_at.remove(&r);
         self.free.retain(|x| *x != r);
         self.wanting.retain(|x| *x != r);
         if let Some(serve) = self.fetching.remove(&r) {
@@ -363,13 +369,10 @@ impl Spread {
                 break;
             }
             let serve = match self.near_holder(fetcher) {
-                Some(holder) => {
-                    *self.near_load.entry(holder).or_insert(0) += 1;
-                    Serve {
-                        holder,
-                        slot: false,
-                    }
-                }
+                Some(holder) => Serve {
+                    holder,
+                    slot: false,
+                },
                 None => match self.free.pop_front() {
                     Some(holder) => Serve { holder, slot: true },
                     None => {

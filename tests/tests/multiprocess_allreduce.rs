@@ -1,7 +1,9 @@
 //! Allreduce across real processes over TCP, a rank SIGKILLed at an exact
 //! instant (test hooks hold it there): every survivor ends with the exact
 //! result, or every one with the same typed error (the book's
-//! Architecture chapter, "Allreduce and broadcast").
+//! Architecture chapter, "Allreduce and broadcast"). The ranks share one
+//! node and their values lie in the shared heap: a member keeps a view of
+//! the root's memory, read exact however late, even after the root died.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,6 +14,10 @@ use taskfold_tests::{signal, taskfold_bin, text, wait_bounded, wait_for_pid, Sig
 const LIMIT: Duration = Duration::from_secs(180);
 
 fn start(dir: &Path, hooks: &str) -> Child {
+    start_with(dir, hooks, &[])
+}
+
+fn start_with(dir: &Path, hooks: &str, args: &[&str]) -> Child {
     let mut cmd = Command::new(taskfold_bin());
     if !hooks.is_empty() {
         cmd.env("TASKFOLD_TEST_HOOK", hooks);
@@ -20,6 +26,7 @@ fn start(dir: &Path, hooks: &str) -> Child {
         .arg(PathBuf::from(env!("CARGO_BIN_EXE_tf_allreduce")))
         .arg("--pid-dir")
         .arg(dir)
+        .args(args)
         .env("TASKFOLD_DURABILITY", "sync")
         .env("TASKFOLD_REPLICA_DIR", dir.join("replicas"))
         .env("TASKFOLD_FAILURE_TIMEOUT_MS", "1500")
@@ -99,6 +106,8 @@ fn sigkill_of_the_root_while_a_member_fetches() {
 }
 
 /// No failure: every rank has the exact sum, then the broadcast value.
+/// Every member read the sum where the root holds it, one view each (the
+/// broadcast's few bytes are streamed, not lent).
 #[test]
 fn every_process_gets_the_result_and_the_broadcast() {
     let dir = tempfile::tempdir().unwrap();
@@ -111,6 +120,29 @@ fn every_process_gets_the_result_and_the_broadcast() {
             "{t}"
         );
         assert!(t.contains(&format!("[{r}] broadcast: ok: from 1")), "{t}");
+        let views = if r == 1 { 0 } else { 1 };
+        assert!(t.contains(&format!("[{r}] spread views: {views}")), "{t}");
     }
+    assert!(out.status.success(), "{t}");
+}
+
+/// Rank 3 takes its value only after every other rank took theirs and the
+/// root then filled every free buffer of the value's size with NaN: the
+/// view it kept of the root's memory was lent, so the root's buffer was
+/// not among them, and the value is exact.
+#[test]
+fn a_value_taken_late_is_exact_after_the_root_reused_its_free_buffers() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = wait_bounded(start_with(d, "", &["--late", "3"]), LIMIT);
+    let t = text(&out);
+    assert!(d.join("root.churned").exists(), "{t}");
+    for r in 0..4 {
+        assert!(
+            t.contains(&format!("[{r}] allreduce: ok, exact: true")),
+            "{t}"
+        );
+    }
+    assert!(t.contains("[3] spread views: 1"), "{t}");
     assert!(out.status.success(), "{t}");
 }

@@ -201,8 +201,7 @@ impl Spreader {
         };
         match got {
             Ok(received) => {
-                // Aligned, as the decoder needs; exposed again as is.
-                let bytes = taskfold_core::pool::bytes(received.into_owned());
+                let bytes = kept(received);
                 m.holding = true;
                 // Served first, and decoded by the application's thread
                 // when it takes the value: the runtime's thread, which
@@ -232,6 +231,29 @@ impl Spreader {
                 });
             }
         }
+    }
+}
+
+/// The bytes a fetch got, as this member keeps and serves them: aligned,
+/// as the decoder needs.
+///
+/// A loan of a same-node holder's memory ([`Received::Shared`]) is kept as
+/// it is, not copied: the holder keeps lent bytes unchanged and allocated
+/// until this rank drops the view (for good if the link between them goes
+/// down, and a dead holder's pages outlive it in this rank's mapping), so
+/// the value is read from the holder's memory once, by the application's
+/// thread as it decodes, and served from there until the spread ends. One
+/// copy of the value at each member instead of two (the book's
+/// Architecture chapter, Allreduce and broadcast). A view that is not
+/// aligned is copied.
+fn kept(received: Received) -> Bytes {
+    let align = taskfold_transports::RecvBuf::ALIGNMENT;
+    match received {
+        Received::Shared(v) if (v.as_ptr() as usize).is_multiple_of(align) => {
+            metrics::counter!(crate::metrics::SPREAD_VALUES_VIEWED).increment(1);
+            Bytes::from_owner(v)
+        }
+        other => taskfold_core::pool::bytes(other.into_owned()),
     }
 }
 

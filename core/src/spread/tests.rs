@@ -298,15 +298,16 @@ fn a_node_that_holds_serves_all_its_members_at_once() {
 }
 
 #[test]
-fn near_fetches_spread_over_the_nodes_holders_and_retry_elsewhere() {
+fn near_fetches_go_to_the_nodes_first_holder_and_retry_elsewhere() {
     let mut s = Spread::new(0..6, 0, &[]).with_nodes((0..6).map(|r| (r, 9)));
     s.on(Have(0));
     assert_eq!(fetches(&s.on(Want(1))), [(1, 0)]);
     s.on(Fetched(1));
-    // The least-loaded holder first: both free, the lower one.
+    // The first holder there, however many it serves: the value lies in
+    // its own memory (rank 1 may hold a view of rank 0's).
     assert_eq!(fetches(&s.on(Want(2))), [(2, 0)]);
-    assert_eq!(fetches(&s.on(Want(3))), [(3, 1)]);
-    // A failed fetch goes to the other holder, though it serves one.
+    assert_eq!(fetches(&s.on(Want(3))), [(3, 0)]);
+    // A failed fetch goes to another holder.
     assert_eq!(fetches(&s.on(FetchFailed(2))), [(2, 1)]);
     // A dead holder serves nobody: its fetcher's retry goes elsewhere.
     s.on(Dead(1));

@@ -4,11 +4,24 @@
 //!
 //! Contributions are small integers, so every sum is exact in `f32` and
 //! a lost or doubled contribution is always detected.
+//!
+//! With `--late R`, rank R takes its allreduce value only once the root
+//! has taken its own, waited for every other rank to take theirs, and then
+//! filled every free buffer of the value's size with NaN (`root.churned`):
+//! a value kept as a view of the root's memory must be unchanged by it.
+//! At the end each rank prints how many spread values it kept as a view
+//! of a same-node holder's memory (`spread views: N`).
 
 use clap::Parser;
-use std::path::PathBuf;
-use std::time::Duration;
-use taskfold::{Reduce, Runtime, Sum};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use taskfold::{metrics as names, InPlace, Reduce, Runtime, Sum};
+
+/// Values lie in the shared heap (unless `TASKFOLD_SHARED_HEAP=0`): a
+/// member on the root's node fetches a view of the root's memory.
+#[global_allocator]
+static HEAP: taskfold::SharedHeap = taskfold::SharedHeap;
 
 #[derive(Parser)]
 struct Args {
@@ -22,13 +35,63 @@ struct Args {
     /// rank's allreduce ended.
     #[arg(long)]
     pid_dir: PathBuf,
+    /// This rank takes its allreduce value only after the root churned
+    /// its free buffers (see the module's doc).
+    #[arg(long)]
+    late: Option<u32>,
 }
 
 fn value(rank: u32, i: usize) -> f32 {
     ((i % 1021) as u32 + rank * 3) as f32
 }
 
+/// Waits (bounded) until `path` exists.
+fn wait_file(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{} never came", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The root, its own value taken: once every rank but `late` took theirs
+/// (and the spread's holders had time to let the value go), fills every
+/// free buffer near the value's size with NaN, then says so.
+fn churn(args: &Args, size: u32, late: u32) {
+    for r in (0..size).filter(|&r| r != late && r != args.root) {
+        wait_file(&args.pid_dir.join(format!("rank-{r}.got")));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Requests from a little below the value's encoding to a little above
+    // take every free buffer a recycled encoding could be among.
+    let mut taken = Vec::new();
+    for len in args.len.saturating_sub(8)..=args.len + 8 {
+        for _ in 0..8 {
+            let mut b = InPlace::<Sum<f32>>::zeroed(len);
+            b.as_mut_slice().fill(f32::NAN);
+            taken.push(b);
+        }
+    }
+    drop(taken);
+    std::fs::write(args.pid_dir.join("root.churned"), b"").unwrap();
+}
+
+fn counter(snap: &Snapshotter, name: &str) -> u64 {
+    snap.snapshot()
+        .into_vec()
+        .iter()
+        .filter(|(k, ..)| k.key().name() == name)
+        .map(|(.., v)| match v {
+            DebugValue::Counter(c) => *c,
+            _ => 0,
+        })
+        .sum()
+}
+
 fn main() {
+    let recorder = DebuggingRecorder::new();
+    let snap = recorder.snapshotter();
+    recorder.install().expect("the only recorder");
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
@@ -50,6 +113,9 @@ fn main() {
         .expect("allreduce");
     let limit = Duration::from_secs(120);
     let mut f = f;
+    if args.late == Some(rank) {
+        wait_file(&args.pid_dir.join("root.churned"));
+    }
     let ok = match f.wait_timeout(limit) {
         Ok(sum) => {
             let exact = sum.0.len() == args.len
@@ -67,6 +133,9 @@ fn main() {
         }
     };
     std::fs::write(args.pid_dir.join(format!("rank-{rank}.got")), b"").unwrap();
+    if let Some(late) = args.late.filter(|_| rank == args.root && ok) {
+        churn(&args, size, late);
+    }
     if ok {
         let v = (rank == args.root).then(|| format!("from {}", args.root));
         let b = rt.broadcast(v, Reduce::root(args.root).id("bc"));
@@ -75,6 +144,8 @@ fn main() {
             Err(e) => println!("[{rank}] broadcast: error: {e}"),
         }
     }
+    let views = counter(&snap, names::SPREAD_VALUES_VIEWED);
+    println!("[{rank}] spread views: {views}");
     if let Err(e) = rt.shutdown() {
         println!("[{rank}] shutdown: {e}");
     }
