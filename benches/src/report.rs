@@ -220,6 +220,7 @@ impl Report {
         ];
         t.push(self.stagger_target());
         t.push(self.k28_target());
+        t.extend(self.small_targets());
         t
     }
 
@@ -318,6 +319,7 @@ impl Report {
     }
 }
 
+mod small_targets;
 mod spread_targets;
 
 #[cfg(test)]

@@ -84,7 +84,7 @@ impl Report {
     }
 
     fn targets_table(&self, out: &mut String) {
-        let _ = writeln!(out, "\n## Targets (p = 8, against Open MPI)\n");
+        let _ = writeln!(out, "\n## Targets (against Open MPI in the same run)\n");
         let _ = writeln!(out, "| target | measured | met |");
         let _ = writeln!(out, "|---|---|---|");
         for t in self.targets() {

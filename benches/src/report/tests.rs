@@ -132,3 +132,94 @@ fn an_allreduce_is_judged_on_its_own_targets() {
     with.spread_alone = vec![(2 << 20, 0.004)];
     assert_eq!(with.targets()[2].met, Some(false));
 }
+
+/// A quiet record of `side` at `np` ranks and `size` bytes, with `times`.
+fn quiet(side: &str, np: u32, size: usize, times: &[f64]) -> Record {
+    Record::new(
+        side,
+        "quiet",
+        None,
+        Sample {
+            scenario: "quiet".into(),
+            np,
+            size,
+            k: 1,
+            times_s: times.to_vec(),
+            tails_s: times.to_vec(),
+            master: None,
+        },
+    )
+}
+
+#[test]
+fn small_reductions_are_judged_on_their_own_targets() {
+    let r = Report {
+        records: vec![
+            quiet("taskfold", 8, 8, &[0.0005]),
+            quiet("openmpi", 8, 8, &[0.0001]),
+            quiet("taskfold", 32, 8, &[0.0020]),
+            quiet("openmpi", 32, 8, &[0.0010]),
+            quiet("taskfold", 8, 128 << 10, &[0.0006]),
+            quiet("openmpi", 8, 128 << 10, &[0.0006]),
+            quiet("taskfold", 2, 512 << 10, &[0.0003]),
+            quiet("openmpi", 2, 512 << 10, &[0.0001]),
+        ],
+        ..Report::default()
+    };
+    let t = r.targets();
+    let find = |start: &str| t.iter().find(|t| t.what.starts_with(start)).unwrap();
+    let eight = find("quiet, 8 B");
+    // 5 × at p = 8, 2 × at p = 32: one above 3.
+    assert_eq!(eight.met, Some(false));
+    assert_eq!(eight.measured, vec!["p = 8, 8 B: 5.00, p = 32, 8 B: 2.00"]);
+    assert_eq!(find("quiet, 128 KiB").met, Some(true));
+    assert_eq!(find("quiet, p = 2").met, Some(false));
+    assert!(r
+        .markdown()
+        .contains("## Targets (against Open MPI in the same run)"));
+    // Without the small sizes, nothing is judged.
+    let large = Report {
+        records: vec![quiet("taskfold", 8, 8 << 20, &[0.01])],
+        ..Report::default()
+    };
+    let t = large.targets();
+    assert!(t
+        .iter()
+        .filter(|t| t.what.starts_with("quiet, "))
+        .all(|t| t.met.is_none()));
+}
+
+#[test]
+fn a_size_faster_than_a_smaller_one_counts_only_beyond_the_spread() {
+    let spread = [0.0010, 0.0011, 0.0012, 0.0013, 0.0014];
+    let r = |larger: &[f64]| Report {
+        records: vec![
+            quiet("taskfold", 8, 8, &spread),
+            quiet("taskfold", 8, 1 << 10, larger),
+            // Another p is judged on its own sizes only.
+            quiet("taskfold", 32, 8, &[0.0001]),
+        ],
+        ..Report::default()
+    };
+    let judged = |larger: &[f64]| {
+        let t = r(larger).targets();
+        let m = t
+            .into_iter()
+            .find(|t| t.what.contains("never decreasing"))
+            .unwrap();
+        (m.met, m.measured)
+    };
+    // Faster in the median, but within the spread: no drop.
+    assert_eq!(
+        judged(&[0.0009, 0.0010, 0.00105, 0.0011, 0.0013]).0,
+        Some(true)
+    );
+    // Every repetition but the slowest below the smaller size's lower
+    // quartile: a drop.
+    let (met, measured) = judged(&[0.0005, 0.0006, 0.0007, 0.0008, 0.0020]);
+    assert_eq!(met, Some(false));
+    assert_eq!(
+        measured,
+        vec!["faster than the size before: p = 8: 8 B 1.200 ms, 1 KiB 0.700 ms"]
+    );
+}
