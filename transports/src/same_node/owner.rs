@@ -21,7 +21,10 @@
 //! reduction of 8 ranks took twice as long over 20 repetitions). So the
 //! listeners read are kept, and each proof looks its peer up there first;
 //! the tables are read again only for a listener not among them (a
-//! replacement's), or one that the named process does not hold.
+//! replacement's), or one that the named process does not hold. A read
+//! asks the kernel for this namespace's listening sockets alone first
+//! (`sock_diag`, see `tcp::lender::diag`), and reads the named process's
+//! `/proc` tables only if that does not prove it.
 //!
 //! What a refusal does: nothing is opened or read (the view is `None`, so
 //! the caller fetches the bytes with a get instead), the refusal is logged
@@ -125,8 +128,18 @@ impl Owners {
                 return Ok(true);
             }
         }
-        // Not seen yet, or another process's socket then: read anew.
+        // Not seen yet, or another process's socket then: read anew, this
+        // namespace's listeners first (the kernel walks those alone), then
+        // the named process's tables (its namespace may be another).
         self.reads.fetch_add(1, Ordering::Relaxed);
+        if let Ok(here) = lender::listening_here() {
+            if let Some(inode) = lender::listener_at(&here, addr) {
+                if lender::holds_inode(pid, inode)? {
+                    *self.listening() = here;
+                    return Ok(true);
+                }
+            }
+        }
         let now = lender::listening(pid)?;
         let inode = lender::listener_at(&now, addr);
         *self.listening() = now;

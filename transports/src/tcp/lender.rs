@@ -10,9 +10,11 @@
 //! sockets), so the connection's first loan is checked against the kernel's
 //! tables: the named process must hold the socket whose local address is
 //! this connection's remote address and whose remote address is this
-//! connection's local one (`/proc/<pid>/net/tcp` gives the socket's inode,
-//! `/proc/<pid>/fd` the process's sockets). Once checked, a connection's
-//! loans must all name that pid.
+//! connection's local one (the socket's inode from a `sock_diag` lookup
+//! by those addresses, see `diag`, or else from `/proc/<pid>/net/tcp`, a
+//! walk of every connection of the machine; `/proc/<pid>/fd` the
+//! process's sockets). Once checked, a connection's loans must all name
+//! that pid.
 //!
 //! What a failure does: a loan naming a process that does not hold the
 //! connection is a protocol error (the link is dropped and counted as a
@@ -93,6 +95,14 @@ impl Lender {
 /// Whether process `pid` holds a TCP socket bound to `local` and connected
 /// to `remote` (addresses as that process sees them).
 pub(crate) fn holds(pid: u32, local: SocketAddr, remote: SocketAddr) -> io::Result<bool> {
+    // Looked up by its addresses in this namespace first (no table walk);
+    // the named process's tables if that does not prove it (its namespace
+    // may be another).
+    if let Ok(Some(inode)) = diag::connection(local, remote) {
+        if holds_inode(pid, inode)? {
+            return Ok(true);
+        }
+    }
     let (ours, theirs) = (table_addr(local), table_addr(remote));
     // Each table read is a walk of the kernel's TCP hash: the IPv6 table
     // only if the IPv4 one has not the socket.
@@ -143,6 +153,25 @@ pub(crate) fn listening(pid: u32) -> io::Result<Vec<Listening>> {
         }));
     }
     Ok(out)
+}
+
+/// The TCP sockets listening in this process's network namespace, asked
+/// of the kernel for its listening sockets alone (see `diag`): a walk of
+/// those, where [`listening`] walks every connection of the machine. A
+/// peer in another namespace is not among them.
+pub(crate) fn listening_here() -> io::Result<Vec<Listening>> {
+    Ok(diag::listeners()?
+        .into_iter()
+        .map(|l| {
+            let (v4, v6) = table_addr(l.addr);
+            let v6_table = l.addr.is_ipv6();
+            Listening {
+                v6: v6_table,
+                local: if v6_table { v6 } else { v4 },
+                inode: l.inode,
+            }
+        })
+        .collect())
 }
 
 /// The inode of the socket of `table` that listens at `addr` (as the
@@ -238,6 +267,8 @@ fn table_addr(a: SocketAddr) -> (String, String) {
         }
     }
 }
+
+mod diag;
 
 #[cfg(test)]
 mod tests;
