@@ -347,7 +347,46 @@ impl Schedule {
             }
         }
         self.push_singles(split, &has_replica);
+        self.copies_lost(has_replica)
+    }
+
+    /// Copies of originals may be gone (their holder died, or a disk copy
+    /// proved unreadable): the originals queued to be read from them are
+    /// queued again (see `orphaned`), then, as
+    /// [`Schedule::check_recoverable`], errors when some original can no
+    /// longer be had.
+    pub fn copies_lost(
+        &mut self,
+        has_replica: impl Fn(usize) -> bool,
+    ) -> Result<(), Unrecoverable> {
+        self.orphaned(&has_replica);
         self.check_recoverable(has_replica)
+    }
+
+    /// The originals of other dead positions queued to be read from a copy
+    /// that is gone now (it died with the rank that held it): each is
+    /// queued again as [`Schedule::push_singles`] would, so that a
+    /// replacement's held join stands in for it, and the original of a
+    /// position whose replacement is expected is taken out, to be joined
+    /// again; any other stays, to be found lost.
+    fn orphaned(&mut self, has_replica: &impl Fn(usize) -> bool) {
+        let expected = |k: usize| {
+            self.held.contains(k) || self.awaiting.contains(k) || self.replaced.contains(k)
+        };
+        let ks: Vec<usize> = self
+            .queue
+            .iter()
+            .filter(|e| e.path.len() == 1 && self.dead.contains(e.index))
+            .map(|e| e.index)
+            .filter(|&k| !has_replica(k) && expected(k))
+            .collect();
+        if ks.is_empty() {
+            return;
+        }
+        self.queue
+            .retain(|e| !(e.path.len() == 1 && ks.contains(&e.index)));
+        let lost = ks.into_iter().map(RankSet::single).collect();
+        self.push_singles(lost, has_replica);
     }
 
     /// Queues every original of `split` as a recovering single, except:

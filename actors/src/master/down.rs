@@ -186,7 +186,7 @@ impl Master {
         let has = |k: usize| roster.has_copy(k, dead);
         let outcome = match member {
             Some(i) if !awaits => r.schedule.fail(i, has),
-            _ => r.schedule.check_recoverable(has),
+            _ => r.schedule.copies_lost(has),
         };
         if outcome.is_ok() {
             for i in unanswered {

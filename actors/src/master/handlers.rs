@@ -183,7 +183,7 @@ impl Master {
         if r.schedule.fetch_failed(task_id, index, has).is_err() {
             return; // already rescheduled (the receiver's report came late)
         }
-        match r.schedule.check_recoverable(has) {
+        match r.schedule.copies_lost(has) {
             Ok(()) => self.drive(key),
             Err(u) => {
                 let error = r.lost(&u);

@@ -224,6 +224,49 @@ fn a_copied_original_not_counted_in_is_read_from_its_copy_not_awaited() {
     assert_eq!(s.join_replacement(2), Ok(Replacement::Held));
 }
 
+/// Member 0 died with a copy of its original at its buddy, and its
+/// replacement came (its join held, or not yet sent); then the buddy
+/// died with the copy. The replacement's join stands in: the reduction
+/// completes with every original once, never `RanksLost` (`bench chaos`,
+/// seed 650: the dead master's node-mate held the copy).
+#[test]
+fn a_copy_lost_after_the_replacement_came_is_replaced_by_its_join() {
+    for held_first in [false, true] {
+        let mut s = Schedule::new(4, 2);
+        (0..4).for_each(|i| s.join(i).unwrap());
+        let copy = std::cell::Cell::new(true);
+        // 3's own original has a copy elsewhere, alive throughout.
+        let has = |k: usize| (k == 0 && copy.get()) || k == 3;
+        s.await_replacement(0);
+        s.fail(0, has).unwrap();
+        s.revive(0);
+        if held_first {
+            assert_eq!(s.join_replacement(0), Ok(Replacement::Held));
+        }
+        // Position 3, the buddy, dies, and the copy of 0's original with it.
+        copy.set(false);
+        assert_eq!(s.fail(3, has), Ok(()), "held first: {held_first}");
+        if !held_first {
+            assert_eq!(s.join_replacement(0), Ok(Replacement::Joined));
+        }
+        let mut folded = RankSet::single(2);
+        loop {
+            match s.next(|_, _| false) {
+                Some(Step::Complete) => break,
+                Some(Step::Task(t)) => {
+                    let path = t.receiver.path.union(&t.provider.path);
+                    s.task_done(t.task_id, t.receiver.index, &path).unwrap();
+                    if t.receiver.index == 2 {
+                        folded = path;
+                    }
+                }
+                None => panic!("stalled, held first: {held_first}"),
+            }
+        }
+        assert_eq!(folded.len(), 4, "every original once");
+    }
+}
+
 #[test]
 fn a_held_replacement_that_dies_leaves_its_place_to_the_next() {
     let mut s = Schedule::new(4, 1);
