@@ -10,8 +10,21 @@ use taskfold_transports::{BufferKey, Bytes, Rank, Received, Transport};
 #[global_allocator]
 static HEAP: SharedHeap = SharedHeap;
 
+/// Held by every test here: the heap's kept blocks and free extents are
+/// the process's, so a test that watches them (which block is kept, which
+/// released) must not see another test's blocks taken or freed meanwhile
+/// (one test's block of 4 MiB could fill the extent another test's freed
+/// block left, and read as resident).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    // A test that failed holding it leaves nothing half done here.
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn large_blocks_come_from_the_heap_small_ones_do_not() {
+    let _serial = serial();
     let big = vec![7u8; MIN_SHARED];
     let small = vec![7u8; MIN_SHARED - 1];
     assert!(shm::active(), "the heap was created");
@@ -28,6 +41,7 @@ fn large_blocks_come_from_the_heap_small_ones_do_not() {
 
 #[test]
 fn the_pools_buffers_of_every_size_come_from_the_heap() {
+    let _serial = serial();
     // A reduction buffer is in the heap whatever its size (same-node peers
     // read it in place, a same-node buddy views it there); the
     // application's own block of that size is not.
@@ -57,6 +71,7 @@ fn the_pools_buffers_of_every_size_come_from_the_heap() {
 
 #[test]
 fn blocks_are_disjoint_zeroed_and_reused() {
+    let _serial = serial();
     // Many threads allocating, filling, checking and freeing blocks of
     // several sizes: a block handed out twice would be overwritten.
     let threads: Vec<_> = (0..4u8)
@@ -102,6 +117,7 @@ fn resident(at: usize, len: usize) -> bool {
 
 #[test]
 fn a_freed_block_keeps_its_pages_for_the_next_of_its_size() {
+    let _serial = serial();
     // A size no other test here uses: the kept block is taken again by
     // the next block of exactly its size.
     const N: usize = (6 << 20) + 7 * (64 << 10);
@@ -137,6 +153,7 @@ fn a_freed_block_keeps_its_pages_for_the_next_of_its_size() {
 
 #[test]
 fn beyond_its_count_of_kept_blocks_the_oldest_freed_is_released() {
+    let _serial = serial();
     // Sizes no other test here uses (each of its own, so none is taken
     // again), far below the bound in bytes: the count decides.
     let sizes: Vec<usize> = (1..=shm::HOT_BLOCKS + 1)
@@ -148,7 +165,7 @@ fn beyond_its_count_of_kept_blocks_the_oldest_freed_is_released() {
     while let Some(b) = blocks.pop() {
         drop(b);
     }
-    // Other tests' frees meanwhile can only push it out sooner.
+    // No other test takes or frees blocks meanwhile (`serial`).
     assert!(
         !resident(first.0, first.1),
         "the oldest of {} freed blocks is released",
@@ -158,6 +175,7 @@ fn beyond_its_count_of_kept_blocks_the_oldest_freed_is_released() {
 
 #[test]
 fn growing_and_shrinking_keeps_the_contents() {
+    let _serial = serial();
     let mut v: Vec<u32> = Vec::new();
     for i in 0..2_000_000u32 {
         v.push(i); // grows through the system allocator into the heap
@@ -178,6 +196,7 @@ fn pattern(len: usize) -> Bytes {
 
 #[test]
 fn same_node_loans_are_read_in_place_and_returned_on_drop() {
+    let _serial = serial();
     let ts = tcp_ranks(2, &|_| {});
     let (t0, t1) = (ts[0].clone(), ts[1].clone());
     let data = pattern(5 << 20);
@@ -217,6 +236,7 @@ fn same_node_loans_are_read_in_place_and_returned_on_drop() {
 
 #[test]
 fn a_peer_heap_is_checked_before_it_is_mapped_and_bounded_when_read() {
+    let _serial = serial();
     let block = vec![5u8; MIN_SHARED];
     let r = shm::locate(block.as_ptr(), block.len()).expect("in the heap");
     let pid = std::process::id();
@@ -250,6 +270,7 @@ fn a_peer_heap_is_checked_before_it_is_mapped_and_bounded_when_read() {
 /// lend, of another node or outside the heap is refused.
 #[test]
 fn located_bytes_are_read_in_place_without_a_request() {
+    let _serial = serial();
     let ts = tcp_ranks(2, &|_| {});
     let (t0, t1) = (ts[0].clone(), ts[1].clone());
     let data = pattern(4 << 20);
@@ -309,6 +330,7 @@ fn located_bytes_are_read_in_place_without_a_request() {
 /// and it maps nothing new for a dead peer.
 #[test]
 fn a_dead_owners_heap_serves_its_buddy_until_forgotten() {
+    let _serial = serial();
     let ts = tcp_ranks(3, &|_| {});
     let (buddy, owner) = (ts[0].clone(), ts[1].clone());
     let data = pattern(2 << 20);
@@ -369,6 +391,7 @@ fn a_dead_owners_heap_serves_its_buddy_until_forgotten() {
 #[cfg(feature = "libfabric")]
 #[test]
 fn libfabric_ranks_read_each_other_in_place() {
+    let _serial = serial();
     let provider = "tcp;ofi_rxm";
     if !taskfold_transports::libfabric::provider_available(provider) {
         assert!(std::env::var_os("CI").is_none(), "{provider} is missing");
@@ -504,6 +527,7 @@ fn foreign_pids_are_refused(
 /// with the key cannot make a rank map another process's file.
 #[test]
 fn a_locator_naming_another_process_reads_nothing() {
+    let _serial = serial();
     let ts = tcp_ranks(2, &|_| {});
     let (t0, t1) = (ts[0].clone(), ts[1].clone());
     let data = pattern(1 << 20);
@@ -519,6 +543,7 @@ fn a_locator_naming_another_process_reads_nothing() {
 #[cfg(feature = "libfabric")]
 #[test]
 fn libfabric_a_locator_naming_another_process_reads_nothing() {
+    let _serial = serial();
     let provider = "tcp;ofi_rxm";
     if !taskfold_transports::libfabric::provider_available(provider) {
         assert!(std::env::var_os("CI").is_none(), "{provider} is missing");
