@@ -13,6 +13,21 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// The total of the counter `name` (over its labels) in a debugging
+/// recorder's snapshot: how a test reads the runtime's metrics.
+pub fn counter(snap: &metrics_util::debugging::Snapshotter, name: &str) -> u64 {
+    use metrics_util::debugging::DebugValue;
+    snap.snapshot()
+        .into_vec()
+        .iter()
+        .filter(|(k, ..)| k.key().name() == name)
+        .map(|(.., v)| match v {
+            DebugValue::Counter(c) => *c,
+            _ => 0,
+        })
+        .sum()
+}
+
 /// The `taskfold` binary of this workspace, built once per test process
 /// (a test run builds this crate's binaries, not other crates') as a user
 /// builds it: without the test hooks. Only that binary is built, so the

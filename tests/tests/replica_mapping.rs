@@ -3,7 +3,7 @@
 //! mapping even after the file itself is gone. Large buffers are recycled,
 //! and the pool's metrics say so.
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use metrics_util::debugging::DebuggingRecorder;
 use std::time::Duration;
 use taskfold::hooks::{Hook, Point};
 use taskfold::{metrics as names, Config, Durability, LocalCluster, Reduce, Sum};
@@ -75,18 +75,7 @@ fn a_same_node_buddy_maps_the_disk_copy_and_recovers_from_it() {
         "recovered from the mapped copy"
     );
 
-    let counter = |name: &str| -> u64 {
-        snapshotter
-            .snapshot()
-            .into_vec()
-            .iter()
-            .filter(|(k, ..)| k.key().name() == name)
-            .map(|(.., v)| match v {
-                DebugValue::Counter(c) => *c,
-                _ => 0,
-            })
-            .sum()
-    };
+    let counter = |name: &str| taskfold_tests::counter(&snapshotter, name);
     let mapped = counter(names::REPLICAS_MAPPED);
     assert!(
         mapped >= 3,

@@ -13,7 +13,7 @@
 //! of a same-node holder's memory (`spread views: N`).
 
 use clap::Parser;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::debugging::DebuggingRecorder;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use taskfold::{metrics as names, InPlace, Reduce, Runtime, Sum};
@@ -76,18 +76,6 @@ fn churn(args: &Args, size: u32, late: u32) {
     std::fs::write(args.pid_dir.join("root.churned"), b"").unwrap();
 }
 
-fn counter(snap: &Snapshotter, name: &str) -> u64 {
-    snap.snapshot()
-        .into_vec()
-        .iter()
-        .filter(|(k, ..)| k.key().name() == name)
-        .map(|(.., v)| match v {
-            DebugValue::Counter(c) => *c,
-            _ => 0,
-        })
-        .sum()
-}
-
 fn main() {
     let recorder = DebuggingRecorder::new();
     let snap = recorder.snapshotter();
@@ -144,7 +132,7 @@ fn main() {
             Err(e) => println!("[{rank}] broadcast: error: {e}"),
         }
     }
-    let views = counter(&snap, names::SPREAD_VALUES_VIEWED);
+    let views = taskfold_tests::counter(&snap, names::SPREAD_VALUES_VIEWED);
     println!("[{rank}] spread views: {views}");
     if let Err(e) = rt.shutdown() {
         println!("[{rank}] shutdown: {e}");

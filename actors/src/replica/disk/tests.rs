@@ -56,13 +56,6 @@ fn a_named_directory_yields_only_private_replica_files() {
 fn ended_files_are_written_over_and_spares_removed_on_drop() {
     let tmp = tempdir_named("spares");
     let mut d = ReplicaDisk::open(Some(&tmp), 1).unwrap();
-    let original = |fill: u8, len: usize| {
-        let payload = vec![fill; len];
-        let mut buf = vec![0u8; replica::HEADER_LEN];
-        replica::write_header(&mut buf, &payload);
-        buf.extend_from_slice(&payload);
-        buf
-    };
     let live = AtomicBool::new(true);
     let big = original(1, 3 << 20);
     assert!(d.write_original(1, 1, &big, &live).unwrap());
@@ -88,18 +81,7 @@ fn ended_files_are_written_over_and_spares_removed_on_drop() {
     for k in 10..20 {
         d.remove_key(k);
     }
-    let spares = || {
-        std::fs::read_dir(rank_dir(&tmp, 1))
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with("spare-")
-            })
-            .count()
-    };
+    let spares = || spares_in(&rank_dir(&tmp, 1));
     assert_eq!(spares(), 4);
     drop(d);
     assert_eq!(spares(), 0);
@@ -110,9 +92,7 @@ fn ended_files_are_written_over_and_spares_removed_on_drop() {
 fn small_files_are_kept_a_few_at_a_time() {
     let tmp = tempdir_named("small-spares");
     let d = ReplicaDisk::open(Some(&tmp), 1).unwrap();
-    let mut small = vec![0u8; replica::HEADER_LEN];
-    replica::write_header(&mut small, &[7u8; 8]);
-    small.extend_from_slice(&[7u8; 8]);
+    let small = original(7, 8);
     let live = AtomicBool::new(true);
     let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
     assert!(d.write_original(1, 1, &small, &live).unwrap());
@@ -131,14 +111,7 @@ fn small_files_are_kept_a_few_at_a_time() {
     for k in 10..30 {
         d.remove_key(k);
     }
-    let kept = std::fs::read_dir(rank_dir(&tmp, 1))
-        .unwrap()
-        .filter(|e| {
-            let name = e.as_ref().unwrap().file_name();
-            name.to_string_lossy().starts_with("spare-")
-        })
-        .count();
-    assert_eq!(kept, SMALL_SPARES);
+    assert_eq!(spares_in(&rank_dir(&tmp, 1)), SMALL_SPARES);
     drop(d);
     let _ = std::fs::remove_dir_all(tmp);
 }
@@ -233,4 +206,24 @@ fn tempdir_named(name: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("tf-disk-test-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&p).unwrap();
     p
+}
+
+/// The spare files kept in `dir`.
+fn spares_in(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("spare-")
+        })
+        .count()
+}
+
+/// A replica buffer of `len` bytes of `fill`: its header, then them.
+fn original(fill: u8, len: usize) -> Vec<u8> {
+    let payload = vec![fill; len];
+    let mut buf = vec![0u8; replica::HEADER_LEN];
+    replica::write_header(&mut buf, &payload);
+    buf.extend_from_slice(&payload);
+    buf
 }
