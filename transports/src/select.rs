@@ -20,7 +20,7 @@ pub const fn libfabric_built() -> bool {
 }
 
 /// `tcp` with what `settings` changes in it: the bind address, the thread
-/// count, same-node loans.
+/// count, same-node loans and rings.
 pub fn tcp_config(settings: &TransportSettings, mut tcp: TcpConfig) -> TcpConfig {
     if let Some(ip) = settings.bind_host {
         tcp.bind_host = ip;
@@ -29,6 +29,7 @@ pub fn tcp_config(settings: &TransportSettings, mut tcp: TcpConfig) -> TcpConfig
         tcp.threads = n;
     }
     tcp.loans = tcp.loans && settings.tcp_loans;
+    tcp.rings = tcp.rings && settings.tcp_rings;
     tcp
 }
 
@@ -88,13 +89,14 @@ mod tests {
         let base = tcp();
         let same = tcp_config(&TransportSettings::default(), tcp());
         assert_eq!(
-            (same.bind_host, same.threads, same.loans),
-            (base.bind_host, base.threads, base.loans)
+            (same.bind_host, same.threads, same.loans, same.rings),
+            (base.bind_host, base.threads, base.loans, base.rings)
         );
         let s = TransportSettings {
             bind_host: Some("10.0.0.5".parse().expect("ip")),
             tcp_threads: Some(0),
             tcp_loans: false,
+            tcp_rings: false,
             ..TransportSettings::default()
         };
         let c = tcp_config(&s, tcp());
@@ -104,6 +106,7 @@ mod tests {
         );
         assert_eq!(c.threads, 0);
         assert!(!c.loans);
+        assert!(!c.rings);
     }
 
     #[cfg(not(feature = "libfabric"))]

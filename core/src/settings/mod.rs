@@ -155,6 +155,9 @@ pub struct TransportSettings {
     /// `TASKFOLD_TCP_CMA`: same-node gets by cross-memory attach (loans)
     /// instead of a stream (default on).
     pub tcp_loans: bool,
+    /// `TASKFOLD_TCP_RINGS`: connections between ranks of one node move
+    /// to shared-memory rings after their handshake (default on).
+    pub tcp_rings: bool,
 }
 
 impl Default for TransportSettings {
@@ -166,6 +169,7 @@ impl Default for TransportSettings {
             bind_host: None,
             tcp_threads: None,
             tcp_loans: true,
+            tcp_rings: true,
         }
     }
 }

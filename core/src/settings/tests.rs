@@ -458,19 +458,23 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
         proptest::option::of(any::<[u8; 4]>()),
         proptest::option::of(0usize..=64),
         any::<bool>(),
+        any::<bool>(),
     )
-        .prop_map(|(lf, prov, auto, ip, threads, loans)| TransportSettings {
-            kind: if lf {
-                TransportKind::Libfabric
-            } else {
-                TransportKind::Tcp
+        .prop_map(
+            |(lf, prov, auto, ip, threads, loans, rings)| TransportSettings {
+                kind: if lf {
+                    TransportKind::Libfabric
+                } else {
+                    TransportKind::Tcp
+                },
+                fi_provider: prov,
+                fi_wait: if auto { FiWait::Auto } else { FiWait::Poll },
+                bind_host: ip.map(std::net::IpAddr::from),
+                tcp_threads: threads,
+                tcp_loans: loans,
+                tcp_rings: rings,
             },
-            fi_provider: prov,
-            fi_wait: if auto { FiWait::Auto } else { FiWait::Poll },
-            bind_host: ip.map(std::net::IpAddr::from),
-            tcp_threads: threads,
-            tcp_loans: loans,
-        });
+        );
     let metrics = proptest::option::of((any::<[u8; 4]>(), any::<u16>()))
         .prop_map(|a| a.map(SocketAddr::from));
     (launch, runtime, transport, metrics, any::<bool>()).prop_map(
@@ -521,6 +525,7 @@ proptest! {
                 "TASKFOLD_NOTICE_BOARD" => s.runtime.notice_board,
                 "TASKFOLD_SHARED_HEAP" => s.shared_heap,
                 "TASKFOLD_TCP_CMA" => s.transport.tcp_loans,
+                "TASKFOLD_TCP_RINGS" => s.transport.tcp_rings,
                 "TASKFOLD_INSECURE" => s.launch.insecure,
                 other => panic!("unexpected boolean {other}"),
             }

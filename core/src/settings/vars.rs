@@ -88,7 +88,7 @@ fn show(s: impl ToString) -> Option<OsString> {
     Some(s.to_string().into())
 }
 
-static VARIABLES: [Variable; 46] = [
+static VARIABLES: [Variable; 47] = [
     // Launch (rank and size: see `launch::identity`).
     Variable {
         name: "TASKFOLD_MASTER",
@@ -520,6 +520,15 @@ static VARIABLES: [Variable; 46] = [
             Ok(())
         },
         get: |s| show(values::format_bool(s.transport.tcp_loans)),
+    },
+    Variable {
+        name: "TASKFOLD_TCP_RINGS",
+        expected: BOOL_EXPECTED,
+        set: |s, v| {
+            s.transport.tcp_rings = boolean(v)?;
+            Ok(())
+        },
+        get: |s| show(values::format_bool(s.transport.tcp_rings)),
     },
     // Observability.
     Variable {

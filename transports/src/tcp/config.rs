@@ -65,6 +65,13 @@ pub struct TcpConfig {
     /// Default: on (`TASKFOLD_TCP_CMA=off` turns it off in a runtime's
     /// transport, see [`crate::select`]).
     pub loans: bool,
+    /// Move each connection to a peer of this node off the socket after
+    /// its handshake, onto a pair of shared-memory rings (see the book's
+    /// Transports chapter): the same frames, in the same order, without
+    /// the kernel's TCP paths. Default: on (`TASKFOLD_TCP_RINGS=off` turns
+    /// it off in a runtime's transport, see [`crate::select`]). A
+    /// connection stays on TCP if either side has it off.
+    pub rings: bool,
     /// Threads of the transport's runtime (default 2,
     /// `TASKFOLD_TCP_THREADS`). On a node with more ranks than cores, one
     /// thread wakes fewer threads per message and single reductions get
@@ -121,6 +128,7 @@ impl TcpConfig {
             max_get: 64 << 30,
             connect_timeout: Duration::from_secs(30),
             loans: true,
+            rings: true,
             threads: 2,
             incarnation: 0,
             integrity: false,

@@ -12,12 +12,13 @@ use super::handshake;
 use super::integrity::MacRead;
 use super::lender::Verdict as LoanCheck;
 use super::peer::{Link, Shared};
+use super::wire::WireRead;
 pub(crate) use super::writer::{run_writer, OutFrame, Writer, WriterEnd};
 use super::{bootstrap, gate, get, metrics};
 use taskfold_core::auth::{FrameKeys, FrameMac};
 
 /// A connection's read half, its frames checked if the job asks for it.
-pub(crate) type Rd = MacRead<OwnedReadHalf>;
+pub(crate) type Rd = MacRead<WireRead>;
 use crate::version::{self, VERSION};
 use bytes::Bytes;
 use std::io;
@@ -333,10 +334,13 @@ async fn accept_peer(
         } else {
             let (tx, rx) = Writer::new();
             slot.incoming = Some(tx.clone());
-            let w = tokio::spawn(run_writer(shared.clone(), wr, rx, peer, send.take()));
-            let rd = MacRead::new(rd, recv);
-            let r = tokio::spawn(in_reader(shared.clone(), peer, hello.incarnation, rd, tx));
-            slot.tasks.push(w.abort_handle());
+            let rd = MacRead::new(WireRead::Tcp(rd), recv);
+            let caller = Caller {
+                peer,
+                inc: hello.incarnation,
+                writer: (tx, rx),
+            };
+            let r = tokio::spawn(serve_caller(shared.clone(), caller, rd, wr, send.take()));
             slot.tasks.push(r.abort_handle());
             Verdict::Accepted
         }
@@ -357,6 +361,41 @@ async fn accept_peer(
             refuse(rd, wr, reason).await;
         }
     }
+}
+
+/// A caller whose connection we serve: its rank, incarnation and the
+/// writer of our answers.
+struct Caller {
+    peer: u32,
+    inc: u32,
+    writer: (Writer, WriterEnd),
+}
+
+/// Serves a caller's connection: its choice of wire (the `switch`
+/// module), then our writer and the reader of its frames.
+async fn serve_caller(
+    shared: Arc<Shared>,
+    c: Caller,
+    rd: Rd,
+    wr: OwnedWriteHalf,
+    mut send: Option<taskfold_core::auth::FrameMac>,
+) {
+    let _live = shared.live_guard();
+    let (rd, wr) = match super::switch::answer(&shared, c.peer, rd, wr, &mut send).await {
+        Ok(w) => w,
+        Err(e) => return ended(&shared, c.peer, c.inc, e, true),
+    };
+    let (tx, rx) = c.writer;
+    let w = tokio::spawn(run_writer(shared.clone(), wr, rx, c.peer, send));
+    {
+        let mut slot = shared.slot(c.peer);
+        if slot.link != Link::Up || slot.incarnation != c.inc {
+            w.abort();
+            return;
+        }
+        slot.tasks.push(w.abort_handle());
+    }
+    in_reader(shared, c.peer, c.inc, rd, tx).await;
 }
 
 /// Reads a peer's control frames and get requests.
@@ -442,37 +481,46 @@ pub(crate) async fn run_outgoing(shared: Arc<Shared>, peer: u32, inc: u32, rx: W
             return;
         }
     };
-    let (send, recv) = match shared.integrity {
+    let (mut send, recv) = match shared.integrity {
         true => {
             let (s, r) = keys.for_side(true);
             (Some(s), Some(r))
         }
         false => (None, None),
     };
+    let rd = MacRead::new(WireRead::Tcp(rd), recv);
+    let (rd, wr, first) = match super::switch::offer(&shared, peer, rd, wr, &mut send).await {
+        Ok(w) => w,
+        Err(e) => return ended(&shared, peer, inc, e, false),
+    };
     {
         let mut slot = shared.slot(peer);
         if slot.link != Link::Up || slot.incarnation != inc {
             return;
         }
-        let rd = MacRead::new(rd, recv);
-        let r = tokio::spawn(out_reader(shared.clone(), peer, inc, rd));
+        let r = tokio::spawn(out_reader(shared.clone(), peer, inc, rd, first));
         slot.tasks.push(r.abort_handle());
     }
     run_writer(shared, wr, rx, peer, send).await;
     drop(live);
 }
 
-/// Reads the responses to our gets (and a goodbye or refusal).
-async fn out_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: Rd) {
+/// Reads the responses to our gets (and a goodbye or refusal), the first
+/// one's header already read if `first` holds it.
+async fn out_reader(shared: Arc<Shared>, peer: u32, inc: u32, mut rd: Rd, first: Option<Header>) {
+    let mut first = first;
     let _live = shared.live_guard();
     let mut lender = match (rd.inner().local_addr(), rd.inner().peer_addr()) {
         (Ok(ours), Ok(theirs)) => Some(super::lender::Lender::new(ours, theirs)),
         _ => None,
     };
     let err = loop {
-        let hdr = match read_header(&mut rd).await {
-            Ok(h) => h,
-            Err(e) => break e,
+        let hdr = match first.take() {
+            Some(h) => h,
+            None => match read_header(&mut rd).await {
+                Ok(h) => h,
+                Err(e) => break e,
+            },
         };
         match hdr.kind {
             kind::GET_CHUNK => {

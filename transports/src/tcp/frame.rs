@@ -30,6 +30,8 @@
 //! | `PARKED` | size | the master's protocol version | the master's rank | a `TABLE`'s entries |
 //! | `ASSIGN` | the rank to take | the incarnation to take it as | | none |
 //! | `DISMISS` | | | | none |
+//! | `RINGS` | | | | none (the caller stays on TCP), or its offer of rings (32 bytes: pid u32, capacity u64, five descriptors i32, all LE; see `ring`) |
+//! | `RINGS_TAKEN` | 1 = taken, 0 = not (both stay on TCP) | | | none |
 
 use crate::shm::HeapRef;
 use crate::version::VERSION;
@@ -92,7 +94,15 @@ pub mod kind {
     /// for good (no longer one its gate may close): the caller's last
     /// handshake frame, read before it takes the connection as its own.
     pub const ACCEPTED: u8 = 16;
+    /// A peer connection's first frame after the handshake, from the
+    /// caller: the rings it offers (same node), or none (TCP).
+    pub const RINGS: u8 = 17;
+    /// The peer's answer to an offer of rings.
+    pub const RINGS_TAKEN: u8 = 18;
 }
+
+/// Payload of a `RINGS` frame offering rings (`super::ring::Offer`).
+pub const RINGS_OFFER_LEN: u32 = 32;
 
 /// `GET_ERR` code: the key is not exposed.
 pub const ERR_NOT_EXPOSED: u64 = 1;
@@ -161,7 +171,12 @@ impl Header {
                 return Err(format!("a proof with a payload of {}", hdr.len));
             }
             kind::CHALLENGE | kind::PROOF => {}
+            kind::RINGS if hdr.len != 0 && hdr.len != RINGS_OFFER_LEN => {
+                return Err(format!("a ring offer with a payload of {}", hdr.len));
+            }
+            kind::RINGS => {}
             kind::GET_REQ
+            | kind::RINGS_TAKEN
             | kind::GET_ERR
             | kind::GOODBYE
             | kind::GET_RETURN

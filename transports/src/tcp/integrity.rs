@@ -13,6 +13,9 @@ use std::task::{Context, Poll};
 use taskfold_core::auth::{FrameMac, TAG_LEN};
 use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
+/// Where a reader's frame checks stand ([`MacRead::into_parts`]).
+pub(crate) struct Checks(Option<(FrameMac, blake3::Hasher)>);
+
 /// A read half whose frames are checked (see the [module documentation](self)).
 pub(crate) struct MacRead<R> {
     inner: R,
@@ -39,6 +42,21 @@ impl<R: AsyncRead + Unpin> MacRead<R> {
     /// The stream, unwrapped (to refuse the connection).
     pub fn into_inner(self) -> R {
         self.inner
+    }
+
+    /// The stream and the checks' state, apart (to move the checks to
+    /// the stream that goes on where this one stopped: a connection moved
+    /// to its rings).
+    pub fn into_parts(self) -> (R, Checks) {
+        (self.inner, Checks(self.mac))
+    }
+
+    /// A reader of `inner` that goes on with `checks`.
+    pub fn from_parts(inner: R, checks: Checks) -> MacRead<R> {
+        MacRead {
+            inner,
+            mac: checks.0,
+        }
     }
 
     /// The frame read since the last call is whole: reads its tag and

@@ -6,6 +6,7 @@ use super::bootstrap::connect_master;
 use super::conn::{self, bad_connection, read_control, read_header, ReadError};
 use super::frame::{self, kind, Header, Hello, Role};
 use super::handshake::{self, Failed};
+use super::integrity::MacRead;
 use super::peer::Shared;
 use super::MasterAddr;
 use crate::version::VERSION;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use taskfold_core::auth::{JobAuth, NONCE_LEN};
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 /// Tells the master that `rank` exited (for the `taskfold run` launcher,
 /// which is not a rank): connects to the master's listener as the launcher
@@ -105,7 +106,7 @@ const LAUNCHER_IDLE: Duration = Duration::from_secs(30);
 /// The launcher's connection: control frames delivered from [`LAUNCHER`].
 pub(crate) async fn on_launcher(
     shared: Arc<Shared>,
-    mut rd: conn::Rd,
+    mut rd: MacRead<OwnedReadHalf>,
     mut wr: OwnedWriteHalf,
     hello: Hello,
     from: SocketAddr,

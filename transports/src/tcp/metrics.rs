@@ -39,3 +39,12 @@ pub const BOUNDS_HIT: &str = "taskfold_transport_bounds_hit_total";
 pub(crate) fn bound_hit(bound: &'static str) {
     metrics::counter!(BOUNDS_HIT, "transport" => "tcp", "bound" => bound).increment(1);
 }
+
+/// Connections moved to shared-memory rings after their handshake, by
+/// either side (label `side`: `caller`, `peer`); and offers of rings not
+/// taken (label `side="declined"`), which stay on TCP.
+pub const RING_CONNECTIONS: &str = "taskfold_transport_ring_connections_total";
+
+pub(crate) fn rings(side: &'static str) {
+    metrics::counter!(RING_CONNECTIONS, "transport" => "tcp", "side" => side).increment(1);
+}

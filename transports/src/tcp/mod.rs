@@ -102,9 +102,12 @@ pub mod metrics;
 mod peer;
 mod rendezvous;
 mod respawn;
+mod ring;
 mod sock;
 pub mod spare;
+mod switch;
 mod transport;
+mod wire;
 mod writer;
 
 pub use config::{MasterAddr, TableHold, TcpConfig};

@@ -138,6 +138,9 @@ pub(crate) struct Shared {
     pub incarnation: u32,
     /// Frames are sealed with MACs ([`super::TcpConfig::integrity`]).
     pub integrity: bool,
+    /// Connections to peers of this node move to rings
+    /// ([`super::TcpConfig::rings`]).
+    pub rings: bool,
     /// Master only: replacements waiting for the runtime's answer.
     pub replacements: Mutex<HashMap<u32, super::bootstrap::Registration>>,
     peers: Vec<Mutex<PeerSlot>>,
@@ -192,6 +195,7 @@ impl Shared {
             next_spare: AtomicU64::new(0),
             incarnation: cfg.incarnation,
             integrity: cfg.integrity,
+            rings: cfg.rings,
             replacements: Mutex::default(),
             peers: (0..cfg.size).map(|_| Mutex::default()).collect(),
             closed: AtomicBool::new(false),
@@ -244,6 +248,19 @@ impl Shared {
         self.peers[peer as usize]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `peer` runs on this rank's node (same node token, as the
+    /// job's table says).
+    pub fn on_my_node(&self, peer: u32) -> bool {
+        let mine = crate::same_node::node_token();
+        let theirs = self
+            .nodes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(peer as usize)
+            .copied();
+        mine != 0 && theirs == Some(mine)
     }
 
     /// Where `peer` listens, if known.

@@ -9,12 +9,12 @@
 use super::frame::{self, kind, Header, HEADER_LEN};
 use super::metrics;
 use super::peer::Shared;
+use super::wire::WireWrite;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::sync::Arc;
 use taskfold_core::auth::FrameMac;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, Notify};
 
 /// Payloads up to this size are copied into the batch buffer; larger ones
@@ -81,8 +81,9 @@ pub(crate) struct Writer {
 /// What senders and the writer task share about a connection.
 #[derive(Default)]
 struct Line {
-    /// The socket's write half, once connected and until the writer ends.
-    half: Option<Arc<OwnedWriteHalf>>,
+    /// The connection's write side (its socket, or its ring), once
+    /// connected and until the writer ends.
+    half: Option<Arc<WireWrite>>,
     /// Frames handed to the writer task and not yet written: a sender may
     /// write directly only when this is 0, so that frames keep their order.
     queued: u64,
@@ -179,11 +180,7 @@ fn direct(f: &OutFrame) -> bool {
 /// queued (all of it if the socket is full, the rest if it took a part).
 /// An error other than a full socket is left to the writer task, which
 /// meets it again and ends the connection.
-fn write_now(
-    half: &OwnedWriteHalf,
-    f: OutFrame,
-    mac: &mut Option<FrameMac>,
-) -> Result<(), OutFrame> {
+fn write_now(half: &WireWrite, f: OutFrame, mac: &mut Option<FrameMac>) -> Result<(), OutFrame> {
     let mut b = Batch::default();
     b.push(f, mac);
     let bytes = b.small.split().freeze();
@@ -253,7 +250,7 @@ impl Batch {
         end
     }
 
-    async fn write(&mut self, w: &OwnedWriteHalf) -> io::Result<()> {
+    async fn write(&mut self, w: &WireWrite) -> io::Result<()> {
         if !self.small.is_empty() {
             self.segs.push_back(self.small.split().freeze());
         }
@@ -310,7 +307,7 @@ impl Batch {
 /// leave in the order they were queued; sealed with `mac` if there is one.
 pub(crate) async fn run_writer(
     shared: Arc<Shared>,
-    w: OwnedWriteHalf,
+    w: WireWrite,
     end: WriterEnd,
     peer: u32,
     mac: Option<FrameMac>,
@@ -366,7 +363,7 @@ struct LineGuard(Arc<std::sync::Mutex<Line>>, Arc<Notify>);
 impl LineGuard {
     fn open(
         line: Arc<std::sync::Mutex<Line>>,
-        half: Arc<OwnedWriteHalf>,
+        half: Arc<WireWrite>,
         drained: Arc<Notify>,
     ) -> LineGuard {
         line.lock().unwrap_or_else(|e| e.into_inner()).half = Some(half);

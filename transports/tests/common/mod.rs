@@ -67,7 +67,7 @@ fn kinds(f: &[(u8, Vec<u8>)]) -> Vec<u8> {
 
 /// Calls rank `callee` at `addr` with `hello`, proving `key` (the caller
 /// proves it even if the listener's proof does not match, as an attacker
-/// would), then writes `then`, closes its side and reads until the
+/// would), then (a peer's first frame: no rings, and) `then`, closes its side and reads until the
 /// listener closes (at most 15 s).
 pub fn call(addr: SocketAddr, hello: &Hello, key: &JobKey, callee: u32, then: &[u8]) -> Call {
     let body = hello.encode();
@@ -86,6 +86,10 @@ pub fn call(addr: SocketAddr, hello: &Hello, key: &JobKey, callee: u32, then: &[
         // Our proof, whether or not theirs matched.
         let proof = proof_for(key, &body, callee, Nonce(hello.nonce), &c);
         let mut rest = frame::frame(kind::PROOF, &proof);
+        if hello.role == Role::Peer {
+            // A peer connection's first frame: no rings.
+            rest.extend_from_slice(&frame::frame(kind::RINGS, &[]));
+        }
         rest.extend_from_slice(then);
         s.write_all(&rest).expect("proof");
         sent.extend_from_slice(&rest);
@@ -116,14 +120,16 @@ fn caller_side(
     (proof, hs.frame_keys().cloned().expect("authenticated"))
 }
 
-/// As [`connect_proven`], and the connection's frame keys (to seal frames
-/// as a rank of the job does with `TASKFOLD_INTEGRITY=mac`).
+/// As [`connect_proven`] for a peer connection, and the MAC of the
+/// caller's frames (to seal frames as a rank of the job does with
+/// `TASKFOLD_INTEGRITY=mac`), the first frame (no rings) already sealed
+/// and sent.
 pub fn connect_sealed(
     addr: SocketAddr,
     hello: &Hello,
     key: &JobKey,
     callee: u32,
-) -> (TcpStream, taskfold_core::auth::FrameKeys) {
+) -> (TcpStream, taskfold_core::auth::FrameMac) {
     let body = hello.encode();
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(15)))
@@ -139,7 +145,12 @@ pub fn connect_sealed(
     s.write_all(&frame::frame(kind::PROOF, &proof.0))
         .expect("proof");
     expect_accepted(&mut s);
-    (s, keys)
+    let mut mac = keys.from_caller();
+    let head = frame::Header::new(kind::RINGS, 0).encode();
+    let mut first = head.to_vec();
+    first.extend_from_slice(&mac.seal(&[&head, &[]]));
+    s.write_all(&first).expect("the choice of wire");
+    (s, mac)
 }
 
 /// Reads the listener's acceptance of our proof, as a rank of the job
@@ -183,6 +194,11 @@ pub fn connect_proven(addr: SocketAddr, hello: &Hello, key: &JobKey, callee: u32
     s.write_all(&frame::frame(kind::PROOF, &proof))
         .expect("proof");
     expect_accepted(&mut s);
+    if hello.role == Role::Peer {
+        // A peer connection's first frame: no rings, we stay on TCP.
+        s.write_all(&frame::frame(kind::RINGS, &[]))
+            .expect("the choice of wire");
+    }
     s
 }
 
@@ -212,4 +228,15 @@ pub fn accept_proven(s: &mut TcpStream, key: &JobKey, callee: u32) {
     hs.on_proof(&proof).expect("the caller proves the key");
     s.write_all(&frame::frame(kind::ACCEPTED, &[]))
         .expect("acceptance");
+    if hello.role == Role::Peer {
+        // The caller's choice of wire: rings offered are not taken.
+        let (h, offer) = frame::read_frame_sync(s, 4096)
+            .expect("the choice of wire")
+            .expect("a frame");
+        assert_eq!(h.kind, kind::RINGS);
+        if !offer.is_empty() {
+            s.write_all(&frame::frame(kind::RINGS_TAKEN, &[]))
+                .expect("declining the rings");
+        }
+    }
 }
