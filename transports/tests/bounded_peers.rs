@@ -6,51 +6,23 @@
 
 mod common;
 
+use common::counter;
+
 use bytes::Bytes;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use taskfold_core::auth::{JobAuth, JobKey};
 use taskfold_transports::auth::fresh_key;
 use taskfold_transports::conformance::{fresh_dir, fresh_job, next_event, wait};
 use taskfold_transports::tcp::frame::{self, kind, Header, Role};
-use taskfold_transports::tcp::metrics::{BAD_CONNECTIONS, BOUNDS_HIT};
+use taskfold_transports::tcp::metrics::{BAD_CONNECTIONS, BOUNDS_HIT, RING_CONNECTIONS};
 use taskfold_transports::tcp::{MasterAddr, TcpConfig, TcpTransport};
 use taskfold_transports::{BufferKey, Event, Rank, Transport, TransportError};
 
 const QUICK: Duration = Duration::from_secs(10);
-
-/// The process's recorder (one per test binary), for the counters.
-fn snapshotter() -> &'static Snapshotter {
-    static S: OnceLock<Snapshotter> = OnceLock::new();
-    S.get_or_init(|| {
-        let r = DebuggingRecorder::new();
-        let s = r.snapshotter();
-        r.install().expect("the only recorder of this test binary");
-        s
-    })
-}
-
-/// The sum of counter `name` over its labels, those with `label` if given.
-fn counter(name: &str, label: Option<(&str, &str)>) -> u64 {
-    snapshotter()
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(k, _, _, _)| k.key().name() == name)
-        .filter(|(k, _, _, _)| match label {
-            None => true,
-            Some((n, v)) => k.key().labels().any(|l| l.key() == n && l.value() == v),
-        })
-        .map(|(_, _, _, v)| match v {
-            DebugValue::Counter(n) => n,
-            _ => 0,
-        })
-        .sum()
-}
 
 /// The master's address, once rank 0 wrote its rendezvous file.
 fn master_addr(path: &Path) -> SocketAddr {
@@ -69,8 +41,9 @@ fn master_addr(path: &Path) -> SocketAddr {
 }
 
 /// A job of three ranks: rank 0 and rank 2 real, rank 1 registered by
-/// hand and listening on the returned listener.
-fn job_with_a_rogue() -> (Arc<TcpTransport>, Arc<TcpTransport>, TcpListener, JobKey) {
+/// hand (on the node of token `node`) and listening on the returned
+/// listener.
+fn job_with_a_rogue(node: u64) -> (Arc<TcpTransport>, Arc<TcpTransport>, TcpListener, JobKey) {
     let dir = fresh_dir();
     let path = dir.join("master");
     let job = fresh_job();
@@ -87,6 +60,7 @@ fn job_with_a_rogue() -> (Arc<TcpTransport>, Arc<TcpTransport>, TcpListener, Job
     // Rank 1 holds the key: a rank of the job that misbehaves.
     let mut hello = common::hello(Role::Register, job, 1, 3, 7);
     hello.addr = Some(listener.local_addr().expect("address"));
+    hello.node = node;
     let mut s = common::connect_proven(master_addr(&path), &hello, &key, 0);
     s.set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");
@@ -132,7 +106,7 @@ fn rogue_answers(listener: TcpListener, key: JobKey, total: u64) -> std::thread:
 /// the get fails, the link to rank 1 goes down, and rank 2 still serves
 /// rank 0.
 fn refused_then_others_served(total: u64, max: Option<u64>) {
-    let (t0, t2, listener, key) = job_with_a_rogue();
+    let (t0, t2, listener, key) = job_with_a_rogue(0);
     let bad_before = counter(BAD_CONNECTIONS, None);
     let hits_before = counter(BOUNDS_HIT, Some(("bound", "get_total")));
     let rogue = rogue_answers(listener, key, total);
@@ -197,7 +171,7 @@ fn a_total_beyond_what_the_caller_expects_is_refused() {
 /// served meanwhile.
 #[test]
 fn a_peer_that_never_reads_is_not_read_either() {
-    let (t0, t2, listener, key) = job_with_a_rogue();
+    let (t0, t2, listener, key) = job_with_a_rogue(0);
     drop(listener);
     let big = Bytes::from(vec![1u8; 1 << 20]);
     t0.expose(BufferKey(3), big.clone());
@@ -280,7 +254,7 @@ fn rogue_lends(
 /// anything is read: the link is dropped and counted.
 #[test]
 fn a_loan_naming_another_process_is_refused_and_its_peer_dropped() {
-    let (t0, t2, listener, key) = job_with_a_rogue();
+    let (t0, t2, listener, key) = job_with_a_rogue(0);
     let mut victim = std::process::Command::new("sleep")
         .arg("30")
         .spawn()
@@ -311,7 +285,7 @@ fn a_loan_naming_another_process_is_refused_and_its_peer_dropped() {
 /// rogue's thread lives in this test's process, and lends a buffer of it).
 #[test]
 fn a_loan_from_the_process_that_holds_the_connection_is_read() {
-    let (t0, t2, listener, key) = job_with_a_rogue();
+    let (t0, t2, listener, key) = job_with_a_rogue(0);
     let data: Vec<u8> = (0..1u32 << 16).map(|i| (i % 251) as u8).collect();
     let at = data.as_ptr() as u64;
     let rogue = rogue_lends(listener, key, std::process::id(), at, data.len() as u64);
@@ -352,4 +326,41 @@ fn frames_are_bounded_in_bytes_as_well_as_in_number() {
             other => panic!("expected frame {n}, got {other:?}"),
         }
     }
+}
+
+/// An offer of rings naming a process that does not hold the connection
+/// (another process of the user, whose descriptors rank 0 would take) is
+/// declined before anything is taken: the connection stays on TCP, and
+/// its frames are delivered.
+#[test]
+fn rings_offered_for_another_process_are_declined_and_tcp_goes_on() {
+    let (t0, _t2, listener, key) = job_with_a_rogue(taskfold_transports::same_node::node_token());
+    drop(listener);
+    let mut victim = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("another process");
+    let declined = || counter(RING_CONNECTIONS, Some(("side", "declined")));
+    let before = declined();
+    let hello = common::hello(Role::Peer, t0.job(), 1, 3, 9);
+    let mut s = common::connect_handshaken(t0.listen_addr(), &hello, &key, 0);
+    s.set_read_timeout(Some(QUICK)).expect("timeout");
+    let mut offer = victim.id().to_le_bytes().to_vec();
+    offer.extend_from_slice(&65536u64.to_le_bytes());
+    for fd in [3i32, 4, 5, 6, 7] {
+        offer.extend_from_slice(&fd.to_le_bytes());
+    }
+    frame::write_frame_sync(&mut s, Header::new(kind::RINGS, 32), &offer).expect("the offer");
+    let (h, _) = frame::read_frame_sync(&mut s, 4096)
+        .expect("the answer")
+        .expect("a frame");
+    assert_eq!((h.kind, h.a), (kind::RINGS_TAKEN, 0), "declined");
+    frame::write_frame_sync(&mut s, Header::new(kind::CONTROL, 5), b"hello").expect("a frame");
+    match next_event(&*t0, "the rogue's frame over TCP") {
+        Event::Message { from, frame } => assert_eq!((from, &frame[..]), (Rank(1), &b"hello"[..])),
+        e => panic!("expected the frame, got {e:?}"),
+    }
+    assert_eq!(declined(), before + 1);
+    let _ = victim.kill();
+    let _ = victim.wait();
 }

@@ -158,6 +158,7 @@ pub(super) async fn answer(
         return Err(ReadError::Io(refused.0));
     };
     tracing::debug!(rank = shared.rank, peer, reason = %why, "rings declined");
+    metrics::rings("declined");
     let frame = sealed(Header::new(kind::RINGS_TAKEN, 0), &[], send);
     wr.write_all(&frame).await.map_err(ReadError::Io)?;
     metrics::sent(frame.len() as u64, 1);

@@ -3,8 +3,10 @@
 //! what another caller sent. (Each test binary uses a part of it.)
 #![allow(dead_code)]
 
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::OnceLock;
 use std::time::Duration;
 use taskfold_core::auth::{Challenge, Handshake, JobKey, Nonce, NONCE_LEN};
 use taskfold_transports::tcp::frame::{self, kind, Hello, Role};
@@ -179,6 +181,18 @@ pub fn replay(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
 /// of the job does, and returns the open connection (for a test whose
 /// caller then misbehaves). Panics if the listener does not challenge.
 pub fn connect_proven(addr: SocketAddr, hello: &Hello, key: &JobKey, callee: u32) -> TcpStream {
+    let mut s = connect_handshaken(addr, hello, key, callee);
+    if hello.role == Role::Peer {
+        // A peer connection's first frame: no rings, we stay on TCP.
+        s.write_all(&frame::frame(kind::RINGS, &[]))
+            .expect("the choice of wire");
+    }
+    s
+}
+
+/// As [`connect_proven`], up to the listener's acceptance: a peer
+/// connection's first frame (its choice of wire) is the test's to send.
+pub fn connect_handshaken(addr: SocketAddr, hello: &Hello, key: &JobKey, callee: u32) -> TcpStream {
     let body = hello.encode();
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(15)))
@@ -194,11 +208,6 @@ pub fn connect_proven(addr: SocketAddr, hello: &Hello, key: &JobKey, callee: u32
     s.write_all(&frame::frame(kind::PROOF, &proof))
         .expect("proof");
     expect_accepted(&mut s);
-    if hello.role == Role::Peer {
-        // A peer connection's first frame: no rings, we stay on TCP.
-        s.write_all(&frame::frame(kind::RINGS, &[]))
-            .expect("the choice of wire");
-    }
     s
 }
 
@@ -239,4 +248,33 @@ pub fn accept_proven(s: &mut TcpStream, key: &JobKey, callee: u32) {
                 .expect("declining the rings");
         }
     }
+}
+
+/// The process's recorder (one per test binary), for the counters.
+pub fn snapshotter() -> &'static Snapshotter {
+    static S: OnceLock<Snapshotter> = OnceLock::new();
+    S.get_or_init(|| {
+        let r = DebuggingRecorder::new();
+        let s = r.snapshotter();
+        r.install().expect("the only recorder of this test binary");
+        s
+    })
+}
+
+/// The sum of counter `name` over its labels, those with `label` if given.
+pub fn counter(name: &str, label: Option<(&str, &str)>) -> u64 {
+    snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(k, _, _, _)| k.key().name() == name)
+        .filter(|(k, _, _, _)| match label {
+            None => true,
+            Some((n, v)) => k.key().labels().any(|l| l.key() == n && l.value() == v),
+        })
+        .map(|(_, _, _, v)| match v {
+            DebugValue::Counter(n) => n,
+            _ => 0,
+        })
+        .sum()
 }
