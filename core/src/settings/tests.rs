@@ -503,13 +503,13 @@ proptest! {
     /// their opposites on; anything else is refused, naming the variable.
     #[test]
     fn every_boolean_reads_every_spelling(
-        which in 0usize..5,
+        which in 0usize..6,
         word in 0usize..4,
         upper in proptest::collection::vec(any::<bool>(), 5),
         junk in "[a-z2-9]{1,6}",
     ) {
         let names = booleans();
-        prop_assert_eq!(names.len(), 5);
+        prop_assert_eq!(names.len(), 6);
         let name = names[which];
         let case = |w: &str| -> String {
             w.chars().zip(upper.iter().cycle()).map(|(c, u)| {
