@@ -37,6 +37,16 @@ fn bad_headers_are_refused() {
         assert!(Header::decode(&Header::new(k, len as u32 + 1).encode()).is_err());
         assert!(Header::decode(&Header::new(k, 0).encode()).is_err());
     }
+    // A choice of wire offers nothing or one offer of rings; its answer
+    // is bodiless.
+    for len in [0, RINGS_OFFER_LEN] {
+        assert!(Header::decode(&Header::new(kind::RINGS, len).encode()).is_ok());
+    }
+    for len in [1, RINGS_OFFER_LEN - 1, RINGS_OFFER_LEN + 1, 4096] {
+        assert!(Header::decode(&Header::new(kind::RINGS, len).encode()).is_err());
+    }
+    assert!(Header::decode(&Header::new(kind::RINGS_TAKEN, 0).encode()).is_ok());
+    assert!(Header::decode(&Header::new(kind::RINGS_TAKEN, 1).encode()).is_err());
 }
 
 #[test]

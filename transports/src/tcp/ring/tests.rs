@@ -166,3 +166,56 @@ async fn an_unsealed_or_foreign_file_is_refused_and_the_socket_given_back() {
         panic!("a closed descriptor was taken");
     };
 }
+
+/// Writes of `writes` sizes, read with buffers of `reads` sizes (cycled),
+/// through rings of `cap` bytes, both sides at once.
+async fn stream(cap: u64, writes: Vec<usize>, reads: Vec<usize>) {
+    let (caller, peer) = pair(cap).await;
+    let Ends { tx, rx: _keep } = caller;
+    let mut rx = peer.rx;
+    let total: usize = writes.iter().sum();
+    let sent = pattern(total, writes.len() as u8);
+    let out = sent.clone();
+    let writer = tokio::spawn(async move {
+        let mut at = 0;
+        for w in writes {
+            write_all(&tx, &out[at..at + w]).await.unwrap();
+            at += w;
+        }
+        tx
+    });
+    let mut got = Vec::with_capacity(total);
+    let mut sizes = reads.iter().cycle();
+    while got.len() < total {
+        let want = (*sizes.next().unwrap()).min(total - got.len());
+        let mut b = vec![0u8; want];
+        let n = rx.read(&mut b).await.unwrap();
+        assert!(n > 0, "the stream ended early");
+        got.extend_from_slice(&b[..n]);
+    }
+    assert!(got == sent, "every byte in order");
+    drop(writer.await.unwrap());
+    let mut rest = Vec::new();
+    rx.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "nothing after the last byte, then the end");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Any sizes of writes and reads, across the ring's end any number of
+    /// times, give the bytes written, in order, then the end.
+    #[test]
+    fn any_writes_and_reads_give_the_bytes_in_order(
+        cap in proptest::sample::select(vec![4096u64, 8192]),
+        writes in proptest::collection::vec(1usize..20_000, 1..24),
+        reads in proptest::collection::vec(1usize..12_000, 1..8),
+    ) {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(stream(cap, writes, reads));
+    }
+}
