@@ -1,4 +1,5 @@
 use super::*;
+use std::os::fd::FromRawFd;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
