@@ -196,4 +196,62 @@ mod tests {
         assert!(late_owners.check(9, "test", 0, me));
         assert_eq!(late_owners.reads.load(Ordering::Relaxed), 1);
     }
+    /// A `sleep` in a network namespace of its own, holding a socket that
+    /// listens on every address at `port` there (made between the fork
+    /// and the exec).
+    fn listening_elsewhere(port: u16) -> std::io::Result<std::process::Child> {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("30");
+        // SAFETY: only async-signal-safe system calls between fork and
+        // exec, on memory of the child's own stack.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::unshare(libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+                let mut at: libc::sockaddr_in = std::mem::zeroed();
+                at.sin_family = libc::AF_INET as libc::sa_family_t;
+                at.sin_port = port.to_be();
+                let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                let bound = libc::bind(fd, std::ptr::addr_of!(at).cast(), len);
+                if fd < 0 || bound != 0 || libc::listen(fd, 1) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        };
+        cmd.spawn()
+    }
+
+    /// A peer in another network namespace (this namespace's listeners do
+    /// not show its socket) is proven through its own process's tables;
+    /// a process of this namespace named for it is refused.
+    #[test]
+    fn a_peer_in_another_network_namespace_is_proven_through_its_tables() {
+        // SAFETY: a plain system call.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+            eprintln!("skipped: a network namespace needs root");
+            return;
+        }
+        // Another socket of the same port here, which the peer does not
+        // hold: the lookup in this namespace finds it and must go on.
+        let here = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = here.local_addr().unwrap();
+        let mut peer = listening_elsewhere(addr.port()).expect("a peer elsewhere");
+        let owners = Owners::new(2);
+        owners.set_listeners(Box::new(move |_| Some(addr)));
+        assert!(owners.check(9, "test", 0, peer.id()), "the peer is proven");
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        assert!(!owners.check(9, "test", 1, other.id()), "another is not");
+        for c in [&mut peer, &mut other] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
