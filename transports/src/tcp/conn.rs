@@ -45,6 +45,19 @@ pub(crate) enum ReadError {
 }
 
 impl ReadError {
+    /// The error as the peer's fault if the stream broke its own rules:
+    /// a ring's indices that do not add up, or bytes on the socket of a
+    /// connection on rings (`InvalidData`, which no socket read gives) are
+    /// a protocol error, as a malformed frame is.
+    pub(crate) fn blamed(self) -> ReadError {
+        match self {
+            ReadError::Io(e) if e.kind() == io::ErrorKind::InvalidData => {
+                ReadError::Protocol(e.to_string())
+            }
+            e => e,
+        }
+    }
+
     pub(crate) fn describe(&self, peer: u32) -> String {
         match self {
             ReadError::Eof => format!("rank {peer} closed the connection without a goodbye"),
@@ -458,6 +471,7 @@ fn ended(shared: &Arc<Shared>, peer: u32, inc: u32, err: ReadError, incoming: bo
     if shared.is_closed() {
         return;
     }
+    let err = err.blamed();
     if let ReadError::Protocol(d) = &err {
         tracing::error!(rank = shared.rank, peer, detail = %d, "protocol error, dropping the link");
         metrics::bad_connection();

@@ -142,6 +142,11 @@ async fn broken_indices_end_the_stream_as_invalid_data() {
     let mut b = [0u8; 4];
     let e = peer.rx.read(&mut b).await.unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    // The connection's end blames the peer: a protocol error, counted.
+    match crate::tcp::conn::ReadError::Io(e).blamed() {
+        crate::tcp::conn::ReadError::Protocol(d) => assert!(d.contains("indices"), "{d}"),
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
 }
 
 #[tokio::test]
