@@ -1,6 +1,6 @@
 //! Dialling a peer: a connection whose handshake the listener accepted,
 //! tried again within the connect timeout when it was closed or refused
-//! before the proof (see the `conn` module for what runs on it).
+//! before the proof (see the `outgoing` module for what runs on it).
 
 use super::frame::{Hello, Role};
 use super::{handshake, metrics, Shared};

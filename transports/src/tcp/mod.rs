@@ -99,6 +99,7 @@ mod integrity;
 mod launcher;
 pub(crate) mod lender;
 pub mod metrics;
+mod outgoing;
 mod peer;
 mod rendezvous;
 mod respawn;

@@ -7,7 +7,7 @@
 //! slot's lock, which is what makes the `LinkDown` event unique and orders it
 //! after every message delivered from that peer.
 
-use super::conn::{self, OutFrame, Writer};
+use super::conn::{OutFrame, Writer};
 use crate::lease::Leases;
 pub(crate) use crate::link::Link;
 use crate::same_node::SameNode;
@@ -287,7 +287,7 @@ impl Shared {
         let inc = slot.incarnation;
         let task = self
             .handle
-            .spawn(conn::run_outgoing(self.clone(), peer, inc, rx));
+            .spawn(super::outgoing::run_outgoing(self.clone(), peer, inc, rx));
         slot.tasks.push(task.abort_handle());
         slot.out = Some(tx.clone());
         tx
