@@ -1,20 +1,25 @@
 //! Ranks of one node move their connections off the socket onto
 //! shared-memory rings after the handshake (`TcpConfig::rings`, the book's
 //! Transports chapter): every frame and get arrives as over TCP, in order,
-//! sealed or not, and `rings: false` keeps every connection on TCP. Real
+//! sealed or not; `rings: false` keeps every connection on TCP, and a
+//! connection moves only if both its sides have rings on. Real
 //! ranks of this process, so of one node.
 
 mod common;
 
 use bytes::Bytes;
 use common::counter;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use taskfold_core::auth::JobAuth;
 use taskfold_transports::auth::fresh_key;
 use taskfold_transports::conformance::{expect_message, tcp_ranks, wait};
 use taskfold_transports::tcp::metrics::RING_CONNECTIONS;
 use taskfold_transports::tcp::TcpTransport;
 use taskfold_transports::{BufferKey, Rank, Transport};
+
+/// Held by each test while it counts: the counters are the process's, and
+/// the tests of this file run at once.
+static COUNTING: Mutex<()> = Mutex::new(());
 
 /// Connections moved to rings so far, by `side`.
 fn on_rings(side: &str) -> u64 {
@@ -67,6 +72,7 @@ fn exchange(ts: &[Arc<TcpTransport>]) {
 #[test]
 fn ranks_of_one_node_talk_over_rings_unless_turned_off() {
     // Three ranks: six connections (each rank's own to each other rank).
+    let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     for (rings, sealed) in [(true, false), (true, true), (false, false)] {
         let before = (on_rings("caller"), on_rings("peer"));
         let key = fresh_key().expect("a key");
@@ -82,5 +88,22 @@ fn ranks_of_one_node_talk_over_rings_unless_turned_off() {
         for t in &ts {
             t.shutdown();
         }
+    }
+}
+
+#[test]
+fn a_connection_moves_to_rings_only_if_both_sides_have_them_on() {
+    // Rank 0 has rings off: it offers none on its own two connections,
+    // and declines the offers of ranks 1 and 2 (each decline counted by
+    // both sides); only the two connections between ranks 1 and 2 move.
+    let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let before = ["caller", "peer", "declined"].map(on_rings);
+    let ts = tcp_ranks(3, &|c| c.rings = c.rank != 0);
+    exchange(&ts);
+    let after = ["caller", "peer", "declined"].map(on_rings);
+    let moved: Vec<u64> = (0..3).map(|i| after[i] - before[i]).collect();
+    assert_eq!(moved, [2, 2, 4], "caller, peer, declined");
+    for t in &ts {
+        t.shutdown();
     }
 }
