@@ -70,6 +70,9 @@ pub const REPLICA_ERRORS: &str = "taskfold_replica_errors_total";
 /// Buddy copies made without copying bytes (same node): a mapping of the
 /// owner's disk copy, or a view of the owner's own buffer.
 pub const REPLICAS_MAPPED: &str = "taskfold_replicas_mapped_total";
+/// Buddy copies kept from the bytes their offer carried (small originals
+/// of an owner on another node): no get.
+pub const REPLICAS_CARRIED: &str = "taskfold_replicas_carried_total";
 /// Allreduce results and broadcast values this rank fetched as a view of
 /// a same-node holder's memory (a loan), kept and decoded from there
 /// instead of copied first.
@@ -218,6 +221,10 @@ fn describe_copies() {
     describe_counter!(
         REPLICAS_MAPPED,
         "Buddy copies made without copying bytes: a mapping of the owner's disk copy or a view of its buffer (same node)"
+    );
+    describe_counter!(
+        REPLICAS_CARRIED,
+        "Buddy copies kept from the bytes their offer carried (small originals), with no get"
     );
     describe_counter!(
         ORIGINALS_IN_MEMORY,

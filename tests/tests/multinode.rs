@@ -359,16 +359,38 @@ fn offers(t: &str) -> Vec<(u32, u32)> {
 /// node 0 with the master.
 #[test]
 fn a_whole_node_lost_mid_reduction_is_recovered_from_the_other() {
-    if !namespaces_or_skip("a_whole_node_lost_mid_reduction_is_recovered_from_the_other") {
+    whole_node_lost(
+        "a_whole_node_lost_mid_reduction_is_recovered_from_the_other",
+        1 << 20,
+    );
+}
+
+/// The same with 8-byte contributions: the copies on node 0 are the bytes
+/// each offer carried, with no get.
+#[test]
+fn a_whole_node_lost_is_recovered_from_copies_its_offers_carried() {
+    whole_node_lost(
+        "a_whole_node_lost_is_recovered_from_copies_its_offers_carried",
+        8,
+    );
+}
+
+/// Ranks 2 and 3 (node 1) killed after their joins of one reduction of
+/// `size` bytes a rank to root 1.
+fn whole_node_lost(name: &str, size: usize) {
+    if !namespaces_or_skip(name) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let ds = d.to_str().unwrap();
     let hooks = format!("2:after-join:check-0:{ds};3:after-join:check-0:{ds}");
+    // Originals of up to 64 KiB go with their offers to another node.
+    let small = size <= 64 << 10;
+    let size = size.to_string();
     let args = [
         "--size",
-        "1048576",
+        &size,
         "--reductions",
         "1",
         "--root",
@@ -383,7 +405,10 @@ fn a_whole_node_lost_mid_reduction_is_recovered_from_the_other() {
         .env("TASKFOLD_TEST_HOOK", &hooks)
         .env("TASKFOLD_FAILURE_TIMEOUT_MS", "1500")
         .env("TASKFOLD_PING_MS", "100")
-        .env("RUST_LOG", "taskfold::worker::join=debug")
+        .env(
+            "RUST_LOG",
+            "taskfold::worker::join=debug,taskfold::replica::offer=debug",
+        )
         .env("NO_COLOR", "1");
     let child = start(cmd);
     let launcher = child.id();
@@ -401,6 +426,15 @@ fn a_whole_node_lost_mid_reduction_is_recovered_from_the_other() {
             offers(&t).contains(&(owner, buddy)),
             "rank {owner}'s copy went to rank {buddy} on the other node: {:?}\n{t}",
             offers(&t)
+        );
+        let carried = t.lines().any(|l| {
+            l.starts_with(&format!("[{buddy}]"))
+                && l.contains("replica carried by its offer")
+                && l.contains(&format!("owner=rank {owner} "))
+        });
+        assert_eq!(
+            carried, small,
+            "rank {owner}'s copy carried by its offer\n{t}"
         );
     }
     // Node 1 gone, the rule is the next live member again.

@@ -148,6 +148,8 @@ impl Master {
             heap: Some(s.heap),
             warm: None,
             wants_ack: false,
+            // The buddy views the owner's heap: no bytes to carry.
+            data: None,
         };
         // If it cannot be sent, the buddy's link is down: its death, or
         // the wait, decides.

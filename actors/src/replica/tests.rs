@@ -1,7 +1,7 @@
 //! The store over the serialising loopback: a copy of a peer's original
 //! kept, listed, and gone with a rollback.
 use super::*;
-use taskfold_core::replica::{write_header, HEADER_LEN};
+use taskfold_core::replica::{original_key, write_header, HEADER_LEN};
 use taskfold_transports::loopback::LoopbackHub;
 use taskfold_transports::Transport;
 
@@ -38,6 +38,7 @@ fn a_rollback_drops_every_copy_of_another_ranks_original() {
                 heap: None,
                 warm: None,
                 wants_ack: true,
+                data: None,
             })
             .await
             .unwrap();
@@ -89,5 +90,81 @@ fn a_rollback_drops_every_copy_of_a_roots_result() {
         assert_eq!(results(store.clone()).await, vec![(KEY, 1)]);
         store.send(RolledBack).await.unwrap();
         assert_eq!(results(store.clone()).await, vec![]);
+    });
+}
+
+/// A replica buffer of `payload` (header and bytes), its checksum and its
+/// length, as an owner offers it.
+fn replica_of(payload: &[u8]) -> (Vec<u8>, u32, u64) {
+    let mut buf = vec![0u8; HEADER_LEN];
+    write_header(&mut buf, payload);
+    buf.extend_from_slice(payload);
+    let crc = replica::stored_crc(&buf).unwrap();
+    let len = buf.len() as u64;
+    (buf, crc, len)
+}
+
+/// Rank 1's offer of its original of KEY from another node (node token
+/// 0: never this one), carrying `data`.
+fn offer_from_elsewhere(len: u64, crc: u32, data: Option<Vec<u8>>) -> OfferIn {
+    OfferIn {
+        key: KEY,
+        owner: Rank(1),
+        len,
+        crc,
+        node: 0,
+        file: None,
+        heap: None,
+        warm: None,
+        wants_ack: false,
+        data,
+    }
+}
+
+/// The copy of rank 1's original of KEY that rank 0's store serves, once
+/// it does (read by rank 1, as a rank recovering the original would).
+async fn served(ts: &[Arc<taskfold_transports::loopback::LoopbackTransport>]) -> Vec<u8> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match ts[1].get(Rank(0), BufferKey(replica_key(KEY, 1))).await {
+            Ok(got) => return got.to_vec(),
+            Err(e) if std::time::Instant::now() > deadline => panic!("no copy served: {e}"),
+            Err(_) => actix_rt::time::sleep(std::time::Duration::from_millis(5)).await,
+        }
+    }
+}
+
+#[test]
+fn bytes_carried_by_an_offer_are_kept_without_a_get() {
+    let (_hub, ts) = LoopbackHub::new(2);
+    actix_rt::System::new().block_on(async move {
+        // Rank 1 exposes nothing: only the bytes the offer carries can
+        // make the copy.
+        let (buf, crc, len) = replica_of(&[3u8; 300]);
+        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+        let disk = Arc::new(ReplicaDisk::open(None, 0).unwrap());
+        let store = ReplicaStore::new(0, Outbox::of(t), disk, 1 << 20).start();
+        let offer = offer_from_elsewhere(len, crc, Some(buf.clone()));
+        store.send(offer).await.unwrap();
+        assert_eq!(copies(&store).await, vec![(KEY, 1)], "kept at once");
+        assert!(served(&ts).await == buf, "served as carried");
+    });
+}
+
+#[test]
+fn damaged_carried_bytes_are_dropped_and_the_original_fetched() {
+    let (_hub, ts) = LoopbackHub::new(2);
+    actix_rt::System::new().block_on(async move {
+        let (buf, crc, len) = replica_of(&[9u8; 300]);
+        ts[1].expose(BufferKey(original_key(KEY)), Bytes::from(buf.clone()));
+        // One byte of the payload changed on the way: its checksum fails.
+        let mut damaged = buf.clone();
+        damaged[HEADER_LEN + 7] ^= 1;
+        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+        let disk = Arc::new(ReplicaDisk::open(None, 0).unwrap());
+        let store = ReplicaStore::new(0, Outbox::of(t), disk, 1 << 20).start();
+        let offer = offer_from_elsewhere(len, crc, Some(damaged));
+        store.send(offer).await.unwrap();
+        assert!(served(&ts).await == buf, "the owner's own bytes, fetched");
     });
 }

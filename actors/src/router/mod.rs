@@ -174,6 +174,7 @@ impl Router {
                 heap,
                 warm,
                 wants_ack,
+                data,
             } if owner == from.0 || from == self.out.master() => self.store.do_send(OfferIn {
                 // From the master: on behalf of an owner that died with a
                 // standing copy here (`Joining::standing`).
@@ -186,6 +187,7 @@ impl Router {
                 heap,
                 warm,
                 wants_ack,
+                data,
             }),
             Msg::ReplicaAck {
                 key,

@@ -17,6 +17,13 @@ use taskfold_core::wire::{Join, Joining, Msg, Standing};
 use taskfold_core::{Group, Rank, ReduceValue};
 use taskfold_transports::BufferKey;
 
+/// The largest replica buffer an offer carries to a buddy not known to be
+/// on this rank's node. Below it a get's round trip between nodes costs
+/// more than the bytes; above it they would hold up the control messages
+/// behind them on the connection, and a get streams them (or lends them,
+/// on one node) instead.
+const OFFER_CARRIES_BYTES: usize = 64 << 10;
+
 /// The application started a reduction (sent by `Runtime::reduce`).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -345,6 +352,12 @@ impl Worker {
             Some(_) => None,
         };
         let in_heap = heap.is_some();
+        // A buddy on another node would fetch the original with a get, a
+        // round trip between nodes: a small one goes with the offer. Its
+        // answer would tell nothing new (it cannot view this rank's heap)
+        // unless the join waits for it; a refusal is answered anyway.
+        let elsewhere = super::on_another_node(self.rank, buddy, self.out.view());
+        let data = (elsewhere && original.len() <= OFFER_CARRIES_BYTES).then(|| original.to_vec());
         let msg = Msg::ReplicaOffer {
             key,
             owner: self.rank.0,
@@ -355,8 +368,10 @@ impl Worker {
             heap,
             warm,
             // The join waits for the answer, or the answer says whether
-            // the buddy is on this node (a refusal is always answered).
-            wants_ack: awaited || self.same_node_buddy != Some(buddy),
+            // the buddy views this rank's heap (a refusal is always
+            // answered).
+            wants_ack: awaited || (self.same_node_buddy != Some(buddy) && !elsewhere),
+            data,
         };
         match self.out.send(buddy, &msg) {
             Ok(_) => {

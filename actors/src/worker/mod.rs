@@ -260,6 +260,16 @@ fn buddy(group: &Group, rank: Rank, view: &crate::membership::View) -> Option<Ra
     taskfold_core::replica::buddy_on(group, rank, &view.dead(), nodes.as_deref())
 }
 
+/// Whether `buddy` runs on another node than `rank`, by the membership
+/// `view`'s node table (false while the table is not whole).
+fn on_another_node(rank: Rank, buddy: Rank, view: &crate::membership::View) -> bool {
+    let Some(nodes) = view.nodes() else {
+        return false;
+    };
+    let node = |r: Rank| nodes.get(r.0 as usize).copied();
+    matches!((node(rank), node(buddy)), (Some(a), Some(b)) if a != b)
+}
+
 /// `buddy` ([`Worker::buddy`]), if it is `same_node` (see
 /// [`Worker::viewing_buddy`]).
 fn viewing_buddy(buddy: Option<Rank>, same_node: Option<Rank>) -> Option<Rank> {

@@ -34,7 +34,7 @@ use rkyv::util::AlignedVec;
 /// First two bytes of every control frame.
 pub const MAGIC: [u8; 2] = *b"TF";
 /// Version of the control protocol; a peer speaking another is refused.
-pub const VERSION: u16 = 21;
+pub const VERSION: u16 = 22;
 /// Length of the envelope header.
 pub const HEADER_LEN: usize = 8;
 

@@ -112,6 +112,11 @@ pub enum Msg {
         /// refusal is always answered): not when its join does not wait
         /// for the copy and it already knows its buddy is on its node.
         wants_ack: bool,
+        /// The replica buffer itself (`len` bytes, checksum `crc`), carried
+        /// with the offer when it is small and the buddy is not known to be
+        /// on the owner's node: the buddy keeps it without a get, which
+        /// would cost a round trip between nodes per original.
+        data: Option<Vec<u8>>,
     },
     /// Buddy → owner: the copy is stored (`ok`), or refused (store full).
     ReplicaAck {
