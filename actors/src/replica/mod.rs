@@ -177,10 +177,34 @@ pub(crate) struct Listed {
 #[rtype(result = "()")]
 pub(crate) struct DropKey {
     pub(crate) key: u64,
-    /// This rank may have written a disk copy of its original of `key`
-    /// (else there is no file to remove, and no blocking task is spent
-    /// looking).
-    pub(crate) disk: bool,
+    /// Where this rank's own disk copy of its original of `key`, if it may
+    /// have written one, is removed.
+    pub(crate) disk: Removal,
+}
+
+/// How a rank's own disk copy of an original goes when its reduction ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Removal {
+    /// None was written: no directory is read.
+    Nothing,
+    /// A small one (written on the actors' thread too): retired there, a
+    /// rename, rather than for the price of a wake-up of a blocking thread
+    /// per reduction.
+    Here,
+    /// A large one: by a blocking task (its blocks may be freed).
+    Blocking,
+}
+
+impl Removal {
+    /// The removal of the disk copy of an original of `len` bytes, if one
+    /// may have been written.
+    pub(crate) fn of(written: bool, len: usize) -> Self {
+        match (written, crate::worker::original_inline(len)) {
+            (false, _) => Removal::Nothing,
+            (true, true) => Removal::Here,
+            (true, false) => Removal::Blocking,
+        }
+    }
 }
 
 impl Handler<DropKey> for ReplicaStore {
@@ -215,9 +239,13 @@ impl Handler<DropKey> for ReplicaStore {
                 .withdraw(BufferKey(replica_key(m.key, o)));
         }
         self.gauge();
-        if m.disk {
-            let disk = self.disk.clone();
-            actix_rt::task::spawn_blocking(move || disk.remove_key(m.key));
+        match m.disk {
+            Removal::Nothing => {}
+            Removal::Here => self.disk.remove_key(m.key),
+            Removal::Blocking => {
+                let disk = self.disk.clone();
+                actix_rt::task::spawn_blocking(move || disk.remove_key(m.key));
+            }
         }
     }
 }
@@ -240,7 +268,11 @@ impl Handler<RolledBack> for ReplicaStore {
         keys.sort_unstable();
         keys.dedup();
         for key in keys {
-            <Self as Handler<DropKey>>::handle(self, DropKey { key, disk: false }, ctx);
+            let m = DropKey {
+                key,
+                disk: Removal::Nothing,
+            };
+            <Self as Handler<DropKey>>::handle(self, m, ctx);
         }
         self.drop_all_results();
     }

@@ -168,3 +168,31 @@ fn damaged_carried_bytes_are_dropped_and_the_original_fetched() {
         assert!(served(&ts).await == buf, "the owner's own bytes, fetched");
     });
 }
+
+#[test]
+fn a_small_disk_copy_is_retired_as_its_reduction_ends_here() {
+    let (_hub, ts) = LoopbackHub::new(1);
+    let dir = tempfile::tempdir().unwrap();
+    actix_rt::System::new().block_on(async move {
+        let disk = Arc::new(ReplicaDisk::open(Some(dir.path()), 0).unwrap());
+        let (buf, _, _) = replica_of(&[1u8; 64]);
+        let live = std::sync::atomic::AtomicBool::new(true);
+        assert!(disk.write_original(KEY, 0, &buf, &live).unwrap());
+        let path = disk.path(KEY, 0);
+        assert!(path.exists());
+        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+        let store = ReplicaStore::new(0, Outbox::of(t), disk, 1 << 20).start();
+        let removal = Removal::of(true, buf.len());
+        assert_eq!(removal, Removal::Here);
+        store
+            .send(DropKey {
+                key: KEY,
+                disk: removal,
+            })
+            .await
+            .unwrap();
+        // Gone by the time the store has handled the message: no blocking
+        // task to wait for.
+        assert!(!path.exists(), "{} retired", path.display());
+    });
+}

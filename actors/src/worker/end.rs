@@ -195,8 +195,8 @@ impl Worker {
     fn end(&mut self, key: u64, error: Option<ReduceError>, how: End) {
         self.results_ended(key);
         let Some(mut local) = self.locals.remove(&key) else {
-            self.store
-                .do_send(crate::replica::DropKey { key, disk: false });
+            let disk = crate::replica::Removal::Nothing;
+            self.store.do_send(crate::replica::DropKey { key, disk });
             return;
         };
         // The last contribution on its way to a join may end here.
@@ -224,10 +224,9 @@ impl Worker {
         };
         self.file_ends
             .ended(key, std::time::SystemTime::now(), unsure.iter().copied());
-        self.store.do_send(crate::replica::DropKey {
-            key,
-            disk: f.remove_disk,
-        });
+        let len = local.original.as_ref().map_or(0, |o| o.len());
+        let disk = crate::replica::Removal::of(f.remove_disk, len);
+        self.store.do_send(crate::replica::DropKey { key, disk });
         if f.strand {
             // A buddy may be recovering this original from its view of the
             // buffer: kept, unchanged, until the process ends, never reused

@@ -30,6 +30,7 @@ pub(crate) use barrier::{BarrierDoneIn, BarrierReq};
 pub(crate) use end::{CompleteIn, FinalizeAckIn, FinalizeReq, MasterGone, ReleaseIn};
 pub(crate) use failover::Failover;
 pub(crate) use join::StartReduce;
+pub(crate) use prepare::original_inline;
 pub(crate) use recovery::{RankFailedIn, ReinitIn, ReinitLeftIn, ReplicaAckIn};
 pub(crate) use results::{ReleaseResults, ResultAtIn, ResultStoredIn};
 pub(crate) use task::TaskIn;

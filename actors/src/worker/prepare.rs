@@ -265,6 +265,6 @@ const ORIGINAL_INLINE_BYTES: usize = 4 << 20;
 
 /// Whether the checksum and the disk copy of an original of `len` bytes
 /// are made inline.
-pub(super) fn original_inline(len: usize) -> bool {
+pub(crate) fn original_inline(len: usize) -> bool {
     len <= ORIGINAL_INLINE_BYTES
 }
