@@ -24,6 +24,12 @@ use taskfold_transports::BufferKey;
 /// on one node) instead.
 const OFFER_CARRIES_BYTES: usize = 64 << 10;
 
+/// The smallest original whose disk copy is mapped to stand in for it in
+/// memory: below it, opening, checking and mapping the file (and
+/// unmapping it at the end) cost more than copying the bytes once for the
+/// first fold.
+const MAP_DISK_COPY_FROM: usize = 64 << 10;
+
 /// The application started a reduction (sent by `Runtime::reduce`).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -501,8 +507,9 @@ fn write_and_map(
         .map_err(|e| e.to_string())?;
     // Once written, the file's pages (mapped read-only) stand in for the
     // original in memory: the buffer is then the value's alone, and the
-    // first fold goes into it without a copy.
-    let mapped = written
+    // first fold goes into it without a copy. A small original is not
+    // mapped: the mapping costs more system calls than the copy it saves.
+    let mapped = (written && original.len() >= MAP_DISK_COPY_FROM)
         .then(|| {
             let path = disk.path(key, rank.0);
             taskfold_transports::shared_file::map(&path, original.len() as u64)
