@@ -5,9 +5,10 @@
 //! a lost or doubled contribution is always detected.
 
 use clap::Parser;
+use metrics_util::debugging::{DebuggingRecorder, Snapshotter};
 use std::path::PathBuf;
 use std::time::Duration;
-use taskfold::{InPlace, Reduce, ReduceError, ReduceFuture, Runtime, Sum};
+use taskfold::{metrics as names, InPlace, Reduce, ReduceError, ReduceFuture, Runtime, Sum};
 
 /// Ranks on one node read each other's contributions in place (unless
 /// `TASKFOLD_SHARED_HEAP=0`): the fault tests kill ranks on that path.
@@ -59,9 +60,10 @@ struct Args {
     /// wire form) instead of `Sum(Vec<f32>)`.
     #[arg(long)]
     in_place: bool,
-    /// Every rank first takes part in one reduction (`warmup`, not
-    /// hooked, not counted) and a barrier, and waits for both: ranks then
-    /// know which of their buddies are on their node, as in a long run.
+    /// Every rank first takes part in reductions (`warmup-N`, not hooked,
+    /// not counted) until every original but the root's went with a
+    /// standing copy: ranks then know which of their buddies are on their
+    /// node and view their heap, as in a long run (see `warm_up`).
     #[arg(long)]
     warmup: bool,
     /// The test kills (or stops) rank 0 while the reductions are in
@@ -133,6 +135,52 @@ fn stop_myself() {
     }
 }
 
+/// Warm-up rounds at most (a reduction and an allreduce each).
+const WARMUP_ROUNDS: u32 = 40;
+
+/// Reduces until every rank other than the root has made a reduction with
+/// no disk copy of its original, its buddy (on its node) viewing it in its
+/// heap: a standing copy, as in a long run. The buddy's answer that makes
+/// it so is not ordered with the reduction's end (with asynchronous
+/// durability no join waits for it), so that a fixed number of rounds, or
+/// a pause, would only make it likely. The runtime counts such originals
+/// (`taskfold_originals_in_memory_total`, read from `snap`); every rank
+/// learns that all are ready by an allreduce, and so stops after the same
+/// round.
+fn warm_up(rt: &Runtime, args: &Args, snap: &Snapshotter) {
+    let (rank, size) = (rt.rank(), rt.size());
+    for round in 0..WARMUP_ROUNDS {
+        let v: Vec<f32> = (0..args.size / 4).map(|i| value(rank, 0, i)).collect();
+        let opts = Reduce::root(args.root).id(format!("warmup-{round}"));
+        let got = if args.in_place {
+            let v = InPlace::<Sum<f32>>::from_slice(&v);
+            Pending::InPlace(rt.reduce(v, opts).expect("reduce")).wait(Duration::from_secs(120))
+        } else {
+            Pending::Vec(rt.reduce(Sum(v), opts).expect("reduce")).wait(Duration::from_secs(120))
+        };
+        if let Err(e) = got {
+            eprintln!("warm-up reduction: error: {e}");
+            std::process::exit(1);
+        }
+        let standing = taskfold_tests::counter(snap, names::ORIGINALS_IN_MEMORY) > 0;
+        let ready = f32::from(u8::from(rank == args.root || standing));
+        let opts = Reduce::root(args.root).id(format!("warmup-ready-{round}"));
+        let all = rt
+            .allreduce(Sum(vec![ready]), opts)
+            .and_then(|mut f| f.wait_timeout(Duration::from_secs(120)));
+        match all {
+            Ok(Sum(n)) if n.first() == Some(&(size as f32)) => return,
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("warm-up allreduce: error: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    eprintln!("warm-up: not every original had a standing copy after {WARMUP_ROUNDS} rounds");
+    std::process::exit(1);
+}
+
 fn value(rank: u32, k: u32, i: usize) -> f32 {
     ((i % 1021) as u32 + rank * 3 + k) as f32
 }
@@ -144,6 +192,13 @@ fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
+    // Installed before the runtime starts, so that its counters come here.
+    let standing = args.warmup.then(|| {
+        let recorder = DebuggingRecorder::new();
+        let snap = recorder.snapshotter();
+        recorder.install().expect("the only recorder");
+        snap
+    });
     let rt = match Runtime::from_env() {
         Ok(rt) => rt,
         Err(e) => {
@@ -165,32 +220,8 @@ fn main() {
     if args.exit_rank == Some(rank) {
         std::process::exit(7);
     }
-    if args.warmup {
-        let v: Vec<f32> = (0..args.size / 4).map(|i| value(rank, 0, i)).collect();
-        let opts = Reduce::root(args.root).id("warmup");
-        let got = if args.in_place {
-            let v = InPlace::<Sum<f32>>::from_slice(&v);
-            Pending::InPlace(rt.reduce(v, opts).expect("reduce")).wait(Duration::from_secs(120))
-        } else {
-            Pending::Vec(rt.reduce(Sum(v), opts).expect("reduce")).wait(Duration::from_secs(120))
-        };
-        if let Err(e) = got {
-            eprintln!("warm-up reduction: error: {e}");
-            std::process::exit(1);
-        }
-        // The buddy's answer to the warm-up's offer (which says it is on
-        // this node) is not ordered with the reduction's end: with
-        // asynchronous durability no join waits for it. A barrier's round
-        // trip lets it arrive before the next offer.
-        if let Err(e) = rt.barrier() {
-            eprintln!("warm-up barrier: error: {e}");
-            std::process::exit(1);
-        }
-        // The answer comes on the buddy's own link, which a loaded
-        // machine may hold up past the barrier's release: a pause, far
-        // longer than a round trip, makes "as in a long run" hold there
-        // too.
-        std::thread::sleep(Duration::from_millis(500));
+    if let Some(standing) = &standing {
+        warm_up(&rt, &args, standing);
     }
     if let Some(d) = delayed(&args.delay, rank) {
         std::thread::sleep(d);
