@@ -196,3 +196,51 @@ fn a_small_disk_copy_is_retired_as_its_reduction_ends_here() {
         assert!(!path.exists(), "{} retired", path.display());
     });
 }
+
+/// The answers rank 1 (the owner) got so far: `(ok, same_node)`.
+fn answers_to_owner(
+    ts: &[Arc<taskfold_transports::loopback::LoopbackTransport>],
+) -> Vec<(bool, bool)> {
+    ts[1]
+        .events()
+        .try_iter()
+        .filter_map(|e| match e {
+            taskfold_transports::Event::Message { frame, .. } => {
+                match taskfold_core::wire::decode(&frame).expect("a valid frame") {
+                    taskfold_core::wire::Msg::ReplicaAck { ok, same_node, .. } => {
+                        Some((ok, same_node))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_carried_offer_is_answered_only_if_asked_or_refused() {
+    let (_hub, ts) = LoopbackHub::new(2);
+    actix_rt::System::new().block_on(async move {
+        let (buf, crc, len) = replica_of(&[4u8; 300]);
+        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+        let disk = Arc::new(ReplicaDisk::open(None, 0).unwrap());
+        // Room for one copy only.
+        let store = ReplicaStore::new(0, Outbox::of(t), disk, len).start();
+        let offer = offer_from_elsewhere(len, crc, Some(buf.clone()));
+        store.send(offer).await.unwrap();
+        assert_eq!(copies(&store).await, vec![(KEY, 1)]);
+        // Kept, not asked: no answer. Then the same owner's original of
+        // another reduction, beyond the store's room: refused, and told.
+        let mut second = offer_from_elsewhere(len, crc, Some(buf));
+        second.key = KEY + 1;
+        store.send(second).await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut got = Vec::new();
+        while got.is_empty() && std::time::Instant::now() < deadline {
+            actix_rt::time::sleep(std::time::Duration::from_millis(5)).await;
+            got.extend(answers_to_owner(&ts));
+        }
+        assert_eq!(got, vec![(false, false)], "one answer: the refusal");
+    });
+}
