@@ -7,6 +7,16 @@ use taskfold_transports::Transport;
 
 const KEY: u64 = 21;
 
+/// Rank 0's store over `ts[0]`, keeping at most `limit` bytes of copies.
+fn store_of(
+    ts: &[Arc<taskfold_transports::loopback::LoopbackTransport>],
+    limit: u64,
+) -> Addr<ReplicaStore> {
+    let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
+    let disk = Arc::new(ReplicaDisk::open(None, 0).unwrap());
+    ReplicaStore::new(0, Outbox::of(t), disk, limit).start()
+}
+
 /// The copies the store lists (`(key, owner)`).
 async fn copies(store: &Addr<ReplicaStore>) -> Vec<(u64, u32)> {
     store.send(ListCopies).await.unwrap().copies
@@ -17,31 +27,14 @@ fn a_rollback_drops_every_copy_of_another_ranks_original() {
     let (_hub, ts) = LoopbackHub::new(2);
     actix_rt::System::new().block_on(async move {
         // Rank 1 exposes its original of KEY, as a member does.
-        let payload = vec![7u8; 512];
-        let mut buf = vec![0u8; HEADER_LEN];
-        write_header(&mut buf, &payload);
-        buf.extend_from_slice(&payload);
-        let crc = replica::stored_crc(&buf).unwrap();
-        let len = buf.len() as u64;
+        let (buf, crc, len) = replica_of(&[7u8; 512]);
         ts[1].expose(BufferKey(original_key(KEY)), Bytes::from(buf));
-        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-        let disk = Arc::new(ReplicaDisk::open(None, 0).unwrap());
-        let store = ReplicaStore::new(0, Outbox::of(t), disk, 1 << 20).start();
-        store
-            .send(OfferIn {
-                key: KEY,
-                owner: Rank(1),
-                len,
-                crc,
-                node: 0,
-                file: None,
-                heap: None,
-                warm: None,
-                wants_ack: true,
-                data: None,
-            })
-            .await
-            .unwrap();
+        let store = store_of(&ts, 1 << 20);
+        let offer = OfferIn {
+            wants_ack: true,
+            ..offer_from_elsewhere(len, crc, None)
+        };
+        store.send(offer).await.unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while copies(&store).await.is_empty() && std::time::Instant::now() < deadline {
             actix_rt::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -57,19 +50,12 @@ fn a_rollback_drops_every_copy_of_a_roots_result() {
     let (_hub, ts) = LoopbackHub::new(2);
     actix_rt::System::new().block_on(async move {
         // Rank 1, a root, exposes its result of KEY for its buddy.
-        let payload = vec![5u8; 256];
-        let mut buf = vec![0u8; HEADER_LEN];
-        write_header(&mut buf, &payload);
-        buf.extend_from_slice(&payload);
-        let crc = replica::stored_crc(&buf).unwrap();
-        let len = buf.len() as u64;
+        let (buf, crc, len) = replica_of(&[5u8; 256]);
         ts[1].expose(
             BufferKey(taskfold_core::results::result_key(KEY)),
             Bytes::from(buf),
         );
-        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-        let disk = Arc::new(ReplicaDisk::open(None, 0).unwrap());
-        let store = ReplicaStore::new(0, Outbox::of(t), disk, 1 << 20).start();
+        let store = store_of(&ts, 1 << 20);
         store
             .send(ResultOfferIn {
                 root: Rank(1),
@@ -141,9 +127,7 @@ fn bytes_carried_by_an_offer_are_kept_without_a_get() {
         // Rank 1 exposes nothing: only the bytes the offer carries can
         // make the copy.
         let (buf, crc, len) = replica_of(&[3u8; 300]);
-        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-        let disk = Arc::new(ReplicaDisk::open(None, 0).unwrap());
-        let store = ReplicaStore::new(0, Outbox::of(t), disk, 1 << 20).start();
+        let store = store_of(&ts, 1 << 20);
         let offer = offer_from_elsewhere(len, crc, Some(buf.clone()));
         store.send(offer).await.unwrap();
         assert_eq!(copies(&store).await, vec![(KEY, 1)], "kept at once");
@@ -160,9 +144,7 @@ fn damaged_carried_bytes_are_dropped_and_the_original_fetched() {
         // One byte of the payload changed on the way: its checksum fails.
         let mut damaged = buf.clone();
         damaged[HEADER_LEN + 7] ^= 1;
-        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-        let disk = Arc::new(ReplicaDisk::open(None, 0).unwrap());
-        let store = ReplicaStore::new(0, Outbox::of(t), disk, 1 << 20).start();
+        let store = store_of(&ts, 1 << 20);
         let offer = offer_from_elsewhere(len, crc, Some(damaged));
         store.send(offer).await.unwrap();
         assert!(served(&ts).await == buf, "the owner's own bytes, fetched");
@@ -223,10 +205,8 @@ fn a_carried_offer_is_answered_only_if_asked_or_refused() {
     let (_hub, ts) = LoopbackHub::new(2);
     actix_rt::System::new().block_on(async move {
         let (buf, crc, len) = replica_of(&[4u8; 300]);
-        let t: Arc<dyn taskfold_transports::Transport> = ts[0].clone();
-        let disk = Arc::new(ReplicaDisk::open(None, 0).unwrap());
         // Room for one copy only.
-        let store = ReplicaStore::new(0, Outbox::of(t), disk, len).start();
+        let store = store_of(&ts, len);
         let offer = offer_from_elsewhere(len, crc, Some(buf.clone()));
         store.send(offer).await.unwrap();
         assert_eq!(copies(&store).await, vec![(KEY, 1)]);
