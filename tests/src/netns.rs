@@ -1,8 +1,9 @@
 //! Simulated nodes in tests: whether network namespaces can be made here,
-//! and which ones a launcher left.
+//! jobs on them, and which namespaces a launcher left.
 
 use std::io::Write;
-use std::process::Command;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// True if this machine can make network namespaces; otherwise says why
@@ -45,4 +46,28 @@ pub fn namespaces_of(pid: u32) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// `taskfold run --sim-nodes NODES -n RANKS [EXTRA] -- PROGRAM ARGS`.
+pub fn launch(nodes: u32, ranks: u32, extra: &[&str], program: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(crate::taskfold_bin());
+    cmd.args([
+        "run",
+        "--sim-nodes",
+        &nodes.to_string(),
+        "-n",
+        &ranks.to_string(),
+    ])
+    .args(["--timeout", "200s"])
+    .args(extra)
+    .arg("--")
+    .arg(program)
+    .args(args);
+    cmd
+}
+
+/// Starts `cmd` with its output piped.
+pub fn start(mut cmd: Command) -> Child {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.spawn().expect("spawn taskfold")
 }
