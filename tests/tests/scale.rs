@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use taskfold_tests::netns::{namespaces_of, namespaces_or_skip};
-use taskfold_tests::{taskfold_bin, text, wait_bounded};
+use taskfold_tests::{run_bounded, taskfold_bin, text, wait_bounded};
 
 /// Bounds the whole job; at 256 ranks on two cores it starts in tens of
 /// seconds.
@@ -80,4 +80,52 @@ fn tasks_per_reduction(t: &str) -> std::collections::BTreeMap<String, usize> {
         }
     }
     per
+}
+
+/// `taskfold bench scale` on a small scale (8 ranks on 2 nodes against 4
+/// of one node): one round, whose figures the JSON holds, the ratio of
+/// the two medians judged against the target, and the report says so.
+#[test]
+fn bench_scale_judges_the_ratio_of_many_ranks_on_nodes_to_few_on_one() {
+    if !namespaces_or_skip("bench_scale_judges_the_ratio_of_many_ranks_on_nodes_to_few_on_one") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("scale.json");
+    let mut cmd = Command::new(taskfold_bin());
+    cmd.args([
+        "bench", "scale", "--ranks", "8", "--nodes", "2", "--base", "4",
+    ])
+    .args(["--reps", "4", "--rounds", "1", "--json"])
+    .arg(&json);
+    let out = run_bounded(cmd, LIMIT);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rounds = r["rounds"].as_array().expect("rounds");
+    assert_eq!(rounds.len(), 1, "{r}");
+    let (base, scaled) = (&rounds[0]["base"], &rounds[0]["scaled"]);
+    let median = |j: &serde_json::Value| j["median_s"].as_f64().expect("a median");
+    assert!(median(base) > 0.0 && median(scaled) > 0.0, "{r}");
+    let ratio = r["ratio"].as_f64().expect("the ratio");
+    assert!((ratio - median(scaled) / median(base)).abs() < 1e-9, "{r}");
+    assert_eq!(r["met"].as_bool(), Some(ratio <= 3.0), "{r}");
+    for j in [base, scaled] {
+        assert!(
+            j["cpu_per_rep_s"].as_f64().is_some_and(f64::is_finite),
+            "{r}"
+        );
+    }
+    let verdict = format!("median ratio {ratio:.1}, met: ");
+    assert!(t.contains(&verdict), "{t}");
+}
+
+#[test]
+fn bench_scale_refuses_fewer_than_two_repetitions() {
+    let mut cmd = Command::new(taskfold_bin());
+    cmd.args(["bench", "scale", "--reps", "1"]);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("--reps 1: expected at least 2"), "{t}");
 }

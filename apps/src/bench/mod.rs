@@ -8,6 +8,7 @@ pub mod compare;
 pub mod faults;
 pub mod recovery;
 pub mod reduce;
+pub mod scale;
 pub mod sim;
 pub mod transports;
 
@@ -24,6 +25,7 @@ Examples:
   taskfold bench checkpoint --size 4M,16M
   taskfold bench transports
   taskfold bench sim --ranks 256,65536 --size 8,1M
+  taskfold bench scale --ranks 256 --nodes 16 --base 16
 
 Run `taskfold bench <benchmark> --help` for each one's options.";
 
@@ -65,6 +67,10 @@ pub enum BenchCmd {
     /// folds (α–β–γ model), up to tens of thousands of ranks: ready-first
     /// flat and by node against binomial and k-nomial trees.
     Sim(sim::SimArgs),
+    /// Many ranks on simulated nodes against few on one node, in one run:
+    /// the time per small reduction, its ratio against a target, and the
+    /// CPU each repetition costs (needs root, for the nodes).
+    Scale(scale::ScaleArgs),
 }
 
 /// Runs a benchmark.
@@ -79,5 +85,6 @@ pub fn main(cmd: BenchCmd) -> ExitCode {
         BenchCmd::Chaos(a) => chaos::main(a),
         BenchCmd::Capi(a) => capi::main(a),
         BenchCmd::Sim(a) => sim::main(a),
+        BenchCmd::Scale(a) => scale::main(a),
     }
 }
