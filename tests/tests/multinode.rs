@@ -351,6 +351,16 @@ fn a_whole_node_lost_is_recovered_from_copies_its_offers_carried() {
     );
 }
 
+/// Whether `buddy`'s log says it kept `owner`'s copy from the bytes its
+/// offer carried.
+fn carried(t: &str, owner: u32, buddy: u32) -> bool {
+    t.lines().any(|l| {
+        l.starts_with(&format!("[{buddy}]"))
+            && l.contains("replica carried by its offer")
+            && l.contains(&format!("owner=rank {owner} "))
+    })
+}
+
 /// Ranks 2 and 3 (node 1) killed after their joins of one reduction of
 /// `size` bytes a rank to root 1.
 fn whole_node_lost(name: &str, size: usize) {
@@ -403,18 +413,32 @@ fn whole_node_lost(name: &str, size: usize) {
             "rank {owner}'s copy went to rank {buddy} on the other node: {:?}\n{t}",
             offers(&t)
         );
-        let carried = t.lines().any(|l| {
-            l.starts_with(&format!("[{buddy}]"))
-                && l.contains("replica carried by its offer")
-                && l.contains(&format!("owner=rank {owner} "))
-        });
         assert_eq!(
-            carried, small,
+            carried(&t, owner, buddy),
+            small,
             "rank {owner}'s copy carried by its offer\n{t}"
         );
     }
-    // Node 1 gone, the rule is the next live member again.
+    // Node 1 gone, the rule is the next live member again: rank 1, on
+    // rank 0's node, which is offered no bytes whatever the size.
     assert!(offers(&t).contains(&(0, 1)), "{:?}\n{t}", offers(&t));
+    let offered_bytes = |owner: u32, to: u32, bytes: bool| {
+        t.lines().any(|l| {
+            l.starts_with(&format!("[{to}]"))
+                && l.contains(" replica offer ")
+                && l.contains(&format!("owner=rank {owner} "))
+                && l.contains(&format!("bytes={bytes}"))
+        })
+    };
+    assert!(offered_bytes(0, 1, false), "rank 0's offer to rank 1\n{t}");
+    assert!(
+        !offered_bytes(0, 1, true),
+        "bytes offered within a node\n{t}"
+    );
+    assert!(
+        !carried(&t, 0, 1),
+        "a copy within a node kept from bytes\n{t}"
+    );
     for r in [2, 3] {
         assert!(t.contains(&format!("rank {r} killed by signal 9")), "{t}");
     }

@@ -41,7 +41,7 @@ impl Handler<OfferIn> for ReplicaStore {
     /// a fetch.
     fn handle(&mut self, mut m: OfferIn, ctx: &mut Context<Self>) {
         let (key, owner) = (m.key, m.owner);
-        tracing::debug!(rank = self.rank, %owner, key, heap = m.heap.is_some(), "replica offer");
+        tracing::debug!(rank = self.rank, %owner, key, heap = m.heap.is_some(), bytes = m.data.is_some(), "replica offer");
         if self.bytes + m.len > self.limit {
             tracing::warn!(rank = self.rank, %owner, "replica store full; offer refused");
             self.refuse(key, owner, false);
