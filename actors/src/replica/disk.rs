@@ -223,13 +223,32 @@ impl ReplicaDisk {
     /// when it is reused; the reduction has ended by then, and a buddy's
     /// copy is verified against its checksum whenever it is read.
     pub fn remove_key(&self, key: u64) {
+        Self::discard(self.retire_key(key));
+    }
+
+    /// As [`Self::remove_key`], but the older spares that the files of
+    /// `key` pushed out of the bounds are returned, not deleted: deleting
+    /// a large file frees its blocks, which may take long, and a caller on
+    /// a thread that must not wait gives them to [`Self::discard`] on
+    /// another. Retiring itself is a rename (or the deletion of a small
+    /// file).
+    pub fn retire_key(&self, key: u64) -> Vec<PathBuf> {
         let prefix = format!("{key:016x}-");
+        let mut evicted = Vec::new();
         if let Ok(entries) = std::fs::read_dir(&self.dir) {
             for e in entries.flatten() {
                 if e.file_name().to_string_lossy().starts_with(&prefix) {
-                    self.retire(e.path());
+                    evicted.extend(self.retire(e.path()));
                 }
             }
+        }
+        evicted
+    }
+
+    /// Deletes spares that [`Self::retire_key`] pushed out.
+    pub fn discard(evicted: Vec<PathBuf>) {
+        for f in evicted {
+            let _ = std::fs::remove_file(f);
         }
     }
 
@@ -238,23 +257,24 @@ impl ReplicaDisk {
         self.spares.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Keeps the file at `path` as a spare (the oldest spare makes room),
-    /// or removes it if it is small and [`SMALL_SPARES`] are kept already.
-    fn retire(&self, path: PathBuf) {
+    /// Keeps the file at `path` as a spare, or removes it if it is small
+    /// and [`SMALL_SPARES`] are kept already (or it cannot be renamed).
+    /// Returns the oldest spares that made room, to be deleted.
+    fn retire(&self, path: PathBuf) -> Vec<PathBuf> {
         let len = std::fs::metadata(&path).map_or(0, |m| m.len());
         let mut s = self.lock_spares();
         let small = |l: u64| l < MIN_SPARE;
         if small(len) && s.files.iter().filter(|(_, l)| small(*l)).count() >= SMALL_SPARES {
             drop(s);
             let _ = std::fs::remove_file(path);
-            return;
+            return Vec::new();
         }
         let spare = self.dir.join(format!("spare-{}.tmp", s.next));
         s.next += 1;
         if std::fs::rename(&path, &spare).is_err() {
             drop(s);
             let _ = std::fs::remove_file(path);
-            return;
+            return Vec::new();
         }
         s.files.push((spare, len));
         let mut old = Vec::new();
@@ -263,10 +283,7 @@ impl ReplicaDisk {
         {
             old.push(s.files.remove(0).0);
         }
-        drop(s);
-        for f in old {
-            let _ = std::fs::remove_file(f);
-        }
+        old
     }
 }
 

@@ -7,9 +7,10 @@
 //! in memory, exposed for gets under
 //! [`taskfold_core::replica::replica_key`], and announced to the owner
 //! (acknowledgement, if it asked) and to the master (so it knows the
-//! original is recoverable). It is not written to this rank's disk: the owner's own
-//! disk copy is the other of the two copies a single failure needs, and a
-//! third would cost a copy of every original that recovery never reads.
+//! original is recoverable). It is not written to this rank's disk: the
+//! owner's own disk copy is the other of the two copies a single failure
+//! needs, and a third would cost a copy of every original that recovery
+//! never reads.
 //!
 //! A buddy on the owner's node (same node token) does not copy the bytes:
 //! - the owner offers once its disk copy is written, naming the file, and
@@ -189,7 +190,8 @@ pub(crate) enum Removal {
     Nothing,
     /// A small one (written on the actors' thread too): retired there, a
     /// rename, rather than for the price of a wake-up of a blocking thread
-    /// per reduction.
+    /// per reduction; only older spares it pushes out of the bounds, which
+    /// may be large, are deleted by a blocking task.
     Here,
     /// A large one: by a blocking task (its blocks may be freed).
     Blocking,
@@ -241,7 +243,13 @@ impl Handler<DropKey> for ReplicaStore {
         self.gauge();
         match m.disk {
             Removal::Nothing => {}
-            Removal::Here => self.disk.remove_key(m.key),
+            Removal::Here => {
+                // Spares pushed out may be large: deleted elsewhere.
+                let evicted = self.disk.retire_key(m.key);
+                if !evicted.is_empty() {
+                    actix_rt::task::spawn_blocking(move || ReplicaDisk::discard(evicted));
+                }
+            }
             Removal::Blocking => {
                 let disk = self.disk.clone();
                 actix_rt::task::spawn_blocking(move || disk.remove_key(m.key));

@@ -227,3 +227,29 @@ fn original(fill: u8, len: usize) -> Vec<u8> {
     buf.extend_from_slice(&payload);
     buf
 }
+
+/// Retiring a reduction's files on a thread that must not wait leaves the
+/// older spares it pushes out (large ones, whose deletion frees blocks)
+/// to the caller: they stay on disk until discarded.
+#[test]
+fn retired_spares_pushed_out_are_handed_back_not_deleted() {
+    let tmp = tempdir_named("evicted");
+    let mut d = ReplicaDisk::open(Some(&tmp), 1).unwrap();
+    let live = AtomicBool::new(true);
+    // Each of another length: none is written over a spare.
+    let big = |k: u64| original(k as u8, (2 << 20) + 4096 * k as usize);
+    d.spare_bytes = (big(2).len() + big(3).len()) as u64;
+    for k in 1..=2 {
+        assert!(d.write_original(k, 1, &big(k), &live).unwrap());
+        assert!(d.retire_key(k).is_empty(), "room for spare {k}");
+    }
+    assert!(d.write_original(3, 1, &big(3), &live).unwrap());
+    let evicted = d.retire_key(3);
+    assert_eq!(evicted.len(), 1, "the oldest spare made room");
+    assert!(evicted[0].exists(), "handed back, not deleted");
+    ReplicaDisk::discard(evicted.clone());
+    assert!(!evicted[0].exists());
+    assert_eq!(spares_in(&rank_dir(&tmp, 1)), 2, "two spares kept");
+    drop(d);
+    let _ = std::fs::remove_dir_all(tmp);
+}
