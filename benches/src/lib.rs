@@ -15,11 +15,14 @@
 //!   `benches/mpi/reduce_bench.c`), [`delay`] (the seeded arrival delays,
 //!   the busy rank and the background load, identical on both sides),
 //!   [`report`] (Markdown), [`plot`] (SVG).
+//! - [`floor`]: the floor of a small reduction over N processes (a tree of
+//!   pipes), a yardstick of `bench scale`.
 //! - [`units`]: byte counts for people.
 
 pub mod baseline;
 pub mod compare;
 pub mod delay;
+pub mod floor;
 pub mod mpi;
 pub mod plot;
 pub mod report;

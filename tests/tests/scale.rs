@@ -83,21 +83,28 @@ fn tasks_per_reduction(t: &str) -> std::collections::BTreeMap<String, usize> {
 }
 
 /// `taskfold bench scale` on a small scale (8 ranks on 2 nodes against 4
-/// of one node): one round, whose figures the JSON holds, the ratio of
-/// the two medians judged against the target, and the report says so.
+/// of one node), with its yardsticks: one round, whose figures the JSON
+/// holds, the ratio of the two medians judged against the target, each
+/// yardstick's ratio the ratio of its own two medians, and the report
+/// says so. Open MPI's yardstick runs where Open MPI is installed (always
+/// in CI).
 #[test]
 fn bench_scale_judges_the_ratio_of_many_ranks_on_nodes_to_few_on_one() {
     if !namespaces_or_skip("bench_scale_judges_the_ratio_of_many_ranks_on_nodes_to_few_on_one") {
         return;
     }
+    let with_mpi = std::env::var_os("CI").is_some() || on_path("mpirun.openmpi");
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("scale.json");
     let mut cmd = Command::new(taskfold_bin());
     cmd.args([
         "bench", "scale", "--ranks", "8", "--nodes", "2", "--base", "4",
     ])
-    .args(["--reps", "4", "--rounds", "1", "--json"])
+    .args(["--reps", "4", "--rounds", "1", "--floor", "--json"])
     .arg(&json);
+    if with_mpi {
+        cmd.args(["--mpi", "openmpi"]);
+    }
     let out = run_bounded(cmd, LIMIT);
     let t = text(&out);
     assert!(out.status.success(), "{t}");
@@ -118,6 +125,35 @@ fn bench_scale_judges_the_ratio_of_many_ranks_on_nodes_to_few_on_one() {
     }
     let verdict = format!("median ratio {ratio:.1}, met: ");
     assert!(t.contains(&verdict), "{t}");
+    let mut yards = vec![("floor", "floor")];
+    if with_mpi {
+        yards.push(("mpi", "openmpi"));
+        assert_eq!(r["mpi"].as_str(), Some("openmpi"), "{r}");
+    } else {
+        assert!(r["mpi"].is_null() && rounds[0]["mpi"].is_null(), "{r}");
+    }
+    for (key, name) in yards {
+        let y = &rounds[0][key];
+        let (b, s) = (
+            y["base_s"].as_f64().unwrap(),
+            y["scaled_s"].as_f64().unwrap(),
+        );
+        assert!(b > 0.0 && s > 0.0, "{key}: {r}");
+        let yr = r[format!("{key}_ratio")]
+            .as_f64()
+            .expect("a yardstick's ratio");
+        assert!(
+            (yr - s / b).abs() < 1e-9 && (y["ratio"].as_f64() == Some(yr)),
+            "{r}"
+        );
+        assert!(t.contains(&format!("{name}: median ratio {yr:.1}")), "{t}");
+    }
+}
+
+/// Whether `name` is an executable file on `PATH`.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
 }
 
 #[test]
@@ -128,4 +164,16 @@ fn bench_scale_refuses_fewer_than_two_repetitions() {
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("--reps 1: expected at least 2"), "{t}");
+}
+
+/// An MPI that is not one of the two is refused before any job starts.
+#[test]
+fn bench_scale_refuses_an_unknown_mpi() {
+    let mut cmd = Command::new(taskfold_bin());
+    cmd.args(["bench", "scale", "--mpi", "lam"]);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("--mpi lam: expected openmpi or mpich"), "{t}");
+    assert!(!t.contains("bench rank"), "a job ran: {t}");
 }

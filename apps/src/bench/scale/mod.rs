@@ -15,6 +15,18 @@
 //! system, from `/proc/self/stat`'s waited-for children, counted in clock
 //! ticks: 10 ms a job) over `--reps - 1` gives the CPU each repetition (a
 //! reduction and a barrier) costs: what grows with the ranks.
+//!
+//! Two yardsticks run in the same rounds if asked (`yardstick`): an MPI's
+//! `MPI_Reduce` on the same numbers of ranks (`--mpi`, all on this node)
+//! and the floor of any reduction here (`--floor`, processes in a tree of
+//! pipes), each with its own ratio.
+//!
+//! # Layout
+//!
+//! - this file: the options, the rounds, taskfold's jobs and the report;
+//! - `yardstick`: the MPI's jobs and the floor's.
+
+mod yardstick;
 
 use crate::launcher::{self, Launch, NodeSpec};
 use crate::sizes::{human, parse_size};
@@ -25,6 +37,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use taskfold_benches::stats::median;
 use taskfold_benches::Figure;
+use yardstick::{median_ratio, Yard, Yardsticks};
 
 /// Options of `bench scale`.
 #[derive(Args, Debug)]
@@ -57,6 +70,14 @@ pub struct ScaleArgs {
     /// Also write the figures to this JSON file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also run this MPI's `MPI_Reduce` (`openmpi` or `mpich`) on the
+    /// same numbers of ranks, all on this node, in every round.
+    #[arg(long)]
+    pub mpi: Option<String>,
+    /// Also run the floor of any reduction here (a binomial tree of
+    /// processes joined by pipes) on the same numbers of ranks.
+    #[arg(long)]
+    pub floor: bool,
 }
 
 /// One job's figures.
@@ -78,6 +99,10 @@ pub struct Round {
     pub scaled: JobFigures,
     /// `scaled.median_s / base.median_s`.
     pub ratio: f64,
+    /// The MPI's figures (`--mpi`).
+    pub mpi: Option<Yard>,
+    /// The floor's figures (`--floor`).
+    pub floor: Option<Yard>,
 }
 
 /// The run.
@@ -101,6 +126,12 @@ pub struct ScaleReport {
     pub target: f64,
     /// `ratio <= target`.
     pub met: bool,
+    /// The MPI's name (`--mpi`).
+    pub mpi: Option<&'static str>,
+    /// Median over rounds of the MPI's ratio.
+    pub mpi_ratio: Option<f64>,
+    /// Median over rounds of the floor's ratio (`--floor`).
+    pub floor_ratio: Option<f64>,
 }
 
 /// Runs the rounds and prints the report.
@@ -109,27 +140,24 @@ pub fn main(args: ScaleArgs) -> ExitCode {
         eprintln!("bench scale: --reps {}: expected at least 2", args.reps);
         return ExitCode::from(2);
     }
-    let mut rounds = Vec::new();
-    for round in 0..args.rounds.max(1) {
-        let jobs = job_pair(&args, 1).and_then(|short| Ok((short, job_pair(&args, args.reps)?)));
-        let ((base_short, scaled_short), (base, scaled)) = match jobs {
-            Ok(j) => j,
-            Err((code, e)) => {
-                eprintln!("bench scale: round {round}: {e}");
-                return ExitCode::from(code);
-            }
-        };
-        let per_rep = |long: Job, short: Job| JobFigures {
-            median_s: long.median_s,
-            cpu_per_rep_s: (long.cpu_s - short.cpu_s) / f64::from(args.reps - 1),
-        };
-        let (base, scaled) = (per_rep(base, base_short), per_rep(scaled, scaled_short));
-        rounds.push(Round {
-            ratio: scaled.median_s / base.median_s,
-            base,
-            scaled,
-        });
-    }
+    let dir = std::env::temp_dir().join(format!("taskfold-scale-{}", std::process::id()));
+    let yards = match Yardsticks::build(&args, &dir) {
+        Ok(y) => y,
+        Err(e) => {
+            eprintln!("bench scale: {e}");
+            let _ = std::fs::remove_dir_all(&dir);
+            return ExitCode::from(2);
+        }
+    };
+    let rounds = match run_rounds(&args, &yards) {
+        Ok(r) => r,
+        Err((code, e)) => {
+            eprintln!("bench scale: {e}");
+            let _ = std::fs::remove_dir_all(&dir);
+            return ExitCode::from(code);
+        }
+    };
+    let _ = std::fs::remove_dir_all(&dir);
     let mut ratios: Vec<f64> = rounds.iter().map(|r| r.ratio).collect();
     let ratio = median(&mut ratios);
     let report = ScaleReport {
@@ -138,6 +166,9 @@ pub fn main(args: ScaleArgs) -> ExitCode {
         base: args.base,
         size: args.size,
         reps: args.reps,
+        mpi: yards.mpi_name(),
+        mpi_ratio: median_ratio(rounds.iter().map(|r| r.mpi.as_ref())),
+        floor_ratio: median_ratio(rounds.iter().map(|r| r.floor.as_ref())),
         rounds,
         ratio,
         target: args.target,
@@ -152,6 +183,32 @@ pub fn main(args: ScaleArgs) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Every round: taskfold's jobs, then the yardsticks'. An error: the exit
+/// code and why.
+fn run_rounds(args: &ScaleArgs, yards: &Yardsticks) -> Result<Vec<Round>, (u8, String)> {
+    let mut rounds = Vec::new();
+    for round in 0..args.rounds.max(1) {
+        let in_round = |e: String| (2, format!("round {round}: {e}"));
+        let (base_short, scaled_short) =
+            job_pair(args, 1).map_err(|(c, e)| (c, format!("round {round}: {e}")))?;
+        let (base, scaled) =
+            job_pair(args, args.reps).map_err(|(c, e)| (c, format!("round {round}: {e}")))?;
+        let per_rep = |long: Job, short: Job| JobFigures {
+            median_s: long.median_s,
+            cpu_per_rep_s: (long.cpu_s - short.cpu_s) / f64::from(args.reps - 1),
+        };
+        let (base, scaled) = (per_rep(base, base_short), per_rep(scaled, scaled_short));
+        rounds.push(Round {
+            ratio: scaled.median_s / base.median_s,
+            base,
+            scaled,
+            mpi: yards.mpi(args).map_err(in_round)?,
+            floor: yards.floor(args).map_err(in_round)?,
+        });
+    }
+    Ok(rounds)
 }
 
 /// What one job gave: rank 0's median, and the CPU every rank used.
@@ -278,6 +335,35 @@ fn print_report(r: &ScaleReport) {
             x.base.cpu_per_rep_s * 1e3,
             x.scaled.cpu_per_rep_s * 1e3
         );
+    }
+    let yards = [
+        (
+            r.mpi.unwrap_or("mpi"),
+            r.mpi_ratio,
+            r.rounds.iter().map(|x| x.mpi).collect::<Vec<_>>(),
+        ),
+        (
+            "floor",
+            r.floor_ratio,
+            r.rounds.iter().map(|x| x.floor).collect(),
+        ),
+    ];
+    for (name, ratio, per_round) in &yards {
+        let Some(ratio) = ratio else { continue };
+        for (i, y) in per_round.iter().enumerate() {
+            if let Some(y) = y {
+                println!(
+                    "{:>5} {:>10.3}ms {:>10.3}ms {:>8.1} ({name}, {} and {} ranks of this node)",
+                    i,
+                    y.base_s * 1e3,
+                    y.scaled_s * 1e3,
+                    y.ratio,
+                    r.base,
+                    r.ranks
+                );
+            }
+        }
+        println!("{name}: median ratio {ratio:.1}");
     }
     println!(
         "target: {} ranks on {} nodes within {} x {} ranks of one node: median ratio {:.1}, met: {}",
