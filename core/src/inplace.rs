@@ -14,12 +14,21 @@
 //! [`crate::Sum`] (or `Min`, `Max`, `Prod`) of a `Vec`, so the other ranks
 //! fold it like any other contribution, and with the same rules: a rank
 //! that reduces `InPlace<Sum<f32>>` meets ranks that do the same.
+//!
+//! An array that arrives as another rank's archive (an allreduce's or a
+//! broadcast's value, [`ReduceValue::shared_decoder`]) is read where it
+//! lies, through the [`Bytes`] that hold it (on a node with the shared
+//! heap, a view of the holder's memory): it is copied into a buffer of
+//! this process only when the application changes it
+//! ([`InPlace::as_mut_slice`]) or hands it to another reduction. The
+//! holder's buffer stays allocated, unchanged, while such a value lives.
 
 use crate::archived::Archived;
 use crate::error::FoldError;
 use crate::pool;
-use crate::reducer::{decode, Decoder, FoldInto, Hold, ReduceValue, ReducerBody};
+use crate::reducer::{decode, Decoder, FoldInto, Hold, ReduceValue, ReducerBody, SharedDecoder};
 use crate::replica::HEADER_LEN;
+use bytes::Bytes;
 use rkyv::rancor;
 use rkyv::util::AlignedVec;
 use std::any::Any;
@@ -60,9 +69,17 @@ pub(crate) mod sealed {
 /// // the root gets an `InPlace<Sum<f32>>` back.
 /// ```
 pub struct InPlace<R: ArrayOp> {
-    /// Header, elements, root.
-    buf: AlignedVec,
+    buf: Buf,
     _op: PhantomData<fn() -> R>,
+}
+
+/// Where an [`InPlace`] array's bytes lie.
+enum Buf {
+    /// This process's own buffer (from the pool): header, elements, root.
+    Own(AlignedVec),
+    /// Another rank's archive (elements, root), read where it lies and
+    /// never changed: copied into an `Own` buffer before any change.
+    Shared(Bytes),
 }
 
 impl<R: ArrayOp> InPlace<R> {
@@ -97,7 +114,7 @@ impl<R: ArrayOp> InPlace<R> {
         buf.extend_from_slice(&(-offset).to_le_bytes());
         buf.extend_from_slice(&len32.to_le_bytes());
         InPlace {
-            buf,
+            buf: Buf::Own(buf),
             _op: PhantomData,
         }
     }
@@ -108,37 +125,82 @@ impl<R: ArrayOp> InPlace<R> {
     /// plain `Vec` archive of one writes it): one copy, where
     /// deserialising takes two. `None` for any other layout.
     fn of_archive(bytes: &[u8]) -> Option<Self> {
+        let (len, data) = Self::layout(bytes)?;
+        Some(Self::build(len, |buf, _| {
+            buf.resize(HEADER_LEN, 0);
+            buf.extend_from_slice(&bytes[..data]);
+        }))
+    }
+
+    /// `bytes`, a validated archive of `R` laid out as [`Self::of_archive`]
+    /// takes it and aligned for the elements, kept where it lies: no copy.
+    /// `None` otherwise.
+    fn of_shared(bytes: Bytes) -> Option<Self> {
+        Self::layout(&bytes)?;
+        let aligned = (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<R::Elem>());
+        aligned.then(|| InPlace {
+            buf: Buf::Shared(bytes),
+            _op: PhantomData,
+        })
+    }
+
+    /// The element count and the elements' bytes of an archive laid out
+    /// with the elements first and the root right after them.
+    fn layout(bytes: &[u8]) -> Option<(usize, usize)> {
         let data = bytes.len().checked_sub(ROOT_LEN)?;
         let word = |at: usize| -> Option<[u8; 4]> { bytes.get(at..at + 4)?.try_into().ok() };
         let offset = i64::from(i32::from_le_bytes(word(data)?));
         let len = u32::from_le_bytes(word(data + 4)?) as usize;
         let fits = len.checked_mul(std::mem::size_of::<R::Elem>()) == Some(data);
-        (offset == -(data as i64) && fits).then(|| {
-            Self::build(len, |buf, _| {
-                buf.resize(HEADER_LEN, 0);
-                buf.extend_from_slice(&bytes[..data]);
-            })
-        })
+        (offset == -(data as i64) && fits).then_some((len, data))
     }
 
-    fn data_range(&self) -> std::ops::Range<usize> {
-        HEADER_LEN..self.buf.len().saturating_sub(ROOT_LEN).max(HEADER_LEN)
+    /// The elements' bytes.
+    fn data(&self) -> &[u8] {
+        match &self.buf {
+            Buf::Own(b) => &b[HEADER_LEN..b.len().saturating_sub(ROOT_LEN).max(HEADER_LEN)],
+            Buf::Shared(b) => &b[..b.len().saturating_sub(ROOT_LEN)],
+        }
+    }
+
+    /// This process's own buffer, a copy of the shared archive if the
+    /// value was read where it lay (taken from the pool: header, archive).
+    fn own(&mut self) -> &mut AlignedVec {
+        if let Buf::Shared(b) = &self.buf {
+            let mut own = pool::take(HEADER_LEN + b.len());
+            own.resize(HEADER_LEN, 0);
+            own.extend_from_slice(b);
+            self.buf = Buf::Own(own);
+        }
+        match &mut self.buf {
+            Buf::Own(b) => b,
+            Buf::Shared(_) => unreachable!("made its own just above"),
+        }
+    }
+
+    /// Whether the elements are read where another rank's archive lies
+    /// (an allreduce's or a broadcast's value not changed since): no copy
+    /// was made of them.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.buf, Buf::Shared(_))
     }
 
     /// The elements.
     pub fn as_slice(&self) -> &[R::Elem] {
-        bytemuck::cast_slice(&self.buf[self.data_range()])
+        bytemuck::cast_slice(self.data())
     }
 
-    /// The elements, to fill in place.
+    /// The elements, to fill in place (a value read where another rank's
+    /// archive lies is copied first: see [`InPlace::is_shared`]).
     pub fn as_mut_slice(&mut self) -> &mut [R::Elem] {
-        let range = self.data_range();
-        bytemuck::cast_slice_mut(&mut self.buf[range])
+        let buf = self.own();
+        let end = buf.len() - ROOT_LEN;
+        bytemuck::cast_slice_mut(&mut buf[HEADER_LEN..end])
     }
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        self.data_range().len() / std::mem::size_of::<R::Elem>()
+        self.data().len() / std::mem::size_of::<R::Elem>()
     }
 
     /// Whether there are no elements.
@@ -156,14 +218,17 @@ impl<R: ArrayOp> InPlace<R> {
     /// the layout depends on the element type alone.
     pub fn with_op<S: ArrayOp<Elem = R::Elem>>(mut self) -> InPlace<S> {
         InPlace {
-            buf: std::mem::replace(&mut self.buf, AlignedVec::new()),
+            buf: std::mem::replace(&mut self.buf, Buf::Own(AlignedVec::new())),
             _op: PhantomData,
         }
     }
 
     /// The archive: everything after the header.
     fn archive(&self) -> &[u8] {
-        &self.buf[HEADER_LEN..]
+        match &self.buf {
+            Buf::Own(b) => &b[HEADER_LEN..],
+            Buf::Shared(b) => b,
+        }
     }
 }
 
@@ -205,9 +270,23 @@ where
         }
     }
 
+    fn shared_decoder(&self) -> Option<SharedDecoder> {
+        Some(|bytes| {
+            rkyv::access::<R::Archived, rancor::Error>(&bytes).map_err(corrupt)?;
+            let v = match InPlace::<R>::of_shared(bytes.clone()) {
+                Some(v) => v,
+                None => match InPlace::<R>::of_archive(&bytes) {
+                    Some(v) => v,
+                    None => InPlace::from_slice(&decode::<R>(&bytes)?.into_vec()),
+                },
+            };
+            Ok(Box::new(v) as Box<dyn ReduceValue>)
+        })
+    }
+
     fn fold_bytes(&mut self, bytes: &[u8]) -> Result<(), FoldError> {
         let other = rkyv::access::<R::Archived, rancor::Error>(bytes).map_err(corrupt)?;
-        let mine = rkyv::access_mut::<R::Archived, rancor::Error>(&mut self.buf[HEADER_LEN..])
+        let mine = rkyv::access_mut::<R::Archived, rancor::Error>(&mut self.own()[HEADER_LEN..])
             .map_err(corrupt)?;
         R::fold_archived(mine, other)
     }
@@ -235,15 +314,16 @@ where
     }
 
     fn fold_pieces(
-        self: Box<Self>,
+        mut self: Box<Self>,
     ) -> Result<Box<dyn crate::pieces::PieceFold>, Box<dyn ReduceValue>> {
+        self.own();
         crate::pieces::Pieces::new::<R>(
             self,
             |v| v.archive(),
             |b| rkyv::access::<R::Archived, rancor::Error>(b).ok(),
             |_old, buf| {
                 Box::new(InPlace::<R> {
-                    buf,
+                    buf: Buf::Own(buf),
                     _op: PhantomData,
                 })
             },
@@ -261,14 +341,18 @@ where
         }
         let hold: Hold = |buf, offset| Box::new(Archived::<R>::new(buf, offset));
         let mut this = self;
-        Ok((std::mem::replace(&mut this.buf, AlignedVec::new()), hold))
+        let buf = std::mem::take(this.own());
+        Ok((buf, hold))
     }
 }
 
 impl<R: ArrayOp> Drop for InPlace<R> {
     fn drop(&mut self) {
-        // Recycled for the next contribution (see `crate::pool`).
-        pool::give(std::mem::replace(&mut self.buf, AlignedVec::new()));
+        // An own buffer is recycled for the next contribution (see
+        // `crate::pool`); a shared one goes back to its owner.
+        if let Buf::Own(b) = &mut self.buf {
+            pool::give(std::mem::take(b));
+        }
     }
 }
 
@@ -387,5 +471,73 @@ mod tests {
             (v.decoder())(&damaged).is_err(),
             "a count past the bytes is refused"
         );
+    }
+
+    fn shared_of(bytes: Bytes) -> InPlace<Sum<f32>> {
+        let dec = InPlace::<Sum<f32>>::zeroed(0).shared_decoder().unwrap();
+        *dec(bytes).unwrap().into_any().downcast().unwrap()
+    }
+
+    /// An archive handed to the shared decoder is read where it lies; a
+    /// change, a fold or a reduction of the value works on a copy, and the
+    /// bytes it was read from never change.
+    #[test]
+    fn a_shared_archive_is_read_in_place_and_copied_only_to_change() {
+        let src = InPlace::<Sum<f32>>::from_slice(&[1.0, 2.0, 3.0]);
+        let bytes = Bytes::copy_from_slice(src.archive());
+        let aligned = pool::bytes({
+            let mut b = AlignedVec::<16>::new();
+            b.extend_from_slice(src.archive());
+            b
+        });
+        for bytes in [aligned, bytes] {
+            let at = bytes.as_ptr();
+            let mut v = shared_of(bytes.clone());
+            if !(at as usize).is_multiple_of(4) {
+                assert!(!v.is_shared(), "an unaligned archive is copied");
+                continue;
+            }
+            assert!(v.is_shared());
+            assert_eq!(v.as_slice().as_ptr() as *const u8, at, "no copy");
+            assert_eq!((v.len(), v.as_slice()), (3, &[1.0, 2.0, 3.0][..]));
+            let m = v.with_op::<Max<f32>>();
+            assert!(m.is_shared(), "changing the reducer copies nothing");
+            v = m.with_op::<Sum<f32>>();
+            v.fold_bytes(src.archive()).unwrap();
+            assert!(!v.is_shared());
+            assert_eq!(v.as_slice(), &[2.0, 4.0, 6.0]);
+            assert_eq!(decode::<Sum<f32>>(&bytes).unwrap().0, vec![1.0, 2.0, 3.0]);
+            let mut w = shared_of(bytes.clone());
+            w.as_mut_slice()[1] = 7.0;
+            assert_eq!(w.as_slice(), &[1.0, 7.0, 3.0]);
+            let w: Box<dyn ReduceValue> = Box::new(shared_of(bytes.clone()));
+            let (buf, _) = w.into_encoded(HEADER_LEN).ok().expect("its own buffer");
+            assert_eq!(&buf[HEADER_LEN..], &bytes[..], "header, then the archive");
+            assert_eq!(decode::<Sum<f32>>(&bytes).unwrap().0, vec![1.0, 2.0, 3.0]);
+        }
+    }
+
+    /// The shared decoder takes an archive of another layout by decoding
+    /// it, and refuses a damaged one.
+    #[test]
+    fn the_shared_decoder_decodes_other_layouts_and_refuses_damage() {
+        let dec = InPlace::<Sum<f32>>::zeroed(0).shared_decoder().unwrap();
+        let mut other = AlignedVec::<16>::new();
+        for x in [1.5f32, -2.0, 3.25] {
+            other.extend_from_slice(&x.to_le_bytes());
+        }
+        other.extend_from_slice(&[0; 8]);
+        other.extend_from_slice(&(-20i32).to_le_bytes());
+        other.extend_from_slice(&3u32.to_le_bytes());
+        let v = dec(pool::bytes(other)).unwrap().into_any();
+        let v = v.downcast::<InPlace<Sum<f32>>>().unwrap();
+        assert!(!v.is_shared());
+        assert_eq!(v.as_slice(), &[1.5, -2.0, 3.25]);
+        let src = InPlace::<Sum<f32>>::from_slice(&[1.0, 2.0]);
+        let mut damaged = AlignedVec::<16>::new();
+        damaged.extend_from_slice(src.archive());
+        let n = damaged.len();
+        damaged[n - 1] = 0xff;
+        assert!(dec(pool::bytes(damaged)).is_err());
     }
 }

@@ -198,6 +198,13 @@ pub trait ReduceValue: Send + 'static {
     /// Decodes a whole value of this type (used to reload an original after
     /// a failure).
     fn decoder(&self) -> Decoder;
+    /// Decodes a whole value of this type that may keep the archive it
+    /// was given instead of copying it (an allreduce's or a broadcast's
+    /// value, [`crate::InPlace`] arrays), if this type can; `None` (the
+    /// default) uses [`ReduceValue::decoder`].
+    fn shared_decoder(&self) -> Option<SharedDecoder> {
+        None
+    }
     /// Validates `bytes` as an archive of this type and folds it into `self`
     /// in place (the bytes are not deserialised).
     fn fold_bytes(&mut self, bytes: &[u8]) -> Result<(), FoldError>;
@@ -252,6 +259,10 @@ pub type Hold = fn(crate::pool::SharedBuf, usize) -> Box<dyn ReduceValue>;
 
 /// Decodes an archive into a boxed value of the type that made the decoder.
 pub type Decoder = fn(&[u8]) -> Result<Box<dyn ReduceValue>, FoldError>;
+
+/// Decodes an archive into a boxed value that may keep the archive's
+/// [`Bytes`] rather than copy them (see [`ReduceValue::shared_decoder`]).
+pub type SharedDecoder = fn(Bytes) -> Result<Box<dyn ReduceValue>, FoldError>;
 
 /// A stable tag of a value's type, used to detect ranks that reduce
 /// different types under one id.

@@ -146,3 +146,25 @@ fn a_value_taken_late_is_exact_after_the_root_reused_its_free_buffers() {
     assert!(t.contains("[3] spread views: 1"), "{t}");
     assert!(out.status.success(), "{t}");
 }
+
+/// `InPlace` arrays: every rank takes its value at once, as a value read
+/// where it lies (the root's buffer, lent to its node's members; the
+/// root's own too), and checks it only after the root filled every free
+/// buffer of the value's size with NaN: exact, so the root's buffer
+/// stayed lent while the values lived. It fails if a member's loan goes
+/// back when the value is taken instead of when it is dropped.
+#[test]
+fn in_place_values_read_where_they_lie_outlive_the_roots_reuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = wait_bounded(start_with(d, "", &["--in-place"]), LIMIT);
+    let t = text(&out);
+    assert!(d.join("root.churned").exists(), "{t}");
+    for r in 0..4 {
+        assert!(
+            t.contains(&format!("[{r}] allreduce: ok, exact: true, shared: true")),
+            "{t}"
+        );
+    }
+    assert!(out.status.success(), "{t}");
+}

@@ -168,6 +168,14 @@ impl ReplicaStore {
                 act.refuse(key, owner, same_node);
                 return;
             }
+            if let Err(e @ (TransportError::Closed | TransportError::LinkDown { .. })) = &res {
+                // The owner's link or this rank's transport went away: at
+                // a job's end, no fault; an owner's death is the master's
+                // to handle and tell (it knows whether a copy stands).
+                tracing::debug!(rank = act.rank, %owner, key, error = %e, "an original was not copied: its owner or this rank is gone");
+                act.refuse(key, owner, same_node);
+                return;
+            }
             match res.map_err(|e| e.to_string()).and_then(|got| fetched(got, &m, same_node)) {
                 Ok((bytes, mapped)) => act.keep(key, owner, bytes, mapped, m.wants_ack),
                 Err(e) => {

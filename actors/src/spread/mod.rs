@@ -29,9 +29,11 @@ use taskfold_core::wire::Msg;
 use taskfold_core::{Rank, ReduceError};
 use taskfold_transports::{BufferKey, Received, TransportError};
 
-/// Decodes a fetched value into the type the application asked for.
+/// Decodes a fetched value into the type the application asked for; a
+/// type that can (`ReduceValue::shared_decoder`) keeps the bytes instead
+/// of copying them.
 pub(crate) type Decode =
-    Arc<dyn Fn(&[u8]) -> Result<Box<dyn Any + Send>, ReduceError> + Send + Sync>;
+    Arc<dyn Fn(&Bytes) -> Result<Box<dyn Any + Send>, ReduceError> + Send + Sync>;
 
 /// A fetch that failed is reported after this pause times the failures so
 /// far (a holder whose link just broke is usually declared failed by
@@ -241,11 +243,12 @@ impl Spreader {
 /// it is, not copied: the holder keeps lent bytes unchanged and allocated
 /// until this rank drops the view (for good if the link between them goes
 /// down, and a dead holder's pages outlive it in this rank's mapping), so
-/// the value is read from the holder's memory once, by the application's
-/// thread as it decodes, and served from there until the spread ends. One
-/// copy of the value at each member instead of two (the book's
-/// Architecture chapter, Allreduce and broadcast). A view that is not
-/// aligned is copied.
+/// the value is read from the holder's memory by the application's
+/// thread as it decodes (an `InPlace` array keeps the view itself, and is
+/// copied only if changed), and served from there until the spread ends.
+/// One copy of the value at each member instead of two, and none for an
+/// `InPlace` array (the book's Architecture chapter, Allreduce and
+/// broadcast). A view that is not aligned is copied.
 fn kept(received: Received) -> Bytes {
     let align = taskfold_transports::RecvBuf::ALIGNMENT;
     match received {

@@ -9,6 +9,12 @@
 //! has taken its own, waited for every other rank to take theirs, and then
 //! filled every free buffer of the value's size with NaN (`root.churned`):
 //! a value kept as a view of the root's memory must be unchanged by it.
+//! With `--in-place` the contributions are `InPlace` arrays, whose value
+//! a member reads where it lies (a view of the root's memory on its
+//! node): every rank takes its value at once, the root fills every free
+//! buffer of the value's size with NaN once all have, and only then does
+//! each rank check the value it kept (and say whether it is still read
+//! in place: `shared: true`).
 //! At the end each rank prints how many spread values it kept as a view
 //! of a same-node holder's memory (`spread views: N`).
 
@@ -39,6 +45,9 @@ struct Args {
     /// its free buffers (see the module's doc).
     #[arg(long)]
     late: Option<u32>,
+    /// Contributions are `InPlace` arrays (see the module's doc).
+    #[arg(long)]
+    in_place: bool,
 }
 
 fn value(rank: u32, i: usize) -> f32 {
@@ -76,6 +85,40 @@ fn churn(args: &Args, size: u32, late: u32) {
     std::fs::write(args.pid_dir.join("root.churned"), b"").unwrap();
 }
 
+/// `--in-place`: the allreduce of `InPlace` arrays, each value checked
+/// only after the root reused its free buffers.
+fn in_place(rt: Runtime, args: &Args, mine: &[f32]) {
+    let (rank, size) = (rt.rank(), rt.size());
+    let mut f = rt
+        .allreduce(
+            InPlace::<Sum<f32>>::from_slice(mine),
+            Reduce::root(args.root).id("ar"),
+        )
+        .expect("allreduce");
+    let got = f.wait_timeout(Duration::from_secs(120));
+    std::fs::write(args.pid_dir.join(format!("rank-{rank}.got")), b"").unwrap();
+    if rank == args.root && got.is_ok() {
+        churn(args, size, u32::MAX);
+    }
+    wait_file(&args.pid_dir.join("root.churned"));
+    match got {
+        Ok(sum) => {
+            let exact = sum.len() == args.len
+                && sum
+                    .as_slice()
+                    .iter()
+                    .enumerate()
+                    .all(|(i, v)| *v == (0..size).map(|r| value(r, i)).sum::<f32>());
+            let shared = sum.is_shared();
+            println!("[{rank}] allreduce: ok, exact: {exact}, shared: {shared}");
+        }
+        Err(e) => println!("[{rank}] allreduce: error: {e}"),
+    }
+    if let Err(e) = rt.shutdown() {
+        println!("[{rank}] shutdown: {e}");
+    }
+}
+
 fn main() {
     let recorder = DebuggingRecorder::new();
     let snap = recorder.snapshotter();
@@ -96,6 +139,10 @@ fn main() {
     let pid = std::process::id().to_string();
     std::fs::write(args.pid_dir.join(format!("rank-{rank}.pid")), pid).unwrap();
     let mine: Vec<f32> = (0..args.len).map(|i| value(rank, i)).collect();
+    if args.in_place {
+        in_place(rt, &args, &mine);
+        return;
+    }
     let f = rt
         .allreduce(Sum(mine), Reduce::root(args.root).id("ar"))
         .expect("allreduce");
