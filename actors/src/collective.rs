@@ -84,7 +84,10 @@ impl Runtime {
     /// for the result ([`Completion::Contributed`] is refused). Once the
     /// root holds it, every other member fetches it from a member that
     /// holds it already, ready-first (see the book's Architecture
-    /// chapter, "Allreduce and broadcast"). Returns at once.
+    /// chapter, "Allreduce and broadcast"). Returns at once. An
+    /// [`taskfold_core::InPlace`] array's result is read where it was
+    /// fetched from (on the root's node, the root's memory), with no
+    /// copy until the application changes it (`InPlace::is_shared`).
     ///
     /// Failures: a member's death before the result exists is recovered
     /// as in a reduction (or every member gets the same typed error);
