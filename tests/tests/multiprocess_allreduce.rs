@@ -168,3 +168,33 @@ fn in_place_values_read_where_they_lie_outlive_the_roots_reuse() {
     }
     assert!(out.status.success(), "{t}");
 }
+
+/// `InPlace` arrays: every rank takes its value (a view of the root's
+/// memory on this node), then the root is SIGKILLed, and only then do
+/// the others check their values: exact and still read in place, from the
+/// dead root's pages, which their mappings keep.
+#[test]
+fn in_place_values_read_where_they_lie_outlive_the_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let check = d.join("check");
+    let args = ["--in-place", "--check-after", check.to_str().unwrap()];
+    let child = start_with(d, "", &args);
+    for r in 0..4 {
+        wait_file(&d.join(format!("rank-{r}.got")));
+    }
+    kill(d, 1);
+    std::fs::write(&check, b"").unwrap();
+    let out = wait_bounded(child, LIMIT);
+    let t = text(&out);
+    for r in [0, 2, 3] {
+        assert!(
+            t.contains(&format!("[{r}] allreduce: ok, exact: true, shared: true")),
+            "{t}"
+        );
+    }
+    assert!(
+        !t.contains("[1] allreduce:"),
+        "the root was killed first: {t}"
+    );
+}

@@ -14,7 +14,9 @@
 //! node): every rank takes its value at once, the root fills every free
 //! buffer of the value's size with NaN once all have, and only then does
 //! each rank check the value it kept (and say whether it is still read
-//! in place: `shared: true`).
+//! in place: `shared: true`). With `--check-after F` the root does not
+//! churn, and the ranks check once `F` exists: the test kills the root
+//! before, so a value read in place is read from a dead process's pages.
 //! At the end each rank prints how many spread values it kept as a view
 //! of a same-node holder's memory (`spread views: N`).
 
@@ -48,6 +50,10 @@ struct Args {
     /// Contributions are `InPlace` arrays (see the module's doc).
     #[arg(long)]
     in_place: bool,
+    /// With `--in-place`: the root does not churn; each rank checks its
+    /// value once this file exists (the test kills the root first).
+    #[arg(long)]
+    check_after: Option<PathBuf>,
 }
 
 fn value(rank: u32, i: usize) -> f32 {
@@ -97,10 +103,15 @@ fn in_place(rt: Runtime, args: &Args, mine: &[f32]) {
         .expect("allreduce");
     let got = f.wait_timeout(Duration::from_secs(120));
     std::fs::write(args.pid_dir.join(format!("rank-{rank}.got")), b"").unwrap();
-    if rank == args.root && got.is_ok() {
-        churn(args, size, u32::MAX);
+    match &args.check_after {
+        Some(path) => wait_file(path),
+        None => {
+            if rank == args.root && got.is_ok() {
+                churn(args, size, u32::MAX);
+            }
+            wait_file(&args.pid_dir.join("root.churned"));
+        }
     }
-    wait_file(&args.pid_dir.join("root.churned"));
     match got {
         Ok(sum) => {
             let exact = sum.len() == args.len
