@@ -1,5 +1,6 @@
-//! [`Runtime::allreduce`] and [`Runtime::broadcast`]: a value on every
-//! member of a group, and their handle, [`SpreadFuture`].
+//! [`Runtime::allreduce`], [`Runtime::broadcast`] and
+//! [`Runtime::broadcast_in_place`]: a value on every member of a group,
+//! and their handle, [`SpreadFuture`].
 //!
 //! Both end in a *spread* (see `crate::spread` and the book's Architecture
 //! chapter, "Allreduce and broadcast"): the value's first holder exposes
@@ -23,9 +24,12 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
+use taskfold_core::inplace::ArrayOp;
 use taskfold_core::reducer::type_tag;
 use taskfold_core::wire::spread::Opening;
-use taskfold_core::{FoldError, Group, ReduceError, ReduceValue, ReductionId, ReductionKey};
+use taskfold_core::{
+    FoldError, Group, InPlace, ReduceError, ReduceValue, ReductionId, ReductionKey,
+};
 
 /// A value [`Runtime::broadcast`] can send: any rkyv type whose archive
 /// is validated when read (implemented for every such type; a broadcast
@@ -165,6 +169,69 @@ impl Runtime {
         value: Option<T>,
         opts: Reduce,
     ) -> Result<SpreadFuture<T>, ReduceError> {
+        let decode: Decode = Arc::new(|b: &bytes::Bytes| {
+            T::decode_value(b)
+                .map(|v| Box::new(v) as Box<dyn Any + Send>)
+                .map_err(|e| ReduceError::Decode(e.to_string()))
+        });
+        self.spread_from_root(value, opts, decode, |v: T| {
+            let bytes = v
+                .encode_value()
+                .map_err(|e| ReduceError::Decode(e.to_string()))?;
+            Ok((taskfold_core::pool::bytes(bytes), Held::Value(Box::new(v))))
+        })
+    }
+
+    /// [`Runtime::broadcast`] of an [`InPlace`] array, with no copy: the
+    /// root's buffer is served as it is (it stays the runtime's, unchanged,
+    /// while any member reads it), and every member's value reads it where
+    /// it was fetched from — on the root's node, the root's memory — until
+    /// the member changes it ([`InPlace::is_shared`]), as an allreduce's
+    /// value does. The root's own value reads its buffer too. Every member
+    /// calls this with the same `InPlace<R>` (a member that calls
+    /// [`Runtime::broadcast`] under the same id gets
+    /// [`ReduceError::Mismatched`]); failures as for [`Runtime::broadcast`].
+    ///
+    /// ```
+    /// use taskfold::prelude::*;
+    /// let cluster = LocalCluster::new(3).unwrap();
+    /// let futures: Vec<_> = cluster
+    ///     .ranks()
+    ///     .iter()
+    ///     .map(|rt| {
+    ///         let v = (rt.rank() == 1).then(|| InPlace::<Sum<f32>>::from_slice(&[1.0, 2.0]));
+    ///         rt.broadcast_in_place(v, Reduce::root(1).id("model")).unwrap()
+    ///     })
+    ///     .collect();
+    /// for f in futures {
+    ///     assert_eq!(f.get().unwrap().as_slice(), &[1.0, 2.0]);
+    /// }
+    /// ```
+    pub fn broadcast_in_place<R>(
+        &self,
+        value: Option<InPlace<R>>,
+        opts: Reduce,
+    ) -> Result<SpreadFuture<InPlace<R>>, ReduceError>
+    where
+        R: ArrayOp,
+        InPlace<R>: ReduceValue,
+    {
+        let decode = decoder_of(&InPlace::<R>::zeroed(0));
+        let shared = decode.clone();
+        self.spread_from_root(value, opts, decode, move |v: InPlace<R>| {
+            share_result(Box::new(v), &shared).map_err(ReduceError::Decode)
+        })
+    }
+
+    /// A spread of the root's value (`Some` at the root only): `share`
+    /// makes the bytes to serve and what the root's own future holds.
+    fn spread_from_root<T: 'static>(
+        &self,
+        value: Option<T>,
+        opts: Reduce,
+        decode: Decode,
+        share: impl FnOnce(T) -> Result<(bytes::Bytes, Held), ReduceError>,
+    ) -> Result<SpreadFuture<T>, ReduceError> {
         self.rollbacks.check()?;
         let group = self.group_of(&opts)?;
         let root = opts.root == self.rank();
@@ -179,20 +246,13 @@ impl Runtime {
         let id = self.id_of(&opts, &group, "auto-broadcast")?;
         let opening = self.opening::<T>(BROADCAST, &id, &group, opts.root);
         let slot = Arc::new(Slot::default());
-        let decode: Decode = Arc::new(|b: &bytes::Bytes| {
-            T::decode_value(b)
-                .map(|v| Box::new(v) as Box<dyn Any + Send>)
-                .map_err(|e| ReduceError::Decode(e.to_string()))
-        });
         let cmd = match value {
             Some(v) => {
-                let bytes = v
-                    .encode_value()
-                    .map_err(|e| ReduceError::Decode(e.to_string()))?;
-                slot.fill(Ok(Some(Box::new(Held::Value(Box::new(v))))));
+                let (bytes, held) = share(v)?;
+                slot.fill(Ok(Some(Box::new(held))));
                 Command::Share(Share {
                     opening,
-                    bytes: taskfold_core::pool::bytes(bytes),
+                    bytes,
                     slot: slot.clone(),
                     decode,
                 })

@@ -499,3 +499,47 @@ fn the_roots_in_place_result_is_its_own_to_change() {
         "rank 3, after the others changed theirs"
     );
 }
+
+/// `broadcast_in_place`: every member gets the root's array, read where
+/// it was fetched from (this process, in a `LocalCluster`) with no copy
+/// until it changes it; a member that asks for a `Vec` under the same id
+/// is refused as any other type is.
+#[test]
+fn an_in_place_broadcast_is_read_where_it_lies_and_typed() {
+    let c = LocalCluster::new(4).unwrap();
+    let sent = InPlace::<Sum<f32>>::from_slice(&[1.5, 2.5, 3.5]);
+    let mut root = c
+        .rank(0)
+        .broadcast_in_place(Some(sent), Reduce::root(0).id("m"))
+        .unwrap();
+    let mut agrees = c
+        .rank(3)
+        .broadcast_in_place::<Sum<f32>>(None, Reduce::root(0).id("m"))
+        .unwrap();
+    let mut got = agrees.wait_timeout(WAIT).unwrap();
+    assert!(got.is_shared(), "no copy was made");
+    assert_eq!(got.as_slice(), &[1.5, 2.5, 3.5]);
+    let mut other_type = c
+        .rank(1)
+        .broadcast::<Vec<f32>>(None, Reduce::root(0).id("m"))
+        .unwrap();
+    assert!(matches!(
+        other_type.wait_timeout(WAIT),
+        Err(ReduceError::Mismatched { .. })
+    ));
+    got.as_mut_slice()[0] = 0.0;
+    assert!(!got.is_shared());
+    let mut late = c
+        .rank(2)
+        .broadcast_in_place::<Sum<f32>>(None, Reduce::root(0).id("m"))
+        .unwrap();
+    let late = late.wait_timeout(WAIT).unwrap();
+    assert_eq!(
+        late.as_slice(),
+        &[1.5, 2.5, 3.5],
+        "a change is the member's own"
+    );
+    let mine = root.wait_timeout(WAIT).unwrap();
+    assert!(mine.is_shared(), "the root reads its own buffer");
+    assert_eq!(mine.as_slice(), &[1.5, 2.5, 3.5]);
+}

@@ -147,11 +147,12 @@ fn a_value_taken_late_is_exact_after_the_root_reused_its_free_buffers() {
     assert!(out.status.success(), "{t}");
 }
 
-/// `InPlace` arrays: every rank takes its value at once, as a value read
-/// where it lies (the root's buffer, lent to its node's members; the
-/// root's own too), and checks it only after the root filled every free
-/// buffer of the value's size with NaN: exact, so the root's buffer
-/// stayed lent while the values lived. It fails if a member's loan goes
+/// `InPlace` arrays: every rank takes its allreduce value and its
+/// `broadcast_in_place` value at once, as values read where they lie (the
+/// root's buffers, lent to its node's members; the root's own too), and
+/// checks them only after the root filled every free buffer of their size
+/// with NaN: exact, so the root's buffers stayed lent while the values
+/// lived. It fails if a member's loan goes
 /// back when the value is taken instead of when it is dropped.
 #[test]
 fn in_place_values_read_where_they_lie_outlive_the_roots_reuse() {
@@ -161,17 +162,17 @@ fn in_place_values_read_where_they_lie_outlive_the_roots_reuse() {
     let t = text(&out);
     assert!(d.join("root.churned").exists(), "{t}");
     for r in 0..4 {
-        assert!(
-            t.contains(&format!("[{r}] allreduce: ok, exact: true, shared: true")),
-            "{t}"
-        );
+        for what in ["allreduce", "broadcast"] {
+            let line = format!("[{r}] {what}: ok, exact: true, shared: true");
+            assert!(t.contains(&line), "{t}");
+        }
     }
     assert!(out.status.success(), "{t}");
 }
 
-/// `InPlace` arrays: every rank takes its value (a view of the root's
-/// memory on this node), then the root is SIGKILLed, and only then do
-/// the others check their values: exact and still read in place, from the
+/// `InPlace` arrays: every rank takes its allreduce and broadcast values
+/// (views of the root's memory on this node), then the root is SIGKILLed,
+/// and only then do the others check their values: exact and still read in place, from the
 /// dead root's pages, which their mappings keep.
 #[test]
 fn in_place_values_read_where_they_lie_outlive_the_root() {
@@ -188,10 +189,10 @@ fn in_place_values_read_where_they_lie_outlive_the_root() {
     let out = wait_bounded(child, LIMIT);
     let t = text(&out);
     for r in [0, 2, 3] {
-        assert!(
-            t.contains(&format!("[{r}] allreduce: ok, exact: true, shared: true")),
-            "{t}"
-        );
+        for what in ["allreduce", "broadcast"] {
+            let line = format!("[{r}] {what}: ok, exact: true, shared: true");
+            assert!(t.contains(&line), "{t}");
+        }
     }
     assert!(
         !t.contains("[1] allreduce:"),

@@ -14,7 +14,8 @@
 //! node): every rank takes its value at once, the root fills every free
 //! buffer of the value's size with NaN once all have, and only then does
 //! each rank check the value it kept (and say whether it is still read
-//! in place: `shared: true`). With `--check-after F` the root does not
+//! in place: `shared: true`); the same for a `broadcast_in_place` of the
+//! root's array, taken before the churn too. With `--check-after F` the root does not
 //! churn, and the ranks check once `F` exists: the test kills the root
 //! before, so a value read in place is read from a dead process's pages.
 //! At the end each rank prints how many spread values it kept as a view
@@ -102,6 +103,11 @@ fn in_place(rt: Runtime, args: &Args, mine: &[f32]) {
         )
         .expect("allreduce");
     let got = f.wait_timeout(Duration::from_secs(120));
+    let sent = (rank == args.root).then(|| InPlace::<Sum<f32>>::from_slice(mine));
+    let mut b = rt
+        .broadcast_in_place(sent, Reduce::root(args.root).id("bc"))
+        .expect("broadcast");
+    let bgot = b.wait_timeout(Duration::from_secs(120));
     std::fs::write(args.pid_dir.join(format!("rank-{rank}.got")), b"").unwrap();
     match &args.check_after {
         Some(path) => wait_file(path),
@@ -124,6 +130,18 @@ fn in_place(rt: Runtime, args: &Args, mine: &[f32]) {
             println!("[{rank}] allreduce: ok, exact: {exact}, shared: {shared}");
         }
         Err(e) => println!("[{rank}] allreduce: error: {e}"),
+    }
+    match bgot {
+        Ok(v) => {
+            let exact = v.len() == args.len
+                && v.as_slice()
+                    .iter()
+                    .enumerate()
+                    .all(|(i, x)| *x == value(args.root, i));
+            let shared = v.is_shared();
+            println!("[{rank}] broadcast: ok, exact: {exact}, shared: {shared}");
+        }
+        Err(e) => println!("[{rank}] broadcast: error: {e}"),
     }
     if let Err(e) = rt.shutdown() {
         println!("[{rank}] shutdown: {e}");

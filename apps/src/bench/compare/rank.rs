@@ -108,10 +108,10 @@ fn run_point(
         // the MPI driver reads its buffer from the cache).
         rt.barrier()?;
         let values: Vec<InPlace<Sum<f32>>> = (0..k).map(|_| InPlace::from_slice(&data)).collect();
-        // A broadcast sends the root's data as it is (every other rank
-        // gives nothing).
-        let sent: Vec<Option<Vec<f32>>> = (0..k)
-            .map(|_| (rank == root).then(|| data.clone()))
+        // A broadcast sends the root's array as it is, like MPI_Bcast's
+        // buffer (every other rank gives nothing).
+        let sent: Vec<Option<InPlace<Sum<f32>>>> = (0..k)
+            .map(|_| (rank == root).then(|| InPlace::from_slice(&data)))
             .collect();
         rt.barrier()?;
         if rep == a.warmup && rank == 0 {
@@ -135,7 +135,7 @@ fn run_point(
                 .any(|v| v.as_slice().iter().any(|&x| x != expected)),
             Got::Sent(results) => results
                 .iter()
-                .any(|v| v.iter().any(|&x| x != (root + 1) as f32)),
+                .any(|v| v.as_slice().iter().any(|&x| x != (root + 1) as f32)),
         };
         if std::env::var_os("TF_STAMPS").is_some() && rank == root {
             eprintln!("STAMP {stamp:.6} {done:.6}");
@@ -159,7 +159,7 @@ fn run_point(
 enum Got {
     Reduced(Vec<Option<InPlace<Sum<f32>>>>),
     All(Vec<InPlace<Sum<f32>>>),
-    Sent(Vec<Vec<f32>>),
+    Sent(Vec<InPlace<Sum<f32>>>),
 }
 
 /// Runs one repetition's collectives of kind `which` (every one started,
@@ -168,7 +168,7 @@ fn collective(
     rt: &Runtime,
     which: &str,
     values: Vec<InPlace<Sum<f32>>>,
-    sent: Vec<Option<Vec<f32>>>,
+    sent: Vec<Option<InPlace<Sum<f32>>>>,
     root: u32,
     id: impl Fn(usize) -> String,
 ) -> Result<Got, ReduceError> {
@@ -186,7 +186,7 @@ fn collective(
             let fs = sent
                 .into_iter()
                 .enumerate()
-                .map(|(j, v)| rt.broadcast(v, opts(j)));
+                .map(|(j, v)| rt.broadcast_in_place(v, opts(j)));
             let fs = fs.collect::<Result<Vec<_>, _>>()?;
             Got::Sent(fs.into_iter().map(|f| f.get()).collect::<Result<_, _>>()?)
         }
