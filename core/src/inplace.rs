@@ -132,6 +132,19 @@ impl<R: ArrayOp> InPlace<R> {
         }))
     }
 
+    /// A copy of `bytes`, a validated archive of `R`: in one copy if it
+    /// is laid out as this type's buffer, else deserialised.
+    fn copied(bytes: &[u8]) -> Result<Self, FoldError>
+    where
+        R::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rancor::Error>>
+            + rkyv::Deserialize<R, rkyv::api::high::HighDeserializer<rancor::Error>>,
+    {
+        match Self::of_archive(bytes) {
+            Some(v) => Ok(v),
+            None => Ok(InPlace::from_slice(&decode::<R>(bytes)?.into_vec())),
+        }
+    }
+
     /// `bytes`, a validated archive of `R` laid out as [`Self::of_archive`]
     /// takes it and aligned for the elements, kept where it lies: no copy.
     /// `None` otherwise.
@@ -262,11 +275,7 @@ where
     fn decoder(&self) -> Decoder {
         |bytes| {
             rkyv::access::<R::Archived, rancor::Error>(bytes).map_err(corrupt)?;
-            let v = match InPlace::<R>::of_archive(bytes) {
-                Some(v) => v,
-                None => InPlace::from_slice(&decode::<R>(bytes)?.into_vec()),
-            };
-            Ok(Box::new(v) as Box<dyn ReduceValue>)
+            Ok(Box::new(InPlace::<R>::copied(bytes)?) as Box<dyn ReduceValue>)
         }
     }
 
@@ -275,10 +284,7 @@ where
             rkyv::access::<R::Archived, rancor::Error>(&bytes).map_err(corrupt)?;
             let v = match InPlace::<R>::of_shared(bytes.clone()) {
                 Some(v) => v,
-                None => match InPlace::<R>::of_archive(&bytes) {
-                    Some(v) => v,
-                    None => InPlace::from_slice(&decode::<R>(&bytes)?.into_vec()),
-                },
+                None => InPlace::<R>::copied(&bytes)?,
             };
             Ok(Box::new(v) as Box<dyn ReduceValue>)
         })

@@ -190,11 +190,9 @@ pub fn main(args: ScaleArgs) -> ExitCode {
 fn run_rounds(args: &ScaleArgs, yards: &Yardsticks) -> Result<Vec<Round>, (u8, String)> {
     let mut rounds = Vec::new();
     for round in 0..args.rounds.max(1) {
-        let in_round = |e: String| (2, format!("round {round}: {e}"));
-        let (base_short, scaled_short) =
-            job_pair(args, 1).map_err(|(c, e)| (c, format!("round {round}: {e}")))?;
-        let (base, scaled) =
-            job_pair(args, args.reps).map_err(|(c, e)| (c, format!("round {round}: {e}")))?;
+        let in_round = |(c, e): (u8, String)| (c, format!("round {round}: {e}"));
+        let (base_short, scaled_short) = job_pair(args, 1).map_err(in_round)?;
+        let (base, scaled) = job_pair(args, args.reps).map_err(in_round)?;
         let per_rep = |long: Job, short: Job| JobFigures {
             median_s: long.median_s,
             cpu_per_rep_s: (long.cpu_s - short.cpu_s) / f64::from(args.reps - 1),
@@ -204,8 +202,8 @@ fn run_rounds(args: &ScaleArgs, yards: &Yardsticks) -> Result<Vec<Round>, (u8, S
             ratio: scaled.median_s / base.median_s,
             base,
             scaled,
-            mpi: yards.mpi(args).map_err(in_round)?,
-            floor: yards.floor(args).map_err(in_round)?,
+            mpi: yards.mpi(args).map_err(|e| in_round((2, e)))?,
+            floor: yards.floor(args).map_err(|e| in_round((2, e)))?,
         });
     }
     Ok(rounds)
