@@ -7,7 +7,8 @@
  *
  * Every repetition: MPI_Barrier, t0, [delay], contribute, result, t1. The
  * figure of a repetition is max over ranks of (t1 - t0); the root's result
- * is verified after t1, outside the timed region. The tail of a repetition
+ * is verified after t1, outside the timed region (an allreduce's or a
+ * broadcast's on every rank, after an MPI_Barrier). The tail of a repetition
  * is the root's result time minus the latest contribution time over ranks
  * (CLOCK_MONOTONIC is shared by the processes of one node).
  *
@@ -177,6 +178,10 @@ int main(int argc, char **argv) {
                     MPI_Reduce(send[0], recv[0], (int)n, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD);
                 }
                 double t1 = now_s();
+                /* Every rank checks, after a barrier: no rank's check takes
+                 * a core from a rank still waiting (as the taskfold side). */
+                if (all || bcast)
+                    MPI_Barrier(MPI_COMM_WORLD);
                 if (checks)
                     for (int j = 0; j < k; j++)
                         for (size_t e = 0; e < n; e++)

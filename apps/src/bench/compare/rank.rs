@@ -4,7 +4,8 @@
 //!
 //! Every repetition: barrier, build the contributions, barrier, t0,
 //! \[delay\], contribute, outcome, t1; the root verifies its result after
-//! t1 (see `run_point` for why the contributions are built there).
+//! t1 (every rank of an allreduce or a broadcast, after a barrier; see
+//! `run_point` for why the contributions are built there).
 //! K concurrent reductions are K futures started back to back and then
 //! awaited, like K `MPI_Ireduce` and one `MPI_Waitall`.
 
@@ -125,6 +126,14 @@ fn run_point(
         let got = collective(rt, &a.collective, values, sent, root, id)?;
         let dt = t0.elapsed().as_secs_f64();
         let done = mono_s();
+        // Every rank of an allreduce or a broadcast verifies its value, and
+        // reading 8 MiB takes a core for milliseconds: after a barrier, so
+        // that no rank's verification takes a core from a rank still
+        // waiting for its value (eight ranks share two cores here, where a
+        // job gives each its own). The MPI driver does the same.
+        if a.collective != "reduce" {
+            rt.barrier()?;
+        }
         wrong |= match got {
             Got::Reduced(results) if rank == root => results
                 .iter()
