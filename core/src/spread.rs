@@ -38,6 +38,18 @@
 //! the value is a holder until the spread ends, so the coordinator can never
 //! fail a live member while another live member holds the value: the
 //! survivors all get the value, or all the same error.
+//!
+//! # What the coordinator's death does
+//!
+//! Its state dies with it; the members keep theirs, and holders keep
+//! serving. Each live rank reports to the new coordinator what it holds
+//! and what it wants or fetches ([`Event::Holds`], [`Event::Want`],
+//! [`Event::Fetching`], then
+//! [`Event::Reported`]), and the spreads it was told had finished
+//! ([`Event::Finished`]). A spread rebuilt from reports
+//! ([`Spread::awaiting_reports`]) is not declared lost while a live member
+//! has not reported: that member may hold the value. So the invariant
+//! above holds across a takeover too.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -58,6 +70,25 @@ pub enum Event {
     /// A rank was declared failed (or, for this spread only, the source
     /// said it cannot serve the value).
     Dead(u32),
+    /// A member holds the value, though this coordinator did not send it
+    /// to fetch it: its report after a takeover, or a fetch an earlier
+    /// coordinator sent it on.
+    Holds(u32),
+    /// A member fetches the value from `holder` on an earlier
+    /// coordinator's word (its report after a takeover): the fetch is out
+    /// until the member says how it ended.
+    Fetching {
+        /// The member that fetches.
+        fetcher: u32,
+        /// The member it fetches from.
+        holder: u32,
+    },
+    /// A member's report to this coordinator (after a takeover) is in:
+    /// what it holds or wants was said before this.
+    Reported(u32),
+    /// An earlier coordinator told a member that every live member held
+    /// the value: the spread is done.
+    Finished(u32),
 }
 
 /// What the coordinator must do.
@@ -126,6 +157,9 @@ pub struct Spread {
     dead: BTreeSet<u32>,
     /// Members told the spread failed.
     failed: BTreeSet<u32>,
+    /// Live members whose report to this coordinator is awaited (after a
+    /// takeover): the spread is not lost before each reported or died.
+    unreported: BTreeSet<u32>,
 }
 
 /// One fetch out.
@@ -174,7 +208,17 @@ impl Spread {
             failed_from: BTreeMap::new(),
             dead,
             failed: BTreeSet::new(),
+            unreported: BTreeSet::new(),
         }
+    }
+
+    /// The same spread, rebuilt by a coordinator that took over: the
+    /// members `ranks` (those alive that have not reported yet) may hold
+    /// the value, so it is not declared lost before each of them
+    /// [`Event::Reported`] or died.
+    pub fn awaiting_reports(mut self, ranks: impl IntoIterator<Item = u32>) -> Spread {
+        self.unreported = ranks.into_iter().filter(|r| self.alive(*r)).collect();
+        self
     }
 
     /// The same spread, knowing each member's node (`(member, node)`,
@@ -222,12 +266,7 @@ impl Spread {
         let mut out = Vec::new();
         match ev {
             Event::Dead(r) => self.died(r),
-            Event::Have(r)
-                if self.alive(r) && r == self.source && self.phase == Phase::Awaiting =>
-            {
-                self.phase = Phase::Serving;
-                self.hold(r);
-            }
+            Event::Have(r) if self.alive(r) && r == self.source => self.holds_now(r, &mut out),
             Event::Want(r) if self.alive(r) && r != self.source => {
                 if self.phase == Phase::Lost {
                     self.fail(r, &mut out);
@@ -238,12 +277,36 @@ impl Spread {
                     self.wanting.push_back(r);
                 }
             }
-            Event::Fetched(r) if self.alive(r) => {
-                if let Some(serve) = self.fetching.remove(&r) {
+            Event::Fetched(r) if self.alive(r) => match self.fetching.remove(&r) {
+                Some(serve) => {
                     self.release(serve);
                     self.failed_from.remove(&r);
                     self.hold(r);
                 }
+                // Sent on by an earlier coordinator: it holds all the same.
+                None => self.holds_now(r, &mut out),
+            },
+            Event::Holds(r) if self.alive(r) => self.holds_now(r, &mut out),
+            Event::Fetching { fetcher, holder }
+                if self.alive(fetcher) && !self.holders.contains(&fetcher) =>
+            {
+                self.wanting.retain(|x| *x != fetcher);
+                // No slot of the holder's: this coordinator did not count
+                // it out.
+                let serve = Serve {
+                    holder,
+                    slot: false,
+                };
+                self.fetching.entry(fetcher).or_insert(serve);
+            }
+            Event::Reported(r) => {
+                self.unreported.remove(&r);
+            }
+            Event::Finished(_) if self.phase != Phase::Done => {
+                self.phase = Phase::Done;
+                out.push(Action::Finish {
+                    holders: self.holders.iter().copied().collect(),
+                });
             }
             Event::FetchFailed(r) if self.alive(r) => {
                 if let Some(serve) = self.fetching.remove(&r) {
@@ -266,11 +329,34 @@ impl Spread {
         out
     }
 
+    /// `r` holds the value, however it got it: a holder from now on (told
+    /// at once to let go if the spread is done).
+    fn holds_now(&mut self, r: u32, out: &mut Vec<Action>) {
+        match self.phase {
+            Phase::Done => {
+                self.hold(r);
+                out.push(Action::Finish { holders: vec![r] });
+            }
+            // Every live member reported holding nothing: none can hold it.
+            Phase::Lost => {}
+            Phase::Awaiting | Phase::Serving => {
+                self.wanting.retain(|x| *x != r);
+                if let Some(serve) = self.fetching.remove(&r) {
+                    self.release(serve);
+                }
+                self.hold(r);
+            }
+        }
+    }
+
     fn alive(&self, r: u32) -> bool {
         self.members.contains(&r) && !self.dead.contains(&r)
     }
 
     fn hold(&mut self, r: u32) {
+        if self.phase == Phase::Awaiting {
+            self.phase = Phase::Serving;
+        }
         if self.holders.insert(r) {
             self.held_at.insert(r, self.holds);
             self.holds += 1;
@@ -312,6 +398,7 @@ impl Spread {
             on.remove(&r);
         }
         self.held_at.remove(&r);
+        self.unreported.remove(&r);
         self.free.retain(|x| *x != r);
         self.wanting.retain(|x| *x != r);
         if let Some(serve) = self.fetching.remove(&r) {
@@ -334,7 +421,8 @@ impl Spread {
         }
         self.pair(out);
         let source_gone = self.dead.contains(&self.source);
-        if self.holders.is_empty() && self.fetching.is_empty() && source_gone {
+        let all_said = self.unreported.is_empty();
+        if self.holders.is_empty() && self.fetching.is_empty() && source_gone && all_said {
             self.phase = Phase::Lost;
             for r in std::mem::take(&mut self.wanting) {
                 self.fail(r, out);

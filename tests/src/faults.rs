@@ -144,6 +144,22 @@ pub fn held(dir: &Path, ranks: &[u32], point: &str) -> u32 {
     panic!("no rank of {ranks:?} reached {point}");
 }
 
+/// A test hook that holds `rank` at `point` of reduction `id`, with its
+/// handshake files in `dir` (see [`held`] and [`release`]).
+pub fn hook(
+    rank: u32,
+    point: taskfold::hooks::Point,
+    id: &str,
+    dir: &Path,
+) -> taskfold::hooks::Hook {
+    taskfold::hooks::Hook {
+        rank,
+        point,
+        id: id.into(),
+        dir: dir.to_path_buf(),
+    }
+}
+
 /// Lets `rank`, held at `point`, go on.
 pub fn release(dir: &Path, rank: u32, point: &str) {
     std::fs::write(dir.join(format!("release-{rank}-{point}")), b"").unwrap();

@@ -6,14 +6,13 @@
 //! typed error. Test hooks hold ranks at the exact instants.
 
 use rkyv::{Archive, Deserialize, Serialize};
-use std::path::Path;
 use std::time::{Duration, Instant};
 use taskfold::hooks::{Hook, Point};
 use taskfold::{
     Completion, Config, Durability, FoldError, InPlace, LocalCluster, Reduce, ReduceError,
     ReducerBody, SpreadFuture, Sum,
 };
-use taskfold_tests::faults::{contribution, full_sum, held, release};
+use taskfold_tests::faults::{contribution, full_sum, held, hook, release};
 
 const WAIT: Duration = Duration::from_secs(30);
 const LEN: usize = 10_000;
@@ -24,15 +23,6 @@ fn config(hooks: Vec<Hook>) -> Config {
         durability: Durability::Sync,
         hooks,
         ..Config::default()
-    }
-}
-
-fn hook(rank: u32, point: Point, id: &str, dir: &Path) -> Hook {
-    Hook {
-        rank,
-        point,
-        id: id.into(),
-        dir: dir.to_path_buf(),
     }
 }
 

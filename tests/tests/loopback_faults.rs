@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use taskfold::hooks::{Hook, Point};
 use taskfold::{Config, Durability, LocalCluster, Reduce, ReduceError, ReduceFuture, Sum};
-use taskfold_tests::faults::{contribution, full_sum, held, release, root_result};
+use taskfold_tests::faults::{contribution, full_sum, held, hook, release, root_result};
 
 const WAIT: Duration = Duration::from_secs(30);
 const LEN: usize = 10_000;
@@ -18,15 +18,6 @@ fn config(hooks: Vec<Hook>) -> Config {
         durability: Durability::Sync,
         hooks,
         ..Config::default()
-    }
-}
-
-fn hook(rank: u32, point: Point, id: &str, dir: &Path) -> Hook {
-    Hook {
-        rank,
-        point,
-        id: id.into(),
-        dir: dir.to_path_buf(),
     }
 }
 

@@ -18,6 +18,10 @@ fn start(dir: &Path, hooks: &str) -> Child {
 }
 
 fn start_with(dir: &Path, hooks: &str, args: &[&str]) -> Child {
+    command(dir, hooks, args).spawn().expect("start the job")
+}
+
+fn command(dir: &Path, hooks: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(taskfold_bin());
     if !hooks.is_empty() {
         cmd.env("TASKFOLD_TEST_HOOK", hooks);
@@ -32,9 +36,8 @@ fn start_with(dir: &Path, hooks: &str, args: &[&str]) -> Child {
         .env("TASKFOLD_FAILURE_TIMEOUT_MS", "1500")
         .env("TASKFOLD_PING_MS", "100")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the job")
+        .stderr(Stdio::piped());
+    cmd
 }
 
 fn kill(dir: &Path, rank: u32) {
@@ -198,4 +201,34 @@ fn in_place_values_read_where_they_lie_outlive_the_root() {
         !t.contains("[1] allreduce:"),
         "the root was killed first: {t}"
     );
+}
+
+/// Rank 3 is held before its fetch; ranks 1 (the root) and 2 got the
+/// result; the master (rank 0) is SIGKILLed and the standby (rank 1)
+/// takes over: it rebuilds the spread from every rank's report, and rank
+/// 3 fetches the exact result. The broadcast that follows runs under the
+/// standby and reaches every survivor.
+#[test]
+fn sigkill_of_the_master_while_a_member_fetches() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let hooks = format!("3:before-spread-get:ar:{}", d.display());
+    let child = command(d, &hooks, &[])
+        .env("TASKFOLD_STANDBY", "on")
+        .spawn()
+        .expect("start the job");
+    held(d, &[3], "before-spread-get");
+    wait_file(&d.join("rank-1.got"));
+    wait_file(&d.join("rank-2.got"));
+    kill(d, 0);
+    std::thread::sleep(Duration::from_millis(500));
+    release(d, 3, "before-spread-get");
+    let out = wait_bounded(child, LIMIT);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for r in [1, 2, 3] {
+        let ok = format!("[{r}] allreduce: ok, exact: true");
+        assert!(t.contains(&ok), "{t}");
+        assert!(t.contains(&format!("[{r}] broadcast: ok: from 1")), "{t}");
+    }
 }

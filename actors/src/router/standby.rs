@@ -89,9 +89,11 @@ impl Router {
         let next = self.next_master();
         let view = self.out.view().clone();
         view.failed(old);
+        let live = view.read().live().collect();
         self.spread.do_send(crate::spread::SpreadMasterLost {
             reason: lost.to_string(),
-            for_good: next.is_none(),
+            to: next,
+            live,
         });
         let Some(next) = next else {
             tracing::error!(rank = %self.rank, reason = %lost, "the master is lost");

@@ -1,29 +1,100 @@
 //! The coordinator's part of the spreader (the master's rank): one state
 //! machine ([`Spread`]) per spread, created by its first member's message
 //! and dropped once nothing more can happen to it.
+//!
+//! A coordinator that took over from a dead one ([`Coordinated::take_over`])
+//! rebuilds the spreads from every live rank's report
+//! ([`SpreadMsg::Report`]); until a rank has reported, no spread it is a
+//! member of is declared lost (it may hold the value).
 
 use crate::outbox::Outbox;
-use std::collections::HashMap;
-use taskfold_core::spread::{Action, Event, Spread};
-use taskfold_core::wire::spread::{Opening, SpreadMsg};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use taskfold_core::spread::{Action, Event, Phase, Spread};
+use taskfold_core::wire::spread::{Opening, Report, SpreadMsg};
 use taskfold_core::wire::Msg;
 use taskfold_core::{Rank, RankSet};
+
+/// Keys of spreads that finished, kept to answer a holder that reports
+/// one late (after a takeover): told to let go at once.
+const DONE_KEPT: usize = 1024;
 
 /// The spreads this rank coordinates, by key.
 #[derive(Default)]
 pub(super) struct Coordinated {
     spreads: HashMap<u64, (Opening, Spread)>,
+    /// Since a takeover: the live ranks whose report is still awaited.
+    awaited: BTreeSet<u32>,
+    /// The newest spreads that finished (every live member held them).
+    done: VecDeque<u64>,
 }
 
 impl Coordinated {
     /// Forgets every spread (the coordinator moved, or this rank is out).
     pub(super) fn clear(&mut self) {
         self.spreads.clear();
+        self.awaited.clear();
+        self.done.clear();
+    }
+
+    /// This rank coordinates from now on, in place of a dead coordinator:
+    /// every spread is rebuilt from the reports of `live`.
+    pub(super) fn take_over(&mut self, live: impl IntoIterator<Item = u32>) {
+        self.clear();
+        self.awaited = live.into_iter().collect();
+    }
+
+    /// Rank `from`'s report to this coordinator, after a takeover.
+    fn report(&mut self, from: Rank, r: Report, dead: &RankSet, out: &Outbox) {
+        for o in r.holding {
+            if self.done.contains(&o.key) {
+                send(out, from.0, SpreadMsg::Finished { key: o.key });
+            } else if let Some(key) = self.open(from, o, dead, out) {
+                self.apply(key, Event::Holds(from.0), out);
+            }
+        }
+        for (o, holder) in r.wanting {
+            if let Some(key) = self.open(from, o, dead, out) {
+                let ev = match holder {
+                    Some(holder) => Event::Fetching {
+                        fetcher: from.0,
+                        holder,
+                    },
+                    None => Event::Want(from.0),
+                };
+                self.apply(key, ev, out);
+            }
+        }
+        for key in r.finished {
+            if self.spreads.contains_key(&key) {
+                self.apply(key, Event::Finished(from.0), out);
+            } else {
+                self.finished(key);
+            }
+        }
+        self.awaited.remove(&from.0);
+        let keys: Vec<u64> = self.spreads.keys().copied().collect();
+        for key in keys {
+            self.apply(key, Event::Reported(from.0), out);
+        }
+    }
+
+    fn finished(&mut self, key: u64) {
+        if !self.done.contains(&key) {
+            if self.done.len() >= DONE_KEPT {
+                self.done.pop_front();
+            }
+            self.done.push_back(key);
+        }
     }
 
     /// `msg` from member `from`; `dead` the ranks known failed.
     pub(super) fn on(&mut self, from: Rank, msg: SpreadMsg, dead: &RankSet, out: &Outbox) {
         let (key, ev) = match msg {
+            SpreadMsg::Report(r) => return self.report(from, r, dead, out),
+            // A holder of a spread that finished: it lets go at once.
+            SpreadMsg::Have(o) if self.done.contains(&o.key) => {
+                return send(out, from.0, SpreadMsg::Finished { key: o.key })
+            }
             SpreadMsg::Have(o) => match self.open(from, o, dead, out) {
                 Some(key) => (key, Event::Have(from.0)),
                 None => return,
@@ -46,6 +117,7 @@ impl Coordinated {
 
     /// The master declared `rank` failed: every spread hears it.
     pub(super) fn dead(&mut self, rank: u32, out: &Outbox) {
+        self.awaited.remove(&rank);
         let keys: Vec<u64> = self.spreads.keys().copied().collect();
         for key in keys {
             self.apply(key, Event::Dead(rank), out);
@@ -70,11 +142,13 @@ impl Coordinated {
             // Nodes as the view has them now: they set only who serves
             // whom first, never whether a member gets the value.
             let nodes = out.view().nodes().unwrap_or_default();
-            let spread = Spread::new(o.group.iter().copied(), o.source, &dead).with_nodes(
-                o.group
-                    .iter()
-                    .map(|&r| (r, nodes.get(r as usize).copied().unwrap_or(0))),
-            );
+            let spread = Spread::new(o.group.iter().copied(), o.source, &dead)
+                .with_nodes(
+                    o.group
+                        .iter()
+                        .map(|&r| (r, nodes.get(r as usize).copied().unwrap_or(0))),
+                )
+                .awaiting_reports(self.awaited.iter().copied());
             (o.clone(), spread)
         });
         let detail = if first.id != o.id || first.group != o.group {
@@ -117,7 +191,11 @@ impl Coordinated {
             }
         }
         if s.is_over() {
+            let done = s.phase() == &Phase::Done;
             self.spreads.remove(&key);
+            if done {
+                self.finished(key);
+            }
         }
     }
 }

@@ -11,7 +11,10 @@
 //!
 //! What a crash loses: a member that dies loses only what it held (the
 //! others fetch from another holder). The coordinator's death (the
-//! master's) ends every spread that is not complete at a rank with
+//! master's) loses its pairing state only: holders keep serving, and every
+//! live rank reports its spreads to the standby that takes over
+//! ([`SpreadMsg::Report`]), which rebuilds them. Without a standby, every
+//! spread that is not complete at a rank ends with
 //! [`ReduceError::MasterLost`] there; ranks that held the value keep it.
 
 mod coordinator;
@@ -21,10 +24,10 @@ use crate::outbox::Outbox;
 use actix::prelude::*;
 use bytes::Bytes;
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
-use taskfold_core::wire::spread::{Opening, SpreadMsg};
+use taskfold_core::wire::spread::{Opening, Report, SpreadMsg};
 use taskfold_core::wire::Msg;
 use taskfold_core::{Rank, ReduceError};
 use taskfold_transports::{BufferKey, Received, TransportError};
@@ -43,6 +46,12 @@ const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// link between two live ranks that keeps failing (every other failure is
 /// a rank's death, which the coordinator sees).
 const MAX_FETCH_FAILURES: u32 = 16;
+/// Spreads a member remembers as finished, for its report to a
+/// coordinator that takes over (a holder the dead one told to let go
+/// while others were not told yet).
+const FINISHED_KEPT: usize = 256;
+/// Most coordinator messages a rank keeps before it knows it took over.
+const EARLY_LIMIT: usize = 65_536;
 
 /// What a spread's future is filled with: the value itself (at its
 /// source), or the bytes fetched, decoded when the application takes them
@@ -80,6 +89,8 @@ struct Member {
     decode: Decode,
     /// The value is here and exposed under the key.
     holding: bool,
+    /// The holder a fetch is out to.
+    from: Option<Rank>,
     failures: u32,
 }
 
@@ -94,6 +105,13 @@ pub(crate) struct Spreader {
     /// Set once the master is lost, or this rank fenced: every spread
     /// that is not complete here fails with it.
     ended: Option<ReduceError>,
+    /// The newest spreads the coordinator said had finished.
+    finished: VecDeque<u64>,
+    /// Coordinator messages that came before this rank took over.
+    early: Vec<(Rank, SpreadMsg)>,
+    /// Takeovers seen: a fetch's failure is reported only to the
+    /// coordinator that sent it (a new one has this rank's report).
+    takeovers: u64,
 }
 
 impl Spreader {
@@ -105,6 +123,9 @@ impl Spreader {
             mine: HashMap::new(),
             coordinated: Default::default(),
             ended: None,
+            finished: VecDeque::new(),
+            early: Vec::new(),
+            takeovers: 0,
         }
     }
 
@@ -160,7 +181,12 @@ impl Spreader {
                 }
             }
             SpreadMsg::Finished { key } => {
-                self.forget(key);
+                if self.forget(key).is_some() {
+                    if self.finished.len() >= FINISHED_KEPT {
+                        self.finished.pop_front();
+                    }
+                    self.finished.push_back(key);
+                }
             }
             other => {
                 tracing::warn!(rank = %self.rank, msg = ?other, "not a coordinator's message; dropped")
@@ -171,7 +197,10 @@ impl Spreader {
     fn fetch(&mut self, key: u64, from: Rank, ctx: &mut Context<Self>) {
         let id = match self.mine.get(&key) {
             Some(m) if !m.holding => m.opening.id.clone(),
-            _ => return, // not wanted here (any more)
+            // Told by a coordinator that took over before it read that
+            // this rank holds it.
+            Some(_) => return self.to_master(SpreadMsg::Fetched { key, ok: true }),
+            None => return, // not wanted here (any more)
         };
         let point = crate::hooks::Point::BeforeSpreadGet;
         if let Some(wait) = crate::hooks::hold(&self.hooks, self.rank.0, point, &id) {
@@ -185,6 +214,9 @@ impl Spreader {
     }
 
     fn get(&mut self, key: u64, from: Rank, ctx: &mut Context<Self>) {
+        if let Some(m) = self.mine.get_mut(&key) {
+            m.from = Some(from);
+        }
         let get = self.out.transport().get(from, BufferKey(key));
         ctx.spawn(
             get.into_actor(self)
@@ -201,6 +233,7 @@ impl Spreader {
         let Some(m) = self.mine.get_mut(&key) else {
             return;
         };
+        m.from = None;
         match got {
             Ok(received) => {
                 let bytes = kept(received);
@@ -226,8 +259,9 @@ impl Spreader {
                     return;
                 }
                 let pause = RETRY_PAUSE * m.failures;
+                let term = self.takeovers;
                 ctx.run_later(pause, move |act, _| {
-                    if act.mine.contains_key(&key) {
+                    if act.mine.contains_key(&key) && act.takeovers == term {
                         act.to_master(SpreadMsg::Fetched { key, ok: false });
                     }
                 });
@@ -312,6 +346,7 @@ impl Spreader {
                 slot: s.slot,
                 decode: s.decode,
                 holding: true,
+                from: None,
                 failures: 0,
             },
         );
@@ -345,6 +380,7 @@ impl Handler<Ask> for Spreader {
                 slot: a.slot,
                 decode: a.decode,
                 holding: false,
+                from: None,
                 failures: 0,
             },
         );
@@ -385,10 +421,17 @@ impl Handler<SpreadIn> for Spreader {
                 | SpreadMsg::Want(_)
                 | SpreadMsg::Gone { .. }
                 | SpreadMsg::Fetched { .. }
+                | SpreadMsg::Report(_)
         );
         if for_coordinator {
             if self.out.master() != self.rank {
-                tracing::warn!(rank = %self.rank, from = %m.from, "a spread message for the coordinator, which this rank is not; dropped");
+                // Its sender turned to this rank as the standby before
+                // this rank saw the master die: kept until it takes over.
+                if self.early.len() < EARLY_LIMIT {
+                    self.early.push((m.from, m.msg));
+                } else {
+                    tracing::warn!(rank = %self.rank, from = %m.from, "a spread message for the coordinator, which this rank is not; dropped");
+                }
                 return;
             }
             let dead = self.out.view().dead();
@@ -420,19 +463,57 @@ impl Handler<SpreadDead> for Spreader {
     }
 }
 
-/// This rank's watch declared the master lost; `for_good` if no standby
-/// takes over (later spreads then fail at once).
+/// This rank's watch declared the master lost: `to` takes over, which
+/// awaits the reports of `live`; with no standby (`to: None`) every
+/// spread that is not complete here fails, and every later one at once.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct SpreadMasterLost {
     pub(crate) reason: String,
-    pub(crate) for_good: bool,
+    pub(crate) to: Option<Rank>,
+    pub(crate) live: Vec<u32>,
 }
 
 impl Handler<SpreadMasterLost> for Spreader {
     type Result = ();
 
     fn handle(&mut self, l: SpreadMasterLost, _: &mut Context<Self>) {
-        self.end_all(ReduceError::MasterLost(l.reason), l.for_good);
+        let Some(to) = l.to else {
+            self.end_all(ReduceError::MasterLost(l.reason), true);
+            return;
+        };
+        self.takeovers += 1;
+        self.coordinated.clear();
+        if to == self.rank {
+            self.coordinated.take_over(l.live);
+            let dead = self.out.view().dead();
+            for (from, msg) in std::mem::take(&mut self.early) {
+                self.coordinated.on(from, msg, &dead, &self.out);
+            }
+        } else {
+            self.early.clear();
+        }
+        let report = self.report();
+        tracing::info!(rank = %self.rank, coordinator = %to, holding = report.holding.len(), wanting = report.wanting.len(), "spreads reported to the new coordinator");
+        if let Err(e) = self.out.send(to, &Msg::Spread(SpreadMsg::Report(report))) {
+            tracing::warn!(rank = %self.rank, error = %e, "could not report the spreads to the new coordinator");
+        }
+    }
+}
+
+impl Spreader {
+    /// Every spread this rank is in, for a coordinator that takes over.
+    fn report(&self) -> Report {
+        let mut r = Report {
+            finished: self.finished.iter().copied().collect(),
+            ..Report::default()
+        };
+        for m in self.mine.values() {
+            match (m.holding, m.from) {
+                (true, _) => r.holding.push(m.opening.clone()),
+                (false, from) => r.wanting.push((m.opening.clone(), from.map(|f| f.0))),
+            }
+        }
+        r
     }
 }

@@ -324,3 +324,187 @@ fn unknown_nodes_are_taken_for_remote_ones() {
     }
     assert_eq!(fetches(&s.on(Have(0))), [(1, 0)]);
 }
+
+/// A coordinator that took over: the spread is rebuilt from the members'
+/// reports, with every live member's report awaited.
+fn rebuilt(members: u32, source: u32, dead: &[u32]) -> Spread {
+    Spread::new(0..members, source, dead).awaiting_reports(0..members)
+}
+
+#[test]
+fn after_a_takeover_reports_of_holders_serve_the_members_that_want() {
+    let mut s = rebuilt(4, 1, &[0]);
+    assert!(s.on(Want(3)).is_empty(), "nobody holds it yet");
+    assert!(s.on(Reported(3)).is_empty());
+    // The source's report: it holds the value; rank 3 is served at once.
+    assert_eq!(fetches(&s.on(Holds(1))), [(3, 1)]);
+    assert!(s.on(Reported(1)).is_empty());
+    // Rank 2 had fetched it under the dead coordinator.
+    assert!(fetches(&s.on(Holds(2))).is_empty());
+    assert!(s.on(Reported(2)).is_empty());
+    assert_eq!(
+        s.on(Fetched(3)),
+        [Finish {
+            holders: vec![1, 2, 3]
+        }]
+    );
+    assert!(s.is_over());
+}
+
+#[test]
+fn a_rebuilt_spread_is_not_lost_while_a_live_member_has_not_reported() {
+    // The source died with the coordinator; rank 2 may hold the value.
+    let mut s = rebuilt(4, 1, &[0, 1]);
+    assert!(s.on(Want(3)).is_empty());
+    assert!(s.on(Reported(3)).is_empty());
+    assert!(fails(&s.on(Dead(1))).is_empty(), "rank 2 has not reported");
+    assert_eq!(fetches(&s.on(Holds(2))), [(3, 2)]);
+    assert_eq!(s.phase(), &Phase::Serving);
+
+    // The same, but rank 2 reports holding nothing: lost, everyone told.
+    let mut s = rebuilt(4, 1, &[0, 1]);
+    assert!(s.on(Want(3)).is_empty());
+    assert!(s.on(Reported(3)).is_empty());
+    assert!(s.on(Want(2)).is_empty());
+    assert_eq!(fails(&s.on(Reported(2))), [3, 2]);
+    assert_eq!(s.phase(), &Phase::Lost);
+}
+
+#[test]
+fn an_unreported_member_that_dies_is_reported_no_more() {
+    let mut s = rebuilt(4, 1, &[0, 1]);
+    assert!(s.on(Want(3)).is_empty());
+    assert!(s.on(Reported(3)).is_empty());
+    assert_eq!(fails(&s.on(Dead(2))), [3]);
+}
+
+#[test]
+fn a_fetch_an_earlier_coordinator_sent_is_waited_for() {
+    // Rank 3 fetches from rank 2, which dies: until rank 3 says how its
+    // fetch ended, the value may be at rank 3.
+    let mut s = rebuilt(4, 1, &[0, 1]);
+    assert!(s
+        .on(Fetching {
+            fetcher: 3,
+            holder: 2
+        })
+        .is_empty());
+    assert!(s.on(Reported(3)).is_empty());
+    assert!(s.on(Dead(2)).is_empty(), "the fetch is still out");
+    assert_eq!(
+        s.on(Fetched(3)),
+        [Finish { holders: vec![3] }],
+        "every live member holds it"
+    );
+
+    let mut s = rebuilt(4, 1, &[0, 1]);
+    s.on(Fetching {
+        fetcher: 3,
+        holder: 2,
+    });
+    s.on(Reported(3));
+    assert!(s.on(Dead(2)).is_empty());
+    assert_eq!(fails(&s.on(FetchFailed(3))), [3]);
+}
+
+#[test]
+fn a_spread_reported_finished_lets_every_holder_go() {
+    let mut s = rebuilt(4, 1, &[0]);
+    assert!(s.on(Holds(1)).is_empty());
+    // Rank 3 was told by the dead coordinator: everybody held it then.
+    assert_eq!(s.on(Finished(3)), [Finish { holders: vec![1] }]);
+    assert!(s.is_over());
+    // A holder reporting later is told at once.
+    assert_eq!(s.on(Holds(2)), [Finish { holders: vec![2] }]);
+}
+
+#[test]
+fn a_fetch_sent_by_an_earlier_coordinator_makes_a_holder() {
+    let mut s = Spread::new(0..3, 0, &[]);
+    assert!(s.on(Want(2)).is_empty());
+    // Rank 1 never asked this coordinator, yet it fetched the value.
+    assert_eq!(fetches(&s.on(Fetched(1))), [(2, 1)]);
+    assert!(s.on(Have(0)).is_empty());
+    assert_eq!(
+        s.on(Fetched(2)),
+        [Finish {
+            holders: vec![0, 1, 2]
+        }]
+    );
+}
+
+#[test]
+fn across_a_takeover_nobody_is_failed_while_a_live_member_holds() {
+    // Random truths (who holds the value, who fetches from whom when the
+    // coordinator dies, who dies), reports and deaths in random order:
+    // whenever a member is told the spread failed, no live member holds
+    // the value; once every live member reported, a member that wants it
+    // is sent to fetch it if any live member holds it.
+    for seed in 0u64..3000 {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let n = 5u32;
+        // 0: wants, 1: holds, 2: fetches from a holder.
+        let state: Vec<u64> = (0..n).map(|_| next() % 3).collect();
+        let holders: Vec<u32> = (0..n).filter(|&r| state[r as usize] == 1).collect();
+        let mut s = rebuilt(n, 0, &[]);
+        let mut order: Vec<(u32, bool)> = (0..n).map(|r| (r, false)).collect();
+        order.extend((0..n).filter(|_| next() % 3 == 0).map(|r| (r, true)));
+        for i in (1..order.len()).rev() {
+            order.swap(i, (next() % (i as u64 + 1)) as usize);
+        }
+        let mut dead = std::collections::BTreeSet::new();
+        let mut failed = std::collections::BTreeSet::new();
+        let mut sent = std::collections::BTreeSet::new();
+        for (r, dies) in order {
+            if dead.contains(&r) {
+                continue;
+            }
+            let mut acts = Vec::new();
+            if dies {
+                dead.insert(r);
+                acts.extend(s.on(Dead(r)));
+            } else {
+                match (state[r as usize], holders.first()) {
+                    (1, _) => acts.extend(s.on(Holds(r))),
+                    // The source wants nothing: it holds the value, or
+                    // its reduction has not ended yet.
+                    _ if r == 0 => {}
+                    (2, Some(&h)) => acts.extend(s.on(Fetching {
+                        fetcher: r,
+                        holder: h,
+                    })),
+                    _ => acts.extend(s.on(Want(r))),
+                }
+                acts.extend(s.on(Reported(r)));
+            }
+            failed.extend(fails(&acts));
+            sent.extend(fetches(&acts).into_iter().map(|(f, _)| f));
+            let live_holding = holders.iter().any(|h| !dead.contains(h));
+            assert!(
+                failed.is_empty() || !live_holding,
+                "seed {seed}: {failed:?} failed while a live member holds"
+            );
+        }
+        // Every fetch sent ends well: those waiting for a slot are sent.
+        let mut done = std::collections::BTreeSet::new();
+        for _ in 0..n {
+            let out: Vec<u32> = sent.difference(&done).copied().collect();
+            for f in out {
+                done.insert(f);
+                sent.extend(fetches(&s.on(Fetched(f))).into_iter().map(|(f, _)| f));
+            }
+        }
+        let live_holding = holders.iter().any(|h| !dead.contains(h));
+        for r in (1..n).filter(|r| state[*r as usize] == 0 && !dead.contains(r)) {
+            if live_holding {
+                assert!(sent.contains(&r), "seed {seed}: {r} never sent to fetch");
+            }
+        }
+    }
+}

@@ -101,7 +101,7 @@ mod tests {
         };
         for m in [
             SpreadMsg::Have(open.clone()),
-            SpreadMsg::Want(open),
+            SpreadMsg::Want(open.clone()),
             SpreadMsg::Gone { key: 9 },
             SpreadMsg::Fetch { key: 9, from: 5 },
             SpreadMsg::Fetched { key: 9, ok: false },
@@ -111,6 +111,11 @@ mod tests {
                 detail: "type".into(),
             },
             SpreadMsg::Finished { key: 9 },
+            SpreadMsg::Report(spread::Report {
+                holding: vec![open.clone()],
+                wanting: vec![(open.clone(), Some(3)), (open, None)],
+                finished: vec![7, 8],
+            }),
         ] {
             let m = Msg::Spread(m);
             assert_eq!(decode(&encode(&m)).unwrap(), m);

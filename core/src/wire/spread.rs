@@ -75,4 +75,21 @@ pub enum SpreadMsg {
         /// The spread.
         key: u64,
     },
+    /// Member → a coordinator that took over from a dead one: every
+    /// spread this rank is in, so that the new coordinator rebuilds them
+    /// (see [`crate::spread`], "What the coordinator's death does").
+    Report(Report),
+}
+
+/// What a member tells a coordinator that took over ([`SpreadMsg::Report`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct Report {
+    /// The spreads whose value this rank holds and serves.
+    pub holding: Vec<Opening>,
+    /// The spreads whose value this rank wants, each with the holder it is
+    /// fetching it from on the dead coordinator's word, if a fetch is out.
+    pub wanting: Vec<(Opening, Option<u32>)>,
+    /// The newest spreads the dead coordinator told this rank had finished
+    /// (every live member held the value then).
+    pub finished: Vec<u64>,
 }
