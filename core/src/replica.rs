@@ -18,6 +18,8 @@
 use crate::rank::{Group, Rank};
 use crate::rankset::RankSet;
 
+pub mod reuse;
+
 /// Length of the replica header.
 pub const HEADER_LEN: usize = 16;
 const MAGIC: [u8; 4] = *b"TFRP";

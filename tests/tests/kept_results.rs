@@ -449,6 +449,7 @@ mod puppets {
         let complete = Msg::Complete {
             key: job.key,
             error: None,
+            number: Some(1),
         };
         let frame = wire::encode(&complete).into();
         job.master.send(Rank(2), frame).unwrap();

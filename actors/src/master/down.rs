@@ -150,6 +150,7 @@ impl Master {
             wants_ack: false,
             // The buddy views the owner's heap: no bytes to carry.
             data: None,
+            after: self.completion_mark(),
         };
         // If it cannot be sent, the buddy's link is down: its death, or
         // the wait, decides.

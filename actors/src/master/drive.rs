@@ -67,6 +67,22 @@ impl Master {
         self.update_queue_gauge();
     }
 
+    /// The number of the next completion: increasing over this master's
+    /// life, and above every number of an earlier master's, as the
+    /// master's term (its takeovers so far) leads (see
+    /// `Msg::Complete::number`).
+    fn completion_number(&mut self) -> u64 {
+        self.completions += 1;
+        self.completion_mark()
+    }
+
+    /// The last completion number given (or, before any, the floor of this
+    /// master's): a copy offered now on behalf of a dead owner belongs to
+    /// a use of its key later than any completion numbered so far.
+    pub(super) fn completion_mark(&self) -> u64 {
+        (u64::from(self.out.view().read().term()) << 40) | self.completions
+    }
+
     /// Ends reduction `key`, complete, and tells its members.
     pub(super) fn complete(&mut self, key: u64) {
         let Some(r) = self.reductions.live.remove(&key) else {
@@ -85,7 +101,11 @@ impl Master {
         if let Some(b) = &self.board {
             b.post_complete(key);
         }
-        let msg = Msg::Complete { key, error: None };
+        let msg = Msg::Complete {
+            key,
+            error: None,
+            number: Some(self.completion_number()),
+        };
         let own = self.out.transport().rank();
         for rank in completion_order(r.group.members(), r.root, own) {
             self.send(rank, &msg);

@@ -20,6 +20,7 @@ impl Master {
             &Msg::Complete {
                 key,
                 error: Some(failure),
+                number: None,
             },
         );
     }

@@ -263,6 +263,7 @@ impl Master {
         let msg = Msg::Complete {
             key,
             error: Some((&error).into()),
+            number: None,
         };
         self.send(from, &msg);
         let pending: HashSet<u32> = r

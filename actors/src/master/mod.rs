@@ -59,6 +59,7 @@ fn failed_msg(key: u64, error: &ReduceError) -> Msg {
     Msg::Complete {
         key,
         error: Some(error.into()),
+        number: None,
     }
 }
 
@@ -104,6 +105,8 @@ pub struct Master {
     /// Where roots' results are kept for their replacements (see
     /// `results`).
     results: results::Results,
+    /// Reductions completed by this master (see `completion_number`).
+    completions: u64,
 }
 
 impl Master {
@@ -198,6 +201,7 @@ impl Master {
             detector: None,
             board: None,
             taking: takeover::Taking::running(),
+            completions: 0,
             respawn: respawn::Replacements::none(size, out_rank),
             restart: Default::default(),
             rollback: Default::default(),

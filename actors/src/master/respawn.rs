@@ -254,7 +254,11 @@ impl Master {
             Some(taskfold_core::respawn::Slot::Live(i)) if *i > 0
         );
         let msg = match self.respawn.ended.get(&key) {
-            Some(None) if replaced => Msg::Complete { key, error: None },
+            Some(None) if replaced => Msg::Complete {
+                key,
+                error: None,
+                number: None,
+            },
             Some(Some(error)) if replaced => super::failed_msg(key, error),
             _ => return false,
         };

@@ -367,6 +367,7 @@ impl Master {
                 let msg = Msg::Complete {
                     key,
                     error: error.clone(),
+                    number: None,
                 };
                 for h in &members {
                     self.send(Rank(h.joining.rank), &msg);

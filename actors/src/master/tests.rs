@@ -268,9 +268,9 @@ pub(in crate::master) async fn run_to_end(
         let ends: Vec<(u32, Option<String>)> = msgs
             .iter()
             .filter_map(|(to, m)| match m {
-                Msg::Complete { key: KEY, error } => {
-                    Some((*to, error.as_ref().map(|e| format!("{e:?}"))))
-                }
+                Msg::Complete {
+                    key: KEY, error, ..
+                } => Some((*to, error.as_ref().map(|e| format!("{e:?}")))),
                 _ => None,
             })
             .collect();
@@ -542,6 +542,7 @@ fn a_dead_ranks_buddy_that_dies_before_answering_loses_the_original() {
 mod leave;
 mod left;
 mod limits;
+mod numbers;
 mod replace;
 mod results;
 mod rollback;

@@ -84,7 +84,9 @@ impl Handler<AdoptDiskCopy> for ReplicaStore {
         self.out
             .transport()
             .expose(BufferKey(replica_key(m.key, m.owner)), bytes);
-        self.held.insert((m.key, m.owner), len);
+        // Its owner's offer is unknown: any end of the key drops it.
+        let h = super::Held { len, after: 0 };
+        self.held.insert((m.key, m.owner), h);
         self.bytes += len;
         self.gauge();
     }

@@ -62,20 +62,32 @@ use taskfold_core::replica::{self, replica_key};
 use taskfold_core::Rank;
 use taskfold_transports::BufferKey;
 
+/// A copy kept of an owner's original.
+struct Held {
+    len: u64,
+    /// The last completion number of its key that its owner had seen when
+    /// it offered the copy (`Msg::ReplicaOffer::after`): a `DropKey` up to
+    /// that number is for an earlier use of the key and leaves it.
+    after: u64,
+}
+
 /// The replica store of one rank.
 pub struct ReplicaStore {
     rank: u32,
     out: Outbox,
     disk: Arc<ReplicaDisk>,
     limit: u64,
-    held: HashMap<(u64, u32), u64>,
+    /// The copies kept: (key, owner) → its length and the last completion
+    /// number of `key` its owner had seen when it offered it.
+    held: HashMap<(u64, u32), Held>,
     /// Copies that are views of their owner's buffer, with a tag instead of
     /// a checksum (`TFRV`): given one when their owner dies (`OwnerDied`).
     viewed: HashMap<(u64, u32), Bytes>,
     bytes: u64,
     /// Offers being fetched: (key, owner) → offer number, so that a copy
-    /// that arrives after its reduction ended (or was re-offered) is dropped.
-    pending: HashMap<(u64, u32), u64>,
+    /// that arrives after its reduction ended (or was re-offered) is
+    /// dropped, and the offer's completion number (as in `held`).
+    pending: HashMap<(u64, u32), (u64, u64)>,
     next_offer: u64,
     /// Owners declared failed (`OwnerDied`): a view of one of their
     /// originals made after that (an offer read after its owner died) is
@@ -173,11 +185,19 @@ pub(crate) struct Listed {
     pub(crate) relayed: Vec<(u64, u32)>,
 }
 
-/// Reduction `key` ended: drop every copy of it, in memory and on disk.
+/// Reduction `key` ended: drop every copy of it, in memory and on disk —
+/// but the copies offered for a later use of the key.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct DropKey {
     pub(crate) key: u64,
+    /// The master's number of the completion that ended it here, or
+    /// `u64::MAX` if it ended otherwise: only copies whose owners had seen
+    /// a completion of `key` numbered below it go. An owner that saw this
+    /// completion, or a later one, offered its copy for a later use of
+    /// `key`, which may reach this store first (see the book's
+    /// Architecture chapter, Copies of a reused key).
+    pub(crate) upto: u64,
     /// Where this rank's own disk copy of its original of `key`, if it may
     /// have written one, is removed.
     pub(crate) disk: Removal,
@@ -217,9 +237,9 @@ impl Handler<DropKey> for ReplicaStore {
         // durability): refuse, so it joins and learns how the reduction ended.
         let waiting: Vec<u32> = self
             .pending
-            .keys()
-            .filter(|(k, _)| *k == m.key)
-            .map(|(_, o)| *o)
+            .iter()
+            .filter(|((k, _), (_, after))| *k == m.key && *after < m.upto)
+            .map(|((_, o), _)| *o)
             .collect();
         for owner in waiting {
             self.pending.remove(&(m.key, owner));
@@ -227,13 +247,13 @@ impl Handler<DropKey> for ReplicaStore {
         }
         let owners: Vec<u32> = self
             .held
-            .keys()
-            .filter(|(k, _)| *k == m.key)
-            .map(|(_, o)| *o)
+            .iter()
+            .filter(|((k, _), h)| *k == m.key && h.after < m.upto)
+            .map(|((_, o), _)| *o)
             .collect();
         for o in owners {
-            if let Some(len) = self.held.remove(&(m.key, o)) {
-                self.bytes -= len;
+            if let Some(h) = self.held.remove(&(m.key, o)) {
+                self.bytes -= h.len;
             }
             self.viewed.remove(&(m.key, o));
             self.out
@@ -278,6 +298,7 @@ impl Handler<RolledBack> for ReplicaStore {
         for key in keys {
             let m = DropKey {
                 key,
+                upto: u64::MAX,
                 disk: Removal::Nothing,
             };
             <Self as Handler<DropKey>>::handle(self, m, ctx);

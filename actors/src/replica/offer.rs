@@ -30,6 +30,9 @@ pub(crate) struct OfferIn {
     pub(crate) wants_ack: bool,
     /// The replica buffer, carried with the offer (small originals).
     pub(crate) data: Option<Vec<u8>>,
+    /// The last completion number of `key` the offerer saw: the copy
+    /// outlives a `DropKey` up to that number (see `Msg::ReplicaOffer`).
+    pub(crate) after: u64,
 }
 
 impl Handler<OfferIn> for ReplicaStore {
@@ -78,7 +81,7 @@ impl ReplicaStore {
                     .or(m.heap.as_ref())
                     .and_then(|at| self.out.transport().same_node()?.view(m.owner, at))
                     .is_some();
-                self.keep(m.key, m.owner, bytes, mapped, m.wants_ack);
+                self.keep(m, bytes, mapped);
                 true
             }
             // Gone (the reduction ended there) or not the one offered:
@@ -106,7 +109,7 @@ impl ReplicaStore {
         match in_place.and_then(|s| s.view_retained(m.owner, at)) {
             Some(view) if is_offered(&view, m.len, m.crc, replica::held_len) => {
                 metrics::counter!(crate::metrics::REPLICAS_MAPPED).increment(1);
-                self.keep(m.key, m.owner, view.into_bytes(), true, m.wants_ack);
+                self.keep(m, view.into_bytes(), true);
                 true
             }
             Some(_) => {
@@ -133,7 +136,7 @@ impl ReplicaStore {
                 metrics::counter!(crate::metrics::REPLICAS_CARRIED).increment(1);
                 tracing::debug!(rank = self.rank, owner = %m.owner, key = m.key, "replica carried by its offer");
                 self.pending.remove(&(m.key, m.owner.0));
-                self.keep(m.key, m.owner, bytes, mapped, m.wants_ack);
+                self.keep(m, bytes, mapped);
                 true
             }
             Err(e) => {
@@ -150,13 +153,13 @@ impl ReplicaStore {
         let (key, owner) = (m.key, m.owner);
         self.next_offer += 1;
         let offer = self.next_offer;
-        self.pending.insert((key, owner.0), offer);
+        self.pending.insert((key, owner.0), (offer, m.after));
         let fetch = self
             .out
             .transport()
             .get(owner, BufferKey(original_key(key)));
         ctx.spawn(fetch.into_actor(self).map(move |res, act, _| {
-            if act.pending.get(&(key, owner.0)) != Some(&offer) {
+            if act.pending.get(&(key, owner.0)).map(|p| p.0) != Some(offer) {
                 return; // the reduction ended meanwhile
             }
             act.pending.remove(&(key, owner.0));
@@ -177,7 +180,7 @@ impl ReplicaStore {
                 return;
             }
             match res.map_err(|e| e.to_string()).and_then(|got| fetched(got, &m, same_node)) {
-                Ok((bytes, mapped)) => act.keep(key, owner, bytes, mapped, m.wants_ack),
+                Ok((bytes, mapped)) => act.keep(&m, bytes, mapped),
                 Err(e) => {
                     tracing::warn!(rank = act.rank, %owner, error = %e, "could not copy an original");
                     act.refuse(key, owner, same_node);
@@ -213,11 +216,12 @@ fn fetched(got: Received, m: &OfferIn, same_node: bool) -> Result<(Bytes, bool),
 }
 
 impl ReplicaStore {
-    /// Keeps `bytes` as the copy of `owner`'s original of `key`: exposed for
-    /// recovery, counted, and announced to the master and the owner (with
-    /// `mapped`: this rank maps the owner's heap, so the owner's later
-    /// originals there are standing copies).
-    fn keep(&mut self, key: u64, owner: Rank, bytes: Bytes, mapped: bool, ack: bool) {
+    /// Keeps `bytes` as the copy of the original offered by `m`: exposed
+    /// for recovery, counted, and announced to the master and the owner
+    /// (with `mapped`: this rank maps the owner's heap, so the owner's
+    /// later originals there are standing copies).
+    fn keep(&mut self, m: &OfferIn, bytes: Bytes, mapped: bool) {
+        let (key, owner, ack) = (m.key, m.owner, m.wants_ack);
         let len = bytes.len() as u64;
         if replica::is_viewed(&bytes) {
             self.viewed.insert((key, owner.0), bytes.clone());
@@ -234,9 +238,14 @@ impl ReplicaStore {
         self.out
             .transport()
             .expose(BufferKey(replica_key(key, owner.0)), bytes);
-        if self.held.insert((key, owner.0), len).is_none() {
-            self.bytes += len;
+        let h = super::Held {
+            len,
+            after: m.after,
+        };
+        if let Some(old) = self.held.insert((key, owner.0), h) {
+            self.bytes -= old.len;
         }
+        self.bytes += len;
         self.gauge();
         let _ = self.out.to_master(&Msg::Replicated {
             key,

@@ -104,6 +104,7 @@ fn offer_from_elsewhere(len: u64, crc: u32, data: Option<Vec<u8>>) -> OfferIn {
         warm: None,
         wants_ack: false,
         data,
+        after: 0,
     }
 }
 
@@ -132,6 +133,38 @@ fn bytes_carried_by_an_offer_are_kept_without_a_get() {
         store.send(offer).await.unwrap();
         assert_eq!(copies(&store).await, vec![(KEY, 1)], "kept at once");
         assert!(served(&ts).await == buf, "served as carried");
+    });
+}
+
+/// The owner heard that use 1 of KEY completed (number 5) and offered its
+/// copy for use 2 before this rank heard of that completion: the late end
+/// of use 1 leaves the copy, the end of use 2 (number 9) drops it, as an
+/// end with no number drops any copy (the book's Architecture chapter,
+/// Copies of a reused key).
+#[test]
+fn a_copy_for_the_next_use_of_a_key_outlives_the_previous_end() {
+    let (_hub, ts) = LoopbackHub::new(2);
+    actix_rt::System::new().block_on(async move {
+        let drop_key = |upto| DropKey {
+            key: KEY,
+            upto,
+            disk: Removal::Nothing,
+        };
+        let (buf, crc, len) = replica_of(&[4u8; 300]);
+        let store = store_of(&ts, 1 << 20);
+        let offer = |after| OfferIn {
+            after,
+            ..offer_from_elsewhere(len, crc, Some(buf.clone()))
+        };
+        store.send(offer(5)).await.unwrap();
+        store.send(drop_key(5)).await.unwrap();
+        assert_eq!(copies(&store).await, vec![(KEY, 1)], "kept");
+        assert!(served(&ts).await == buf, "still served");
+        store.send(drop_key(9)).await.unwrap();
+        assert_eq!(copies(&store).await, vec![], "dropped at its own end");
+        store.send(offer(9)).await.unwrap();
+        store.send(drop_key(u64::MAX)).await.unwrap();
+        assert_eq!(copies(&store).await, vec![], "dropped by a failure");
     });
 }
 
@@ -169,6 +202,7 @@ fn a_small_disk_copy_is_retired_as_its_reduction_ends_here() {
         store
             .send(DropKey {
                 key: KEY,
+                upto: u64::MAX,
                 disk: removal,
             })
             .await

@@ -175,6 +175,7 @@ impl Router {
                 warm,
                 wants_ack,
                 data,
+                after,
             } if owner == from.0 || from == self.out.master() => self.store.do_send(OfferIn {
                 // From the master: on behalf of an owner that died with a
                 // standing copy here (`Joining::standing`).
@@ -188,6 +189,7 @@ impl Router {
                 warm,
                 wants_ack,
                 data,
+                after,
             }),
             Msg::ReplicaAck {
                 key,
@@ -293,9 +295,10 @@ impl Router {
         match msg {
             Msg::Task(t) => self.worker.do_send(TaskIn(t)),
             Msg::Release { key } => self.worker.do_send(ReleaseIn { key }),
-            Msg::Complete { key, error } => self.worker.do_send(CompleteIn {
+            Msg::Complete { key, error, number } => self.worker.do_send(CompleteIn {
                 key,
                 error: error.map(Into::into),
+                number,
             }),
             Msg::Board { at } => self.map_board(&at),
             Msg::FinalizeAck => self.worker.do_send(FinalizeAckIn),

@@ -54,12 +54,19 @@ impl Handler<ReleaseIn> for Worker {
 pub(crate) struct CompleteIn {
     pub(crate) key: u64,
     pub(crate) error: Option<ReduceError>,
+    /// The master's number of the completion (`Msg::Complete::number`).
+    pub(crate) number: Option<u64>,
 }
 
 impl Handler<CompleteIn> for Worker {
     type Result = ();
 
     fn handle(&mut self, m: CompleteIn, _: &mut Context<Self>) {
+        if let Some(n) = m.number {
+            // Even where it ended early: this rank's next copy of the key
+            // is for a later use than this one.
+            self.completions.note(m.key, n);
+        }
         if self.ended_early.remove(&m.key) {
             // This root ended the reduction when its last fold made it whole
             // (a later reduction with the same id may be live here now).
@@ -68,7 +75,11 @@ impl Handler<CompleteIn> for Worker {
         if m.error.is_none() && self.complete_once_kept(m.key) {
             return;
         }
-        self.finish(m.key, m.error);
+        let how = match m.error {
+            None => End::Completed,
+            Some(_) => End::Failed,
+        };
+        self.end(m.key, m.error, how, m.number.unwrap_or(u64::MAX));
     }
 }
 
@@ -161,7 +172,7 @@ impl Worker {
             None => End::Completed,
             Some(_) => End::Failed,
         };
-        self.end(key, error, how);
+        self.end(key, error, how, u64::MAX);
     }
 
     /// Why no request to the master can be answered any more: this rank
@@ -191,12 +202,15 @@ impl Worker {
         }
     }
 
-    /// Ends a local reduction as its state machine says.
-    fn end(&mut self, key: u64, error: Option<ReduceError>, how: End) {
+    /// Ends a local reduction as its state machine says; `upto`: the
+    /// number of the master's completion that ended it, `u64::MAX` if none
+    /// (see `DropKey`).
+    fn end(&mut self, key: u64, error: Option<ReduceError>, how: End, upto: u64) {
         self.results_ended(key);
         let Some(mut local) = self.locals.remove(&key) else {
             let disk = crate::replica::Removal::Nothing;
-            self.store.do_send(crate::replica::DropKey { key, disk });
+            self.store
+                .do_send(crate::replica::DropKey { key, upto, disk });
             return;
         };
         // The last contribution on its way to a join may end here.
@@ -226,7 +240,8 @@ impl Worker {
             .ended(key, std::time::SystemTime::now(), unsure.iter().copied());
         let len = local.original.as_ref().map_or(0, |o| o.len());
         let disk = crate::replica::Removal::of(f.remove_disk, len);
-        self.store.do_send(crate::replica::DropKey { key, disk });
+        self.store
+            .do_send(crate::replica::DropKey { key, upto, disk });
         if f.strand {
             // A buddy may be recovering this original from its view of the
             // buffer: kept, unchanged, until the process ends, never reused
@@ -270,7 +285,7 @@ impl Worker {
         self.ended_early.clear();
         let keys: Vec<u64> = self.locals.keys().copied().collect();
         for k in keys {
-            self.end(k, Some(error.clone()), End::Abandoned);
+            self.end(k, Some(error.clone()), End::Abandoned, u64::MAX);
         }
     }
 }

@@ -378,6 +378,7 @@ impl Worker {
             // answered).
             wants_ack: awaited || (self.same_node_buddy != Some(buddy) && !elsewhere),
             data,
+            after: self.completions.last(key),
         };
         match self.out.send(buddy, &msg) {
             Ok(_) => {

@@ -142,6 +142,9 @@ pub struct Worker {
     rejoining: Option<failover::Rejoining>,
     /// Reductions that ended here lately (for a new master).
     ended: failover::Ended,
+    /// The last completion number of each key completed here lately: the
+    /// tag of this rank's next offer of a copy for that key.
+    completions: taskfold_core::replica::reuse::Completions,
     /// When each reduction key last ended here, to judge whether a dead
     /// master's disk copy found on this node is stale (see `failover`).
     file_ends: crate::replica::stale::KeyEnds,
@@ -202,6 +205,7 @@ impl Worker {
             stranded: Vec::new(),
             rejoining: None,
             ended: Default::default(),
+            completions: Default::default(),
             file_ends: crate::replica::stale::KeyEnds::new(
                 crate::replica::stale::ENDS_LIMIT,
                 p.since,

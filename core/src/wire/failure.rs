@@ -221,6 +221,7 @@ mod tests {
             let frame = crate::wire::encode(&crate::wire::Msg::Complete {
                 key: 1,
                 error: Some((&e).into()),
+                number: None,
             });
             let crate::wire::Msg::Complete {
                 error: Some(back), ..

@@ -28,6 +28,15 @@ pub enum Msg {
         key: u64,
         /// `None` on success (the root holds the result), else the error.
         error: Option<Failure>,
+        /// The master's number of this completion, increasing over the job
+        /// (across takeovers too); `None` for any other notice. A buddy
+        /// drops its copies of `key` that an owner offered before seeing a
+        /// completion with this number or a later one; an owner's offer
+        /// for the next use of `key` names the last number it saw
+        /// (`ReplicaOffer::after`), so that copy survives a notice that
+        /// reaches the buddy after it (see the book's Architecture
+        /// chapter, Copies of a reused key).
+        number: Option<u64>,
     },
     /// Master → every rank: `rank` was declared failed and is fenced.
     RankFailed {
@@ -117,6 +126,11 @@ pub enum Msg {
         /// on the owner's node: the buddy keeps it without a get, which
         /// would cost a round trip between nodes per original.
         data: Option<Vec<u8>>,
+        /// The last completion number of `key` the offerer saw
+        /// ([`Msg::Complete::number`]; 0 if none): the copy belongs to a
+        /// later use of `key` than that completion, and outlives its
+        /// notice at the buddy.
+        after: u64,
     },
     /// Buddy → owner: the copy is stored (`ok`), or refused (store full).
     ReplicaAck {

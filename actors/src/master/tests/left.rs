@@ -11,7 +11,7 @@ fn completions(ts: &[Arc<LoopbackTransport>]) -> Vec<(u32, Option<ReduceError>)>
     sent(ts)
         .into_iter()
         .filter_map(|(to, m)| match m {
-            Msg::Complete { key, error } if key == KEY => Some((to, error.map(Into::into))),
+            Msg::Complete { key, error, .. } if key == KEY => Some((to, error.map(Into::into))),
             _ => None,
         })
         .collect()

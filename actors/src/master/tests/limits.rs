@@ -14,7 +14,7 @@ fn join_key(rank: u32, key: u64) -> JoinIn {
 fn completions_of(msgs: &[(u32, Msg)], key: u64) -> Vec<(u32, Option<ReduceError>)> {
     msgs.iter()
         .filter_map(|(to, m)| match m {
-            Msg::Complete { key: k, error } if *k == key => {
+            Msg::Complete { key: k, error, .. } if *k == key => {
                 Some((*to, error.clone().map(Into::into)))
             }
             _ => None,
@@ -53,7 +53,7 @@ fn a_join_beyond_the_limit_fails_its_reduction_and_the_live_ones_go_on() {
             for (to, msg) in sent(&ts) {
                 match msg {
                     Msg::Task(t) => report(&m, to, &t).await,
-                    Msg::Complete { key, error } => completed.push((key, error)),
+                    Msg::Complete { key, error, .. } => completed.push((key, error)),
                     _ => {}
                 }
             }

@@ -527,7 +527,8 @@ fn a_replacement_that_joins_a_reduction_that_failed_hears_the_failure() {
                         m,
                         Msg::Complete {
                             key: KEY,
-                            error: Some(wire::Failure::Transport { .. })
+                            error: Some(wire::Failure::Transport { .. }),
+                            ..
                         }
                     )
             })

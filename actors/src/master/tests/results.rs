@@ -153,11 +153,17 @@ async fn relayed_after_the_roots_death(
 
 /// Whether `rank` was told reduction `KEY` completed.
 fn told_completed(msgs: &[(u32, Msg)], rank: u32) -> bool {
-    let done = Msg::Complete {
-        key: KEY,
-        error: None,
-    };
-    msgs.iter().any(|(to, m)| *to == rank && *m == done)
+    msgs.iter().any(|(to, m)| {
+        *to == rank
+            && matches!(
+                m,
+                Msg::Complete {
+                    key: KEY,
+                    error: None,
+                    ..
+                }
+            )
+    })
 }
 
 /// The root dies (its replacement awaited) while the master holds its

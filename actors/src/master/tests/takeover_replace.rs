@@ -81,7 +81,9 @@ fn a_dead_members_copy_reported_to_a_standby_is_read_while_its_replacement_is_aw
         // Past the wait for the replacement too.
         actix_rt::time::sleep(Duration::from_millis(400)).await;
         ends.extend(sent(&ts).into_iter().filter_map(|(to, m)| match m {
-            Msg::Complete { key: KEY, error } => Some((to, error.map(|e| format!("{e:?}")))),
+            Msg::Complete {
+                key: KEY, error, ..
+            } => Some((to, error.map(|e| format!("{e:?}")))),
             _ => None,
         }));
         ends.sort();

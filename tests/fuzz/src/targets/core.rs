@@ -73,6 +73,7 @@ fn msg(u: &mut Unstructured<'_>) -> Result<Msg> {
                 id: short_string(u)?,
                 ranks: small_vec(u)?,
             }),
+            number: Option::<u64>::arbitrary(u)?,
         },
         3 => Msg::Board {
             at: Locator(<[u8; LOCATOR_LEN]>::arbitrary(u)?),
