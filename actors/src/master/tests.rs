@@ -262,20 +262,28 @@ pub(in crate::master) async fn run_to_end(
     m: &Addr<Master>,
     ts: &[Arc<LoopbackTransport>],
 ) -> Vec<(u32, Option<String>)> {
+    run_until_notices(m, ts, |to, msg| match msg {
+        Msg::Complete {
+            key: KEY, error, ..
+        } => Some((to, error.as_ref().map(|e| format!("{e:?}")))),
+        _ => None,
+    })
+    .await
+}
+
+/// Runs reduction `KEY` on as `run_to_end` does, until some message sent
+/// is picked by `pick`: what it picked from the messages of that round.
+pub(in crate::master) async fn run_until_notices<T>(
+    m: &Addr<Master>,
+    ts: &[Arc<LoopbackTransport>],
+    pick: impl Fn(u32, &Msg) -> Option<T>,
+) -> Vec<T> {
     for _ in 0..20 {
         settle().await;
         let msgs = sent(ts);
-        let ends: Vec<(u32, Option<String>)> = msgs
-            .iter()
-            .filter_map(|(to, m)| match m {
-                Msg::Complete {
-                    key: KEY, error, ..
-                } => Some((*to, error.as_ref().map(|e| format!("{e:?}")))),
-                _ => None,
-            })
-            .collect();
-        if !ends.is_empty() {
-            return ends;
+        let picked: Vec<T> = msgs.iter().filter_map(|(to, m)| pick(*to, m)).collect();
+        if !picked.is_empty() {
+            return picked;
         }
         report_done(m, &msgs, u32::MAX).await;
     }

@@ -10,26 +10,15 @@ async fn one_use(m: &Addr<Master>, ts: &[Arc<LoopbackTransport>]) -> Vec<(u32, O
     for r in 0..4 {
         m.send(join(r, None)).await.unwrap();
     }
-    for _ in 0..20 {
-        settle().await;
-        let msgs = sent(ts);
-        let ends: Vec<(u32, Option<u64>)> = msgs
-            .iter()
-            .filter_map(|(to, m)| match m {
-                Msg::Complete {
-                    key: KEY,
-                    error: None,
-                    number,
-                } => Some((*to, *number)),
-                _ => None,
-            })
-            .collect();
-        if !ends.is_empty() {
-            return ends;
-        }
-        report_done(m, &msgs, u32::MAX).await;
-    }
-    panic!("the reduction did not end");
+    run_until_notices(m, ts, |to, msg| match msg {
+        Msg::Complete {
+            key: KEY,
+            error: None,
+            number,
+        } => Some((to, *number)),
+        _ => None,
+    })
+    .await
 }
 
 #[test]
