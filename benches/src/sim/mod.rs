@@ -86,6 +86,34 @@ impl Model {
         let transfer = self.bytes * link.beta * slow[r].max(slow[q]);
         link.alpha + transfer + self.bytes * self.gamma * slow[r]
     }
+
+    /// The cheapest step there is: the faster link's latency and bytes,
+    /// and a fold at an unloaded rank.
+    pub fn cheapest_step(&self) -> f64 {
+        let alpha = self.intra.alpha.min(self.inter.alpha);
+        let beta = self.intra.beta.min(self.inter.beta);
+        alpha + self.bytes * (beta + self.gamma)
+    }
+
+    /// The least makespan of any schedule, tree or scheduled, under
+    /// arrivals `a` (root: rank 0): every other rank's contribution still
+    /// has to move and be folded at least once after it is ready, at no
+    /// less than [`Model::cheapest_step`]. Scheduled schedules pay their
+    /// schedulers' messages on top ([`Model::master_floor`]).
+    pub fn lower_bound(&self, a: &Arrivals) -> f64 {
+        let last = a.at.iter().skip(1).copied().fold(f64::NEG_INFINITY, f64::max);
+        match last.is_finite() {
+            true => last + self.cheapest_step(),
+            false => 0.0,
+        }
+    }
+
+    /// The least makespan of a schedule whose master pairs `nodes` nodes:
+    /// it hears from each node at least once before the result can exist,
+    /// one message after the other at `μ` each.
+    pub fn master_floor(&self, nodes: usize) -> f64 {
+        nodes as f64 * self.mu
+    }
 }
 
 /// Where the ranks run: `per_node` consecutive ranks per node.
@@ -260,6 +288,9 @@ pub struct Comparison {
     pub best_k: usize,
     /// That tree's makespan under this pattern.
     pub best_tree_here: f64,
+    /// The least makespan of any schedule under this pattern
+    /// ([`Model::lower_bound`]).
+    pub bound: f64,
 }
 
 /// Runs one comparison (`root` is rank 0).
@@ -278,5 +309,6 @@ pub fn compare(model: &Model, layout: &Layout, pattern: Pattern, seed: u64) -> C
         best_tree,
         best_k,
         best_tree_here: tree::makespan(model, layout, &a, best_k),
+        bound: model.lower_bound(&a),
     }
 }

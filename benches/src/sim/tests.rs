@@ -178,3 +178,47 @@ fn the_gathered_schedule_runs_at_65536_ranks_in_three_tasks_per_node() {
     assert!(g.decisions <= 3 * nodes, "{} decisions", g.decisions);
     assert!(g.master_messages < 2 * l.ranks as u64 + 2 * 3 * nodes);
 }
+
+#[test]
+fn no_schedule_ends_before_the_lower_bound() {
+    let l = Layout {
+        ranks: 200,
+        per_node: 16,
+    };
+    for bytes in [8.0, 1048576.0] {
+        for p in Pattern::ALL {
+            let c = compare(&model(bytes), &l, p, 5);
+            let ends = [
+                c.flat.makespan,
+                c.gathered.makespan,
+                c.by_node.makespan,
+                c.binomial,
+                c.best_tree_here,
+            ];
+            for end in ends {
+                assert!(end >= c.bound, "{p:?}, {bytes} B: {end} < {}", c.bound);
+            }
+            // A master over nodes hears each node before the result.
+            let floor = model(bytes).master_floor(l.nodes());
+            assert!(c.by_node.makespan >= floor, "{p:?}, {bytes} B");
+        }
+    }
+}
+
+#[test]
+fn one_slow_rank_doubles_the_binomial_tree_and_no_schedule_halves_it() {
+    // The pattern's delay is the binomial tree's quiet makespan, and the
+    // late rank is the root's first child: the tree takes twice that. Any
+    // schedule still moves the late data once after the delay, so none
+    // ends within half of the tree's time.
+    for (ranks, bytes) in [(64, 8.0), (4096, 8.0), (4096, 8388608.0)] {
+        let l = Layout {
+            ranks,
+            per_node: 16,
+        };
+        let c = compare(&model(bytes), &l, Pattern::Slow, 1);
+        assert!(close(c.binomial, 2.0 * c.delay), "{ranks}, {bytes} B");
+        assert!(c.bound > 0.5 * c.binomial, "{ranks}, {bytes} B");
+        assert!(close(c.bound, c.delay + model(bytes).cheapest_step()));
+    }
+}
