@@ -283,31 +283,26 @@ fn rank_pid(launcher: u32, rank: u32) -> Option<i32> {
     })
 }
 
-/// Under `taskfold run -n 4`, rank 3 is held before it joins the third
-/// batch reduction and SIGKILLed there: the three survivors share its
-/// traces out, redo the batches it did not join, and end well; the root's
-/// image and checksum match the sequential migration, and the launcher
-/// exits 0: the job survived the loss.
-#[test]
-fn taskfold_run_survives_a_rank_killed_mid_run() {
+/// Runs psdm under `taskfold run -n 4` with `args`, rank 3 held before it
+/// joins the third batch reduction and SIGKILLed there; returns the
+/// launcher's output and the raw image written.
+fn run_with_rank_3_killed(dir: &Path, args: &[&str]) -> (Output, PathBuf, PathBuf) {
     use taskfold_tests::{signal, wait_bounded, Signal};
-    let job = small_job();
-    let want = job.migrate_sequentially();
-    let dir = tempfile::tempdir().unwrap();
-    let (png, raw, extra) = outputs(dir.path(), "killed");
-    let hook = format!("3:before-join:psdm-batch-2:{}", dir.path().display());
+    let (png, raw, extra) = outputs(dir, "killed");
+    let hook = format!("3:before-join:psdm-batch-2:{}", dir.display());
     let mut cmd = Command::new(taskfold_bin());
     cmd.args(["run", "-n", "4", "--timeout", "150s", "--"])
         .arg(psdm())
         .args(SMALL)
         .args(&extra)
+        .args(args)
         .env("TASKFOLD_TEST_HOOK", hook)
         .env("TASKFOLD_FAILURE_TIMEOUT_MS", "1500")
         .env("TASKFOLD_PING_MS", "100")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let child = cmd.spawn().expect("spawn taskfold run");
-    let held = dir.path().join("held-3-before-join");
+    let held = dir.join("held-3-before-join");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut pid = None;
     while pid.is_none() && std::time::Instant::now() < deadline {
@@ -321,8 +316,12 @@ fn taskfold_run_survives_a_rank_killed_mid_run() {
         panic!("rank 3 was never held:\n{}", text(&out));
     };
     signal(pid, Signal::KILL).expect("SIGKILL rank 3");
-    let out = wait_bounded(child, LIMIT);
-    let t = text(&out);
+    (wait_bounded(child, LIMIT), png, raw)
+}
+
+/// What the launcher and the survivors say when rank 3 was lost and the
+/// job survived it.
+fn check_survived_rank_3(t: &str) {
     // One line per rank the launcher saw fail, one verdict for the job.
     assert_eq!(
         t.matches("taskfold run: rank 3 killed by signal 9 (SIGKILL)")
@@ -330,23 +329,39 @@ fn taskfold_run_survives_a_rank_killed_mid_run() {
         1,
         "{t}"
     );
-    assert!(out.status.success(), "{t}");
     assert_eq!(t.matches("taskfold run: done: ").count(), 1, "{t}");
     assert!(t.contains("the job survived the loss of rank 3;"), "{t}");
     for r in 0..3 {
         assert!(!t.contains(&format!("taskfold run: rank {r} ")), "{t}");
     }
-    // The root says it for the job; the other survivors are quiet.
+    // The root says it for the job.
     assert!(
         t.contains("[0] psdm: rank 3 was lost; its traces go to ranks 0, 1 and 2"),
         "{t}"
     );
-    assert!(!t.contains("[1] psdm") && !t.contains("[2] psdm"), "{t}");
     assert!(t.contains("redone by ranks 0, 1 and 2"), "{t}");
     assert!(
         t.contains("psdm: lost rank 3, whose traces the others migrated"),
         "{t}"
     );
+}
+
+/// Under `taskfold run -n 4`, rank 3 is held before it joins the third
+/// batch reduction and SIGKILLed there: the three survivors share its
+/// traces out, redo the batches it did not join, and end well; the root's
+/// image and checksum match the sequential migration, and the launcher
+/// exits 0: the job survived the loss.
+#[test]
+fn taskfold_run_survives_a_rank_killed_mid_run() {
+    let job = small_job();
+    let want = job.migrate_sequentially();
+    let dir = tempfile::tempdir().unwrap();
+    let (out, png, raw) = run_with_rank_3_killed(dir.path(), &[]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    check_survived_rank_3(&t);
+    // The other survivors are quiet.
+    assert!(!t.contains("[1] psdm") && !t.contains("[2] psdm"), "{t}");
     let got = Image::read_raw(&raw).unwrap_or_else(|e| panic!("{e}\n{t}"));
     let diff = got.relative_difference(&want);
     assert!(diff <= TOLERANCE, "the image differs by {diff:e}\n{t}");
@@ -354,6 +369,43 @@ fn taskfold_run_survives_a_rank_killed_mid_run() {
     let rel = (sum - want.checksum()).abs() / want.checksum().abs();
     assert!(rel <= TOLERANCE, "checksum {sum} vs {}", want.checksum());
     check_png(&png, &job, "rank 3 killed");
+}
+
+/// `--allreduce` with rank 3 killed as above: every survivor keeps the
+/// same stacked image, the sequential migration's, and the job survives.
+#[test]
+fn with_allreduce_the_survivors_of_a_killed_rank_keep_the_same_image() {
+    let job = small_job();
+    let want = job.migrate_sequentially();
+    let dir = tempfile::tempdir().unwrap();
+    let (out, _, raw) = run_with_rank_3_killed(dir.path(), &["--allreduce"]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    check_survived_rank_3(&t);
+    let sums = kept_checksums(&t, 3);
+    assert!(sums.iter().all(|s| *s == sums[0]), "{sums:?}\n{t}");
+    assert!(t.contains("[0] psdm: the root keeps"), "{t}");
+    let got = Image::read_raw(&raw).unwrap_or_else(|e| panic!("{e}\n{t}"));
+    let diff = got.relative_difference(&want);
+    assert!(diff <= TOLERANCE, "the image differs by {diff:e}\n{t}");
+    let rel = (sums[0] - want.checksum()).abs() / want.checksum().abs();
+    assert!(rel <= TOLERANCE, "{} vs {}", sums[0], want.checksum());
+}
+
+/// The checksum each of ranks `0..ranks` printed for the image it kept
+/// (`--allreduce`).
+fn kept_checksums(t: &str, ranks: u32) -> Vec<f64> {
+    (0..ranks)
+        .map(|r| {
+            let prefix = format!("[{r}] psdm: ");
+            let line = t
+                .lines()
+                .find(|l| l.starts_with(&prefix) && l.contains("keeps the stacked image"))
+                .unwrap_or_else(|| panic!("rank {r} kept no image:\n{t}"));
+            let sum = line.rsplit("checksum ").next().unwrap().trim();
+            sum.parse().unwrap_or_else(|e| panic!("{sum:?}: {e}"))
+        })
+        .collect()
 }
 
 /// `--allreduce`: every rank keeps the stacked image, and says so with
@@ -375,19 +427,10 @@ fn with_allreduce_every_rank_keeps_the_same_image() {
     let out = run_bounded(cmd, LIMIT);
     check_run(&out, &png, &raw, &want, &job, "--allreduce");
     let t = text(&out);
-    let sums: Vec<(String, &str)> = (0..3)
-        .map(|r| {
-            let prefix = format!("[{r}] psdm: ");
-            let line = t
-                .lines()
-                .find(|l| l.starts_with(&prefix) && l.contains("keeps the stacked image"))
-                .unwrap_or_else(|| panic!("rank {r} kept no image:\n{t}"));
-            (prefix, line.rsplit("checksum ").next().unwrap())
-        })
-        .collect();
-    assert!(sums.iter().all(|(_, s)| *s == sums[0].1), "{sums:?}\n{t}");
+    let sums = kept_checksums(&t, 3);
+    assert!(sums.iter().all(|s| *s == sums[0]), "{sums:?}\n{t}");
     assert!(t.contains("[1] psdm: the root keeps"), "{t}");
-    let sum: f64 = sums[0].1.trim().parse().unwrap();
+    let sum = sums[0];
     let rel = (sum - want.checksum()).abs() / want.checksum().abs();
     assert!(rel <= TOLERANCE, "{sum} vs {}", want.checksum());
 }
