@@ -66,6 +66,12 @@ where
 pub(crate) struct Calls(Mutex<HashMap<u64, u64>>);
 
 impl Calls {
+    /// Numbers every spread from zero again (a rollback: every rank redoes
+    /// its calls from its entry point, as a replacement does).
+    pub(crate) fn clear(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     fn next(&self, base: u64) -> u64 {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let n = m.entry(base).or_insert(0);
@@ -124,7 +130,7 @@ impl Runtime {
         }
         let group = self.group_of(&opts)?;
         let id = self.id_of(&opts, &group, "auto")?;
-        let opening = self.opening::<T>(ALLREDUCE, &id, &group, opts.root);
+        let opening = self.opening::<T>(ALLREDUCE, &id, &group, opts.root)?;
         let outer = Arc::new(Slot::default());
         let decode = decoder_of(&value);
         let relay = relay::<T>(self.cmd.clone(), opening, outer.clone(), decode);
@@ -244,7 +250,7 @@ impl Runtime {
             )));
         }
         let id = self.id_of(&opts, &group, "auto-broadcast")?;
-        let opening = self.opening::<T>(BROADCAST, &id, &group, opts.root);
+        let opening = self.opening::<T>(BROADCAST, &id, &group, opts.root)?;
         let slot = Arc::new(Slot::default());
         let cmd = match value {
             Some(v) => {
@@ -272,24 +278,31 @@ impl Runtime {
     }
 
     /// What this rank says of its next spread of `kind` (`id`, `group`,
-    /// `source`), carrying a `T`.
+    /// `source`), carrying a `T`; the error every call gets while the job
+    /// rolls back.
+    ///
+    /// The key names the epoch: after a rollback every rank numbers its
+    /// spreads from zero again ([`Calls::clear`]), and a redone spread
+    /// must not meet the one of the same call that finished before (its
+    /// coordinator remembers finished keys and lets their holders go).
     fn opening<T: 'static>(
         &self,
         kind: &str,
         id: &ReductionId,
         group: &Group,
         source: u32,
-    ) -> Opening {
+    ) -> Result<Opening, ReduceError> {
+        let epoch = self.rollbacks.running()?;
         let base = ReductionKey::of(id, group).0;
         let kind_base = taskfold_core::id::stable_hash(&format!("{kind}/{base:016x}"));
         let call = self.spreads.next(kind_base);
-        Opening {
-            key: taskfold_core::id::stable_hash(&format!("{kind}/{base:016x}/{call}")),
+        Ok(Opening {
+            key: taskfold_core::id::stable_hash(&format!("{kind}/{base:016x}/{epoch}/{call}")),
             id: id.to_string(),
             group: group.members().iter().map(|r| r.0).collect(),
             source,
             type_tag: type_tag::<T>(),
-        }
+        })
     }
 }
 

@@ -266,10 +266,11 @@ impl Runtime {
             .map_err(|_| ReduceError::Shutdown)
     }
 
-    /// Every rank numbers its barriers and unnamed reductions from zero
-    /// again, as the replacement does.
+    /// Every rank numbers its barriers, unnamed reductions and spreads
+    /// from zero again, as the replacement does.
     fn reset_numbering(&self) {
         self.barriers.store(0, std::sync::atomic::Ordering::Relaxed);
+        self.spreads.clear();
         self.auto_ids
             .lock()
             .unwrap_or_else(|e| e.into_inner())

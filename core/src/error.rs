@@ -61,18 +61,25 @@ pub enum ReduceError {
         /// The dead root.
         root: u32,
     },
-    /// A replacement root joined again a reduction that had completed
-    /// under its dead process, and no copy of that result is left (its
-    /// holder died too, the copy was refused or dropped for a bound, or
-    /// the id was reused before the earlier result was released): the
-    /// result was lost with the root. Its redo cannot get it back; the
-    /// application resumes from an earlier checkpoint or ends. See the
-    /// book's chapter Surviving failures of the application.
-    #[error("reduction {id:?} completed, but its result was lost with its root, rank {root}")]
+    /// A replacement joined again a reduction that had completed under
+    /// its dead process, and no copy of the result it needs is left: a
+    /// replaced root whose result's copy is gone (its holder died too, the
+    /// copy was refused or dropped for a bound, or the id was reused
+    /// before the earlier result was released), or a replaced member of
+    /// an allreduce or broadcast that had finished (its holders let the
+    /// value go once every live member held it). Its redo cannot get it
+    /// back; the application resumes from an earlier checkpoint (global
+    /// restart) or ends. See the book's chapter Surviving failures of the
+    /// application.
+    #[error(
+        "reduction {id:?} completed before this process joined it again, and its result is lost \
+         (root: rank {root})"
+    )]
     ResultLost {
         /// The reduction's id.
         id: String,
-        /// The root (this rank's replaced process).
+        /// The reduction's root (this rank's replaced process, for a
+        /// reduction to it).
         root: u32,
     },
     /// The master is unreachable or died.

@@ -165,8 +165,9 @@
 #define TF_ERR_RANK_FINISHED 27
 
 /*
- The reduction completed, but its result was lost with its root (this
- rank's replaced process) and no copy of it survived.
+ The reduction completed before this replacement joined it again, and
+ no copy of the result it needs survived: a replaced root's result, or
+ the value of an allreduce or broadcast that had finished.
  */
 #define TF_ERR_RESULT_LOST 28
 

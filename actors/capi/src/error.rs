@@ -74,8 +74,9 @@ pub const TF_ERR_IN_STATUS: c_int = 26;
 /// 0: it replaces a rank that already finished its work, or it is a
 /// spare (`TASKFOLD_SPARES`) that the job ended without needing.
 pub const TF_ERR_RANK_FINISHED: c_int = 27;
-/// The reduction completed, but its result was lost with its root (this
-/// rank's replaced process) and no copy of it survived.
+/// The reduction completed before this replacement joined it again, and
+/// no copy of the result it needs survived: a replaced root's result, or
+/// the value of an allreduce or broadcast that had finished.
 pub const TF_ERR_RESULT_LOST: c_int = 28;
 
 /// Every code with its short description, for `tf_strerror`.
@@ -132,7 +133,10 @@ const DESCRIPTIONS: [(c_int, &CStr); 29] = [
         TF_ERR_RANK_FINISHED,
         c"nothing to do: the rank finished, or the spare was not needed",
     ),
-    (TF_ERR_RESULT_LOST, c"the result was lost with its root"),
+    (
+        TF_ERR_RESULT_LOST,
+        c"the result of a completed reduction is lost to its replacement",
+    ),
 ];
 
 /// An error of a call: its code and the message `tf_last_error` gives.

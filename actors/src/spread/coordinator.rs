@@ -91,8 +91,11 @@ impl Coordinated {
     pub(super) fn on(&mut self, from: Rank, msg: SpreadMsg, dead: &RankSet, out: &Outbox) {
         let (key, ev) = match msg {
             SpreadMsg::Report(r) => return self.report(from, r, dead, out),
-            // A holder of a spread that finished: it lets go at once.
-            SpreadMsg::Have(o) if self.done.contains(&o.key) => {
+            // A holder of a spread that finished: it lets go at once. A
+            // member that asks for it now is a replacement redoing it (a
+            // live member is waited for): nobody holds the value any more,
+            // and it is told so rather than left waiting.
+            SpreadMsg::Have(o) | SpreadMsg::Want(o) if self.done.contains(&o.key) => {
                 return send(out, from.0, SpreadMsg::Finished { key: o.key })
             }
             SpreadMsg::Have(o) => match self.open(from, o, dead, out) {

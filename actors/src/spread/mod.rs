@@ -180,6 +180,17 @@ impl Spreader {
                     }));
                 }
             }
+            // Finished for a value this rank still wants: the spread ended
+            // before it asked (a replacement redoing it), and its value is
+            // gone with the holders' copies.
+            SpreadMsg::Finished { key } if self.mine.get(&key).is_some_and(|m| !m.holding) => {
+                if let Some(m) = self.forget(key) {
+                    m.slot.fill(Err(ReduceError::ResultLost {
+                        id: m.opening.id,
+                        root: m.opening.source,
+                    }));
+                }
+            }
             SpreadMsg::Finished { key } => {
                 if self.forget(key).is_some() {
                     if self.finished.len() >= FINISHED_KEPT {

@@ -36,8 +36,9 @@ const ARGS: &[&str] = &[
     "60ms",
 ];
 
-/// `taskfold run -n 3 --respawn 1` of psdm, restarting by `restart`.
-fn launch(restart: &str, out: &Path) -> Command {
+/// `taskfold run -n 3 --respawn 1` of psdm with `extra` arguments,
+/// restarting by `restart`.
+fn launch(restart: &str, out: &Path, extra: &[&str]) -> Command {
     let mut cmd = Command::new(taskfold_bin());
     cmd.args([
         "run",
@@ -51,6 +52,7 @@ fn launch(restart: &str, out: &Path) -> Command {
     ])
     .arg(psdm())
     .args(ARGS)
+    .args(extra)
     // The `@psdm-resumed` lines this test reads.
     .arg("--markers")
     .arg("--out")
@@ -78,9 +80,9 @@ fn rank_pid(parent: u32, rank: u32) -> Option<i32> {
 
 /// Runs the job, SIGKILLs `victim` `at` after it started; the output and
 /// whether the kill hit a live process of the victim.
-fn run_killed(restart: &str, victim: u32, at: Duration) -> (Output, bool) {
+fn run_killed(restart: &str, victim: u32, at: Duration, extra: &[&str]) -> (Output, bool) {
     let dir = tempfile::tempdir().unwrap();
-    let child = launch(restart, &dir.path().join("image.png"))
+    let child = launch(restart, &dir.path().join("image.png"), extra)
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -106,7 +108,7 @@ fn a_rank_killed_anywhere_is_replaced_and_the_image_is_the_failure_free_one() {
     for _ in 0..2 {
         let began = Instant::now();
         let clean = wait_bounded(
-            launch("local", &dir.path().join("clean.png"))
+            launch("local", &dir.path().join("clean.png"), &[])
                 .spawn()
                 .unwrap(),
             Duration::from_secs(200),
@@ -121,7 +123,7 @@ fn a_rank_killed_anywhere_is_replaced_and_the_image_is_the_failure_free_one() {
                 break;
             }
             let victim = 1 + (trial % 2) as u32;
-            let (out, hit) = run_killed(restart, victim, drawn_instant(trial, span));
+            let (out, hit) = run_killed(restart, victim, drawn_instant(trial, span), &[]);
             let t = text(&out);
             if !hit || !t.contains("started again (incarnation") {
                 continue; // the victim had ended: drawn again
@@ -153,4 +155,94 @@ fn a_rank_killed_anywhere_is_replaced_and_the_image_is_the_failure_free_one() {
             "{restart}: two kills landed while the victim ran"
         );
     }
+}
+
+/// The checksum each of ranks `0..ranks` printed for the image it kept
+/// (`--allreduce`).
+fn kept_checksums(t: &str, ranks: u32) -> Vec<f64> {
+    (0..ranks)
+        .map(|r| {
+            let prefix = format!("[{r}] psdm: ");
+            let line = t
+                .lines()
+                .find(|l| l.starts_with(&prefix) && l.contains("keeps the stacked image"))
+                .unwrap_or_else(|| panic!("rank {r} kept no image:\n{t}"));
+            let sum = line.rsplit("checksum ").next().unwrap().trim();
+            sum.parse().unwrap_or_else(|e| panic!("{sum:?}: {e}"))
+        })
+        .collect()
+}
+
+/// `--allreduce` under global restart: a rank other than the root killed
+/// at an instant drawn over the run (the failure-free span measured
+/// first); every rank rolls back and resumes, and every rank keeps the
+/// failure-free image.
+#[test]
+fn with_allreduce_global_restart_leaves_every_rank_the_failure_free_image() {
+    let job = Job::new(JobArgs::parse(ARGS).expect("valid options")).expect("valid job");
+    let want = job.migrate_sequentially().checksum();
+    let dir = tempfile::tempdir().unwrap();
+    // The failure-free span, from a second run (the first may pay for a
+    // build and cold caches).
+    let mut span = Duration::ZERO;
+    for _ in 0..2 {
+        let began = Instant::now();
+        let mut clean = launch("global", &dir.path().join("clean.png"), &["--allreduce"]);
+        let clean = wait_bounded(clean.spawn().unwrap(), Duration::from_secs(200));
+        assert!(clean.status.success(), "{}", text(&clean));
+        span = began.elapsed();
+    }
+    let mut landed = 0;
+    for trial in 0..10u64 {
+        if landed == 2 {
+            break;
+        }
+        let victim = 1 + (trial % 2) as u32;
+        let at = drawn_instant(trial + 40, span);
+        let (out, hit) = run_killed("global", victim, at, &["--allreduce"]);
+        let t = text(&out);
+        if !hit || !t.contains("started again (incarnation") {
+            continue; // the victim had ended: drawn again
+        }
+        landed += 1;
+        assert!(out.status.success(), "{t}");
+        assert!(t.contains("(replaced: "), "{t}");
+        for sum in kept_checksums(&t, 3) {
+            assert!(
+                (sum - want).abs() <= TOLERANCE * want.abs(),
+                "{sum} vs {want}\n{t}"
+            );
+        }
+    }
+    assert_eq!(landed, 2, "two kills landed while the victim ran");
+}
+
+/// `--allreduce` under local restart: a replaced rank cannot resume alone
+/// (the batch images its dead process held are gone, and those batches'
+/// allreduces finished without it); it says so and the job fails, at
+/// once, rather than waiting for values nobody holds.
+#[test]
+fn with_allreduce_a_rank_replaced_alone_refuses_to_resume() {
+    let mut landed = false;
+    for trial in 0..6u64 {
+        let at = Duration::from_millis(300 + 100 * trial);
+        let began = Instant::now();
+        let (out, hit) = run_killed("local", 2, at, &["--allreduce"]);
+        let t = text(&out);
+        if !hit || !t.contains("started again (incarnation") {
+            continue;
+        }
+        landed = true;
+        assert!(!out.status.success(), "{t}");
+        assert!(
+            t.contains("[2] psdm: rank 2: rank 2 cannot resume alone with --allreduce"),
+            "{t}"
+        );
+        assert!(t.contains("TASKFOLD_RESTART=global"), "{t}");
+        // Within the launcher's handling of the failure, not its 200 s
+        // time limit.
+        assert!(began.elapsed() < Duration::from_secs(100), "{t}");
+        break;
+    }
+    assert!(landed, "a kill landed while rank 2 ran");
 }

@@ -7,6 +7,10 @@
 //! contribution counted once. A replaced root gets the results of the
 //! reductions it redoes back from their kept copies.
 //!
+//! With `--allreduce` every step is an allreduce instead, checked exactly
+//! on every rank; a replacement that redoes one that finished under its
+//! dead process gets `ResultLost` (printed `result-lost I`, counted lost).
+//!
 //! Every rank prints `lifecycle L` when it starts (`resumed at S` if it
 //! restored a checkpoint), then per reduction `ok I` (the root, exact),
 //! `done I`, `lost I [RANKS]` or `WRONG I` / `unexpected I`, its failure
@@ -18,7 +22,7 @@ use clap::Parser;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Duration;
-use taskfold::{Entry, Lifecycle, Reduce, ReduceError, ReduceFuture, Runtime, Sum};
+use taskfold::{Entry, Lifecycle, Reduce, ReduceError, ReduceFuture, Runtime, SpreadFuture, Sum};
 
 #[derive(Parser)]
 struct Args {
@@ -55,6 +59,32 @@ struct Args {
     /// past its entry point, not yet finalized.
     #[arg(long, default_value_t = 0)]
     linger_ms: u64,
+    /// Every step an allreduce: the sum on every rank.
+    #[arg(long)]
+    allreduce: bool,
+}
+
+/// A step in flight: a reduction to the root, or an allreduce.
+enum Step {
+    Reduce(ReduceFuture<Sum<f64>>),
+    All(SpreadFuture<Sum<f64>>),
+}
+
+impl Step {
+    fn start(rt: &Runtime, args: &Args, v: Sum<f64>, opts: Reduce) -> Result<Step, ReduceError> {
+        Ok(match args.allreduce {
+            true => Step::All(rt.allreduce(v, opts)?),
+            false => Step::Reduce(rt.reduce(v, opts)?),
+        })
+    }
+
+    /// The outcome, within `d`: `None` at a reduction's member.
+    fn wait(&mut self, d: Duration) -> Result<Option<Sum<f64>>, ReduceError> {
+        match self {
+            Step::Reduce(f) => f.wait_timeout(d),
+            Step::All(f) => f.wait_timeout(d).map(Some),
+        }
+    }
 }
 
 /// Rank `rank`'s contribution to reduction `i` in generation `gen` (small
@@ -148,13 +178,11 @@ fn run(rt: &Runtime, args: &Args, entry: Entry, gen: u32) -> Result<Tally, Reduc
         None => resume_point(rt, args),
     };
     let mut tally = Tally::default();
-    let mut live: VecDeque<(u32, ReduceFuture<Sum<f64>>)> = VecDeque::new();
+    let mut live: VecDeque<(u32, Step)> = VecDeque::new();
     for i in start..args.reductions {
         let opts = Reduce::root(args.root).id(format!("rs-{i}"));
-        live.push_back((
-            i,
-            rt.reduce(Sum(vec![value(rt.rank(), i, gen); args.len]), opts)?,
-        ));
+        let v = Sum(vec![value(rt.rank(), i, gen); args.len]);
+        live.push_back((i, Step::start(rt, args, v, opts)?));
         std::thread::sleep(Duration::from_millis(args.pace_ms));
         while live.len() > args.window {
             let (i, f) = live.pop_front().expect("not empty");
@@ -216,12 +244,13 @@ fn checkpoint(rt: &Runtime, args: &Args, next: u32) {
 fn settle(
     rt: &Runtime,
     (i, gen): (u32, u32),
-    mut f: ReduceFuture<Sum<f64>>,
+    mut f: Step,
     t: &mut Tally,
     root: u32,
 ) -> Result<(), ReduceError> {
     let all: f64 = (0..rt.size()).map(|r| value(r, i, gen)).sum();
-    match f.wait_timeout(Duration::from_secs(120)) {
+    let member = rt.rank() != root && matches!(f, Step::Reduce(_));
+    match f.wait(Duration::from_secs(120)) {
         Ok(Some(sum)) if sum.0.iter().all(|&x| x == all) => {
             t.ok += 1;
             println!("ok {i}");
@@ -231,9 +260,13 @@ fn settle(
             let bad = sum.0.iter().find(|&&x| x != all);
             println!("WRONG {i}: {bad:?} instead of {all}");
         }
-        Ok(None) if rt.rank() != root => {
+        Ok(None) if member => {
             t.ok += 1;
             println!("done {i}");
+        }
+        Err(ReduceError::ResultLost { .. }) if !member => {
+            t.lost += 1;
+            println!("result-lost {i}");
         }
         Err(ReduceError::RanksLost { ranks, .. }) => {
             t.lost += 1;

@@ -4,7 +4,8 @@
 //! there is.
 //!
 //! A rank's [`State`] is its progress — the batches settled, all of them
-//! a prefix `0..K` — and its timing so far; at the root also the image, the sum of batches `0..K` exactly. Nothing
+//! a prefix `0..K` — and its timing so far; at the root (every rank with
+//! `--allreduce`) also the image, the sum of batches `0..K` exactly. Nothing
 //! else is needed to redo batch `K` and later: a rank's traces of a batch
 //! are a function of the job, its rank and the batch ([`crate::job`]), and
 //! so is its `--jitter` sleep.
@@ -27,7 +28,8 @@
 //!   under the same reduction ids; the runtime answers its joins of
 //!   reductions already complete as done. Not the root: the batch images
 //!   its dead process received are gone, so a replaced root refuses to
-//!   resume alone.
+//!   resume alone; with `--allreduce` every rank holds such images, and
+//!   no replaced rank resumes alone (global restart serves instead).
 //!
 //! Which one follows from the process's [`Lifecycle`]: a new process or
 //! one rolled back with all the others (global restart) takes the cut, a
@@ -67,8 +69,8 @@ pub struct State {
     pub batches_done: u64,
     /// The rank's timing so far ([`crate::rank::Timing`] as numbers).
     pub timing: Vec<f64>,
-    /// At the root: the sum of the batch images `0..batches_done`; empty
-    /// on the other ranks.
+    /// At the root (every rank with `--allreduce`): the sum of the batch
+    /// images `0..batches_done`; empty on the other ranks.
     pub image: Vec<f32>,
 }
 

@@ -43,6 +43,14 @@ pub enum ResumeError {
          gone; launch the job again (checkpoint/restart)"
     )]
     RootReplaced(u32),
+    /// A rank's process was replaced alone (local restart) with
+    /// `--allreduce`: the batch images its dead process received are gone
+    /// with it, and the batches' allreduces finished without it.
+    #[error(
+        "rank {0} cannot resume alone with --allreduce: the batch images its dead process held \
+         are gone; use TASKFOLD_RESTART=global, or launch the job again (checkpoint/restart)"
+    )]
+    ReplacedWithAllreduce(u32),
     /// The reduction that agrees on the version failed.
     #[error("the ranks could not agree on a version to resume from: {0}")]
     Agree(#[from] ReduceError),
@@ -77,6 +85,9 @@ pub fn resume(rt: &Runtime, job: &Job, start: Start) -> Result<Resumed, ResumeEr
     if start == Start::Own && rt.rank() == job.args.root {
         return Err(ResumeError::RootReplaced(rt.rank()));
     }
+    if start == Start::Own && job.args.allreduce {
+        return Err(ResumeError::ReplacedWithAllreduce(rt.rank()));
+    }
     let want = fingerprint(job, rt.size());
     let newest = match rt.checkpoints().restore::<State>()? {
         Some((v, s)) if s.fingerprint != want || s.rank != rt.rank() => {
@@ -102,8 +113,9 @@ pub fn resume(rt: &Runtime, job: &Job, start: Start) -> Result<Resumed, ResumeEr
         Some((v, s)) if v == version => Some(s),
         _ => Some(read_version(rt, version, want)?),
     };
-    // The root's image is the job's size, the others hold none.
-    let cells = if rt.rank() == job.args.root {
+    // The root's image is the job's size (every rank's with
+    // `--allreduce`), the others hold none.
+    let cells = if rt.rank() == job.args.root || job.args.allreduce {
         job.model.nx * job.model.nz
     } else {
         0
