@@ -35,6 +35,8 @@
 //! - [`checkpoint`]: multilevel checkpoints: the piece format, L3 erasure
 //!   coding, partner and group placement, retrieval planning.
 //! - [`perf`]: per-rank task timings behind the "faster rank" rule.
+//! - `intmap`: hash maps keyed by the process's own small integers, hashed
+//!   cheaply (the scheduler's per-decision look-ups).
 //! - [`pool`]: recycled large buffers (serialised values, receive buffers).
 //! - [`settings`]: every setting of a process ([`settings::Settings`]),
 //!   parsed from `TASKFOLD_*` variables by one pure parser.
@@ -58,6 +60,7 @@ pub mod error;
 pub mod failover;
 pub mod id;
 pub mod inplace;
+mod intmap;
 pub mod membership;
 mod native;
 pub mod perf;

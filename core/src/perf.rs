@@ -1,14 +1,17 @@
 //! Per-rank task timings behind the "faster rank" rule: of two ranks ready
 //! to fold, the one whose last task was faster receives.
 
+use crate::intmap::IntMap;
 use crate::rank::Rank;
-use std::collections::HashMap;
 
 /// The master's view of how fast each rank's last task was, as nanoseconds
 /// per fetched byte (tasks differ in size, so raw durations do not compare).
 #[derive(Debug, Default, Clone)]
 pub struct PerfTable {
-    last: HashMap<Rank, f64>,
+    /// By rank, read at every decision (so hashed cheaply, see
+    /// `crate::intmap`). A map, not a list by rank: a node's scheduler
+    /// knows only its node's ranks, numbered as the job's.
+    last: IntMap<Rank, f64>,
 }
 
 impl PerfTable {
@@ -55,5 +58,9 @@ mod tests {
         assert!(!p.prefers(Rank(2), Rank(1)));
         p.record(Rank(2), 5000, 100);
         assert!(!p.prefers(Rank(1), Rank(2)), "only the last task counts");
+        assert_eq!(p.last(Rank(2)), Some(50.0));
+        assert_eq!(p.last(Rank(0)), None, "never measured");
+        p.record(Rank(3), 0, 0);
+        assert_eq!(p.last(Rank(3)), Some(0.0), "a free task is measured");
     }
 }

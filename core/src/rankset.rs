@@ -1,6 +1,7 @@
 //! Paths: sets of group positions as bitsets.
 
 use rkyv::{Archive, Deserialize, Serialize};
+use smallvec::SmallVec;
 
 /// The most group positions a [`RankSet`] holds, and so the most ranks of a
 /// job: positions `0..MAX_POSITIONS` (4,194,304).
@@ -9,6 +10,10 @@ use rkyv::{Archive, Deserialize, Serialize};
 /// set read from the wire spans at most 65,536 words beyond its own, and
 /// what a union of two sets allocates stays bounded whatever a peer sends.
 pub const MAX_POSITIONS: usize = (u16::MAX as usize + 1) * 64;
+
+/// Words a [`RankSet`] holds without allocating: two, as many as a heap
+/// allocation's pointer and length take in its place.
+const INLINE_WORDS: usize = 2;
 
 /// A set of group positions (`0..group.len()`), stored as 64-bit words
 /// from the first word that holds a member to the last.
@@ -19,14 +24,35 @@ pub const MAX_POSITIONS: usize = (u16::MAX as usize + 1) * 64;
 /// group, and only paths that span the group (a root's, at the end) take
 /// `p / 64` words, 1,024 at 65,536 ranks. So a task's paths cost the master
 /// and the wire a few words, not the whole group's.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Archive, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Hash, Default, Archive, Serialize, Deserialize)]
 pub struct RankSet {
     /// The word of positions `64·first .. 64·first + 64` is `words[0]`.
     first: u16,
     /// Neither the first word nor the last is zero, and the empty set has
     /// no word and `first` 0: so `==` is the sets' equality. (A set from
     /// the wire in another form is compared as unequal, never misread.)
-    words: Vec<u64>,
+    ///
+    /// Up to [`INLINE_WORDS`] words lie in the set itself: a single
+    /// position's set, and a node's, cost no allocation, and the master
+    /// makes one per ready message. Archived as a `Vec<u64>`'s words.
+    words: SmallVec<[u64; INLINE_WORDS]>,
+}
+
+impl Clone for RankSet {
+    /// Copies the words as one slice (the derived clone would push them
+    /// one by one: the master clones a path per message it hands out).
+    fn clone(&self) -> Self {
+        RankSet {
+            first: self.first,
+            words: SmallVec::from_slice(&self.words),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        self.first = source.first;
+        self.words.clear();
+        self.words.extend_from_slice(&source.words);
+    }
 }
 
 impl RankSet {
@@ -45,7 +71,7 @@ impl RankSet {
     /// The set `{0, .., n-1}`.
     pub fn full(n: usize) -> Self {
         assert!(n <= MAX_POSITIONS, "{n} positions, beyond {MAX_POSITIONS}");
-        let mut words = vec![u64::MAX; n / 64];
+        let mut words = SmallVec::from_elem(u64::MAX, n / 64);
         if !n.is_multiple_of(64) {
             words.push((1u64 << (n % 64)) - 1);
         }
@@ -84,7 +110,7 @@ impl RankSet {
         }
         if w < self.start() {
             let pad = self.start() - w;
-            self.words.splice(0..0, std::iter::repeat_n(0, pad));
+            self.words.insert_many(0, std::iter::repeat_n(0, pad));
             self.first = first;
         } else if w >= self.end() {
             self.words.resize(w - self.start() + 1, 0);
@@ -158,7 +184,7 @@ impl RankSet {
         }
         let lo = self.start().min(other.start());
         let hi = self.end().max(other.end());
-        let mut words = vec![0u64; hi - lo];
+        let mut words = SmallVec::from_elem(0u64, hi - lo);
         for s in [self, other] {
             let at = s.start() - lo;
             for (w, &x) in words[at..].iter_mut().zip(&s.words) {
@@ -168,6 +194,32 @@ impl RankSet {
         RankSet {
             first: u16::try_from(lo).expect("one of the two sets' own first word"),
             words,
+        }
+    }
+
+    /// Makes `self` `self ∪ other` in place: the same set as
+    /// [`RankSet::union`], without a new allocation unless `other` spans
+    /// words beyond `self`'s (folding small paths into a root's large one
+    /// costs their words, not the root's).
+    pub fn union_with(&mut self, other: &RankSet) {
+        if other.words.is_empty() {
+            return;
+        }
+        if self.words.is_empty() {
+            self.clone_from(other);
+            return;
+        }
+        if other.start() < self.start() {
+            let pad = self.start() - other.start();
+            self.words.insert_many(0, std::iter::repeat_n(0, pad));
+            self.first = other.first;
+        }
+        if other.end() > self.end() {
+            self.words.resize(other.end() - self.start(), 0);
+        }
+        let at = other.start() - self.start();
+        for (w, &x) in self.words[at..].iter_mut().zip(&other.words) {
+            *w |= x;
         }
     }
 
@@ -284,7 +336,10 @@ mod tests {
                         let other: RankSet = v.iter().copied().collect();
                         prop_assert_eq!(s.is_disjoint(&other), v.iter().all(|i| !m.contains(i)));
                         prop_assert_eq!(other.is_subset(&s), v.iter().all(|i| m.contains(i)));
+                        let mut t = s.clone();
+                        t.union_with(&other);
                         s = s.union(&other);
+                        prop_assert_eq!(&t, &s);
                         m.extend(v);
                     }
                 }
@@ -320,7 +375,7 @@ mod tests {
         // allocates 65,536 words, not more.
         let high = RankSet {
             first: u16::MAX,
-            words: vec![1],
+            words: vec![1].into(),
         };
         let u = high.union(&RankSet::single(0));
         assert_eq!(u.words.len(), usize::from(u16::MAX) + 1);
@@ -332,7 +387,7 @@ mod tests {
         // The largest offset, a member in its word and one beyond it.
         let mut s = RankSet {
             first: u16::MAX,
-            words: vec![1, 1],
+            words: vec![1, 1].into(),
         };
         assert!(s.remove(MAX_POSITIONS - 64));
         assert_eq!(s.iter().collect::<Vec<_>>(), vec![MAX_POSITIONS]);
@@ -347,7 +402,7 @@ mod tests {
         // {0, 1} with a trailing zero word: the same members, another form.
         let padded = RankSet {
             first: 0,
-            words: vec![0b11, 0],
+            words: vec![0b11, 0].into(),
         };
         let normal: RankSet = [0, 1].into_iter().collect();
         assert_eq!(padded.iter().collect::<Vec<_>>(), vec![0, 1]);

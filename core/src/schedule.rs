@@ -21,9 +21,9 @@
 //! - `queue`: the ready messages in order, and gathering's index;
 //! - `replace`: replacements of dead ranks.
 
+use crate::intmap::IntMap;
 use crate::rankset::RankSet;
 use queue::Queue;
-use std::collections::HashMap;
 
 /// A ready message in the queue: group position and path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,7 +167,8 @@ pub struct Schedule {
     /// [`Schedule::give_up`].
     rejoin_due: RankSet,
     queue: Queue,
-    in_flight: HashMap<u64, Assignment>,
+    /// By task id: looked up at every report.
+    in_flight: IntMap<u64, Assignment>,
     next_task: u64,
     complete: bool,
 }
@@ -186,7 +187,7 @@ impl Schedule {
             held: RankSet::new(),
             rejoin_due: RankSet::new(),
             queue: Queue::new(root),
-            in_flight: HashMap::new(),
+            in_flight: IntMap::default(),
             next_task: 0,
             complete: false,
         }
@@ -264,22 +265,15 @@ impl Schedule {
             Some(t) if t.receiver.index == index => self.end_task(task_id).expect("in flight"),
             _ => return Err(ScheduleError::UnknownTask(task_id, index)),
         };
-        let (folded, left) = match gather::folded(&task, path) {
-            Some(split) => split,
-            None => {
-                let expected = task
-                    .providers()
-                    .fold(task.receiver.path.clone(), |acc, e| acc.union(&e.path));
-                return Err(ScheduleError::BadPath {
-                    task_id,
-                    got: path.iter().collect(),
-                    expected: expected.iter().collect(),
-                });
-            }
-        };
+        let (path, folded, left) =
+            gather::folded(task, path).map_err(|expected| ScheduleError::BadPath {
+                task_id,
+                got: path.iter().collect(),
+                expected: expected.iter().collect(),
+            })?;
         self.queue.push(Entry {
             index,
-            path: path.clone(),
+            path,
             recovering: false,
         });
         let mut split = Vec::new();
@@ -332,12 +326,14 @@ impl Schedule {
         if let Some(seq) = self.queue.first_of(index) {
             split.push(self.queue.remove(seq).0.path);
         }
-        let mine: Vec<u64> = self
+        let mut mine: Vec<u64> = self
             .in_flight
             .iter()
             .filter(|(_, t)| t.receiver.index == index)
             .map(|(id, _)| *id)
             .collect();
+        // In the order they were handed out, whatever the map's order.
+        mine.sort_unstable();
         for id in mine {
             let t = self.end_task(id).expect("listed above");
             split.push(t.receiver.path);
@@ -543,6 +539,7 @@ mod gather;
 pub use gather::GATHER_CAP;
 mod pair;
 mod queue;
+mod seqset;
 pub use pair::choose_b;
 #[cfg(test)]
 mod gather_tests;

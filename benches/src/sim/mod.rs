@@ -101,7 +101,11 @@ impl Model {
     /// less than [`Model::cheapest_step`]. Scheduled schedules pay their
     /// schedulers' messages on top ([`Model::master_floor`]).
     pub fn lower_bound(&self, a: &Arrivals) -> f64 {
-        let last = a.at.iter().skip(1).copied().fold(f64::NEG_INFINITY, f64::max);
+        let last =
+            a.at.iter()
+                .skip(1)
+                .copied()
+                .fold(f64::NEG_INFINITY, f64::max);
         match last.is_finite() {
             true => last + self.cheapest_step(),
             false => 0.0,

@@ -372,8 +372,14 @@ fn replay_once(scheds: &[Scheduler], bytes: u64) -> u64 {
                 Op::Join(pos) => s.schedule.join(pos).expect("as in the run"),
                 Op::Done { task, pos, nanos } => {
                     let a = s.schedule.task(task).expect("as in the run");
-                    let path =
-                        (a.providers()).fold(a.receiver.path.clone(), |p, e| p.union(&e.path));
+                    // The report's path, as the receiver built it: the
+                    // runtime's master reads it from the wire, one copy of
+                    // its words, so it is built here into one copy too
+                    // (not a new set per provider folded).
+                    let mut path = a.receiver.path.clone();
+                    for e in a.providers() {
+                        path.union_with(&e.path);
+                    }
                     s.schedule
                         .task_done(task, pos, &path)
                         .expect("as in the run");

@@ -74,13 +74,8 @@ impl Schedule {
         let cap = cap.max(1);
         // Each message is classified once, when first seen here (the
         // queue's invariant: its class holds while it is queued).
-        for seq in self.queue.take_fresh() {
-            let Some(e) = self.queue.entry(seq) else {
-                continue;
-            };
-            let at = self.admitted(e, &node);
-            self.queue.classify(seq, at);
-        }
+        let (root, dead) = (self.root, &self.dead);
+        (self.queue).classify_fresh(|e| admitted(root, dead, e, &node));
         let root_waits = self.joined.contains(self.root) && !self.dead.contains(self.root);
         // While the root waits, its node's admitted messages wait for it
         // (out of the open ones, as a busy receiver's node's are).
@@ -118,12 +113,11 @@ impl Schedule {
         Some(self.assign_at(r, p, &more))
     }
 
-    /// The node `e`'s data is gathered on: only a live member's own data,
-    /// never the root's (nobody else receives it), a recovering original
-    /// or a dead rank's, and only where `node` admits it.
+    /// The node `e`'s data is gathered on, in this schedule: see
+    /// [`admitted`].
+    #[cfg(test)]
     pub(super) fn admitted(&self, e: &Entry, node: impl Fn(&Entry) -> Option<u64>) -> Option<u64> {
-        let own = e.index != self.root && !e.recovering && !self.dead.contains(e.index);
-        own.then(|| node(e)).flatten()
+        admitted(self.root, &self.dead, e, node)
     }
 
     /// The root's task, if another message is queued: the first other
@@ -148,23 +142,58 @@ impl Schedule {
     }
 }
 
-/// Which providers of `task` a receiver's report of `path` folded, the
-/// task's provider first, and which it left out: `None` unless `path`
-/// holds the receiver's and the provider's, and of every further
-/// provider's path all or nothing, and nothing else.
-pub(super) fn folded(task: &Assignment, path: &RankSet) -> Option<(Vec<Entry>, Vec<Entry>)> {
-    let mut expected = task.receiver.path.union(&task.provider.path);
-    let mut folded = vec![task.provider.clone()];
+/// The node `e`'s data is gathered on, in a schedule whose root is
+/// `root` and whose dead positions are `dead`: only a live member's own
+/// data, never the root's (nobody else receives it), a recovering
+/// original or a dead rank's, and only where `node` admits it.
+fn admitted(
+    root: usize,
+    dead: &RankSet,
+    e: &Entry,
+    node: impl Fn(&Entry) -> Option<u64>,
+) -> Option<u64> {
+    let own = e.index != root && !e.recovering && !dead.contains(e.index);
+    own.then(|| node(e)).flatten()
+}
+
+/// The receiver's path after a report of `path` on the ended `task`
+/// (equal to `path`), which providers it folded, the task's provider
+/// first, and which it left out. Errs with the union of every path of the
+/// task unless `path` holds the receiver's and the provider's, and of
+/// every further provider's path all or nothing, and nothing else.
+///
+/// The task's entries are moved, not cloned, and the expected path is
+/// the receiver's own, grown in place: a root's path spans the group.
+pub(super) fn folded(
+    task: Assignment,
+    path: &RankSet,
+) -> Result<(RankSet, Vec<Entry>, Vec<Entry>), RankSet> {
+    let whole = |e: &Entry| e.path.is_subset(path);
+    if !(task.more.iter()).all(|e| whole(e) || e.path.is_disjoint(path)) {
+        let mut all = task.receiver.path;
+        for e in std::iter::once(&task.provider).chain(&task.more) {
+            all.union_with(&e.path);
+        }
+        return Err(all);
+    }
+    let mut expected = task.receiver.path;
+    expected.union_with(&task.provider.path);
+    let mut folded = Vec::with_capacity(1 + task.more.len());
+    folded.push(task.provider);
     let mut left = Vec::new();
-    for e in &task.more {
-        if e.path.is_subset(path) {
-            expected = expected.union(&e.path);
-            folded.push(e.clone());
-        } else if e.path.is_disjoint(path) {
-            left.push(e.clone());
+    for e in task.more {
+        if whole(&e) {
+            expected.union_with(&e.path);
+            folded.push(e);
         } else {
-            return None;
+            left.push(e);
         }
     }
-    (*path == expected).then_some((folded, left))
+    if expected == *path {
+        return Ok((expected, folded, left));
+    }
+    for e in &left {
+        expected.union_with(&e.path);
+    }
+    Err(expected)
 }

@@ -6,8 +6,9 @@
 //! reduction, and while a node's receiver is busy its node's other
 //! messages wait in the queue. A decision that scans the queue and the
 //! tasks in flight costs O(p) each, O(p²) per reduction: seconds at a few
-//! thousand ranks. With the index a decision costs O(log p), plus the
-//! providers it hands out.
+//! thousand ranks. With the index a decision costs a few word reads (the
+//! open messages are bits, `seqset`), plus a node's messages when it is
+//! held or released, and the providers it hands out.
 //!
 //! Each message has a sequence number, its place in the order; the
 //! messages lie in slots by sequence number, so that appending, taking one
@@ -25,8 +26,10 @@
 //! data lies changes only with a new message. So a class read from the
 //! index is the class the rule would read now.
 
+use super::seqset::SeqSet;
 use super::Entry;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use crate::intmap::IntMap;
+use std::collections::{BTreeSet, VecDeque};
 
 /// What gathering knows of a queued message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,14 +61,16 @@ pub(super) struct Queue {
     /// Queued messages no gathering decision has classified yet (once
     /// `indexed`).
     fresh: Vec<u64>,
-    /// Admitted messages per node, in order.
-    by_node: HashMap<u64, BTreeSet<u64>>,
+    /// Admitted messages per node, in order. A node's list stays when it
+    /// empties: the nodes are the job's, few, and a list made anew each
+    /// time a node's first message comes would cost an allocation.
+    by_node: IntMap<u64, NodeSeqs>,
     /// Classified messages that may pair now.
-    open: BTreeSet<u64>,
+    open: SeqSet,
     /// Why each held node is held: its busy receivers, and the root.
-    holds: HashMap<u64, usize>,
+    holds: IntMap<u64, usize>,
     /// The node a task's admitted receiver holds, by task id.
-    busy: HashMap<u64, u64>,
+    busy: IntMap<u64, u64>,
     /// The root's node while the root waits for it.
     home: Option<u64>,
 }
@@ -82,10 +87,10 @@ impl Queue {
             watched_seqs: BTreeSet::new(),
             indexed: false,
             fresh: Vec::new(),
-            by_node: HashMap::new(),
-            open: BTreeSet::new(),
-            holds: HashMap::new(),
-            busy: HashMap::new(),
+            by_node: IntMap::default(),
+            open: SeqSet::default(),
+            holds: IntMap::default(),
+            busy: IntMap::default(),
             home: None,
         }
     }
@@ -117,6 +122,8 @@ impl Queue {
             self.watched_seqs.remove(&seq);
         }
         let node = self.unclass(seq, class);
+        // Every message before `base` is out now, `seq` too.
+        self.open.forget_below(self.base);
         (e, node)
     }
 
@@ -125,16 +132,13 @@ impl Queue {
         match class {
             Class::Fresh => None,
             Class::Plain => {
-                self.open.remove(&seq);
+                self.open.remove(seq);
                 None
             }
             Class::On(n) => {
-                self.open.remove(&seq);
+                self.open.remove(seq);
                 if let Some(set) = self.by_node.get_mut(&n) {
-                    set.remove(&seq);
-                    if set.is_empty() {
-                        self.by_node.remove(&n);
-                    }
+                    set.remove(seq);
                 }
                 Some(n)
             }
@@ -206,19 +210,29 @@ impl Queue {
         self.seqs().find(|&s| self.get(s).index == index)
     }
 
-    /// Messages no gathering decision has classified yet (taken: the
-    /// caller classifies each with [`Queue::classify`]).
-    pub(super) fn take_fresh(&mut self) -> Vec<u64> {
+    /// Classifies every message no gathering decision has classified
+    /// yet: admitted on `node(e)`, or plain where it is `None`.
+    pub(super) fn classify_fresh(&mut self, node: impl Fn(&Entry) -> Option<u64>) {
         if !self.indexed {
             self.indexed = true;
-            return self.seqs().collect();
+            self.fresh = self.seqs().collect();
         }
-        std::mem::take(&mut self.fresh)
+        // Taken and given back emptied: its allocation serves every
+        // decision (classifying pushes nothing to it).
+        let mut fresh = std::mem::take(&mut self.fresh);
+        for &seq in &fresh {
+            if let Some(e) = self.entry(seq) {
+                let at = node(e);
+                self.classify(seq, at);
+            }
+        }
+        fresh.clear();
+        self.fresh = fresh;
     }
 
     /// Classifies message `seq` (if still queued and not yet classified):
     /// admitted on `node`, or plain.
-    pub(super) fn classify(&mut self, seq: u64, node: Option<u64>) {
+    fn classify(&mut self, seq: u64, node: Option<u64>) {
         if self.entry(seq).is_none() {
             return;
         }
@@ -262,7 +276,7 @@ impl Queue {
 
     /// Classified messages that may pair now, in order.
     pub(super) fn open(&self) -> impl Iterator<Item = u64> + '_ {
-        self.open.iter().copied()
+        self.open.iter()
     }
 
     /// The node message `seq` was admitted on, if it was.
@@ -279,7 +293,7 @@ impl Queue {
         let from = after.map_or(0, |s| s + 1);
         (self.by_node.get(&n))
             .into_iter()
-            .flat_map(move |set| set.range(from..).copied())
+            .flat_map(move |set| set.from(from))
     }
 
     /// Task `task_id`'s receiver was admitted on node `n`: the node is
@@ -318,7 +332,7 @@ impl Queue {
         let c = self.holds.entry(n).or_insert(0);
         *c += 1;
         if *c == 1 {
-            for s in self.by_node.get(&n).into_iter().flatten() {
+            for &s in self.by_node.get(&n).into_iter().flatten() {
                 self.open.remove(s);
             }
         }
@@ -331,8 +345,53 @@ impl Queue {
         *c -= 1;
         if *c == 0 {
             self.holds.remove(&n);
-            self.open.extend(self.by_node.get(&n).into_iter().flatten());
+            for &s in self.by_node.get(&n).into_iter().flatten() {
+                self.open.insert(s);
+            }
         }
+    }
+}
+
+/// A node's admitted messages, in order.
+///
+/// Why a sorted deque, not a tree: a node's messages are few (its ranks'),
+/// come at the back (a new message has the largest number) and leave at
+/// the front (its first ones are handed out first), each at O(1); only a
+/// message reclassified after a death, or taken from the middle, costs a
+/// shift of the node's list.
+#[derive(Debug, Clone, Default)]
+struct NodeSeqs(VecDeque<u64>);
+
+impl NodeSeqs {
+    fn insert(&mut self, seq: u64) {
+        if self.0.back().is_none_or(|&b| b < seq) {
+            self.0.push_back(seq);
+        } else if let Err(i) = self.0.binary_search(&seq) {
+            self.0.insert(i, seq);
+        }
+    }
+
+    fn remove(&mut self, seq: u64) {
+        if self.0.front() == Some(&seq) {
+            self.0.pop_front();
+        } else if let Ok(i) = self.0.binary_search(&seq) {
+            self.0.remove(i);
+        }
+    }
+
+    /// The messages from `from` on, in order.
+    fn from(&self, from: u64) -> impl Iterator<Item = u64> + '_ {
+        let i = self.0.partition_point(|&s| s < from);
+        self.0.range(i..).copied()
+    }
+}
+
+impl<'a> IntoIterator for &'a NodeSeqs {
+    type Item = &'a u64;
+    type IntoIter = std::collections::vec_deque::Iter<'a, u64>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
     }
 }
 
@@ -376,16 +435,59 @@ mod tests {
     }
 
     #[test]
+    fn a_nodes_list_stays_sorted_wherever_its_messages_come_and_go() {
+        let mut l = NodeSeqs::default();
+        for s in [5, 9, 7, 1, 9, 12] {
+            l.insert(s);
+        }
+        assert_eq!(l.from(0).collect::<Vec<_>>(), vec![1, 5, 7, 9, 12]);
+        l.remove(1);
+        l.remove(9);
+        l.remove(4);
+        assert_eq!(l.from(6).collect::<Vec<_>>(), vec![7, 12]);
+        assert_eq!(l.from(0).collect::<Vec<_>>(), vec![5, 7, 12]);
+        assert_eq!(l.from(13).count(), 0);
+    }
+
+    #[test]
+    fn messages_taken_out_past_many_groups_of_numbers_leave_the_rest_open() {
+        let mut q = Queue::new(0);
+        let s: Vec<u64> = (0..10_000).map(|i| q.push(e(i % 50 + 1))).collect();
+        q.classify_fresh(|m| (m.index % 2 == 0).then_some(m.index as u64));
+        q.task_started(1, 2);
+        for &seq in &s[..9_000] {
+            q.remove(seq);
+        }
+        let open: Vec<u64> = q.open().collect();
+        let want: Vec<u64> = (s[9_000..].iter().copied())
+            .filter(|&x| q.get(x).index != 2)
+            .collect();
+        assert_eq!(open, want);
+        q.task_ended(1);
+        assert_eq!(q.open().collect::<Vec<_>>(), s[9_000..].to_vec());
+    }
+
+    #[test]
     fn new_messages_are_listed_only_once_gathering_began() {
         let mut q = Queue::new(0);
         let a = q.push(e(0));
         let b = q.push(e(1));
         q.remove(a);
+        let seen = |q: &mut Queue| {
+            let seen = std::cell::RefCell::new(Vec::new());
+            q.classify_fresh(|m| {
+                seen.borrow_mut().push(m.index);
+                None
+            });
+            seen.into_inner()
+        };
         // The first gathering decision classifies whatever is queued.
-        assert_eq!(q.take_fresh(), vec![b]);
+        assert_eq!(seen(&mut q), vec![1]);
+        assert_eq!(q.first_of(1), Some(b));
         let c = q.push(e(2));
-        assert_eq!(q.take_fresh(), vec![c]);
-        assert_eq!(q.take_fresh(), Vec::<u64>::new());
+        assert_eq!(seen(&mut q), vec![2]);
+        assert_eq!(seen(&mut q), Vec::<usize>::new());
+        assert_eq!(q.open().collect::<Vec<_>>(), vec![b, c]);
     }
 
     #[test]
@@ -394,9 +496,7 @@ mod tests {
         q.task_started(1, 3);
         let a = q.push(e(0));
         let b = q.push(e(1));
-        for s in q.take_fresh() {
-            q.classify(s, Some(3));
-        }
+        q.classify_fresh(|_| Some(3));
         assert_eq!(open(&q), Vec::<usize>::new());
         assert_eq!(q.remove(a), (e(0), Some(3)));
         q.task_ended(1);
