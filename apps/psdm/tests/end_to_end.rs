@@ -4,6 +4,11 @@
 //! [`TOLERANCE`], and the PNG must show the reflectors where they were
 //! modelled.
 
+// Not every helper is used here.
+#[allow(dead_code)]
+mod common;
+
+use common::kept_checksums;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -390,22 +395,6 @@ fn with_allreduce_the_survivors_of_a_killed_rank_keep_the_same_image() {
     assert!(diff <= TOLERANCE, "the image differs by {diff:e}\n{t}");
     let rel = (sums[0] - want.checksum()).abs() / want.checksum().abs();
     assert!(rel <= TOLERANCE, "{} vs {}", sums[0], want.checksum());
-}
-
-/// The checksum each of ranks `0..ranks` printed for the image it kept
-/// (`--allreduce`).
-fn kept_checksums(t: &str, ranks: u32) -> Vec<f64> {
-    (0..ranks)
-        .map(|r| {
-            let prefix = format!("[{r}] psdm: ");
-            let line = t
-                .lines()
-                .find(|l| l.starts_with(&prefix) && l.contains("keeps the stacked image"))
-                .unwrap_or_else(|| panic!("rank {r} kept no image:\n{t}"));
-            let sum = line.rsplit("checksum ").next().unwrap().trim();
-            sum.parse().unwrap_or_else(|e| panic!("{sum:?}: {e}"))
-        })
-        .collect()
 }
 
 /// `--allreduce`: every rank keeps the stacked image, and says so with

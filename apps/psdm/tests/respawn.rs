@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{checksum_printed, psdm};
+use common::{checksum_printed, kept_checksums, psdm};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -96,26 +96,27 @@ fn run_killed(restart: &str, victim: u32, at: Duration, extra: &[&str]) -> (Outp
     (wait_bounded(child, Duration::from_secs(200)), hit)
 }
 
+/// The failure-free span of the job, from a second run: the first after
+/// a build pays for cold caches, and kills drawn over it would land after
+/// the killed runs' end.
+fn failure_free_span(restart: &str, extra: &[&str]) -> Duration {
+    let dir = tempfile::tempdir().unwrap();
+    let mut span = Duration::ZERO;
+    for _ in 0..2 {
+        let began = Instant::now();
+        let mut clean = launch(restart, &dir.path().join("clean.png"), extra);
+        let clean = wait_bounded(clean.spawn().unwrap(), Duration::from_secs(200));
+        span = began.elapsed();
+        assert!(clean.status.success(), "{}", text(&clean));
+    }
+    span
+}
+
 #[test]
 fn a_rank_killed_anywhere_is_replaced_and_the_image_is_the_failure_free_one() {
     let job = Job::new(JobArgs::parse(ARGS).expect("valid options")).expect("valid job");
     let want = job.migrate_sequentially().checksum();
-    let dir = tempfile::tempdir().unwrap();
-    // The failure-free span, from a second run: the first after a build
-    // pays for cold caches, and kills drawn over it would land after the
-    // killed runs' end.
-    let mut span = Duration::ZERO;
-    for _ in 0..2 {
-        let began = Instant::now();
-        let clean = wait_bounded(
-            launch("local", &dir.path().join("clean.png"), &[])
-                .spawn()
-                .unwrap(),
-            Duration::from_secs(200),
-        );
-        span = began.elapsed();
-        assert!(clean.status.success(), "{}", text(&clean));
-    }
+    let span = failure_free_span("local", &[]);
     for restart in ["local", "global"] {
         let mut landed = 0;
         for trial in 0..12u64 {
@@ -157,22 +158,6 @@ fn a_rank_killed_anywhere_is_replaced_and_the_image_is_the_failure_free_one() {
     }
 }
 
-/// The checksum each of ranks `0..ranks` printed for the image it kept
-/// (`--allreduce`).
-fn kept_checksums(t: &str, ranks: u32) -> Vec<f64> {
-    (0..ranks)
-        .map(|r| {
-            let prefix = format!("[{r}] psdm: ");
-            let line = t
-                .lines()
-                .find(|l| l.starts_with(&prefix) && l.contains("keeps the stacked image"))
-                .unwrap_or_else(|| panic!("rank {r} kept no image:\n{t}"));
-            let sum = line.rsplit("checksum ").next().unwrap().trim();
-            sum.parse().unwrap_or_else(|e| panic!("{sum:?}: {e}"))
-        })
-        .collect()
-}
-
 /// `--allreduce` under global restart: a rank other than the root killed
 /// at an instant drawn over the run (the failure-free span measured
 /// first); every rank rolls back and resumes, and every rank keeps the
@@ -181,17 +166,7 @@ fn kept_checksums(t: &str, ranks: u32) -> Vec<f64> {
 fn with_allreduce_global_restart_leaves_every_rank_the_failure_free_image() {
     let job = Job::new(JobArgs::parse(ARGS).expect("valid options")).expect("valid job");
     let want = job.migrate_sequentially().checksum();
-    let dir = tempfile::tempdir().unwrap();
-    // The failure-free span, from a second run (the first may pay for a
-    // build and cold caches).
-    let mut span = Duration::ZERO;
-    for _ in 0..2 {
-        let began = Instant::now();
-        let mut clean = launch("global", &dir.path().join("clean.png"), &["--allreduce"]);
-        let clean = wait_bounded(clean.spawn().unwrap(), Duration::from_secs(200));
-        assert!(clean.status.success(), "{}", text(&clean));
-        span = began.elapsed();
-    }
+    let span = failure_free_span("global", &["--allreduce"]);
     let mut landed = 0;
     for trial in 0..10u64 {
         if landed == 2 {
