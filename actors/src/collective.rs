@@ -9,6 +9,7 @@
 
 use crate::commands::Command;
 use crate::future::{ReduceFuture, Relay, Slot};
+use crate::numbering::Taken;
 use crate::options::Reduce;
 use crate::spread::{Ask, Decode, Gone, Held, Share};
 use crate::{Completion, Runtime};
@@ -18,10 +19,9 @@ use rkyv::rancor;
 use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
 use std::any::Any;
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use taskfold_core::inplace::ArrayOp;
@@ -56,27 +56,6 @@ where
 
     fn decode_value(bytes: &[u8]) -> Result<Self, FoldError> {
         taskfold_core::reducer::decode::<T>(bytes)
-    }
-}
-
-/// How many spreads of each (kind, id, group) this rank started: every
-/// member calls them in the same order, so the count names the same
-/// spread everywhere, and an id can be used again at once.
-#[derive(Default)]
-pub(crate) struct Calls(Mutex<HashMap<u64, u64>>);
-
-impl Calls {
-    /// Numbers every spread from zero again (a rollback: every rank redoes
-    /// its calls from its entry point, as a replacement does).
-    pub(crate) fn clear(&self) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    }
-
-    fn next(&self, base: u64) -> u64 {
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let n = m.entry(base).or_insert(0);
-        *n += 1;
-        *n - 1
     }
 }
 
@@ -129,12 +108,21 @@ impl Runtime {
             ));
         }
         let group = self.group_of(&opts)?;
-        let id = self.id_of(&opts, &group, "auto")?;
-        let opening = self.opening::<T>(ALLREDUCE, &id, &group, opts.root)?;
+        let (id, auto) = self.id_of(&opts, &group, "auto")?;
+        let (opening, call) = match self.opening::<T>(ALLREDUCE, &id, &group, opts.root) {
+            Ok(o) => o,
+            Err(e) => {
+                self.give_back(auto, None);
+                return Err(e);
+            }
+        };
         let outer = Arc::new(Slot::default());
         let decode = decoder_of(&value);
         let relay = relay::<T>(self.cmd.clone(), opening, outer.clone(), decode);
-        let inner = self.reduce_with(value, opts.id(id.as_str()), Some(relay))?;
+        let (inner, durability) = self
+            .start_reduce(value, opts.id(id.as_str()), Some(relay))
+            .inspect_err(|_| self.give_back(auto, Some(call)))?;
+        self.settle(inner.slot(), durability)?;
         Ok(SpreadFuture {
             inner: Some(inner.slot().clone()),
             outer: ReduceFuture::new(outer, id.to_string()),
@@ -249,12 +237,21 @@ impl Runtime {
                 opts.root
             )));
         }
-        let id = self.id_of(&opts, &group, "auto-broadcast")?;
-        let opening = self.opening::<T>(BROADCAST, &id, &group, opts.root)?;
+        let (id, auto) = self.id_of(&opts, &group, "auto-broadcast")?;
+        let (opening, call) = match self.opening::<T>(BROADCAST, &id, &group, opts.root) {
+            Ok(o) => o,
+            Err(e) => {
+                self.give_back(auto, None);
+                return Err(e);
+            }
+        };
         let slot = Arc::new(Slot::default());
-        let cmd = match value {
-            Some(v) => {
-                let (bytes, held) = share(v)?;
+        let cmd = match value.map(share).transpose() {
+            Err(e) => {
+                self.give_back(auto, Some(call));
+                return Err(e);
+            }
+            Ok(Some((bytes, held))) => {
                 slot.fill(Ok(Some(Box::new(held))));
                 Command::Share(Share {
                     opening,
@@ -263,7 +260,7 @@ impl Runtime {
                     decode,
                 })
             }
-            None => Command::Ask(Ask {
+            Ok(None) => Command::Ask(Ask {
                 opening,
                 slot: slot.clone(),
                 decode,
@@ -278,11 +275,13 @@ impl Runtime {
     }
 
     /// What this rank says of its next spread of `kind` (`id`, `group`,
-    /// `source`), carrying a `T`; the error every call gets while the job
-    /// rolls back.
+    /// `source`), carrying a `T`, and the call number it took (given back
+    /// if the call is refused); the error every call gets while the job
+    /// rolls back. Counting calls per (kind, id, group) lets an id be used
+    /// again at once.
     ///
     /// The key names the epoch: after a rollback every rank numbers its
-    /// spreads from zero again ([`Calls::clear`]), and a redone spread
+    /// spreads from zero again (`crate::numbering::Counters::clear`), and a redone spread
     /// must not meet the one of the same call that finished before (its
     /// coordinator remembers finished keys and lets their holders go).
     fn opening<T: 'static>(
@@ -291,18 +290,20 @@ impl Runtime {
         id: &ReductionId,
         group: &Group,
         source: u32,
-    ) -> Result<Opening, ReduceError> {
+    ) -> Result<(Opening, Taken), ReduceError> {
         let epoch = self.rollbacks.running()?;
         let base = ReductionKey::of(id, group).0;
         let kind_base = taskfold_core::id::stable_hash(&format!("{kind}/{base:016x}"));
-        let call = self.spreads.next(kind_base);
-        Ok(Opening {
-            key: taskfold_core::id::stable_hash(&format!("{kind}/{base:016x}/{epoch}/{call}")),
+        let call = self.spreads.take(kind_base);
+        let n = call.n;
+        let opening = Opening {
+            key: taskfold_core::id::stable_hash(&format!("{kind}/{base:016x}/{epoch}/{n}")),
             id: id.to_string(),
             group: group.members().iter().map(|r| r.0).collect(),
             source,
             type_tag: type_tag::<T>(),
-        })
+        };
+        Ok((opening, call))
     }
 }
 

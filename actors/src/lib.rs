@@ -92,6 +92,7 @@ mod master;
 mod membership;
 pub mod metrics;
 mod notices;
+mod numbering;
 pub mod options;
 mod outbox;
 mod perf;

@@ -30,7 +30,8 @@ impl Reduce {
     /// Names the reduction. Ids must be unique among the group's live
     /// reductions. Without one, the runtime numbers the group's reductions
     /// in call order (`auto-0`, `auto-1`, …), so every member must then call
-    /// `reduce` for that group in the same order, as with MPI.
+    /// `reduce` for that group in the same order, as with MPI. A call
+    /// refused at once (its `Err` returned) takes no number.
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
         self

@@ -271,9 +271,6 @@ impl Runtime {
     fn reset_numbering(&self) {
         self.barriers.store(0, std::sync::atomic::Ordering::Relaxed);
         self.spreads.clear();
-        self.auto_ids
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.auto_ids.clear();
     }
 }

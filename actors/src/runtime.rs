@@ -6,11 +6,12 @@ use crate::commands::Command;
 use crate::config::{Config, Durability, Settings};
 use crate::future::{ReduceFuture, Slot};
 use crate::master::MasterStats;
+use crate::numbering::Taken;
 use crate::options::Reduce;
 use crate::perf::LocalStats;
 use crate::worker::{FinalizeReq, StartReduce};
 use crate::StartError;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use taskfold_core::reducer::type_tag;
@@ -27,7 +28,8 @@ pub struct Runtime {
     size: u32,
     pub(crate) cmd: flume::Sender<Command>,
     live: Arc<Mutex<HashSet<u64>>>,
-    pub(crate) auto_ids: Mutex<HashMap<u64, u64>>,
+    /// Numbers of unnamed reductions (see `crate::numbering`).
+    pub(crate) auto_ids: crate::numbering::Counters,
     pub(crate) barriers: std::sync::atomic::AtomicU64,
     notices: crate::notices::Notices,
     thread: Option<JoinHandle<()>>,
@@ -42,7 +44,7 @@ pub struct Runtime {
     /// (see `crate::results`).
     results: crate::results::Kept,
     /// Call numbers of allreduces and broadcasts (see `crate::collective`).
-    pub(crate) spreads: crate::collective::Calls,
+    pub(crate) spreads: crate::numbering::Counters,
 }
 
 impl Runtime {
@@ -117,7 +119,7 @@ impl Runtime {
             size,
             cmd: cmd_tx,
             live,
-            auto_ids: Mutex::new(HashMap::new()),
+            auto_ids: Default::default(),
             barriers: Default::default(),
             notices,
             thread: Some(thread),
@@ -209,24 +211,42 @@ impl Runtime {
         value: T,
         opts: Reduce,
     ) -> Result<ReduceFuture<T>, ReduceError> {
-        self.reduce_with(value, opts, None)
+        let (f, durability) = self.start_reduce(value, opts, None)?;
+        self.settle(f.slot(), durability)?;
+        Ok(f)
     }
 
-    /// [`Runtime::reduce`], its outcome handed to `relay` if given (the
-    /// first half of an allreduce: every member then waits for the
+    /// Starts [`Runtime::reduce`], its outcome handed to `relay` if given
+    /// (the first half of an allreduce: every member then waits for the
     /// result, and the future's slot never completes through the board).
-    pub(crate) fn reduce_with<T: ReduceValue>(
+    /// An error here means the call was refused and nothing started: the
+    /// automatic number it took is given back. The durability to settle
+    /// is returned with the future.
+    pub(crate) fn start_reduce<T: ReduceValue>(
         &self,
         value: T,
         opts: Reduce,
         relay: Option<crate::future::Relay>,
-    ) -> Result<ReduceFuture<T>, ReduceError> {
+    ) -> Result<(ReduceFuture<T>, Durability), ReduceError> {
         let group = self.group_of(&opts)?;
+        let (id, auto) = self.id_of(&opts, &group, "auto")?;
+        self.start_as(value, opts, relay, group, id)
+            .inspect_err(|_| self.give_back(auto, None))
+    }
+
+    /// [`Runtime::start_reduce`] under `id`, in `group`.
+    fn start_as<T: ReduceValue>(
+        &self,
+        value: T,
+        opts: Reduce,
+        relay: Option<crate::future::Relay>,
+        group: Group,
+        id: ReductionId,
+    ) -> Result<(ReduceFuture<T>, Durability), ReduceError> {
         let root = Rank(opts.root);
         let index = group
             .index_of(Rank(self.rank))
             .expect("group_of checked that this rank is a member");
-        let id = self.id_of(&opts, &group, "auto")?;
         let key = ReductionKey::of(&id, &group).0;
         // The epoch it starts in: a rollback that overtakes it ends it.
         let epoch = self.claim(key, &id)?;
@@ -274,8 +294,7 @@ impl Runtime {
                 .remove(&key);
             return Err(ReduceError::Shutdown);
         }
-        self.settle(&slot, durability)?;
-        Ok(ReduceFuture::new(slot, id.to_string()))
+        Ok((ReduceFuture::new(slot, id.to_string()), durability))
     }
 
     /// `opts`' group, with its root and this rank in it.
@@ -299,21 +318,33 @@ impl Runtime {
     }
 
     /// `opts`' id, or the group's next automatic one (numbered as
-    /// [`Reduce::id`] says) under `prefix`.
+    /// [`Reduce::id`] says) under `prefix`, with the number taken (to give
+    /// back if the call is refused: see `crate::numbering`).
     pub(crate) fn id_of(
         &self,
         opts: &Reduce,
         group: &Group,
         prefix: &str,
-    ) -> Result<ReductionId, ReduceError> {
+    ) -> Result<(ReductionId, Option<Taken>), ReduceError> {
         if let Some(id) = &opts.id {
-            return ReductionId::new(id.clone());
+            return Ok((ReductionId::new(id.clone())?, None));
         }
         let gkey = ReductionKey::of(&ReductionId::new(prefix)?, group).0;
-        let mut ids = self.auto_ids.lock().unwrap_or_else(|e| e.into_inner());
-        let n = ids.entry(gkey).or_insert(0);
-        *n += 1;
-        ReductionId::new(format!("{prefix}-{}", *n - 1))
+        let taken = self.auto_ids.take(gkey);
+        Ok((
+            ReductionId::new(format!("{prefix}-{}", taken.n))?,
+            Some(taken),
+        ))
+    }
+
+    /// Gives back the numbers a refused call took.
+    pub(crate) fn give_back(&self, auto: Option<Taken>, spread: Option<Taken>) {
+        if let Some(t) = auto {
+            self.auto_ids.give_back(t);
+        }
+        if let Some(t) = spread {
+            self.spreads.give_back(t);
+        }
     }
 
     /// Marks reduction `key` (`id`) live on this rank: refused if it is
@@ -336,7 +367,7 @@ impl Runtime {
 
     /// Synchronous durability: waits until the contribution in `slot` is
     /// safe (or its reduction ended), at most [`Config::finalize_timeout`].
-    fn settle(&self, slot: &Slot, durability: Durability) -> Result<(), ReduceError> {
+    pub(crate) fn settle(&self, slot: &Slot, durability: Durability) -> Result<(), ReduceError> {
         if durability != Durability::Sync {
             return Ok(());
         }
