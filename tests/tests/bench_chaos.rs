@@ -177,6 +177,37 @@ fn the_master_killed_while_it_lets_a_replacement_in_ends_exact() {
     ]);
 }
 
+/// Every step an allreduce, checked on every rank: two kills of workers,
+/// replacements or the master, local and global restart. Under local
+/// restart a replacement's redone step that had finished without it ends
+/// in the documented `ResultLost` (counted apart); every other step of
+/// every rank is exact.
+#[test]
+fn allreduce_steps_survive_two_kills_on_every_rank() {
+    let report = chaos(&[
+        "--collective",
+        "allreduce",
+        "--kills",
+        "2",
+        "--restart",
+        "local,global",
+        "--victims",
+        "worker,replacement,master",
+        "--instants",
+        "any,admission,restore,rollback",
+        "--trials",
+        "2",
+        "--seed",
+        "18",
+    ]);
+    assert_eq!(report["collective"], "allreduce");
+    for c in report["campaigns"].as_array().unwrap() {
+        if c["restart"] == "global" {
+            assert_eq!(c["lost_steps"], 0, "global restart redoes together: {c}");
+        }
+    }
+}
+
 /// Spares instead of the launcher's respawn: parked spares take the
 /// places of two dead ranks (a spare itself may be the victim).
 #[test]

@@ -2,9 +2,10 @@
 //! job on a busy cluster meets them.
 //!
 //! Every trial launches a job of its own (`bench-chaos-rank`: a sum to
-//! one root and a checkpoint every step, its re-init entry point the
-//! runtime's) and kills `--kills K` times, each kill a victim and an
-//! instant drawn from the lists given:
+//! one root, or with `--collective allreduce` on every rank, and a
+//! checkpoint every step, its re-init entry point the runtime's) and
+//! kills `--kills K` times, each kill a victim and an instant drawn from
+//! the lists given:
 //!
 //! - victims: `worker` (a live rank that runs no master), `replacement`
 //!   (the newest process that replaced a dead one), `master` (the rank
@@ -19,8 +20,9 @@
 //!
 //! The job is given exactly the replacements its kills need (`--respawn`
 //! of the launcher, or as many spares): every trial stays within its
-//! budget, so each must end exact — every step's result at the root equal
-//! to the failure-free sum, and the launcher's verdict a success. A trial
+//! budget, so each must end exact — every step's result at the root (every
+//! rank, for an allreduce) equal to the failure-free sum, and the
+//! launcher's verdict a success. A trial
 //! that ends otherwise is counted as a typed error (a rank's reduction
 //! ended with an error), wrong (a result that is not the sum), or a hang
 //! (not over within its time limit; its processes are killed).
@@ -91,6 +93,16 @@ pub enum Instant {
     Rollback,
 }
 
+/// What every step of the job is.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Collective {
+    /// A sum to the root, checked there.
+    Reduce,
+    /// An allreduce: the sum on every rank, checked on each.
+    Allreduce,
+}
+
 /// Who starts the ranks.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -104,7 +116,7 @@ pub enum LaunchBy {
 /// Options of `bench chaos`.
 #[derive(Args, Debug, Clone)]
 #[command(
-    after_help = "Examples:\n  taskfold bench chaos --kills 1,2,3 --restart local,global --trials 200 --json chaos.json\n  taskfold bench chaos --spares --kills 2 --victims worker,spare --trials 20\n  sudo taskfold bench chaos --sim-nodes 4 --victims node,worker --trials 100"
+    after_help = "Examples:\n  taskfold bench chaos --kills 1,2,3 --restart local,global --trials 200 --json chaos.json\n  taskfold bench chaos --spares --kills 2 --victims worker,spare --trials 20\n  sudo taskfold bench chaos --sim-nodes 4 --victims node,worker --trials 100\n  taskfold bench chaos --collective allreduce --kills 1,2 --restart local,global --trials 50"
 )]
 pub struct ChaosArgs {
     /// Ranks the application works with (spares come on top).
@@ -149,6 +161,11 @@ pub struct ChaosArgs {
     /// Steps of the job.
     #[arg(long, default_value_t = 60)]
     pub steps: u32,
+    /// What every step is: a reduction to `--root`, or an allreduce (every
+    /// rank checks the sum; under local restart a replacement's redone
+    /// step may end in the documented `ResultLost`, counted apart).
+    #[arg(long, value_enum, default_value_t = Collective::Reduce)]
+    pub collective: Collective,
     /// Values (f64) per contribution.
     #[arg(long, default_value_t = 16_384)]
     pub len: usize,

@@ -3,8 +3,9 @@
 //! entry point the runtime's ([`Runtime::run_reinit`]).
 //!
 //! Step `i` is a sum of `--len` values of [`value`] to `--root`, id
-//! `c<i>`; at most `--window` steps are in flight; once step `i` settled
-//! here, this rank checkpoints `i + 1` (the next step to do). A
+//! `c<i>` (with `--allreduce`, an allreduce: the sum on every rank); at
+//! most `--window` steps are in flight; once step `i` settled here, this
+//! rank checkpoints `i + 1` (the next step to do). A
 //! replacement restores its newest checkpoint (local restart) or the
 //! version every rank agreed (global restart) and redoes its steps from
 //! there under the same ids.
@@ -21,7 +22,11 @@
 //!   meets the others at its entry point now); `resumed-R-I-N`: it runs
 //!   its entry point again (its `N`-th run), after the meeting;
 //! - `ok` (the root, appended): `ok I` for every step whose result was
-//!   exact, `wrong I` for one that was not;
+//!   exact, `wrong I` for one that was not; with `--allreduce` every rank
+//!   appends `ok I R` (`wrong I R`), and a replacement under local restart
+//!   whose redone step had finished without it `lost I R` (the
+//!   documented [`ReduceError::ResultLost`]: the others' results do not
+//!   wait for a replacement, and a member's is not kept for it);
 //! - `errors` (appended): `R I ERROR` for a step that ended in an error.
 //!
 //! Exit code: 0 if this rank saw nothing wrong and no error, 1 otherwise.
@@ -32,7 +37,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use taskfold::{Entry, Lifecycle, Reduce, ReduceError, ReduceFuture, Runtime, StartError, Sum};
+use taskfold::{
+    Entry, Lifecycle, Reduce, ReduceError, ReduceFuture, Runtime, SpreadFuture, StartError, Sum,
+};
 
 /// Options of one rank of the experiment (internal).
 #[derive(Args, Debug, Clone)]
@@ -58,6 +65,37 @@ pub struct ChaosRankArgs {
     /// Longest wait for one step, in seconds.
     #[arg(long, default_value_t = 120)]
     pub step_timeout: u64,
+    /// Every step an allreduce: the sum on every rank, checked on each.
+    #[arg(long)]
+    pub allreduce: bool,
+}
+
+/// One step in flight.
+enum Step {
+    /// A reduction to the root.
+    Reduce(ReduceFuture<Sum<f64>>),
+    /// An allreduce.
+    All(SpreadFuture<Sum<f64>>),
+}
+
+impl Step {
+    /// Starts step `i`'s collective with this rank's contribution.
+    fn start(rt: &Runtime, args: &ChaosRankArgs, i: u32) -> Result<Step, ReduceError> {
+        let opts = Reduce::root(args.root).id(format!("c{i}"));
+        let v = Sum(vec![value(rt.rank(), i); args.len]);
+        match args.allreduce {
+            false => rt.reduce(v, opts).map(Step::Reduce),
+            true => rt.allreduce(v, opts).map(Step::All),
+        }
+    }
+
+    /// Waits at most `d`; the value if this rank gets one.
+    fn wait(&mut self, d: Duration) -> Result<Option<Sum<f64>>, ReduceError> {
+        match self {
+            Step::Reduce(f) => f.wait_timeout(d),
+            Step::All(f) => f.wait_timeout(d).map(Some),
+        }
+    }
 }
 
 /// Rank `rank`'s contribution to step `i` (small integers: sums are exact).
@@ -176,12 +214,9 @@ fn run(
     );
     let mut clean = true;
     let mut master = None;
-    let mut live: VecDeque<(u32, ReduceFuture<Sum<f64>>)> = VecDeque::new();
+    let mut live: VecDeque<(u32, Step)> = VecDeque::new();
     for i in start..args.steps {
-        let opts = Reduce::root(args.root).id(format!("c{i}"));
-        let f = rt
-            .reduce(Sum(vec![value(rt.rank(), i); args.len]), opts)
-            .map_err(|e| unwound(args, me, e))?;
+        let f = Step::start(rt, args, i).map_err(|e| unwound(args, me, e))?;
         live.push_back((i, f));
         if master != Some(rt.master()) {
             master = Some(rt.master());
@@ -245,30 +280,47 @@ fn resume_point(rt: &Runtime, args: &ChaosRankArgs, me: &str, entry: Entry) -> O
     }
 }
 
-/// Waits for step `i` and checks it at the root; a rollback is returned.
+/// Waits for step `i` and checks it at the root (with `--allreduce`, on
+/// every rank); a rollback is returned.
 fn settle(
     rt: &Runtime,
     args: &ChaosRankArgs,
     me: &str,
     i: u32,
-    mut f: ReduceFuture<Sum<f64>>,
+    mut f: Step,
 ) -> Result<bool, ReduceError> {
     let all: f64 = (0..rt.size()).map(|r| value(r, i)).sum();
-    match f.wait_timeout(Duration::from_secs(args.step_timeout)) {
+    // With an allreduce every rank says which rank it is.
+    let who = match args.allreduce {
+        true => format!(" {}", rt.rank()),
+        false => String::new(),
+    };
+    match f.wait(Duration::from_secs(args.step_timeout)) {
         Ok(Some(sum)) if sum.0.len() == args.len && sum.0.iter().all(|&x| x == all) => {
-            append(&args.dir, "ok", &format!("ok {i}"));
+            append(&args.dir, "ok", &format!("ok {i}{who}"));
             Ok(true)
         }
         Ok(Some(sum)) => {
             let bad = sum.0.iter().find(|&&x| x != all).copied();
-            append(&args.dir, "ok", &format!("wrong {i} {bad:?} != {all}"));
+            append(&args.dir, "ok", &format!("wrong {i}{who} {bad:?} != {all}"));
             Ok(false)
         }
         Ok(None) => Ok(true),
         Err(e @ ReduceError::Reinit { .. }) => Err(unwound(args, me, e)),
+        Err(ReduceError::ResultLost { .. }) if args.allreduce && redoes_alone(rt) => {
+            append(&args.dir, "ok", &format!("lost {i}{who}"));
+            Ok(true)
+        }
         Err(e) => {
             append(&args.dir, "errors", &format!("{} {i} {e}", rt.rank()));
             Ok(false)
         }
     }
+}
+
+/// Whether this process is a replacement that redoes its steps alone
+/// (local restart): an allreduce it redoes may have finished without it.
+fn redoes_alone(rt: &Runtime) -> bool {
+    let global = std::env::var("TASKFOLD_RESTART").is_ok_and(|v| v == "global");
+    matches!(rt.lifecycle(), Lifecycle::Restarted { .. }) && !global
 }

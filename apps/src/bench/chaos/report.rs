@@ -32,6 +32,9 @@ pub struct TrialEnd {
     pub struck: Vec<Struck>,
     /// How it ended.
     pub outcome: Outcome,
+    /// Allreduce steps a replacement redid after they had finished
+    /// without it (local restart: `ResultLost`, as documented).
+    pub lost: u32,
     /// From the launch to the end, in seconds.
     pub seconds: f64,
     /// The launcher's complaint, if any.
@@ -47,6 +50,7 @@ impl TrialEnd {
             plan: None,
             struck: Vec::new(),
             outcome: Outcome::TypedError,
+            lost: 0,
             seconds: 0.0,
             error: Some(error),
             log: None,
@@ -69,12 +73,16 @@ pub struct Tally {
     pub wrong: u32,
     /// Trials that did not end.
     pub hangs: u32,
+    /// Allreduce steps a replacement redid after they had finished
+    /// without it (`ResultLost`, local restart), over every trial.
+    pub lost_steps: u32,
 }
 
 impl Tally {
     fn add(&mut self, t: &TrialEnd) {
         self.trials += 1;
         self.kills += t.struck.len() as u32;
+        self.lost_steps += t.lost;
         match t.outcome {
             Outcome::Exact => self.exact += 1,
             Outcome::TypedError => self.typed_errors += 1,
@@ -111,6 +119,8 @@ pub struct Report {
     pub np: u32,
     /// Steps per job.
     pub steps: u32,
+    /// What every step is.
+    pub collective: super::Collective,
     /// Values per contribution.
     pub len: usize,
     /// Spares (instead of the launcher's respawn).
@@ -140,6 +150,7 @@ impl Report {
         Report {
             np: args.np,
             steps: args.steps,
+            collective: args.collective,
             len: args.len,
             spares: args.with_spares(),
             sim_nodes: args.sim_nodes,
@@ -204,9 +215,10 @@ impl Report {
     pub fn lines(&self) -> Vec<String> {
         let mut out = vec![
             format!(
-                "bench chaos: {} ranks, {} steps of {} f64, {}{}; failure-free {:.2} s",
+                "bench chaos: {} ranks, {} {} steps of {} f64, {}{}; failure-free {:.2} s",
                 self.np,
                 self.steps,
+                name(&self.collective),
                 self.len,
                 if self.spares { "spares" } else { "respawn" },
                 self.sim_nodes
@@ -214,13 +226,13 @@ impl Report {
                     .unwrap_or_default(),
                 self.reference_s
             ),
-            "| kills | restart | trials | kills landed | exact | typed errors | wrong | hangs | median × failure-free |".into(),
-            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |".into(),
+            "| kills | restart | trials | kills landed | exact | typed errors | wrong | hangs | median × failure-free | steps lost to a replacement |".into(),
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |".into(),
         ];
         for c in &self.campaigns {
             let t = &c.tally;
             out.push(format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 c.kills_per_trial,
                 c.restart.name(),
                 t.trials,
@@ -229,7 +241,8 @@ impl Report {
                 t.typed_errors,
                 t.wrong,
                 t.hangs,
-                c.median_ratio.map_or("-".into(), |r| format!("{r:.3}"))
+                c.median_ratio.map_or("-".into(), |r| format!("{r:.3}")),
+                t.lost_steps
             ));
         }
         for c in &self.campaigns {

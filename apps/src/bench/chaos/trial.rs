@@ -4,7 +4,7 @@
 use super::plan::{self, Plan, Rng};
 use super::report::{Outcome, Report, TrialEnd};
 use super::watch::{self, Job};
-use super::{ChaosArgs, LaunchBy, Restart};
+use super::{ChaosArgs, Collective, LaunchBy, Restart};
 use crate::launcher::{self, Launch, NodeSpec};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -124,7 +124,15 @@ impl Bench {
             .unwrap_or_else(|_| Err("the launcher panicked".into()));
         let seconds = launched.elapsed().as_secs_f64();
         let hung = launched.elapsed() >= limit;
-        let outcome = judge(&dir, self.args.steps, verdict.as_ref().err(), hung);
+        let ranks = match self.args.collective {
+            Collective::Reduce => None,
+            Collective::Allreduce => Some(self.args.np),
+        };
+        let outcome = judge(&dir, self.args.steps, ranks, verdict.as_ref().err(), hung);
+        let lost = results(&dir)
+            .lines()
+            .filter(|l| l.starts_with("lost "))
+            .count() as u32;
         let log = (outcome != Outcome::Exact)
             .then(|| {
                 let name = format!(
@@ -141,6 +149,7 @@ impl Bench {
             plan: plan.cloned(),
             struck,
             outcome,
+            lost,
             seconds,
             error: verdict.err(),
             log,
@@ -171,6 +180,9 @@ impl Bench {
             "--dir".into(),
         ];
         rank_args.push(dir.to_string_lossy().into_owned());
+        if a.collective == Collective::Allreduce {
+            rank_args.push("--allreduce".into());
+        }
         let standby = match a.sim_nodes {
             Some(_) => "auto",
             None => "on",
@@ -301,24 +313,67 @@ fn run_mpiexec(mut cmd: Command, log: &Path, limit: Duration) -> Result<(), Stri
     }
 }
 
-/// How a trial ended: from the root's results, the errors the ranks
-/// wrote, the launcher's verdict and whether it ran out of time.
-fn judge(dir: &Path, steps: u32, failed: Option<&String>, hung: bool) -> Outcome {
-    let ok = std::fs::read_to_string(dir.join("ok")).unwrap_or_default();
+/// What the ranks appended to `ok`.
+fn results(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("ok")).unwrap_or_default()
+}
+
+/// How a trial ended: from the root's results (with `ranks`, an
+/// allreduce's: every rank's), the errors the ranks wrote, the launcher's
+/// verdict and whether it ran out of time.
+fn judge(
+    dir: &Path,
+    steps: u32,
+    ranks: Option<u32>,
+    failed: Option<&String>,
+    hung: bool,
+) -> Outcome {
+    let ok = results(dir);
     if ok.lines().any(|l| l.starts_with("wrong")) {
         return Outcome::Wrong;
     }
     if hung {
         return Outcome::Hang;
     }
-    let exact: BTreeSet<u32> = ok
-        .lines()
-        .filter_map(|l| l.strip_prefix("ok ")?.trim().parse().ok())
-        .collect();
     let errors = std::fs::read_to_string(dir.join("errors")).unwrap_or_default();
-    let every = (0..steps).all(|i| exact.contains(&i));
-    match (every, errors.trim().is_empty(), failed) {
+    match (
+        every_step(&ok, steps, ranks),
+        errors.trim().is_empty(),
+        failed,
+    ) {
         (true, true, None) => Outcome::Exact,
         _ => Outcome::TypedError,
+    }
+}
+
+/// Whether `ok` has every step: `ok I` lines of the root, or with `ranks`
+/// an `ok I R` (or a replacement's `lost I R`) of every rank `R`.
+fn every_step(ok: &str, steps: u32, ranks: Option<u32>) -> bool {
+    let seen: BTreeSet<(u32, u32)> = ok
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let kept = matches!(w.next()?, "ok" | "lost");
+            let step = w.next()?.parse().ok()?;
+            let rank = w.next().map_or(Some(0), |r| r.parse().ok())?;
+            kept.then_some((step, rank))
+        })
+        .collect();
+    let ranks = ranks.unwrap_or(1);
+    (0..steps).all(|i| (0..ranks).all(|r| seen.contains(&(i, r))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::every_step;
+
+    #[test]
+    fn every_step_of_every_rank_is_needed() {
+        assert!(every_step("ok 0\nok 1\n", 2, None));
+        assert!(!every_step("ok 0\n", 2, None));
+        let all = "ok 0 0\nok 0 1\nlost 1 0\nok 1 1\n";
+        assert!(every_step(all, 2, Some(2)));
+        assert!(!every_step("ok 0 0\nok 0 1\nok 1 1\n", 2, Some(2)));
+        assert!(!every_step("ok 0 0\nwrong 0 1\n", 1, Some(2)));
     }
 }
