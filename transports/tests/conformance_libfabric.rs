@@ -74,7 +74,7 @@ fn run_body(name: &str, provider: &str, body: &dyn Fn()) {
     let test = name.split_once("::").map_or(name, |(_, t)| t);
     // See [`LIBRARY_CRASHES`]: only that case, only that crash, at most
     // that many times; any other failure fails at once.
-    let segv_allowed = if provider == "shm" && test.ends_with("::crash_reports_link_down") {
+    let segv_allowed = if provider == "shm" {
         LIBRARY_CRASHES
     } else {
         0
@@ -94,19 +94,24 @@ fn run_body(name: &str, provider: &str, body: &dyn Fn()) {
     }
 }
 
-/// How many times the in-process crash case over `shm` may die of a
-/// SIGSEGV inside libfabric before it fails.
+/// How many times a case over `shm` may die of a SIGSEGV inside libfabric
+/// before it fails (any other failure fails at once).
 ///
-/// Why: the case "crashes" a rank by aborting its transport inside the
-/// test's one process; the shm provider keeps its map of peers' regions
-/// per process, and about one run in five (2 of 10 at the time of
-/// writing) dies in `pthread_spin_lock` inside the provider while the
-/// other ranks' gets to the aborted one are still in flight. A real
-/// crash leaves the region mapped in the surviving processes: the same
-/// promise with real processes over `shm` is
-/// `tests/tests/multiprocess_libfabric.rs`'s
-/// `shm_place_3_sigkill_of_a_provider_while_the_receiver_fetches`, which
-/// is never retried.
+/// Why: a case runs its ranks as endpoints of one process, and the shm
+/// provider (1.17) hands an endpoint the very region of a peer endpoint
+/// of the same process (`smr_map_to_region` finds it in its process-wide
+/// list of endpoint names) instead of a mapping of its own. When that
+/// peer closes (a case's end drops the ranks one after the other; the
+/// crash cases abort one), its region is unmapped under the others: an
+/// endpoint whose progress thread still sends to it (a goodbye it has not
+/// yet seen answered, a get in flight) dies in `pthread_spin_lock` on the
+/// peer's lock under `fi_tsend`. Measured: `shm::nodes_known` alone, in
+/// fresh processes, both cores busy, 7 of 150 runs; none of 60 on a quiet
+/// machine. Ranks of a job are processes, each with its own mapping,
+/// which outlives the peer: the same promises with real processes over
+/// `shm` (`tests/tests/multiprocess_libfabric.rs`, among them
+/// `shm_place_3_sigkill_of_a_provider_while_the_receiver_fetches`) are
+/// never retried.
 const LIBRARY_CRASHES: u32 = 2;
 
 /// Runs test `test` of this binary in a process of its own; its exit
