@@ -479,5 +479,7 @@ impl Spread {
     }
 }
 
+pub mod recent;
+
 #[cfg(test)]
 mod tests;

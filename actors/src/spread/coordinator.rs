@@ -8,24 +8,36 @@
 //! member of is declared lost (it may hold the value).
 
 use crate::outbox::Outbox;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
+use taskfold_core::spread::recent::Recent;
 use taskfold_core::spread::{Action, Event, Phase, Spread};
 use taskfold_core::wire::spread::{Opening, Report, SpreadMsg};
 use taskfold_core::wire::Msg;
 use taskfold_core::{Rank, RankSet};
 
 /// Keys of spreads that finished, kept to answer a holder that reports
-/// one late (after a takeover): told to let go at once.
-const DONE_KEPT: usize = 1024;
+/// one late (after a takeover: told to let go at once) and a replacement
+/// that redoes one (told it is lost). As many as the master keeps of
+/// ended reductions for replacements that join them again.
+const DONE_KEPT: usize = 65_536;
 
 /// The spreads this rank coordinates, by key.
-#[derive(Default)]
 pub(super) struct Coordinated {
     spreads: HashMap<u64, (Opening, Spread)>,
     /// Since a takeover: the live ranks whose report is still awaited.
     awaited: BTreeSet<u32>,
     /// The newest spreads that finished (every live member held them).
-    done: VecDeque<u64>,
+    done: Recent,
+}
+
+impl Default for Coordinated {
+    fn default() -> Self {
+        Coordinated {
+            spreads: HashMap::new(),
+            awaited: BTreeSet::new(),
+            done: Recent::new(DONE_KEPT),
+        }
+    }
 }
 
 impl Coordinated {
@@ -46,7 +58,7 @@ impl Coordinated {
     /// Rank `from`'s report to this coordinator, after a takeover.
     fn report(&mut self, from: Rank, r: Report, dead: &RankSet, out: &Outbox) {
         for o in r.holding {
-            if self.done.contains(&o.key) {
+            if self.done.contains(o.key) {
                 send(out, from.0, SpreadMsg::Finished { key: o.key });
             } else if let Some(key) = self.open(from, o, dead, out) {
                 self.apply(key, Event::Holds(from.0), out);
@@ -79,12 +91,7 @@ impl Coordinated {
     }
 
     fn finished(&mut self, key: u64) {
-        if !self.done.contains(&key) {
-            if self.done.len() >= DONE_KEPT {
-                self.done.pop_front();
-            }
-            self.done.push_back(key);
-        }
+        self.done.insert(key);
     }
 
     /// `msg` from member `from`; `dead` the ranks known failed.
@@ -95,7 +102,7 @@ impl Coordinated {
             // member that asks for it now is a replacement redoing it (a
             // live member is waited for): nobody holds the value any more,
             // and it is told so rather than left waiting.
-            SpreadMsg::Have(o) | SpreadMsg::Want(o) if self.done.contains(&o.key) => {
+            SpreadMsg::Have(o) | SpreadMsg::Want(o) if self.done.contains(o.key) => {
                 return send(out, from.0, SpreadMsg::Finished { key: o.key })
             }
             SpreadMsg::Have(o) => match self.open(from, o, dead, out) {
@@ -207,5 +214,62 @@ fn send(out: &Outbox, to: u32, m: SpreadMsg) {
     if let Err(e) = out.send(Rank(to), &Msg::Spread(m)) {
         // A dead member: the coordinator hears of its death.
         tracing::debug!(to, error = %e, "a spread message was not sent");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use taskfold_core::wire;
+    use taskfold_transports::loopback::LoopbackHub;
+    use taskfold_transports::{Event, Transport};
+
+    fn opening(key: u64) -> Opening {
+        Opening {
+            key,
+            id: format!("s{key}"),
+            group: vec![0, 1, 2],
+            source: 1,
+            type_tag: 7,
+        }
+    }
+
+    /// A replacement (rank 2) that redoes a spread which finished long
+    /// ago, past the old bound of 1,024 but within this one, is told it
+    /// finished rather than left waiting; one older than the bound is
+    /// not recognised (it would be waited for).
+    #[test]
+    fn a_replacement_redoing_an_old_finished_spread_is_told() {
+        let (_hub, ts) = LoopbackHub::new(3);
+        let t: Arc<dyn Transport> = ts[0].clone();
+        let out = Outbox::of(t);
+        let mut c = Coordinated::default();
+        let first = 1_000u64;
+        // As many as the master keeps of ended reductions, and 100 more.
+        let n = 65_536 + 100;
+        for k in first..first + n {
+            c.finished(k);
+        }
+        let old_but_kept = first + 100;
+        let forgotten = first + 99;
+        let dead = RankSet::default();
+        c.on(Rank(2), SpreadMsg::Want(opening(old_but_kept)), &dead, &out);
+        c.on(Rank(2), SpreadMsg::Want(opening(forgotten)), &dead, &out);
+        let got: Vec<SpreadMsg> = ts[2]
+            .events()
+            .try_iter()
+            .filter_map(|e| match e {
+                Event::Message { frame, .. } => match wire::decode(&frame) {
+                    Ok(Msg::Spread(m)) => Some(m),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        assert!(
+            matches!(got.as_slice(), [SpreadMsg::Finished { key }] if *key == old_but_kept),
+            "{got:?}"
+        );
     }
 }

@@ -48,8 +48,10 @@ const RETRY_PAUSE: Duration = Duration::from_millis(20);
 const MAX_FETCH_FAILURES: u32 = 16;
 /// Spreads a member remembers as finished, for its report to a
 /// coordinator that takes over (a holder the dead one told to let go
-/// while others were not told yet).
-const FINISHED_KEPT: usize = 256;
+/// while others were not told yet, and a replacement that redoes one
+/// told it is lost). Every member reports them all to the new
+/// coordinator: 32 KiB each.
+const FINISHED_KEPT: usize = 4_096;
 /// Most coordinator messages a rank keeps before it knows it took over.
 const EARLY_LIMIT: usize = 65_536;
 
