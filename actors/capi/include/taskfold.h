@@ -774,10 +774,11 @@ int tf_iallreduce(const void *sendbuf,
  `opts` (null: defaults; durability and completion do not apply), and
  writes its handle to `*req`. Like `MPI_Ibcast`.
 
- At the root `buf` is copied before the call returns; elsewhere it must
- stay valid until the request completes, and the call that completes it
- writes the value there. Members fetch the value from a member that has
- it already. The root's death before any other member had the value:
+ At the root `buf` is copied once before the call returns; elsewhere it
+ must stay valid until the request completes, and the call that
+ completes it writes the value there: a member reads the root's copy
+ where it lies (on the root's node; from a member that has it already
+ on another node) and copies it into `buf` once. The root's death before any other member had the value:
  every survivor gets `TF_ERR_ROOT_LOST`; after, every survivor gets the
  value. A member whose datatype or count differs from the root's gets
  `TF_ERR_MISMATCH`.

@@ -12,7 +12,7 @@ use crate::request::{issue, tf_request, tf_status, Done, Pending};
 use crate::state::runtime;
 use std::ffi::{c_int, c_void};
 use std::time::Duration;
-use taskfold::{InPlace, Max, Min, Prod, Reduce, ReduceError, Runtime, SpreadFuture};
+use taskfold::{InPlace, Max, Min, Prod, Reduce, ReduceError, Runtime, SpreadFuture, Sum};
 use taskfold_core::inplace::ArrayOp;
 use taskfold_core::ReduceValue;
 
@@ -186,12 +186,80 @@ pub unsafe extern "C" fn tf_iallreduce(
     })
 }
 
-/// A broadcast in progress: the datatype and the bytes.
+/// Words of a broadcast's value before its bytes: the datatype and the
+/// length in bytes, checked by every member against its own call.
+const HEADER: usize = 2;
+
+/// The root's value: the header, then the `bytes` bytes at `buf`, in
+/// 8-byte words. One type for every datatype, so that a member that names
+/// another one is told so by its own check (a spread refuses a member of
+/// another type only if the root's offer came first).
+///
+/// # Safety
+///
+/// `buf` holds `bytes` bytes (null only if `bytes` is 0).
+unsafe fn packed(datatype: c_int, buf: *const c_void, bytes: usize) -> InPlace<Sum<u64>> {
+    let mut v = InPlace::<Sum<u64>>::zeroed(HEADER + bytes.div_ceil(8));
+    let words = v.as_mut_slice();
+    words[0] = u64::from(datatype as u32);
+    words[1] = bytes as u64;
+    let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut words[HEADER..]);
+    if bytes > 0 {
+        // SAFETY: `buf` holds `bytes` bytes (the caller's contract), read
+        // as bytes (any alignment); `dst` is a separate allocation of at
+        // least `bytes` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(buf.cast::<u8>(), dst.as_mut_ptr(), bytes) };
+    }
+    v
+}
+
+/// A broadcast in progress: the datatype and the caller's buffer.
 struct Bcast {
-    fut: Option<SpreadFuture<(i32, Vec<u8>)>>,
+    fut: Option<SpreadFuture<InPlace<Sum<u64>>>>,
     datatype: c_int,
     ptr: usize,
     bytes: usize,
+    /// The root's buffer holds the value already.
+    root: bool,
+}
+
+impl Bcast {
+    /// The value `words` (read where it lies) checked against this call,
+    /// and copied into the caller's buffer off the root.
+    fn deliver(&self, words: &[u64]) -> Done {
+        let (dt, len) = match words {
+            [dt, len, ..] => (*dt, *len),
+            _ => {
+                return Err(Error::new(
+                    TF_ERR_MISMATCH,
+                    "the value is not a broadcast of the C API",
+                ))
+            }
+        };
+        if dt != u64::from(self.datatype as u32) {
+            return Err(Error::new(
+                TF_ERR_MISMATCH,
+                format!(
+                    "the root broadcast datatype {}, this rank asked for {}",
+                    dt as u32 as c_int, self.datatype
+                ),
+            ));
+        }
+        let data: &[u8] = bytemuck::cast_slice(&words[HEADER..]);
+        let Some(data) = usize::try_from(len).ok().and_then(|n| data.get(..n)) else {
+            return Err(Error::new(
+                TF_ERR_MISMATCH,
+                format!("the value's length, {len} bytes, exceeds what it holds"),
+            ));
+        };
+        match self.root {
+            true => Ok(tf_status {
+                is_result: 1,
+                ..tf_status::default()
+            }),
+            false => deliver(data, self.ptr, self.bytes),
+        }
+    }
 }
 
 impl Pending for Bcast {
@@ -201,14 +269,7 @@ impl Pending for Bcast {
 
     fn wait(&mut self, d: Option<Duration>) -> Option<Done> {
         Some(match within(&mut self.fut, d)? {
-            Ok((dt, _)) if dt != self.datatype => Err(Error::new(
-                TF_ERR_MISMATCH,
-                format!(
-                    "the root broadcast datatype {dt}, this rank asked for {}",
-                    self.datatype
-                ),
-            )),
-            Ok((_, v)) => deliver(&v, self.ptr, self.bytes),
+            Ok(v) => self.deliver(v.as_slice()),
             Err(e) => Err(e.into()),
         })
     }
@@ -219,10 +280,11 @@ impl Pending for Bcast {
 /// `opts` (null: defaults; durability and completion do not apply), and
 /// writes its handle to `*req`. Like `MPI_Ibcast`.
 ///
-/// At the root `buf` is copied before the call returns; elsewhere it must
-/// stay valid until the request completes, and the call that completes it
-/// writes the value there. Members fetch the value from a member that has
-/// it already. The root's death before any other member had the value:
+/// At the root `buf` is copied once before the call returns; elsewhere it
+/// must stay valid until the request completes, and the call that
+/// completes it writes the value there: a member reads the root's copy
+/// where it lies (on the root's node; from a member that has it already
+/// on another node) and copies it into `buf` once. The root's death before any other member had the value:
 /// every survivor gets `TF_ERR_ROOT_LOST`; after, every survivor gets the
 /// value. A member whose datatype or count differs from the root's gets
 /// `TF_ERR_MISMATCH`.
@@ -258,21 +320,16 @@ pub unsafe extern "C" fn tf_ibcast(
         }
         // SAFETY: the caller's contract.
         let opts = unsafe { resolve(root, opts) }?;
-        let value = (root as u32 == rt.rank()).then(|| {
-            let mut v = vec![0u8; bytes];
-            if bytes > 0 {
-                // SAFETY: `buf` holds `count` elements, `bytes` bytes.
-                let src = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), bytes) };
-                v.copy_from_slice(src);
-            }
-            (datatype, v)
-        });
-        let fut = rt.broadcast(value, opts)?;
+        let is_root = root as u32 == rt.rank();
+        // SAFETY: `buf` holds `count` elements, `bytes` bytes.
+        let value = is_root.then(|| unsafe { packed(datatype, buf, bytes) });
+        let fut = rt.broadcast_in_place(value, opts)?;
         let p = Box::new(Bcast {
             fut: Some(fut),
             datatype,
             ptr: buf as usize,
             bytes,
+            root: is_root,
         });
         // SAFETY: checked not null.
         unsafe { issue(p, req) }

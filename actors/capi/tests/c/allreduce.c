@@ -73,6 +73,22 @@ static void bcast(void) {
     OK(tf_wait(&req, NULL));
     CHECK(w[0] == 11 && w[1] == 22);
   }
+  /* A member asking for another datatype of the same byte count is told
+   * so, once the others have the value (or before: its own check). */
+  uint64_t u[2] = {rank == 0 ? 33u : 0u, 0};
+  float f[4] = {0, 0, 0, 0};
+  o.id = "bc-type";
+  if (rank == 2) {
+    OK(tf_barrier());
+    OK(tf_ibcast(f, 4, TF_F32, 0, &o, &req));
+    FAILS(tf_wait(&req, NULL), TF_ERR_MISMATCH, "datatype");
+    for (int i = 0; i < 4; i++) CHECK(f[i] == 0);
+  } else {
+    OK(tf_ibcast(u, 2, TF_U64, 0, &o, &req));
+    OK(tf_wait(&req, NULL));
+    CHECK(u[0] == 33 && u[1] == 0);
+    OK(tf_barrier());
+  }
 }
 
 static void bad_input(void) {
