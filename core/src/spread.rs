@@ -111,6 +111,14 @@ pub enum Action {
         /// The live holders.
         holders: Vec<u32>,
     },
+    /// Tell `rank`, which waits for the value, that the spread finished
+    /// without it (a replacement redoing a finished spread, whose report
+    /// to a new coordinator came before one that said it finished):
+    /// nobody holds the value any more.
+    TooLate {
+        /// The member told.
+        rank: u32,
+    },
 }
 
 /// Where one spread stands.
@@ -307,6 +315,12 @@ impl Spread {
                 out.push(Action::Finish {
                     holders: self.holders.iter().copied().collect(),
                 });
+                // No holder serves any more: whoever still waits or
+                // fetches would wait for ever.
+                let waiting = std::mem::take(&mut self.wanting);
+                let fetching = std::mem::take(&mut self.fetching);
+                let late = waiting.into_iter().chain(fetching.into_keys());
+                out.extend(late.map(|rank| Action::TooLate { rank }));
             }
             Event::FetchFailed(r) if self.alive(r) => {
                 if let Some(serve) = self.fetching.remove(&r) {

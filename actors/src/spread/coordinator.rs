@@ -65,6 +65,11 @@ impl Coordinated {
             }
         }
         for (o, holder) in r.wanting {
+            // A replacement redoing a spread another report said finished.
+            if self.done.contains(o.key) {
+                send(out, from.0, SpreadMsg::Finished { key: o.key });
+                continue;
+            }
             if let Some(key) = self.open(from, o, dead, out) {
                 let ev = match holder {
                     Some(holder) => Event::Fetching {
@@ -198,6 +203,9 @@ impl Coordinated {
                         send(out, h, SpreadMsg::Finished { key });
                     }
                 }
+                // A member that does not hold the value takes `Finished`
+                // as its loss (`ResultLost`).
+                Action::TooLate { rank } => send(out, rank, SpreadMsg::Finished { key }),
             }
         }
         if s.is_over() {
@@ -271,5 +279,58 @@ mod tests {
             matches!(got.as_slice(), [SpreadMsg::Finished { key }] if *key == old_but_kept),
             "{got:?}"
         );
+    }
+
+    fn sent_to(
+        ts: &[Arc<taskfold_transports::loopback::LoopbackTransport>],
+        r: usize,
+    ) -> Vec<SpreadMsg> {
+        ts[r]
+            .events()
+            .try_iter()
+            .filter_map(|e| match e {
+                Event::Message { frame, .. } => match wire::decode(&frame) {
+                    Ok(Msg::Spread(m)) => Some(m),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// After a takeover, a replacement (rank 2) reports that it wants a
+    /// spread that another member reports the dead coordinator had
+    /// finished: in either order, the replacement is told `Finished` (it
+    /// then ends with `ResultLost`) instead of waiting for ever.
+    #[test]
+    fn a_wanting_report_of_a_finished_spread_is_answered_in_either_order() {
+        for finished_first in [true, false] {
+            let (_hub, ts) = LoopbackHub::new(3);
+            let t: Arc<dyn Transport> = ts[0].clone();
+            let out = Outbox::of(t);
+            let mut c = Coordinated::default();
+            c.take_over([0, 1, 2]);
+            let dead = RankSet::default();
+            let finished = Report {
+                finished: vec![7],
+                ..Report::default()
+            };
+            let wanting = Report {
+                wanting: vec![(opening(7), None)],
+                ..Report::default()
+            };
+            let (a, b) = match finished_first {
+                true => ((Rank(1), finished), (Rank(2), wanting)),
+                false => ((Rank(2), wanting), (Rank(1), finished)),
+            };
+            c.on(a.0, SpreadMsg::Report(a.1), &dead, &out);
+            c.on(b.0, SpreadMsg::Report(b.1), &dead, &out);
+            c.on(Rank(0), SpreadMsg::Report(Report::default()), &dead, &out);
+            let got = sent_to(&ts, 2);
+            assert!(
+                matches!(got.as_slice(), [SpreadMsg::Finished { key: 7 }]),
+                "finished first: {finished_first}: {got:?}"
+            );
+        }
     }
 }

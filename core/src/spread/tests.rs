@@ -508,3 +508,30 @@ fn across_a_takeover_nobody_is_failed_while_a_live_member_holds() {
         }
     }
 }
+
+/// After a takeover a replacement reports that it wants a spread before
+/// any member reports that the dead coordinator had finished it: once one
+/// does, the replacement is told it came too late, not left waiting.
+#[test]
+fn a_member_waiting_for_a_spread_reported_finished_is_told_too_late() {
+    let mut s = Spread::new(0..4, 1, &[]).awaiting_reports(0..4);
+    assert!(s.on(Want(3)).is_empty());
+    assert!(s.on(Reported(3)).is_empty());
+    assert_eq!(
+        s.on(Finished(2)),
+        [Finish { holders: vec![] }, TooLate { rank: 3 }]
+    );
+    assert!(s.is_over());
+    // A fetch out on an earlier coordinator's word ends the same way.
+    let mut s = Spread::new(0..4, 1, &[]).awaiting_reports(0..4);
+    assert!(s
+        .on(Fetching {
+            fetcher: 2,
+            holder: 0
+        })
+        .is_empty());
+    assert_eq!(
+        s.on(Finished(0)),
+        [Finish { holders: vec![] }, TooLate { rank: 2 }]
+    );
+}
