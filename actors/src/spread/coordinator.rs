@@ -230,7 +230,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use taskfold_core::wire;
-    use taskfold_transports::loopback::LoopbackHub;
+    use taskfold_transports::loopback::{LoopbackHub, LoopbackTransport};
     use taskfold_transports::{Event, Transport};
 
     fn opening(key: u64) -> Opening {
@@ -264,17 +264,7 @@ mod tests {
         let dead = RankSet::default();
         c.on(Rank(2), SpreadMsg::Want(opening(old_but_kept)), &dead, &out);
         c.on(Rank(2), SpreadMsg::Want(opening(forgotten)), &dead, &out);
-        let got: Vec<SpreadMsg> = ts[2]
-            .events()
-            .try_iter()
-            .filter_map(|e| match e {
-                Event::Message { frame, .. } => match wire::decode(&frame) {
-                    Ok(Msg::Spread(m)) => Some(m),
-                    _ => None,
-                },
-                _ => None,
-            })
-            .collect();
+        let got = sent_to(&ts, 2);
         assert!(
             matches!(got.as_slice(), [SpreadMsg::Finished { key }] if *key == old_but_kept),
             "{got:?}"
