@@ -271,10 +271,8 @@ mod tests {
         );
     }
 
-    fn sent_to(
-        ts: &[Arc<taskfold_transports::loopback::LoopbackTransport>],
-        r: usize,
-    ) -> Vec<SpreadMsg> {
+    /// The spread messages rank `r` received so far.
+    fn sent_to(ts: &[Arc<LoopbackTransport>], r: usize) -> Vec<SpreadMsg> {
         ts[r]
             .events()
             .try_iter()
