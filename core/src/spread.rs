@@ -275,7 +275,13 @@ impl Spread {
         match ev {
             Event::Dead(r) => self.died(r),
             Event::Have(r) if self.alive(r) && r == self.source => self.holds_now(r, &mut out),
-            Event::Want(r) if self.alive(r) && r != self.source => {
+            Event::Want(r) if self.members.contains(&r) && r != self.source => {
+                // A member counted dead asks: only its replacement speaks
+                // for it now (a dead process's messages are read before its
+                // death is declared), redoing its call: a member again.
+                if self.dead.remove(&r) {
+                    self.failed.remove(&r);
+                }
                 if self.phase == Phase::Lost {
                     self.fail(r, &mut out);
                 } else if !self.holders.contains(&r)

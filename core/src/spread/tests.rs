@@ -535,3 +535,37 @@ fn a_member_waiting_for_a_spread_reported_finished_is_told_too_late() {
         [Finish { holders: vec![] }, TooLate { rank: 2 }]
     );
 }
+
+/// A member dies while the others fetch; its replacement, redoing the
+/// call, asks before the spread is over: it is served as any member, and
+/// the spread finishes with it among the holders.
+#[test]
+fn a_dead_members_replacement_that_asks_is_served() {
+    let mut s = one(0..4, 1, &[]);
+    assert!(s.on(Want(2)).is_empty());
+    assert!(s.on(Want(3)).is_empty());
+    assert_eq!(fetches(&s.on(Have(1))), [(2, 1)]);
+    assert!(s.on(Dead(3)).is_empty());
+    // Rank 0 has not asked yet: the spread is not over.
+    assert!(s.on(Want(3)).is_empty(), "waits for a free holder");
+    assert_eq!(fetches(&s.on(Fetched(2))), [(3, 1)]);
+    assert!(fetches(&s.on(Want(0))).len() == 1);
+    s.on(Fetched(3));
+    let end = s.on(Fetched(0));
+    assert_eq!(
+        end,
+        [Finish {
+            holders: vec![0, 1, 2, 3]
+        }]
+    );
+}
+
+/// A lost spread tells a dead member's replacement that asks, too.
+#[test]
+fn a_dead_members_replacement_hears_the_loss() {
+    let mut s = Spread::new(0..3, 1, &[]);
+    assert!(s.on(Want(2)).is_empty());
+    assert_eq!(fails(&s.on(Dead(1))), [2]);
+    assert!(s.on(Dead(2)).is_empty());
+    assert_eq!(fails(&s.on(Want(2))), [2], "told again: a new process");
+}
