@@ -109,13 +109,7 @@ impl Runtime {
         }
         let group = self.group_of(&opts)?;
         let (id, auto) = self.id_of(&opts, &group, "auto")?;
-        let (opening, call) = match self.opening::<T>(ALLREDUCE, &id, &group, opts.root) {
-            Ok(o) => o,
-            Err(e) => {
-                self.give_back(auto, None);
-                return Err(e);
-            }
-        };
+        let (opening, call) = self.opening::<T>(ALLREDUCE, &id, &group, opts.root, auto)?;
         let outer = Arc::new(Slot::default());
         let decode = decoder_of(&value);
         let relay = relay::<T>(self.cmd.clone(), opening, outer.clone(), decode);
@@ -238,13 +232,7 @@ impl Runtime {
             )));
         }
         let (id, auto) = self.id_of(&opts, &group, "auto-broadcast")?;
-        let (opening, call) = match self.opening::<T>(BROADCAST, &id, &group, opts.root) {
-            Ok(o) => o,
-            Err(e) => {
-                self.give_back(auto, None);
-                return Err(e);
-            }
-        };
+        let (opening, call) = self.opening::<T>(BROADCAST, &id, &group, opts.root, auto)?;
         let slot = Arc::new(Slot::default());
         let cmd = match value.map(share).transpose() {
             Err(e) => {
@@ -277,7 +265,7 @@ impl Runtime {
     /// What this rank says of its next spread of `kind` (`id`, `group`,
     /// `source`), carrying a `T`, and the call number it took (given back
     /// if the call is refused); the error every call gets while the job
-    /// rolls back. Counting calls per (kind, id, group) lets an id be used
+    /// rolls back, `auto` (the call's automatic id number) given back then. Counting calls per (kind, id, group) lets an id be used
     /// again at once.
     ///
     /// The key names the epoch: after a rollback every rank numbers its
@@ -290,8 +278,12 @@ impl Runtime {
         id: &ReductionId,
         group: &Group,
         source: u32,
+        auto: Option<Taken>,
     ) -> Result<(Opening, Taken), ReduceError> {
-        let epoch = self.rollbacks.running()?;
+        let epoch = self
+            .rollbacks
+            .running()
+            .inspect_err(|_| self.give_back(auto, None))?;
         let base = ReductionKey::of(id, group).0;
         let kind_base = taskfold_core::id::stable_hash(&format!("{kind}/{base:016x}"));
         let call = self.spreads.take(kind_base);

@@ -251,7 +251,7 @@ fn unwound(args: &ChaosRankArgs, me: &str, e: ReduceError) -> ReduceError {
 /// if the agreed version cannot be read (every rank must start from it).
 fn resume_point(rt: &Runtime, args: &ChaosRankArgs, me: &str, entry: Entry) -> Option<u32> {
     let restarted = matches!(rt.lifecycle(), Lifecycle::Restarted { .. });
-    let global = std::env::var("TASKFOLD_RESTART").is_ok_and(|v| v == "global");
+    let global = global_restart();
     let restored = match entry.resume {
         Some(v) => {
             mark(&args.dir, &format!("restore-{me}"), "");
@@ -321,6 +321,10 @@ fn settle(
 /// Whether this process is a replacement that redoes its steps alone
 /// (local restart): an allreduce it redoes may have finished without it.
 fn redoes_alone(rt: &Runtime) -> bool {
-    let global = std::env::var("TASKFOLD_RESTART").is_ok_and(|v| v == "global");
-    matches!(rt.lifecycle(), Lifecycle::Restarted { .. }) && !global
+    matches!(rt.lifecycle(), Lifecycle::Restarted { .. }) && !global_restart()
+}
+
+/// Whether the job comes back from a replacement by a global restart.
+fn global_restart() -> bool {
+    std::env::var("TASKFOLD_RESTART").is_ok_and(|v| v == "global")
 }
